@@ -1,0 +1,92 @@
+// Placements (DTensor's, on the tp mesh axis), the mesh, and module strategies.
+#ifndef TPC_TP_ATTRS_TD
+#define TPC_TP_ATTRS_TD
+
+include "TPDialect.td"
+include "mlir/IR/EnumAttr.td"
+
+def TP_ReduceKind : I32EnumAttr<"ReduceKind", "the reduction a Partial is waiting for", [
+    I32EnumAttrCase<"sum", 0>
+  ]> {
+  let cppNamespace = "::tpc::tp";
+  let genSpecializedAttr = 0;
+}
+def TP_ReduceKindAttr : EnumAttr<TP_Dialect, TP_ReduceKind, "reduce_kind">;
+
+def TP_PlacementAttr : AttrInterface<"PlacementAttr"> {
+  let cppNamespace = "::tpc::tp";
+  let description = [{
+    How a tensor is laid out across the ranks of the tp axis (DTensor's Placement).
+  }];
+  let methods = [
+    InterfaceMethod<"The DTensor spelling, e.g. `Shard(-1)`.", "std::string", "str">,
+    InterfaceMethod<[{
+        Checks that the placement can apply to a tensor of this shape (a sharded dim exists,
+        strided blocks add up); `what` names the tensor in the message.
+      }], "::llvm::LogicalResult", "verifyFor",
+      (ins "::llvm::ArrayRef<int64_t>":$shape,
+           "::llvm::function_ref<::mlir::InFlightDiagnostic()>":$emitError)>,
+  ];
+}
+
+class TP_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<TP_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def TP_ReplicateAttr : TP_Attr<"Replicate", "replicate",
+    [DeclareAttrInterfaceMethods<TP_PlacementAttr>]> {
+  let summary = "Replicate(): every rank holds the whole tensor";
+}
+
+def TP_ShardAttr : TP_Attr<"Shard", "shard",
+    [DeclareAttrInterfaceMethods<TP_PlacementAttr>]> {
+  let summary = "Shard(d): torch.chunk of dim d, rank r holds chunk r";
+  let description = [{
+    Chunks have ceil(n / tp) elements; trailing ranks may hold fewer or none. `dim` may be
+    negative and counts from the last dimension, as in PyTorch.
+  }];
+  let parameters = (ins "int64_t":$dim);
+  let assemblyFormat = "`<` $dim `>`";
+}
+
+def TP_StridedShardAttr : TP_Attr<"StridedShard", "strided_shard",
+    [DeclareAttrInterfaceMethods<TP_PlacementAttr>]> {
+  let summary = "StridedShard(d, blocks): dim d is a concatenation of blocks, each chunked";
+  let description = [{
+    Dim `dim` is the concatenation of blocks of the given sizes (`[gate | up]`: two equal
+    blocks; a fused GQA `[q | k | v]`: three unequal ones). Rank r holds the r-th chunk of every
+    block, concatenated, so slicing the blocks apart locally still lines up.
+  }];
+  let parameters = (ins "int64_t":$dim, ArrayRefParameter<"int64_t">:$blocks);
+  let assemblyFormat = "`<` $dim `,` `[` $blocks `]` `>`";
+  let genVerifyDecl = 1;
+}
+
+def TP_PartialAttr : TP_Attr<"Partial", "partial",
+    [DeclareAttrInterfaceMethods<TP_PlacementAttr>]> {
+  let summary = "Partial(sum): every rank holds a summand of the true value";
+  let parameters = (ins EnumParameter<TP_ReduceKind>:$kind);
+  let assemblyFormat = "`<` $kind `>`";
+}
+
+def TP_MeshAttr : TP_Attr<"Mesh", "mesh"> {
+  let summary = "The tp mesh axis of a module: how many ranks share each layer";
+  let parameters = (ins "int64_t":$size);
+  let assemblyFormat = "`<` `tp` `=` $size `>`";
+  let genVerifyDecl = 1;
+}
+
+def TP_StrategyAttr : TP_Attr<"Strategy", "strategy"> {
+  let summary = "The plan strategy attached to a module, with the layouts it imposes";
+  let description = [{
+    `name` is the plan's strategy name (a built-in one or a custom one); `input` and `output`
+    are the layouts the strategy's module hooks impose, absent where it has none.
+  }];
+  let parameters = (ins "::mlir::StringAttr":$name,
+                        OptionalParameter<"::tpc::tp::PlacementAttr">:$input,
+                        OptionalParameter<"::tpc::tp::PlacementAttr">:$output);
+  let assemblyFormat = "`<` $name (`,` `input` `=` $input^)? (`,` `output` `=` $output^)? `>`";
+}
+
+#endif // TPC_TP_ATTRS_TD

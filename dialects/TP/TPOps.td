@@ -1,0 +1,218 @@
+// Ops of the tp dialect: parameters, the layers of a Llama-family decoder, and collectives.
+#ifndef TPC_TP_OPS_TD
+#define TPC_TP_OPS_TD
+
+include "TPDialect.td"
+include "TPAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+class TP_Op<string mnemonic, list<Trait> traits = []> : Op<TP_Dialect, mnemonic, traits>;
+
+def TP_Tensor : RankedTensorOf<[AnyFloat]>;
+def TP_IdTensor : 1DTensorOf<[AnySignlessInteger]>;
+// An i64 read back as signed: dims may be negative and count from the last one, as in PyTorch.
+def TP_I64Attr : TypedSignlessIntegerAttrBase<I64, "int64_t", "64-bit integer attribute"> {
+  let convertFromStorage = "$_self.getValue().getSExtValue()";
+}
+def TP_PositiveI64 : ConfinedAttr<TP_I64Attr, [IntPositive]>;
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+def TP_ParamOp : TP_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "A model parameter, under its Hugging Face name and global shape";
+  let description = [{
+    ```mlir
+    tp.param @"model.layers.0.self_attn.q_proj.weight" : tensor<4096x4096xbf16>
+    ```
+    `tp-apply-plan` adds the parameter's `placement` and the `strategy` that placed it.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<AnyRankedTensor>:$type,
+                       OptionalAttr<TP_PlacementAttr>:$placement,
+                       OptionalAttr<StrAttr>:$strategy);
+  let assemblyFormat = "$sym_name attr-dict `:` $type";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def TP_WeightOp : TP_Op<"weight", [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The value of a parameter";
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Layers. Activations are [seq, features] (batch 1); every op names its HF module.
+//===----------------------------------------------------------------------===//
+
+class TP_LayerOp<string mnemonic, list<Trait> traits = []>
+    : TP_Op<mnemonic, !listconcat([Pure], traits)> {
+  let hasVerifier = 1;
+}
+
+def TP_EmbeddingOp : TP_LayerOp<"embedding"> {
+  let summary = "nn.Embedding: rows of the table for each token id";
+  let arguments = (ins StrAttr:$module, TP_IdTensor:$ids, TP_Tensor:$table);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $ids `,` $table attr-dict `:` functional-type(operands, results)";
+}
+
+def TP_RMSNormOp : TP_LayerOp<"rms_norm"> {
+  let summary = "RMSNorm over the last dim: x / rms(x) * (weight + weight_offset)";
+  let description = [{ `weight_offset` is 1.0 for Gemma, whose norms scale by (1 + weight). }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
+                       F64Attr:$epsilon, DefaultValuedAttr<F64Attr, "0.0">:$weight_offset);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $input `,` $weight attr-dict `:` functional-type(operands, results)";
+}
+
+def TP_LinearOp : TP_LayerOp<"linear"> {
+  let summary = "nn.Linear: x @ weight.T (+ bias), weight [out, in]";
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
+                       Optional<TP_Tensor>:$bias);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = [{
+    $module $input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def TP_RotaryOp : TP_LayerOp<"rotary"> {
+  let summary = "Rotary position embedding of each head, at the given token positions";
+  let description = [{
+    The input is [seq, heads * head_dim]; each head is rotated in HF's rotate_half layout
+    (the two halves of head_dim pair up) with inverse frequencies theta^(-2i/head_dim).
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_IdTensor:$positions,
+                       TP_PositiveI64:$head_dim, F64Attr:$theta);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = [{
+    $module $input `,` $positions attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def TP_AttentionOp : TP_LayerOp<"attention"> {
+  let summary = "Causal scaled dot-product attention with grouped KV heads, over a KV cache";
+  let description = [{
+    q is [seq, num_heads * head_dim]; k and v are [seq, num_kv_heads * head_dim]. Query head h
+    reads KV head h / (num_heads / num_kv_heads). Keys and values are appended to the layer's
+    KV cache, so a decode step attends over every earlier token.
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$query, TP_Tensor:$key, TP_Tensor:$value,
+                       TP_PositiveI64:$num_heads, TP_PositiveI64:$num_kv_heads,
+                       TP_PositiveI64:$head_dim,
+                       OptionalAttr<TP_PositiveI64>:$sliding_window,
+                       OptionalAttr<F64Attr>:$scale);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = [{
+    $module $query `,` $key `,` $value attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+class TP_UnaryOp<string mnemonic> : TP_LayerOp<mnemonic> {
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $input attr-dict `:` functional-type(operands, results)";
+}
+
+def TP_SiluOp : TP_UnaryOp<"silu"> {
+  let summary = "SiLU: x * sigmoid(x)";
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input);
+}
+
+def TP_GeluOp : TP_UnaryOp<"gelu"> {
+  let summary = "GELU, exact (`none`) or with torch's tanh approximation (`tanh`)";
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+}
+
+class TP_BinaryOp<string mnemonic> : TP_LayerOp<mnemonic> {
+  let arguments = (ins StrAttr:$module, TP_Tensor:$lhs, TP_Tensor:$rhs);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def TP_MulOp : TP_BinaryOp<"mul"> { let summary = "Elementwise product"; }
+def TP_AddOp : TP_BinaryOp<"add"> { let summary = "Elementwise sum (residual connections)"; }
+
+def TP_SliceOp : TP_LayerOp<"slice"> {
+  let summary = "A contiguous range of one dim (splitting a fused projection)";
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_I64Attr:$dim,
+                       ConfinedAttr<TP_I64Attr, [IntNonNegative]>:$offset, TP_PositiveI64:$size);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $input attr-dict `:` functional-type(operands, results)";
+}
+
+def TP_ConcatOp : TP_LayerOp<"concat"> {
+  let summary = "Concatenation along one dim";
+  let arguments = (ins StrAttr:$module, Variadic<TP_Tensor>:$inputs, TP_I64Attr:$dim);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $inputs attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Communication
+//===----------------------------------------------------------------------===//
+
+def TP_RedistributeOp : TP_Op<"redistribute", [Pure, SameOperandsAndResultType]> {
+  let summary = "A change of placement; the planner decides which collectives it takes";
+  let description = [{
+    Types are global: a redistribution changes where the data lives, not what it is.
+    `tp-lower-redistribute` turns it into collectives and local slices.
+  }];
+  let arguments = (ins TP_Tensor:$input, TP_PlacementAttr:$src, TP_PlacementAttr:$dst,
+                       OptionalAttr<StrAttr>:$module);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$input $src `->` $dst attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+class TP_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : TP_Op<mnemonic, !listconcat([Pure], traits)> {
+  let results = (outs TP_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def TP_AllReduceOp : TP_CollectiveOp<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "Partial -> Replicate: every rank gets the sum";
+  let arguments = (ins TP_Tensor:$input,
+                       DefaultValuedAttr<TP_ReduceKindAttr, "ReduceKind::sum">:$kind,
+                       OptionalAttr<StrAttr>:$module);
+  let assemblyFormat = "$input $kind attr-dict `:` type($input)";
+}
+
+def TP_AllGatherOp : TP_CollectiveOp<"all_gather"> {
+  let summary = "Shard(dim) -> Replicate: the ranks' chunks concatenated along dim";
+  let arguments = (ins TP_Tensor:$input, TP_I64Attr:$dim, OptionalAttr<StrAttr>:$module);
+  let assemblyFormat = "$input `dim` `=` $dim attr-dict `:` type($input) `->` type($result)";
+}
+
+def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter"> {
+  let summary = "Partial -> Shard(dim): the sum, and each rank keeps its chunk of dim";
+  let arguments = (ins TP_Tensor:$input, TP_I64Attr:$dim,
+                       DefaultValuedAttr<TP_ReduceKindAttr, "ReduceKind::sum">:$kind,
+                       OptionalAttr<StrAttr>:$module);
+  let assemblyFormat = [{
+    $input $kind `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def TP_AllToAllOp : TP_CollectiveOp<"all_to_all"> {
+  let summary = "Shard(concat_dim) -> Shard(split_dim): split one dim, gather another";
+  let arguments = (ins TP_Tensor:$input, TP_I64Attr:$split_dim, TP_I64Attr:$concat_dim,
+                       OptionalAttr<StrAttr>:$module);
+  let assemblyFormat = [{
+    $input `split_dim` `=` $split_dim `concat_dim` `=` $concat_dim attr-dict `:`
+    type($input) `->` type($result)
+  }];
+}
+
+#endif // TPC_TP_OPS_TD

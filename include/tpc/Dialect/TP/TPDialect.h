@@ -1,0 +1,42 @@
+// The tp dialect: its attributes (placements, mesh, strategies) and ops.
+#ifndef TPC_DIALECT_TP_TPDIALECT_H
+#define TPC_DIALECT_TP_TPDIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "TP/TPDialect.h.inc"
+#include "TP/TPEnums.h.inc"
+#include "TP/TPAttrInterfaces.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "TP/TPAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "TP/TPOps.h.inc"
+
+namespace tpc::tp {
+
+/// Name of the module attribute that holds the mesh (#tp.mesh<tp = N>).
+inline constexpr llvm::StringLiteral kMeshAttrName = "tp.mesh";
+/// Name of the discardable attribute that attaches a module strategy to a layer op.
+inline constexpr llvm::StringLiteral kStrategyAttrName = "tp.strategy";
+
+/// Normalizes a possibly negative dim against a rank; -1 when out of range.
+int64_t normalizeDim(int64_t dim, int64_t rank);
+
+/// The HF module name an op models (its `module` attribute), or "" when it has none.
+llvm::StringRef getModuleName(mlir::Operation *op);
+
+/// The mesh size recorded on a module, if any.
+std::optional<int64_t> getMeshSize(mlir::ModuleOp module);
+
+} // namespace tpc::tp
+
+#endif // TPC_DIALECT_TP_TPDIALECT_H

@@ -1,0 +1,19 @@
+// The passes of the tpc pipeline, declared from dialects/TP/TPPasses.td.
+#ifndef TPC_TRANSFORMS_PASSES_H
+#define TPC_TRANSFORMS_PASSES_H
+
+#include "tpc/Dialect/TP/TPDialect.h"
+
+#include "mlir/Pass/Pass.h"
+
+namespace tpc::tp {
+
+#define GEN_PASS_DECL
+#include "TP/TPPasses.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "TP/TPPasses.h.inc"
+
+} // namespace tpc::tp
+
+#endif // TPC_TRANSFORMS_PASSES_H

@@ -1,0 +1,87 @@
+// Placements: their DTensor spellings and the checks that tie them to a tensor shape.
+#include "tpc/Dialect/TP/TPDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace tpc::tp;
+
+#include "TP/TPAttrInterfaces.cpp.inc"
+#include "TP/TPEnums.cpp.inc"
+#define GET_ATTRDEF_CLASSES
+#include "TP/TPAttrs.cpp.inc"
+
+void TPDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "TP/TPAttrs.cpp.inc"
+      >();
+}
+
+// A placement that names a dim needs the tensor to have it.
+static LogicalResult verifyDimFor(llvm::StringRef placement, int64_t dim, ArrayRef<int64_t> shape,
+                                  llvm::function_ref<InFlightDiagnostic()> emitError) {
+  if (normalizeDim(dim, shape.size()) >= 0)
+    return success();
+  return emitError() << placement << " needs dim " << dim << ", but the tensor has rank "
+                     << shape.size();
+}
+
+std::string ReplicateAttr::str() const { return "Replicate()"; }
+LogicalResult ReplicateAttr::verifyFor(ArrayRef<int64_t>,
+                                       llvm::function_ref<InFlightDiagnostic()>) const {
+  return success();
+}
+
+std::string ShardAttr::str() const { return "Shard(" + std::to_string(getDim()) + ")"; }
+LogicalResult ShardAttr::verifyFor(ArrayRef<int64_t> shape,
+                                   llvm::function_ref<InFlightDiagnostic()> emitError) const {
+  return verifyDimFor(str(), getDim(), shape, emitError);
+}
+
+std::string StridedShardAttr::str() const {
+  std::string s = "StridedShard(" + std::to_string(getDim()) + ", [";
+  llvm::ListSeparator sep(", ");
+  for (int64_t b : getBlocks())
+    s += StringRef(sep).str() + std::to_string(b);
+  return s + "])";
+}
+LogicalResult StridedShardAttr::verifyFor(ArrayRef<int64_t> shape,
+                                          llvm::function_ref<InFlightDiagnostic()> emitError) const {
+  if (failed(verifyDimFor(str(), getDim(), shape, emitError)))
+    return failure();
+  int64_t size = shape[normalizeDim(getDim(), shape.size())];
+  int64_t total = 0;
+  for (int64_t b : getBlocks())
+    total += b;
+  if (!ShapedType::isDynamic(size) && total != size)
+    return emitError() << str() << ": the blocks add up to " << total << ", but dim "
+                       << getDim() << " has " << size;
+  return success();
+}
+LogicalResult StridedShardAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                                       int64_t dim, ArrayRef<int64_t> blocks) {
+  if (blocks.size() < 2)
+    return emitError() << "a strided shard needs at least two blocks, got " << blocks.size();
+  for (int64_t b : blocks)
+    if (b <= 0)
+      return emitError() << "strided shard blocks must be positive, got " << b;
+  return success();
+}
+
+std::string PartialAttr::str() const {
+  return "Partial(" + stringifyReduceKind(getKind()).str() + ")";
+}
+LogicalResult PartialAttr::verifyFor(ArrayRef<int64_t>,
+                                     llvm::function_ref<InFlightDiagnostic()>) const {
+  return success();
+}
+
+LogicalResult MeshAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, int64_t size) {
+  if (size < 1)
+    return emitError() << "the tp size must be at least 1, got " << size;
+  return success();
+}

@@ -1,0 +1,56 @@
+// The tp dialect's registration and the attributes it verifies on foreign ops
+// (the module's tp.mesh, a layer op's tp.strategy).
+#include "tpc/Dialect/TP/TPDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace tpc::tp;
+
+#include "TP/TPDialect.cpp.inc"
+
+void TPDialect::initialize() {
+  registerAttributes();
+  addOperations<
+#define GET_OP_LIST
+#include "TP/TPOps.cpp.inc"
+      >();
+}
+
+LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == kMeshAttrName) {
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << name << "' belongs on the module, not on "
+                             << op->getName();
+    if (!isa<MeshAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' must be a #tp.mesh, got " << attr.getValue();
+    return success();
+  }
+  if (name == kStrategyAttrName) {
+    if (!isa<StrategyAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' must be a #tp.strategy, got "
+                             << attr.getValue();
+    return success();
+  }
+  return op->emitError() << "unknown tp dialect attribute '" << name << "'";
+}
+
+int64_t tpc::tp::normalizeDim(int64_t dim, int64_t rank) {
+  int64_t d = dim < 0 ? dim + rank : dim;
+  return d >= 0 && d < rank ? d : -1;
+}
+
+StringRef tpc::tp::getModuleName(Operation *op) {
+  if (auto module = op->getAttrOfType<StringAttr>("module"))
+    return module.getValue();
+  return {};
+}
+
+std::optional<int64_t> tpc::tp::getMeshSize(ModuleOp module) {
+  if (auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttrName))
+    return mesh.getSize();
+  return std::nullopt;
+}

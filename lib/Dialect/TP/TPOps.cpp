@@ -1,0 +1,327 @@
+// Verifiers of the tp ops. Each message starts with the HF module at fault and says which
+// sizes disagree, since the user knows their model by module name, not by SSA value.
+#include "tpc/Dialect/TP/TPDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace tpc::tp;
+
+#define GET_OP_CLASSES
+#include "TP/TPOps.cpp.inc"
+
+namespace {
+
+/// Starts an error that names the module (when the op has one) and the op.
+InFlightDiagnostic moduleError(Operation *op) {
+  InFlightDiagnostic diag = op->emitError();
+  StringRef module = getModuleName(op);
+  if (!module.empty())
+    diag << module << " (" << op->getName() << "): ";
+  else
+    diag << op->getName() << ": ";
+  return diag;
+}
+
+bool sameSize(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+std::string sizeStr(int64_t size) {
+  return ShapedType::isDynamic(size) ? "?" : std::to_string(size);
+}
+
+std::string shapeStr(ShapedType type) {
+  std::string s;
+  llvm::ListSeparator sep("x");
+  for (int64_t d : type.getShape())
+    s += StringRef(sep).str() + sizeStr(d);
+  return type.getRank() == 0 ? "scalar" : s;
+}
+
+RankedTensorType tensorOf(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+LogicalResult expectRank(Operation *op, Value v, StringRef what, int64_t rank) {
+  if (tensorOf(v).getRank() == rank)
+    return success();
+  return moduleError(op) << what << " must have rank " << rank << ", got "
+                         << shapeStr(tensorOf(v));
+}
+
+/// Activations and the result share one element type.
+LogicalResult expectElementType(Operation *op, Value v, StringRef what, Type expected) {
+  Type actual = tensorOf(v).getElementType();
+  if (actual == expected)
+    return success();
+  return moduleError(op) << what << " has element type " << actual << ", expected " << expected;
+}
+
+/// The result of a [seq, features] op: rank 2, the input's seq, and `features`.
+LogicalResult expectResult(Operation *op, Value input, int64_t features) {
+  RankedTensorType in = tensorOf(input), out = tensorOf(op->getResult(0));
+  if (failed(expectRank(op, op->getResult(0), "the result", 2)))
+    return failure();
+  if (!sameSize(in.getDimSize(0), out.getDimSize(0)) || !sameSize(features, out.getDimSize(1)))
+    return moduleError(op) << "the result should be " << sizeStr(in.getDimSize(0)) << "x"
+                           << sizeStr(features) << ", got " << shapeStr(out);
+  return expectElementType(op, op->getResult(0), "the result", in.getElementType());
+}
+
+/// Elementwise ops: every operand and the result have one type (dynamic dims are wildcards).
+LogicalResult verifyElementwise(Operation *op) {
+  Value first = op->getOperand(0);
+  for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults())) {
+    RankedTensorType a = tensorOf(first), b = tensorOf(v);
+    bool same = a.getRank() == b.getRank() && a.getElementType() == b.getElementType();
+    for (int64_t i = 0; same && i < a.getRank(); ++i)
+      same = sameSize(a.getDimSize(i), b.getDimSize(i));
+    if (!same)
+      return moduleError(op) << "elementwise operands and result must match, got "
+                             << a << " and " << b;
+  }
+  return success();
+}
+
+/// A dim attribute must name a dim of the tensor.
+LogicalResult expectDim(Operation *op, Value v, int64_t dim) {
+  if (normalizeDim(dim, tensorOf(v).getRank()) >= 0)
+    return success();
+  return moduleError(op) << "dim " << dim << " is out of range for " << shapeStr(tensorOf(v));
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  if (auto placement = getPlacementAttr())
+    return placement.verifyFor(getTensorType().getShape(), [&] {
+      return emitError() << "parameter " << getSymName() << ": ";
+    });
+  return success();
+}
+
+LogicalResult WeightOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto param = symbols.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
+  if (!param)
+    return emitError() << "no tp.param named " << getParamAttr();
+  if (param.getTensorType() != getType())
+    return emitError() << "parameter " << param.getSymName() << " is " << param.getType()
+                       << ", but tp.weight reads it as " << getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Layers
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  if (failed(expectRank(*this, getTable(), "the table", 2)))
+    return failure();
+  RankedTensorType table = tensorOf(getTable()), ids = tensorOf(getIds());
+  RankedTensorType out = tensorOf(getResult());
+  if (out.getRank() != 2 || !sameSize(out.getDimSize(0), ids.getDimSize(0)) ||
+      !sameSize(out.getDimSize(1), table.getDimSize(1)))
+    return moduleError(*this) << "the result should be " << sizeStr(ids.getDimSize(0)) << "x"
+                              << sizeStr(table.getDimSize(1)) << " (ids x embedding dim), got "
+                              << shapeStr(out);
+  return expectElementType(*this, getResult(), "the result", table.getElementType());
+}
+
+LogicalResult RMSNormOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)) ||
+      failed(expectRank(*this, getWeight(), "the weight", 1)))
+    return failure();
+  int64_t hidden = tensorOf(getInput()).getDimSize(1);
+  int64_t weight = tensorOf(getWeight()).getDimSize(0);
+  if (!sameSize(hidden, weight))
+    return moduleError(*this) << "the weight has " << sizeStr(weight)
+                              << " elements, but the input has " << sizeStr(hidden)
+                              << " features";
+  if (getEpsilon().convertToDouble() <= 0)
+    return moduleError(*this) << "epsilon must be positive";
+  return expectResult(*this, getInput(), hidden);
+}
+
+LogicalResult LinearOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)) ||
+      failed(expectRank(*this, getWeight(), "the weight", 2)))
+    return failure();
+  RankedTensorType in = tensorOf(getInput()), weight = tensorOf(getWeight());
+  if (!sameSize(weight.getDimSize(1), in.getDimSize(1)))
+    return moduleError(*this) << "the weight is " << shapeStr(weight) << " [out x in] and expects "
+                              << sizeStr(weight.getDimSize(1))
+                              << " input features, but the input has "
+                              << sizeStr(in.getDimSize(1));
+  if (failed(expectElementType(*this, getWeight(), "the weight", in.getElementType())))
+    return failure();
+  if (Value bias = getBias()) {
+    if (failed(expectRank(*this, bias, "the bias", 1)))
+      return failure();
+    if (!sameSize(tensorOf(bias).getDimSize(0), weight.getDimSize(0)))
+      return moduleError(*this) << "the bias has " << sizeStr(tensorOf(bias).getDimSize(0))
+                                << " elements, but the weight has "
+                                << sizeStr(weight.getDimSize(0)) << " output features";
+  }
+  return expectResult(*this, getInput(), weight.getDimSize(0));
+}
+
+LogicalResult RotaryOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)))
+    return failure();
+  int64_t headDim = getHeadDim(), features = tensorOf(getInput()).getDimSize(1);
+  if (headDim % 2 != 0)
+    return moduleError(*this) << "head_dim " << headDim << " must be even to rotate halves";
+  if (!ShapedType::isDynamic(features) && features % headDim != 0)
+    return moduleError(*this) << "the input has " << features
+                              << " features, not a whole number of heads of head_dim "
+                              << headDim;
+  if (!sameSize(tensorOf(getPositions()).getDimSize(0), tensorOf(getInput()).getDimSize(0)))
+    return moduleError(*this) << "positions has " << sizeStr(tensorOf(getPositions()).getDimSize(0))
+                              << " entries, but the input has "
+                              << sizeStr(tensorOf(getInput()).getDimSize(0)) << " tokens";
+  if (getTheta().convertToDouble() <= 0)
+    return moduleError(*this) << "theta must be positive";
+  return expectResult(*this, getInput(), features);
+}
+
+LogicalResult AttentionOp::verify() {
+  for (auto [v, what] : {std::pair{getQuery(), "q"}, {getKey(), "k"}, {getValue(), "v"}})
+    if (failed(expectRank(*this, v, what, 2)) ||
+        failed(expectElementType(*this, v, what, tensorOf(getQuery()).getElementType())))
+      return failure();
+  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
+  if (heads % kvHeads != 0)
+    return moduleError(*this) << "num_heads " << heads << " is not a multiple of num_kv_heads "
+                              << kvHeads;
+  auto expectFeatures = [&](Value v, StringRef what, int64_t n,
+                            StringRef count) -> LogicalResult {
+    int64_t features = tensorOf(v).getDimSize(1);
+    if (sameSize(features, n * headDim))
+      return success();
+    return moduleError(*this) << what << " has " << sizeStr(features) << " features, but "
+                              << count << " " << n << " x head_dim " << headDim << " = "
+                              << n * headDim;
+  };
+  if (failed(expectFeatures(getQuery(), "q", heads, "num_heads")) ||
+      failed(expectFeatures(getKey(), "k", kvHeads, "num_kv_heads")) ||
+      failed(expectFeatures(getValue(), "v", kvHeads, "num_kv_heads")))
+    return failure();
+  int64_t seq = tensorOf(getQuery()).getDimSize(0);
+  for (Value v : {getKey(), getValue()})
+    if (!sameSize(tensorOf(v).getDimSize(0), seq))
+      return moduleError(*this) << "q, k and v must have the same number of tokens, got "
+                                << sizeStr(seq) << " and " << sizeStr(tensorOf(v).getDimSize(0));
+  return expectResult(*this, getQuery(), heads * headDim);
+}
+
+LogicalResult SiluOp::verify() { return verifyElementwise(*this); }
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return moduleError(*this) << "approximate must be \"none\" or \"tanh\", got \""
+                              << getApproximate() << "\"";
+  return verifyElementwise(*this);
+}
+
+LogicalResult MulOp::verify() { return verifyElementwise(*this); }
+LogicalResult AddOp::verify() { return verifyElementwise(*this); }
+
+LogicalResult SliceOp::verify() {
+  if (failed(expectDim(*this, getInput(), getDim())))
+    return failure();
+  RankedTensorType in = tensorOf(getInput()), out = tensorOf(getResult());
+  int64_t dim = normalizeDim(getDim(), in.getRank());
+  int64_t size = in.getDimSize(dim);
+  if (!ShapedType::isDynamic(size) && getOffset() + getSize() > size)
+    return moduleError(*this) << "slice [" << getOffset() << ", " << getOffset() + getSize()
+                              << ") of dim " << getDim() << " runs past its size " << size;
+  SmallVector<int64_t> expected(in.getShape());
+  expected[dim] = getSize();
+  if (out.getShape() != ArrayRef<int64_t>(expected) ||
+      out.getElementType() != in.getElementType())
+    return moduleError(*this) << "the result should be " << shapeStr(in.clone(expected))
+                              << ", got " << shapeStr(out);
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return moduleError(*this) << "needs at least one input";
+  RankedTensorType first = tensorOf(getInputs().front());
+  if (failed(expectDim(*this, getInputs().front(), getDim())))
+    return failure();
+  int64_t dim = normalizeDim(getDim(), first.getRank());
+  SmallVector<int64_t> expected(first.getShape());
+  expected[dim] = 0;
+  for (Value v : getInputs()) {
+    RankedTensorType t = tensorOf(v);
+    if (t.getRank() != first.getRank() || t.getElementType() != first.getElementType())
+      return moduleError(*this) << "inputs must share rank and element type, got " << first
+                                << " and " << t;
+    for (int64_t i = 0; i < t.getRank(); ++i)
+      if (i != dim && !sameSize(t.getDimSize(i), first.getDimSize(i)))
+        return moduleError(*this) << "inputs differ outside dim " << getDim() << ": "
+                                  << shapeStr(first) << " and " << shapeStr(t);
+    expected[dim] = ShapedType::isDynamic(expected[dim]) || t.isDynamicDim(dim)
+                        ? ShapedType::kDynamic
+                        : expected[dim] + t.getDimSize(dim);
+  }
+  RankedTensorType out = tensorOf(getResult());
+  bool ok = out.getRank() == first.getRank();
+  for (int64_t i = 0; ok && i < out.getRank(); ++i)
+    ok = sameSize(out.getDimSize(i), expected[i]);
+  if (!ok)
+    return moduleError(*this) << "the result should be " << shapeStr(first.clone(expected))
+                              << ", got " << shapeStr(out);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Communication
+//===----------------------------------------------------------------------===//
+
+LogicalResult RedistributeOp::verify() {
+  ArrayRef<int64_t> shape = tensorOf(getInput()).getShape();
+  for (PlacementAttr placement : {getSrc(), getDst()})
+    if (failed(placement.verifyFor(shape, [&] { return moduleError(*this); })))
+      return failure();
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() { return success(); }
+
+/// all_gather and reduce_scatter change the size of one dim only.
+static LogicalResult verifyResizesOneDim(Operation *op, int64_t dim) {
+  Value in = op->getOperand(0), out = op->getResult(0);
+  if (failed(expectDim(op, in, dim)))
+    return failure();
+  RankedTensorType a = tensorOf(in), b = tensorOf(out);
+  int64_t d = normalizeDim(dim, a.getRank());
+  bool ok = a.getRank() == b.getRank() && a.getElementType() == b.getElementType();
+  for (int64_t i = 0; ok && i < a.getRank(); ++i)
+    ok = i == d || sameSize(a.getDimSize(i), b.getDimSize(i));
+  if (!ok)
+    return moduleError(op) << "only dim " << dim << " may change size, got " << a << " -> " << b;
+  return success();
+}
+
+LogicalResult AllGatherOp::verify() { return verifyResizesOneDim(*this, getDim()); }
+LogicalResult ReduceScatterOp::verify() { return verifyResizesOneDim(*this, getDim()); }
+
+LogicalResult AllToAllOp::verify() {
+  if (failed(expectDim(*this, getInput(), getSplitDim())) ||
+      failed(expectDim(*this, getInput(), getConcatDim())))
+    return failure();
+  RankedTensorType a = tensorOf(getInput()), b = tensorOf(getResult());
+  if (normalizeDim(getSplitDim(), a.getRank()) == normalizeDim(getConcatDim(), a.getRank()))
+    return moduleError(*this) << "split_dim and concat_dim must differ";
+  if (a.getRank() != b.getRank() || a.getElementType() != b.getElementType())
+    return moduleError(*this) << "the result must keep rank and element type, got " << a
+                              << " -> " << b;
+  return success();
+}

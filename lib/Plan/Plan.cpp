@@ -1,0 +1,515 @@
+// Applying a tp_plan to a tp module, with transformers' semantics (design.md, "Plan files"):
+// a parameter key places that parameter only and beats its module's key; a module key places
+// the module's parameters and constrains its input and output layouts.
+#include "tpc/Plan/Plan.h"
+
+#include "tpc/Plan/Json.h"
+#include "tpc/Plan/Matcher.h"
+#include "tpc/Plan/Strategy.h"
+
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+
+using namespace mlir;
+using namespace tpc;
+using namespace tpc::plan;
+
+//===----------------------------------------------------------------------===//
+// Reading
+//===----------------------------------------------------------------------===//
+
+FailureOr<std::vector<PlanRule>> tpc::plan::readPlan(StringRef path, MLIRContext *context) {
+  FailureOr<JsonDocument> doc = JsonDocument::read(path, context);
+  if (failed(doc))
+    return failure();
+  const nlohmann::ordered_json &root = doc->value();
+  if (!root.is_object()) {
+    emitError(doc->locAt(0)) << "a plan must be a JSON object of {pattern: strategy}, got "
+                             << describeJsonType(root);
+    return failure();
+  }
+
+  // A config.json carries its plan under base_model_tp_plan, relative to the base model.
+  const nlohmann::ordered_json *entries = &root;
+  std::vector<std::string> keyPath;
+  std::string prefix;
+  if (root.contains("base_model_tp_plan")) {
+    entries = &root["base_model_tp_plan"];
+    keyPath = {"base_model_tp_plan"};
+    prefix = "model.";
+    if (!entries->is_object()) {
+      emitError(doc->keyLoc(keyPath)) << "base_model_tp_plan must be an object of "
+                                         "{pattern: strategy}, got "
+                                      << describeJsonType(*entries);
+      return failure();
+    }
+  } else if (root.contains("model_type") || root.contains("architectures")) {
+    emitError(doc->locAt(0))
+        << path << " is a model config without base_model_tp_plan: transformers keeps its "
+        << "default plans on the model classes, not in config.json; pass a plan.json";
+    return failure();
+  }
+
+  for (const auto &[dupPath, loc] : doc->duplicates())
+    if (dupPath.size() == keyPath.size() + 1 &&
+        std::equal(keyPath.begin(), keyPath.end(), dupPath.begin()))
+      emitWarning(loc) << "plan key '" << dupPath.back()
+                       << "' is given twice; the later entry wins, as in transformers";
+
+  std::vector<PlanRule> rules;
+  bool ok = true;
+  for (const auto &[key, value] : entries->items()) {
+    std::vector<std::string> at = keyPath;
+    at.push_back(key);
+    Location loc = doc->keyLoc(at);
+    if (!value.is_string()) {
+      emitError(loc) << "the strategy for '" << key << "' must be a string, got "
+                     << describeJsonType(value);
+      ok = false;
+      continue;
+    }
+    rules.push_back({prefix + key, value.get<std::string>(), loc});
+  }
+  if (!ok)
+    return failure();
+  if (rules.empty())
+    emitWarning(doc->locAt(0)) << "the plan has no rules: every parameter is replicated";
+  return rules;
+}
+
+//===----------------------------------------------------------------------===//
+// Applying
+//===----------------------------------------------------------------------===//
+
+int64_t tpc::plan::chunkSize(int64_t size, int64_t tp, int64_t rank) {
+  int64_t chunk = (size + tp - 1) / tp;
+  return std::clamp<int64_t>(size - rank * chunk, 0, chunk);
+}
+
+namespace {
+
+/// The IR facts the plan is matched against.
+struct ModelIndex {
+  SmallVector<tp::ParamOp> params;
+  /// HF module name -> the ops that model it, in program order.
+  llvm::MapVector<StringRef, SmallVector<Operation *>> moduleOps;
+  /// Every module name: those with ops, and the parents of parameters.
+  llvm::SetVector<StringRef> modules;
+  /// Parameter name -> the ops that read it (through tp.weight) and the operand they use.
+  llvm::StringMap<SmallVector<OpOperand *>> uses;
+
+  explicit ModelIndex(ModuleOp module) {
+    for (tp::ParamOp param : module.getOps<tp::ParamOp>()) {
+      params.push_back(param);
+      if (!parentModule(param.getSymName()).empty())
+        modules.insert(parentModule(param.getSymName()));
+    }
+    module.walk([&](Operation *op) {
+      StringRef name = tp::getModuleName(op);
+      if (!name.empty()) {
+        moduleOps[name].push_back(op);
+        modules.insert(name);
+      }
+      if (auto weight = dyn_cast<tp::WeightOp>(op))
+        for (OpOperand &use : weight->getUses())
+          uses[weight.getParam()].push_back(&use);
+    });
+  }
+
+  bool isEmbeddingTable(StringRef param) const {
+    auto it = uses.find(param);
+    if (it == uses.end())
+      return false;
+    return llvm::any_of(it->second, [](OpOperand *use) {
+      auto embedding = dyn_cast<tp::EmbeddingOp>(use->getOwner());
+      return embedding && use->get() == embedding.getTable();
+    });
+  }
+};
+
+/// What kind of HF module a set of ops models, for checking a strategy's target.
+enum class ModuleKind { Linear, Embedding, Other };
+
+ModuleKind kindOf(ArrayRef<Operation *> ops) {
+  if (llvm::any_of(ops, [](Operation *op) { return isa<tp::EmbeddingOp>(op); }))
+    return ModuleKind::Embedding;
+  if (llvm::any_of(ops, [](Operation *op) { return isa<tp::LinearOp>(op); }))
+    return ModuleKind::Linear;
+  return ModuleKind::Other;
+}
+
+bool targetAccepts(StrategyTarget target, ModuleKind kind) {
+  switch (target) {
+  case StrategyTarget::Any: return true;
+  case StrategyTarget::LinearOrEmbedding: return kind != ModuleKind::Other;
+  case StrategyTarget::Linear: return kind == ModuleKind::Linear;
+  case StrategyTarget::Embedding: return kind == ModuleKind::Embedding;
+  }
+  llvm_unreachable("unknown target");
+}
+
+StringRef describeTarget(StrategyTarget target) {
+  switch (target) {
+  case StrategyTarget::Any: return "any module";
+  case StrategyTarget::LinearOrEmbedding: return "an nn.Linear or nn.Embedding module";
+  case StrategyTarget::Linear: return "an nn.Linear module";
+  case StrategyTarget::Embedding: return "an nn.Embedding module";
+  }
+  llvm_unreachable("unknown target");
+}
+
+class PlanApplier {
+public:
+  PlanApplier(ModuleOp module, const PlanOptions &options)
+      : module(module), context(module.getContext()), options(options), index(module),
+        registry(StrategyRegistry::builtin()) {}
+
+  FailureOr<PlanReport> run();
+
+private:
+  InFlightDiagnostic error(Location loc) {
+    failedAny = true;
+    return emitError(loc);
+  }
+  /// The most specific rule (fewest `*`, then earliest) that matches `name` among those
+  /// whose matches are in `matched`; -1 if none.
+  int ruleFor(StringRef name, bool asModule) const;
+  void checkStrategyNames();
+  void matchRules();
+  void placeModules();
+  void placeParams();
+
+  ModuleOp module;
+  MLIRContext *context;
+  const PlanOptions &options;
+  ModelIndex index;
+  StrategyRegistry registry;
+  std::vector<PlanRule> rules;
+  std::vector<const Strategy *> strategies; // per rule; null when unknown
+  PlanReport report;
+  bool failedAny = false;
+};
+
+int PlanApplier::ruleFor(StringRef name, bool asModule) const {
+  int best = -1;
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const PlanReport::Rule &r = report.rules[i];
+    const std::vector<std::string> &matched = asModule ? r.modules : r.params;
+    if (!llvm::is_contained(matched, name))
+      continue;
+    if (best < 0 || wildcardCount(rules[i].pattern) < wildcardCount(rules[best].pattern))
+      best = i;
+  }
+  return best;
+}
+
+void PlanApplier::checkStrategyNames() {
+  for (const PlanRule &rule : rules) {
+    const Strategy *strategy = registry.lookup(rule.strategy);
+    strategies.push_back(strategy);
+    if (strategy)
+      continue;
+    std::string reason = StrategyRegistry::unsupportedReason(rule.strategy);
+    if (!reason.empty()) {
+      error(rule.loc) << "strategy '" << rule.strategy << "' (for '" << rule.pattern
+                      << "') is not supported by tpc: " << reason;
+      continue;
+    }
+    InFlightDiagnostic diag = error(rule.loc);
+    diag << "unknown strategy '" << rule.strategy << "' for '" << rule.pattern
+         << "'; did you mean '" << registry.closest(rule.strategy) << "'?";
+    std::string known;
+    llvm::ListSeparator sep(", ");
+    for (const std::string &name : registry.names())
+      known += StringRef(sep).str() + name;
+    diag.attachNote(rule.loc) << "the strategies a plan may use are: " << known;
+  }
+}
+
+void PlanApplier::matchRules() {
+  for (const PlanRule &rule : rules) {
+    PlanReport::Rule &r = report.rules.emplace_back();
+    r.pattern = rule.pattern;
+    r.strategy = rule.strategy;
+    for (tp::ParamOp param : index.params)
+      if (matchesPattern(rule.pattern, param.getSymName()))
+        r.params.push_back(param.getSymName().str());
+    for (StringRef name : index.modules)
+      if (matchesPattern(rule.pattern, name))
+        r.modules.push_back(name.str());
+    if (r.params.empty() && r.modules.empty())
+      emitWarning(rule.loc) << "plan rule '" << rule.pattern
+                            << "' matches no parameter or module of the model";
+  }
+}
+
+void PlanApplier::placeModules() {
+  for (auto &[name, ops] : index.moduleOps) {
+    int r = ruleFor(name, /*asModule=*/true);
+    if (r < 0 || !strategies[r])
+      continue;
+    const Strategy &strategy = *strategies[r];
+    ModuleKind kind = kindOf(ops);
+    if (!targetAccepts(strategy.target, kind)) {
+      InFlightDiagnostic diag = error(rules[r].loc);
+      diag << "'" << strategy.name << "' (for '" << rules[r].pattern << "') needs "
+           << describeTarget(strategy.target) << ", but " << name << " is modelled by "
+           << ops.front()->getName();
+      diag.attachNote(ops.front()->getLoc()) << name << " is here";
+      continue;
+    }
+    for (Operation *op : ops) {
+      auto resolve = [&](const std::optional<PlacementSpec> &spec,
+                         Value v) -> FailureOr<tp::PlacementAttr> {
+        if (!spec)
+          return tp::PlacementAttr();
+        return spec->resolve(cast<RankedTensorType>(v.getType()).getShape(), context, [&] {
+          return error(op->getLoc()) << name << ": strategy '" << strategy.name << "' (rule '"
+                                     << rules[r].pattern << "'): ";
+        });
+      };
+      FailureOr<tp::PlacementAttr> input = resolve(strategy.input, op->getOperand(0));
+      FailureOr<tp::PlacementAttr> output = resolve(strategy.output, op->getResult(0));
+      if (failed(input) || failed(output))
+        continue;
+      op->setAttr(tp::kStrategyAttrName,
+                  tp::StrategyAttr::get(context, StringAttr::get(context, strategy.name),
+                                        *input, *output));
+    }
+  }
+}
+
+void PlanApplier::placeParams() {
+  // Uncovered parameters are reported once per generic name (all layers together).
+  struct Uncovered {
+    Location loc;
+    std::string first;
+    unsigned count;
+  };
+  llvm::MapVector<StringRef, Uncovered> uncovered;
+  std::vector<std::string> genericNames;
+  genericNames.reserve(index.params.size());
+
+  for (tp::ParamOp param : index.params) {
+    StringRef name = param.getSymName();
+    ArrayRef<int64_t> shape = param.getTensorType().getShape();
+    bool isTable = index.isEmbeddingTable(name);
+
+    auto specFor = [&](const Strategy &s) -> const std::optional<PlacementSpec> & {
+      if (shape.size() == 1)
+        return s.vector;
+      return isTable ? s.embeddingWeight : s.weight;
+    };
+    auto placementFor = [&](int r) -> FailureOr<tp::PlacementAttr> {
+      const std::optional<PlacementSpec> &spec = specFor(*strategies[r]);
+      if (!spec)
+        return tp::PlacementAttr(tp::ReplicateAttr::get(context));
+      return spec->resolve(shape, context, [&] {
+        return error(param.getLoc()) << "parameter " << name << " ('" << strategies[r]->name
+                                     << "' from rule '" << rules[r].pattern << "'): ";
+      });
+    };
+
+    // A parameter key, else the owning module's key, else the keys of the modules that
+    // read it (a tied lm_head reads the embedding table).
+    int r = ruleFor(name, /*asModule=*/false);
+    std::string via = "parameter key";
+    if (r < 0) {
+      r = ruleFor(parentModule(name), /*asModule=*/true);
+      via = "module key";
+    }
+    if (r < 0) {
+      for (OpOperand *use : index.uses.lookup(name)) {
+        StringRef user = tp::getModuleName(use->getOwner());
+        int ur = user.empty() ? -1 : ruleFor(user, /*asModule=*/true);
+        if (ur < 0 || !strategies[ur])
+          continue;
+        if (r >= 0 && ur != r) {
+          FailureOr<tp::PlacementAttr> a = placementFor(r), b = placementFor(ur);
+          if (succeeded(a) && succeeded(b) && *a != *b)
+            error(param.getLoc()) << "parameter " << name << " is read by modules whose rules "
+                                  << "place it differently: '" << rules[r].pattern << "' ("
+                                  << strategies[r]->name << ": " << a->str() << ") and '"
+                                  << rules[ur].pattern << "' (" << strategies[ur]->name << ": "
+                                  << b->str() << ")";
+          continue;
+        }
+        r = ur;
+        via = ("used by " + user).str();
+      }
+    }
+
+    PlanReport::Param &entry = report.params.emplace_back();
+    entry.name = name.str();
+    entry.type = param.getTensorType();
+    if (r < 0) {
+      genericNames.push_back(genericName(name));
+      auto [it, inserted] =
+          uncovered.try_emplace(genericNames.back(), Uncovered{param.getLoc(), name.str(), 0});
+      ++it->second.count;
+      entry.placement = tp::ReplicateAttr::get(context);
+      param.setPlacementAttr(entry.placement);
+      continue;
+    }
+    entry.rule = rules[r].pattern;
+    entry.via = via;
+    if (!strategies[r])
+      continue; // already reported as unknown
+    entry.strategy = strategies[r]->name;
+    FailureOr<tp::PlacementAttr> placement = placementFor(r);
+    if (failed(placement))
+      continue;
+    entry.placement = *placement;
+    param.setPlacementAttr(*placement);
+    param.setStrategy(strategies[r]->name);
+  }
+
+  for (auto &[generic, u] : uncovered) {
+    if (u.count == 1)
+      emitWarning(u.loc) << "parameter " << u.first
+                         << " is covered by no plan rule; it is replicated";
+    else
+      emitWarning(u.loc) << u.count << " parameters " << generic
+                         << " are covered by no plan rule; they are replicated";
+  }
+}
+
+FailureOr<PlanReport> PlanApplier::run() {
+  int64_t tp = options.tpSize;
+  if (tp < 0) {
+    emitError(module.getLoc()) << "the tp size must be at least 1, got " << tp;
+    return failure();
+  }
+  if (tp == 0) {
+    std::optional<int64_t> mesh = tp::getMeshSize(module);
+    if (!mesh) {
+      emitError(module.getLoc()) << "no tp size: give one (tpc --tp N, tp-apply-plan "
+                                    "tp-size=N) or a tp.mesh on the module";
+      return failure();
+    }
+    tp = *mesh;
+  }
+  report.tpSize = tp;
+  report.planPath = options.planPath;
+
+  if (!options.strategiesPath.empty() &&
+      failed(registry.loadCustom(options.strategiesPath, context)))
+    failedAny = true;
+  if (options.planPath.empty()) {
+    emitError(module.getLoc()) << "no plan given";
+    return failure();
+  }
+  FailureOr<std::vector<PlanRule>> read = readPlan(options.planPath, context);
+  if (failed(read))
+    return failure();
+  rules = std::move(*read);
+
+  checkStrategyNames();
+  matchRules();
+  placeModules();
+  placeParams();
+  module->setAttr(tp::kMeshAttrName, tp::MeshAttr::get(context, tp));
+  if (failedAny)
+    return failure();
+  return std::move(report);
+}
+
+} // namespace
+
+FailureOr<PlanReport> tpc::plan::applyPlan(ModuleOp module, const PlanOptions &options) {
+  return PlanApplier(module, options).run();
+}
+
+//===----------------------------------------------------------------------===//
+// Printing
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string s;
+  llvm::ListSeparator sep("x");
+  for (int64_t d : shape)
+    s += StringRef(sep).str() + (ShapedType::isDynamic(d) ? "?" : std::to_string(d));
+  return s;
+}
+
+/// The shape rank `rank` holds under `placement`.
+SmallVector<int64_t> localShape(ArrayRef<int64_t> shape, tp::PlacementAttr placement,
+                                int64_t tp, int64_t rank) {
+  SmallVector<int64_t> local(shape);
+  if (auto shard = dyn_cast<tp::ShardAttr>(placement)) {
+    int64_t d = tp::normalizeDim(shard.getDim(), shape.size());
+    local[d] = chunkSize(shape[d], tp, rank);
+  } else if (auto strided = dyn_cast<tp::StridedShardAttr>(placement)) {
+    int64_t d = tp::normalizeDim(strided.getDim(), shape.size());
+    local[d] = 0;
+    for (int64_t block : strided.getBlocks())
+      local[d] += chunkSize(block, tp, rank);
+  }
+  return local;
+}
+
+} // namespace
+
+void PlanReport::print(llvm::raw_ostream &os) const {
+  os << "plan " << planPath << " at tp " << tpSize << "\n\nrules:\n";
+  size_t patternWidth = 0, strategyWidth = 0;
+  for (const Rule &r : rules) {
+    patternWidth = std::max(patternWidth, r.pattern.size());
+    strategyWidth = std::max(strategyWidth, r.strategy.size());
+  }
+  auto plural = [](size_t n, StringRef word) {
+    return std::to_string(n) + " " + word.str() + (n == 1 ? "" : "s");
+  };
+  for (const Rule &r : rules) {
+    os << "  " << llvm::left_justify(r.pattern, patternWidth) << "  "
+       << llvm::left_justify(r.strategy, strategyWidth) << "  ";
+    size_t placed = llvm::count_if(params, [&](const Param &p) { return p.rule == r.pattern; });
+    if (r.modules.empty() && r.params.empty())
+      os << "matches nothing\n";
+    else
+      os << "matches " << plural(r.modules.size(), "module") << " and "
+         << plural(r.params.size(), "parameter") << "; places " << plural(placed, "parameter")
+         << "\n";
+  }
+
+  struct Row {
+    std::string name, global, placement, local, decided;
+  };
+  std::vector<Row> rows;
+  for (const Param &p : params) {
+    Row row;
+    row.name = p.name;
+    row.global = shapeString(p.type.getShape());
+    row.placement = p.placement ? p.placement.str() : "(invalid)";
+    if (p.placement) {
+      SmallVector<int64_t> first = localShape(p.type.getShape(), p.placement, tpSize, 0);
+      SmallVector<int64_t> last = localShape(p.type.getShape(), p.placement, tpSize, tpSize - 1);
+      row.local = shapeString(first);
+      if (first != last)
+        row.local += " .. " + shapeString(last);
+    }
+    row.decided = p.rule.empty() ? "no rule: replicated"
+                                 : p.strategy + " from '" + p.rule + "' (" + p.via + ")";
+    rows.push_back(std::move(row));
+  }
+  size_t w[4] = {4, 6, 9, 5};
+  for (const Row &row : rows) {
+    w[0] = std::max(w[0], row.name.size());
+    w[1] = std::max(w[1], row.global.size());
+    w[2] = std::max(w[2], row.placement.size());
+    w[3] = std::max(w[3], row.local.size());
+  }
+  auto printRow = [&](const Row &row) {
+    os << "  " << llvm::left_justify(row.name, w[0]) << "  " << llvm::left_justify(row.global, w[1])
+       << "  " << llvm::left_justify(row.placement, w[2]) << "  "
+       << llvm::left_justify(row.local, w[3]) << "  " << row.decided << "\n";
+  };
+  os << "\nparameters (local shape: rank 0 .. rank " << tpSize - 1 << " where they differ):\n";
+  printRow({"name", "global", "placement", "local", "decided by"});
+  for (const Row &row : rows)
+    printRow(row);
+}

@@ -1,0 +1,18 @@
+# lit configuration of the tpc regression tests: tpc-opt and tpc driven from .mlir and .test
+# files, checked with FileCheck; the GoogleTest unit tests run as one more suite.
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "tpc"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.tpc_obj_root, "test")
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.add_tool_substitutions(["tpc", "tpc-opt"], [config.tpc_tools_dir])
+config.substitutions.append(("%examples", os.path.join(config.tpc_src_root, "examples")))

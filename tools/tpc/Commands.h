@@ -1,0 +1,17 @@
+// The tpc subcommands: each registers its CLI11 options and returns the exit code to use.
+#ifndef TPC_TOOLS_TPC_COMMANDS_H
+#define TPC_TOOLS_TPC_COMMANDS_H
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tpc {
+
+/// Adds a subcommand; `run` is set to what runs it once CLI11 has parsed the options.
+using CommandRunner = std::function<int()>;
+void addCheckCommand(CLI::App &app, CommandRunner &run);
+
+} // namespace tpc
+
+#endif // TPC_TOOLS_TPC_COMMANDS_H

@@ -1,0 +1,48 @@
+// The shared MLIR session of the tpc commands.
+#include "Session.h"
+
+#include "tpc/Dialect/TP/TPDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace mlir;
+
+namespace tpc {
+
+Session::Session() {
+  DialectRegistry registry;
+  registry.insert<tp::TPDialect, func::FuncDialect>();
+  ctx.appendDialectRegistry(registry);
+  ctx.loadAllAvailableDialects();
+  printer = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &ctx, llvm::errs());
+  // Registered last, so it sees each diagnostic first, counts it, and passes it on.
+  counter = ctx.getDiagEngine().registerHandler([this](Diagnostic &diag) {
+    if (diag.getSeverity() == DiagnosticSeverity::Error)
+      ++errorCount;
+    else if (diag.getSeverity() == DiagnosticSeverity::Warning)
+      ++warningCount;
+    return failure();
+  });
+}
+
+Session::~Session() { ctx.getDiagEngine().eraseHandler(counter); }
+
+OwningOpRef<ModuleOp> Session::loadModel(StringRef path) {
+  ParserConfig config(&ctx);
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(path, sourceMgr, config);
+  if (!module) {
+    if (errorCount == 0)
+      reportError("cannot read the model " + path);
+    return nullptr;
+  }
+  return module;
+}
+
+void reportError(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "tpc") << message << "\n";
+}
+
+} // namespace tpc

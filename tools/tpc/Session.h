@@ -1,0 +1,39 @@
+// What every tpc command shares: an MLIR context with the tp dialect, MLIR-style diagnostics
+// (file:line:col: error: ...) on stderr with counts, and loading a model.mlir.
+#ifndef TPC_TOOLS_TPC_SESSION_H
+#define TPC_TOOLS_TPC_SESSION_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/SourceMgr.h"
+
+namespace tpc {
+
+class Session {
+public:
+  Session();
+  ~Session();
+
+  /// Parses and verifies a tp model; errors are reported and give null.
+  mlir::OwningOpRef<mlir::ModuleOp> loadModel(llvm::StringRef path);
+
+  mlir::MLIRContext &context() { return ctx; }
+  unsigned errors() const { return errorCount; }
+  unsigned warnings() const { return warningCount; }
+
+private:
+  mlir::MLIRContext ctx;
+  llvm::SourceMgr sourceMgr;
+  std::unique_ptr<mlir::SourceMgrDiagnosticHandler> printer;
+  mlir::DiagnosticEngine::HandlerID counter = 0;
+  unsigned errorCount = 0, warningCount = 0;
+};
+
+/// Reports a usage or I/O problem that has no location ("tpc: error: ...").
+void reportError(const llvm::Twine &message);
+
+} // namespace tpc
+
+#endif // TPC_TOOLS_TPC_SESSION_H
