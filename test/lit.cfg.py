@@ -1,5 +1,5 @@
 # lit configuration of the tpc regression tests: tpc-opt and tpc driven from .mlir and .test
-# files, checked with FileCheck; the GoogleTest unit tests run as one more suite.
+# files, checked with FileCheck. The GoogleTest unit tests are a suite of their own (unit/).
 import os
 
 import lit.formats
@@ -8,7 +8,7 @@ from lit.llvm import llvm_config
 config.name = "tpc"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+config.excludes = ["Inputs", "unit", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.tpc_obj_root, "test")
 

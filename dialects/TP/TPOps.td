@@ -171,7 +171,7 @@ def TP_RedistributeOp : TP_Op<"redistribute", [Pure, SameOperandsAndResultType]>
   let arguments = (ins TP_Tensor:$input, TP_PlacementAttr:$src, TP_PlacementAttr:$dst,
                        OptionalAttr<StrAttr>:$module);
   let results = (outs TP_Tensor:$result);
-  let assemblyFormat = "$input $src `->` $dst attr-dict `:` type($input)";
+  let assemblyFormat = "$input ` ` `(` $src `->` $dst `)` attr-dict `:` type($input)";
   let hasVerifier = 1;
 }
 

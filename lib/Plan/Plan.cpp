@@ -246,18 +246,15 @@ void PlanApplier::matchRules() {
 }
 
 void PlanApplier::placeModules() {
+  // A rule on the wrong kind of module is reported once, at its first module.
+  std::vector<SmallVector<StringRef>> misfits(rules.size());
   for (auto &[name, ops] : index.moduleOps) {
     int r = ruleFor(name, /*asModule=*/true);
     if (r < 0 || !strategies[r])
       continue;
     const Strategy &strategy = *strategies[r];
-    ModuleKind kind = kindOf(ops);
-    if (!targetAccepts(strategy.target, kind)) {
-      InFlightDiagnostic diag = error(rules[r].loc);
-      diag << "'" << strategy.name << "' (for '" << rules[r].pattern << "') needs "
-           << describeTarget(strategy.target) << ", but " << name << " is modelled by "
-           << ops.front()->getName();
-      diag.attachNote(ops.front()->getLoc()) << name << " is here";
+    if (!targetAccepts(strategy.target, kindOf(ops))) {
+      misfits[r].push_back(name);
       continue;
     }
     for (Operation *op : ops) {
@@ -279,6 +276,18 @@ void PlanApplier::placeModules() {
                                         *input, *output));
     }
   }
+  for (size_t r = 0; r < rules.size(); ++r) {
+    if (misfits[r].empty())
+      continue;
+    Operation *first = index.moduleOps.find(misfits[r].front())->second.front();
+    InFlightDiagnostic diag = error(rules[r].loc);
+    diag << "'" << strategies[r]->name << "' (for '" << rules[r].pattern << "') needs "
+         << describeTarget(strategies[r]->target) << ", but " << misfits[r].front();
+    if (misfits[r].size() > 1)
+      diag << " (and " << misfits[r].size() - 1 << " more)";
+    diag << " is modelled by " << first->getName();
+    diag.attachNote(first->getLoc()) << misfits[r].front() << " is here";
+  }
 }
 
 void PlanApplier::placeParams() {
@@ -295,49 +304,49 @@ void PlanApplier::placeParams() {
   for (tp::ParamOp param : index.params) {
     StringRef name = param.getSymName();
     ArrayRef<int64_t> shape = param.getTensorType().getShape();
-    bool isTable = index.isEmbeddingTable(name);
+    StringRef owner = parentModule(name);
 
-    auto specFor = [&](const Strategy &s) -> const std::optional<PlacementSpec> & {
-      if (shape.size() == 1)
-        return s.vector;
-      return isTable ? s.embeddingWeight : s.weight;
-    };
-    auto placementFor = [&](int r) -> FailureOr<tp::PlacementAttr> {
-      const std::optional<PlacementSpec> &spec = specFor(*strategies[r]);
+    // The placement rule `r` gives this parameter when read as `use` (null: as its owner
+    // reads it): 1-D parameters, embedding tables and other weights each have their own.
+    auto placementFor = [&](int r, OpOperand *use) -> FailureOr<tp::PlacementAttr> {
+      const Strategy &s = *strategies[r];
+      bool isTable = false;
+      if (use) {
+        auto embedding = dyn_cast<tp::EmbeddingOp>(use->getOwner());
+        isTable = embedding && use->get() == embedding.getTable();
+      } else {
+        isTable = index.isEmbeddingTable(name);
+      }
+      const std::optional<PlacementSpec> &spec =
+          shape.size() == 1 ? s.vector : isTable ? s.embeddingWeight : s.weight;
       if (!spec)
         return tp::PlacementAttr(tp::ReplicateAttr::get(context));
       return spec->resolve(shape, context, [&] {
-        return error(param.getLoc()) << "parameter " << name << " ('" << strategies[r]->name
+        return error(param.getLoc()) << "parameter " << name << " ('" << s.name
                                      << "' from rule '" << rules[r].pattern << "'): ";
       });
     };
 
-    // A parameter key, else the owning module's key, else the keys of the modules that
-    // read it (a tied lm_head reads the embedding table).
+    // A parameter key, else the owning module's key, else the key of a module that reads
+    // it (a tied lm_head reads the embedding table).
     int r = ruleFor(name, /*asModule=*/false);
     std::string via = "parameter key";
+    OpOperand *decidingUse = nullptr;
     if (r < 0) {
-      r = ruleFor(parentModule(name), /*asModule=*/true);
+      r = ruleFor(owner, /*asModule=*/true);
       via = "module key";
     }
-    if (r < 0) {
-      for (OpOperand *use : index.uses.lookup(name)) {
-        StringRef user = tp::getModuleName(use->getOwner());
-        int ur = user.empty() ? -1 : ruleFor(user, /*asModule=*/true);
-        if (ur < 0 || !strategies[ur])
-          continue;
-        if (r >= 0 && ur != r) {
-          FailureOr<tp::PlacementAttr> a = placementFor(r), b = placementFor(ur);
-          if (succeeded(a) && succeeded(b) && *a != *b)
-            error(param.getLoc()) << "parameter " << name << " is read by modules whose rules "
-                                  << "place it differently: '" << rules[r].pattern << "' ("
-                                  << strategies[r]->name << ": " << a->str() << ") and '"
-                                  << rules[ur].pattern << "' (" << strategies[ur]->name << ": "
-                                  << b->str() << ")";
-          continue;
-        }
+    SmallVector<OpOperand *> foreignUses;
+    for (OpOperand *use : index.uses.lookup(name))
+      if (tp::getModuleName(use->getOwner()) != owner)
+        foreignUses.push_back(use);
+    for (OpOperand *use : foreignUses) {
+      StringRef user = tp::getModuleName(use->getOwner());
+      int ur = user.empty() ? -1 : ruleFor(user, /*asModule=*/true);
+      if (r < 0 && ur >= 0) {
         r = ur;
-        via = ("used by " + user).str();
+        via = ("read by " + user).str();
+        decidingUse = use;
       }
     }
 
@@ -358,12 +367,29 @@ void PlanApplier::placeParams() {
     if (!strategies[r])
       continue; // already reported as unknown
     entry.strategy = strategies[r]->name;
-    FailureOr<tp::PlacementAttr> placement = placementFor(r);
+    FailureOr<tp::PlacementAttr> placement = placementFor(r, decidingUse);
     if (failed(placement))
       continue;
     entry.placement = *placement;
     param.setPlacementAttr(*placement);
     param.setStrategy(strategies[r]->name);
+
+    // Every other module that reads the parameter must expect the same layout.
+    for (OpOperand *use : foreignUses) {
+      StringRef user = tp::getModuleName(use->getOwner());
+      int ur = user.empty() ? -1 : ruleFor(user, /*asModule=*/true);
+      if (ur < 0 || !strategies[ur] || use == decidingUse)
+        continue;
+      FailureOr<tp::PlacementAttr> expected = placementFor(ur, use);
+      if (succeeded(expected) && !tp::samePlacement(*expected, *placement, shape.size())) {
+        InFlightDiagnostic diag = error(param.getLoc());
+        diag << "parameter " << name << " is placed " << placement->str() << " by '"
+             << rules[r].pattern << "' (" << strategies[r]->name << "), but " << user
+             << " also reads it and '" << rules[ur].pattern << "' (" << strategies[ur]->name
+             << ") needs " << expected->str();
+        diag.attachNote(use->getOwner()->getLoc()) << user << " reads it here";
+      }
+    }
   }
 
   for (auto &[generic, u] : uncovered) {

@@ -265,13 +265,19 @@ std::vector<std::string> StrategyRegistry::names() const {
 }
 
 std::string StrategyRegistry::closest(StringRef name) const {
+  // A name that contains a registered one, or is part of one, is most likely that one
+  // (`local_colwise` -> `colwise`, `gather` -> `colwise_gather_output`); otherwise the
+  // nearest by edit distance (`colwize` -> `colwise`).
   std::string best;
   unsigned bestDistance = std::numeric_limits<unsigned>::max();
+  bool bestContains = false;
   for (const Strategy &s : strategies) {
+    bool contains = name.contains(s.name) || StringRef(s.name).contains(name);
     unsigned distance = name.edit_distance(s.name, /*AllowReplacements=*/true);
-    if (distance < bestDistance) {
+    if ((contains && !bestContains) || (contains == bestContains && distance < bestDistance)) {
       best = s.name;
       bestDistance = distance;
+      bestContains = contains;
     }
   }
   return best;

@@ -41,10 +41,11 @@ TEST(Matcher, SpelledIndexMatchesExactly) {
 }
 
 TEST(Matcher, GenericName) {
-  EXPECT_EQ(genericName("model.layers.12.mlp.experts.3.w1"), "model.layers.*.mlp.experts.*.w1");
+  EXPECT_EQ(genericName("model.layers.12.mlp.experts.3.gate"), "model.layers.*.mlp.experts.*.gate");
   EXPECT_EQ(genericName("lm_head.weight"), "lm_head.weight");
   // transformers' re.sub(r"\d+", "*") also rewrites digits inside a component.
   EXPECT_EQ(genericName("model.h2o.weight"), "model.h*o.weight");
+  EXPECT_EQ(genericName("model.layers.0.mlp.experts.3.w1"), "model.layers.*.mlp.experts.*.w*");
 }
 
 TEST(Matcher, ParentModule) {

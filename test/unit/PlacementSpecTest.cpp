@@ -65,6 +65,10 @@ TEST(Registry, SuggestsClosest) {
   EXPECT_EQ(registry.closest("colwize"), "colwise");
   EXPECT_EQ(registry.closest("row_wise"), "rowwise");
   EXPECT_EQ(registry.closest("embedding_row"), "embedding_rowwise");
+  // Names from other transformers versions point at what they became.
+  EXPECT_EQ(registry.closest("local_colwise"), "colwise");
+  EXPECT_EQ(registry.closest("gather"), "colwise_gather_output");
+  EXPECT_EQ(registry.closest("replicate"), "replicated_with_grad_allreduce");
 }
 
 TEST(Registry, UnsupportedNames) {

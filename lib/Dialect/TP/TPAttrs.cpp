@@ -85,3 +85,16 @@ LogicalResult MeshAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitErro
     return emitError() << "the tp size must be at least 1, got " << size;
   return success();
 }
+
+bool tpc::tp::samePlacement(PlacementAttr a, PlacementAttr b, int64_t rank) {
+  if (a == b)
+    return true;
+  if (auto sa = dyn_cast<ShardAttr>(a))
+    if (auto sb = dyn_cast<ShardAttr>(b))
+      return normalizeDim(sa.getDim(), rank) == normalizeDim(sb.getDim(), rank);
+  if (auto sa = dyn_cast<StridedShardAttr>(a))
+    if (auto sb = dyn_cast<StridedShardAttr>(b))
+      return normalizeDim(sa.getDim(), rank) == normalizeDim(sb.getDim(), rank) &&
+             sa.getBlocks() == sb.getBlocks();
+  return false;
+}

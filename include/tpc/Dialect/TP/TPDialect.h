@@ -31,6 +31,10 @@ inline constexpr llvm::StringLiteral kStrategyAttrName = "tp.strategy";
 /// Normalizes a possibly negative dim against a rank; -1 when out of range.
 int64_t normalizeDim(int64_t dim, int64_t rank);
 
+/// True when two placements lay out a tensor of this rank the same way (Shard(-2) and
+/// Shard(0) are one placement of a matrix).
+bool samePlacement(PlacementAttr a, PlacementAttr b, int64_t rank);
+
 /// The HF module name an op models (its `module` attribute), or "" when it has none.
 llvm::StringRef getModuleName(mlir::Operation *op);
 

@@ -1,0 +1,412 @@
+// Every verifier error of the tp dialect, each naming the module and the mismatch.
+// RUN: tpc-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{parameter w: Shard(2) needs dim 2, but the tensor has rank 2}}
+tp.param @w {placement = #tp.shard<2>} : tensor<64x64xf32>
+
+// -----
+
+// expected-error @+1 {{parameter w: Shard(-3) needs dim -3, but the tensor has rank 2}}
+tp.param @w {placement = #tp.shard<-3>} : tensor<64x64xf32>
+
+// -----
+
+// expected-error @+1 {{parameter gate_up: StridedShard(-2, [32, 32]): the blocks add up to 64, but dim -2 has 96}}
+tp.param @gate_up {placement = #tp.strided_shard<-2, [32, 32]>} : tensor<96x64xf32>
+
+// -----
+
+// expected-error @+1 {{a strided shard needs at least two blocks, got 1}}
+tp.param @w {placement = #tp.strided_shard<0, [64]>} : tensor<64x64xf32>
+
+// -----
+
+// expected-error @+1 {{strided shard blocks must be positive, got 0}}
+tp.param @w {placement = #tp.strided_shard<0, [64, 0]>} : tensor<64x64xf32>
+
+// -----
+
+// expected-error @+1 {{the tp size must be at least 1, got 0}}
+module attributes {tp.mesh = #tp.mesh<tp = 0>} {}
+
+// -----
+
+module {
+  // expected-error @+1 {{'tp.mesh' belongs on the module, not on func.func}}
+  func.func @f() attributes {tp.mesh = #tp.mesh<tp = 2>} { return }
+}
+
+// -----
+
+// expected-error @+1 {{'tp.mesh' must be a #tp.mesh, got 2 : i64}}
+module attributes {tp.mesh = 2} {}
+
+// -----
+
+module {
+  // expected-error @+1 {{'tp.strategy' must be a #tp.strategy, got "colwise"}}
+  func.func @f() attributes {tp.strategy = "colwise"} { return }
+}
+
+// -----
+
+// expected-error @+1 {{unknown tp dialect attribute 'tp.plan'}}
+module attributes {tp.plan = "plan.json"} {}
+
+// -----
+
+// expected-error @+1 {{'tp.param' op expects parent op 'builtin.module'}}
+func.func @f() { tp.param @w : tensor<4xf32> return }
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{no tp.param named @missing}}
+  %w = tp.weight @missing : tensor<4xf32>
+  return
+}
+
+// -----
+
+tp.param @w : tensor<4x8xf32>
+func.func @f() {
+  // expected-error @+1 {{parameter w is 'tensor<4x8xf32>', but tp.weight reads it as 'tensor<8x4xf32>'}}
+  %w = tp.weight @w : tensor<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%ids: tensor<?xi64>, %t: tensor<256xf32>) {
+  // expected-error @+1 {{model.embed_tokens (tp.embedding): the table must have rank 2, got 256}}
+  %h = tp.embedding "model.embed_tokens" %ids, %t : (tensor<?xi64>, tensor<256xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%ids: tensor<?xi64>, %t: tensor<256x64xf32>) {
+  // expected-error @+1 {{model.embed_tokens (tp.embedding): the result should be ?x64 (ids x embedding dim), got ?x32}}
+  %h = tp.embedding "model.embed_tokens" %ids, %t : (tensor<?xi64>, tensor<256x64xf32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%ids: tensor<?xi64>, %t: tensor<256x64xf32>) {
+  // expected-error @+1 {{model.embed_tokens (tp.embedding): the result has element type 'bf16', expected 'f32'}}
+  %h = tp.embedding "model.embed_tokens" %ids, %t : (tensor<?xi64>, tensor<256x64xf32>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<32xf32>) {
+  // expected-error @+1 {{model.norm (tp.rms_norm): the weight has 32 elements, but the input has 64 features}}
+  %n = tp.rms_norm "model.norm" %x, %w {epsilon = 1.0e-5 : f64} : (tensor<?x64xf32>, tensor<32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{model.norm (tp.rms_norm): epsilon must be positive}}
+  %n = tp.rms_norm "model.norm" %x, %w {epsilon = 0.0 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{model.norm (tp.rms_norm): the input must have rank 2, got 64}}
+  %n = tp.rms_norm "model.norm" %x, %w {epsilon = 1.0e-5 : f64} : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{model.norm (tp.rms_norm): the result should be ?x64, got ?x32}}
+  %n = tp.rms_norm "model.norm" %x, %w {epsilon = 1.0e-5 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x48xf32>, %w: tensor<64x64xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn.q_proj (tp.linear): the weight is 64x64 [out x in] and expects 64 input features, but the input has 48}}
+  %y = tp.linear "model.layers.0.self_attn.q_proj" %x, %w : (tensor<?x48xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn.q_proj (tp.linear): the weight must have rank 2, got 64}}
+  %y = tp.linear "model.layers.0.self_attn.q_proj" %x, %w : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>, %b: tensor<64xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn.q_proj (tp.linear): the bias has 64 elements, but the weight has 32 output features}}
+  %y = tp.linear "model.layers.0.self_attn.q_proj" %x, %w, %b : (tensor<?x64xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn.q_proj (tp.linear): the result should be ?x32, got ?x64}}
+  %y = tp.linear "model.layers.0.self_attn.q_proj" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xbf16>) {
+  // expected-error @+1 {{model.layers.0.self_attn.q_proj (tp.linear): the weight has element type 'bf16', expected 'f32'}}
+  %y = tp.linear "model.layers.0.self_attn.q_proj" %x, %w : (tensor<?x64xf32>, tensor<32x64xbf16>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x60xf32>, %pos: tensor<?xi64>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.rotary): head_dim 15 must be even to rotate halves}}
+  %y = tp.rotary "model.layers.0.self_attn" %x, %pos {head_dim = 15 : i64, theta = 1.0e4 : f64} : (tensor<?x60xf32>, tensor<?xi64>) -> tensor<?x60xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x60xf32>, %pos: tensor<?xi64>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.rotary): the input has 60 features, not a whole number of heads of head_dim 16}}
+  %y = tp.rotary "model.layers.0.self_attn" %x, %pos {head_dim = 16 : i64, theta = 1.0e4 : f64} : (tensor<?x60xf32>, tensor<?xi64>) -> tensor<?x60xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<5x64xf32>, %pos: tensor<4xi64>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.rotary): positions has 4 entries, but the input has 5 tokens}}
+  %y = tp.rotary "model.layers.0.self_attn" %x, %pos {head_dim = 16 : i64, theta = 1.0e4 : f64} : (tensor<5x64xf32>, tensor<4xi64>) -> tensor<5x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %pos: tensor<?xi64>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.rotary): theta must be positive}}
+  %y = tp.rotary "model.layers.0.self_attn" %x, %pos {head_dim = 16 : i64, theta = 0.0 : f64} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x48xf32>, %v: tensor<?x48xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): num_heads 4 is not a multiple of num_kv_heads 3}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 3 : i64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<?x48xf32>, tensor<?x48xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x48xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): q has 48 features, but num_heads 4 x head_dim 16 = 64}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<?x48xf32>, tensor<?x32xf32>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x64xf32>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): k has 64 features, but num_kv_heads 2 x head_dim 16 = 32}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x16xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): v has 16 features, but num_kv_heads 2 x head_dim 16 = 32}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x16xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<5x64xf32>, %k: tensor<4x32xf32>, %v: tensor<4x32xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): q, k and v must have the same number of tokens, got 5 and 4}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<5x64xf32>, tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<5x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x32xbf16>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): k has element type 'bf16', expected 'f32'}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<?x32xbf16>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{'tp.attention' op attribute 'num_heads' failed to satisfy constraint: 64-bit integer attribute whose value is positive}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 0 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) {
+  // expected-error @+1 {{model.layers.0.mlp.act_fn (tp.silu): elementwise operands and result must match, got 'tensor<?x64xf32>' and 'tensor<?x32xf32>'}}
+  %y = tp.silu "model.layers.0.mlp.act_fn" %x : (tensor<?x64xf32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) {
+  // expected-error @+1 {{model.layers.0.mlp.act_fn (tp.gelu): approximate must be "none" or "tanh", got "erf"}}
+  %y = tp.gelu "model.layers.0.mlp.act_fn" %x {approximate = "erf"} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<?x64xf32>, %b: tensor<?x128xf32>) {
+  // expected-error @+1 {{model.layers.0.mlp (tp.mul): elementwise operands and result must match, got 'tensor<?x64xf32>' and 'tensor<?x128xf32>'}}
+  %y = tp.mul "model.layers.0.mlp" %a, %b : (tensor<?x64xf32>, tensor<?x128xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<?x64xf32>, %b: tensor<?x64xbf16>) {
+  // expected-error @+1 {{model.layers.0 (tp.add): elementwise operands and result must match, got 'tensor<?x64xf32>' and 'tensor<?x64xbf16>'}}
+  %y = tp.add "model.layers.0" %a, %b : (tensor<?x64xf32>, tensor<?x64xbf16>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x96xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.slice): slice [64, 128) of dim -1 runs past its size 96}}
+  %y = tp.slice "model.layers.0.self_attn" %x {dim = -1 : i64, offset = 64 : i64, size = 64 : i64} : (tensor<?x96xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x96xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.slice): dim 2 is out of range for ?x96}}
+  %y = tp.slice "model.layers.0.self_attn" %x {dim = 2 : i64, offset = 0 : i64, size = 32 : i64} : (tensor<?x96xf32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x96xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.slice): the result should be ?x32, got ?x64}}
+  %y = tp.slice "model.layers.0.self_attn" %x {dim = 1 : i64, offset = 0 : i64, size = 32 : i64} : (tensor<?x96xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{model.layers.0.mlp (tp.concat): needs at least one input}}
+  %y = tp.concat "model.layers.0.mlp" {dim = 1 : i64} : () -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x32xf32>, %b: tensor<5x32xf32>) {
+  // expected-error @+1 {{model.layers.0.mlp (tp.concat): inputs differ outside dim 1: 4x32 and 5x32}}
+  %y = tp.concat "model.layers.0.mlp" %a, %b {dim = 1 : i64} : (tensor<4x32xf32>, tensor<5x32xf32>) -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x32xf32>, %b: tensor<4x32xbf16>) {
+  // expected-error @+1 {{model.layers.0.mlp (tp.concat): inputs must share rank and element type, got 'tensor<4x32xf32>' and 'tensor<4x32xbf16>'}}
+  %y = tp.concat "model.layers.0.mlp" %a, %b {dim = 1 : i64} : (tensor<4x32xf32>, tensor<4x32xbf16>) -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4x32xf32>, %b: tensor<4x32xf32>) {
+  // expected-error @+1 {{model.layers.0.mlp (tp.concat): the result should be 4x64, got 4x48}}
+  %y = tp.concat "model.layers.0.mlp" %a, %b {dim = 1 : i64} : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x48xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{model.layers.0.mlp.down_proj (tp.redistribute): Shard(2) needs dim 2, but the tensor has rank 2}}
+  %y = tp.redistribute %x (#tp.partial<sum> -> #tp.shard<2>) {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{tp.redistribute: StridedShard(1, [16, 16]): the blocks add up to 32, but dim 1 has 64}}
+  %y = tp.redistribute %x (#tp.replicate -> #tp.strided_shard<1, [16, 16]>) : tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{tp.all_gather: dim 2 is out of range for 8x16}}
+  %y = tp.all_gather %x dim = 2 : tensor<8x16xf32> -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{lm_head (tp.all_gather): only dim 1 may change size, got 'tensor<8x16xf32>' -> 'tensor<4x64xf32>'}}
+  %y = tp.all_gather %x dim = 1 {module = "lm_head"} : tensor<8x16xf32> -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{tp.reduce_scatter: only dim 0 may change size, got 'tensor<8x64xf32>' -> 'tensor<2x32xf32>'}}
+  %y = tp.reduce_scatter %x sum dim = 0 : tensor<8x64xf32> -> tensor<2x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{tp.all_to_all: split_dim and concat_dim must differ}}
+  %y = tp.all_to_all %x split_dim = 1 concat_dim = -1 : tensor<8x64xf32> -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{tp.all_to_all: dim 2 is out of range for 8x64}}
+  %y = tp.all_to_all %x split_dim = 2 concat_dim = 0 : tensor<8x64xf32> -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{tp.all_to_all: the result must keep rank and element type, got 'tensor<8x64xf32>' -> 'tensor<512xf32>'}}
+  %y = tp.all_to_all %x split_dim = 1 concat_dim = 0 : tensor<8x64xf32> -> tensor<512xf32>
+  return
+}

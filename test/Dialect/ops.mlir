@@ -1,0 +1,78 @@
+// Every tp op and attribute survives printing and parsing, in the custom and the generic form.
+// RUN: tpc-opt %s | tpc-opt | FileCheck %s
+// RUN: tpc-opt %s --mlir-print-op-generic | tpc-opt | FileCheck %s
+
+// CHECK: module @ops attributes {tp.mesh = #tp.mesh<tp = 4>}
+module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
+  // CHECK: tp.param @model.embed_tokens.weight {placement = #tp.shard<0>, strategy = "embedding_rowwise"} : tensor<256x64xbf16>
+  tp.param @"model.embed_tokens.weight" {placement = #tp.shard<0>, strategy = "embedding_rowwise"} : tensor<256x64xbf16>
+  // CHECK: tp.param @model.norm.weight {placement = #tp.replicate} : tensor<64xbf16>
+  tp.param @"model.norm.weight" {placement = #tp.replicate} : tensor<64xbf16>
+  // CHECK: tp.param @q.weight {placement = #tp.shard<-2>} : tensor<64x64xbf16>
+  tp.param @"q.weight" {placement = #tp.shard<-2>} : tensor<64x64xbf16>
+  // CHECK: tp.param @gate_up.weight {placement = #tp.strided_shard<-2, [128, 128]>} : tensor<256x64xbf16>
+  tp.param @"gate_up.weight" {placement = #tp.strided_shard<-2, [128, 128]>} : tensor<256x64xbf16>
+  // CHECK: tp.param @qkv.weight {placement = #tp.strided_shard<-2, [64, 32, 32]>} : tensor<128x64xbf16>
+  tp.param @"qkv.weight" {placement = #tp.strided_shard<-2, [64, 32, 32]>} : tensor<128x64xbf16>
+  // CHECK: tp.param @qkv.bias : tensor<128xbf16>
+  tp.param @"qkv.bias" : tensor<128xbf16>
+
+  // CHECK-LABEL: func.func @layers
+  func.func @layers(%ids: tensor<?xi64>, %pos: tensor<?xi64>) -> tensor<?x64xbf16> {
+    // CHECK: tp.weight @model.embed_tokens.weight : tensor<256x64xbf16>
+    %table = tp.weight @"model.embed_tokens.weight" : tensor<256x64xbf16>
+    // CHECK: tp.embedding "model.embed_tokens" %{{.*}}, %{{.*}} : (tensor<?xi64>, tensor<256x64xbf16>) -> tensor<?x64xbf16>
+    %h = tp.embedding "model.embed_tokens" %ids, %table : (tensor<?xi64>, tensor<256x64xbf16>) -> tensor<?x64xbf16>
+    %nw = tp.weight @"model.norm.weight" : tensor<64xbf16>
+    // CHECK: tp.rms_norm "model.norm" %{{.*}}, %{{.*}} {epsilon = 9.9999999999999995E-7 : f64, weight_offset = 1.000000e+00 : f64}
+    %n = tp.rms_norm "model.norm" %h, %nw {epsilon = 1.0e-6 : f64, weight_offset = 1.0 : f64} : (tensor<?x64xbf16>, tensor<64xbf16>) -> tensor<?x64xbf16>
+    %qw = tp.weight @"q.weight" : tensor<64x64xbf16>
+    // CHECK: tp.linear "q" %{{.*}}, %{{.*}} : (tensor<?x64xbf16>, tensor<64x64xbf16>) -> tensor<?x64xbf16>
+    %q = tp.linear "q" %n, %qw : (tensor<?x64xbf16>, tensor<64x64xbf16>) -> tensor<?x64xbf16>
+    %qkvw = tp.weight @"qkv.weight" : tensor<128x64xbf16>
+    %qkvb = tp.weight @"qkv.bias" : tensor<128xbf16>
+    // CHECK: tp.linear "qkv" %{{.*}}, %{{.*}}, %{{.*}} : (tensor<?x64xbf16>, tensor<128x64xbf16>, tensor<128xbf16>) -> tensor<?x128xbf16>
+    %qkv = tp.linear "qkv" %n, %qkvw, %qkvb : (tensor<?x64xbf16>, tensor<128x64xbf16>, tensor<128xbf16>) -> tensor<?x128xbf16>
+    // CHECK: tp.slice "attn" %{{.*}} {dim = -1 : i64, offset = 64 : i64, size = 32 : i64} : (tensor<?x128xbf16>) -> tensor<?x32xbf16>
+    %k = tp.slice "attn" %qkv {dim = -1 : i64, offset = 64 : i64, size = 32 : i64} : (tensor<?x128xbf16>) -> tensor<?x32xbf16>
+    %v = tp.slice "attn" %qkv {dim = 1 : i64, offset = 96 : i64, size = 32 : i64} : (tensor<?x128xbf16>) -> tensor<?x32xbf16>
+    // CHECK: tp.rotary "attn" %{{.*}}, %{{.*}} {head_dim = 16 : i64, theta = 5.000000e+05 : f64} : (tensor<?x64xbf16>, tensor<?xi64>) -> tensor<?x64xbf16>
+    %qr = tp.rotary "attn" %q, %pos {head_dim = 16 : i64, theta = 500000.0 : f64} : (tensor<?x64xbf16>, tensor<?xi64>) -> tensor<?x64xbf16>
+    // CHECK: tp.attention "attn" %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, scale = 2.500000e-01 : f64, sliding_window = 4096 : i64}
+    %a = tp.attention "attn" %qr, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, sliding_window = 4096 : i64, scale = 0.25 : f64} : (tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>) -> tensor<?x64xbf16>
+    // CHECK: tp.silu "act" %{{.*}} : (tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    %s = tp.silu "act" %a : (tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    // CHECK: tp.gelu "act" %{{.*}} {approximate = "tanh"} : (tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    %g = tp.gelu "act" %s {approximate = "tanh"} : (tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    // CHECK: tp.gelu "act" %{{.*}} : (tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    %g2 = tp.gelu "act" %g : (tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    // CHECK: tp.mul "mlp" %{{.*}}, %{{.*}} : (tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    %m = tp.mul "mlp" %g2, %s : (tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    // CHECK: tp.add "layer" %{{.*}}, %{{.*}} {tp.strategy = #tp.strategy<"colwise", input = #tp.replicate, output = #tp.shard<-1>>}
+    %r = tp.add "layer" %h, %m {tp.strategy = #tp.strategy<"colwise", input = #tp.replicate, output = #tp.shard<-1>>} : (tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    // CHECK: tp.concat "attn" %{{.*}}, %{{.*}} {dim = -1 : i64} : (tensor<?x32xbf16>, tensor<?x32xbf16>) -> tensor<?x64xbf16>
+    %c = tp.concat "attn" %k, %v {dim = -1 : i64} : (tensor<?x32xbf16>, tensor<?x32xbf16>) -> tensor<?x64xbf16>
+    // CHECK: tp.add "layer" %{{.*}}, %{{.*}} {tp.strategy = #tp.strategy<"sequence_parallel">}
+    %out = tp.add "layer" %r, %c {tp.strategy = #tp.strategy<"sequence_parallel">} : (tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    return %out : tensor<?x64xbf16>
+  }
+
+  // CHECK-LABEL: func.func @communication
+  func.func @communication(%x: tensor<8x64xf32>, %p: tensor<8x64xf32>) -> tensor<8x64xf32> {
+    // CHECK: tp.redistribute %{{.*}} (#tp.partial<sum> -> #tp.replicate) {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32>
+    %r = tp.redistribute %p (#tp.partial<sum> -> #tp.replicate) {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32>
+    // CHECK: tp.redistribute %{{.*}} (#tp.shard<-1> -> #tp.strided_shard<-1, [32, 32]>) : tensor<8x64xf32>
+    %s = tp.redistribute %r (#tp.shard<-1> -> #tp.strided_shard<-1, [32, 32]>) : tensor<8x64xf32>
+    // CHECK: tp.all_reduce %{{.*}} sum : tensor<8x64xf32>
+    %a = tp.all_reduce %s sum : tensor<8x64xf32>
+    // CHECK: tp.all_gather %{{.*}} dim = -1 : tensor<8x16xf32> -> tensor<8x64xf32>
+    %local = tp.slice "l" %a {dim = 1 : i64, offset = 0 : i64, size = 16 : i64} : (tensor<8x64xf32>) -> tensor<8x16xf32>
+    %g = tp.all_gather %local dim = -1 : tensor<8x16xf32> -> tensor<8x64xf32>
+    // CHECK: tp.reduce_scatter %{{.*}} sum dim = 0 {module = "model.layers.0.self_attn.o_proj"} : tensor<8x64xf32> -> tensor<2x64xf32>
+    %rs = tp.reduce_scatter %g sum dim = 0 {module = "model.layers.0.self_attn.o_proj"} : tensor<8x64xf32> -> tensor<2x64xf32>
+    // CHECK: tp.all_to_all %{{.*}} split_dim = 1 concat_dim = 0 : tensor<2x64xf32> -> tensor<8x16xf32>
+    %t = tp.all_to_all %rs split_dim = 1 concat_dim = 0 : tensor<2x64xf32> -> tensor<8x16xf32>
+    %back = tp.all_gather %t dim = 1 : tensor<8x16xf32> -> tensor<8x64xf32>
+    return %back : tensor<8x64xf32>
+  }
+}
