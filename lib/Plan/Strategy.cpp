@@ -315,8 +315,7 @@ LogicalResult StrategyRegistry::loadCustom(StringRef path, MLIRContext *context)
       continue;
     }
     if (lookup(name)) {
-      error() << (lookup(name)->builtin ? "redefines a built-in strategy"
-                                        : "is defined twice");
+      error() << "redefines a built-in strategy";
       continue;
     }
     if (!unsupportedReason(name).empty()) {

@@ -410,3 +410,27 @@ func.func @f(%x: tensor<8x64xf32>) {
   %y = tp.all_to_all %x split_dim = 1 concat_dim = 0 : tensor<8x64xf32> -> tensor<512xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>, %b: tensor<32x1xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn.q_proj (tp.linear): the bias must have rank 1, got 32x1}}
+  %y = tp.linear "model.layers.0.self_attn.q_proj" %x, %w, %b : (tensor<?x64xf32>, tensor<32x64xf32>, tensor<32x1xf32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): q must have rank 2, got 64}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<64xf32>, tensor<?x32xf32>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{model.norm (tp.rms_norm): the result must have rank 2, got 64}}
+  %n = tp.rms_norm "model.norm" %x, %w {epsilon = 1.0e-5 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<64xf32>
+  return
+}

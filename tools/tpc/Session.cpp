@@ -6,6 +6,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/WithColor.h"
 
 using namespace mlir;
@@ -31,14 +32,15 @@ Session::Session() {
 Session::~Session() { ctx.getDiagEngine().eraseHandler(counter); }
 
 OwningOpRef<ModuleOp> Session::loadModel(StringRef path) {
-  ParserConfig config(&ctx);
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(path, sourceMgr, config);
-  if (!module) {
-    if (errorCount == 0)
-      reportError("cannot read the model " + path);
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer) {
+    reportError("cannot read the model " + path + ": " + buffer.getError().message());
+    ++errorCount;
     return nullptr;
   }
-  return module;
+  sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+  ParserConfig config(&ctx);
+  return parseSourceFile<ModuleOp>(sourceMgr, config);
 }
 
 void reportError(const llvm::Twine &message) {
