@@ -89,4 +89,23 @@ def TP_StrategyAttr : TP_Attr<"Strategy", "strategy"> {
   let assemblyFormat = "`<` $name (`,` `input` `=` $input^)? (`,` `output` `=` $output^)? `>`";
 }
 
+def TP_ShardDescAttr : TP_Attr<"ShardDesc", "shard_desc"> {
+  let summary = "Which part of the Hugging Face tensor each rank loads";
+  let description = [{
+    `dim` of the HF tensor (shape `hf_shape`) is read as blocks `[offsets[i], offsets[i] +
+    sizes[i])`. Each block is cut into `chunks` torch.chunk pieces of ceil(size / chunks)
+    rows; rank r loads piece `r * chunks / tp` of every block, concatenated, padded with zeros
+    to the piece size. `chunks` is tp, or the number of real KV heads when they are repeated
+    into virtual ones (then several ranks load the same head).
+  }];
+  let parameters = (ins "int64_t":$dim, ArrayRefParameter<"int64_t">:$hf_shape,
+                        ArrayRefParameter<"int64_t">:$offsets,
+                        ArrayRefParameter<"int64_t">:$sizes, "int64_t":$chunks);
+  let assemblyFormat = [{
+    `<` `dim` `=` $dim `,` `hf_shape` `=` `[` $hf_shape `]` `,` `offsets` `=` `[` $offsets `]`
+    `,` `sizes` `=` `[` $sizes `]` `,` `chunks` `=` $chunks `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
 #endif // TPC_TP_ATTRS_TD

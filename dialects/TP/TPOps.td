@@ -30,11 +30,16 @@ def TP_ParamOp : TP_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     tp.param @"model.layers.0.self_attn.q_proj.weight" : tensor<4096x4096xbf16>
     ```
     `tp-apply-plan` adds the parameter's `placement` and the `strategy` that placed it.
+    `head_repeat` marks k/v projections rewritten to virtual KV heads (each real head repeated
+    that many times, so the type has that many times the HF rows). `tp-partition` turns the
+    type into this rank's local shape and records in `shard` what to load from the HF tensor.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<AnyRankedTensor>:$type,
                        OptionalAttr<TP_PlacementAttr>:$placement,
-                       OptionalAttr<StrAttr>:$strategy);
+                       OptionalAttr<StrAttr>:$strategy,
+                       OptionalAttr<TP_I64Attr>:$head_repeat,
+                       OptionalAttr<TP_ShardDescAttr>:$shard);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -162,16 +167,37 @@ def TP_ConcatOp : TP_LayerOp<"concat"> {
 // Communication
 //===----------------------------------------------------------------------===//
 
-def TP_RedistributeOp : TP_Op<"redistribute", [Pure, SameOperandsAndResultType]> {
+def TP_RedistributeOp : TP_Op<"redistribute", [Pure]> {
   let summary = "A change of placement; the planner decides which collectives it takes";
   let description = [{
-    Types are global: a redistribution changes where the data lives, not what it is.
-    `tp-lower-redistribute` turns it into collectives and local slices.
+    The placements are the encodings of the operand and result types, whose shapes are the
+    same global shape: a redistribution changes where the data lives, not what it is.
+    `tp-lower-redistribute` turns it into collectives and local reshards.
+    ```mlir
+    %r = tp.redistribute %p : tensor<?x64xf32, #tp.partial<sum>> -> tensor<?x64xf32, #tp.replicate>
+    ```
   }];
-  let arguments = (ins TP_Tensor:$input, TP_PlacementAttr:$src, TP_PlacementAttr:$dst,
-                       OptionalAttr<StrAttr>:$module);
+  let arguments = (ins TP_Tensor:$input, OptionalAttr<StrAttr>:$module);
   let results = (outs TP_Tensor:$result);
-  let assemblyFormat = "$input ` ` `(` $src `->` $dst `)` attr-dict `:` type($input)";
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let extraClassDeclaration = [{
+    ::tpc::tp::PlacementAttr getSrc();
+    ::tpc::tp::PlacementAttr getDst();
+  }];
+}
+
+def TP_LocalReshardOp : TP_Op<"local_reshard", [Pure]> {
+  let summary = "A change of placement that needs no communication";
+  let description = [{
+    Replicate -> Shard or StridedShard: keep this rank's chunk. Replicate -> Partial: rank 0
+    keeps the value, the others hold zeros. Shard or StridedShard -> Partial: this rank's chunk
+    in place, zeros elsewhere. Placements are the type encodings.
+  }];
+  let arguments = (ins TP_Tensor:$input, OptionalAttr<StrAttr>:$module);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
 
@@ -181,25 +207,31 @@ class TP_CollectiveOp<string mnemonic, list<Trait> traits = []>
   let hasVerifier = 1;
 }
 
-def TP_AllReduceOp : TP_CollectiveOp<"all_reduce", [SameOperandsAndResultType]> {
+def TP_AllReduceOp : TP_CollectiveOp<"all_reduce"> {
   let summary = "Partial -> Replicate: every rank gets the sum";
   let arguments = (ins TP_Tensor:$input,
                        DefaultValuedAttr<TP_ReduceKindAttr, "ReduceKind::sum">:$kind,
                        OptionalAttr<StrAttr>:$module);
-  let assemblyFormat = "$input $kind attr-dict `:` type($input)";
+  let assemblyFormat = "$input $kind attr-dict `:` type($input) `->` type($result)";
 }
 
 def TP_AllGatherOp : TP_CollectiveOp<"all_gather"> {
   let summary = "Shard(dim) -> Replicate: the ranks' chunks concatenated along dim";
-  let arguments = (ins TP_Tensor:$input, TP_I64Attr:$dim, OptionalAttr<StrAttr>:$module);
+  let description = [{
+    With `blocks`, the input is StridedShard(dim, blocks): every rank holds its chunk of each
+    block, and the gathered chunks are put back block by block.
+  }];
+  let arguments = (ins TP_Tensor:$input, TP_I64Attr:$dim,
+                       OptionalAttr<DenseI64ArrayAttr>:$blocks, OptionalAttr<StrAttr>:$module);
   let assemblyFormat = "$input `dim` `=` $dim attr-dict `:` type($input) `->` type($result)";
 }
 
 def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter"> {
   let summary = "Partial -> Shard(dim): the sum, and each rank keeps its chunk of dim";
+  let description = [{ With `blocks`, each rank keeps its chunk of every block (StridedShard). }];
   let arguments = (ins TP_Tensor:$input, TP_I64Attr:$dim,
                        DefaultValuedAttr<TP_ReduceKindAttr, "ReduceKind::sum">:$kind,
-                       OptionalAttr<StrAttr>:$module);
+                       OptionalAttr<DenseI64ArrayAttr>:$blocks, OptionalAttr<StrAttr>:$module);
   let assemblyFormat = [{
     $input $kind `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
   }];

@@ -55,6 +55,39 @@ module attributes {tp.plan = "plan.json"} {}
 
 // -----
 
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'tp.operand_layouts' must list one placement per operand}}
+  return {tp.operand_layouts = [#tp.replicate, #tp.replicate]} %x : tensor<4xf32>
+}
+
+// -----
+
+module {
+  // expected-error @+1 {{'tp.output_layout' must be a placement on a one-result op}}
+  func.func @f() attributes {tp.output_layout = #tp.replicate} { return }
+}
+
+// -----
+
+// expected-error @+1 {{shard_desc: block [16, 48) is outside dim 0 of size 32}}
+tp.param @w {shard = #tp.shard_desc<dim = 0, hf_shape = [32, 64], offsets = [16], sizes = [32], chunks = 2>} : tensor<16x64xf32>
+
+// -----
+
+// expected-error @+1 {{shard_desc: chunks must be at least 1, got 0}}
+tp.param @w {shard = #tp.shard_desc<dim = 0, hf_shape = [32, 64], offsets = [0], sizes = [32], chunks = 0>} : tensor<16x64xf32>
+
+// -----
+
+tp.param @w {placement = #tp.shard<0>} : tensor<4x8xf32>
+func.func @f() {
+  // expected-error @+1 {{parameter w is placed Shard(0), but tp.weight reads it as Shard(1)}}
+  %w = tp.weight @w : tensor<4x8xf32, #tp.shard<1>>
+  return
+}
+
+// -----
+
 // expected-error @+1 {{'tp.param' op expects parent op 'builtin.module'}}
 func.func @f() { tp.param @w : tensor<4xf32> return }
 
@@ -349,17 +382,57 @@ func.func @f(%a: tensor<4x32xf32>, %b: tensor<4x32xf32>) {
 
 // -----
 
-func.func @f(%x: tensor<8x64xf32>) {
+func.func @f(%x: tensor<8x64xf32, #tp.partial<sum>>) {
   // expected-error @+1 {{model.layers.0.mlp.down_proj (tp.redistribute): Shard(2) needs dim 2, but the tensor has rank 2}}
-  %y = tp.redistribute %x (#tp.partial<sum> -> #tp.shard<2>) {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32>
+  %y = tp.redistribute %x {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32, #tp.partial<sum>> -> tensor<8x64xf32, #tp.shard<2>>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32, #tp.replicate>) {
+  // expected-error @+1 {{tp.redistribute: StridedShard(1, [16, 16]): the blocks add up to 32, but dim 1 has 64}}
+  %y = tp.redistribute %x : tensor<8x64xf32, #tp.replicate> -> tensor<8x64xf32, #tp.strided_shard<1, [16, 16]>>
   return
 }
 
 // -----
 
 func.func @f(%x: tensor<8x64xf32>) {
-  // expected-error @+1 {{tp.redistribute: StridedShard(1, [16, 16]): the blocks add up to 32, but dim 1 has 64}}
-  %y = tp.redistribute %x (#tp.replicate -> #tp.strided_shard<1, [16, 16]>) : tensor<8x64xf32>
+  // expected-error @+1 {{tp.redistribute: the operand and result types must carry placements, got 'tensor<8x64xf32>' -> 'tensor<8x64xf32, #tp.replicate>'}}
+  %y = tp.redistribute %x : tensor<8x64xf32> -> tensor<8x64xf32, #tp.replicate>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32, #tp.shard<1>>) {
+  // expected-error @+1 {{lm_head (tp.redistribute): a change of placement keeps the shape, got 'tensor<8x64xf32, #tp.shard<1>>' -> 'tensor<8x16xf32, #tp.replicate>'}}
+  %y = tp.redistribute %x {module = "lm_head"} : tensor<8x64xf32, #tp.shard<1>> -> tensor<8x16xf32, #tp.replicate>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32, #tp.shard<1>>) {
+  // expected-error @+1 {{tp.local_reshard: Shard(1) -> Replicate() needs communication; use tp.redistribute}}
+  %y = tp.local_reshard %x : tensor<8x64xf32, #tp.shard<1>> -> tensor<8x64xf32, #tp.replicate>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32, #tp.replicate>) {
+  // expected-error @+1 {{tp.local_reshard: a change of placement keeps the rank and element type, got 'tensor<8x64xf32, #tp.replicate>' -> 'tensor<8x64xbf16, #tp.shard<1>>'}}
+  %y = tp.local_reshard %x : tensor<8x64xf32, #tp.replicate> -> tensor<8x64xbf16, #tp.shard<1>>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x64xf32, #tp.partial<sum>>) {
+  // expected-error @+1 {{tp.all_reduce: the sum keeps the shape, got 'tensor<8x64xf32, #tp.partial<sum>>' -> 'tensor<8x32xf32, #tp.replicate>'}}
+  %y = tp.all_reduce %x sum : tensor<8x64xf32, #tp.partial<sum>> -> tensor<8x32xf32, #tp.replicate>
   return
 }
 

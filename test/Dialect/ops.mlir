@@ -16,6 +16,8 @@ module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
   tp.param @"qkv.weight" {placement = #tp.strided_shard<-2, [64, 32, 32]>} : tensor<128x64xbf16>
   // CHECK: tp.param @qkv.bias : tensor<128xbf16>
   tp.param @"qkv.bias" : tensor<128xbf16>
+  // CHECK: tp.param @k.weight {head_repeat = 2 : i64, placement = #tp.shard<0>, shard = #tp.shard_desc<dim = 0, hf_shape = [32, 64], offsets = [0], sizes = [32], chunks = 2>} : tensor<16x64xbf16>
+  tp.param @"k.weight" {head_repeat = 2 : i64, placement = #tp.shard<0>, shard = #tp.shard_desc<dim = 0, hf_shape = [32, 64], offsets = [0], sizes = [32], chunks = 2>} : tensor<16x64xbf16>
 
   // CHECK-LABEL: func.func @layers
   func.func @layers(%ids: tensor<?xi64>, %pos: tensor<?xi64>) -> tensor<?x64xbf16> {
@@ -58,21 +60,34 @@ module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
   }
 
   // CHECK-LABEL: func.func @communication
-  func.func @communication(%x: tensor<8x64xf32>, %p: tensor<8x64xf32>) -> tensor<8x64xf32> {
-    // CHECK: tp.redistribute %{{.*}} (#tp.partial<sum> -> #tp.replicate) {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32>
-    %r = tp.redistribute %p (#tp.partial<sum> -> #tp.replicate) {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32>
-    // CHECK: tp.redistribute %{{.*}} (#tp.shard<-1> -> #tp.strided_shard<-1, [32, 32]>) : tensor<8x64xf32>
-    %s = tp.redistribute %r (#tp.shard<-1> -> #tp.strided_shard<-1, [32, 32]>) : tensor<8x64xf32>
-    // CHECK: tp.all_reduce %{{.*}} sum : tensor<8x64xf32>
-    %a = tp.all_reduce %s sum : tensor<8x64xf32>
-    // CHECK: tp.all_gather %{{.*}} dim = -1 : tensor<8x16xf32> -> tensor<8x64xf32>
-    %local = tp.slice "l" %a {dim = 1 : i64, offset = 0 : i64, size = 16 : i64} : (tensor<8x64xf32>) -> tensor<8x16xf32>
-    %g = tp.all_gather %local dim = -1 : tensor<8x16xf32> -> tensor<8x64xf32>
-    // CHECK: tp.reduce_scatter %{{.*}} sum dim = 0 {module = "model.layers.0.self_attn.o_proj"} : tensor<8x64xf32> -> tensor<2x64xf32>
-    %rs = tp.reduce_scatter %g sum dim = 0 {module = "model.layers.0.self_attn.o_proj"} : tensor<8x64xf32> -> tensor<2x64xf32>
-    // CHECK: tp.all_to_all %{{.*}} split_dim = 1 concat_dim = 0 : tensor<2x64xf32> -> tensor<8x16xf32>
-    %t = tp.all_to_all %rs split_dim = 1 concat_dim = 0 : tensor<2x64xf32> -> tensor<8x16xf32>
-    %back = tp.all_gather %t dim = 1 : tensor<8x16xf32> -> tensor<8x64xf32>
-    return %back : tensor<8x64xf32>
+  // Global shapes, placements as type encodings.
+  func.func @communication(%p: tensor<8x64xf32, #tp.partial<sum>>) -> tensor<8x64xf32, #tp.replicate> {
+    // CHECK: tp.redistribute %{{.*}} {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32, #tp.partial<sum>> -> tensor<8x64xf32, #tp.replicate>
+    %r = tp.redistribute %p {module = "model.layers.0.mlp.down_proj"} : tensor<8x64xf32, #tp.partial<sum>> -> tensor<8x64xf32, #tp.replicate>
+    // CHECK: tp.redistribute %{{.*}} : tensor<8x64xf32, #tp.replicate> -> tensor<8x64xf32, #tp.strided_shard<-1, [32, 32]>>
+    %s = tp.redistribute %r : tensor<8x64xf32, #tp.replicate> -> tensor<8x64xf32, #tp.strided_shard<-1, [32, 32]>>
+    // CHECK: tp.local_reshard %{{.*}} : tensor<8x64xf32, #tp.replicate> -> tensor<8x64xf32, #tp.shard<1>>
+    %l = tp.local_reshard %r : tensor<8x64xf32, #tp.replicate> -> tensor<8x64xf32, #tp.shard<1>>
+    // CHECK: tp.all_reduce %{{.*}} sum : tensor<8x64xf32, #tp.partial<sum>> -> tensor<8x64xf32, #tp.replicate>
+    %a = tp.all_reduce %p sum : tensor<8x64xf32, #tp.partial<sum>> -> tensor<8x64xf32, #tp.replicate>
+    return %a : tensor<8x64xf32, #tp.replicate>
+  }
+
+  // CHECK-LABEL: func.func @local
+  // Local shapes at tp 4, as tp-partition leaves them.
+  func.func @local(%x: tensor<8x16xf32, #tp.shard<1>>, %y: tensor<8x16xf32, #tp.strided_shard<1, [32, 32]>>, %p: tensor<8x64xf32, #tp.partial<sum>>) {
+    // CHECK: tp.all_gather %{{.*}} dim = 1 : tensor<8x16xf32, #tp.shard<1>> -> tensor<8x64xf32, #tp.replicate>
+    %g = tp.all_gather %x dim = 1 : tensor<8x16xf32, #tp.shard<1>> -> tensor<8x64xf32, #tp.replicate>
+    // CHECK: tp.all_gather %{{.*}} dim = 1 {blocks = array<i64: 32, 32>} : tensor<8x16xf32, #tp.strided_shard<1, [32, 32]>> -> tensor<8x64xf32, #tp.replicate>
+    %gs = tp.all_gather %y dim = 1 {blocks = array<i64: 32, 32>} : tensor<8x16xf32, #tp.strided_shard<1, [32, 32]>> -> tensor<8x64xf32, #tp.replicate>
+    // CHECK: tp.reduce_scatter %{{.*}} sum dim = 0 {module = "model.layers.0.self_attn.o_proj"} : tensor<8x64xf32, #tp.partial<sum>> -> tensor<2x64xf32, #tp.shard<0>>
+    %rs = tp.reduce_scatter %p sum dim = 0 {module = "model.layers.0.self_attn.o_proj"} : tensor<8x64xf32, #tp.partial<sum>> -> tensor<2x64xf32, #tp.shard<0>>
+    // CHECK: tp.reduce_scatter %{{.*}} sum dim = 1 {blocks = array<i64: 32, 32>} : tensor<8x64xf32, #tp.partial<sum>> -> tensor<8x16xf32, #tp.strided_shard<1, [32, 32]>>
+    %rss = tp.reduce_scatter %p sum dim = 1 {blocks = array<i64: 32, 32>} : tensor<8x64xf32, #tp.partial<sum>> -> tensor<8x16xf32, #tp.strided_shard<1, [32, 32]>>
+    // CHECK: tp.all_to_all %{{.*}} split_dim = 1 concat_dim = 0 : tensor<2x64xf32, #tp.shard<0>> -> tensor<8x16xf32, #tp.shard<1>>
+    %t = tp.all_to_all %rs split_dim = 1 concat_dim = 0 : tensor<2x64xf32, #tp.shard<0>> -> tensor<8x16xf32, #tp.shard<1>>
+    // CHECK: tp.local_reshard %{{.*}} : tensor<8x16xf32, #tp.shard<1>> -> tensor<8x64xf32, #tp.partial<sum>>
+    %lp = tp.local_reshard %x : tensor<8x16xf32, #tp.shard<1>> -> tensor<8x64xf32, #tp.partial<sum>>
+    return
   }
 }

@@ -80,6 +80,23 @@ LogicalResult PartialAttr::verifyFor(ArrayRef<int64_t>,
   return success();
 }
 
+LogicalResult ShardDescAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                                    int64_t dim, ArrayRef<int64_t> hfShape,
+                                    ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes,
+                                    int64_t chunks) {
+  if (dim < 0 || dim >= static_cast<int64_t>(hfShape.size()))
+    return emitError() << "shard_desc: dim " << dim << " is not a dim of the HF tensor";
+  if (offsets.empty() || offsets.size() != sizes.size())
+    return emitError() << "shard_desc: needs as many offsets as sizes, at least one";
+  if (chunks < 1)
+    return emitError() << "shard_desc: chunks must be at least 1, got " << chunks;
+  for (auto [offset, size] : llvm::zip(offsets, sizes))
+    if (offset < 0 || size < 1 || offset + size > hfShape[dim])
+      return emitError() << "shard_desc: block [" << offset << ", " << offset + size
+                         << ") is outside dim " << dim << " of size " << hfShape[dim];
+  return success();
+}
+
 LogicalResult MeshAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, int64_t size) {
   if (size < 1)
     return emitError() << "the tp size must be at least 1, got " << size;

@@ -35,6 +35,18 @@ LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
                              << attr.getValue();
     return success();
   }
+  if (name == kOperandLayoutsAttrName) {
+    auto layouts = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!layouts || layouts.size() != op->getNumOperands() ||
+        !llvm::all_of(layouts, [](Attribute a) { return isa<PlacementAttr>(a); }))
+      return op->emitError() << "'" << name << "' must list one placement per operand";
+    return success();
+  }
+  if (name == kOutputLayoutAttrName) {
+    if (!isa<PlacementAttr>(attr.getValue()) || op->getNumResults() != 1)
+      return op->emitError() << "'" << name << "' must be a placement on a one-result op";
+    return success();
+  }
   return op->emitError() << "unknown tp dialect attribute '" << name << "'";
 }
 
@@ -47,6 +59,16 @@ StringRef tpc::tp::getModuleName(Operation *op) {
   if (auto module = op->getAttrOfType<StringAttr>("module"))
     return module.getValue();
   return {};
+}
+
+PlacementAttr tpc::tp::getPlacement(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor ? dyn_cast_or_null<PlacementAttr>(tensor.getEncoding()) : PlacementAttr();
+}
+
+RankedTensorType tpc::tp::withPlacement(Type type, PlacementAttr placement) {
+  auto tensor = cast<RankedTensorType>(type);
+  return RankedTensorType::get(tensor.getShape(), tensor.getElementType(), placement);
 }
 
 std::optional<int64_t> tpc::tp::getMeshSize(ModuleOp module) {

@@ -98,7 +98,8 @@ LogicalResult expectDim(Operation *op, Value v, int64_t dim) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult ParamOp::verify() {
-  if (auto placement = getPlacementAttr())
+  // Once partitioned (a shard descriptor is set) the type is local and the placement global.
+  if (auto placement = getPlacementAttr(); placement && !getShardAttr())
     return placement.verifyFor(getTensorType().getShape(), [&] {
       return emitError() << "parameter " << getSymName() << ": ";
     });
@@ -109,9 +110,18 @@ LogicalResult WeightOp::verifySymbolUses(SymbolTableCollection &symbols) {
   auto param = symbols.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
   if (!param)
     return emitError() << "no tp.param named " << getParamAttr();
-  if (param.getTensorType() != getType())
-    return emitError() << "parameter " << param.getSymName() << " is " << param.getType()
-                       << ", but tp.weight reads it as " << getType();
+  RankedTensorType declared = param.getTensorType(), read = getType();
+  if (declared.getShape() != read.getShape() ||
+      declared.getElementType() != read.getElementType())
+    return emitError() << "parameter " << param.getSymName() << " is " << declared
+                       << ", but tp.weight reads it as " << read;
+  PlacementAttr placement = getPlacement(read);
+  PlacementAttr expected = param.getPlacementAttr();
+  if (!expected)
+    expected = ReplicateAttr::get(getContext());
+  if (placement && !samePlacement(placement, expected, read.getRank()))
+    return emitError() << "parameter " << param.getSymName() << " is placed " << expected.str()
+                       << ", but tp.weight reads it as " << placement.str();
   return success();
 }
 
@@ -285,15 +295,55 @@ LogicalResult ConcatOp::verify() {
 // Communication
 //===----------------------------------------------------------------------===//
 
-LogicalResult RedistributeOp::verify() {
-  ArrayRef<int64_t> shape = tensorOf(getInput()).getShape();
-  for (PlacementAttr placement : {getSrc(), getDst()})
-    if (failed(placement.verifyFor(shape, [&] { return moduleError(*this); })))
-      return failure();
+/// Redistributions and local reshards carry their placements as type encodings.
+static LogicalResult verifyPlacedPair(Operation *op, bool sameShape) {
+  RankedTensorType in = tensorOf(op->getOperand(0)), out = tensorOf(op->getResult(0));
+  PlacementAttr src = getPlacement(in), dst = getPlacement(out);
+  if (!src || !dst)
+    return moduleError(op) << "the operand and result types must carry placements, got " << in
+                           << " -> " << out;
+  if (in.getElementType() != out.getElementType() || in.getRank() != out.getRank() ||
+      (sameShape && in.getShape() != out.getShape()))
+    return moduleError(op) << "a change of placement keeps the "
+                           << (sameShape ? "shape" : "rank and element type") << ", got "
+                           << in << " -> " << out;
+  // Only a redistribution is sure to see global shapes; after tp-partition they are local.
+  if (sameShape)
+    for (PlacementAttr placement : {src, dst})
+      if (failed(placement.verifyFor(in.getShape(), [&] { return moduleError(op); })))
+        return failure();
   return success();
 }
 
-LogicalResult AllReduceOp::verify() { return success(); }
+PlacementAttr RedistributeOp::getSrc() { return getPlacement(getInput()); }
+PlacementAttr RedistributeOp::getDst() { return getPlacement(getResult()); }
+
+LogicalResult RedistributeOp::verify() { return verifyPlacedPair(*this, /*sameShape=*/true); }
+
+OpFoldResult RedistributeOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getResult().getType())
+    return getInput();
+  return {};
+}
+
+LogicalResult LocalReshardOp::verify() {
+  if (failed(verifyPlacedPair(*this, /*sameShape=*/false)))
+    return failure();
+  PlacementAttr src = getPlacement(getInput()), dst = getPlacement(getResult());
+  bool fromReplicate = isa<ReplicateAttr>(src) && !isa<ReplicateAttr>(dst);
+  bool shardToPartial = isa<ShardAttr, StridedShardAttr>(src) && isa<PartialAttr>(dst);
+  if (!fromReplicate && !shardToPartial)
+    return moduleError(*this) << src.str() << " -> " << dst.str()
+                              << " needs communication; use tp.redistribute";
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() {
+  RankedTensorType a = tensorOf(getInput()), b = tensorOf(getResult());
+  if (a.getShape() != b.getShape() || a.getElementType() != b.getElementType())
+    return moduleError(*this) << "the sum keeps the shape, got " << a << " -> " << b;
+  return success();
+}
 
 /// all_gather and reduce_scatter change the size of one dim only.
 static LogicalResult verifyResizesOneDim(Operation *op, int64_t dim) {

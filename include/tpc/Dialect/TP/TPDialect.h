@@ -27,6 +27,16 @@ namespace tpc::tp {
 inline constexpr llvm::StringLiteral kMeshAttrName = "tp.mesh";
 /// Name of the discardable attribute that attaches a module strategy to a layer op.
 inline constexpr llvm::StringLiteral kStrategyAttrName = "tp.strategy";
+/// What tp-propagate-layouts leaves for tp-insert-redistribute: the placement each operand
+/// must have, and the placement a module hook gives the op's result.
+inline constexpr llvm::StringLiteral kOperandLayoutsAttrName = "tp.operand_layouts";
+inline constexpr llvm::StringLiteral kOutputLayoutAttrName = "tp.output_layout";
+
+/// The placement a value's type carries as its encoding; null when it has none.
+PlacementAttr getPlacement(mlir::Type type);
+inline PlacementAttr getPlacement(mlir::Value value) { return getPlacement(value.getType()); }
+/// The same tensor type with `placement` as its encoding.
+mlir::RankedTensorType withPlacement(mlir::Type type, PlacementAttr placement);
 
 /// Normalizes a possibly negative dim against a rank; -1 when out of range.
 int64_t normalizeDim(int64_t dim, int64_t rank);
