@@ -26,4 +26,73 @@ def TPApplyPlan : Pass<"tp-apply-plan", "::mlir::ModuleOp"> {
   ];
 }
 
+def TPPropagateLayouts : Pass<"tp-propagate-layouts", "::mlir::ModuleOp"> {
+  let summary = "Give every value a placement, from the plan's hooks and each op's rule";
+  let description = [{
+    Walks the graph in order. Parameters keep the plan's placements; each op's sharding rule
+    (DTensor's) says what placement it needs of its operands and what it computes, after a
+    module's input hook has applied; a module's output hook gives its result the strategy's
+    output layout. Results get their placement as the type's encoding; ops record the
+    placements their operands must have (`tp.operand_layouts`) and any output hook
+    (`tp.output_layout`) for tp-insert-redistribute. Before that, k/v projections of
+    attention with fewer KV heads than tp (tp a multiple of them) are rewritten to tp virtual
+    KV heads. Splits that cannot work (heads, KV heads, experts, a dim smaller than tp) are
+    errors naming the module, dim, size and tp.
+
+    With `sequence-parallel` (or a plan entry naming sequence_parallel) the residual stream is
+    split by tokens: the embedding's output and the outputs of modules that reduce a Partial
+    become Shard(0), so those all_reduces become reduce_scatters and the next colwise input
+    an all_gather.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+  let options = [
+    Option<"sequenceParallel", "sequence-parallel", "bool", /*default=*/"false",
+           "split the residual stream by tokens (Shard(0))">,
+  ];
+}
+
+def TPInsertRedistribute : Pass<"tp-insert-redistribute", "::mlir::ModuleOp"> {
+  let summary = "Materialize tp.redistribute wherever a producer's placement is not what a consumer needs";
+  let description = [{
+    Reads what tp-propagate-layouts recorded: after each op with an output hook, a
+    redistribution to the hooked layout; before each operand whose placement differs from
+    the one required, a redistribution (shared by consumers that need the same one).
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
+def TPFoldRedistribute : Pass<"tp-fold-redistribute", "::mlir::ModuleOp"> {
+  let summary = "Compose, cancel and merge redistributions";
+  let description = [{
+    - a chain of two redistributions becomes one when the cost model says it is cheaper:
+      (P->R)(R->S(d)) is a reduce_scatter, (S(d)->R)(R->S(d)) nothing;
+    - Partials joined by a sum share one reduce: (P->X) a + (P->X) b = (P->X)(a + b);
+    - a redistribution whose consumers all take its source placement as well disappears;
+    - a gather after a colwise linear whose data only reaches split-input rowwise linears
+      through head- or block-aligned ops is removed by sharding the colwise weight as a
+      strided shard of those blocks (transformers' Phi3 plan: fused qkv and gate_up).
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
+def TPLowerRedistribute : Pass<"tp-lower-redistribute", "::mlir::ModuleOp"> {
+  let summary = "Lower tp.redistribute to collectives and local reshards";
+  let description = [{
+    Each redistribution becomes the planner's cheapest sequence of tp.all_reduce,
+    tp.all_gather, tp.reduce_scatter, tp.all_to_all and tp.local_reshard.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
+def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
+  let summary = "Global shapes to per-rank local shapes; shard descriptors for the loader";
+  let description = [{
+    Every sharded dim becomes its torch.chunk piece (ceil(n / tp), padded on trailing ranks),
+    head counts are divided by tp, slices of strided shards move to local offsets, and every
+    sharded parameter records in `shard` which rows, columns or blocks of the HF tensor this
+    rank loads.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
 #endif // TPC_TP_PASSES_TD

@@ -1,0 +1,73 @@
+// tp-insert-redistribute: turn what tp-propagate-layouts recorded into tp.redistribute ops.
+#include "tpc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace tpc::tp {
+#define GEN_PASS_DEF_TPINSERTREDISTRIBUTE
+#include "TP/TPPasses.h.inc"
+} // namespace tpc::tp
+
+using namespace mlir;
+using namespace tpc::tp;
+
+namespace {
+
+StringAttr moduleAttr(Operation *op) { return op->getAttrOfType<StringAttr>("module"); }
+
+struct TPInsertRedistributePass
+    : tpc::tp::impl::TPInsertRedistributeBase<TPInsertRedistributePass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    OpBuilder builder(&getContext());
+
+    // Output hooks first, so consumers then see the hooked value.
+    module.walk([&](Operation *op) {
+      auto out = op->getAttrOfType<PlacementAttr>(kOutputLayoutAttrName);
+      if (!out)
+        return;
+      op->removeAttr(kOutputLayoutAttrName);
+      Value result = op->getResult(0);
+      builder.setInsertionPointAfter(op);
+      auto redistribute = RedistributeOp::create(
+          builder, op->getLoc(), withPlacement(result.getType(), out), result, moduleAttr(op));
+      result.replaceAllUsesExcept(redistribute.getResult(), redistribute);
+    });
+
+    // Then each operand that is not in the placement its consumer needs. Consumers that need
+    // the same placement of one value share one redistribution, placed after its producer.
+    llvm::DenseMap<std::pair<Value, Attribute>, Value> converted;
+    module.walk([&](Operation *op) {
+      auto layouts = op->getAttrOfType<ArrayAttr>(kOperandLayoutsAttrName);
+      if (!layouts)
+        return;
+      op->removeAttr(kOperandLayoutsAttrName);
+      for (auto [operand, required] : llvm::zip(op->getOpOperands(), layouts)) {
+        Value value = operand.get();
+        auto need = cast<PlacementAttr>(required);
+        PlacementAttr have = getPlacement(value);
+        int64_t rank = cast<RankedTensorType>(value.getType()).getRank();
+        if (!have || samePlacement(have, need, rank))
+          continue;
+        Value &to = converted[{value, need}];
+        if (!to) {
+          if (Operation *producer = value.getDefiningOp())
+            builder.setInsertionPointAfter(producer);
+          else
+            builder.setInsertionPointToStart(cast<BlockArgument>(value).getOwner());
+          to = RedistributeOp::create(builder, op->getLoc(), withPlacement(value.getType(), need),
+                                      value, moduleAttr(op));
+        }
+        operand.set(to);
+      }
+    });
+    for (auto func : module.getOps<func::FuncOp>()) {
+      auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+      func.setType(FunctionType::get(&getContext(), func.getBody().getArgumentTypes(),
+                                     ret.getOperandTypes()));
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,82 @@
+// tp-lower-redistribute: each tp.redistribute becomes the planner's steps.
+#include "tpc/Analysis/Redistribute.h"
+#include "tpc/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace tpc::tp {
+#define GEN_PASS_DEF_TPLOWERREDISTRIBUTE
+#include "TP/TPPasses.h.inc"
+} // namespace tpc::tp
+
+using namespace mlir;
+using namespace tpc;
+using namespace tpc::tp;
+
+namespace {
+
+int64_t dimOf(PlacementAttr p) {
+  if (auto shard = dyn_cast<ShardAttr>(p))
+    return shard.getDim();
+  return cast<StridedShardAttr>(p).getDim();
+}
+
+DenseI64ArrayAttr blocksOf(PlacementAttr p) {
+  if (auto strided = dyn_cast<StridedShardAttr>(p))
+    return DenseI64ArrayAttr::get(p.getContext(), strided.getBlocks());
+  return nullptr;
+}
+
+struct TPLowerRedistributePass
+    : tpc::tp::impl::TPLowerRedistributeBase<TPLowerRedistributePass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::optional<int64_t> tp = getMeshSize(module);
+    if (!tp) {
+      module.emitError() << "no tp.mesh on the module: run tp-apply-plan first";
+      return signalPassFailure();
+    }
+    SmallVector<RedistributeOp> redistributes;
+    module.walk([&](RedistributeOp op) { redistributes.push_back(op); });
+    for (RedistributeOp op : redistributes) {
+      auto type = cast<RankedTensorType>(op.getType());
+      FailureOr<SmallVector<RedistributeStep>> plan =
+          planRedistribute(op.getSrc(), op.getDst(), type.getRank(), *tp);
+      if (failed(plan)) {
+        op.emitError() << "no plan from " << op.getSrc().str() << " to " << op.getDst().str();
+        return signalPassFailure();
+      }
+      OpBuilder builder(op);
+      Value value = op.getInput();
+      StringAttr module = op.getModuleAttr();
+      Location loc = op.getLoc();
+      for (const RedistributeStep &step : *plan) {
+        Type to = withPlacement(type, step.to);
+        switch (step.kind) {
+        case CollectiveKind::AllReduce:
+          value = AllReduceOp::create(builder, loc, to, value, ReduceKind::sum, module);
+          break;
+        case CollectiveKind::AllGather:
+          value = AllGatherOp::create(builder, loc, to, value, dimOf(step.from),
+                                      blocksOf(step.from), module);
+          break;
+        case CollectiveKind::ReduceScatter:
+          value = ReduceScatterOp::create(builder, loc, to, value, dimOf(step.to),
+                                          ReduceKind::sum, blocksOf(step.to), module);
+          break;
+        case CollectiveKind::AllToAll:
+          value = AllToAllOp::create(builder, loc, to, value, dimOf(step.to), dimOf(step.from),
+                                     module);
+          break;
+        case CollectiveKind::Local:
+          value = LocalReshardOp::create(builder, loc, to, value, module);
+          break;
+        }
+      }
+      op.replaceAllUsesWith(value);
+      op.erase();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,224 @@
+// tp-propagate-layouts: every value gets a placement (its type's encoding), from the plan's
+// module hooks and each op's sharding rule; what each op needs of its operands is recorded
+// for tp-insert-redistribute.
+#include "tpc/Analysis/Redistribute.h"
+#include "tpc/Transforms/LayoutRules.h"
+#include "tpc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace tpc::tp {
+#define GEN_PASS_DEF_TPPROPAGATELAYOUTS
+#include "TP/TPPasses.h.inc"
+} // namespace tpc::tp
+
+using namespace mlir;
+using namespace tpc;
+using namespace tpc::tp;
+
+namespace {
+
+int64_t rankOf(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
+
+ParamOp paramOf(WeightOp weight) {
+  return SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr());
+}
+
+/// Parameter-level checks before any value is placed: strategies tpc cannot run yet, and
+/// splits that leave a rank with nothing or experts that do not divide.
+LogicalResult checkParams(ModuleOp module, int64_t tp) {
+  bool ok = true;
+  for (ParamOp param : module.getOps<ParamOp>()) {
+    std::optional<StringRef> strategy = param.getStrategy();
+    if (strategy == "mla_kv_a_proj") {
+      param.emitError() << "parameter " << param.getSymName()
+                        << ": mla_kv_a_proj (DeepSeek MLA attention) is not supported yet";
+      ok = false;
+      continue;
+    }
+    PlacementAttr placement = param.getPlacementAttr();
+    if (!placement)
+      continue;
+    ArrayRef<int64_t> shape = param.getTensorType().getShape();
+    placement = normalizePlacement(placement, shape.size());
+    SmallVector<int64_t> pieces;
+    int64_t dim = -1;
+    if (auto shard = dyn_cast<ShardAttr>(placement)) {
+      dim = shard.getDim();
+      pieces.push_back(shape[dim]);
+    } else if (auto strided = dyn_cast<StridedShardAttr>(placement)) {
+      dim = strided.getDim();
+      llvm::append_range(pieces, strided.getBlocks());
+    }
+    if (strategy == "grouped_gemm" && dim == 0 && shape[0] % tp != 0) {
+      param.emitError() << "parameter " << param.getSymName() << " (grouped_gemm): "
+                        << shape[0] << " experts (dim 0) do not divide by tp " << tp;
+      ok = false;
+      continue;
+    }
+    for (int64_t piece : pieces)
+      if (piece < tp) {
+        param.emitError() << "parameter " << param.getSymName() << ": dim " << dim
+                          << " of size " << piece << " split as " << placement.str()
+                          << " over tp " << tp << " leaves some ranks nothing";
+        ok = false;
+        break;
+      }
+  }
+  return success(ok);
+}
+
+/// tp > num_kv_heads, a multiple of it: each real KV head is repeated tp / num_kv_heads times
+/// so that the colwise k/v projections split into one head per rank, the head its query
+/// heads read (transformers fails mid-forward here).
+LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
+  bool ok = true;
+  module.walk([&](AttentionOp attention) {
+    int64_t kvHeads = attention.getNumKvHeads();
+    if (kvHeads >= tp || tp % kvHeads != 0)
+      return;
+    auto projection = [](Value v) -> LinearOp {
+      if (auto rotary = v.getDefiningOp<RotaryOp>())
+        v = rotary.getInput();
+      return v.getDefiningOp<LinearOp>();
+    };
+    LinearOp k = projection(attention.getKey()), v = projection(attention.getValue());
+    if (!k || !v)
+      return;
+    auto isColwise = [](LinearOp linear) {
+      auto weight = linear.getWeight().getDefiningOp<WeightOp>();
+      ParamOp param = weight ? paramOf(weight) : ParamOp();
+      PlacementAttr p = param ? param.getPlacementAttr() : PlacementAttr();
+      return p && normalizePlacement(p, 2) == ShardAttr::get(linear.getContext(), 0);
+    };
+    if (!isColwise(k) || !isColwise(v))
+      return;
+    int64_t repeat = tp / kvHeads;
+    auto widen = [&](Value value, int64_t dim) {
+      auto type = cast<RankedTensorType>(value.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[dim] *= repeat;
+      value.setType(type.clone(shape));
+    };
+    for (LinearOp linear : {k, v}) {
+      for (Value operand : {linear.getWeight(), linear.getBias()}) {
+        if (!operand)
+          continue;
+        auto weight = operand.getDefiningOp<WeightOp>();
+        ParamOp param = weight ? paramOf(weight) : ParamOp();
+        if (!param || !operand.hasOneUse()) {
+          attention.emitError() << getModuleName(attention)
+                                << ": virtual KV heads need k_proj and v_proj to own their "
+                                   "parameters";
+          ok = false;
+          return;
+        }
+        RankedTensorType type = param.getTensorType();
+        SmallVector<int64_t> shape(type.getShape());
+        shape[0] *= repeat;
+        param.setType(type.clone(shape));
+        param.setHeadRepeat(repeat);
+        widen(operand, 0);
+      }
+      widen(linear.getResult(), 1);
+    }
+    if (auto rotary = attention.getKey().getDefiningOp<RotaryOp>())
+      widen(rotary.getResult(), 1);
+    attention.setNumKvHeads(tp);
+  });
+  return success(ok);
+}
+
+struct TPPropagateLayoutsPass
+    : tpc::tp::impl::TPPropagateLayoutsBase<TPPropagateLayoutsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::optional<int64_t> tp = getMeshSize(module);
+    if (!tp) {
+      module.emitError() << "no tp.mesh on the module: run tp-apply-plan first";
+      return signalPassFailure();
+    }
+    if (failed(checkParams(module, *tp)) || failed(rewriteVirtualKVHeads(module, *tp)))
+      return signalPassFailure();
+
+    bool sequence = sequenceParallel;
+    module.walk([&](Operation *op) {
+      if (auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName))
+        sequence |= strategy.getName() == "sequence_parallel";
+    });
+
+    LayoutRules rules(&getContext(), *tp);
+    bool ok = true;
+    for (auto func : module.getOps<func::FuncOp>())
+      ok &= succeeded(propagate(func, rules, sequence));
+    if (!ok)
+      signalPassFailure();
+  }
+
+  LogicalResult propagate(func::FuncOp func, LayoutRules &rules, bool sequence) {
+    bool ok = true;
+    // What each value's consumers see: its placement after any output hook.
+    llvm::DenseMap<Value, PlacementAttr> effective;
+    for (BlockArgument arg : func.getArguments()) {
+      arg.setType(withPlacement(arg.getType(), rules.replicate()));
+      effective[arg] = rules.replicate();
+    }
+    func.walk([&](Operation *op) {
+      if (op == func)
+        return;
+      StringRef module = getModuleName(op);
+      auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
+      SmallVector<PlacementAttr> in;
+      for (Value operand : op->getOperands())
+        in.push_back(effective.lookup(operand) ? effective.lookup(operand)
+                                               : rules.replicate());
+      // A module's input hook: what comes from outside the module arrives in its layout.
+      if (strategy && strategy.getInput() && op->getNumOperands() > 0) {
+        Operation *producer = op->getOperand(0).getDefiningOp();
+        if (!producer || getModuleName(producer) != module)
+          in[0] = normalizePlacement(strategy.getInput(), rankOf(op->getOperand(0)));
+      }
+      FailureOr<OpLayout> layout = rules.infer(op, in);
+      if (failed(layout)) {
+        ok = false;
+        layout = OpLayout{SmallVector<PlacementAttr>(in.size(), rules.replicate()),
+                          op->getNumResults() ? rules.replicate() : PlacementAttr()};
+      }
+      Builder builder(op->getContext());
+      if (op->getNumOperands())
+        op->setAttr(kOperandLayoutsAttrName,
+                    builder.getArrayAttr(SmallVector<Attribute>(layout->operands.begin(),
+                                                                layout->operands.end())));
+      if (op->getNumResults() != 1 || !layout->result)
+        return;
+      Value result = op->getResult(0);
+      result.setType(withPlacement(result.getType(), layout->result));
+      PlacementAttr out = layout->result;
+      // A module's output hook applies where the result leaves the module.
+      bool leaves = llvm::any_of(result.getUsers(), [&](Operation *user) {
+        return getModuleName(user) != module;
+      });
+      if (strategy && strategy.getOutput() && leaves) {
+        out = normalizePlacement(strategy.getOutput(), rankOf(result));
+        if (sequence && isa<PartialAttr>(layout->result) && isa<ReplicateAttr>(out))
+          out = rules.shard(0); // the reduce becomes a reduce_scatter over tokens
+      }
+      if (sequence && isa<EmbeddingOp>(op))
+        out = rules.shard(0); // the residual stream starts split by tokens
+      if (!samePlacement(out, layout->result, rankOf(result)))
+        op->setAttr(kOutputLayoutAttrName, out);
+      effective[result] = out;
+    });
+    // The signature follows the placed values (results become Replicate once
+    // tp-insert-redistribute has met what return needs).
+    auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+    func.setType(FunctionType::get(func.getContext(), func.getBody().getArgumentTypes(),
+                                   ret.getOperandTypes()));
+    return success(ok);
+  }
+};
+
+} // namespace
