@@ -39,15 +39,16 @@ def TPPropagateLayouts : Pass<"tp-propagate-layouts", "::mlir::ModuleOp"> {
     KV heads. Splits that cannot work (heads, KV heads, experts, a dim smaller than tp) are
     errors naming the module, dim, size and tp.
 
-    With `sequence-parallel` (or a plan entry naming sequence_parallel) the residual stream is
-    split by tokens: the embedding's output and the outputs of modules that reduce a Partial
-    become Shard(0), so those all_reduces become reduce_scatters and the next colwise input
-    an all_gather.
+    With sequence parallelism the residual stream is split by tokens: the embedding's output
+    and the outputs of modules that reduce a Partial become Shard(0), so those all_reduces
+    become reduce_scatters and the next colwise input an all_gather. `auto` turns it on when
+    the plan names sequence_parallel; `off` also ignores those entries, as the fallback for
+    token counts tp does not divide (decode steps, short prompts).
   }];
   let dependentDialects = ["::tpc::tp::TPDialect"];
   let options = [
-    Option<"sequenceParallel", "sequence-parallel", "bool", /*default=*/"false",
-           "split the residual stream by tokens (Shard(0))">,
+    Option<"sequenceParallel", "sequence-parallel", "std::string", /*default=*/"\"auto\"",
+           "auto, on or off: split the residual stream by tokens (Shard(0))">,
   ];
 }
 

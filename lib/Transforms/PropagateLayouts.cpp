@@ -144,10 +144,20 @@ struct TPPropagateLayoutsPass
     if (failed(checkParams(module, *tp)) || failed(rewriteVirtualKVHeads(module, *tp)))
       return signalPassFailure();
 
-    bool sequence = sequenceParallel;
+    if (!llvm::is_contained({"auto", "on", "off"}, sequenceParallel)) {
+      module.emitError() << "sequence-parallel must be auto, on or off, got '"
+                         << sequenceParallel << "'";
+      return signalPassFailure();
+    }
+    bool sequence = sequenceParallel == "on";
     module.walk([&](Operation *op) {
-      if (auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName))
-        sequence |= strategy.getName() == "sequence_parallel";
+      auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
+      if (!strategy || strategy.getName() != "sequence_parallel")
+        return;
+      if (sequenceParallel == "off") // the fallback runs these norms on whole rows
+        op->removeAttr(kStrategyAttrName);
+      else
+        sequence = true;
     });
 
     LayoutRules rules(&getContext(), *tp);

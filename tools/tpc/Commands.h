@@ -11,6 +11,7 @@ namespace tpc {
 /// Adds a subcommand; `run` is set to what runs it once CLI11 has parsed the options.
 using CommandRunner = std::function<int()>;
 void addCheckCommand(CLI::App &app, CommandRunner &run);
+void addAnalyzeCommand(CLI::App &app, CommandRunner &run);
 
 } // namespace tpc
 

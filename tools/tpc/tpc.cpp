@@ -10,6 +10,7 @@ int main(int argc, char **argv) {
   app.set_version_flag("--version", "tpc 0.1.0");
   tpc::CommandRunner run;
   tpc::addCheckCommand(app, run);
+  tpc::addAnalyzeCommand(app, run);
   CLI11_PARSE(app, argc, argv);
   return run ? run() : 0;
 }

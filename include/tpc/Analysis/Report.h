@@ -1,0 +1,65 @@
+// What `tpc analyze` reports, computed from the IR the pipeline produces: the collectives of
+// each phase, transformers' count for the same plan, and memory per rank.
+#ifndef TPC_ANALYSIS_REPORT_H
+#define TPC_ANALYSIS_REPORT_H
+
+#include "tpc/Analysis/CostModel.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace tpc {
+
+struct CollectiveEntry {
+  std::string layer;  // model.layers.N, or the top-level module
+  std::string module; // the HF module whose hook or op needs it
+  CollectiveKind kind;
+  int64_t dim = -1;       // gathered or scattered dim; -1 where none
+  double bytes = 0;       // the collective's full (global) tensor
+  double sentBytes = 0;   // what each rank sends for it (cost model)
+};
+
+struct PhaseReport {
+  std::string name;
+  int64_t tokens = 0;
+  bool sequenceParallel = false;
+  std::vector<CollectiveEntry> collectives;   // tpc's, after folding
+  std::vector<CollectiveEntry> transformers;  // transformers' module hooks, same plan
+};
+
+struct MemoryReport {
+  double weights = 0, unshardedWeights = 0, kvCache = 0, arena = 0;
+  int64_t maxSeqLen = 0, arenaTokens = 0;
+};
+
+/// "model.layers.3" for any module inside decoder layer 3; the module itself otherwise.
+std::string layerOf(llvm::StringRef module);
+
+/// The collectives of a module after tp-lower-redistribute (global shapes), with `tokens`
+/// for every dynamic (sequence) dim.
+std::vector<CollectiveEntry> collectCollectives(mlir::ModuleOp lowered, int64_t tokens);
+
+/// transformers' count, from its module-boundary hooks before any folding: every module with
+/// a strategy whose forward hook communicates (design.md's module table) runs that collective
+/// once on its output: all_gather(-1) for colwise_gather_output, colwise_rep and
+/// embedding_colwise; all_reduce for rowwise, rowwise_split_input, rowwise_rep,
+/// embedding_rowwise, all_reduce and moe_tp_experts. Bytes: the module output's size.
+std::vector<CollectiveEntry> transformersCollectives(mlir::ModuleOp planned, int64_t tokens);
+
+/// Bytes of every tp.param as typed (global before tp-partition, local after).
+double parameterBytes(mlir::ModuleOp module);
+/// Keys and values of every attention layer for `maxSeqLen` tokens, as partitioned.
+double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
+/// The peak of live activations (by lifetime, in program order) of a `tokens` forward.
+double arenaBytes(mlir::ModuleOp partitioned, int64_t tokens);
+
+/// Graphviz DOT of a lowered module: ops as nodes (collectives highlighted), edges labelled
+/// with the placement of the value they carry.
+void writeDot(mlir::ModuleOp lowered, llvm::raw_ostream &os);
+
+} // namespace tpc
+
+#endif // TPC_ANALYSIS_REPORT_H

@@ -1,0 +1,192 @@
+// The numbers behind `tpc analyze`, read off the IR the pipeline produced.
+#include "tpc/Analysis/Report.h"
+
+#include "tpc/Analysis/Redistribute.h"
+#include "tpc/Dialect/TP/TPDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace tpc;
+using namespace tpc::tp;
+
+namespace {
+
+int64_t elementBytes(RankedTensorType type) {
+  return std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+}
+
+/// Bytes of a tensor with `tokens` for each dynamic dim; `perRankTokens` for a dim the
+/// placement splits by tokens (a local shape after tp-partition).
+double tensorBytes(Type t, int64_t tokens) {
+  auto type = cast<RankedTensorType>(t);
+  double elements = 1;
+  for (int64_t d : type.getShape())
+    elements *= ShapedType::isDynamic(d) ? tokens : d;
+  return elements * elementBytes(type);
+}
+
+int64_t collectiveDim(Operation *op) {
+  if (auto gather = dyn_cast<AllGatherOp>(op))
+    return normalizeDim(gather.getDim(), gather.getType().getRank());
+  if (auto scatter = dyn_cast<ReduceScatterOp>(op))
+    return normalizeDim(scatter.getDim(), scatter.getType().getRank());
+  if (auto a2a = dyn_cast<AllToAllOp>(op))
+    return normalizeDim(a2a.getSplitDim(), a2a.getType().getRank());
+  return -1;
+}
+
+} // namespace
+
+std::string tpc::layerOf(StringRef module) {
+  if (!module.starts_with("model.layers."))
+    return module.str();
+  StringRef rest = module.drop_front(strlen("model.layers."));
+  return ("model.layers." + rest.take_while([](char c) { return llvm::isDigit(c); })).str();
+}
+
+std::vector<CollectiveEntry> tpc::collectCollectives(ModuleOp lowered, int64_t tokens) {
+  int64_t tp = getMeshSize(lowered).value_or(1);
+  std::vector<CollectiveEntry> entries;
+  lowered.walk([&](Operation *op) {
+    std::optional<CollectiveKind> kind;
+    if (isa<AllReduceOp>(op))
+      kind = CollectiveKind::AllReduce;
+    else if (isa<AllGatherOp>(op))
+      kind = CollectiveKind::AllGather;
+    else if (isa<ReduceScatterOp>(op))
+      kind = CollectiveKind::ReduceScatter;
+    else if (isa<AllToAllOp>(op))
+      kind = CollectiveKind::AllToAll;
+    if (!kind)
+      return;
+    CollectiveEntry entry;
+    entry.module = getModuleName(op).str();
+    entry.layer = layerOf(entry.module);
+    entry.kind = *kind;
+    entry.dim = collectiveDim(op);
+    entry.bytes = tensorBytes(op->getResult(0).getType(), tokens);
+    entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
+    entries.push_back(std::move(entry));
+  });
+  return entries;
+}
+
+std::vector<CollectiveEntry> tpc::transformersCollectives(ModuleOp planned, int64_t tokens) {
+  int64_t tp = getMeshSize(planned).value_or(1);
+  std::vector<CollectiveEntry> entries;
+  llvm::StringSet<> seen;
+  planned.walk([&](Operation *op) {
+    auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
+    StringRef module = getModuleName(op);
+    if (!strategy || op->getNumResults() != 1 || seen.contains(module))
+      return;
+    // The hook runs where the module's output leaves it.
+    Value result = op->getResult(0);
+    if (llvm::none_of(result.getUsers(),
+                      [&](Operation *user) { return getModuleName(user) != module; }))
+      return;
+    StringRef name = strategy.getName();
+    std::optional<CollectiveKind> kind;
+    if (llvm::is_contained({"colwise_gather_output", "colwise_rep", "embedding_colwise"}, name))
+      kind = CollectiveKind::AllGather;
+    else if (llvm::is_contained({"rowwise", "rowwise_split_input", "rowwise_rep",
+                                 "embedding_rowwise", "all_reduce", "moe_tp_experts"},
+                                name))
+      kind = CollectiveKind::AllReduce;
+    if (!kind)
+      return;
+    seen.insert(module);
+    CollectiveEntry entry;
+    entry.module = module.str();
+    entry.layer = layerOf(module);
+    entry.kind = *kind;
+    entry.dim = *kind == CollectiveKind::AllGather
+                    ? cast<RankedTensorType>(result.getType()).getRank() - 1
+                    : -1;
+    entry.bytes = tensorBytes(result.getType(), tokens);
+    entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
+    entries.push_back(std::move(entry));
+  });
+  return entries;
+}
+
+double tpc::parameterBytes(ModuleOp module) {
+  double bytes = 0;
+  for (ParamOp param : module.getOps<ParamOp>())
+    bytes += tensorBytes(param.getTensorType(), 0);
+  return bytes;
+}
+
+double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
+  double bytes = 0;
+  partitioned.walk([&](AttentionOp attention) {
+    bytes += 2.0 * maxSeqLen * attention.getNumKvHeads() * attention.getHeadDim() *
+             elementBytes(cast<RankedTensorType>(attention.getKey().getType()));
+  });
+  return bytes;
+}
+
+double tpc::arenaBytes(ModuleOp partitioned, int64_t tokens) {
+  int64_t tp = getMeshSize(partitioned).value_or(1);
+  double peak = 0;
+  for (auto func : partitioned.getOps<func::FuncOp>()) {
+    // Each activation lives from its op to its last user; weights are not activations.
+    SmallVector<Operation *> ops;
+    llvm::DenseMap<Operation *, size_t> position;
+    func.walk([&](Operation *op) {
+      if (op != func)
+        position[op] = ops.size(), ops.push_back(op);
+    });
+    std::vector<double> delta(ops.size() + 1, 0);
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      if (isa<WeightOp>(op))
+        continue;
+      for (Value v : op->getResults()) {
+        PlacementAttr p = getPlacement(v);
+        bool byTokens = p && isa<ShardAttr>(p) &&
+                        normalizeDim(cast<ShardAttr>(p).getDim(),
+                                     cast<RankedTensorType>(v.getType()).getRank()) == 0;
+        double bytes = tensorBytes(v.getType(), byTokens ? (tokens + tp - 1) / tp : tokens);
+        size_t last = i;
+        for (Operation *user : v.getUsers())
+          last = std::max(last, position.lookup(user));
+        delta[i] += bytes;
+        delta[last + 1] -= bytes;
+      }
+    }
+    double live = 0;
+    for (double d : delta)
+      peak = std::max(peak, live += d);
+  }
+  return peak;
+}
+
+void tpc::writeDot(ModuleOp lowered, raw_ostream &os) {
+  os << "digraph tpc {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n"
+        "  edge [fontname=\"monospace\", fontsize=9];\n";
+  llvm::DenseMap<Operation *, unsigned> ids;
+  lowered.walk([&](Operation *op) {
+    if (isa<ModuleOp, func::FuncOp, ParamOp, WeightOp>(op))
+      return;
+    unsigned id = ids.size();
+    ids[op] = id;
+    bool collective = isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp>(op);
+    std::string label = op->getName().getStringRef().str();
+    if (StringRef module = getModuleName(op); !module.empty())
+      label += "\\n" + module.str();
+    os << "  n" << id << " [label=\"" << label << "\""
+       << (collective ? ", style=filled, fillcolor=\"#f4b183\"" : "") << "];\n";
+    for (Value operand : op->getOperands()) {
+      Operation *producer = operand.getDefiningOp();
+      if (!producer || !ids.count(producer))
+        continue;
+      PlacementAttr p = getPlacement(operand);
+      os << "  n" << ids[producer] << " -> n" << id << " [label=\""
+         << (p ? p.str() : std::string("?")) << "\"];\n";
+    }
+  });
+  os << "}\n";
+}

@@ -1,0 +1,285 @@
+// tpc analyze: the collectives a plan costs, per layer, for a prefill and a decode step,
+// against transformers' count for the same plan, and memory per rank.
+#include "Commands.h"
+#include "Session.h"
+
+#include "tpc/Analysis/Report.h"
+#include "tpc/Plan/Plan.h"
+#include "tpc/Transforms/Passes.h"
+#include "tpc/Transforms/Pipeline.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/core.h>
+#include <map>
+#include <nlohmann/json.hpp>
+
+using namespace mlir;
+
+namespace tpc {
+
+namespace {
+
+struct AnalyzeOptions {
+  std::string model, plan, strategies, dot;
+  int64_t tp = 0, prefillLen = 128, maxSeqLen = 2048;
+  bool sequenceParallel = false, json = false;
+};
+
+std::string countsOf(const std::vector<CollectiveEntry> &entries) {
+  std::map<std::string, int> counts;
+  for (const CollectiveEntry &e : entries)
+    ++counts[collectiveName(e.kind).str()];
+  std::string s;
+  for (auto &[name, n] : counts)
+    s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  return s.empty() ? "none" : s;
+}
+
+double totalBytes(const std::vector<CollectiveEntry> &entries) {
+  double total = 0;
+  for (const CollectiveEntry &e : entries)
+    total += e.bytes;
+  return total;
+}
+
+std::string describe(const CollectiveEntry &e) {
+  std::string s = collectiveName(e.kind).str();
+  if (e.dim >= 0)
+    s += " dim " + std::to_string(e.dim);
+  return s;
+}
+
+/// "2 all_reduce" when every decoder layer runs the same collectives; "" otherwise.
+std::string perLayer(const std::vector<CollectiveEntry> &entries) {
+  std::map<std::string, std::vector<CollectiveEntry>> layers;
+  for (const CollectiveEntry &e : entries)
+    if (llvm::StringRef(e.layer).starts_with("model.layers."))
+      layers[e.layer].push_back(e);
+  std::string pattern;
+  for (auto &[layer, list] : layers) {
+    std::string c = countsOf(list);
+    if (!pattern.empty() && c != pattern)
+      return "";
+    pattern = c;
+  }
+  return pattern;
+}
+
+nlohmann::ordered_json toJson(const std::vector<CollectiveEntry> &entries) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const CollectiveEntry &e : entries) {
+    nlohmann::ordered_json j;
+    j["layer"] = e.layer;
+    j["module"] = e.module;
+    j["kind"] = collectiveName(e.kind).str();
+    j["dim"] = e.dim >= 0 ? nlohmann::ordered_json(e.dim) : nlohmann::ordered_json();
+    j["bytes"] = e.bytes;
+    j["sent_bytes_per_rank"] = e.sentBytes;
+    list.push_back(j);
+  }
+  return list;
+}
+
+nlohmann::ordered_json summaryJson(const std::vector<CollectiveEntry> &entries) {
+  std::map<std::string, int> counts;
+  for (const CollectiveEntry &e : entries)
+    ++counts[collectiveName(e.kind).str()];
+  nlohmann::ordered_json j;
+  j["count"] = entries.size();
+  j["by_kind"] = counts;
+  j["bytes"] = totalBytes(entries);
+  return j;
+}
+
+void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
+  os << fmt::format("\n{} ({} token{}{}):\n", phase.name, phase.tokens,
+                    phase.tokens == 1 ? "" : "s",
+                    phase.sequenceParallel ? ", sequence parallel" : "");
+  size_t layerWidth = 5, moduleWidth = 6;
+  for (const CollectiveEntry &e : phase.collectives) {
+    layerWidth = std::max(layerWidth, e.layer.size());
+    moduleWidth = std::max(moduleWidth, e.module.size());
+  }
+  os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12}\n", "layer", layerWidth, "module",
+                    moduleWidth, "collective", "bytes");
+  for (const CollectiveEntry &e : phase.collectives)
+    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12.0f}\n", e.layer, layerWidth, e.module,
+                      moduleWidth, describe(e), e.bytes);
+  std::string layer = perLayer(phase.collectives);
+  if (!layer.empty())
+    os << "  per decoder layer: " << layer << "\n";
+  os << fmt::format("  tpc:          {} collectives ({}), {:.0f} bytes\n",
+                    phase.collectives.size(), countsOf(phase.collectives),
+                    totalBytes(phase.collectives));
+  os << fmt::format("  transformers: {} collectives ({}), {:.0f} bytes\n",
+                    phase.transformers.size(), countsOf(phase.transformers),
+                    totalBytes(phase.transformers));
+}
+
+} // namespace
+
+void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
+  auto opts = std::make_shared<AnalyzeOptions>();
+  CLI::App *cmd = app.add_subcommand(
+      "analyze", "Collectives per layer for a prefill and a decode step, against transformers' "
+                 "count, and memory per rank");
+  cmd->add_option("model", opts->model, "the model graph (tp dialect)")->required();
+  cmd->add_option("--plan", opts->plan, "plan.json, or a config.json with base_model_tp_plan")
+      ->required();
+  cmd->add_option("--tp", opts->tp, "ranks on the tp axis")->required();
+  cmd->add_option("--strategies", opts->strategies, "a JSON file of custom strategies");
+  cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
+                "split the residual stream by tokens where the token count divides by tp");
+  cmd->add_option("--prefill-len", opts->prefillLen, "prompt tokens of the prefill (default 128)");
+  cmd->add_option("--max-seq-len", opts->maxSeqLen, "tokens the KV cache holds (default 2048)");
+  cmd->add_flag("--json", opts->json, "print the report as JSON");
+  cmd->add_option("--dot", opts->dot,
+                  "write the lowered prefill graph as Graphviz DOT to this file (and an .svg "
+                  "beside it when `dot` is installed)");
+  cmd->callback([opts, &run] {
+    run = [opts]() -> int {
+      const AnalyzeOptions &o = *opts;
+      if (o.tp < 1) {
+        reportError(fmt::format("--tp must be at least 1, got {}", o.tp));
+        return 1;
+      }
+      if (o.prefillLen < 1 || o.maxSeqLen < 1) {
+        reportError("--prefill-len and --max-seq-len must be at least 1");
+        return 1;
+      }
+      if (o.prefillLen > o.maxSeqLen) {
+        reportError(fmt::format("--prefill-len {} exceeds --max-seq-len {}", o.prefillLen,
+                                o.maxSeqLen));
+        return 1;
+      }
+      Session session;
+      OwningOpRef<ModuleOp> module = session.loadModel(o.model);
+      if (!module)
+        return 1;
+      MemoryReport memory;
+      memory.unshardedWeights = parameterBytes(*module);
+      memory.maxSeqLen = o.maxSeqLen;
+      memory.arenaTokens = o.prefillLen;
+      if (failed(plan::applyPlan(*module, {o.plan, o.strategies, o.tp})))
+        return 1;
+
+      // Sequence parallelism where the tokens split evenly; all_reduce where they do not.
+      bool planned = false;
+      module->walk([&](Operation *op) {
+        if (auto s = op->getAttrOfType<tp::StrategyAttr>(tp::kStrategyAttrName))
+          planned |= s.getName() == "sequence_parallel";
+      });
+      bool wanted = o.sequenceParallel || planned;
+      bool prefillSplits = o.prefillLen % o.tp == 0 && o.prefillLen >= o.tp;
+      std::vector<std::string> notes;
+      if (wanted && !prefillSplits)
+        notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
+                                    "prefill: {} tokens do not split evenly over tp {}",
+                                    o.prefillLen, o.tp));
+      if (wanted && o.tp > 1)
+        notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
+                        "(1 token does not split over tp " + std::to_string(o.tp) + ")");
+      auto lower = [&](bool sequence) -> OwningOpRef<ModuleOp> {
+        OwningOpRef<ModuleOp> copy = module->clone();
+        PassManager pm(&session.context());
+        buildCollectivesPipeline(pm, wanted ? (sequence ? "on" : "off") : "auto");
+        if (failed(pm.run(*copy)))
+          return nullptr;
+        return copy;
+      };
+      OwningOpRef<ModuleOp> prefill = lower(wanted && prefillSplits);
+      if (!prefill)
+        return 1;
+      OwningOpRef<ModuleOp> decode = wanted ? lower(false) : prefill->clone();
+      OwningOpRef<ModuleOp> partitioned = prefill->clone();
+      PassManager partition(&session.context());
+      partition.addPass(tp::createTPPartition());
+      if (!decode || failed(partition.run(*partitioned)))
+        return 1;
+
+      std::vector<PhaseReport> phases = {
+          {"prefill", o.prefillLen, wanted && prefillSplits,
+           collectCollectives(*prefill, o.prefillLen),
+           transformersCollectives(*module, o.prefillLen)},
+          {"decode step", 1, false, collectCollectives(*decode, 1),
+           transformersCollectives(*module, 1)}};
+      memory.weights = parameterBytes(*partitioned);
+      memory.kvCache = kvCacheBytes(*partitioned, o.maxSeqLen);
+      memory.arena = arenaBytes(*partitioned, o.prefillLen);
+
+      if (!o.dot.empty()) {
+        std::error_code ec;
+        llvm::raw_fd_ostream file(o.dot, ec);
+        if (ec) {
+          reportError("cannot write " + o.dot + ": " + ec.message());
+          return 1;
+        }
+        writeDot(*prefill, file);
+        file.close();
+        if (auto dot = llvm::sys::findProgramByName("dot")) {
+          std::string svg = o.dot + ".svg";
+          llvm::StringRef args[] = {*dot, "-Tsvg", o.dot, "-o", svg};
+          if (llvm::sys::ExecuteAndWait(*dot, args) != 0)
+            reportError("dot could not render " + o.dot);
+        }
+      }
+
+      double ratio = memory.unshardedWeights ? memory.weights / memory.unshardedWeights : 0;
+      if (o.json) {
+        nlohmann::ordered_json j;
+        j["model"] = o.model;
+        j["plan"] = o.plan;
+        j["tp"] = o.tp;
+        j["bytes"] = "each collective's full (global) tensor; sent_bytes_per_rank by ring "
+                     "algorithms: all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n, "
+                     "all_to_all (n-1)/n^2 of it";
+        j["transformers_formula"] = "one collective per module whose strategy's forward hook "
+                                    "communicates, on the module output, before any folding";
+        for (const PhaseReport &phase : phases) {
+          nlohmann::ordered_json p;
+          p["tokens"] = phase.tokens;
+          p["sequence_parallel"] = phase.sequenceParallel;
+          p["collectives"] = toJson(phase.collectives);
+          p["total"] = summaryJson(phase.collectives);
+          p["transformers"] = {{"collectives", toJson(phase.transformers)},
+                               {"total", summaryJson(phase.transformers)}};
+          j[phase.name == "prefill" ? "prefill" : "decode"] = p;
+        }
+        j["memory_per_rank"] = {{"weights_bytes", memory.weights},
+                                {"unsharded_weights_bytes", memory.unshardedWeights},
+                                {"weights_ratio", ratio},
+                                {"kv_cache_bytes", memory.kvCache},
+                                {"max_seq_len", memory.maxSeqLen},
+                                {"activation_arena_bytes", memory.arena},
+                                {"arena_tokens", memory.arenaTokens}};
+        j["notes"] = notes;
+        llvm::outs() << j.dump(2) << "\n";
+        return session.errors() ? 1 : 0;
+      }
+
+      llvm::raw_ostream &os = llvm::outs();
+      os << fmt::format("tpc analyze: {} with plan {} at tp {}\n", o.model, o.plan, o.tp);
+      os << "bytes: each collective's full tensor; transformers: one collective per module "
+            "whose strategy hook communicates, before folding\n";
+      for (const PhaseReport &phase : phases)
+        printPhase(phase, os);
+      os << "\nmemory per rank:\n";
+      os << fmt::format("  weights             {:>14.0f} bytes ({:.1f}% of the unsharded "
+                        "{:.0f})\n",
+                        memory.weights, 100 * ratio, memory.unshardedWeights);
+      os << fmt::format("  KV cache            {:>14.0f} bytes at {} tokens\n", memory.kvCache,
+                        memory.maxSeqLen);
+      os << fmt::format("  activation arena    {:>14.0f} bytes (peak live, {}-token prefill)\n",
+                        memory.arena, memory.arenaTokens);
+      for (const std::string &note : notes)
+        os << "note: " << note << "\n";
+      return session.errors() ? 1 : 0;
+    };
+  });
+}
+
+} // namespace tpc
