@@ -5,6 +5,7 @@
 #include "tpc/Transforms/LayoutRules.h"
 #include "tpc/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -121,8 +122,11 @@ private:
       }
     }
     // Consumers that take the source placement as well, computing the same, need nothing.
+    // (A following redistribution is composed above, by cost; a return keeps its types.)
     for (OpOperand &use : op->getUses()) {
       Operation *user = use.getOwner();
+      if (isa<RedistributeOp, func::ReturnOp>(user))
+        return false;
       SmallVector<PlacementAttr> in = placementsOf(user);
       unsigned index = use.getOperandNumber();
       in[index] = normalizePlacement(op.getSrc(), rank);
@@ -273,6 +277,7 @@ struct TPFoldRedistributePass
       return signalPassFailure();
     }
     Folder(getOperation(), *tp).run();
+    updateFunctionTypes(getOperation());
   }
 };
 

@@ -62,12 +62,16 @@ struct TPInsertRedistributePass
         operand.set(to);
       }
     });
-    for (auto func : module.getOps<func::FuncOp>()) {
-      auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
-      func.setType(FunctionType::get(&getContext(), func.getBody().getArgumentTypes(),
-                                     ret.getOperandTypes()));
-    }
+    updateFunctionTypes(module);
   }
 };
 
 } // namespace
+
+void tpc::tp::updateFunctionTypes(ModuleOp module) {
+  for (auto func : module.getOps<func::FuncOp>()) {
+    auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+    func.setType(FunctionType::get(module.getContext(), func.getBody().getArgumentTypes(),
+                                   ret.getOperandTypes()));
+  }
+}

@@ -137,11 +137,7 @@ struct TPPartitionPass : tpc::tp::impl::TPPartitionBase<TPPartitionPass> {
       for (Value result : op->getResults())
         localize(result);
     });
-    for (auto func : module.getOps<func::FuncOp>()) {
-      auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
-      func.setType(FunctionType::get(ctx, func.getBody().getArgumentTypes(),
-                                     ret.getOperandTypes()));
-    }
+    updateFunctionTypes(module);
   }
 };
 

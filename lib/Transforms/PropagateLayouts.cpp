@@ -164,6 +164,9 @@ struct TPPropagateLayoutsPass
     bool ok = true;
     for (auto func : module.getOps<func::FuncOp>())
       ok &= succeeded(propagate(func, rules, sequence));
+    // The signature follows the placed values; results become Replicate once
+    // tp-insert-redistribute has met what return needs.
+    updateFunctionTypes(module);
     if (!ok)
       signalPassFailure();
   }
@@ -222,11 +225,6 @@ struct TPPropagateLayoutsPass
         op->setAttr(kOutputLayoutAttrName, out);
       effective[result] = out;
     });
-    // The signature follows the placed values (results become Replicate once
-    // tp-insert-redistribute has met what return needs).
-    auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
-    func.setType(FunctionType::get(func.getContext(), func.getBody().getArgumentTypes(),
-                                   ret.getOperandTypes()));
     return success(ok);
   }
 };

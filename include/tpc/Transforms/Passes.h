@@ -8,6 +8,10 @@
 
 namespace tpc::tp {
 
+/// Sets each function's result types to what its return now returns (after a pass has
+/// changed the placements of returned values).
+void updateFunctionTypes(mlir::ModuleOp module);
+
 #define GEN_PASS_DECL
 #include "TP/TPPasses.h.inc"
 
