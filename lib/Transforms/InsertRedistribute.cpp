@@ -56,8 +56,13 @@ struct TPInsertRedistributePass
             builder.setInsertionPointAfter(producer);
           else
             builder.setInsertionPointToStart(cast<BlockArgument>(value).getOwner());
+          // Attributed to the consumer's module, or the producer's where the consumer is
+          // no module (the function's return).
+          StringAttr module = moduleAttr(op);
+          if (!module && value.getDefiningOp())
+            module = moduleAttr(value.getDefiningOp());
           to = RedistributeOp::create(builder, op->getLoc(), withPlacement(value.getType(), need),
-                                      value, moduleAttr(op));
+                                      value, module);
         }
         operand.set(to);
       }
