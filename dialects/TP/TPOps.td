@@ -67,6 +67,11 @@ class TP_LayerOp<string mnemonic, list<Trait> traits = []>
 
 def TP_EmbeddingOp : TP_LayerOp<"embedding"> {
   let summary = "nn.Embedding: rows of the table for each token id";
+  let description = [{
+    With the table split by vocabulary (embedding_rowwise) each rank holds a chunk of rows: an
+    id outside this rank's chunk looks up a clamped row whose output is zeroed, so the result
+    is Partial and one all_reduce gives every rank the full embedding.
+  }];
   let arguments = (ins StrAttr:$module, TP_IdTensor:$ids, TP_Tensor:$table);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = "$module $ids `,` $table attr-dict `:` functional-type(operands, results)";
@@ -83,6 +88,11 @@ def TP_RMSNormOp : TP_LayerOp<"rms_norm"> {
 
 def TP_LinearOp : TP_LayerOp<"linear"> {
   let summary = "nn.Linear: x @ weight.T (+ bias), weight [out, in]";
+  let description = [{
+    With the weight split on its input features (rowwise) the result is Partial, and a
+    replicated bias is added by rank 0 only, so the sum over ranks has it exactly once: the
+    bias is added once, after the reduce.
+  }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
                        Optional<TP_Tensor>:$bias);
   let results = (outs TP_Tensor:$result);

@@ -263,6 +263,34 @@ private:
     }
   }
 
+public:
+  /// A gather that only feeds replicated linears undoes a colwise split that a rowwise
+  /// strategy on those linears would have used as it is (colwise q/k/v without a rowwise
+  /// o_proj): warn, naming the module and the strategy that would avoid it.
+  void warnAvoidableGathers() {
+    module.walk([&](RedistributeOp op) {
+      PlacementAttr src = normalizePlacement(op.getSrc(), rankOf(op.getInput()));
+      bool featureSplit = src == rules.shard(1) ||
+                          (isa<StridedShardAttr>(src) && cast<StridedShardAttr>(src).getDim() == 1);
+      if (!featureSplit || !isa<ReplicateAttr>(op.getDst()) || op->use_empty())
+        return;
+      SmallVector<LinearOp> linears;
+      for (Operation *user : op->getUsers()) {
+        auto linear = dyn_cast<LinearOp>(user);
+        if (!linear || linear.getInput() != op.getResult() ||
+            !isa<ReplicateAttr>(getPlacement(linear.getWeight())))
+          return;
+        linears.push_back(linear);
+      }
+      for (LinearOp linear : linears)
+        linear.emitWarning() << linear.getModule()
+                             << ": its input arrives split by features and is gathered here; "
+                                "'rowwise' for "
+                             << linear.getModule() << " would take it as it is";
+    });
+  }
+
+private:
   ModuleOp module;
   LayoutRules rules;
   int64_t tp;
@@ -276,7 +304,9 @@ struct TPFoldRedistributePass
       getOperation().emitError() << "no tp.mesh on the module: run tp-apply-plan first";
       return signalPassFailure();
     }
-    Folder(getOperation(), *tp).run();
+    Folder folder(getOperation(), *tp);
+    folder.run();
+    folder.warnAvoidableGathers();
     updateFunctionTypes(getOperation());
   }
 };
