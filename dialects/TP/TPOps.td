@@ -222,7 +222,7 @@ def TP_AllReduceOp : TP_CollectiveOp<"all_reduce"> {
   let arguments = (ins TP_Tensor:$input,
                        DefaultValuedAttr<TP_ReduceKindAttr, "ReduceKind::sum">:$kind,
                        OptionalAttr<StrAttr>:$module);
-  let assemblyFormat = "$input $kind attr-dict `:` type($input) `->` type($result)";
+  let assemblyFormat = "$input `` $kind attr-dict `:` type($input) `->` type($result)";
 }
 
 def TP_AllGatherOp : TP_CollectiveOp<"all_gather"> {
@@ -243,7 +243,7 @@ def TP_ReduceScatterOp : TP_CollectiveOp<"reduce_scatter"> {
                        DefaultValuedAttr<TP_ReduceKindAttr, "ReduceKind::sum">:$kind,
                        OptionalAttr<DenseI64ArrayAttr>:$blocks, OptionalAttr<StrAttr>:$module);
   let assemblyFormat = [{
-    $input $kind `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
+    $input `` $kind `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
   }];
 }
 
