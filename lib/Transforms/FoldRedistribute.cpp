@@ -20,8 +20,6 @@ using namespace tpc::tp;
 
 namespace {
 
-int64_t rankOf(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
-
 ParamOp paramOf(Value v) {
   auto weight = v.getDefiningOp<WeightOp>();
   return weight ? SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr())
@@ -299,11 +297,9 @@ private:
 struct TPFoldRedistributePass
     : tpc::tp::impl::TPFoldRedistributeBase<TPFoldRedistributePass> {
   void runOnOperation() override {
-    std::optional<int64_t> tp = getMeshSize(getOperation());
-    if (!tp) {
-      getOperation().emitError() << "no tp.mesh on the module: run tp-apply-plan first";
+    FailureOr<int64_t> tp = requireMeshSize(getOperation());
+    if (failed(tp))
       return signalPassFailure();
-    }
     Folder folder(getOperation(), *tp);
     folder.run();
     folder.warnAvoidableGathers();

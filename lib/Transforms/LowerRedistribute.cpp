@@ -31,11 +31,9 @@ struct TPLowerRedistributePass
     : tpc::tp::impl::TPLowerRedistributeBase<TPLowerRedistributePass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::optional<int64_t> tp = getMeshSize(module);
-    if (!tp) {
-      module.emitError() << "no tp.mesh on the module: run tp-apply-plan first";
+    FailureOr<int64_t> tp = requireMeshSize(module);
+    if (failed(tp))
       return signalPassFailure();
-    }
     SmallVector<RedistributeOp> redistributes;
     module.walk([&](RedistributeOp op) { redistributes.push_back(op); });
     for (RedistributeOp op : redistributes) {

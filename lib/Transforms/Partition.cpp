@@ -55,11 +55,9 @@ bool isSplit(Value v, int64_t dim) {
 struct TPPartitionPass : tpc::tp::impl::TPPartitionBase<TPPartitionPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::optional<int64_t> mesh = getMeshSize(module);
-    if (!mesh) {
-      module.emitError() << "no tp.mesh on the module: run tp-apply-plan first";
+    FailureOr<int64_t> mesh = requireMeshSize(module);
+    if (failed(mesh))
       return signalPassFailure();
-    }
     int64_t tp = *mesh;
     MLIRContext *ctx = &getContext();
 

@@ -19,8 +19,6 @@ using namespace tpc::tp;
 
 namespace {
 
-int64_t rankOf(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
-
 ParamOp paramOf(WeightOp weight) {
   return SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr());
 }
@@ -136,11 +134,9 @@ struct TPPropagateLayoutsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::optional<int64_t> tp = getMeshSize(module);
-    if (!tp) {
-      module.emitError() << "no tp.mesh on the module: run tp-apply-plan first";
+    FailureOr<int64_t> tp = requireMeshSize(module);
+    if (failed(tp))
       return signalPassFailure();
-    }
     if (failed(checkParams(module, *tp)) || failed(rewriteVirtualKVHeads(module, *tp)))
       return signalPassFailure();
 

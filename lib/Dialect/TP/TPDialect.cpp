@@ -76,3 +76,10 @@ std::optional<int64_t> tpc::tp::getMeshSize(ModuleOp module) {
     return mesh.getSize();
   return std::nullopt;
 }
+
+FailureOr<int64_t> tpc::tp::requireMeshSize(ModuleOp module) {
+  if (std::optional<int64_t> size = getMeshSize(module))
+    return *size;
+  module.emitError() << "no tp.mesh on the module: run tp-apply-plan first";
+  return failure();
+}

@@ -50,6 +50,14 @@ llvm::StringRef getModuleName(mlir::Operation *op);
 
 /// The mesh size recorded on a module, if any.
 std::optional<int64_t> getMeshSize(mlir::ModuleOp module);
+/// The mesh size the sharding passes need; an error on the module when tp-apply-plan has
+/// not set one.
+mlir::FailureOr<int64_t> requireMeshSize(mlir::ModuleOp module);
+
+/// The rank of a ranked tensor value.
+inline int64_t rankOf(mlir::Value value) {
+  return llvm::cast<mlir::RankedTensorType>(value.getType()).getRank();
+}
 
 } // namespace tpc::tp
 
