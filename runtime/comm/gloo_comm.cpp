@@ -1,0 +1,129 @@
+// Gloo behind tpcrt::Comm: a full mesh of TCP pairs set up through a FileStore.
+#include "tpcrt/comm.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tpcrt {
+
+namespace {
+
+/// One rank: collectives are copies.
+class SoloComm : public Comm {
+public:
+  explicit SoloComm(const CommOptions &options) : Comm(options) {}
+  void allReduce(float *, size_t) override {}
+  void allGather(const float *in, size_t count, float *out) override {
+    std::memcpy(out, in, count * sizeof(float));
+  }
+  void allToAll(const float *in, size_t count, float *out) override {
+    std::memcpy(out, in, count * sizeof(float));
+  }
+};
+
+class GlooComm : public Comm {
+public:
+  GlooComm(const CommOptions &options, std::shared_ptr<gloo::Context> context)
+      : Comm(options), context(std::move(context)) {}
+
+  void allReduce(float *data, size_t count) override {
+    gloo::AllreduceOptions opts(context);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(
+        static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
+    gloo::allreduce(opts);
+  }
+
+  void allGather(const float *in, size_t count, float *out) override {
+    gloo::AllgatherOptions opts(context);
+    opts.setInput(const_cast<float *>(in), count);
+    opts.setOutput(out, count * world());
+    gloo::allgather(opts);
+  }
+
+  void allToAll(const float *in, size_t count, float *out) override {
+    gloo::AlltoallOptions opts(context);
+    opts.setInput(const_cast<float *>(in), count * world());
+    opts.setOutput(out, count * world());
+    gloo::alltoall(opts);
+  }
+
+private:
+  std::shared_ptr<gloo::Context> context;
+};
+
+} // namespace
+
+std::string rendezvousDirFromEnv() {
+  if (const char *dir = std::getenv("TPC_RENDEZVOUS_DIR"); dir && *dir)
+    return dir;
+  if (const char *run = std::getenv("TORCHELASTIC_RUN_ID"); run && *run) {
+    const char *root = std::getenv("TPC_RENDEZVOUS_ROOT");
+    return std::string(root && *root ? root : "/tmp") + "/tpc-rendezvous-" + run;
+  }
+  return "";
+}
+
+std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &error) {
+  if (options.world == 1)
+    return std::make_unique<SoloComm>(options);
+  if (options.rendezvousDir.empty()) {
+    error = "no rendezvous directory: set TPC_RENDEZVOUS_DIR (tpc launch does) or run under "
+            "torchrun (TORCHELASTIC_RUN_ID)";
+    return nullptr;
+  }
+  const std::string &dir = options.rendezvousDir;
+  ::mkdir(dir.c_str(), 0700);
+  if (::access((dir + "/tpc.retired").c_str(), F_OK) == 0) {
+    error = "rendezvous directory " + dir + " is stale: an earlier job finished there; use a "
+            "fresh directory";
+    return nullptr;
+  }
+  // Each rank claims its place once; a claim already there is an earlier job's.
+  std::string claim = dir + "/tpc.rank" + std::to_string(options.rank);
+  int fd = ::open(claim.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+  if (fd < 0) {
+    error = errno == EEXIST ? "rendezvous directory " + dir + " is stale: rank " +
+                                  std::to_string(options.rank) +
+                                  " of an earlier job joined it; use a fresh directory"
+                            : "cannot use rendezvous directory " + dir + ": " +
+                                  std::strerror(errno);
+    return nullptr;
+  }
+  ::close(fd);
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::FileStore store(dir);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world);
+    context->setTimeout(std::chrono::seconds(options.timeoutSeconds));
+    context->connectFullMesh(store, device);
+    return std::make_unique<GlooComm>(options, context);
+  } catch (const std::exception &e) {
+    error = std::string("could not connect the ranks: ") + e.what();
+    return nullptr;
+  }
+}
+
+void Comm::retire() {
+  if (options.world > 1 && options.rank == 0) {
+    int fd = ::open((options.rendezvousDir + "/tpc.retired").c_str(), O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0)
+      ::close(fd);
+  }
+}
+
+} // namespace tpcrt

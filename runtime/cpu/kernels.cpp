@@ -1,0 +1,144 @@
+// CPU kernels of libtpcrt. linear goes to OpenBLAS; the rest are plain loops over rows.
+#include "tpcrt/kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace tpcrt {
+
+bool embedding(const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
+               int64_t rows, int64_t vocab, int64_t width, float *out) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t id = ids[t];
+    if (id < 0 || id >= vocab)
+      return false;
+    float *row = out + t * width;
+    int64_t local = id - rowOffset;
+    if (local >= 0 && local < rows)
+      std::memcpy(row, table + local * width, width * sizeof(float));
+    else
+      std::fill(row, row + width, 0.0f); // another rank's row: this summand is zero
+  }
+  return true;
+}
+
+void rmsNorm(const float *x, int64_t rows, int64_t cols, const float *weight, double epsilon,
+             double weightOffset, float *out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *in = x + r * cols;
+    double sum = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sum += double(in[c]) * in[c];
+    double scale = 1.0 / std::sqrt(sum / cols + epsilon);
+    for (int64_t c = 0; c < cols; ++c)
+      out[r * cols + c] = float(in[c] * scale * (weight[c] + weightOffset));
+  }
+}
+
+void linear(const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
+            const float *bias, float *y) {
+  if (bias)
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(y + r * out, bias, out * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.0f, x,
+              int(in), w, int(in), bias ? 1.0f : 0.0f, y, int(out));
+}
+
+void rotary(const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
+            const int64_t *positions, float *out) {
+  int64_t half = headDim / 2;
+  std::vector<double> invFreq(half);
+  for (int64_t i = 0; i < half; ++i)
+    invFreq[i] = std::pow(theta, -2.0 * i / headDim);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < cols / headDim; ++h) {
+      const float *in = x + r * cols + h * headDim;
+      float *o = out + r * cols + h * headDim;
+      for (int64_t i = 0; i < half; ++i) {
+        double angle = positions[r] * invFreq[i];
+        double c = std::cos(angle), s = std::sin(angle);
+        double a = in[i], b = in[i + half];
+        o[i] = float(a * c - b * s);
+        o[i + half] = float(b * c + a * s);
+      }
+    }
+}
+
+void attention(const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
+               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
+               KVCache &cache, float *out) {
+  int64_t start = cache.length, width = kvHeads * headDim;
+  std::memcpy(cache.keys + start * width, k, rows * width * sizeof(float));
+  std::memcpy(cache.values + start * width, v, rows * width * sizeof(float));
+  cache.length += rows;
+  int64_t group = heads / kvHeads;
+  std::vector<double> scores(cache.length);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t position = start + r; // causal: attends to keys 0 .. position
+    int64_t first = slidingWindow > 0 ? std::max<int64_t>(0, position - slidingWindow + 1) : 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *qh = q + r * heads * headDim + h * headDim;
+      int64_t kvh = h / group;
+      double best = -INFINITY;
+      for (int64_t t = first; t <= position; ++t) {
+        const float *kt = cache.keys + t * width + kvh * headDim;
+        double dot = 0;
+        for (int64_t d = 0; d < headDim; ++d)
+          dot += double(qh[d]) * kt[d];
+        scores[t] = dot * scale;
+        best = std::max(best, scores[t]);
+      }
+      double total = 0;
+      for (int64_t t = first; t <= position; ++t)
+        total += scores[t] = std::exp(scores[t] - best);
+      float *o = out + r * heads * headDim + h * headDim;
+      for (int64_t d = 0; d < headDim; ++d) {
+        double acc = 0;
+        for (int64_t t = first; t <= position; ++t)
+          acc += scores[t] * cache.values[t * width + kvh * headDim + d];
+        o[d] = float(acc / total);
+      }
+    }
+  }
+}
+
+void silu(const float *x, int64_t n, float *out) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = float(x[i] / (1.0 + std::exp(-double(x[i]))));
+}
+
+void gelu(const float *x, int64_t n, bool tanhApproximation, float *out) {
+  for (int64_t i = 0; i < n; ++i) {
+    double v = x[i];
+    if (tanhApproximation)
+      out[i] = float(0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+    else
+      out[i] = float(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
+  }
+}
+
+void add(const float *a, const float *b, int64_t n, float *out) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = a[i] + b[i];
+}
+
+void mul(const float *a, const float *b, int64_t n, float *out) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = a[i] * b[i];
+}
+
+void sliceColumns(const float *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
+                  float *out) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out + r * size, x + r * cols + offset, size * sizeof(float));
+}
+
+int64_t argmax(const float *x, int64_t n) {
+  return std::max_element(x, x + n) - x;
+}
+
+} // namespace tpcrt

@@ -1,0 +1,50 @@
+// Collectives between the ranks of one tp group, through Gloo (TCP transport, FileStore
+// rendezvous). A rank that stops answering makes the others fail after the timeout instead
+// of hanging. Plain C++17.
+#ifndef TPCRT_COMM_H
+#define TPCRT_COMM_H
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace tpcrt {
+
+struct CommOptions {
+  int rank = 0, world = 1;
+  std::string rendezvousDir; // shared by the ranks (a shared filesystem across machines)
+  std::string host = "127.0.0.1"; // the address this rank's transport binds to
+  int timeoutSeconds = 30;
+};
+
+class Comm {
+public:
+  /// Connects the group (nothing to connect for one rank). A rendezvous directory that an
+  /// earlier job used is refused, not joined. On failure returns null and says why.
+  static std::unique_ptr<Comm> connect(const CommOptions &options, std::string &error);
+  virtual ~Comm() = default;
+
+  int rank() const { return options.rank; }
+  int world() const { return options.world; }
+
+  /// Sums `count` floats over the ranks, in place.
+  virtual void allReduce(float *data, size_t count) = 0;
+  /// Concatenates every rank's `count` floats, rank by rank, into `out`.
+  virtual void allGather(const float *in, size_t count, float *out) = 0;
+  /// Rank r's i-th `count` floats go to rank i, which receives them as its r-th.
+  virtual void allToAll(const float *in, size_t count, float *out) = 0;
+  /// Marks the rendezvous directory as used up (rank 0, at a clean exit).
+  void retire();
+
+protected:
+  explicit Comm(const CommOptions &options) : options(options) {}
+  CommOptions options;
+};
+
+/// Where the ranks meet: TPC_RENDEZVOUS_DIR, else a directory derived from torchrun's
+/// TORCHELASTIC_RUN_ID under TPC_RENDEZVOUS_ROOT (default /tmp); "" when neither is set.
+std::string rendezvousDirFromEnv();
+
+} // namespace tpcrt
+
+#endif // TPCRT_COMM_H

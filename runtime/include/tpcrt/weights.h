@@ -1,0 +1,75 @@
+// Weights for libtpcrt: a safetensors checkpoint (one file, or an index and its shards) read
+// slice by slice with pread, or weights generated in place from a seed. Plain C++17.
+#ifndef TPCRT_WEIGHTS_H
+#define TPCRT_WEIGHTS_H
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tpcrt {
+
+/// Which part of the HF tensor this rank holds (tp-partition's #tp.shard_desc): along `dim`,
+/// each block [offset, offset + size) is cut into `chunks` pieces of ceil(size / chunks);
+/// this rank takes piece `piece` of every block, concatenated, each padded with zeros.
+/// dim < 0: the whole tensor.
+struct SliceSpec {
+  int64_t dim = -1;
+  std::vector<int64_t> offsets, sizes;
+  int64_t chunks = 1, piece = 0;
+
+  /// The shape this rank holds of a tensor of `shape`.
+  std::vector<int64_t> localShape(const std::vector<int64_t> &shape) const;
+};
+
+struct TensorInfo {
+  std::string dtype; // F32, F16 or BF16
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0; // byte offsets in `file`, from its start
+  std::string file;
+};
+
+class Checkpoint {
+public:
+  /// Opens PATH: a .safetensors file, a model.safetensors.index.json, or a directory holding
+  /// either. On failure returns null and says why in `error`.
+  static std::unique_ptr<Checkpoint> open(const std::string &path, std::string &error);
+  ~Checkpoint();
+
+  const TensorInfo *find(const std::string &name) const;
+
+  /// Reads this rank's slice of `name` (HF shape `shape`) as fp32 into `out` (sized by
+  /// spec.localShape). Errors name the tensor: missing, wrong shape or dtype, truncated.
+  bool read(const std::string &name, const std::vector<int64_t> &shape, const SliceSpec &spec,
+            float *out, uint64_t &bytesRead, std::string &error);
+
+private:
+  Checkpoint() = default;
+  bool addFile(const std::string &path, std::string &error);
+  int fd(const std::string &file);
+
+  std::map<std::string, TensorInfo> tensors;
+  std::map<std::string, int> fds;
+  std::map<std::string, uint64_t> sizes;
+};
+
+/// The value of element `index` (row-major, in the HF tensor) of parameter `name` for `seed`:
+/// the same on every rank and in every tp, so generated weights shard consistently. Norm
+/// weights are near 1, everything else small.
+float randomWeight(uint64_t seed, const std::string &name, uint64_t index);
+
+/// Fills this rank's slice of `name` with randomWeight values.
+void generateSlice(uint64_t seed, const std::string &name, const std::vector<int64_t> &shape,
+                   const SliceSpec &spec, float *out);
+
+/// Writes a safetensors file of the given tensors (HF names, fp32 or bf16), generated from
+/// `seed`.
+bool writeRandomCheckpoint(const std::string &path, uint64_t seed,
+                           const std::vector<std::pair<std::string, std::vector<int64_t>>> &tensors,
+                           bool bf16, std::string &error);
+
+} // namespace tpcrt
+
+#endif // TPCRT_WEIGHTS_H

@@ -1,0 +1,121 @@
+// Weights from a seed: a hash of (seed, name, element index), so any rank can generate just
+// its slice and every tp sees the same model.
+#include "tpcrt/weights.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace tpcrt {
+
+namespace {
+
+uint64_t mix(uint64_t x) { // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t hashName(const std::string &name) {
+  uint64_t h = 1469598103934665603ull; // FNV-1a
+  for (unsigned char c : name)
+    h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool isNorm(const std::string &name) {
+  return name.find("norm") != std::string::npos;
+}
+
+int64_t pieceSize(int64_t size, int64_t chunks) { return (size + chunks - 1) / chunks; }
+
+} // namespace
+
+float randomWeight(uint64_t seed, const std::string &name, uint64_t index) {
+  uint64_t bits = mix(mix(seed ^ hashName(name)) + index);
+  float unit = float(bits >> 40) / float(1ull << 24) * 2.0f - 1.0f; // [-1, 1)
+  return isNorm(name) ? 1.0f + 0.1f * unit : 0.05f * unit;
+}
+
+void generateSlice(uint64_t seed, const std::string &name, const std::vector<int64_t> &shape,
+                   const SliceSpec &spec, float *out) {
+  int64_t dim = spec.dim < 0 ? 0 : spec.dim;
+  std::vector<int64_t> offsets = spec.dim < 0 ? std::vector<int64_t>{0} : spec.offsets;
+  std::vector<int64_t> sizes =
+      spec.dim < 0 ? std::vector<int64_t>{shape.empty() ? 1 : shape[0]} : spec.sizes;
+  int64_t chunks = spec.dim < 0 ? 1 : spec.chunks, piece = spec.dim < 0 ? 0 : spec.piece;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i)
+    outer *= shape[i];
+  for (size_t i = dim + 1; i < shape.size(); ++i)
+    inner *= shape[i];
+  int64_t dimSize = shape.empty() ? 1 : shape[dim];
+  float *dst = out;
+  for (int64_t o = 0; o < outer; ++o)
+    for (size_t b = 0; b < sizes.size(); ++b) {
+      int64_t ps = pieceSize(sizes[b], chunks);
+      int64_t first = offsets[b] + piece * ps;
+      int64_t count = std::max<int64_t>(0, std::min(ps, offsets[b] + sizes[b] - first));
+      for (int64_t i = 0; i < count * inner; ++i)
+        dst[i] = randomWeight(seed, name, uint64_t((o * dimSize + first) * inner + i));
+      std::fill(dst + count * inner, dst + ps * inner, 0.0f);
+      dst += ps * inner;
+    }
+}
+
+bool writeRandomCheckpoint(const std::string &path, uint64_t seed,
+                           const std::vector<std::pair<std::string, std::vector<int64_t>>> &tensors,
+                           bool bf16, std::string &error) {
+  // Header: {"name": {"dtype", "shape", "data_offsets"}} padded with spaces to 8 bytes.
+  std::string header = "{";
+  uint64_t offset = 0;
+  size_t width = bf16 ? 2 : 4;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    uint64_t elements = 1;
+    std::string shape;
+    for (size_t d = 0; d < tensors[i].second.size(); ++d) {
+      elements *= uint64_t(tensors[i].second[d]);
+      shape += (d ? "," : "") + std::to_string(tensors[i].second[d]);
+    }
+    header += (i ? "," : "") + std::string("\"") + tensors[i].first + "\":{\"dtype\":\"" +
+              (bf16 ? "BF16" : "F32") + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(offset) + "," + std::to_string(offset + elements * width) + "]}";
+    offset += elements * width;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) {
+    error = "cannot write " + path;
+    return false;
+  }
+  uint64_t size = header.size();
+  out.write(reinterpret_cast<const char *>(&size), 8);
+  out << header;
+  for (const auto &[name, shape] : tensors) {
+    uint64_t elements = 1;
+    for (int64_t d : shape)
+      elements *= uint64_t(d);
+    std::vector<char> data(elements * width);
+    for (uint64_t i = 0; i < elements; ++i) {
+      float v = randomWeight(seed, name, i);
+      if (bf16) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        uint16_t h = uint16_t((bits + 0x7fff + ((bits >> 16) & 1)) >> 16); // round to nearest even
+        std::memcpy(data.data() + i * 2, &h, 2);
+      } else {
+        std::memcpy(data.data() + i * 4, &v, 4);
+      }
+    }
+    out.write(data.data(), std::streamsize(data.size()));
+  }
+  if (!out) {
+    error = "could not write all of " + path;
+    return false;
+  }
+  return true;
+}
+
+} // namespace tpcrt

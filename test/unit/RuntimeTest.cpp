@@ -1,0 +1,279 @@
+// libtpcrt: kernels against naive references, safetensors slices against generated values,
+// and Gloo collectives between forked ranks.
+#include "tpcrt/comm.h"
+#include "tpcrt/kernels.h"
+#include "tpcrt/weights.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace tpcrt;
+
+namespace {
+
+std::vector<float> randomVector(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gen);
+  return v;
+}
+
+std::string tempPath(const std::string &name) {
+  return ::testing::TempDir() + "tpcrt-" + std::to_string(getpid()) + "-" + name;
+}
+
+} // namespace
+
+TEST(Kernels, LinearMatchesNaive) {
+  int64_t rows = 3, in = 5, out = 4;
+  auto x = randomVector(rows * in, 1), w = randomVector(out * in, 2), b = randomVector(out, 3);
+  std::vector<float> y(rows * out);
+  linear(x.data(), rows, in, w.data(), out, b.data(), y.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = b[o];
+      for (int64_t i = 0; i < in; ++i)
+        acc += double(x[r * in + i]) * w[o * in + i];
+      EXPECT_NEAR(y[r * out + o], acc, 1e-5);
+    }
+}
+
+TEST(Kernels, RmsNormAndOffset) {
+  std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 2, 0}, y(4);
+  rmsNorm(x.data(), 1, 4, w.data(), 1e-6, 0.0, y.data());
+  double rms = std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-6);
+  EXPECT_NEAR(y[2], 3 / rms * 2, 1e-5);
+  EXPECT_NEAR(y[3], 0, 1e-6);
+  rmsNorm(x.data(), 1, 4, w.data(), 1e-6, 1.0, y.data()); // Gemma: (1 + w)
+  EXPECT_NEAR(y[3], 4 / rms, 1e-5);
+}
+
+TEST(Kernels, RotaryRotatesHalvesAndKeepsNorms) {
+  auto x = randomVector(2 * 8, 4);
+  std::vector<float> y(16);
+  int64_t positions[] = {0, 5};
+  rotary(x.data(), 2, 8, 4, 10000.0, positions, y.data());
+  for (int i = 0; i < 8; ++i)
+    EXPECT_FLOAT_EQ(y[i], x[i]); // position 0 is the identity
+  for (int h = 0; h < 2; ++h) {
+    double before = 0, after = 0;
+    for (int d = 0; d < 4; ++d) {
+      before += x[8 + h * 4 + d] * x[8 + h * 4 + d];
+      after += y[8 + h * 4 + d] * y[8 + h * 4 + d];
+    }
+    EXPECT_NEAR(before, after, 1e-5);
+  }
+  // Pair (0, 2) of the first head at position 5 with frequency 1: a rotation by 5 rad.
+  EXPECT_NEAR(y[8], x[8] * std::cos(5.0) - x[10] * std::sin(5.0), 1e-5);
+}
+
+TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
+  int64_t heads = 4, kvHeads = 2, hd = 3, total = 5;
+  auto q = randomVector(total * heads * hd, 5), k = randomVector(total * kvHeads * hd, 6),
+       v = randomVector(total * kvHeads * hd, 7);
+  std::vector<float> keys(total * kvHeads * hd), values(total * kvHeads * hd);
+  KVCache cache{keys.data(), values.data(), total, kvHeads * hd, 0};
+  std::vector<float> out(total * heads * hd);
+  double scale = 1 / std::sqrt(double(hd));
+  attention(q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, cache, out.data());
+  attention(q.data() + 4 * heads * hd, k.data() + 4 * kvHeads * hd, v.data() + 4 * kvHeads * hd,
+            1, heads, kvHeads, hd, scale, 0, cache, out.data() + 4 * heads * hd);
+  for (int64_t t = 0; t < total; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t g = h / (heads / kvHeads);
+      std::vector<double> s(t + 1);
+      double mx = -1e30, sum = 0;
+      for (int64_t j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d)
+          dot += q[(t * heads + h) * hd + d] * k[(j * kvHeads + g) * hd + d];
+        s[j] = dot * scale;
+        mx = std::max(mx, s[j]);
+      }
+      for (double &x : s)
+        sum += x = std::exp(x - mx);
+      for (int64_t d = 0; d < hd; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j <= t; ++j)
+          acc += s[j] / sum * v[(j * kvHeads + g) * hd + d];
+        EXPECT_NEAR(out[(t * heads + h) * hd + d], acc, 1e-5) << "token " << t << " head " << h;
+      }
+    }
+  EXPECT_EQ(cache.length, total);
+}
+
+TEST(Kernels, EmbeddingZeroesOtherRanksRows) {
+  std::vector<float> table = {1, 1, 2, 2}; // rows 2 and 3 of a vocab of 4, width 2
+  int64_t ids[] = {0, 3, 2};
+  std::vector<float> out(6, -1);
+  ASSERT_TRUE(embedding(ids, 3, table.data(), 2, 2, 4, 2, out.data()));
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 2, 2, 1, 1}));
+  int64_t bad[] = {4};
+  EXPECT_FALSE(embedding(bad, 1, table.data(), 2, 2, 4, 2, out.data()));
+}
+
+TEST(Kernels, ActivationsAndArgmax) {
+  std::vector<float> x = {-1, 0, 2}, y(3);
+  silu(x.data(), 3, y.data());
+  EXPECT_NEAR(y[2], 2 / (1 + std::exp(-2.0)), 1e-6);
+  gelu(x.data(), 3, false, y.data());
+  EXPECT_NEAR(y[0], -0.15865525, 1e-6);
+  gelu(x.data(), 3, true, y.data());
+  EXPECT_NEAR(y[0], -0.15880801, 1e-6);
+  float ties[] = {1, 3, 3};
+  EXPECT_EQ(argmax(ties, 3), 1);
+}
+
+class Weights : public ::testing::Test {
+protected:
+  void SetUp() override {
+    path = tempPath("w.safetensors");
+    std::string error;
+    ASSERT_TRUE(writeRandomCheckpoint(path, 7, {{"a.weight", {6, 4}}, {"a.norm.weight", {4}}},
+                                      false, error))
+        << error;
+  }
+  void TearDown() override { std::remove(path.c_str()); }
+  std::string path;
+};
+
+TEST_F(Weights, SlicesMatchTheGenerator) {
+  std::string error;
+  auto ckpt = Checkpoint::open(path, error);
+  ASSERT_TRUE(ckpt) << error;
+  std::vector<int64_t> shape = {6, 4};
+  std::vector<SliceSpec> specs = {
+      {}, // whole
+      {0, {0}, {6}, 4, 3},           // rows: the last of 4 pieces of 2 (holds 0 rows, padded)
+      {1, {0}, {4}, 3, 1},           // columns: piece 1 of 3, columns 2 and 3
+      {0, {0, 2}, {2, 4}, 2, 1},     // strided blocks [2 | 4]: piece 1 of each
+      {0, {0}, {6}, 2, 0},           // virtual heads: 2 real pieces, this rank the first
+  };
+  for (const SliceSpec &spec : specs) {
+    std::vector<int64_t> local = spec.localShape(shape);
+    std::vector<float> got(local[0] * local[1], -9), want(got.size(), -9);
+    uint64_t bytes = 0;
+    ASSERT_TRUE(ckpt->read("a.weight", shape, spec, got.data(), bytes, error)) << error;
+    generateSlice(7, "a.weight", shape, spec, want.data());
+    EXPECT_EQ(got, want) << "dim " << spec.dim << " piece " << spec.piece;
+  }
+  // The whole tensor, element by element.
+  std::vector<float> all(24);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(ckpt->read("a.weight", shape, {}, all.data(), bytes, error));
+  EXPECT_EQ(bytes, 24u * 4);
+  for (int i = 0; i < 24; ++i)
+    EXPECT_EQ(all[i], randomWeight(7, "a.weight", i));
+  EXPECT_NEAR(randomWeight(7, "a.norm.weight", 0), 1.0, 0.1); // norms start near 1
+}
+
+TEST_F(Weights, ReadsOnlyItsSlice) {
+  std::string error;
+  auto ckpt = Checkpoint::open(path, error);
+  std::vector<float> out(2 * 4);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(ckpt->read("a.weight", {6, 4}, {0, {0}, {6}, 3, 1}, out.data(), bytes, error));
+  EXPECT_EQ(bytes, 2u * 4 * 4);
+}
+
+TEST_F(Weights, ErrorsNameTheTensor) {
+  std::string error;
+  auto ckpt = Checkpoint::open(path, error);
+  std::vector<float> out(64);
+  uint64_t bytes = 0;
+  EXPECT_FALSE(ckpt->read("b.weight", {6, 4}, {}, out.data(), bytes, error));
+  EXPECT_EQ(error, "tensor b.weight is missing from the checkpoint");
+  EXPECT_FALSE(ckpt->read("a.weight", {4, 6}, {}, out.data(), bytes, error));
+  EXPECT_EQ(error, "tensor a.weight has shape [6, 4], the model expects [4, 6]");
+  // Truncated: cut the file short of the last tensor's data.
+  std::ifstream in(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), {});
+  std::string cut = tempPath("cut.safetensors");
+  std::ofstream(cut, std::ios::binary) << data.substr(0, data.size() - 8);
+  auto truncated = Checkpoint::open(cut, error);
+  ASSERT_TRUE(truncated) << error;
+  EXPECT_FALSE(truncated->read("a.norm.weight", {4}, {}, out.data(), bytes, error));
+  EXPECT_NE(error.find("tensor a.norm.weight is truncated"), std::string::npos) << error;
+  std::remove(cut.c_str());
+  // Not a safetensors file at all.
+  std::ofstream(cut, std::ios::binary) << "abc";
+  EXPECT_FALSE(Checkpoint::open(cut, error));
+  EXPECT_NE(error.find("truncated safetensors file"), std::string::npos) << error;
+  std::remove(cut.c_str());
+}
+
+TEST(Weights16, BF16ReadsBackClose) {
+  std::string path = tempPath("bf16.safetensors"), error;
+  ASSERT_TRUE(writeRandomCheckpoint(path, 3, {{"w", {3, 5}}}, true, error));
+  auto ckpt = Checkpoint::open(path, error);
+  ASSERT_TRUE(ckpt) << error;
+  std::vector<float> out(15);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(ckpt->read("w", {3, 5}, {}, out.data(), bytes, error)) << error;
+  for (int i = 0; i < 15; ++i)
+    EXPECT_NEAR(out[i], randomWeight(3, "w", i), 1e-3);
+  std::remove(path.c_str());
+}
+
+/// Runs `body(rank)` in `world` forked processes; true when every one exits 0.
+template <typename Body> bool forkRanks(int world, Body body) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0)
+      _exit(body(r) ? 0 : 1);
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  return ok;
+}
+
+TEST(Comm, CollectivesAcrossThreeRanks) {
+  std::string dir = tempPath("rdzv3");
+  EXPECT_TRUE(forkRanks(3, [&](int rank) {
+    std::string error;
+    auto comm = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
+    if (!comm)
+      return false;
+    std::vector<float> data = {float(rank), 1};
+    comm->allReduce(data.data(), 2);
+    if (data != std::vector<float>{3, 3})
+      return false;
+    std::vector<float> gathered(6);
+    float mine[] = {float(rank), float(10 * rank)};
+    comm->allGather(mine, 2, gathered.data());
+    if (gathered != std::vector<float>{0, 0, 1, 10, 2, 20})
+      return false;
+    float send[] = {float(rank * 10 + 0), float(rank * 10 + 1), float(rank * 10 + 2)};
+    std::vector<float> recv(3);
+    comm->allToAll(send, 1, recv.data());
+    return recv == std::vector<float>{float(rank), float(10 + rank), float(20 + rank)};
+  }));
+}
+
+TEST(Comm, StaleRendezvousIsRefused) {
+  std::string dir = tempPath("rdzv-stale");
+  ASSERT_TRUE(forkRanks(2, [&](int rank) {
+    std::string error;
+    auto comm = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
+    if (comm)
+      comm->retire();
+    return bool(comm);
+  }));
+  std::string error;
+  EXPECT_FALSE(Comm::connect({0, 2, dir, "127.0.0.1", 2}, error));
+  EXPECT_NE(error.find("is stale"), std::string::npos) << error;
+}
