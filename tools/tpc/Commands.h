@@ -12,6 +12,9 @@ namespace tpc {
 using CommandRunner = std::function<int()>;
 void addCheckCommand(CLI::App &app, CommandRunner &run);
 void addAnalyzeCommand(CLI::App &app, CommandRunner &run);
+void addCompileCommand(CLI::App &app, CommandRunner &run);
+void addLaunchCommand(CLI::App &app, CommandRunner &run);
+void addInitWeightsCommand(CLI::App &app, CommandRunner &run);
 
 } // namespace tpc
 

@@ -11,6 +11,9 @@ int main(int argc, char **argv) {
   tpc::CommandRunner run;
   tpc::addCheckCommand(app, run);
   tpc::addAnalyzeCommand(app, run);
+  tpc::addCompileCommand(app, run);
+  tpc::addLaunchCommand(app, run);
+  tpc::addInitWeightsCommand(app, run);
   CLI11_PARSE(app, argc, argv);
   return run ? run() : 0;
 }

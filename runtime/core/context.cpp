@@ -1,0 +1,136 @@
+// The placement-aware collectives emitted code calls: padding of uneven pieces in, out.
+#include "tpcrt/model.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace tpcrt {
+
+namespace {
+int64_t pieceSize(int64_t size, int64_t tp) { return (size + tp - 1) / tp; }
+int64_t localWidth(const std::vector<int64_t> &blocks, int64_t tp) {
+  int64_t w = 0;
+  for (int64_t b : blocks)
+    w += pieceSize(b, tp);
+  return w;
+}
+int64_t globalWidth(const std::vector<int64_t> &blocks) {
+  int64_t w = 0;
+  for (int64_t b : blocks)
+    w += b;
+  return w;
+}
+} // namespace
+
+void Context::fail(const std::string &message) const {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+void Context::record(const char *kind, const char *module, int64_t rows, uint64_t bytes) {
+  trace.push_back({kind, module ? module : "", rows, bytes});
+}
+
+void Context::allReduce(const float *in, int64_t rows, int64_t cols, float *out,
+                        const char *module) {
+  if (out != in)
+    std::memcpy(out, in, rows * cols * sizeof(float));
+  comm->allReduce(out, size_t(rows * cols));
+  record("all_reduce", module, rows, uint64_t(rows * cols) * 4);
+}
+
+void Context::allGatherColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
+                               float *out, const char *module) {
+  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
+  scratch.resize(size_t(rows * local * tp));
+  comm->allGather(in, size_t(rows * local), scratch.data());
+  // scratch[r] is rank r's [rows, local]; put each rank's piece of each block in place.
+  for (int r = 0; r < tp; ++r) {
+    const float *from = scratch.data() + r * rows * local;
+    int64_t localOffset = 0, globalOffset = 0;
+    for (int64_t block : blocks) {
+      int64_t piece = pieceSize(block, tp);
+      int64_t first = r * piece;
+      int64_t count = std::max<int64_t>(0, std::min(piece, block - first));
+      for (int64_t row = 0; row < rows; ++row)
+        std::memcpy(out + row * global + globalOffset + first,
+                    from + row * local + localOffset, count * sizeof(float));
+      localOffset += piece;
+      globalOffset += block;
+    }
+  }
+  record("all_gather", module, rows, uint64_t(rows * global) * 4);
+}
+
+void Context::allGatherRows(const float *in, int64_t rows, int64_t cols, float *out,
+                            const char *module) {
+  comm->allGather(in, size_t(rows * cols), out); // tokens split evenly: rank-major is row order
+  record("all_gather", module, rows * tp, uint64_t(rows * tp * cols) * 4);
+}
+
+void Context::reduceScatterColumns(const float *in, int64_t rows,
+                                   const std::vector<int64_t> &blocks, float *out,
+                                   const char *module) {
+  int64_t global = globalWidth(blocks);
+  scratch.assign(in, in + rows * global);
+  comm->allReduce(scratch.data(), scratch.size());
+  takeColumns(scratch.data(), rows, blocks, out);
+  record("reduce_scatter", module, rows, uint64_t(rows * global) * 4);
+}
+
+void Context::reduceScatterRows(const float *in, int64_t rows, int64_t cols, float *out,
+                                const char *module) {
+  scratch.assign(in, in + rows * cols);
+  comm->allReduce(scratch.data(), scratch.size());
+  takeRows(scratch.data(), rows, cols, out);
+  record("reduce_scatter", module, rows, uint64_t(rows * cols) * 4);
+}
+
+void Context::takeColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
+                          float *out) {
+  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t localOffset = 0, globalOffset = 0;
+    for (int64_t block : blocks) {
+      int64_t piece = pieceSize(block, tp), first = rank * piece;
+      int64_t count = std::max<int64_t>(0, std::min(piece, block - first));
+      float *dst = out + row * local + localOffset;
+      std::memcpy(dst, in + row * global + globalOffset + first, count * sizeof(float));
+      std::fill(dst + count, dst + piece, 0.0f);
+      localOffset += piece;
+      globalOffset += block;
+    }
+  }
+}
+
+void Context::takeRows(const float *in, int64_t rows, int64_t cols, float *out) {
+  int64_t mine = rows / tp; // token splits happen only where tp divides the tokens
+  std::memcpy(out, in + rank * mine * cols, mine * cols * sizeof(float));
+}
+
+void Context::partialFromReplicate(const float *in, int64_t n, float *out) {
+  if (rank == 0)
+    std::memcpy(out, in, n * sizeof(float));
+  else
+    std::fill(out, out + n, 0.0f);
+}
+
+void Context::partialFromColumns(const float *in, int64_t rows,
+                                 const std::vector<int64_t> &blocks, float *out) {
+  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
+  std::fill(out, out + rows * global, 0.0f);
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t localOffset = 0, globalOffset = 0;
+    for (int64_t block : blocks) {
+      int64_t piece = pieceSize(block, tp), first = rank * piece;
+      int64_t count = std::max<int64_t>(0, std::min(piece, block - first));
+      std::memcpy(out + row * global + globalOffset + first, in + row * local + localOffset,
+                  count * sizeof(float));
+      localOffset += piece;
+      globalOffset += block;
+    }
+  }
+}
+
+} // namespace tpcrt

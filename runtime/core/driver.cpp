@@ -1,0 +1,312 @@
+// The main of every emitted binary: who am I (RANK, WORLD_SIZE), the weights (this rank's
+// slices, or generated from a seed), a prefill, then greedy decoding with the KV cache.
+#include "tpcrt/model.h"
+
+#include <cblas.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+namespace tpcrt {
+
+namespace {
+
+struct Args {
+  std::string weights, dumpLogits, trace, host = "127.0.0.1";
+  std::optional<uint64_t> randomSeed;
+  std::vector<int64_t> prompt;
+  int64_t maxNewTokens = 16, eosId = -1, maxSeqLen = 2048;
+  int timeoutSeconds = 30;
+};
+
+const char *kUsage =
+    "usage: %s (--weights PATH | --random-weights SEED) --prompt-ids 1,2,3\n"
+    "       [--max-new-tokens N] [--eos-id ID] [--max-seq-len S] [--dump-logits FILE]\n"
+    "       [--trace FILE] [--host ADDRESS] [--timeout SECONDS]\n"
+    "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
+    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID).\n";
+
+bool parseInt(const char *text, int64_t &value) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text, &end, 10);
+  if (errno || !end || *end || end == text)
+    return false;
+  value = v;
+  return true;
+}
+
+std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf(kUsage, argv[0]);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) {
+      error = flag + " needs a value";
+      return std::nullopt;
+    }
+    const char *value = argv[++i];
+    int64_t number = 0;
+    auto integer = [&](int64_t &into, int64_t min) {
+      if (!parseInt(value, number) || number < min) {
+        error = flag + " needs an integer of at least " + std::to_string(min) + ", got '" +
+                value + "'";
+        return false;
+      }
+      into = number;
+      return true;
+    };
+    if (flag == "--weights") {
+      args.weights = value;
+    } else if (flag == "--random-weights") {
+      int64_t seed;
+      if (!integer(seed, 0))
+        return std::nullopt;
+      args.randomSeed = uint64_t(seed);
+    } else if (flag == "--prompt-ids") {
+      std::stringstream in(value);
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        int64_t id;
+        if (!parseInt(item.c_str(), id) || id < 0) {
+          error = "--prompt-ids: '" + item + "' is not a token id";
+          return std::nullopt;
+        }
+        args.prompt.push_back(id);
+      }
+    } else if (flag == "--max-new-tokens") {
+      if (!integer(args.maxNewTokens, 0))
+        return std::nullopt;
+    } else if (flag == "--eos-id") {
+      if (!integer(args.eosId, 0))
+        return std::nullopt;
+    } else if (flag == "--max-seq-len") {
+      if (!integer(args.maxSeqLen, 1))
+        return std::nullopt;
+    } else if (flag == "--dump-logits") {
+      args.dumpLogits = value;
+    } else if (flag == "--trace") {
+      args.trace = value;
+    } else if (flag == "--host") {
+      args.host = value;
+    } else if (flag == "--timeout") {
+      int64_t t;
+      if (!integer(t, 1))
+        return std::nullopt;
+      args.timeoutSeconds = int(t);
+    } else {
+      error = "unknown option " + flag;
+      return std::nullopt;
+    }
+  }
+  if (args.weights.empty() == !args.randomSeed) {
+    error = "give exactly one of --weights PATH and --random-weights SEED";
+    return std::nullopt;
+  }
+  if (args.prompt.empty()) {
+    error = "--prompt-ids is required";
+    return std::nullopt;
+  }
+  return args;
+}
+
+int envInt(const char *name, int fallback, bool &ok) {
+  const char *text = std::getenv(name);
+  if (!text || !*text)
+    return fallback;
+  int64_t v;
+  if (!parseInt(text, v) || v < 0) {
+    ok = false;
+    return fallback;
+  }
+  return int(v);
+}
+
+/// Where rank `rank` writes its trace: FILE with %r replaced by the rank, or FILE.rankR
+/// when several ranks share it.
+std::string tracePath(const std::string &file, int rank, int world) {
+  std::string path = file;
+  if (size_t at = path.find("%r"); at != std::string::npos)
+    return path.replace(at, 2, std::to_string(rank));
+  return world > 1 ? path + ".rank" + std::to_string(rank) : path;
+}
+
+double millis(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+} // namespace
+
+int runModel(const ModelSpec &spec, int argc, char **argv) {
+  std::string error;
+  std::optional<Args> parsed = parseArgs(argc, argv, error);
+  if (!parsed) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    std::fprintf(stderr, kUsage, argv[0]);
+    return 2;
+  }
+  Args &args = *parsed;
+  bool envOk = true;
+  int rank = envInt("RANK", 0, envOk), world = envInt("WORLD_SIZE", 1, envOk);
+  if (!envOk || rank >= world) {
+    std::fprintf(stderr, "error: RANK and WORLD_SIZE must be integers with RANK < WORLD_SIZE\n");
+    return 1;
+  }
+  if (world != spec.tp) {
+    std::fprintf(stderr,
+                 "error: %s was compiled for tp %lld, but WORLD_SIZE is %d; compile it again "
+                 "with --tp %d or launch %lld ranks\n",
+                 spec.name, (long long)spec.tp, world, world, (long long)spec.tp);
+    return 1;
+  }
+  int64_t total = int64_t(args.prompt.size()) + args.maxNewTokens;
+  if (total > args.maxSeqLen) {
+    std::fprintf(stderr,
+                 "error: the request needs %lld tokens (%zu prompt + %lld new), more than "
+                 "--max-seq-len %lld\n",
+                 (long long)total, args.prompt.size(), (long long)args.maxNewTokens,
+                 (long long)args.maxSeqLen);
+    return 1;
+  }
+  for (int64_t id : args.prompt)
+    if (id >= spec.vocab) {
+      std::fprintf(stderr, "error: prompt id %lld is outside the vocabulary of %lld\n",
+                   (long long)id, (long long)spec.vocab);
+      return 1;
+    }
+
+  // One BLAS thread per rank unless asked otherwise: ranks share the machine's cores.
+  if (!std::getenv("OPENBLAS_NUM_THREADS"))
+    openblas_set_num_threads(1);
+
+  CommOptions options{rank, world, rendezvousDirFromEnv(), args.host, args.timeoutSeconds};
+  std::unique_ptr<Comm> comm = Comm::connect(options, error);
+  if (!comm) {
+    std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
+    return 1;
+  }
+
+  Context cx;
+  cx.rank = rank;
+  cx.tp = world;
+  cx.comm = comm.get();
+  uint64_t weightBytes = 0;
+  std::unique_ptr<Checkpoint> checkpoint;
+  if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error))) {
+    std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
+    return 1;
+  }
+  for (const ParamDesc &param : spec.params) {
+    SliceSpec slice = param.slice;
+    if (slice.dim >= 0)
+      slice.piece = rank * slice.chunks / world;
+    std::vector<int64_t> local = slice.localShape(param.hfShape);
+    int64_t elements = 1;
+    for (int64_t d : local)
+      elements *= d;
+    std::vector<float> &w = cx.weights.emplace_back(size_t(elements));
+    if (checkpoint) {
+      uint64_t bytes = 0;
+      if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error)) {
+        std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
+        return 1;
+      }
+      weightBytes += bytes;
+    } else {
+      generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
+      weightBytes += uint64_t(elements) * 4;
+    }
+  }
+  std::vector<std::vector<float>> cacheStorage;
+  for (int64_t width : spec.kvWidths) {
+    cacheStorage.emplace_back(size_t(2 * width * args.maxSeqLen));
+    float *base = cacheStorage.back().data();
+    cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
+  }
+  std::vector<float> arena(size_t(spec.floatsPerToken * args.maxSeqLen));
+  cx.arena = arena.data();
+
+  std::vector<float> dumped;
+  std::vector<int64_t> generated;
+  auto forward = [&](const std::vector<int64_t> &ids, int64_t start) {
+    std::vector<int64_t> positions(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i)
+      positions[i] = start + int64_t(i);
+    int64_t n = int64_t(ids.size());
+    bool split = spec.forwardSequenceParallel && n % world == 0 && n >= world && world > 1;
+    const float *logits = (split ? spec.forwardSequenceParallel : spec.forward)(
+        cx, ids.data(), positions.data(), n);
+    const float *last = logits + (n - 1) * spec.vocab;
+    dumped.insert(dumped.end(), last, last + spec.vocab);
+    return argmax(last, spec.vocab);
+  };
+
+  int exitCode = 0;
+  try {
+    auto t0 = std::chrono::steady_clock::now();
+    int64_t next = args.maxNewTokens > 0 ? forward(args.prompt, 0) : -1;
+    auto t1 = std::chrono::steady_clock::now();
+    int64_t position = int64_t(args.prompt.size());
+    while (int64_t(generated.size()) < args.maxNewTokens) {
+      generated.push_back(next);
+      if (next == args.eosId || int64_t(generated.size()) == args.maxNewTokens)
+        break;
+      next = forward({next}, position++);
+    }
+    auto t2 = std::chrono::steady_clock::now();
+    if (rank == 0) {
+      std::printf("tokens:");
+      for (int64_t t : generated)
+        std::printf(" %lld", (long long)t);
+      std::printf("\nprefill: %.3f ms for %zu tokens\n", millis(t1 - t0), args.prompt.size());
+      if (generated.size() > 1)
+        std::printf("decode: %.3f ms per token over %zu tokens\n",
+                    millis(t2 - t1) / double(generated.size() - 1), generated.size() - 1);
+      std::fflush(stdout);
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "error: rank %d: a collective failed (a peer stopped?): %s\n", rank,
+                 e.what());
+    return 1;
+  }
+
+  if (!args.dumpLogits.empty() && rank == 0) {
+    std::ofstream out(args.dumpLogits, std::ios::binary);
+    out.write(reinterpret_cast<const char *>(dumped.data()),
+              std::streamsize(dumped.size() * sizeof(float)));
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write %s\n", args.dumpLogits.c_str());
+      exitCode = 1;
+    }
+  }
+  if (!args.trace.empty()) {
+    nlohmann::ordered_json j;
+    j["model"] = spec.name;
+    j["rank"] = rank;
+    j["world"] = world;
+    j["weight_bytes_loaded"] = weightBytes;
+    j["collectives"] = nlohmann::ordered_json::array();
+    for (const TraceEntry &e : cx.trace)
+      j["collectives"].push_back(
+          {{"kind", e.kind}, {"module", e.module}, {"tokens", e.tokens}, {"bytes", e.bytes}});
+    std::ofstream out(tracePath(args.trace, rank, world));
+    out << j.dump(1) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write the trace %s\n", args.trace.c_str());
+      exitCode = 1;
+    }
+  }
+  comm->retire();
+  return exitCode;
+}
+
+} // namespace tpcrt

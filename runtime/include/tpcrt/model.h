@@ -1,0 +1,87 @@
+// What code emitted by `tpc compile` sees of libtpcrt: the model's description, the
+// per-rank context its forward runs in, and the driver that loads weights and generates.
+#ifndef TPCRT_MODEL_H
+#define TPCRT_MODEL_H
+
+#include "tpcrt/comm.h"
+#include "tpcrt/kernels.h"
+#include "tpcrt/weights.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpcrt {
+
+struct ParamDesc {
+  const char *name;
+  std::vector<int64_t> hfShape; // as in the checkpoint
+  SliceSpec slice;              // piece left 0: the driver sets rank * chunks / tp
+};
+
+struct Context;
+/// One forward over `tokens` new tokens; returns this rank's [tokens, vocab] logits
+/// (replicated), valid until the next call.
+using ForwardFn = const float *(*)(Context &, const int64_t *ids, const int64_t *positions,
+                                   int64_t tokens);
+
+struct ModelSpec {
+  const char *name;
+  int64_t tp;
+  int64_t vocab;
+  int64_t floatsPerToken;            // the activation arena, per token
+  std::vector<ParamDesc> params;
+  std::vector<int64_t> kvWidths;     // per attention layer: kv heads * head_dim, local
+  ForwardFn forward;                 // every token count
+  ForwardFn forwardSequenceParallel; // token counts tp divides (null: none)
+};
+
+/// One collective as executed, for --trace.
+struct TraceEntry {
+  std::string kind, module;
+  int64_t tokens;
+  uint64_t bytes; // the collective's full (global) tensor, as `tpc analyze` counts it
+};
+
+struct Context {
+  int rank = 0, tp = 1;
+  Comm *comm = nullptr;
+  std::vector<std::vector<float>> weights;
+  std::vector<KVCache> caches;
+  float *arena = nullptr;
+  std::vector<TraceEntry> trace;
+  std::vector<float> scratch;
+
+  const float *weight(size_t i) const { return weights[i].data(); }
+  /// Stops this rank with an error (the others fail on their next collective).
+  [[noreturn]] void fail(const std::string &message) const;
+
+  // Collectives over [rows, cols] row-major matrices. `blocks` are the global sizes of the
+  // strided blocks of a feature dim (one block: a plain Shard); local matrices hold this
+  // rank's ceil(size / tp) piece of each block, padded.
+  void allReduce(const float *in, int64_t rows, int64_t cols, float *out, const char *module);
+  void allGatherColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
+                        float *out, const char *module);
+  void allGatherRows(const float *in, int64_t rows, int64_t cols, float *out,
+                     const char *module);
+  void reduceScatterColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
+                            float *out, const char *module);
+  void reduceScatterRows(const float *in, int64_t rows, int64_t cols, float *out,
+                         const char *module);
+  // Reshards that need no communication.
+  void takeColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks, float *out);
+  void takeRows(const float *in, int64_t rows, int64_t cols, float *out);
+  void partialFromReplicate(const float *in, int64_t n, float *out);
+  void partialFromColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
+                          float *out);
+
+private:
+  void record(const char *kind, const char *module, int64_t rows, uint64_t bytes);
+};
+
+/// The emitted binary's main: arguments, rank identity, weights, prefill and greedy decode.
+int runModel(const ModelSpec &spec, int argc, char **argv);
+
+} // namespace tpcrt
+
+#endif // TPCRT_MODEL_H

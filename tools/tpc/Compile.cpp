@@ -1,0 +1,158 @@
+// tpc compile: the whole pipeline, then C++ for libtpcrt, then the system compiler.
+#include "Commands.h"
+#include "Session.h"
+
+#include "tpc/Codegen/CpuEmitter.h"
+#include "tpc/Plan/Plan.h"
+#include "tpc/Transforms/Passes.h"
+#include "tpc/Transforms/Pipeline.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <fmt/core.h>
+
+using namespace mlir;
+
+namespace tpc {
+
+namespace {
+
+struct CompileOptions {
+  std::string model, plan, strategies, target = "cpu", output;
+  int64_t tp = 0;
+  bool sequenceParallel = false;
+};
+
+/// Prints each stage and how long it took.
+class Stages {
+public:
+  template <typename Fn> bool run(const char *name, Fn fn) {
+    auto start = std::chrono::steady_clock::now();
+    bool ok = fn();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          start)
+                    .count();
+    llvm::outs() << fmt::format("  {:<10} {:>9.1f} ms{}\n", name, ms, ok ? "" : "  (failed)");
+    llvm::outs().flush();
+    return ok;
+  }
+};
+
+} // namespace
+
+void addCompileCommand(CLI::App &app, CommandRunner &run) {
+  auto opts = std::make_shared<CompileOptions>();
+  CLI::App *cmd = app.add_subcommand(
+      "compile", "Compile a model and plan into a per-rank binary (out/<model>)");
+  cmd->add_option("model", opts->model, "the model graph (tp dialect)")->required();
+  cmd->add_option("--plan", opts->plan, "plan.json, or a config.json with base_model_tp_plan")
+      ->required();
+  cmd->add_option("--tp", opts->tp, "ranks on the tp axis")->required();
+  cmd->add_option("--strategies", opts->strategies, "a JSON file of custom strategies");
+  cmd->add_option("--target", opts->target, "cpu (C++, OpenBLAS, Gloo)");
+  cmd->add_option("-o,--output", opts->output, "the output directory")->required();
+  cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
+                "split the residual stream by tokens where the token count divides by tp");
+  cmd->callback([opts, &run] {
+    run = [opts]() -> int {
+      const CompileOptions &o = *opts;
+      if (o.tp < 1) {
+        reportError(fmt::format("--tp must be at least 1, got {}", o.tp));
+        return 1;
+      }
+      if (o.target != "cpu") {
+        reportError("--target " + o.target + " is not supported yet; --target cpu is");
+        return 1;
+      }
+      Session session;
+      Stages stages;
+      llvm::outs() << fmt::format("tpc compile {} --plan {} --tp {} --target {}\n", o.model,
+                                  o.plan, o.tp, o.target);
+      OwningOpRef<ModuleOp> module;
+      if (!stages.run("parse", [&] { return bool(module = session.loadModel(o.model)); }))
+        return 1;
+      if (!stages.run("plan", [&] {
+            return succeeded(plan::applyPlan(*module, {o.plan, o.strategies, o.tp}));
+          }))
+        return 1;
+      bool planned = false;
+      module->walk([&](Operation *op) {
+        if (auto s = op->getAttrOfType<tp::StrategyAttr>(tp::kStrategyAttrName))
+          planned |= s.getName() == "sequence_parallel";
+      });
+      bool split = (o.sequenceParallel || planned) && o.tp > 1;
+      auto shard = [&](StringRef sequence) -> OwningOpRef<ModuleOp> {
+        OwningOpRef<ModuleOp> copy = module->clone();
+        PassManager pm(&session.context());
+        buildCollectivesPipeline(pm, sequence);
+        pm.addPass(tp::createTPPartition());
+        if (failed(pm.run(*copy)))
+          return nullptr;
+        return copy;
+      };
+      OwningOpRef<ModuleOp> plain, splitModule;
+      if (!stages.run("shard", [&] {
+            plain = shard(split ? "off" : "auto");
+            if (split)
+              splitModule = shard("on");
+            return plain && (!split || splitModule);
+          }))
+        return 1;
+
+      std::string name = module->getSymName() ? module->getSymName()->str() : "model";
+      if (std::error_code ec = llvm::sys::fs::create_directories(o.output)) {
+        reportError("cannot create " + o.output + ": " + ec.message());
+        return 1;
+      }
+      llvm::SmallString<256> source(o.output), binary(o.output);
+      llvm::sys::path::append(source, name + ".cpp");
+      llvm::sys::path::append(binary, name);
+      if (!stages.run("emit", [&] {
+            std::string code;
+            llvm::raw_string_ostream os(code);
+            if (failed(emitCpuProgram(*plain, split ? *splitModule : ModuleOp(), os)))
+              return false;
+            std::error_code ec;
+            llvm::raw_fd_ostream file(source, ec);
+            if (ec) {
+              reportError("cannot write " + source + ": " + ec.message());
+              return false;
+            }
+            file << code;
+            return true;
+          }))
+        return 1;
+      if (!stages.run("build", [&] {
+            const char *cxxEnv = std::getenv("TPC_CXX");
+            auto cxx = llvm::sys::findProgramByName(cxxEnv && *cxxEnv ? cxxEnv : "c++");
+            if (!cxx) {
+              reportError("no C++ compiler found (c++, or TPC_CXX)");
+              return false;
+            }
+            std::string include = "-I" TPC_RUNTIME_INCLUDE_DIR;
+            llvm::SmallVector<StringRef> args = {*cxx, "-std=c++17", "-O2", include,
+                                                 source.str(), TPC_RUNTIME_LIBRARY,
+                                                 TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY,
+                                                 "-lpthread", "-o", binary.str()};
+            std::string message;
+            int code = llvm::sys::ExecuteAndWait(*cxx, args, std::nullopt, {}, 0, 0, &message);
+            if (code != 0) {
+              reportError(fmt::format("the C++ compiler failed on {} (exit {}){}", source.str(),
+                                      code, message.empty() ? "" : ": " + message));
+              return false;
+            }
+            return true;
+          }))
+        return 1;
+      llvm::outs() << fmt::format("wrote {} and {}\n", source.str(), binary.str());
+      return session.errors() ? 1 : 0;
+    };
+  });
+}
+
+} // namespace tpc
