@@ -21,3 +21,5 @@ config.substitutions.append(
     ("%collectives",
      "--tp-propagate-layouts --tp-insert-redistribute --tp-fold-redistribute "
      "--tp-lower-redistribute"))
+# The end-to-end tests launch several ranks each; two at a time keep a 2-core machine sane.
+lit_config.parallelism_groups["e2e"] = 1

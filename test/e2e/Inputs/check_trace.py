@@ -1,0 +1,40 @@
+"""Checks a run's traces against `tpc analyze --json` for the same compile:
+    python3 check_trace.py ANALYZE.json PROMPT_LEN NEW_TOKENS TRACE...
+
+Every rank ran the prefill's collectives and then each decode step's, in order, the same
+kinds, modules and bytes analyze lists; and loaded exactly the weight bytes analyze says a
+rank holds (a replicated run cannot pass as a sharded one).
+"""
+import json
+import sys
+
+report = json.load(open(sys.argv[1]))
+prompt, new_tokens, traces = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+
+
+def key(c):
+    return (c["kind"], c["module"], int(c["bytes"]))
+
+
+expected = [key(c) for c in report["prefill"]["collectives"]]
+for _ in range(new_tokens - 1):
+    expected += [key(c) for c in report["decode"]["collectives"]]
+weights = report["memory_per_rank"]["weights_bytes"]
+failed = False
+for path in traces:
+    trace = json.load(open(path))
+    got = [key(c) for c in trace["collectives"]]
+    if got != expected:
+        failed = True
+        print(f"{path}: {len(got)} collectives, analyze expects {len(expected)}")
+        for i, (a, b) in enumerate(zip(got, expected)):
+            if a != b:
+                print(f"  first difference at {i}: ran {a}, expected {b}")
+                break
+    if trace["weight_bytes_loaded"] != weights:
+        failed = True
+        print(f"{path}: loaded {trace['weight_bytes_loaded']} weight bytes, a rank holds {weights}")
+    if not failed:
+        print(f"{path}: {len(got)} collectives and {weights:.0f} weight bytes as analyze says")
+print("traces: " + ("FAILED" if failed else "ok"))
+sys.exit(1 if failed else 0)
