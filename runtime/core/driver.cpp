@@ -161,13 +161,6 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     std::fprintf(stderr, "error: RANK and WORLD_SIZE must be integers with RANK < WORLD_SIZE\n");
     return 1;
   }
-  if (world != spec.tp) {
-    std::fprintf(stderr,
-                 "error: %s was compiled for tp %lld, but WORLD_SIZE is %d; compile it again "
-                 "with --tp %d or launch %lld ranks\n",
-                 spec.name, (long long)spec.tp, world, world, (long long)spec.tp);
-    return 1;
-  }
   int64_t total = int64_t(args.prompt.size()) + args.maxNewTokens;
   if (total > args.maxSeqLen) {
     std::fprintf(stderr,
@@ -184,6 +177,13 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
       return 1;
     }
 
+  if (world != spec.tp) {
+    std::fprintf(stderr,
+                 "error: %s was compiled for tp %lld, but WORLD_SIZE is %d; compile it again "
+                 "with --tp %d or launch %lld ranks\n",
+                 spec.name, (long long)spec.tp, world, world, (long long)spec.tp);
+    return 1;
+  }
   // One BLAS thread per rank unless asked otherwise: ranks share the machine's cores.
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     openblas_set_num_threads(1);
