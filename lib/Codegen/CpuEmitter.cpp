@@ -293,6 +293,17 @@ private:
            << out << ", " << module(op) << ");\n";
       return success();
     }
+    if (auto a2a = dyn_cast<AllToAllOp>(op)) {
+      bool rowsToColumns = normalizeDim(a2a.getSplitDim(), 2) == 1;
+      Value sharded = rowsToColumns ? a2a.getResult() : a2a.getInput();
+      // The feature dim's global size: what the token-split side holds whole.
+      int64_t global = columns(rowsToColumns ? a2a.getInput() : a2a.getResult());
+      std::string out = define(a2a.getResult());
+      os << "  cx.allToAll(" << ref(a2a.getInput()) << ", n, "
+         << blocksOf(placementOf(sharded), global) << ", " << (rowsToColumns ? "true" : "false")
+         << ", " << out << ", " << module(op) << ");\n";
+      return success();
+    }
     if (auto reshard = dyn_cast<LocalReshardOp>(op)) {
       PlacementAttr src = placementOf(reshard.getInput()), dst = placementOf(reshard.getResult());
       Value in = reshard.getInput();
@@ -305,7 +316,10 @@ private:
       } else if (isa<ReplicateAttr>(src)) {
         os << "  cx.takeColumns(" << ref(in) << ", " << rows(in) << ", "
            << blocksOf(dst, columns(in)) << ", " << out << ");\n";
-      } else if (isa<PartialAttr>(dst) && !splitByTokens(in)) {
+      } else if (isa<PartialAttr>(dst) && splitByTokens(in)) {
+        os << "  cx.partialFromRows(" << ref(in) << ", n, " << columns(in) << ", " << out
+           << ");\n";
+      } else if (isa<PartialAttr>(dst)) {
         os << "  cx.partialFromColumns(" << ref(in) << ", " << rows(in) << ", "
            << blocksOf(src, columns(reshard.getResult())) << ", " << out << ");\n";
       } else {

@@ -5,12 +5,14 @@
 
 using namespace tpc;
 
-void tpc::buildCollectivesPipeline(mlir::OpPassManager &pm, llvm::StringRef sequenceParallel) {
+void tpc::buildCollectivesPipeline(mlir::OpPassManager &pm, llvm::StringRef sequenceParallel,
+                                   bool fold) {
   tp::TPPropagateLayoutsOptions propagate;
   propagate.sequenceParallel = sequenceParallel.str();
   pm.addPass(tp::createTPPropagateLayouts(propagate));
   pm.addPass(tp::createTPInsertRedistribute());
-  pm.addPass(tp::createTPFoldRedistribute());
+  if (fold)
+    pm.addPass(tp::createTPFoldRedistribute());
   pm.addPass(tp::createTPLowerRedistribute());
 }
 

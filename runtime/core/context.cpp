@@ -87,6 +87,36 @@ void Context::reduceScatterRows(const float *in, int64_t rows, int64_t cols, flo
   record("reduce_scatter", module, rows, uint64_t(rows * cols) * 4);
 }
 
+void Context::allToAll(const float *in, int64_t tokens, const std::vector<int64_t> &blocks,
+                       bool rowsToColumns, float *out, const char *module) {
+  // Every rank gathers the whole tensor and keeps its part: the traffic of an all_gather,
+  // which Debian's Gloo makes simplest to get right for uneven pieces.
+  int64_t global = globalWidth(blocks), local = localWidth(blocks, tp), mine = tokens / tp;
+  std::vector<float> whole(size_t(tokens * global));
+  if (rowsToColumns) {
+    comm->allGather(in, size_t(mine * global), whole.data());
+    takeColumns(whole.data(), tokens, blocks, out);
+  } else {
+    scratch.resize(size_t(tokens * local * tp));
+    comm->allGather(in, size_t(tokens * local), scratch.data());
+    for (int r = 0; r < tp; ++r) {
+      int64_t localOffset = 0, globalOffset = 0;
+      for (int64_t block : blocks) {
+        int64_t piece = pieceSize(block, tp), first = r * piece;
+        int64_t count = std::max<int64_t>(0, std::min(piece, block - first));
+        for (int64_t row = 0; row < tokens; ++row)
+          std::memcpy(whole.data() + row * global + globalOffset + first,
+                      scratch.data() + (r * tokens + row) * local + localOffset,
+                      count * sizeof(float));
+        localOffset += piece;
+        globalOffset += block;
+      }
+    }
+    takeRows(whole.data(), tokens, global, out);
+  }
+  record("all_to_all", module, tokens, uint64_t(tokens * global) * 4);
+}
+
 void Context::takeColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
                           float *out) {
   int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
@@ -114,6 +144,12 @@ void Context::partialFromReplicate(const float *in, int64_t n, float *out) {
     std::memcpy(out, in, n * sizeof(float));
   else
     std::fill(out, out + n, 0.0f);
+}
+
+void Context::partialFromRows(const float *in, int64_t tokens, int64_t cols, float *out) {
+  int64_t mine = tokens / tp;
+  std::fill(out, out + tokens * cols, 0.0f);
+  std::memcpy(out + rank * mine * cols, in, mine * cols * sizeof(float));
 }
 
 void Context::partialFromColumns(const float *in, int64_t rows,

@@ -25,7 +25,7 @@ namespace {
 struct CompileOptions {
   std::string model, plan, strategies, target = "cpu", output;
   int64_t tp = 0;
-  bool sequenceParallel = false;
+  bool sequenceParallel = false, noFold = false;
 };
 
 /// Prints each stage and how long it took.
@@ -58,6 +58,8 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
   cmd->add_option("-o,--output", opts->output, "the output directory")->required();
   cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
                 "split the residual stream by tokens where the token count divides by tp");
+  cmd->add_flag("--no-fold", opts->noFold,
+                "leave out tp-fold-redistribute (to run what folding would remove)");
   cmd->callback([opts, &run] {
     run = [opts]() -> int {
       const CompileOptions &o = *opts;
@@ -89,7 +91,7 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
       auto shard = [&](StringRef sequence) -> OwningOpRef<ModuleOp> {
         OwningOpRef<ModuleOp> copy = module->clone();
         PassManager pm(&session.context());
-        buildCollectivesPipeline(pm, sequence);
+        buildCollectivesPipeline(pm, sequence, !o.noFold);
         pm.addPass(tp::createTPPartition());
         if (failed(pm.run(*copy)))
           return nullptr;

@@ -18,7 +18,9 @@ struct ShardingOptions {
 /// tp-propagate-layouts, tp-insert-redistribute, tp-fold-redistribute and
 /// tp-lower-redistribute, on a module the plan has been applied to: the graph with every
 /// collective explicit, shapes still global.
-void buildCollectivesPipeline(mlir::OpPassManager &pm, llvm::StringRef sequenceParallel);
+/// `fold` false leaves out tp-fold-redistribute (to see or run what folding removes).
+void buildCollectivesPipeline(mlir::OpPassManager &pm, llvm::StringRef sequenceParallel,
+                              bool fold = true);
 
 /// tp-apply-plan, the collectives pipeline and tp-partition: what each rank runs.
 void buildShardingPipeline(mlir::OpPassManager &pm, const ShardingOptions &options);

@@ -68,12 +68,16 @@ struct Context {
                             float *out, const char *module);
   void reduceScatterRows(const float *in, int64_t rows, int64_t cols, float *out,
                          const char *module);
+  /// Shard(0) -> Shard(1) (rowsToColumns) or back: `tokens` global, `blocks` the features.
+  void allToAll(const float *in, int64_t tokens, const std::vector<int64_t> &blocks,
+                bool rowsToColumns, float *out, const char *module);
   // Reshards that need no communication.
   void takeColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks, float *out);
   void takeRows(const float *in, int64_t rows, int64_t cols, float *out);
   void partialFromReplicate(const float *in, int64_t n, float *out);
   void partialFromColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
                           float *out);
+  void partialFromRows(const float *in, int64_t tokens, int64_t cols, float *out);
 
 private:
   void record(const char *kind, const char *module, int64_t rows, uint64_t bytes);
