@@ -83,6 +83,15 @@ FailureOr<std::vector<PlanRule>> tpc::plan::readPlan(StringRef path, MLIRContext
 // Applying
 //===----------------------------------------------------------------------===//
 
+bool tpc::plan::namesSequenceParallel(ModuleOp planned) {
+  bool names = false;
+  planned.walk([&](Operation *op) {
+    if (auto s = op->getAttrOfType<tp::StrategyAttr>(tp::kStrategyAttrName))
+      names |= s.getName() == "sequence_parallel";
+  });
+  return names;
+}
+
 int64_t tpc::plan::chunkSize(int64_t size, int64_t tp, int64_t rank) {
   int64_t chunk = (size + tp - 1) / tp;
   return std::clamp<int64_t>(size - rank * chunk, 0, chunk);

@@ -21,6 +21,21 @@ int64_t globalWidth(const std::vector<int64_t> &blocks) {
     w += b;
   return w;
 }
+
+/// Calls fn(localOffset, globalOffset, count, piece) for rank `rank`'s piece of each block of
+/// a feature dim: where it sits in the local row, where in the global row, how many of its
+/// `piece` columns are real (the rest is padding).
+template <typename Fn>
+void forEachPiece(const std::vector<int64_t> &blocks, int tp, int rank, Fn fn) {
+  int64_t localOffset = 0, globalOffset = 0;
+  for (int64_t block : blocks) {
+    int64_t piece = pieceSize(block, tp), first = rank * piece;
+    fn(localOffset, globalOffset + first, std::max<int64_t>(0, std::min(piece, block - first)),
+       piece);
+    localOffset += piece;
+    globalOffset += block;
+  }
+}
 } // namespace
 
 void Context::fail(const std::string &message) const {
@@ -48,17 +63,10 @@ void Context::allGatherColumns(const float *in, int64_t rows, const std::vector<
   // scratch[r] is rank r's [rows, local]; put each rank's piece of each block in place.
   for (int r = 0; r < tp; ++r) {
     const float *from = scratch.data() + r * rows * local;
-    int64_t localOffset = 0, globalOffset = 0;
-    for (int64_t block : blocks) {
-      int64_t piece = pieceSize(block, tp);
-      int64_t first = r * piece;
-      int64_t count = std::max<int64_t>(0, std::min(piece, block - first));
+    forEachPiece(blocks, tp, r, [&](int64_t at, int64_t to, int64_t count, int64_t) {
       for (int64_t row = 0; row < rows; ++row)
-        std::memcpy(out + row * global + globalOffset + first,
-                    from + row * local + localOffset, count * sizeof(float));
-      localOffset += piece;
-      globalOffset += block;
-    }
+        std::memcpy(out + row * global + to, from + row * local + at, count * sizeof(float));
+    });
   }
   record("all_gather", module, rows, uint64_t(rows * global) * 4);
 }
@@ -99,19 +107,12 @@ void Context::allToAll(const float *in, int64_t tokens, const std::vector<int64_
   } else {
     scratch.resize(size_t(tokens * local * tp));
     comm->allGather(in, size_t(tokens * local), scratch.data());
-    for (int r = 0; r < tp; ++r) {
-      int64_t localOffset = 0, globalOffset = 0;
-      for (int64_t block : blocks) {
-        int64_t piece = pieceSize(block, tp), first = r * piece;
-        int64_t count = std::max<int64_t>(0, std::min(piece, block - first));
+    for (int r = 0; r < tp; ++r)
+      forEachPiece(blocks, tp, r, [&](int64_t at, int64_t to, int64_t count, int64_t) {
         for (int64_t row = 0; row < tokens; ++row)
-          std::memcpy(whole.data() + row * global + globalOffset + first,
-                      scratch.data() + (r * tokens + row) * local + localOffset,
-                      count * sizeof(float));
-        localOffset += piece;
-        globalOffset += block;
-      }
-    }
+          std::memcpy(whole.data() + row * global + to,
+                      scratch.data() + (r * tokens + row) * local + at, count * sizeof(float));
+      });
     takeRows(whole.data(), tokens, global, out);
   }
   record("all_to_all", module, tokens, uint64_t(tokens * global) * 4);
@@ -120,18 +121,13 @@ void Context::allToAll(const float *in, int64_t tokens, const std::vector<int64_
 void Context::takeColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
                           float *out) {
   int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t localOffset = 0, globalOffset = 0;
-    for (int64_t block : blocks) {
-      int64_t piece = pieceSize(block, tp), first = rank * piece;
-      int64_t count = std::max<int64_t>(0, std::min(piece, block - first));
-      float *dst = out + row * local + localOffset;
-      std::memcpy(dst, in + row * global + globalOffset + first, count * sizeof(float));
+  forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t from, int64_t count, int64_t piece) {
+    for (int64_t row = 0; row < rows; ++row) {
+      float *dst = out + row * local + at;
+      std::memcpy(dst, in + row * global + from, count * sizeof(float));
       std::fill(dst + count, dst + piece, 0.0f);
-      localOffset += piece;
-      globalOffset += block;
     }
-  }
+  });
 }
 
 void Context::takeRows(const float *in, int64_t rows, int64_t cols, float *out) {
@@ -156,17 +152,10 @@ void Context::partialFromColumns(const float *in, int64_t rows,
                                  const std::vector<int64_t> &blocks, float *out) {
   int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
   std::fill(out, out + rows * global, 0.0f);
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t localOffset = 0, globalOffset = 0;
-    for (int64_t block : blocks) {
-      int64_t piece = pieceSize(block, tp), first = rank * piece;
-      int64_t count = std::max<int64_t>(0, std::min(piece, block - first));
-      std::memcpy(out + row * global + globalOffset + first, in + row * local + localOffset,
-                  count * sizeof(float));
-      localOffset += piece;
-      globalOffset += block;
-    }
-  }
+  forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t to, int64_t count, int64_t) {
+    for (int64_t row = 0; row < rows; ++row)
+      std::memcpy(out + row * global + to, in + row * local + at, count * sizeof(float));
+  });
 }
 
 } // namespace tpcrt

@@ -2,6 +2,8 @@
 // its slice and every tp sees the same model.
 #include "tpcrt/weights.h"
 
+#include "slices.h"
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -28,8 +30,6 @@ bool isNorm(const std::string &name) {
   return name.find("norm") != std::string::npos;
 }
 
-int64_t pieceSize(int64_t size, int64_t chunks) { return (size + chunks - 1) / chunks; }
-
 } // namespace
 
 float randomWeight(uint64_t seed, const std::string &name, uint64_t index) {
@@ -40,28 +40,12 @@ float randomWeight(uint64_t seed, const std::string &name, uint64_t index) {
 
 void generateSlice(uint64_t seed, const std::string &name, const std::vector<int64_t> &shape,
                    const SliceSpec &spec, float *out) {
-  int64_t dim = spec.dim < 0 ? 0 : spec.dim;
-  std::vector<int64_t> offsets = spec.dim < 0 ? std::vector<int64_t>{0} : spec.offsets;
-  std::vector<int64_t> sizes =
-      spec.dim < 0 ? std::vector<int64_t>{shape.empty() ? 1 : shape[0]} : spec.sizes;
-  int64_t chunks = spec.dim < 0 ? 1 : spec.chunks, piece = spec.dim < 0 ? 0 : spec.piece;
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < dim; ++i)
-    outer *= shape[i];
-  for (size_t i = dim + 1; i < shape.size(); ++i)
-    inner *= shape[i];
-  int64_t dimSize = shape.empty() ? 1 : shape[dim];
-  float *dst = out;
-  for (int64_t o = 0; o < outer; ++o)
-    for (size_t b = 0; b < sizes.size(); ++b) {
-      int64_t ps = pieceSize(sizes[b], chunks);
-      int64_t first = offsets[b] + piece * ps;
-      int64_t count = std::max<int64_t>(0, std::min(ps, offsets[b] + sizes[b] - first));
-      for (int64_t i = 0; i < count * inner; ++i)
-        dst[i] = randomWeight(seed, name, uint64_t((o * dimSize + first) * inner + i));
-      std::fill(dst + count * inner, dst + ps * inner, 0.0f);
-      dst += ps * inner;
-    }
+  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = randomWeight(seed, name, first + uint64_t(i));
+    std::fill(out + count, out + padded, 0.0f);
+    out += padded;
+  });
 }
 
 bool writeRandomCheckpoint(const std::string &path, uint64_t seed,

@@ -2,6 +2,8 @@
 // of each contiguous run, and converted to fp32.
 #include "tpcrt/weights.h"
 
+#include "slices.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -213,49 +215,40 @@ bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape
     error = "tensor " + name + " is truncated: its data runs past the end of " + info->file;
     return false;
   }
-  // The slice as runs: for each index of the dims before `dim`, each block's piece.
-  int64_t dim = spec.dim < 0 ? 0 : spec.dim;
-  std::vector<int64_t> offsets = spec.dim < 0 ? std::vector<int64_t>{0} : spec.offsets;
-  std::vector<int64_t> sizes = spec.dim < 0 ? std::vector<int64_t>{shape.empty() ? 1 : shape[0]}
-                                            : spec.sizes;
-  int64_t chunks = spec.dim < 0 ? 1 : spec.chunks, piece = spec.dim < 0 ? 0 : spec.piece;
-  int64_t outer = product(shape, 0, dim), inner = product(shape, dim + 1, shape.size());
-  int64_t dimSize = shape.empty() ? 1 : shape[dim];
   std::vector<char> buffer;
-  float *dst = out;
   int file = fd(info->file);
-  for (int64_t o = 0; o < outer; ++o) {
-    for (size_t b = 0; b < sizes.size(); ++b) {
-      int64_t ps = pieceSize(sizes[b], chunks);
-      int64_t first = offsets[b] + piece * ps;
-      int64_t count = std::max<int64_t>(0, std::min(ps, offsets[b] + sizes[b] - first));
-      uint64_t elementsRun = uint64_t(count * inner);
-      buffer.resize(elementsRun * width);
-      uint64_t at = info->begin + uint64_t((o * dimSize + first) * inner) * width;
-      if (elementsRun && pread(file, buffer.data(), buffer.size(), off_t(at)) != ssize_t(buffer.size())) {
-        error = "tensor " + name + ": short read from " + info->file;
-        return false;
-      }
-      bytesRead += buffer.size();
-      for (uint64_t i = 0; i < elementsRun; ++i) {
-        const char *p = buffer.data() + i * width;
-        if (info->dtype == "F32") {
-          std::memcpy(dst + i, p, 4);
+  bool ok = true;
+  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
+    if (!ok)
+      return;
+    buffer.resize(size_t(count) * width);
+    off_t at = off_t(info->begin + first * width);
+    if (count && pread(file, buffer.data(), buffer.size(), at) != ssize_t(buffer.size())) {
+      error = "tensor " + name + ": short read from " + info->file;
+      ok = false;
+      return;
+    }
+    bytesRead += buffer.size();
+    for (int64_t i = 0; i < count; ++i) {
+      const char *p = buffer.data() + size_t(i) * width;
+      if (info->dtype == "F32") {
+        std::memcpy(out + i, p, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        if (info->dtype == "BF16") {
+          uint32_t bits = uint32_t(h) << 16;
+          std::memcpy(out + i, &bits, 4);
         } else {
-          uint16_t h;
-          std::memcpy(&h, p, 2);
-          if (info->dtype == "BF16") {
-            uint32_t bits = uint32_t(h) << 16;
-            std::memcpy(dst + i, &bits, 4);
-          } else {
-            dst[i] = halfToFloat(h);
-          }
+          out[i] = halfToFloat(h);
         }
       }
-      std::fill(dst + elementsRun, dst + ps * inner, 0.0f); // padding of a short last piece
-      dst += ps * inner;
     }
-  }
+    std::fill(out + count, out + padded, 0.0f); // padding of a short last piece
+    out += padded;
+  });
+  if (!ok)
+    return false;
   return true;
 }
 

@@ -168,12 +168,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         return 1;
 
       // Sequence parallelism where the tokens split evenly; all_reduce where they do not.
-      bool planned = false;
-      module->walk([&](Operation *op) {
-        if (auto s = op->getAttrOfType<tp::StrategyAttr>(tp::kStrategyAttrName))
-          planned |= s.getName() == "sequence_parallel";
-      });
-      bool wanted = o.sequenceParallel || planned;
+      bool wanted = o.sequenceParallel || plan::namesSequenceParallel(*module);
       bool prefillSplits = o.prefillLen % o.tp == 0 && o.prefillLen >= o.tp;
       std::vector<std::string> notes;
       if (wanted && !prefillSplits)

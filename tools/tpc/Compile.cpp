@@ -82,12 +82,7 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
             return succeeded(plan::applyPlan(*module, {o.plan, o.strategies, o.tp}));
           }))
         return 1;
-      bool planned = false;
-      module->walk([&](Operation *op) {
-        if (auto s = op->getAttrOfType<tp::StrategyAttr>(tp::kStrategyAttrName))
-          planned |= s.getName() == "sequence_parallel";
-      });
-      bool split = (o.sequenceParallel || planned) && o.tp > 1;
+      bool split = (o.sequenceParallel || plan::namesSequenceParallel(*module)) && o.tp > 1;
       auto shard = [&](StringRef sequence) -> OwningOpRef<ModuleOp> {
         OwningOpRef<ModuleOp> copy = module->clone();
         PassManager pm(&session.context());

@@ -58,6 +58,9 @@ struct PlanReport {
 /// any was an error.
 mlir::FailureOr<PlanReport> applyPlan(mlir::ModuleOp module, const PlanOptions &options);
 
+/// Whether the applied plan names sequence_parallel for some module.
+bool namesSequenceParallel(mlir::ModuleOp planned);
+
 /// The per-rank size of a dim of `size` split torch.chunk-style over `tp` ranks.
 int64_t chunkSize(int64_t size, int64_t tp, int64_t rank);
 
