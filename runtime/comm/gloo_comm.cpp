@@ -111,11 +111,21 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world);
     context->setTimeout(std::chrono::seconds(options.timeoutSeconds));
     context->connectFullMesh(store, device);
-    return std::make_unique<GlooComm>(options, context);
+    auto comm = std::make_unique<GlooComm>(options, context);
+    // A rank that returned from connecting could otherwise exit (on a bad checkpoint, say)
+    // while a peer is still finishing the handshake, and the peer would report a confusing
+    // connection error rather than the failure that follows.
+    comm->barrier();
+    return comm;
   } catch (const std::exception &e) {
     error = std::string("could not connect the ranks: ") + e.what();
     return nullptr;
   }
+}
+
+void Comm::barrier() {
+  float token = 0;
+  allReduce(&token, 1);
 }
 
 void Comm::retire() {

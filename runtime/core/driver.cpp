@@ -305,6 +305,13 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
       exitCode = 1;
     }
   }
+  // Leave together: no rank closes its connections while a peer is still using them.
+  try {
+    comm->barrier();
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "error: rank %d: a peer stopped before the end: %s\n", rank, e.what());
+    return 1;
+  }
   comm->retire();
   return exitCode;
 }
