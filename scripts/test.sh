@@ -7,6 +7,12 @@ build=${TPC_BUILD_DIR:-$root/build}
 
 "$root/scripts/bootstrap.sh"
 "$root/scripts/build.sh"
+# torchrun for the torchrun test; without it that test is reported unsupported, not passed.
+if venv=$("$root/scripts/venv.sh"); then
+  export TPC_VENV=$venv
+else
+  echo "warning: no Python venv with torch; the torchrun test will be skipped" >&2
+fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

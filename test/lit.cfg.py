@@ -23,3 +23,10 @@ config.substitutions.append(
      "--tp-lower-redistribute"))
 # The end-to-end tests launch several ranks each; two at a time keep a 2-core machine sane.
 lit_config.parallelism_groups["e2e"] = 1
+
+# torchrun, from the test venv scripts/venv.sh makes (TPC_VENV): tests that need it say
+# REQUIRES: torchrun.
+venv = os.environ.get("TPC_VENV", os.path.expanduser("~/.cache/tpc-venv"))
+if os.path.exists(os.path.join(venv, "bin", "torchrun")):
+    config.available_features.add("torchrun")
+    config.substitutions.append(("%torchrun", os.path.join(venv, "bin", "torchrun")))

@@ -71,7 +71,12 @@ std::string rendezvousDirFromEnv() {
     return dir;
   if (const char *run = std::getenv("TORCHELASTIC_RUN_ID"); run && *run) {
     const char *root = std::getenv("TPC_RENDEZVOUS_ROOT");
-    return std::string(root && *root ? root : "/tmp") + "/tpc-rendezvous-" + run;
+    std::string dir = std::string(root && *root ? root : "/tmp") + "/tpc-rendezvous-" + run;
+    // torchrun's default run id is "none" for every job; its ranks share the agent process
+    // as their parent, which tells one job from the next on this machine.
+    if (std::string(run) == "none")
+      dir += "-" + std::to_string(getppid());
+    return dir;
   }
   return "";
 }

@@ -44,7 +44,8 @@ protected:
 };
 
 /// Where the ranks meet: TPC_RENDEZVOUS_DIR, else a directory derived from torchrun's
-/// TORCHELASTIC_RUN_ID under TPC_RENDEZVOUS_ROOT (default /tmp); "" when neither is set.
+/// TORCHELASTIC_RUN_ID under TPC_RENDEZVOUS_ROOT (default /tmp), with the launching agent's
+/// pid added for torchrun's default id "none"; "" when neither is set.
 std::string rendezvousDirFromEnv();
 
 } // namespace tpcrt
