@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -276,4 +277,33 @@ TEST(Comm, StaleRendezvousIsRefused) {
   std::string error;
   EXPECT_FALSE(Comm::connect({0, 2, dir, "127.0.0.1", 2}, error));
   EXPECT_NE(error.find("is stale"), std::string::npos) << error;
+}
+
+TEST(Weights16, IndexAndShardsAndF16) {
+  // Two shards and an index, as HF writes large checkpoints; the second shard is F16.
+  std::string dir = tempPath("sharded"), error;
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_TRUE(writeRandomCheckpoint(dir + "/a.safetensors", 9, {{"x", {2, 3}}}, false, error));
+  std::string header = R"({"y":{"dtype":"F16","shape":[3],"data_offsets":[0,6]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  uint64_t size = header.size();
+  uint16_t halves[] = {0x3c00, 0xc000, 0x3555}; // 1, -2, 0.33325195
+  std::ofstream shard(dir + "/b.safetensors", std::ios::binary);
+  shard.write(reinterpret_cast<const char *>(&size), 8);
+  shard << header;
+  shard.write(reinterpret_cast<const char *>(halves), 6);
+  shard.close();
+  std::ofstream(dir + "/model.safetensors.index.json")
+      << R"({"metadata": {}, "weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})";
+  auto ckpt = Checkpoint::open(dir, error); // the directory finds the index
+  ASSERT_TRUE(ckpt) << error;
+  std::vector<float> x(6), y(3);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(ckpt->read("x", {2, 3}, {}, x.data(), bytes, error)) << error;
+  EXPECT_EQ(x[5], randomWeight(9, "x", 5));
+  ASSERT_TRUE(ckpt->read("y", {3}, {}, y.data(), bytes, error)) << error;
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], -2.0f);
+  EXPECT_NEAR(y[2], 0.33325195, 1e-7);
+  EXPECT_FALSE(Checkpoint::open(dir + "/missing", error));
 }
