@@ -173,6 +173,18 @@ def TP_ConcatOp : TP_LayerOp<"concat"> {
   let assemblyFormat = "$module $inputs attr-dict `:` functional-type(operands, results)";
 }
 
+def TP_LastTokenOp : TP_LayerOp<"last_token"> {
+  let summary = "The last token's row: what generation needs of the output";
+  let description = [{
+    `tp-last-token` puts it where the forward's output stops needing every token, so the
+    final norm and lm_head run (and gather) on one row, as transformers' generate does with
+    logits_to_keep=1.
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $input attr-dict `:` functional-type(operands, results)";
+}
+
 //===----------------------------------------------------------------------===//
 // Communication
 //===----------------------------------------------------------------------===//

@@ -26,6 +26,17 @@ def TPApplyPlan : Pass<"tp-apply-plan", "::mlir::ModuleOp"> {
   ];
 }
 
+def TPLastToken : Pass<"tp-last-token", "::mlir::ModuleOp"> {
+  let summary = "Compute the forward's output for the last token only";
+  let description = [{
+    Generation needs the logits of the last token. Walking back from what the forward
+    returns through ops that treat each token on its own (lm_head, the final norm,
+    activations), this inserts a `tp.last_token` where that chain begins, so those ops, and
+    any collective they need, run on one row instead of the whole prompt.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
 def TPPropagateLayouts : Pass<"tp-propagate-layouts", "::mlir::ModuleOp"> {
   let summary = "Give every value a placement, from the plan's hooks and each op's rule";
   let description = [{

@@ -78,6 +78,12 @@ std::vector<CollectiveEntry> tpc::transformersCollectives(ModuleOp planned, int6
   int64_t tp = getMeshSize(planned).value_or(1);
   std::vector<CollectiveEntry> entries;
   llvm::StringSet<> seen;
+  // generate runs the ops that end the forward (lm_head) on the last token only
+  // (logits_to_keep=1), as tpc does.
+  llvm::DenseSet<Operation *> lastOnly;
+  for (auto func : planned.getOps<func::FuncOp>())
+    for (Operation *op : lastTokenChain(func))
+      lastOnly.insert(op);
   planned.walk([&](Operation *op) {
     auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
     StringRef module = getModuleName(op);
@@ -106,7 +112,7 @@ std::vector<CollectiveEntry> tpc::transformersCollectives(ModuleOp planned, int6
     entry.dim = *kind == CollectiveKind::AllGather
                     ? cast<RankedTensorType>(result.getType()).getRank() - 1
                     : -1;
-    entry.bytes = tensorBytes(result.getType(), tokens);
+    entry.bytes = tensorBytes(result.getType(), lastOnly.contains(op) ? 1 : tokens);
     entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
     entries.push_back(std::move(entry));
   });

@@ -75,6 +75,11 @@ FailureOr<OpLayout> LayoutRules::infer(Operation *op, ArrayRef<PlacementAttr> op
   }
   if (isa<SiluOp, GeluOp, AddOp, MulOp>(op))
     return elementwise(op, in);
+  if (isa<LastTokenOp>(op)) {
+    // A row of its own: features may stay split, a sum stays a sum; tokens must be whole.
+    PlacementAttr x = shardDim(in[0]) == 0 ? replicate() : in[0];
+    return OpLayout{{x}, x};
+  }
   if (isa<SliceOp>(op))
     return slice(op, in);
   if (isa<ConcatOp>(op))

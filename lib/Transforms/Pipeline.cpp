@@ -7,6 +7,7 @@ using namespace tpc;
 
 void tpc::buildCollectivesPipeline(mlir::OpPassManager &pm, llvm::StringRef sequenceParallel,
                                    bool fold) {
+  pm.addPass(tp::createTPLastToken());
   tp::TPPropagateLayoutsOptions propagate;
   propagate.sequenceParallel = sequenceParallel.str();
   pm.addPass(tp::createTPPropagateLayouts(propagate));

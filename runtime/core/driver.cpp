@@ -245,7 +245,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     bool split = spec.forwardSequenceParallel && n % world == 0 && n >= world && world > 1;
     const float *logits = (split ? spec.forwardSequenceParallel : spec.forward)(
         cx, ids.data(), positions.data(), n);
-    const float *last = logits + (n - 1) * spec.vocab;
+    const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
     dumped.insert(dumped.end(), last, last + spec.vocab);
     return argmax(last, spec.vocab);
   };

@@ -507,3 +507,11 @@ func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) {
   %n = tp.rms_norm "model.norm" %x, %w {epsilon = 1.0e-5 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<64xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>) {
+  // expected-error @+1 {{model.norm (tp.last_token): the result should be 1x8, got 2x8}}
+  %y = tp.last_token "model.norm" %x : (tensor<?x8xf32>) -> tensor<2x8xf32>
+  return
+}

@@ -52,6 +52,8 @@ module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
     %m = tp.mul "mlp" %g2, %s : (tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16>
     // CHECK: tp.add "layer" %{{.*}}, %{{.*}} {tp.strategy = #tp.strategy<"colwise", input = #tp.replicate, output = #tp.shard<-1>>}
     %r = tp.add "layer" %h, %m {tp.strategy = #tp.strategy<"colwise", input = #tp.replicate, output = #tp.shard<-1>>} : (tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    // CHECK: tp.last_token "model.norm" %{{.*}} : (tensor<?x64xbf16>) -> tensor<1x64xbf16>
+    %last = tp.last_token "model.norm" %m : (tensor<?x64xbf16>) -> tensor<1x64xbf16>
     // CHECK: tp.concat "attn" %{{.*}}, %{{.*}} {dim = -1 : i64} : (tensor<?x32xbf16>, tensor<?x32xbf16>) -> tensor<?x64xbf16>
     %c = tp.concat "attn" %k, %v {dim = -1 : i64} : (tensor<?x32xbf16>, tensor<?x32xbf16>) -> tensor<?x64xbf16>
     // CHECK: tp.add "layer" %{{.*}}, %{{.*}} {tp.strategy = #tp.strategy<"sequence_parallel">}

@@ -233,7 +233,8 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                      "algorithms: all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n, "
                      "all_to_all (n-1)/n^2 of it";
         j["transformers_formula"] = "one collective per module whose strategy's forward hook "
-                                    "communicates, on the module output, before any folding";
+                                    "communicates, on the module output, before any folding; "
+                                    "lm_head on the last token (generate's logits_to_keep=1)";
         for (const PhaseReport &phase : phases) {
           nlohmann::ordered_json p;
           p["tokens"] = phase.tokens;

@@ -46,7 +46,8 @@ std::vector<CollectiveEntry> collectCollectives(mlir::ModuleOp lowered, int64_t 
 /// a strategy whose forward hook communicates (design.md's module table) runs that collective
 /// once on its output: all_gather(-1) for colwise_gather_output, colwise_rep and
 /// embedding_colwise; all_reduce for rowwise, rowwise_split_input, rowwise_rep,
-/// embedding_rowwise, all_reduce and moe_tp_experts. Bytes: the module output's size.
+/// embedding_rowwise, all_reduce and moe_tp_experts. Bytes: the module output's size, for
+/// the last token only where generate computes only that (lm_head, logits_to_keep=1).
 std::vector<CollectiveEntry> transformersCollectives(mlir::ModuleOp planned, int64_t tokens);
 
 /// Bytes of every tp.param as typed (global before tp-partition, local after).

@@ -15,7 +15,7 @@ struct ShardingOptions {
   std::string sequenceParallel = "auto"; // auto, on or off
 };
 
-/// tp-propagate-layouts, tp-insert-redistribute, tp-fold-redistribute and
+/// tp-last-token, tp-propagate-layouts, tp-insert-redistribute, tp-fold-redistribute and
 /// tp-lower-redistribute, on a module the plan has been applied to: the graph with every
 /// collective explicit, shapes still global.
 /// `fold` false leaves out tp-fold-redistribute (to see or run what folding removes).

@@ -83,3 +83,23 @@ FailureOr<int64_t> tpc::tp::requireMeshSize(ModuleOp module) {
   module.emitError() << "no tp.mesh on the module: run tp-apply-plan first";
   return failure();
 }
+
+SmallVector<Operation *> tpc::tp::lastTokenChain(func::FuncOp forward) {
+  SmallVector<Operation *> chain;
+  if (forward.getBody().empty())
+    return chain;
+  auto ret = dyn_cast<func::ReturnOp>(forward.getBody().back().getTerminator());
+  if (!ret || ret.getNumOperands() != 1)
+    return chain;
+  Value at = ret.getOperand(0);
+  while (Operation *op = at.getDefiningOp()) {
+    if (!isa<LinearOp, RMSNormOp, SiluOp, GeluOp>(op) || !at.hasOneUse() ||
+        cast<RankedTensorType>(at.getType()).getRank() != 2)
+      break;
+    chain.push_back(op);
+    at = op->getOperand(0);
+  }
+  if (cast<RankedTensorType>(at.getType()).getRank() != 2)
+    chain.clear();
+  return chain;
+}

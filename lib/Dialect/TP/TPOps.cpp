@@ -241,6 +241,18 @@ LogicalResult GeluOp::verify() {
 LogicalResult MulOp::verify() { return verifyElementwise(*this); }
 LogicalResult AddOp::verify() { return verifyElementwise(*this); }
 
+LogicalResult LastTokenOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)))
+    return failure();
+  RankedTensorType in = tensorOf(getInput()), out = tensorOf(getResult());
+  if (out.getRank() != 2 || out.getDimSize(0) != 1 ||
+      !sameSize(out.getDimSize(1), in.getDimSize(1)) ||
+      out.getElementType() != in.getElementType())
+    return moduleError(*this) << "the result should be 1x" << sizeStr(in.getDimSize(1))
+                              << ", got " << shapeStr(out);
+  return success();
+}
+
 LogicalResult SliceOp::verify() {
   if (failed(expectDim(*this, getInput(), getDim())))
     return failure();

@@ -21,7 +21,8 @@ struct ParamDesc {
 
 struct Context;
 /// One forward over `tokens` new tokens; returns this rank's [tokens, vocab] logits
-/// (replicated), valid until the next call.
+/// (replicated; [1, vocab] when the model computes the last token only), valid until the
+/// next call.
 using ForwardFn = const float *(*)(Context &, const int64_t *ids, const int64_t *positions,
                                    int64_t tokens);
 
@@ -34,6 +35,7 @@ struct ModelSpec {
   std::vector<int64_t> kvWidths;     // per attention layer: kv heads * head_dim, local
   ForwardFn forward;                 // every token count
   ForwardFn forwardSequenceParallel; // token counts tp divides (null: none)
+  bool lastTokenOnly = false;        // forwards return the last token's row only
 };
 
 /// One collective as executed, for --trace.

@@ -54,6 +54,11 @@ std::optional<int64_t> getMeshSize(mlir::ModuleOp module);
 /// not set one.
 mlir::FailureOr<int64_t> requireMeshSize(mlir::ModuleOp module);
 
+/// The per-token ops that end a forward (lm_head, the final norm, ...), from the returned
+/// value back, each the only user of the one before: what generation needs for the last
+/// token only. Empty when the forward does not end that way.
+llvm::SmallVector<mlir::Operation *> lastTokenChain(mlir::func::FuncOp forward);
+
 /// The rank of a ranked tensor value.
 inline int64_t rankOf(mlir::Value value) {
   return llvm::cast<mlir::RankedTensorType>(value.getType()).getRank();
