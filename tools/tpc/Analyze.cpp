@@ -23,9 +23,9 @@ namespace tpc {
 
 namespace {
 
-struct AnalyzeOptions {
-  std::string model, plan, strategies, dot;
-  int64_t tp = 0, prefillLen = 128, maxSeqLen = 2048;
+struct AnalyzeOptions : PlanArgs {
+  std::string dot;
+  int64_t prefillLen = 128, maxSeqLen = 2048;
   bool sequenceParallel = false, json = false;
 };
 
@@ -127,11 +127,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
   CLI::App *cmd = app.add_subcommand(
       "analyze", "Collectives per layer for a prefill and a decode step, against transformers' "
                  "count, and memory per rank");
-  cmd->add_option("model", opts->model, "the model graph (tp dialect)")->required();
-  cmd->add_option("--plan", opts->plan, "plan.json, or a config.json with base_model_tp_plan")
-      ->required();
-  cmd->add_option("--tp", opts->tp, "ranks on the tp axis")->required();
-  cmd->add_option("--strategies", opts->strategies, "a JSON file of custom strategies");
+  addPlanArgs(cmd, *opts);
   cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
                 "split the residual stream by tokens where the token count divides by tp");
   cmd->add_option("--prefill-len", opts->prefillLen, "prompt tokens of the prefill (default 128)");
@@ -143,10 +139,8 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
   cmd->callback([opts, &run] {
     run = [opts]() -> int {
       const AnalyzeOptions &o = *opts;
-      if (o.tp < 1) {
-        reportError(fmt::format("--tp must be at least 1, got {}", o.tp));
+      if (!checkTpArg(o))
         return 1;
-      }
       if (o.prefillLen < 1 || o.maxSeqLen < 1) {
         reportError("--prefill-len and --max-seq-len must be at least 1");
         return 1;
@@ -178,22 +172,18 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       if (wanted && o.tp > 1)
         notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
                         "(1 token does not split over tp " + std::to_string(o.tp) + ")");
-      auto lower = [&](bool sequence) -> OwningOpRef<ModuleOp> {
-        OwningOpRef<ModuleOp> copy = module->clone();
-        PassManager pm(&session.context());
-        buildCollectivesPipeline(pm, wanted ? (sequence ? "on" : "off") : "auto");
-        if (failed(pm.run(*copy)))
-          return nullptr;
-        return copy;
+      auto lower = [&](bool sequence) {
+        return session.runOnCopy(*module, [&](OpPassManager &pm) {
+          buildCollectivesPipeline(pm, wanted ? (sequence ? "on" : "off") : "auto");
+        });
       };
       OwningOpRef<ModuleOp> prefill = lower(wanted && prefillSplits);
       if (!prefill)
         return 1;
       OwningOpRef<ModuleOp> decode = wanted ? lower(false) : prefill->clone();
-      OwningOpRef<ModuleOp> partitioned = prefill->clone();
-      PassManager partition(&session.context());
-      partition.addPass(tp::createTPPartition());
-      if (!decode || failed(partition.run(*partitioned)))
+      OwningOpRef<ModuleOp> partitioned = session.runOnCopy(
+          *prefill, [](OpPassManager &pm) { pm.addPass(tp::createTPPartition()); });
+      if (!decode || !partitioned)
         return 1;
 
       std::vector<PhaseReport> phases = {

@@ -11,9 +11,7 @@
 namespace tpc {
 
 namespace {
-struct CheckOptions {
-  std::string model, plan, strategies;
-  int64_t tp = 0;
+struct CheckOptions : PlanArgs {
   bool printPlan = false;
 };
 } // namespace
@@ -22,19 +20,13 @@ void addCheckCommand(CLI::App &app, CommandRunner &run) {
   auto opts = std::make_shared<CheckOptions>();
   CLI::App *cmd = app.add_subcommand(
       "check", "Validate a tp_plan against a model: errors, warnings, the effective plan");
-  cmd->add_option("model", opts->model, "the model graph (tp dialect)")->required();
-  cmd->add_option("--plan", opts->plan, "plan.json, or a config.json with base_model_tp_plan")
-      ->required();
-  cmd->add_option("--tp", opts->tp, "ranks on the tp axis")->required();
-  cmd->add_option("--strategies", opts->strategies, "a JSON file of custom strategies");
+  addPlanArgs(cmd, *opts);
   cmd->add_flag("--print-plan", opts->printPlan,
                 "print the effective plan, rule by rule and parameter by parameter");
   cmd->callback([opts, &run] {
     run = [opts] {
-      if (opts->tp < 1) {
-        reportError(fmt::format("--tp must be at least 1, got {}", opts->tp));
+      if (!checkTpArg(*opts))
         return 1;
-      }
       Session session;
       mlir::OwningOpRef<mlir::ModuleOp> module = session.loadModel(opts->model);
       if (!module)

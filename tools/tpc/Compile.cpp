@@ -22,9 +22,8 @@ namespace tpc {
 
 namespace {
 
-struct CompileOptions {
-  std::string model, plan, strategies, target = "cpu", output;
-  int64_t tp = 0;
+struct CompileOptions : PlanArgs {
+  std::string target = "cpu", output;
   bool sequenceParallel = false, noFold = false;
 };
 
@@ -49,11 +48,7 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
   auto opts = std::make_shared<CompileOptions>();
   CLI::App *cmd = app.add_subcommand(
       "compile", "Compile a model and plan into a per-rank binary (out/<model>)");
-  cmd->add_option("model", opts->model, "the model graph (tp dialect)")->required();
-  cmd->add_option("--plan", opts->plan, "plan.json, or a config.json with base_model_tp_plan")
-      ->required();
-  cmd->add_option("--tp", opts->tp, "ranks on the tp axis")->required();
-  cmd->add_option("--strategies", opts->strategies, "a JSON file of custom strategies");
+  addPlanArgs(cmd, *opts);
   cmd->add_option("--target", opts->target, "cpu (C++, OpenBLAS, Gloo)");
   cmd->add_option("-o,--output", opts->output, "the output directory")->required();
   cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
@@ -63,10 +58,8 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
   cmd->callback([opts, &run] {
     run = [opts]() -> int {
       const CompileOptions &o = *opts;
-      if (o.tp < 1) {
-        reportError(fmt::format("--tp must be at least 1, got {}", o.tp));
+      if (!checkTpArg(o))
         return 1;
-      }
       if (o.target != "cpu") {
         reportError("--target " + o.target + " is not supported yet; --target cpu is");
         return 1;
@@ -83,14 +76,11 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
           }))
         return 1;
       bool split = (o.sequenceParallel || plan::namesSequenceParallel(*module)) && o.tp > 1;
-      auto shard = [&](StringRef sequence) -> OwningOpRef<ModuleOp> {
-        OwningOpRef<ModuleOp> copy = module->clone();
-        PassManager pm(&session.context());
-        buildCollectivesPipeline(pm, sequence, !o.noFold);
-        pm.addPass(tp::createTPPartition());
-        if (failed(pm.run(*copy)))
-          return nullptr;
-        return copy;
+      auto shard = [&](StringRef sequence) {
+        return session.runOnCopy(*module, [&](OpPassManager &pm) {
+          buildCollectivesPipeline(pm, sequence, !o.noFold);
+          pm.addPass(tp::createTPPartition());
+        });
       };
       OwningOpRef<ModuleOp> plain, splitModule;
       if (!stages.run("shard", [&] {

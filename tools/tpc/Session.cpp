@@ -1,6 +1,8 @@
 // The shared MLIR session of the tpc commands.
 #include "Session.h"
 
+#include "Commands.h"
+
 #include "tpc/Dialect/TP/TPDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -41,6 +43,31 @@ OwningOpRef<ModuleOp> Session::loadModel(StringRef path) {
   sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
   ParserConfig config(&ctx);
   return parseSourceFile<ModuleOp>(sourceMgr, config);
+}
+
+OwningOpRef<ModuleOp> Session::runOnCopy(ModuleOp module,
+                                         llvm::function_ref<void(OpPassManager &)> build) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  PassManager pm(&ctx);
+  build(pm);
+  if (failed(pm.run(*copy)))
+    return nullptr;
+  return copy;
+}
+
+void addPlanArgs(CLI::App *cmd, PlanArgs &args) {
+  cmd->add_option("model", args.model, "the model graph (tp dialect)")->required();
+  cmd->add_option("--plan", args.plan, "plan.json, or a config.json with base_model_tp_plan")
+      ->required();
+  cmd->add_option("--tp", args.tp, "ranks on the tp axis")->required();
+  cmd->add_option("--strategies", args.strategies, "a JSON file of custom strategies");
+}
+
+bool checkTpArg(const PlanArgs &args) {
+  if (args.tp >= 1)
+    return true;
+  reportError("--tp must be at least 1, got " + llvm::Twine(args.tp));
+  return false;
 }
 
 void reportError(const llvm::Twine &message) {

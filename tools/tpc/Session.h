@@ -7,6 +7,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/SourceMgr.h"
 
 namespace tpc {
@@ -18,6 +19,10 @@ public:
 
   /// Parses and verifies a tp model; errors are reported and give null.
   mlir::OwningOpRef<mlir::ModuleOp> loadModel(llvm::StringRef path);
+
+  /// A copy of `module` after the passes `build` adds; null (errors reported) if they fail.
+  mlir::OwningOpRef<mlir::ModuleOp>
+  runOnCopy(mlir::ModuleOp module, llvm::function_ref<void(mlir::OpPassManager &)> build);
 
   mlir::MLIRContext &context() { return ctx; }
   unsigned errors() const { return errorCount; }
