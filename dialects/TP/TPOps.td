@@ -33,13 +33,17 @@ def TP_ParamOp : TP_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     `head_repeat` marks k/v projections rewritten to virtual KV heads (each real head repeated
     that many times, so the type has that many times the HF rows). `tp-partition` turns the
     type into this rank's local shape and records in `shard` what to load from the HF tensor.
+    `sources` names the checkpoint tensors the parameter stacks along dim 0 when a checkpoint
+    saves it in pieces (Mixtral's experts.E.w1/w3/w2): the loader reads the parameter's own
+    name when present, else these.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<AnyRankedTensor>:$type,
                        OptionalAttr<TP_PlacementAttr>:$placement,
                        OptionalAttr<StrAttr>:$strategy,
                        OptionalAttr<TP_I64Attr>:$head_repeat,
-                       OptionalAttr<TP_ShardDescAttr>:$shard);
+                       OptionalAttr<TP_ShardDescAttr>:$shard,
+                       OptionalAttr<StrArrayAttr>:$sources);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -79,9 +83,14 @@ def TP_EmbeddingOp : TP_LayerOp<"embedding"> {
 
 def TP_RMSNormOp : TP_LayerOp<"rms_norm"> {
   let summary = "RMSNorm over the last dim: x / rms(x) * (weight + weight_offset)";
-  let description = [{ `weight_offset` is 1.0 for Gemma, whose norms scale by (1 + weight). }];
+  let description = [{
+    `weight_offset` is 1.0 for Gemma, whose norms scale by (1 + weight). With `head_dim` each
+    head of the row is normalized on its own with one shared weight of head_dim elements
+    (Qwen3's q_norm and k_norm), so heads split across ranks need nothing.
+  }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
-                       F64Attr:$epsilon, DefaultValuedAttr<F64Attr, "0.0">:$weight_offset);
+                       F64Attr:$epsilon, DefaultValuedAttr<F64Attr, "0.0">:$weight_offset,
+                       OptionalAttr<TP_PositiveI64>:$head_dim);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = "$module $input `,` $weight attr-dict `:` functional-type(operands, results)";
 }
@@ -105,10 +114,12 @@ def TP_RotaryOp : TP_LayerOp<"rotary"> {
   let summary = "Rotary position embedding of each head, at the given token positions";
   let description = [{
     The input is [seq, heads * head_dim]; each head is rotated in HF's rotate_half layout
-    (the two halves of head_dim pair up) with inverse frequencies theta^(-2i/head_dim).
+    (the two halves of head_dim pair up) with inverse frequencies theta^(-2i/head_dim), or
+    the head_dim/2 given in `inv_freq` where a scaled RoPE (llama3) computed them.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_IdTensor:$positions,
-                       TP_PositiveI64:$head_dim, F64Attr:$theta);
+                       TP_PositiveI64:$head_dim, F64Attr:$theta,
+                       OptionalAttr<DenseF64ArrayAttr>:$inv_freq);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
     $module $input `,` $positions attr-dict `:` functional-type(operands, results)
@@ -120,13 +131,16 @@ def TP_AttentionOp : TP_LayerOp<"attention"> {
   let description = [{
     q is [seq, num_heads * head_dim]; k and v are [seq, num_kv_heads * head_dim]. Query head h
     reads KV head h / (num_heads / num_kv_heads). Keys and values are appended to the layer's
-    KV cache, so a decode step attends over every earlier token.
+    KV cache, so a decode step attends over every earlier token. `scale` defaults to
+    head_dim^-0.5; `sliding_window` W lets a query see the W latest keys (itself included);
+    `softcap` c maps each score s to c * tanh(s / c) before the mask (Gemma2).
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$query, TP_Tensor:$key, TP_Tensor:$value,
                        TP_PositiveI64:$num_heads, TP_PositiveI64:$num_kv_heads,
                        TP_PositiveI64:$head_dim,
                        OptionalAttr<TP_PositiveI64>:$sliding_window,
-                       OptionalAttr<F64Attr>:$scale);
+                       OptionalAttr<F64Attr>:$scale,
+                       OptionalAttr<F64Attr>:$softcap);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
     $module $query `,` $key `,` $value attr-dict `:` functional-type(operands, results)
@@ -147,6 +161,21 @@ def TP_GeluOp : TP_UnaryOp<"gelu"> {
   let summary = "GELU, exact (`none`) or with torch's tanh approximation (`tanh`)";
   let arguments = (ins StrAttr:$module, TP_Tensor:$input,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+}
+
+def TP_ScaleOp : TP_UnaryOp<"scale"> {
+  let summary = "x * factor (Gemma's embedding scale sqrt(hidden)); linear, so a sum stays one";
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, F64Attr:$factor);
+}
+
+def TP_SoftcapOp : TP_UnaryOp<"softcap"> {
+  let summary = "cap * tanh(x / cap) (Gemma2's final logit soft-capping)";
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, F64Attr:$cap);
+}
+
+def TP_IdentityOp : TP_UnaryOp<"identity"> {
+  let summary = "The input itself: a zero-compute expert, or a module with no math";
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input);
 }
 
 class TP_BinaryOp<string mnemonic> : TP_LayerOp<mnemonic> {
@@ -171,6 +200,36 @@ def TP_ConcatOp : TP_LayerOp<"concat"> {
   let arguments = (ins StrAttr:$module, Variadic<TP_Tensor>:$inputs, TP_I64Attr:$dim);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = "$module $inputs attr-dict `:` functional-type(operands, results)";
+}
+
+def TP_RouterOp : TP_LayerOp<"router"> {
+  let summary = "MoE top-k router: dense routing weights [seq, experts]";
+  let description = [{
+    logits = x @ weight.T, [seq, E]; softmax over the experts; the top_k largest kept and
+    (with `normalize`) divided by their sum; every other expert's weight is 0. Dense weights
+    make expert parallelism a placement: an `ep_router` rank keeps its experts' columns.
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
+                       TP_PositiveI64:$top_k, DefaultValuedAttr<BoolAttr, "true">:$normalize);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $input `,` $weight attr-dict `:` functional-type(operands, results)";
+}
+
+def TP_ExpertsOp : TP_LayerOp<"experts"> {
+  let summary = "MoE experts: sum over e of routing[:, e] * down_e(act(gate_e x) * up_e x)";
+  let description = [{
+    gate_up is [E, 2 * inter, hidden] (gate rows, then up rows), down [E, hidden, inter], as
+    transformers' MixtralExperts holds them. Experts whose routing weight is 0 for a token
+    are skipped. Split on experts (grouped_gemm) or on inter (packed_colwise gate_up with
+    rowwise down), each rank's sum is a summand: the result is Partial.
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$routing,
+                       TP_Tensor:$gate_up, TP_Tensor:$down,
+                       DefaultValuedStrAttr<StrAttr, "silu">:$activation);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = [{
+    $module $input `,` $routing `,` $gate_up `,` $down attr-dict `:` functional-type(operands, results)
+  }];
 }
 
 def TP_LastTokenOp : TP_LayerOp<"last_token"> {

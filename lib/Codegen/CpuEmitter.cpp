@@ -192,8 +192,11 @@ private:
     }
     if (auto norm = dyn_cast<RMSNormOp>(op)) {
       std::string out = define(norm.getResult());
-      os << "  rmsNorm(" << ref(norm.getInput()) << ", " << rows(norm.getInput()) << ", "
-         << columns(norm.getInput()) << ", " << ref(norm.getWeight()) << ", "
+      // Per-head norms are row norms of the [rows * heads, head_dim] view.
+      int64_t width = norm.getHeadDim() ? *norm.getHeadDim() : columns(norm.getInput());
+      os << "  rmsNorm(" << ref(norm.getInput()) << ", " << rows(norm.getInput()) << " * "
+         << columns(norm.getInput()) / width << ", " << width << ", " << ref(norm.getWeight())
+         << ", "
          << llvm::formatv("{0:e}", norm.getEpsilon().convertToDouble()) << ", "
          << llvm::formatv("{0:e}", norm.getWeightOffset().convertToDouble()) << ", " << out
          << ");\n";
@@ -215,10 +218,17 @@ private:
       std::string out = define(rotary.getResult());
       std::string positions =
           splitByTokens(rotary.getInput()) ? "positions + cx.rank * ns" : "positions";
+      std::string invFreq = "nullptr";
+      if (std::optional<ArrayRef<double>> given = rotary.getInvFreq()) {
+        invFreq = "inv_freq_" + std::to_string(idOf(rotary.getResult()));
+        os << "  static const double " << invFreq << "[] = {";
+        llvm::interleaveComma(*given, os, [&](double f) { os << llvm::formatv("{0:e17}", f); });
+        os << "};\n";
+      }
       os << "  rotary(" << ref(rotary.getInput()) << ", " << rows(rotary.getInput()) << ", "
          << columns(rotary.getInput()) << ", " << rotary.getHeadDim() << ", "
-         << llvm::formatv("{0:e}", rotary.getTheta().convertToDouble()) << ", " << positions
-         << ", " << out << ");\n";
+         << llvm::formatv("{0:e}", rotary.getTheta().convertToDouble()) << ", " << invFreq
+         << ", " << positions << ", " << out << ");\n";
       return success();
     }
     if (auto attention = dyn_cast<AttentionOp>(op)) {
@@ -228,15 +238,43 @@ private:
       os << "  attention(" << ref(attention.getQuery()) << ", " << ref(attention.getKey())
          << ", " << ref(attention.getValue()) << ", n, " << attention.getNumHeads() << ", "
          << attention.getNumKvHeads() << ", " << attention.getHeadDim() << ", "
-         << llvm::formatv("{0:e}", scale) << ", " << attention.getSlidingWindow().value_or(0)
+         << llvm::formatv("{0:e17}", scale) << ", " << attention.getSlidingWindow().value_or(0)
+         << ", " << llvm::formatv("{0:e17}", attention.getSoftcap() ? attention.getSoftcap()->convertToDouble() : 0.0)
          << ", cx.caches[" << attentionIndex++ << "], " << out << ");\n";
       return success();
     }
-    if (isa<SiluOp, GeluOp, AddOp, MulOp>(op)) {
+    if (auto router = dyn_cast<RouterOp>(op)) {
+      std::string out = define(router.getResult());
+      os << "  router(" << ref(router.getInput()) << ", " << rows(router.getInput()) << ", "
+         << columns(router.getInput()) << ", " << ref(router.getWeight()) << ", "
+         << typeOf(router.getWeight()).getDimSize(0) << ", " << router.getTopK() << ", "
+         << (router.getNormalize() ? "true" : "false") << ", " << out << ");\n";
+      return success();
+    }
+    if (auto moe = dyn_cast<ExpertsOp>(op)) {
+      std::string out = define(moe.getResult());
+      os << "  experts(" << ref(moe.getInput()) << ", " << rows(moe.getInput()) << ", "
+         << columns(moe.getInput()) << ", " << ref(moe.getRouting()) << ", "
+         << typeOf(moe.getGateUp()).getDimSize(0) << ", " << ref(moe.getGateUp()) << ", "
+         << ref(moe.getDown()) << ", " << typeOf(moe.getDown()).getDimSize(2) << ", "
+         << (moe.getActivation() == "gelu_tanh" ? "true" : "false") << ", " << out << ");\n";
+      return success();
+    }
+    if (isa<SiluOp, GeluOp, ScaleOp, SoftcapOp, IdentityOp, AddOp, MulOp>(op)) {
       Value result = op->getResult(0);
       std::string out = define(result);
       std::string count = rows(result) + " * " + std::to_string(columns(result));
-      if (auto gelu = dyn_cast<GeluOp>(op))
+      if (auto scale = dyn_cast<ScaleOp>(op))
+        os << "  scale(" << ref(scale.getInput()) << ", " << count << ", "
+           << llvm::formatv("{0:e17}", scale.getFactor().convertToDouble()) << ", " << out
+           << ");\n";
+      else if (auto cap = dyn_cast<SoftcapOp>(op))
+        os << "  softcap(" << ref(cap.getInput()) << ", " << count << ", "
+           << llvm::formatv("{0:e17}", cap.getCap().convertToDouble()) << ", " << out << ");\n";
+      else if (isa<IdentityOp>(op))
+        os << "  std::memcpy(" << out << ", " << ref(op->getOperand(0)) << ", " << count
+           << " * sizeof(float));\n";
+      else if (auto gelu = dyn_cast<GeluOp>(op))
         os << "  gelu(" << ref(gelu.getInput()) << ", " << count << ", "
            << (gelu.getApproximate() == "tanh" ? "true" : "false") << ", " << out << ");\n";
       else if (isa<SiluOp>(op))
@@ -377,8 +415,13 @@ LogicalResult tpc::emitCpuProgram(ModuleOp partitioned, ModuleOp sequenceParalle
       slice = "{" + std::to_string(shard.getDim()) + ", " + intList(shard.getOffsets()) + ", " +
               intList(shard.getSizes()) + ", " + std::to_string(shard.getChunks()) + ", 0}";
     }
+    std::string sources = "{";
+    if (ArrayAttr names = param.getSourcesAttr())
+      for (Attribute source : names)
+        sources += cString(cast<StringAttr>(source).getValue()) + ", ";
+    sources += "}";
     params += "    {" + cString(param.getSymName()) + ", " + intList(hfShape) + ", " + slice +
-              "},\n";
+              ", " + sources + "},\n";
   }
   if (sequenceParallel) // the same parameters, in the same order
     for (auto [a, b] : llvm::zip(partitioned.getOps<ParamOp>(), sequenceParallel.getOps<ParamOp>()))
@@ -412,7 +455,11 @@ LogicalResult tpc::emitCpuProgram(ModuleOp partitioned, ModuleOp sequenceParalle
      << "    " << cString(name) << ", " << tp << ", " << vocab << ", " << floatsPerToken
      << ",\n    {\n" << params << "    },\n    " << intList(kvWidths) << ",\n"
      << "    &forward, " << (sequenceParallel ? "&forwardSequenceParallel" : "nullptr") << ", "
-     << (lastTokenOnly ? "true" : "false")
-     << "};\n  return tpcrt::runModel(spec, argc, argv);\n}\n";
+     << (lastTokenOnly ? "true" : "false") << ", ";
+  if (auto eos = partitioned->getAttrOfType<DenseI64ArrayAttr>(kEosTokenIdsAttrName))
+    os << intList(eos.asArrayRef());
+  else
+    os << "{}";
+  os << "};\n  return tpcrt::runModel(spec, argc, argv);\n}\n";
   return success();
 }

@@ -3,6 +3,7 @@
 // the module's parameters and constrains its input and output layouts.
 #include "tpc/Plan/Plan.h"
 
+#include "tpc/Plan/DefaultPlans.h"
 #include "tpc/Plan/Json.h"
 #include "tpc/Plan/Matcher.h"
 #include "tpc/Plan/Strategy.h"
@@ -436,7 +437,10 @@ FailureOr<PlanReport> PlanApplier::run() {
     emitError(module.getLoc()) << "no plan given";
     return failure();
   }
-  FailureOr<std::vector<PlanRule>> read = readPlan(options.planPath, context);
+  FailureOr<std::vector<PlanRule>> read =
+      options.planPath == "auto" || options.planPath == "auto-ep"
+          ? autoPlan(module, options.planPath == "auto-ep")
+          : readPlan(options.planPath, context);
   if (failed(read))
     return failure();
   rules = std::move(*read);
@@ -452,6 +456,57 @@ FailureOr<PlanReport> PlanApplier::run() {
 }
 
 } // namespace
+
+FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool expertParallel) {
+  auto modelType = module->getAttrOfType<StringAttr>(tp::kHfModelTypeAttrName);
+  if (!modelType) {
+    emitError(module.getLoc()) << "--plan auto needs a model imported by `tpc import` (it "
+                                  "names the architecture); this one does not say which it is";
+    return failure();
+  }
+  const char *option = expertParallel ? "--plan auto-ep" : "--plan auto";
+  // config.json's own base_model_tp_plan wins over transformers' class default.
+  nlohmann::ordered_json plan;
+  std::string source;
+  if (auto own = module->getAttrOfType<StringAttr>(tp::kHfTpPlanAttrName); own && !expertParallel) {
+    nlohmann::ordered_json base = nlohmann::ordered_json::parse(own.getValue().str(), nullptr,
+                                                                /*allow_exceptions=*/false);
+    if (!base.is_object()) {
+      emitError(module.getLoc()) << "tp.hf_tp_plan is not a JSON object of {pattern: strategy}";
+      return failure();
+    }
+    for (const auto &[key, value] : base.items())
+      plan["model." + key] = value;
+    if (const nlohmann::ordered_json *table = defaultPlan(modelType.getValue(), false))
+      if (table->contains("lm_head"))
+        plan["lm_head"] = (*table)["lm_head"];
+    source = "config.json's base_model_tp_plan";
+  } else if (const nlohmann::ordered_json *table =
+                 defaultPlan(modelType.getValue(), expertParallel)) {
+    plan = *table;
+    source = "transformers 5.17's " + modelType.getValue().str() +
+             (expertParallel ? " expert-parallel plan" : " plan");
+  } else {
+    emitError(module.getLoc()) << option << ": transformers 5.17 has no "
+                               << (expertParallel ? "expert-parallel plan" : "plan")
+                               << " for model_type '" << modelType.getValue() << "'";
+    return failure();
+  }
+  // transformers adds this to the base plan of tied models (PreTrainedConfig.__init__).
+  auto tied = module->getAttrOfType<BoolAttr>(tp::kHfTiedAttrName);
+  if (tied && tied.getValue() && !expertParallel)
+    plan["model.embed_tokens"] = "embedding_rowwise";
+  std::vector<PlanRule> rules;
+  Location loc = NameLoc::get(StringAttr::get(module.getContext(), source));
+  for (const auto &[key, value] : plan.items()) {
+    if (!value.is_string()) {
+      emitError(loc) << "the strategy for '" << key << "' must be a string";
+      return failure();
+    }
+    rules.push_back({key, value.get<std::string>(), loc});
+  }
+  return rules;
+}
 
 FailureOr<PlanReport> tpc::plan::applyPlan(ModuleOp module, const PlanOptions &options) {
   return PlanApplier(module, options).run();

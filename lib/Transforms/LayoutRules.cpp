@@ -68,12 +68,20 @@ FailureOr<OpLayout> LayoutRules::infer(Operation *op, ArrayRef<PlacementAttr> op
     return rotary(op, in);
   if (isa<AttentionOp>(op))
     return attention(op, in);
+  if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getHeadDim())
+    return headNorm(op, in);
+  if (isa<RouterOp>(op))
+    return router(op, in);
+  if (isa<ExpertsOp>(op))
+    return experts(op, in);
+  if (isa<ScaleOp, IdentityOp>(op)) // linear maps of each element: any placement stays
+    return OpLayout{{in[0]}, in[0]};
   if (isa<RMSNormOp>(op)) {
     // Normalizes over the features: a whole row per rank, so replicated or split by tokens.
     PlacementAttr x = shardDim(in[0]) == 0 ? in[0] : replicate();
     return OpLayout{{x, replicate()}, x};
   }
-  if (isa<SiluOp, GeluOp, AddOp, MulOp>(op))
+  if (isa<SiluOp, GeluOp, SoftcapOp, AddOp, MulOp>(op))
     return elementwise(op, in);
   if (isa<LastTokenOp>(op)) {
     // A row of its own: features may stay split, a sum stays a sum; tokens must be whole.
@@ -180,6 +188,52 @@ FailureOr<OpLayout> LayoutRules::attention(Operation *op, ArrayRef<PlacementAttr
                                      << p.str());
   // Heads are independent: a replicated operand is sliced to this rank's heads.
   return OpLayout{{shard(1), shard(1), shard(1)}, shard(1)};
+}
+
+FailureOr<OpLayout> LayoutRules::headNorm(Operation *op, ArrayRef<PlacementAttr> in) {
+  // Each head is normalized on its own: tokens or whole heads may be split, a sum may not.
+  auto norm = cast<RMSNormOp>(op);
+  PlacementAttr x = in[0];
+  if (isP(x))
+    x = replicate();
+  int64_t features = featuresOf(norm.getInput()), headDim = *norm.getHeadDim();
+  if (!isR(x) && shardDim(x) != 0 && !wholeHeads(x, features, headDim))
+    return LogicalResult(moduleError(op) << "dim 1 of size " << features << " (heads of "
+                                         << headDim << ") split as " << x.str() << " over tp "
+                                         << tp << " does not give every rank whole heads");
+  return OpLayout{{x, replicate()}, x};
+}
+
+FailureOr<OpLayout> LayoutRules::router(Operation *op, ArrayRef<PlacementAttr> in) {
+  // The softmax and top-k need every expert's logit: a replicated weight, whole rows.
+  if (!isR(in[1]))
+    return LogicalResult(moduleError(op) << "the router weight must be replicated (the top-k "
+                                            "needs every expert's score), got "
+                                         << in[1].str());
+  PlacementAttr x = shardDim(in[0]) == 0 ? in[0] : replicate();
+  return OpLayout{{x, replicate()}, x};
+}
+
+FailureOr<OpLayout> LayoutRules::experts(Operation *op, ArrayRef<PlacementAttr> in) {
+  auto moe = cast<ExpertsOp>(op);
+  PlacementAttr gateUp = in[2], down = in[3];
+  int64_t inter = cast<RankedTensorType>(moe.getDown().getType()).getDimSize(2);
+  if (isR(gateUp) && isR(down)) {
+    // Every expert everywhere: tokens may be split, the routing follows the input.
+    PlacementAttr x = shardDim(in[0]) == 0 ? in[0] : replicate();
+    return OpLayout{{x, x, gateUp, down}, x};
+  }
+  if (shardDim(gateUp) == 0 && shardDim(down) == 0) // expert parallel: local experts' sum
+    return OpLayout{{replicate(), shard(1), gateUp, down}, partial()};
+  auto packed = dyn_cast<StridedShardAttr>(gateUp);
+  if (packed && packed.getDim() == 1 && packed.getBlocks().size() == 2 &&
+      packed.getBlocks()[0] == inter && packed.getBlocks()[1] == inter && shardDim(down) == 2)
+    return OpLayout{{replicate(), replicate(), gateUp, down}, partial()};
+  return LogicalResult(moduleError(op)
+                       << "experts split as gate_up " << gateUp.str() << " and down "
+                       << down.str()
+                       << " do not compute: split both on the expert dim (grouped_gemm), or "
+                          "gate_up packed_colwise with down rowwise");
 }
 
 OpLayout LayoutRules::elementwise(Operation *op, ArrayRef<PlacementAttr> in) {

@@ -76,9 +76,19 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
     int64_t kvHeads = attention.getNumKvHeads();
     if (kvHeads >= tp || tp % kvHeads != 0)
       return;
-    auto projection = [](Value v) -> LinearOp {
-      if (auto rotary = v.getDefiningOp<RotaryOp>())
-        v = rotary.getInput();
+    // The projection behind k or v, through the per-head ops between them (rotary,
+    // Qwen3's k_norm), which widen with it.
+    SmallVector<Operation *> between;
+    auto projection = [&](Value v) -> LinearOp {
+      while (Operation *op = v.getDefiningOp()) {
+        if (auto rotary = dyn_cast<RotaryOp>(op))
+          v = rotary.getInput();
+        else if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getHeadDim())
+          v = norm.getInput();
+        else
+          break;
+        between.push_back(op);
+      }
       return v.getDefiningOp<LinearOp>();
     };
     LinearOp k = projection(attention.getKey()), v = projection(attention.getValue());
@@ -121,8 +131,8 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
       }
       widen(linear.getResult(), 1);
     }
-    if (auto rotary = attention.getKey().getDefiningOp<RotaryOp>())
-      widen(rotary.getResult(), 1);
+    for (Operation *op : between)
+      widen(op->getResult(0), 1);
     attention.setNumKvHeads(tp);
   });
   return success(ok);

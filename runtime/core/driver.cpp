@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,15 +21,21 @@ namespace {
 struct Args {
   std::string weights, dumpLogits, trace, host = "127.0.0.1";
   std::optional<uint64_t> randomSeed;
-  std::vector<int64_t> prompt;
-  int64_t maxNewTokens = 16, eosId = -1, maxSeqLen = 2048;
+  std::vector<int64_t> prompt, forced;
+  std::optional<int64_t> eosId; // overrides the model's end-of-sequence ids
+  bool ignoreEos = false;
+  int64_t maxNewTokens = 16, maxSeqLen = 2048;
   int timeoutSeconds = 30;
 };
 
 const char *kUsage =
     "usage: %s (--weights PATH | --random-weights SEED) --prompt-ids 1,2,3\n"
-    "       [--max-new-tokens N] [--eos-id ID] [--max-seq-len S] [--dump-logits FILE]\n"
-    "       [--trace FILE] [--host ADDRESS] [--timeout SECONDS]\n"
+    "       [--max-new-tokens N] [--eos-id ID | --ignore-eos] [--max-seq-len S]\n"
+    "       [--force-ids 4,5,6] [--dump-logits FILE] [--trace FILE] [--host ADDRESS]\n"
+    "       [--timeout SECONDS]\n"
+    "Generation stops at the model's end-of-sequence ids (config.json's eos_token_id) unless\n"
+    "--eos-id or --ignore-eos says otherwise. --force-ids feeds these tokens to the decode\n"
+    "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
     "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
     "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID).\n";
 
@@ -49,6 +56,10 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     if (flag == "--help" || flag == "-h") {
       std::printf(kUsage, argv[0]);
       std::exit(0);
+    }
+    if (flag == "--ignore-eos") {
+      args.ignoreEos = true;
+      continue;
     }
     if (i + 1 >= argc) {
       error = flag + " needs a value";
@@ -72,23 +83,25 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
       if (!integer(seed, 0))
         return std::nullopt;
       args.randomSeed = uint64_t(seed);
-    } else if (flag == "--prompt-ids") {
+    } else if (flag == "--prompt-ids" || flag == "--force-ids") {
       std::stringstream in(value);
       std::string item;
       while (std::getline(in, item, ',')) {
         int64_t id;
         if (!parseInt(item.c_str(), id) || id < 0) {
-          error = "--prompt-ids: '" + item + "' is not a token id";
+          error = flag + ": '" + item + "' is not a token id";
           return std::nullopt;
         }
-        args.prompt.push_back(id);
+        (flag == "--prompt-ids" ? args.prompt : args.forced).push_back(id);
       }
     } else if (flag == "--max-new-tokens") {
       if (!integer(args.maxNewTokens, 0))
         return std::nullopt;
     } else if (flag == "--eos-id") {
-      if (!integer(args.eosId, 0))
+      int64_t id;
+      if (!integer(id, 0))
         return std::nullopt;
+      args.eosId = id;
     } else if (flag == "--max-seq-len") {
       if (!integer(args.maxSeqLen, 1))
         return std::nullopt;
@@ -114,6 +127,16 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
   }
   if (args.prompt.empty()) {
     error = "--prompt-ids is required";
+    return std::nullopt;
+  }
+  if (args.eosId && args.ignoreEos) {
+    error = "give at most one of --eos-id and --ignore-eos";
+    return std::nullopt;
+  }
+  if (!args.forced.empty() && int64_t(args.forced.size()) + 1 < args.maxNewTokens) {
+    error = "--force-ids gives " + std::to_string(args.forced.size()) +
+            " tokens; " + std::to_string(args.maxNewTokens) + " new tokens need " +
+            std::to_string(args.maxNewTokens - 1);
     return std::nullopt;
   }
   return args;
@@ -216,7 +239,8 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     std::vector<float> &w = cx.weights.emplace_back(size_t(elements));
     if (checkpoint) {
       uint64_t bytes = 0;
-      if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error)) {
+      if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error,
+                            param.sources)) {
         std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
         return 1;
       }
@@ -256,11 +280,20 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     int64_t next = args.maxNewTokens > 0 ? forward(args.prompt, 0) : -1;
     auto t1 = std::chrono::steady_clock::now();
     int64_t position = int64_t(args.prompt.size());
+    std::vector<int64_t> eos = spec.eosIds;
+    if (args.eosId)
+      eos = {*args.eosId};
+    if (args.ignoreEos)
+      eos.clear();
     while (int64_t(generated.size()) < args.maxNewTokens) {
       generated.push_back(next);
-      if (next == args.eosId || int64_t(generated.size()) == args.maxNewTokens)
+      if (int64_t(generated.size()) == args.maxNewTokens)
         break;
-      next = forward({next}, position++);
+      // Teacher forcing feeds the given token; otherwise generation stops at an eos id.
+      int64_t fed = args.forced.empty() ? next : args.forced[generated.size() - 1];
+      if (args.forced.empty() && std::find(eos.begin(), eos.end(), next) != eos.end())
+        break;
+      next = forward({fed}, position++);
     }
     auto t2 = std::chrono::steady_clock::now();
     if (rank == 0) {

@@ -49,11 +49,11 @@ void linear(const float *x, int64_t rows, int64_t in, const float *w, int64_t ou
 }
 
 void rotary(const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const int64_t *positions, float *out) {
+            const double *givenInvFreq, const int64_t *positions, float *out) {
   int64_t half = headDim / 2;
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
-    invFreq[i] = std::pow(theta, -2.0 * i / headDim);
+    invFreq[i] = givenInvFreq ? givenInvFreq[i] : std::pow(theta, -2.0 * i / headDim);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < cols / headDim; ++h) {
       const float *in = x + r * cols + h * headDim;
@@ -70,7 +70,7 @@ void rotary(const float *x, int64_t rows, int64_t cols, int64_t headDim, double 
 
 void attention(const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               KVCache &cache, float *out) {
+               double softcap, KVCache &cache, float *out) {
   int64_t start = cache.length, width = kvHeads * headDim;
   std::memcpy(cache.keys + start * width, k, rows * width * sizeof(float));
   std::memcpy(cache.values + start * width, v, rows * width * sizeof(float));
@@ -89,7 +89,7 @@ void attention(const float *q, const float *k, const float *v, int64_t rows, int
         double dot = 0;
         for (int64_t d = 0; d < headDim; ++d)
           dot += double(qh[d]) * kt[d];
-        scores[t] = dot * scale;
+        scores[t] = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
         best = std::max(best, scores[t]);
       }
       double total = 0;
@@ -119,6 +119,69 @@ void gelu(const float *x, int64_t n, bool tanhApproximation, float *out) {
     else
       out[i] = float(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
   }
+}
+
+void scale(const float *x, int64_t n, double factor, float *out) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = float(x[i] * factor);
+}
+
+void softcap(const float *x, int64_t n, double cap, float *out) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = float(cap * std::tanh(x[i] / cap));
+}
+
+void router(const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
+            int64_t topK, bool normalize, float *out) {
+  linear(x, rows, hidden, w, experts, nullptr, out);
+  std::vector<int64_t> order(experts);
+  std::vector<double> probs(experts);
+  for (int64_t r = 0; r < rows; ++r) {
+    float *row = out + r * experts;
+    double best = *std::max_element(row, row + experts), total = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      total += probs[e] = std::exp(double(row[e]) - best);
+    for (int64_t e = 0; e < experts; ++e)
+      probs[e] /= total;
+    for (int64_t e = 0; e < experts; ++e)
+      order[e] = e;
+    // torch.topk's choice: the largest, the lower index first on ties.
+    std::partial_sort(order.begin(), order.begin() + topK, order.end(),
+                      [&](int64_t a, int64_t b) {
+                        return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+                      });
+    double kept = 0;
+    for (int64_t i = 0; i < topK; ++i)
+      kept += float(probs[order[i]]);
+    std::fill(row, row + experts, 0.0f);
+    for (int64_t i = 0; i < topK; ++i) {
+      int64_t e = order[i];
+      row[e] = normalize ? float(float(probs[e]) / kept) : float(probs[e]);
+    }
+  }
+}
+
+void experts(const float *x, int64_t rows, int64_t hidden, const float *routing,
+             int64_t experts, const float *gateUp, const float *down, int64_t inter,
+             bool geluTanh, float *out) {
+  std::fill(out, out + rows * hidden, 0.0f);
+  std::vector<float> gu(2 * inter), act(inter), y(hidden);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t e = 0; e < experts; ++e) {
+      float weight = routing[t * experts + e];
+      if (weight == 0.0f)
+        continue;
+      linear(x + t * hidden, 1, hidden, gateUp + e * 2 * inter * hidden, 2 * inter, nullptr,
+             gu.data());
+      if (geluTanh)
+        gelu(gu.data(), inter, true, act.data());
+      else
+        silu(gu.data(), inter, act.data());
+      mul(act.data(), gu.data() + inter, inter, act.data());
+      linear(act.data(), 1, inter, down + e * hidden * inter, hidden, nullptr, y.data());
+      for (int64_t h = 0; h < hidden; ++h)
+        out[t * hidden + h] += weight * y[h];
+    }
 }
 
 void add(const float *a, const float *b, int64_t n, float *out) {

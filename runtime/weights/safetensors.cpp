@@ -192,64 +192,107 @@ const TensorInfo *Checkpoint::find(const std::string &name) const {
   return it == tensors.end() ? nullptr : &it->second;
 }
 
+bool Checkpoint::checkData(const std::string &name, const TensorInfo &info,
+                           uint64_t elements, std::string &error) {
+  size_t width = dtypeBytes(info.dtype);
+  if (!width) {
+    error = "tensor " + name + " has dtype " + info.dtype + "; tpc reads F32, F16 and BF16";
+    return false;
+  }
+  if (info.end - info.begin != elements * width || info.end > sizes[info.file]) {
+    error = "tensor " + name + " is truncated: its data runs past the end of " + info.file;
+    return false;
+  }
+  return true;
+}
+
 bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape,
                       const SliceSpec &spec, float *out, uint64_t &bytesRead,
-                      std::string &error) {
-  const TensorInfo *info = find(name);
-  if (!info) {
-    error = "tensor " + name + " is missing from the checkpoint";
-    return false;
-  }
-  size_t width = dtypeBytes(info->dtype);
-  if (!width) {
-    error = "tensor " + name + " has dtype " + info->dtype + "; tpc reads F32, F16 and BF16";
-    return false;
-  }
-  if (info->shape != shape) {
-    error = "tensor " + name + " has shape " + shapeString(info->shape) + ", the model expects " +
-            shapeString(shape);
-    return false;
-  }
+                      std::string &error, const std::vector<std::string> &sources) {
   uint64_t elements = uint64_t(product(shape, 0, shape.size()));
-  if (info->end - info->begin != elements * width || info->end > sizes[info->file]) {
-    error = "tensor " + name + " is truncated: its data runs past the end of " + info->file;
-    return false;
+  // The pieces the tensor is stored in: itself, or the sources it stacks.
+  std::vector<std::pair<std::string, const TensorInfo *>> parts;
+  if (const TensorInfo *info = find(name); info || sources.empty()) {
+    if (!info) {
+      error = "tensor " + name + " is missing from the checkpoint";
+      return false;
+    }
+    if (info->shape != shape) {
+      error = "tensor " + name + " has shape " + shapeString(info->shape) +
+              ", the model expects " + shapeString(shape);
+      return false;
+    }
+    parts.push_back({name, info});
+  } else {
+    for (const std::string &source : sources) {
+      const TensorInfo *piece = find(source);
+      if (!piece) {
+        error = "tensor " + name + " is missing from the checkpoint, and so is " + source +
+                ", one of the " + std::to_string(sources.size()) + " tensors it stacks";
+        return false;
+      }
+      uint64_t count = uint64_t(product(piece->shape, 0, piece->shape.size()));
+      if (count * sources.size() != elements ||
+          (shape.size() > 1 && !piece->shape.empty() && piece->shape.back() != shape.back())) {
+        error = "tensor " + source + " has shape " + shapeString(piece->shape) + ", but " +
+                std::to_string(sources.size()) + " of them must stack into " + name + " " +
+                shapeString(shape);
+        return false;
+      }
+      parts.push_back({source, piece});
+    }
   }
+  uint64_t partElements = elements / parts.size();
+  for (const auto &[partName, info] : parts)
+    if (!checkData(partName, *info, partElements, error))
+      return false;
+
   std::vector<char> buffer;
-  int file = fd(info->file);
-  bool ok = true;
-  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
-    if (!ok)
-      return;
+  // Reads `count` elements from element `first` of part `info`, converted to fp32.
+  auto readRun = [&](const std::string &partName, const TensorInfo &info, uint64_t first,
+                     int64_t count, float *to) {
+    size_t width = dtypeBytes(info.dtype);
     buffer.resize(size_t(count) * width);
-    off_t at = off_t(info->begin + first * width);
-    if (count && pread(file, buffer.data(), buffer.size(), at) != ssize_t(buffer.size())) {
-      error = "tensor " + name + ": short read from " + info->file;
-      ok = false;
-      return;
+    off_t at = off_t(info.begin + first * width);
+    if (count && pread(fd(info.file), buffer.data(), buffer.size(), at) != ssize_t(buffer.size())) {
+      error = "tensor " + partName + ": short read from " + info.file;
+      return false;
     }
     bytesRead += buffer.size();
     for (int64_t i = 0; i < count; ++i) {
       const char *p = buffer.data() + size_t(i) * width;
-      if (info->dtype == "F32") {
-        std::memcpy(out + i, p, 4);
+      if (info.dtype == "F32") {
+        std::memcpy(to + i, p, 4);
       } else {
         uint16_t h;
         std::memcpy(&h, p, 2);
-        if (info->dtype == "BF16") {
+        if (info.dtype == "BF16") {
           uint32_t bits = uint32_t(h) << 16;
-          std::memcpy(out + i, &bits, 4);
+          std::memcpy(to + i, &bits, 4);
         } else {
-          out[i] = halfToFloat(h);
+          to[i] = halfToFloat(h);
         }
       }
     }
+    return true;
+  };
+  bool ok = true;
+  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
+    // A run may cross from one stacked piece into the next.
+    for (int64_t done = 0; ok && done < count;) {
+      uint64_t at = first + uint64_t(done);
+      size_t part = size_t(at / partElements);
+      uint64_t offset = at % partElements;
+      int64_t take = int64_t(std::min<uint64_t>(uint64_t(count - done), partElements - offset));
+      ok = readRun(parts[part].first, *parts[part].second, offset, take, out + done);
+      done += take;
+    }
+    if (!ok)
+      return;
     std::fill(out + count, out + padded, 0.0f); // padding of a short last piece
     out += padded;
   });
-  if (!ok)
-    return false;
-  return true;
+  return ok;
 }
 
 } // namespace tpcrt

@@ -61,7 +61,7 @@ TEST(Kernels, RotaryRotatesHalvesAndKeepsNorms) {
   auto x = randomVector(2 * 8, 4);
   std::vector<float> y(16);
   int64_t positions[] = {0, 5};
-  rotary(x.data(), 2, 8, 4, 10000.0, positions, y.data());
+  rotary(x.data(), 2, 8, 4, 10000.0, nullptr, positions, y.data());
   for (int i = 0; i < 8; ++i)
     EXPECT_FLOAT_EQ(y[i], x[i]); // position 0 is the identity
   for (int h = 0; h < 2; ++h) {
@@ -76,6 +76,65 @@ TEST(Kernels, RotaryRotatesHalvesAndKeepsNorms) {
   EXPECT_NEAR(y[8], x[8] * std::cos(5.0) - x[10] * std::sin(5.0), 1e-5);
 }
 
+TEST(Kernels, RotaryTakesGivenFrequencies) {
+  auto x = randomVector(8, 14);
+  std::vector<float> a(8), b(8);
+  int64_t positions[] = {3};
+  double invFreq[] = {1.0, 0.1, 0.01, 0.001}; // theta 10^4 with head_dim 8
+  rotary(x.data(), 1, 8, 8, 10000.0, nullptr, positions, a.data());
+  rotary(x.data(), 1, 8, 8, 1.0, invFreq, positions, b.data());
+  for (int i = 0; i < 8; ++i)
+    EXPECT_NEAR(a[i], b[i], 1e-6);
+}
+
+TEST(Kernels, RouterKeepsTopKRenormalized) {
+  // Two experts of four win; their weights are their softmax probabilities over their sum.
+  std::vector<float> x = {1.0f, 0.0f};
+  std::vector<float> w = {0.5f, 0, 2.0f, 0, -1.0f, 0, 1.0f, 0}; // logits 0.5, 2, -1, 1
+  std::vector<float> out(4);
+  router(x.data(), 1, 2, w.data(), 4, 2, true, out.data());
+  double e1 = std::exp(2.0), e3 = std::exp(1.0);
+  EXPECT_FLOAT_EQ(out[0], 0.0f);
+  EXPECT_FLOAT_EQ(out[2], 0.0f);
+  EXPECT_NEAR(out[1], e1 / (e1 + e3), 1e-6);
+  EXPECT_NEAR(out[3], e3 / (e1 + e3), 1e-6);
+}
+
+TEST(Kernels, ExpertsSumRoutedExpertsOnly) {
+  int64_t hidden = 3, inter = 2, count = 2;
+  auto x = randomVector(hidden, 15), gateUp = randomVector(count * 2 * inter * hidden, 16),
+       down = randomVector(count * hidden * inter, 17);
+  std::vector<float> routing = {0.0f, 0.75f}, out(hidden);
+  experts(x.data(), 1, hidden, routing.data(), count, gateUp.data(), down.data(), inter, false,
+          out.data());
+  const float *gu = gateUp.data() + 2 * inter * hidden, *dn = down.data() + hidden * inter;
+  for (int64_t h = 0; h < hidden; ++h) {
+    double sum = 0;
+    for (int64_t i = 0; i < inter; ++i) {
+      double g = 0, u = 0;
+      for (int64_t c = 0; c < hidden; ++c) {
+        g += gu[i * hidden + c] * x[c];
+        u += gu[(inter + i) * hidden + c] * x[c];
+      }
+      sum += dn[h * inter + i] * (g / (1 + std::exp(-g))) * u;
+    }
+    EXPECT_NEAR(out[h], 0.75 * sum, 1e-5);
+  }
+}
+
+TEST(Kernels, AttentionSoftcapBoundsScores) {
+  // One key: the softmax is 1 whatever the cap, so the output is the value; two keys with a
+  // tiny cap make their scores nearly equal, so the output is nearly their mean.
+  int64_t hd = 2;
+  std::vector<float> q = {10, 0, 10, 0}, k = {1, 0, -1, 0}, v = {1, 2, 3, 4};
+  std::vector<float> keys(4), values(4), out(4);
+  KVCache cache{keys.data(), values.data(), 2, hd, 0};
+  attention(q.data(), k.data(), v.data(), 2, 1, 1, hd, 1.0, 0, 1e-3, cache, out.data());
+  EXPECT_NEAR(out[0], 1.0, 1e-6);
+  EXPECT_NEAR(out[2], 2.0, 2e-3);
+  EXPECT_NEAR(out[3], 3.0, 2e-3);
+}
+
 TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
   int64_t heads = 4, kvHeads = 2, hd = 3, total = 5;
   auto q = randomVector(total * heads * hd, 5), k = randomVector(total * kvHeads * hd, 6),
@@ -84,9 +143,9 @@ TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
   KVCache cache{keys.data(), values.data(), total, kvHeads * hd, 0};
   std::vector<float> out(total * heads * hd);
   double scale = 1 / std::sqrt(double(hd));
-  attention(q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, cache, out.data());
+  attention(q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, 0.0, cache, out.data());
   attention(q.data() + 4 * heads * hd, k.data() + 4 * kvHeads * hd, v.data() + 4 * kvHeads * hd,
-            1, heads, kvHeads, hd, scale, 0, cache, out.data() + 4 * heads * hd);
+            1, heads, kvHeads, hd, scale, 0, 0.0, cache, out.data() + 4 * heads * hd);
   for (int64_t t = 0; t < total; ++t)
     for (int64_t h = 0; h < heads; ++h) {
       int64_t g = h / (heads / kvHeads);

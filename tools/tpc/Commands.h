@@ -25,6 +25,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run);
 void addCompileCommand(CLI::App &app, CommandRunner &run);
 void addLaunchCommand(CLI::App &app, CommandRunner &run);
 void addInitWeightsCommand(CLI::App &app, CommandRunner &run);
+void addImportCommand(CLI::App &app, CommandRunner &run);
 
 } // namespace tpc
 

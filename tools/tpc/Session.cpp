@@ -57,7 +57,9 @@ OwningOpRef<ModuleOp> Session::runOnCopy(ModuleOp module,
 
 void addPlanArgs(CLI::App *cmd, PlanArgs &args) {
   cmd->add_option("model", args.model, "the model graph (tp dialect)")->required();
-  cmd->add_option("--plan", args.plan, "plan.json, or a config.json with base_model_tp_plan")
+  cmd->add_option("--plan", args.plan,
+                  "plan.json, a config.json with base_model_tp_plan, or auto / auto-ep "
+                  "(transformers' plan for an imported model)")
       ->required();
   cmd->add_option("--tp", args.tp, "ranks on the tp axis")->required();
   cmd->add_option("--strategies", args.strategies, "a JSON file of custom strategies");

@@ -9,6 +9,7 @@ int main(int argc, char **argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "tpc 0.1.0");
   tpc::CommandRunner run;
+  tpc::addImportCommand(app, run);
   tpc::addCheckCommand(app, run);
   tpc::addAnalyzeCommand(app, run);
   tpc::addCompileCommand(app, run);

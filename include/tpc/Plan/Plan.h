@@ -24,6 +24,11 @@ struct PlanRule {
 /// non-string strategies are errors; duplicate keys warn (the later one wins, as in Python).
 mlir::FailureOr<std::vector<PlanRule>> readPlan(llvm::StringRef path, mlir::MLIRContext *context);
 
+/// The plan transformers 5.17 would use for a model `tpc import` wrote (`--plan auto`, or
+/// `auto-ep` for its expert-parallel plan): config.json's base_model_tp_plan when it had one,
+/// else the table's; `model.embed_tokens: embedding_rowwise` added for tied embeddings.
+mlir::FailureOr<std::vector<PlanRule>> autoPlan(mlir::ModuleOp module, bool expertParallel);
+
 struct PlanOptions {
   std::string planPath;
   std::string strategiesPath;

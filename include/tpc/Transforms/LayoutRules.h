@@ -35,6 +35,9 @@ private:
   mlir::FailureOr<OpLayout> embedding(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   mlir::FailureOr<OpLayout> rotary(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   mlir::FailureOr<OpLayout> attention(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
+  mlir::FailureOr<OpLayout> headNorm(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
+  mlir::FailureOr<OpLayout> router(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
+  mlir::FailureOr<OpLayout> experts(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   OpLayout elementwise(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   OpLayout slice(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   OpLayout concat(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);

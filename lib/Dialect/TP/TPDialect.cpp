@@ -47,6 +47,22 @@ LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
       return op->emitError() << "'" << name << "' must be a placement on a one-result op";
     return success();
   }
+  if (name == kHfModelTypeAttrName || name == kHfTiedAttrName || name == kHfTpPlanAttrName ||
+      name == kEosTokenIdsAttrName) {
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << name << "' belongs on the module, not on "
+                             << op->getName();
+    bool ok = name == kHfTiedAttrName        ? isa<BoolAttr>(attr.getValue())
+              : name == kEosTokenIdsAttrName ? isa<DenseI64ArrayAttr>(attr.getValue())
+                                             : isa<StringAttr>(attr.getValue());
+    if (!ok)
+      return op->emitError() << "'" << name << "' must be "
+                             << (name == kHfTiedAttrName        ? "a bool"
+                                 : name == kEosTokenIdsAttrName ? "an array<i64: ...>"
+                                                                : "a string")
+                             << ", got " << attr.getValue();
+    return success();
+  }
   return op->emitError() << "unknown tp dialect attribute '" << name << "'";
 }
 

@@ -148,10 +148,19 @@ LogicalResult RMSNormOp::verify() {
     return failure();
   int64_t hidden = tensorOf(getInput()).getDimSize(1);
   int64_t weight = tensorOf(getWeight()).getDimSize(0);
-  if (!sameSize(hidden, weight))
+  if (std::optional<int64_t> headDim = getHeadDim()) {
+    if (!sameSize(weight, *headDim))
+      return moduleError(*this) << "the weight has " << sizeStr(weight)
+                                << " elements, but head_dim is " << *headDim;
+    if (!ShapedType::isDynamic(hidden) && hidden % *headDim != 0)
+      return moduleError(*this) << "the input has " << hidden
+                                << " features, not a whole number of heads of head_dim "
+                                << *headDim;
+  } else if (!sameSize(hidden, weight)) {
     return moduleError(*this) << "the weight has " << sizeStr(weight)
                               << " elements, but the input has " << sizeStr(hidden)
                               << " features";
+  }
   if (getEpsilon().convertToDouble() <= 0)
     return moduleError(*this) << "epsilon must be positive";
   return expectResult(*this, getInput(), hidden);
@@ -196,6 +205,11 @@ LogicalResult RotaryOp::verify() {
                               << sizeStr(tensorOf(getInput()).getDimSize(0)) << " tokens";
   if (getTheta().convertToDouble() <= 0)
     return moduleError(*this) << "theta must be positive";
+  if (std::optional<ArrayRef<double>> invFreq = getInvFreq();
+      invFreq && static_cast<int64_t>(invFreq->size()) != headDim / 2)
+    return moduleError(*this) << "inv_freq has " << invFreq->size()
+                              << " frequencies, but head_dim " << headDim << " needs "
+                              << headDim / 2;
   return expectResult(*this, getInput(), features);
 }
 
@@ -226,6 +240,8 @@ LogicalResult AttentionOp::verify() {
     if (!sameSize(tensorOf(v).getDimSize(0), seq))
       return moduleError(*this) << "q, k and v must have the same number of tokens, got "
                                 << sizeStr(seq) << " and " << sizeStr(tensorOf(v).getDimSize(0));
+  if (std::optional<APFloat> softcap = getSoftcap(); softcap && softcap->convertToDouble() <= 0)
+    return moduleError(*this) << "softcap must be positive";
   return expectResult(*this, getQuery(), heads * headDim);
 }
 
@@ -236,6 +252,61 @@ LogicalResult GeluOp::verify() {
     return moduleError(*this) << "approximate must be \"none\" or \"tanh\", got \""
                               << getApproximate() << "\"";
   return verifyElementwise(*this);
+}
+
+LogicalResult ScaleOp::verify() { return verifyElementwise(*this); }
+LogicalResult IdentityOp::verify() { return verifyElementwise(*this); }
+
+LogicalResult SoftcapOp::verify() {
+  if (getCap().convertToDouble() <= 0)
+    return moduleError(*this) << "cap must be positive";
+  return verifyElementwise(*this);
+}
+
+LogicalResult RouterOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)) ||
+      failed(expectRank(*this, getWeight(), "the weight", 2)))
+    return failure();
+  RankedTensorType in = tensorOf(getInput()), weight = tensorOf(getWeight());
+  if (!sameSize(weight.getDimSize(1), in.getDimSize(1)))
+    return moduleError(*this) << "the weight is " << shapeStr(weight)
+                              << " [experts x hidden], but the input has "
+                              << sizeStr(in.getDimSize(1)) << " features";
+  int64_t experts = weight.getDimSize(0);
+  if (!ShapedType::isDynamic(experts) && static_cast<int64_t>(getTopK()) > experts)
+    return moduleError(*this) << "top_k " << getTopK() << " exceeds the " << experts
+                              << " experts";
+  return expectResult(*this, getInput(), experts);
+}
+
+LogicalResult ExpertsOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)) ||
+      failed(expectRank(*this, getRouting(), "the routing weights", 2)) ||
+      failed(expectRank(*this, getGateUp(), "gate_up", 3)) ||
+      failed(expectRank(*this, getDown(), "down", 3)))
+    return failure();
+  if (getActivation() != "silu" && getActivation() != "gelu_tanh")
+    return moduleError(*this) << "activation must be \"silu\" or \"gelu_tanh\", got \""
+                              << getActivation() << "\"";
+  RankedTensorType x = tensorOf(getInput()), gateUp = tensorOf(getGateUp()),
+                   down = tensorOf(getDown());
+  int64_t experts = gateUp.getDimSize(0), hidden = x.getDimSize(1);
+  int64_t inter = down.getDimSize(2);
+  if (!sameSize(down.getDimSize(0), experts) ||
+      !sameSize(tensorOf(getRouting()).getDimSize(1), experts))
+    return moduleError(*this) << "gate_up has " << sizeStr(experts) << " experts, down "
+                              << sizeStr(down.getDimSize(0)) << " and the routing weights "
+                              << sizeStr(tensorOf(getRouting()).getDimSize(1));
+  if (!sameSize(gateUp.getDimSize(2), hidden) || !sameSize(down.getDimSize(1), hidden))
+    return moduleError(*this) << "gate_up " << shapeStr(gateUp) << " and down "
+                              << shapeStr(down) << " do not fit an input of "
+                              << sizeStr(hidden) << " features";
+  if (!ShapedType::isDynamic(inter) && !sameSize(gateUp.getDimSize(1), 2 * inter))
+    return moduleError(*this) << "gate_up " << shapeStr(gateUp) << " must hold 2 x "
+                              << inter << " rows, the inter size of down " << shapeStr(down);
+  if (!sameSize(tensorOf(getRouting()).getDimSize(0), x.getDimSize(0)))
+    return moduleError(*this) << "the routing weights and the input differ in tokens";
+  return expectResult(*this, getInput(), hidden);
 }
 
 LogicalResult MulOp::verify() { return verifyElementwise(*this); }

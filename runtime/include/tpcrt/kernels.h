@@ -20,9 +20,10 @@ void rmsNorm(const float *x, int64_t rows, int64_t cols, const float *weight, do
 void linear(const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
             const float *bias, float *y);
 
-/// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`.
+/// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`, with
+/// inverse frequencies theta^(-2i/headDim), or the headDim/2 of `invFreq` when not null.
 void rotary(const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const int64_t *positions, float *out);
+            const double *invFreq, const int64_t *positions, float *out);
 
 /// One layer's keys and values for up to `capacity` tokens: [capacity, kvHeads * headDim].
 struct KVCache {
@@ -31,13 +32,30 @@ struct KVCache {
 };
 
 /// Causal attention of `rows` new tokens (at positions cache.length ..) with GQA: query head
-/// h reads KV head h / (heads / kvHeads). Appends k and v to the cache first.
+/// h reads KV head h / (heads / kvHeads). Appends k and v to the cache first. A positive
+/// slidingWindow W limits each query to the W latest keys; a positive softcap c maps each
+/// scaled score s to c * tanh(s / c).
 void attention(const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               KVCache &cache, float *out);
+               double softcap, KVCache &cache, float *out);
 
 void silu(const float *x, int64_t n, float *out);
 void gelu(const float *x, int64_t n, bool tanhApproximation, float *out);
+void scale(const float *x, int64_t n, double factor, float *out);
+void softcap(const float *x, int64_t n, double cap, float *out);
+
+/// MoE routing: logits = x @ w^T ([rows, experts]); softmax; the topK largest kept (divided by
+/// their sum when `normalize`), every other weight 0. out is [rows, experts].
+void router(const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
+            int64_t topK, bool normalize, float *out);
+
+/// MoE experts: out[t] = sum over local experts e with routing[t, e] != 0 of
+/// routing[t, e] * down[e] (act(gate) * up), where [gate | up] = gateUp[e] x[t].
+/// gateUp is [experts, 2 * inter, hidden]; down [experts, hidden, inter].
+void experts(const float *x, int64_t rows, int64_t hidden, const float *routing,
+             int64_t experts, const float *gateUp, const float *down, int64_t inter,
+             bool geluTanh, float *out);
+
 void add(const float *a, const float *b, int64_t n, float *out);
 void mul(const float *a, const float *b, int64_t n, float *out);
 

@@ -17,6 +17,7 @@ struct ParamDesc {
   const char *name;
   std::vector<int64_t> hfShape; // as in the checkpoint
   SliceSpec slice;              // piece left 0: the driver sets rank * chunks / tp
+  std::vector<std::string> sources; // checkpoint tensors it stacks, when saved in pieces
 };
 
 struct Context;
@@ -36,6 +37,7 @@ struct ModelSpec {
   ForwardFn forward;                 // every token count
   ForwardFn forwardSequenceParallel; // token counts tp divides (null: none)
   bool lastTokenOnly = false;        // forwards return the last token's row only
+  std::vector<int64_t> eosIds;       // generation stops at these (config.json's eos_token_id)
 };
 
 /// One collective as executed, for --trace.

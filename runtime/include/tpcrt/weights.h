@@ -42,12 +42,18 @@ public:
 
   /// Reads this rank's slice of `name` (HF shape `shape`) as fp32 into `out` (sized by
   /// spec.localShape). Errors name the tensor: missing, wrong shape or dtype, truncated.
+  /// When `name` is absent and `sources` are given, the tensor is their concatenation along
+  /// dim 0 (equal pieces, in order), as transformers saves Mixtral's experts.
   bool read(const std::string &name, const std::vector<int64_t> &shape, const SliceSpec &spec,
-            float *out, uint64_t &bytesRead, std::string &error);
+            float *out, uint64_t &bytesRead, std::string &error,
+            const std::vector<std::string> &sources = {});
 
 private:
   Checkpoint() = default;
   bool addFile(const std::string &path, std::string &error);
+  /// Checks that `info` (tensor `name`) holds `elements` readable values of a known dtype.
+  bool checkData(const std::string &name, const TensorInfo &info, uint64_t elements,
+                 std::string &error);
   int fd(const std::string &file);
 
   std::map<std::string, TensorInfo> tensors;

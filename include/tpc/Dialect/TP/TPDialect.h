@@ -31,6 +31,13 @@ inline constexpr llvm::StringLiteral kStrategyAttrName = "tp.strategy";
 /// must have, and the placement a module hook gives the op's result.
 inline constexpr llvm::StringLiteral kOperandLayoutsAttrName = "tp.operand_layouts";
 inline constexpr llvm::StringLiteral kOutputLayoutAttrName = "tp.output_layout";
+// What `tpc import` records of config.json on the module: the architecture and whether its
+// embeddings are tied (for --plan auto), config.json's own base_model_tp_plan (JSON text),
+// and the end-of-sequence ids generation stops at.
+inline constexpr llvm::StringLiteral kHfModelTypeAttrName = "tp.hf_model_type";
+inline constexpr llvm::StringLiteral kHfTiedAttrName = "tp.hf_tied";
+inline constexpr llvm::StringLiteral kHfTpPlanAttrName = "tp.hf_tp_plan";
+inline constexpr llvm::StringLiteral kEosTokenIdsAttrName = "tp.eos_token_ids";
 
 /// The placement a value's type carries as its encoding; null when it has none.
 PlacementAttr getPlacement(mlir::Type type);

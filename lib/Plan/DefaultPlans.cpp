@@ -1,0 +1,73 @@
+// transformers 5.17's default tensor-parallel plans per model_type. They live in its Python
+// classes (the config's base_model_tp_plan / base_model_ep_plan, the head's _tp_plan), not in
+// config.json, so tpc keeps this copy; test/conformance checks it against the installed
+// transformers.
+#include "tpc/Plan/DefaultPlans.h"
+
+using json = nlohmann::ordered_json;
+
+namespace tpc::plan {
+namespace {
+
+json llamaLike(bool qkNorms) {
+  json plan = json::object();
+  for (const char *p : {"q_proj", "k_proj", "v_proj"})
+    plan[std::string("model.layers.*.self_attn.") + p] = "colwise";
+  if (qkNorms) {
+    plan["model.layers.*.self_attn.q_norm"] = "replicated_with_grad_allreduce";
+    plan["model.layers.*.self_attn.k_norm"] = "replicated_with_grad_allreduce";
+  }
+  plan["model.layers.*.self_attn.o_proj"] = "rowwise";
+  plan["model.layers.*.mlp.gate_proj"] = "colwise";
+  plan["model.layers.*.mlp.up_proj"] = "colwise";
+  plan["model.layers.*.mlp.down_proj"] = "rowwise";
+  plan["lm_head"] = "colwise_gather_output";
+  return plan;
+}
+
+const json &table() {
+  static const json t = [] {
+    json t = json::object();
+    for (const char *type : {"llama", "mistral", "qwen2", "gemma", "gemma2"})
+      t[type] = {{"tp", llamaLike(false)}};
+    t["qwen3"] = {{"tp", llamaLike(true)}};
+    t["phi3"] = {{"tp",
+                  {{"model.layers.*.self_attn.qkv_proj", "colwise_gather_output"},
+                   {"model.layers.*.self_attn.o_proj", "rowwise_split_input"},
+                   {"model.layers.*.mlp.gate_up_proj", "colwise_gather_output"},
+                   {"model.layers.*.mlp.down_proj", "rowwise_split_input"},
+                   {"lm_head", "colwise_gather_output"}}}};
+    t["mixtral"] = {{"tp",
+                     {{"model.layers.*.self_attn.q_proj", "colwise"},
+                      {"model.layers.*.self_attn.k_proj", "colwise"},
+                      {"model.layers.*.self_attn.v_proj", "colwise"},
+                      {"model.layers.*.self_attn.o_proj", "rowwise"},
+                      {"model.layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+                      {"model.layers.*.mlp.experts.down_proj", "rowwise"},
+                      {"model.layers.*.mlp.experts", "moe_tp_experts"},
+                      {"lm_head", "colwise_gather_output"}}},
+                    // transformers uses this plan alone under expert parallelism: attention
+                    // and lm_head stay replicated.
+                    {"ep",
+                     {{"model.layers.*.mlp.gate", "ep_router"},
+                      {"model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+                      {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
+                      {"model.layers.*.mlp.experts", "moe_tp_experts"}}}};
+    return t;
+  }();
+  return t;
+}
+
+} // namespace
+
+const json *defaultPlan(llvm::StringRef modelType, bool expertParallel) {
+  auto it = table().find(modelType.str());
+  if (it == table().end())
+    return nullptr;
+  auto plan = it->find(expertParallel ? "ep" : "tp");
+  return plan == it->end() ? nullptr : &*plan;
+}
+
+json defaultPlanTable() { return table(); }
+
+} // namespace tpc::plan

@@ -1,0 +1,100 @@
+// tpc import: a Hugging Face config.json -> model.mlir, parsed and verified before it is
+// written. `--auto-plans` prints the table `--plan auto` uses instead.
+#include "Commands.h"
+#include "Session.h"
+
+#include "tpc/Dialect/TP/TPDialect.h"
+#include "tpc/Import/Importer.h"
+#include "tpc/Plan/DefaultPlans.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/core.h>
+
+using namespace mlir;
+
+namespace tpc {
+
+namespace {
+struct ImportOptions {
+  std::string config, output;
+  bool autoPlans = false;
+};
+
+/// Writes `text` to `path` through a temporary beside it, so a failure leaves no half file.
+bool writeAtomically(const std::string &path, const std::string &text) {
+  std::string temp = path + ".tmp";
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(temp, ec);
+    if (ec) {
+      reportError("cannot write " + path + ": " + ec.message());
+      return false;
+    }
+    os << text;
+    os.close();
+    if (os.has_error()) {
+      reportError("cannot write " + path + ": " + os.error().message());
+      os.clear_error();
+      llvm::sys::fs::remove(temp);
+      return false;
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
+    reportError("cannot write " + path + ": " + ec.message());
+    llvm::sys::fs::remove(temp);
+    return false;
+  }
+  return true;
+}
+} // namespace
+
+void addImportCommand(CLI::App &app, CommandRunner &run) {
+  auto opts = std::make_shared<ImportOptions>();
+  CLI::App *cmd = app.add_subcommand(
+      "import", "Turn a Hugging Face config.json into a model graph (model.mlir)");
+  cmd->add_option("config", opts->config, "the checkpoint's config.json");
+  cmd->add_option("-o,--output", opts->output, "the model.mlir to write (default: stdout)");
+  cmd->add_flag("--auto-plans", opts->autoPlans,
+                "print transformers 5.17's default plans that --plan auto uses, as JSON");
+  cmd->callback([opts, &run] {
+    run = [opts]() -> int {
+      if (opts->autoPlans) {
+        llvm::outs() << plan::defaultPlanTable().dump(2) << "\n";
+        return 0;
+      }
+      if (opts->config.empty()) {
+        reportError("tpc import: give the config.json to import");
+        return 2;
+      }
+      Session session;
+      FailureOr<std::string> text = import::importConfig(opts->config, &session.context());
+      if (failed(text))
+        return 1;
+      // What was written must be a valid model: parse and verify it before anyone sees it.
+      OwningOpRef<ModuleOp> module =
+          parseSourceString<ModuleOp>(*text, ParserConfig(&session.context()), "imported");
+      if (!module) {
+        reportError("internal error: the imported model does not verify (see above)");
+        return 1;
+      }
+      if (opts->output.empty()) {
+        llvm::outs() << *text;
+        return 0;
+      }
+      if (!writeAtomically(opts->output, *text))
+        return 1;
+      size_t params = llvm::range_size(module->getOps<tp::ParamOp>());
+      llvm::outs() << fmt::format("wrote {} ({} parameters, {} warning{})\n", opts->output,
+                                  params, session.warnings(),
+                                  session.warnings() == 1 ? "" : "s");
+      return 0;
+    };
+  });
+}
+
+} // namespace tpc
