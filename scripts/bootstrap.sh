@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache git
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev
-  libgloo-dev libopenblas-dev bc
+  libgloo-dev libopenblas-dev bc python3 python3-venv
 )
 
 missing=()

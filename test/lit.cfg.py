@@ -1,5 +1,6 @@
 # lit configuration of the tpc regression tests: tpc-opt and tpc driven from .mlir and .test
 # files, checked with FileCheck. The GoogleTest unit tests are a suite of their own (unit/).
+import glob
 import os
 
 import lit.formats
@@ -30,3 +31,12 @@ venv = os.environ.get("TPC_VENV", os.path.expanduser("~/.cache/tpc-venv"))
 if os.path.exists(os.path.join(venv, "bin", "torchrun")):
     config.available_features.add("torchrun")
     config.substitutions.append(("%torchrun", os.path.join(venv, "bin", "torchrun")))
+
+# The conformance oracle: transformers 5.17.0 on torch 2.11.0 in the same venv (REQUIRES:
+# transformers). Its scripts run on the venv's python; tpc's binaries come from %tpc_bin.
+venv_python = os.path.join(venv, "bin", "python")
+if os.path.exists(venv_python) and glob.glob(
+        os.path.join(venv, "lib", "python3*", "site-packages", "transformers-5.17.0.dist-info")):
+    config.available_features.add("transformers")
+    config.substitutions.append(("%venv_python", venv_python))
+config.substitutions.append(("%tpc_bin", config.tpc_tools_dir))

@@ -109,7 +109,7 @@ SmallVector<Operation *> tpc::tp::lastTokenChain(func::FuncOp forward) {
     return chain;
   Value at = ret.getOperand(0);
   while (Operation *op = at.getDefiningOp()) {
-    if (!isa<LinearOp, RMSNormOp, SiluOp, GeluOp>(op) || !at.hasOneUse() ||
+    if (!isa<LinearOp, RMSNormOp, SiluOp, GeluOp, SoftcapOp, ScaleOp, IdentityOp>(op) || !at.hasOneUse() ||
         cast<RankedTensorType>(at.getType()).getRank() != 2)
       break;
     chain.push_back(op);

@@ -1,0 +1,146 @@
+"""Checks tpc's built-in table of transformers' default plans against the installed transformers:
+    python check_auto_plans.py TABLE.json            compare
+    python check_auto_plans.py --write OUT.json      write the table the installed transformers implies
+
+TABLE.json: {model_type: {"tp": {full_key: strategy}, "ep": {full_key: strategy}}}, "ep" only
+where the config class has a base_model_ep_plan. A full key is a key of the config class's
+base_model_tp_plan (base_model_ep_plan) prefixed with the base model's attribute ("model."),
+plus the *ForCausalLM class's own _tp_plan (_ep_plan) keys, e.g. "lm_head".
+
+That is how transformers' DistributedMixin.init_parallel_plans builds model.tp_plan: the
+ForCausalLM's class plan, then each child's plan prefixed with the child's name. The script
+also builds each model on the meta device from its default config and checks that the
+instance's _tp_plan / _ep_plan equal the table built from the classes (with expert parallelism
+on, transformers uses _ep_plan alone as the plan: no lm_head, no attention).
+
+Not in the table, because it depends on the config rather than the class: when a config has
+tie_word_embeddings=True, PreTrainedConfig.__init__ adds "embed_tokens": "embedding_rowwise" to
+that config's base_model_tp_plan, so the model's plan gains "model.embed_tokens":
+"embedding_rowwise" (gemma and gemma2 tie by default). The meta-device check allows for it.
+"""
+import argparse
+import json
+import sys
+import warnings
+
+MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral"]
+
+
+def expected_table(model_types=MODEL_TYPES, instantiate=True):
+    import torch
+    import transformers
+
+    table, notes = {}, []
+    for model_type in model_types:
+        config_cls = transformers.CONFIG_MAPPING[model_type]
+        lm_cls = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[config_cls]
+        prefix = lm_cls.base_model_prefix or "model"
+        entry = {}
+        tp = {f"{prefix}.{k}": v for k, v in (config_cls.base_model_tp_plan or {}).items()}
+        tp.update(getattr(lm_cls, "_tp_plan", None) or {})
+        entry["tp"] = tp
+        base_ep = getattr(config_cls, "base_model_ep_plan", None)
+        if base_ep:
+            ep = {f"{prefix}.{k}": v for k, v in base_ep.items()}
+            ep.update(getattr(lm_cls, "_ep_plan", None) or {})
+            entry["ep"] = ep
+        elif getattr(lm_cls, "_ep_plan", None):
+            notes.append(f"{model_type}: {lm_cls.__name__}._ep_plan without a base_model_ep_plan")
+            entry["ep"] = dict(lm_cls._ep_plan)
+        table[model_type] = entry
+
+        if instantiate:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                config = config_cls()
+                with torch.device("meta"):
+                    model = lm_cls(config)
+            got_tp = dict(model._tp_plan or {})
+            got_ep = dict(model._ep_plan or {})
+            want_tp = dict(entry["tp"])
+            if getattr(config, "tie_word_embeddings", False):
+                # PreTrainedConfig.__init__ adds "embed_tokens": "embedding_rowwise" to the
+                # instance's base_model_tp_plan when the word embeddings are tied
+                want_tp[f"{prefix}.embed_tokens"] = "embedding_rowwise"
+                notes.append(
+                    f"{model_type}: ties word embeddings by default; a tied config's plan also has "
+                    f"'{prefix}.embed_tokens': 'embedding_rowwise' (not in the class table)"
+                )
+            if got_tp != want_tp:
+                notes.append(f"{model_type}: the instance's _tp_plan {got_tp} differs from the classes' {want_tp}")
+            if got_ep != entry.get("ep", {}):
+                notes.append(f"{model_type}: the instance's _ep_plan {got_ep} differs from the classes' {entry.get('ep', {})}")
+            del model
+    return table, notes
+
+
+def compare(table, expected):
+    problems = []
+    for model_type, want in expected.items():
+        got = table.get(model_type)
+        if got is None:
+            problems.append(f"{model_type}: missing from the table")
+            continue
+        for plan in ("tp", "ep"):
+            w, g = want.get(plan), got.get(plan)
+            if w is None and g is None:
+                continue
+            if w is None:
+                problems.append(f"{model_type}.{plan}: the table has one, transformers has none ({len(g)} keys)")
+                continue
+            if g is None:
+                problems.append(f"{model_type}.{plan}: missing; transformers has {json.dumps(w)}")
+                continue
+            for k in sorted(w.keys() - g.keys()):
+                problems.append(f"{model_type}.{plan}: missing {k!r}: {w[k]!r}")
+            for k in sorted(g.keys() - w.keys()):
+                problems.append(f"{model_type}.{plan}: extra {k!r}: {g[k]!r} (transformers has no such key)")
+            for k in sorted(w.keys() & g.keys()):
+                if w[k] != g[k]:
+                    problems.append(f"{model_type}.{plan}: {k!r} is {g[k]!r}, transformers says {w[k]!r}")
+        for plan in sorted(set(got) - {"tp", "ep"}):
+            problems.append(f"{model_type}: unknown plan kind {plan!r}")
+    extra = sorted(set(table) - set(expected))
+    return problems, extra
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("table", nargs="?")
+    ap.add_argument("--write", metavar="OUT.json", help="write the expected table and exit")
+    ap.add_argument("--no-instantiate", action="store_true", help="skip the meta-device cross-check")
+    opts = ap.parse_args()
+    if not opts.table and not opts.write:
+        ap.error("give TABLE.json or --write OUT.json")
+
+    import transformers
+
+    expected, notes = expected_table(instantiate=not opts.no_instantiate)
+    for note in notes:
+        print(f"note: {note}")
+    if opts.write:
+        with open(opts.write, "w") as f:
+            json.dump(expected, f, indent=2)
+            f.write("\n")
+        print(f"wrote {opts.write} from transformers {transformers.__version__}")
+        if not opts.table:
+            return 0
+
+    table = json.load(open(opts.table))
+    problems, extra = compare(table, expected)
+    print(f"transformers {transformers.__version__}: {len(expected)} model types checked")
+    for model_type in expected:
+        if model_type in table:
+            counts = ", ".join(f"{p} {len(table[model_type].get(p) or {})}/{len(expected[model_type].get(p) or {})}" for p in ("tp", "ep") if p in expected[model_type] or p in table[model_type])
+            print(f"  {model_type:8s} {counts} keys (table/transformers)")
+    for model_type in extra:
+        print(f"  {model_type:8s} in the table, not checked")
+    for p in problems:
+        print(f"  DIFF {p}")
+    failed = bool(problems) or any(n for n in notes if "differs" in n)
+    print("auto-plans: " + ("FAILED" if failed else "ok"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
