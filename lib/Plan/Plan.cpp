@@ -437,10 +437,13 @@ FailureOr<PlanReport> PlanApplier::run() {
     emitError(module.getLoc()) << "no plan given";
     return failure();
   }
+  std::string autoSource;
   FailureOr<std::vector<PlanRule>> read =
       options.planPath == "auto" || options.planPath == "auto-ep"
-          ? autoPlan(module, options.planPath == "auto-ep")
+          ? autoPlan(module, options.planPath == "auto-ep", &autoSource)
           : readPlan(options.planPath, context);
+  if (!autoSource.empty())
+    report.planPath += " (" + autoSource + ")";
   if (failed(read))
     return failure();
   rules = std::move(*read);
@@ -457,7 +460,8 @@ FailureOr<PlanReport> PlanApplier::run() {
 
 } // namespace
 
-FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool expertParallel) {
+FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool expertParallel,
+                                                     std::string *description) {
   auto modelType = module->getAttrOfType<StringAttr>(tp::kHfModelTypeAttrName);
   if (!modelType) {
     emitError(module.getLoc()) << "--plan auto needs a model imported by `tpc import` (it "
@@ -494,8 +498,12 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
   }
   // transformers adds this to the base plan of tied models (PreTrainedConfig.__init__).
   auto tied = module->getAttrOfType<BoolAttr>(tp::kHfTiedAttrName);
-  if (tied && tied.getValue() && !expertParallel)
+  if (tied && tied.getValue() && !expertParallel) {
     plan["model.embed_tokens"] = "embedding_rowwise";
+    source += " + embed_tokens for tied embeddings";
+  }
+  if (description)
+    *description = source;
   std::vector<PlanRule> rules;
   Location loc = NameLoc::get(StringAttr::get(module.getContext(), source));
   for (const auto &[key, value] : plan.items()) {

@@ -27,7 +27,9 @@ mlir::FailureOr<std::vector<PlanRule>> readPlan(llvm::StringRef path, mlir::MLIR
 /// The plan transformers 5.17 would use for a model `tpc import` wrote (`--plan auto`, or
 /// `auto-ep` for its expert-parallel plan): config.json's base_model_tp_plan when it had one,
 /// else the table's; `model.embed_tokens: embedding_rowwise` added for tied embeddings.
-mlir::FailureOr<std::vector<PlanRule>> autoPlan(mlir::ModuleOp module, bool expertParallel);
+/// `description` (when given) says which plan that was.
+mlir::FailureOr<std::vector<PlanRule>> autoPlan(mlir::ModuleOp module, bool expertParallel,
+                                                std::string *description = nullptr);
 
 struct PlanOptions {
   std::string planPath;
