@@ -233,13 +233,15 @@ StrategyRegistry StrategyRegistry::builtin() {
        "all_reduce the module's Partial output"},
       {"moe_tp_experts", "Replicate()", "Replicate()", "Replicate()", "Replicate()",
        "Replicate()", T::Any, "tensor-parallel experts: one all_reduce of their summed output"},
-      {"moe_identity_expert", "Replicate()", "Replicate()", "Replicate()", "", "", T::Any,
+      {"moe_identity_expert", "Replicate()", "Replicate()", "Replicate()", "Replicate()",
+       "Partial()", T::Any,
        "divide the input by tp to offset the parent's all_reduce"},
       {"local_params", "", "", "", "", "", T::Any,
        "forward on local shards placed by the parameters' own rules"},
       {"grouped_gemm", "Shard(0)", "Shard(0)", "Shard(0)", "", "", T::Any,
        "shard experts on the expert dim"},
-      {"ep_router", "Replicate()", "Replicate()", "Replicate()", "Replicate()", "", T::Any,
+      {"ep_router", "Replicate()", "Replicate()", "Replicate()", "Replicate()", "Shard(-1)",
+       T::Any,
        "mask non-local experts' scores, remap ids to local experts"},
   };
   StrategyRegistry registry;

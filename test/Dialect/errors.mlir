@@ -515,3 +515,89 @@ func.func @f(%x: tensor<?x8xf32>) {
   %y = tp.last_token "model.norm" %x : (tensor<?x8xf32>) -> tensor<2x8xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{q_norm (tp.rms_norm): the weight has 8 elements, but head_dim is 16}}
+  %n = tp.rms_norm "q_norm" %x, %w {epsilon = 1.0e-6 : f64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<8xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x60xf32>, %w: tensor<16xf32>) {
+  // expected-error @+1 {{q_norm (tp.rms_norm): the input has 60 features, not a whole number of heads of head_dim 16}}
+  %n = tp.rms_norm "q_norm" %x, %w {epsilon = 1.0e-6 : f64, head_dim = 16 : i64} : (tensor<?x60xf32>, tensor<16xf32>) -> tensor<?x60xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %pos: tensor<?xi64>) {
+  // expected-error @+1 {{attn (tp.rotary): inv_freq has 3 frequencies, but head_dim 16 needs 8}}
+  %r = tp.rotary "attn" %x, %pos {head_dim = 16 : i64, theta = 1.0e4 : f64, inv_freq = array<f64: 1.0, 0.1, 0.01>} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>) {
+  // expected-error @+1 {{attn (tp.attention): softcap must be positive}}
+  %a = tp.attention "attn" %q, %q, %q {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64, softcap = 0.0 : f64} : (tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) {
+  // expected-error @+1 {{lm_head (tp.softcap): cap must be positive}}
+  %c = tp.softcap "lm_head" %x {cap = -1.0 : f64} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<4x32xf32>) {
+  // expected-error @+1 {{mlp.gate (tp.router): the weight is 4x32 [experts x hidden], but the input has 64 features}}
+  %g = tp.router "mlp.gate" %x, %w {top_k = 2 : i64} : (tensor<?x64xf32>, tensor<4x32xf32>) -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<4x64xf32>) {
+  // expected-error @+1 {{mlp.gate (tp.router): top_k 5 exceeds the 4 experts}}
+  %g = tp.router "mlp.gate" %x, %w {top_k = 5 : i64} : (tensor<?x64xf32>, tensor<4x64xf32>) -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x256x64xf32>, %d: tensor<4x64x64xf32>) {
+  // expected-error @+1 {{mlp.experts (tp.experts): gate_up 4x256x64 must hold 2 x 64 rows, the inter size of down 4x64x64}}
+  %e = tp.experts "mlp.experts" %x, %r, %gu, %d : (tensor<?x64xf32>, tensor<?x4xf32>, tensor<4x256x64xf32>, tensor<4x64x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x3xf32>, %gu: tensor<4x256x64xf32>, %d: tensor<4x64x128xf32>) {
+  // expected-error @+1 {{mlp.experts (tp.experts): gate_up has 4 experts, down 4 and the routing weights 3}}
+  %e = tp.experts "mlp.experts" %x, %r, %gu, %d : (tensor<?x64xf32>, tensor<?x3xf32>, tensor<4x256x64xf32>, tensor<4x64x128xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x256x64xf32>, %d: tensor<4x64x128xf32>) {
+  // expected-error @+1 {{mlp.experts (tp.experts): activation must be "silu" or "gelu_tanh", got "relu"}}
+  %e = tp.experts "mlp.experts" %x, %r, %gu, %d {activation = "relu"} : (tensor<?x64xf32>, tensor<?x4xf32>, tensor<4x256x64xf32>, tensor<4x64x128xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'tp.hf_tied' must be a bool, got "yes"}}
+module attributes {tp.hf_tied = "yes"} {
+}
