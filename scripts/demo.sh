@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian 12 machine: installs what is missing, builds tpc, checks the
-# example model (a tiny Llama) against transformers' Llama plan, compiles it for tp 1 and
+# The main job on a fresh Debian 12 machine: installs what is missing, builds tpc, imports the
+# example model (a tiny Llama's config.json), checks it against transformers' Llama plan
+# (examples/plan.json, which is what --plan auto gives it too), compiles it for tp 1 and
 # tp 2, runs it on 1 and on 2 ranks (CPU target: OpenBLAS, Gloo) and shows the tokens and
 # timings side by side, with the collectives tpc analyze predicts.
 set -euo pipefail
@@ -16,15 +17,17 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 run() { echo; echo "\$ $*"; "$@"; }
 
+# examples/model.mlir is this import's output, checked in (test/Tools/example.test keeps them equal).
+run "$tpc" import examples/config.json -o "$out/model.mlir"
 run "$tpc" check examples/model.mlir --plan examples/plan.json --tp 2
 run "$tpc" analyze examples/model.mlir --plan examples/plan.json --tp 2 --prefill-len 8
 run "$tpc" init-weights examples/model.mlir -o "$out/weights.safetensors" --seed 0
 run "$tpc" compile examples/model.mlir --plan examples/plan.json --tp 1 -o "$out/tp1"
 run "$tpc" compile examples/model.mlir --plan examples/plan.json --tp 2 -o "$out/tp2"
 prompt=1,15,42,7,99,3,64,200
-run "$out/tp1/tiny_llama" --weights "$out/weights.safetensors" --prompt-ids $prompt \
+run "$out/tp1/llama" --weights "$out/weights.safetensors" --prompt-ids $prompt \
   --max-new-tokens 16 --dump-logits "$out/tp1.bin"
-run "$tpc" launch -n 2 "$out/tp2/tiny_llama" --weights "$out/weights.safetensors" \
+run "$tpc" launch -n 2 "$out/tp2/llama" --weights "$out/weights.safetensors" \
   --prompt-ids $prompt --max-new-tokens 16 --dump-logits "$out/tp2.bin"
 echo
 python3 - "$out/tp1.bin" "$out/tp2.bin" <<'PY'
