@@ -44,8 +44,13 @@ void linear(const float *x, int64_t rows, int64_t in, const float *w, int64_t ou
   if (bias)
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(y + r * out, bias, out * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.0f, x,
-              int(in), w, int(in), bias ? 1.0f : 0.0f, y, int(out));
+  float beta = bias ? 1.0f : 0.0f;
+  if (rows == 1) // a decode step: a matrix-vector product reads W once, with no packing
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(out), int(in), 1.0f, w, int(in), x, 1, beta,
+                y, 1);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.0f, x,
+                int(in), w, int(in), beta, y, int(out));
 }
 
 void rotary(const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
@@ -75,34 +80,40 @@ void attention(const float *q, const float *k, const float *v, int64_t rows, int
   std::memcpy(cache.keys + start * width, k, rows * width * sizeof(float));
   std::memcpy(cache.values + start * width, v, rows * width * sizeof(float));
   cache.length += rows;
-  int64_t group = heads / kvHeads;
-  std::vector<double> scores(cache.length);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t position = start + r; // causal: attends to keys 0 .. position
-    int64_t first = slidingWindow > 0 ? std::max<int64_t>(0, position - slidingWindow + 1) : 0;
-    for (int64_t h = 0; h < heads; ++h) {
-      const float *qh = q + r * heads * headDim + h * headDim;
-      int64_t kvh = h / group;
-      double best = -INFINITY;
+  int64_t group = heads / kvHeads, keys = cache.length, qWidth = heads * headDim;
+  // Scores of one head for every new token against every cached key, [rows, keys]; reused
+  // across calls so a decode step allocates nothing.
+  thread_local std::vector<float> scores;
+  scores.resize(size_t(rows * keys));
+  for (int64_t h = 0; h < heads; ++h) {
+    const float *kh = cache.keys + (h / group) * headDim;
+    const float *vh = cache.values + (h / group) * headDim;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(headDim),
+                float(scale), q + h * headDim, int(qWidth), kh, int(width), 0.0f,
+                scores.data(), int(keys));
+    for (int64_t r = 0; r < rows; ++r) {
+      float *row = scores.data() + r * keys;
+      int64_t position = start + r; // causal: keys 0 .. position
+      int64_t first = slidingWindow > 0 ? std::max<int64_t>(0, position - slidingWindow + 1) : 0;
+      float best = -INFINITY;
       for (int64_t t = first; t <= position; ++t) {
-        const float *kt = cache.keys + t * width + kvh * headDim;
-        double dot = 0;
-        for (int64_t d = 0; d < headDim; ++d)
-          dot += double(qh[d]) * kt[d];
-        scores[t] = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
-        best = std::max(best, scores[t]);
+        if (softcap > 0)
+          row[t] = float(softcap * std::tanh(row[t] / softcap));
+        best = std::max(best, row[t]);
       }
       double total = 0;
-      for (int64_t t = first; t <= position; ++t)
-        total += scores[t] = std::exp(scores[t] - best);
-      float *o = out + r * heads * headDim + h * headDim;
-      for (int64_t d = 0; d < headDim; ++d) {
-        double acc = 0;
-        for (int64_t t = first; t <= position; ++t)
-          acc += scores[t] * cache.values[t * width + kvh * headDim + d];
-        o[d] = float(acc / total);
+      for (int64_t t = 0; t < keys; ++t) {
+        bool visible = t >= first && t <= position;
+        row[t] = visible ? std::exp(row[t] - best) : 0.0f;
+        total += row[t];
       }
+      float inverse = float(1.0 / total);
+      for (int64_t t = first; t <= position; ++t)
+        row[t] *= inverse;
     }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(headDim), int(keys),
+                1.0f, scores.data(), int(keys), vh, int(width), 0.0f, out + h * headDim,
+                int(qWidth));
   }
 }
 

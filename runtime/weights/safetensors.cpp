@@ -247,14 +247,18 @@ bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape
     if (!checkData(partName, *info, partElements, error))
       return false;
 
+  std::vector<int> partFds; // looked up once: a sharded tensor is read in many runs
+  for (const auto &part : parts)
+    partFds.push_back(fd(part.second->file));
   std::vector<char> buffer;
-  // Reads `count` elements from element `first` of part `info`, converted to fp32.
-  auto readRun = [&](const std::string &partName, const TensorInfo &info, uint64_t first,
-                     int64_t count, float *to) {
+  // Reads `count` elements from element `first` of part `index`, converted to fp32.
+  auto readRun = [&](size_t index, uint64_t first, int64_t count, float *to) {
+    const std::string &partName = parts[index].first;
+    const TensorInfo &info = *parts[index].second;
     size_t width = dtypeBytes(info.dtype);
     buffer.resize(size_t(count) * width);
     off_t at = off_t(info.begin + first * width);
-    if (count && pread(fd(info.file), buffer.data(), buffer.size(), at) != ssize_t(buffer.size())) {
+    if (count && pread(partFds[index], buffer.data(), buffer.size(), at) != ssize_t(buffer.size())) {
       error = "tensor " + partName + ": short read from " + info.file;
       return false;
     }
@@ -284,7 +288,7 @@ bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape
       size_t part = size_t(at / partElements);
       uint64_t offset = at % partElements;
       int64_t take = int64_t(std::min<uint64_t>(uint64_t(count - done), partElements - offset));
-      ok = readRun(parts[part].first, *parts[part].second, offset, take, out + done);
+      ok = readRun(part, offset, take, out + done);
       done += take;
     }
     if (!ok)
