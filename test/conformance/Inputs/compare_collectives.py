@@ -1,5 +1,5 @@
 """Compares tpc's collectives with what transformers' own tensor parallelism issues:
-    python compare_collectives.py HF.json ANALYZE.json TRACE.rank0
+    python compare_collectives.py [--fewer] HF.json ANALYZE.json TRACE.rank0
 
 HF.json       hf_collectives.py's measurement of transformers (prefill, and one decode step)
 ANALYZE.json  `tpc analyze ... --json` for the same model, plan, tp and prefill length
@@ -43,10 +43,14 @@ def fmt_bytes(b):
 
 
 def main():
-    if len(sys.argv) != 4:
+    args = sys.argv[1:]
+    # --fewer: tpc must run strictly fewer collectives than transformers (a plan tpc folds).
+    fewer = "--fewer" in args
+    args = [a for a in args if a != "--fewer"]
+    if len(args) != 3:
         print(__doc__.strip().splitlines()[1], file=sys.stderr)
         return 2
-    hf_path, analyze_path, trace_path = sys.argv[1:]
+    hf_path, analyze_path, trace_path = args
     hf = json.load(open(hf_path))
     report = json.load(open(analyze_path))
     trace = json.load(open(trace_path))
@@ -147,6 +151,8 @@ def main():
         s = summary(got)
         if s["count"] > want["count"]:
             problems.append(f"(1) {name}: tpc ran {s['count']} collectives, transformers {want['count']}")
+        if fewer and s["count"] >= want["count"]:
+            problems.append(f"(1) {name}: tpc ran {s['count']} collectives, not fewer than transformers' {want['count']}")
         if s["bytes"] > want["bytes"]:
             problems.append(f"(1) {name}: tpc moved {fmt_bytes(s['bytes'])} bytes, transformers {fmt_bytes(want['bytes'])}")
 

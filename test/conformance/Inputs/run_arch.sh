@@ -6,6 +6,8 @@
 # the checkpoint directory as saved. Prints conform.py's and compare_collectives.py's verdicts.
 set -euo pipefail
 bin=$1 py=$2 torchrun=$3 arch=$4 out=$5 ep=${6:-}
+fewer=""
+[[ $arch == phi3 ]] && fewer=--fewer # tpc folds transformers' gather + split-input pairs
 here=$(cd "$(dirname "$0")" && pwd)
 tpc=$bin/tpc
 hf=$out/hf
@@ -46,5 +48,5 @@ env -u TPC_RENDEZVOUS_DIR "$torchrun" --standalone --nproc-per-node 2 "$here/hf_
   > "$out/analyze.json" 2> /dev/null
 "$tpc" launch -n 2 "$out/tp2/$arch" --weights "$hf" --prompt-ids "$prompt" --max-new-tokens 3 \
   --ignore-eos --trace "$out/trace.json" > /dev/null
-python3 "$here/compare_collectives.py" "$out/hf-collectives.json" "$out/analyze.json" \
+python3 "$here/compare_collectives.py" $fewer "$out/hf-collectives.json" "$out/analyze.json" \
   "$out/trace.json.rank0"
