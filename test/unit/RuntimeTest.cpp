@@ -270,6 +270,49 @@ TEST_F(Weights, ErrorsNameTheTensor) {
   std::remove(cut.c_str());
 }
 
+TEST(WeightsStacked, SourcesStackAlongDimZero) {
+  // Mixtral's checkpoints hold each expert's matrices apart; the model's parameter stacks
+  // them. Read through `sources`, a slice may cross from one piece into the next.
+  std::string path = tempPath("stacked.safetensors"), error;
+  ASSERT_TRUE(writeRandomCheckpoint(
+      path, 5, {{"e.0", {2, 3}}, {"e.1", {2, 3}}, {"e.2", {2, 3}}, {"e.3", {2, 3}}}, false,
+      error))
+      << error;
+  auto ckpt = Checkpoint::open(path, error);
+  ASSERT_TRUE(ckpt) << error;
+  std::vector<std::string> sources = {"e.0", "e.1", "e.2", "e.3"};
+  std::vector<int64_t> shape = {4, 2, 3}; // [experts, rows, cols]
+  auto want = [&](int64_t expert, int64_t row, int64_t col) {
+    return randomWeight(5, "e." + std::to_string(expert), uint64_t(row * 3 + col));
+  };
+  // Experts 2 and 3 (a grouped_gemm rank: one run over two pieces).
+  std::vector<float> got(2 * 2 * 3);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(ckpt->read("stacked", shape, {0, {0}, {4}, 2, 1}, got.data(), bytes, error,
+                         sources))
+      << error;
+  for (int64_t e = 0; e < 2; ++e)
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(got[(e * 2 + r) * 3 + c], want(2 + e, r, c));
+  // Row 1 of every expert (a split of dim 1: one run inside each piece).
+  std::vector<float> rows(4 * 3);
+  ASSERT_TRUE(ckpt->read("stacked", shape, {1, {0}, {2}, 2, 1}, rows.data(), bytes, error,
+                         sources))
+      << error;
+  for (int64_t e = 0; e < 4; ++e)
+    for (int64_t c = 0; c < 3; ++c)
+      EXPECT_EQ(rows[e * 3 + c], want(e, 1, c));
+  // A missing piece, and pieces that do not stack into the shape, name the tensors.
+  EXPECT_FALSE(ckpt->read("stacked", shape, {}, got.data(), bytes, error,
+                          {"e.0", "e.1", "e.9", "e.3"}));
+  EXPECT_EQ(error, "tensor stacked is missing from the checkpoint, and so is e.9, one of the 4 "
+                   "tensors it stacks");
+  EXPECT_FALSE(ckpt->read("stacked", {2, 2, 3}, {}, got.data(), bytes, error, sources));
+  EXPECT_EQ(error, "tensor e.0 has shape [2, 3], but 4 of them must stack into stacked [2, 2, 3]");
+  std::remove(path.c_str());
+}
+
 TEST(Weights16, BF16ReadsBackClose) {
   std::string path = tempPath("bf16.safetensors"), error;
   ASSERT_TRUE(writeRandomCheckpoint(path, 3, {{"w", {3, 5}}}, true, error));
