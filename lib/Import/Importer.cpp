@@ -39,19 +39,33 @@ struct Architecture {
   bool tiedByDefault = false;
 };
 
-const Architecture kArchitectures[] = {
-    {"llama", "LlamaForCausalLM", false, false, false, false, false, false, false, false, true,
-     true},
-    {"mistral", "MistralForCausalLM", false, false, false, false, false, false, true},
-    {"qwen2", "Qwen2ForCausalLM", true, false, false, false, false, false, false, true},
-    {"qwen3", "Qwen3ForCausalLM", false, true, false, false, false, false, false, true, true},
-    {"gemma", "GemmaForCausalLM", false, false, true, false, false, false, false, false, true,
-     false, "hidden_act", "gelu_pytorch_tanh", true},
-    {"gemma2", "Gemma2ForCausalLM", false, false, true, true, false, false, false, true, true,
-     false, "hidden_activation", "gelu_pytorch_tanh", true},
-    {"phi3", "Phi3ForCausalLM", false, false, false, false, true, false, true},
-    {"mixtral", "MixtralForCausalLM", false, false, false, false, false, true, true},
-};
+/// The supported architectures, each spelled as its differences from Llama.
+const std::vector<Architecture> &architectures() {
+  static const std::vector<Architecture> table = [] {
+    Architecture llama{"llama", "LlamaForCausalLM"};
+    llama.attentionBiasField = llama.mlpBiasField = true;
+    Architecture mistral{"mistral", "MistralForCausalLM"};
+    mistral.slidingEveryLayer = true;
+    Architecture qwen2{"qwen2", "Qwen2ForCausalLM"};
+    qwen2.qkvBias = qwen2.hasLayerTypes = true;
+    Architecture qwen3{"qwen3", "Qwen3ForCausalLM"};
+    qwen3.qkNorm = qwen3.hasLayerTypes = qwen3.attentionBiasField = true;
+    Architecture gemma{"gemma", "GemmaForCausalLM"};
+    gemma.gemma = gemma.attentionBiasField = gemma.tiedByDefault = true;
+    gemma.defaultActivation = "gelu_pytorch_tanh";
+    Architecture gemma2 = gemma;
+    gemma2.modelType = "gemma2";
+    gemma2.causalLM = "Gemma2ForCausalLM";
+    gemma2.sandwichNorms = gemma2.hasLayerTypes = true;
+    gemma2.activationKey = "hidden_activation";
+    Architecture phi3{"phi3", "Phi3ForCausalLM"};
+    phi3.fused = phi3.slidingEveryLayer = true;
+    Architecture mixtral{"mixtral", "MixtralForCausalLM"};
+    mixtral.moe = mixtral.slidingEveryLayer = true;
+    return std::vector<Architecture>{llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral};
+  }();
+  return table;
+}
 
 /// Fields that never change what inference computes (training, ids, bookkeeping).
 const std::set<std::string> kHarmless = {
@@ -296,6 +310,8 @@ bool Importer::readShape() {
   const json *a = c.get(arch.activationKey);
   if (const json *other = c.get("hidden_act"); !a && other) // Gemma2 reads hidden_activation
     a = other;
+  if (a && !a->is_string())
+    c.error(arch.activationKey) << "the activation must be a name, got " << a->dump();
   act = a && a->is_string() ? a->get<std::string>() : arch.defaultActivation;
   if (act != "silu" && act != "gelu_pytorch_tanh" && act != "gelu" && act != "gelu_new")
     c.error(arch.activationKey) << "activation '" << act
@@ -339,10 +355,15 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
     };
     if (const json *t = field("rope_type") ? field("rope_type") : field("type"))
       type = t->is_string() ? t->get<std::string>() : "?";
-    if (const json *theta = field("rope_theta"))
+    if (const json *theta = field("rope_theta")) {
+      if (!theta->is_number()) {
+        c.error(where) << "rope_theta must be a number, got " << theta->dump();
+        return std::nullopt;
+      }
       rope.theta = theta->get<double>();
+    }
     if (const json *partial = field("partial_rotary_factor");
-        partial && partial->get<double>() != 1.0) {
+        partial && (!partial->is_number() || partial->get<double>() != 1.0)) {
       c.error(where) << "partial_rotary_factor " << partial->dump()
                      << " is not supported (tpc rotates whole heads)";
       return std::nullopt;
@@ -659,7 +680,7 @@ std::optional<std::string> Importer::run() {
 const std::vector<std::string> &supportedModelTypes() {
   static const std::vector<std::string> types = [] {
     std::vector<std::string> out;
-    for (const Architecture &a : kArchitectures)
+    for (const Architecture &a : architectures())
       out.push_back(a.modelType);
     return out;
   }();
@@ -683,7 +704,7 @@ FailureOr<std::string> importConfig(StringRef configPath, MLIRContext *context) 
     return failure();
   }
   const Architecture *arch = nullptr;
-  for (const Architecture &a : kArchitectures)
+  for (const Architecture &a : architectures())
     if (*type == a.modelType)
       arch = &a;
   if (!arch) {
