@@ -40,3 +40,8 @@ if os.path.exists(venv_python) and glob.glob(
     config.available_features.add("transformers")
     config.substitutions.append(("%venv_python", venv_python))
 config.substitutions.append(("%tpc_bin", config.tpc_tools_dir))
+
+# The CUDA target is built when nvcc was found (REQUIRES: cuda-target); running it needs a GPU,
+# which the tests here do not assume.
+if os.path.exists(os.path.join(config.tpc_obj_root, "lib", "libtpcrt_cuda.a")):
+    config.available_features.add("cuda-target")

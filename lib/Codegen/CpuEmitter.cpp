@@ -55,15 +55,15 @@ std::string intList(ArrayRef<int64_t> values) {
 class FunctionEmitter {
 public:
   FunctionEmitter(func::FuncOp func, llvm::DenseMap<Operation *, int> &paramIndex,
-                  raw_ostream &os)
-      : func(func), paramIndex(paramIndex), os(os) {}
+                  Target target, raw_ostream &os)
+      : func(func), paramIndex(paramIndex), target(target), os(os) {}
 
   /// Emits `static const float *NAME(Context &cx, ...)`; returns floats per token used.
   FailureOr<int64_t> emit(StringRef name) {
     if (failed(planArena()))
       return failure();
-    os << "static const float *" << name
-       << "(Context &cx, const int64_t *ids, const int64_t *positions, int64_t n) {\n"
+    os << "static const act *" << name << "(" << (target == Target::Cuda ? "Device" : "Context")
+       << " &cx, const int64_t *ids, const int64_t *positions, int64_t n) {\n"
        << "  (void)ids; (void)positions;\n"
        << "  const int64_t ns = n / cx.tp; // tokens per rank where they are split\n"
        << "  (void)ns;\n";
@@ -140,7 +140,7 @@ private:
   /// Declares the result's arena pointer and returns its name.
   std::string define(Value v) {
     std::string name = "v" + std::to_string(idOf(v));
-    os << "  float *" << name << " = cx.arena + " << arenaOffset.lookup(v) << " * n;\n";
+    os << "  act *" << name << " = cx.arena + " << arenaOffset.lookup(v) << " * n;\n";
     return name;
   }
 
@@ -157,7 +157,8 @@ private:
   }
 
   LogicalResult unsupported(Operation *op, const Twine &what) {
-    return op->emitError() << "the CPU target cannot run " << what << " yet";
+    return op->emitError() << "the " << (target == Target::Cuda ? "CUDA" : "CPU")
+                           << " target cannot run " << what << " yet";
   }
 
   LogicalResult emitOp(Operation *op, int &attentionIndex) {
@@ -243,6 +244,8 @@ private:
          << ", cx.caches[" << attentionIndex++ << "], " << out << ");\n";
       return success();
     }
+    if (target == Target::Cuda && isa<RouterOp, ExpertsOp>(op))
+      return op->emitError() << "the CUDA target cannot run mixture-of-experts layers yet";
     if (auto router = dyn_cast<RouterOp>(op)) {
       std::string out = define(router.getResult());
       os << "  router(" << ref(router.getInput()) << ", " << rows(router.getInput()) << ", "
@@ -272,8 +275,8 @@ private:
         os << "  softcap(" << ref(cap.getInput()) << ", " << count << ", "
            << llvm::formatv("{0:e17}", cap.getCap().convertToDouble()) << ", " << out << ");\n";
       else if (isa<IdentityOp>(op))
-        os << "  std::memcpy(" << out << ", " << ref(op->getOperand(0)) << ", " << count
-           << " * sizeof(float));\n";
+        os << "  copyRows(" << out << ", 0, " << ref(op->getOperand(0)) << ", 0, 1, " << count
+           << ");\n";
       else if (auto gelu = dyn_cast<GeluOp>(op))
         os << "  gelu(" << ref(gelu.getInput()) << ", " << count << ", "
            << (gelu.getApproximate() == "tanh" ? "true" : "false") << ", " << out << ");\n";
@@ -286,9 +289,10 @@ private:
     }
     if (auto last = dyn_cast<LastTokenOp>(op)) {
       std::string out = define(last.getResult());
-      os << "  std::memcpy(" << out << ", " << ref(last.getInput()) << " + ("
-         << rows(last.getInput()) << " - 1) * " << columns(last.getInput()) << ", "
-         << columns(last.getInput()) << " * sizeof(float));\n";
+      int64_t width = columns(last.getInput());
+      os << "  copyRows(" << out << ", " << width << ", " << ref(last.getInput()) << " + ("
+         << rows(last.getInput()) << " - 1) * " << width << ", " << width << ", 1, " << width
+         << ");\n";
       return success();
     }
     if (auto slice = dyn_cast<SliceOp>(op)) {
@@ -306,9 +310,8 @@ private:
       std::string out = define(concat.getResult());
       int64_t at = 0, width = columns(concat.getResult());
       for (Value in : concat.getInputs()) {
-        os << "  for (int64_t r = 0; r < " << rows(in) << "; ++r) std::memcpy(" << out
-           << " + r * " << width << " + " << at << ", " << ref(in) << " + r * " << columns(in)
-           << ", " << columns(in) << " * sizeof(float));\n";
+        os << "  copyRows(" << out << " + " << at << ", " << width << ", " << ref(in) << ", "
+           << columns(in) << ", " << rows(in) << ", " << columns(in) << ");\n";
         at += columns(in);
       }
       return success();
@@ -382,6 +385,7 @@ private:
 
   func::FuncOp func;
   llvm::DenseMap<Operation *, int> &paramIndex;
+  Target target;
   raw_ostream &os;
   llvm::DenseMap<Value, int64_t> arenaOffset;
   llvm::DenseMap<Value, int> ids;
@@ -395,11 +399,13 @@ func::FuncOp forwardOf(ModuleOp module) {
 
 } // namespace
 
-LogicalResult tpc::emitCpuProgram(ModuleOp partitioned, ModuleOp sequenceParallel,
-                                  raw_ostream &os) {
+LogicalResult tpc::emitProgram(ModuleOp partitioned, ModuleOp sequenceParallel, Target target,
+                              raw_ostream &os) {
+  bool cuda = target == Target::Cuda;
   func::FuncOp forward = forwardOf(partitioned);
   if (!forward)
-    return partitioned.emitError() << "the CPU target needs exactly one function, the forward";
+    return partitioned.emitError() << "the " << (cuda ? "CUDA" : "CPU")
+                                   << " target needs exactly one function, the forward";
   int64_t tp = getMeshSize(partitioned).value_or(1);
   std::string name = partitioned.getSymName() ? partitioned.getSymName()->str() : "model";
 
@@ -434,32 +440,56 @@ LogicalResult tpc::emitCpuProgram(ModuleOp partitioned, ModuleOp sequenceParalle
   int64_t vocab = columns(logits);
   bool lastTokenOnly = typeOf(logits).getDimSize(0) == 1;
 
-  os << "// Generated by tpc from " << name << " for tp " << tp << " (--target cpu).\n"
-     << "// Do not edit: compile the model again instead.\n"
-     << "#include <tpcrt/model.h>\n\n#include <algorithm>\n#include <cstring>\n\n"
-     << "namespace {\nusing namespace tpcrt;\n\n";
-  FailureOr<int64_t> floats = FunctionEmitter(forward, paramIndex, os).emit("forward");
+  os << "// Generated by tpc from " << name << " for tp " << tp << " (--target "
+     << (cuda ? "cuda" : "cpu") << ").\n"
+     << "// Do not edit: compile the model again instead.\n";
+  if (cuda) // the same calls, on the device: bf16 activations, kernels of tpcrt::cuda
+    os << "#include <tpcrt/cuda/device.h>\n\n#include <algorithm>\n\n"
+       << "namespace {\nusing namespace tpcrt::cuda;\n\n";
+  else
+    os << "#include <tpcrt/model.h>\n\n#include <algorithm>\n\n"
+       << "namespace {\nusing namespace tpcrt;\nusing act = float;\n\n";
+  FailureOr<int64_t> floats = FunctionEmitter(forward, paramIndex, target, os).emit("forward");
   if (failed(floats))
     return failure();
   int64_t floatsPerToken = *floats;
   if (sequenceParallel) {
     func::FuncOp split = forwardOf(sequenceParallel);
     FailureOr<int64_t> splitFloats =
-        FunctionEmitter(split, sequenceParamIndex, os).emit("forwardSequenceParallel");
+        FunctionEmitter(split, sequenceParamIndex, target, os).emit("forwardSequenceParallel");
     if (failed(splitFloats))
       return failure();
     floatsPerToken = std::max(floatsPerToken, *splitFloats);
+  }
+  std::string hostForward = "&forward",
+              hostSplit = sequenceParallel ? "&forwardSequenceParallel" : "nullptr";
+  if (cuda) {
+    // The driver's view: the Device made once the weights are loaded, each forward run on it
+    // with its logits brought back.
+    os << "Device *device = nullptr;\n\n"
+       << "void prepare(tpcrt::Context &cx, const tpcrt::ModelSpec &spec) {\n"
+       << "  device = new Device(cx, spec);\n}\n\n"
+       << "const float *forwardHost(tpcrt::Context &, const int64_t *ids, "
+          "const int64_t *positions, int64_t n) {\n"
+       << "  return device->run(ids, positions, n, &forward);\n}\n";
+    hostForward = "&forwardHost";
+    if (sequenceParallel) {
+      os << "\nconst float *forwardSequenceParallelHost(tpcrt::Context &, const int64_t *ids, "
+            "const int64_t *positions, int64_t n) {\n"
+         << "  return device->run(ids, positions, n, &forwardSequenceParallel);\n}\n";
+      hostSplit = "&forwardSequenceParallelHost";
+    }
   }
   os << "} // namespace\n\nint main(int argc, char **argv) {\n"
      << "  static const tpcrt::ModelSpec spec = {\n"
      << "    " << cString(name) << ", " << tp << ", " << vocab << ", " << floatsPerToken
      << ",\n    {\n" << params << "    },\n    " << intList(kvWidths) << ",\n"
-     << "    &forward, " << (sequenceParallel ? "&forwardSequenceParallel" : "nullptr") << ", "
-     << (lastTokenOnly ? "true" : "false") << ", ";
+     << "    " << hostForward << ", " << hostSplit << ", " << (lastTokenOnly ? "true" : "false")
+     << ", ";
   if (auto eos = partitioned->getAttrOfType<DenseI64ArrayAttr>(kEosTokenIdsAttrName))
     os << intList(eos.asArrayRef());
   else
     os << "{}";
-  os << "};\n  return tpcrt::runModel(spec, argc, argv);\n}\n";
+  os << (cuda ? ", &prepare" : "") << "};\n  return tpcrt::runModel(spec, argc, argv);\n}\n";
   return success();
 }

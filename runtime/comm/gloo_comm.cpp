@@ -3,6 +3,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
 #include <gloo/alltoall.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -31,6 +32,7 @@ public:
   void allToAll(const float *in, size_t count, float *out) override {
     std::memcpy(out, in, count * sizeof(float));
   }
+  void broadcast(void *, size_t, int) override {}
 };
 
 class GlooComm : public Comm {
@@ -58,6 +60,13 @@ public:
     opts.setInput(const_cast<float *>(in), count * world());
     opts.setOutput(out, count * world());
     gloo::alltoall(opts);
+  }
+
+  void broadcast(void *data, size_t bytes, int root) override {
+    gloo::BroadcastOptions opts(context);
+    opts.setOutput(static_cast<uint8_t *>(data), bytes);
+    opts.setRoot(root);
+    gloo::broadcast(opts);
   }
 
 private:

@@ -221,6 +221,8 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   Context cx;
   cx.rank = rank;
   cx.tp = world;
+  cx.maxTokens = args.maxSeqLen;
+  cx.localRank = envInt("LOCAL_RANK", rank, envOk);
   cx.comm = comm.get();
   uint64_t weightBytes = 0;
   std::unique_ptr<Checkpoint> checkpoint;
@@ -258,6 +260,14 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   }
   std::vector<float> arena(size_t(spec.floatsPerToken * args.maxSeqLen));
   cx.arena = arena.data();
+  if (spec.prepare) {
+    try {
+      spec.prepare(cx, spec);
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "error: rank %d: %s\n", rank, e.what());
+      return 1;
+    }
+  }
 
   std::vector<float> dumped;
   std::vector<int64_t> generated;

@@ -205,6 +205,12 @@ void mul(const float *a, const float *b, int64_t n, float *out) {
     out[i] = a[i] * b[i];
 }
 
+void copyRows(float *dst, int64_t dstStride, const float *src, int64_t srcStride, int64_t rows,
+              int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memmove(dst + r * dstStride, src + r * srcStride, cols * sizeof(float));
+}
+
 void sliceColumns(const float *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
                   float *out) {
   for (int64_t r = 0; r < rows; ++r)

@@ -49,7 +49,9 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
   CLI::App *cmd = app.add_subcommand(
       "compile", "Compile a model and plan into a per-rank binary (out/<model>)");
   addPlanArgs(cmd, *opts);
-  cmd->add_option("--target", opts->target, "cpu (C++, OpenBLAS, Gloo)");
+  cmd->add_option("--target", opts->target,
+                  "cpu (C++, OpenBLAS, Gloo) or cuda (CUDA C++ for Hopper, cuBLASLt, NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("-o,--output", opts->output, "the output directory")->required();
   cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
                 "split the residual stream by tokens where the token count divides by tp");
@@ -60,10 +62,14 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
       const CompileOptions &o = *opts;
       if (!checkTpArg(o))
         return 1;
-      if (o.target != "cpu") {
-        reportError("--target " + o.target + " is not supported yet; --target cpu is");
+      bool cuda = o.target == "cuda";
+#ifndef TPC_NVCC
+      if (cuda) {
+        reportError("--target cuda: this tpc was built without nvcc (none was found at "
+                    "configure time); rebuild with CUDA installed in /usr/local/cuda");
         return 1;
       }
+#endif
       Session session;
       Stages stages;
       llvm::outs() << fmt::format("tpc compile {} --plan {} --tp {} --target {}\n", o.model,
@@ -97,12 +103,13 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
         return 1;
       }
       llvm::SmallString<256> source(o.output), binary(o.output);
-      llvm::sys::path::append(source, name + ".cpp");
+      llvm::sys::path::append(source, name + (cuda ? ".cu" : ".cpp"));
       llvm::sys::path::append(binary, name);
       if (!stages.run("emit", [&] {
             std::string code;
             llvm::raw_string_ostream os(code);
-            if (failed(emitCpuProgram(*plain, split ? *splitModule : ModuleOp(), os)))
+            if (failed(emitProgram(*plain, split ? *splitModule : ModuleOp(),
+                                   cuda ? Target::Cuda : Target::Cpu, os)))
               return false;
             std::error_code ec;
             llvm::raw_fd_ostream file(source, ec);
@@ -116,18 +123,35 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
         return 1;
       if (!stages.run("build", [&] {
             const char *cxxEnv = std::getenv("TPC_CXX");
-            auto cxx = llvm::sys::findProgramByName(cxxEnv && *cxxEnv ? cxxEnv : "c++");
+            llvm::ErrorOr<std::string> cxx =
+                llvm::sys::findProgramByName(cxxEnv && *cxxEnv ? cxxEnv : "c++");
+            std::string include = "-I" TPC_RUNTIME_INCLUDE_DIR;
+            llvm::SmallVector<std::string> args;
+#ifdef TPC_NVCC
+            if (cuda) {
+              // sm_90a, not -arch=sm_90a: that shorthand can add a plain sm_90 pass, which
+              // rejects Hopper-only instructions.
+              cxx = std::string(TPC_NVCC);
+              // Libraries go to the linker as they are (nvcc only knows .a/.so by name).
+              args = {*cxx, "-std=c++17", "-O2", "-gencode=arch=compute_90a,code=sm_90a",
+                      include, source.str().str(),
+                      "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY, "-Xlinker", TPC_RUNTIME_LIBRARY,
+                      "-Xlinker", TPC_GLOO_LIBRARY, "-Xlinker", TPC_OPENBLAS_LIBRARY,
+                      "-L" TPC_CUDA_LIB_DIR, "-lcublasLt", "-lnccl", "-lpthread",
+                      "-Xlinker", "-rpath=" TPC_CUDA_LIB_DIR, "-o", binary.str().str()};
+            }
+#endif
             if (!cxx) {
               reportError("no C++ compiler found (c++, or TPC_CXX)");
               return false;
             }
-            std::string include = "-I" TPC_RUNTIME_INCLUDE_DIR;
-            llvm::SmallVector<StringRef> args = {*cxx, "-std=c++17", "-O2", include,
-                                                 source.str(), TPC_RUNTIME_LIBRARY,
-                                                 TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY,
-                                                 "-lpthread", "-o", binary.str()};
+            if (args.empty())
+              args = {*cxx, "-std=c++17", "-O2", include, source.str().str(),
+                      TPC_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY,
+                      "-lpthread", "-o", binary.str().str()};
+            llvm::SmallVector<StringRef> argRefs(args.begin(), args.end());
             std::string message;
-            int code = llvm::sys::ExecuteAndWait(*cxx, args, std::nullopt, {}, 0, 0, &message);
+            int code = llvm::sys::ExecuteAndWait(*cxx, argRefs, std::nullopt, {}, 0, 0, &message);
             if (code != 0) {
               reportError(fmt::format("the C++ compiler failed on {} (exit {}){}", source.str(),
                                       code, message.empty() ? "" : ": " + message));

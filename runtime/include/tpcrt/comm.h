@@ -33,6 +33,8 @@ public:
   virtual void allGather(const float *in, size_t count, float *out) = 0;
   /// Rank r's i-th `count` floats go to rank i, which receives them as its r-th.
   virtual void allToAll(const float *in, size_t count, float *out) = 0;
+  /// Copies `bytes` from rank `root` to every rank (the NCCL unique id travels this way).
+  virtual void broadcast(void *data, size_t bytes, int root) = 0;
   /// Returns once every rank has called it.
   void barrier();
   /// Marks the rendezvous directory as used up (rank 0, at a clean exit).

@@ -59,6 +59,10 @@ void experts(const float *x, int64_t rows, int64_t hidden, const float *routing,
 void add(const float *a, const float *b, int64_t n, float *out);
 void mul(const float *a, const float *b, int64_t n, float *out);
 
+/// rows x cols elements from src (row stride srcStride) to dst (row stride dstStride).
+void copyRows(float *dst, int64_t dstStride, const float *src, int64_t srcStride, int64_t rows,
+              int64_t cols);
+
 /// Columns [offset, offset + size) of a [rows, cols] matrix.
 void sliceColumns(const float *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
                   float *out);

@@ -38,6 +38,9 @@ struct ModelSpec {
   ForwardFn forwardSequenceParallel; // token counts tp divides (null: none)
   bool lastTokenOnly = false;        // forwards return the last token's row only
   std::vector<int64_t> eosIds;       // generation stops at these (config.json's eos_token_id)
+  /// Called once the weights are loaded, before the first forward (the CUDA target moves
+  /// them to the device here); null for the CPU target.
+  void (*prepare)(Context &, const ModelSpec &) = nullptr;
 };
 
 /// One collective as executed, for --trace.
@@ -49,6 +52,8 @@ struct TraceEntry {
 
 struct Context {
   int rank = 0, tp = 1;
+  int localRank = 0;     // LOCAL_RANK: which GPU a CUDA rank takes
+  int64_t maxTokens = 0; // --max-seq-len: what the arena and KV caches hold
   Comm *comm = nullptr;
   std::vector<std::vector<float>> weights;
   std::vector<KVCache> caches;
@@ -83,7 +88,7 @@ struct Context {
                           float *out);
   void partialFromRows(const float *in, int64_t tokens, int64_t cols, float *out);
 
-private:
+  /// Notes a collective for --trace (the CUDA backend's own collectives call it too).
   void record(const char *kind, const char *module, int64_t rows, uint64_t bytes);
 };
 

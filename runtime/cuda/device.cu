@@ -1,0 +1,262 @@
+// The CUDA backend's device: weights, arena, KV caches, cuBLASLt and the communicator.
+// Collectives: NCCL sums bf16 in place on the device (all_reduce, the one a tensor-parallel
+// decode step is made of), polled by a watchdog that aborts the communicator when a peer stops
+// answering; every other collective and reshard, and all of them under TPC_CUDA_COMM=gloo,
+// goes through the CPU Context's own implementation on fp32 host copies.
+#include "tpcrt/cuda/device.h"
+
+#include "state.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace tpcrt::cuda {
+
+namespace {
+std::string cudaMessage(const char *what, cudaError_t e) {
+  return std::string(what) + ": " + cudaGetErrorString(e);
+}
+} // namespace
+
+Device::State *current = nullptr;
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(cudaMessage(what, e));
+}
+
+Device::Device(Context &host, const ModelSpec &spec)
+    : rank(host.rank), tp(host.tp), state(std::make_unique<State>()), host(host), spec(spec) {
+  current = state.get();
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    throw std::runtime_error("no CUDA device is visible to this rank (" +
+                             std::string(e == cudaSuccess ? "0 devices"
+                                                          : cudaGetErrorString(e)) +
+                             "); --target cuda binaries need one");
+  check(cudaSetDevice(host.localRank % count), "cudaSetDevice");
+  check(cudaStreamCreate(&state->stream), "cudaStreamCreate");
+  if (cublasLtCreate(&state->lt) != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("cublasLtCreate failed");
+  state->workspaceBytes = 32 << 20;
+  check(cudaMalloc(&state->workspace, state->workspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+
+  // Weights: fp32 as the loader read them, to bf16 on the device; the host copies go.
+  for (std::vector<float> &w : host.weights) {
+    std::vector<act> converted(w.size());
+    for (size_t i = 0; i < w.size(); ++i)
+      converted[i] = __float2bfloat16(w[i]);
+    act *d = nullptr;
+    check(cudaMalloc(&d, std::max<size_t>(1, converted.size()) * sizeof(act)),
+          "cudaMalloc (weights)");
+    check(cudaMemcpy(d, converted.data(), converted.size() * sizeof(act),
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy (weights)");
+    weights.push_back(d);
+    std::vector<float>().swap(w);
+  }
+  int64_t tokens = host.maxTokens;
+  check(cudaMalloc(&arena, std::max<int64_t>(1, spec.floatsPerToken * tokens) * sizeof(act)),
+        "cudaMalloc (activations)");
+  for (int64_t width : spec.kvWidths) {
+    KVCache cache;
+    cache.capacity = tokens;
+    cache.width = width;
+    check(cudaMalloc(&cache.keys, tokens * width * sizeof(act)), "cudaMalloc (KV cache)");
+    check(cudaMalloc(&cache.values, tokens * width * sizeof(act)), "cudaMalloc (KV cache)");
+    caches.push_back(cache);
+  }
+  check(cudaMalloc(&state->ids, tokens * sizeof(int64_t)), "cudaMalloc (ids)");
+  check(cudaMalloc(&state->positions, tokens * sizeof(int64_t)), "cudaMalloc (positions)");
+
+  const char *mode = std::getenv("TPC_CUDA_COMM");
+  state->useNccl = tp > 1 && !(mode && std::string(mode) == "gloo");
+  if (state->useNccl) {
+    ncclUniqueId id;
+    if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
+      throw std::runtime_error("ncclGetUniqueId failed");
+    host.comm->broadcast(&id, sizeof(id), 0);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0; // so the watchdog can abort a communicator stuck on a lost peer
+    ncclResult_t r = ncclCommInitRankConfig(&state->nccl, tp, id, rank, &config);
+    state->waitNccl(r, "ncclCommInitRankConfig", host.comm ? 30 : 30);
+  }
+}
+
+Device::~Device() {
+  if (state && state->nccl)
+    ncclCommDestroy(state->nccl);
+}
+
+void Device::State::waitNccl(ncclResult_t started, const char *what, int timeoutSeconds) {
+  if (started != ncclSuccess && started != ncclInProgress)
+    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(started));
+  // The watchdog: poll the communicator's asynchronous error and the stream; a peer that
+  // stops answering leaves both pending, so after the timeout the communicator is aborted.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds);
+  for (;;) {
+    ncclResult_t async = ncclSuccess;
+    if (nccl)
+      ncclCommGetAsyncError(nccl, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(nccl);
+      nccl = nullptr;
+      throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(async));
+    }
+    cudaError_t e = cudaStreamQuery(stream);
+    if (async == ncclSuccess && e == cudaSuccess)
+      return;
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+      throw std::runtime_error(cudaMessage(what, e));
+    if (std::chrono::steady_clock::now() > deadline) {
+      if (nccl)
+        ncclCommAbort(nccl);
+      nccl = nullptr;
+      throw std::runtime_error(std::string(what) + ": no answer from a peer rank within " +
+                               std::to_string(timeoutSeconds) + " s (a rank stopped?)");
+    }
+    std::this_thread::yield();
+  }
+}
+
+const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t tokens,
+                         DeviceForwardFn fn) {
+  check(cudaMemcpyAsync(state->ids, ids, tokens * sizeof(int64_t), cudaMemcpyHostToDevice,
+                        state->stream),
+        "cudaMemcpyAsync (ids)");
+  check(cudaMemcpyAsync(state->positions, positions, tokens * sizeof(int64_t),
+                        cudaMemcpyHostToDevice, state->stream),
+        "cudaMemcpyAsync (positions)");
+  const act *logits = fn(*this, state->ids, state->positions, tokens);
+  int64_t rows = spec.lastTokenOnly ? 1 : tokens;
+  std::vector<act> staged(size_t(rows * spec.vocab));
+  check(cudaMemcpyAsync(staged.data(), logits, staged.size() * sizeof(act),
+                        cudaMemcpyDeviceToHost, state->stream),
+        "cudaMemcpyAsync (logits)");
+  check(cudaStreamSynchronize(state->stream), "the forward");
+  state->logits.resize(staged.size());
+  for (size_t i = 0; i < staged.size(); ++i)
+    state->logits[i] = __bfloat162float(staged[i]);
+  return state->logits.data();
+}
+
+template <typename Fn>
+void Device::onHost(const act *in, size_t inCount, act *out, size_t outCount, Fn fn) {
+  std::vector<act> staged(inCount);
+  check(cudaMemcpyAsync(staged.data(), in, inCount * sizeof(act), cudaMemcpyDeviceToHost,
+                        state->stream),
+        "cudaMemcpyAsync (to the host)");
+  check(cudaStreamSynchronize(state->stream), "cudaStreamSynchronize");
+  std::vector<float> a(inCount), b(outCount);
+  for (size_t i = 0; i < inCount; ++i)
+    a[i] = __bfloat162float(staged[i]);
+  fn(a.data(), b.data());
+  staged.resize(outCount);
+  for (size_t i = 0; i < outCount; ++i)
+    staged[i] = __float2bfloat16(b[i]);
+  check(cudaMemcpyAsync(out, staged.data(), outCount * sizeof(act), cudaMemcpyHostToDevice,
+                        state->stream),
+        "cudaMemcpyAsync (to the device)");
+  check(cudaStreamSynchronize(state->stream), "cudaStreamSynchronize");
+}
+
+namespace {
+int64_t local(const std::vector<int64_t> &blocks, int tp) {
+  int64_t total = 0;
+  for (int64_t b : blocks)
+    total += (b + tp - 1) / tp;
+  return total;
+}
+int64_t global(const std::vector<int64_t> &blocks) {
+  int64_t total = 0;
+  for (int64_t b : blocks)
+    total += b;
+  return total;
+}
+} // namespace
+
+void Device::allReduce(const act *in, int64_t rows, int64_t cols, act *out,
+                       const char *module) {
+  size_t n = size_t(rows * cols);
+  if (!state->useNccl) {
+    onHost(in, n, out, n,
+           [&](const float *a, float *b) { host.allReduce(a, rows, cols, b, module); });
+    return;
+  }
+  ncclResult_t r =
+      ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, state->nccl, state->stream);
+  state->waitNccl(r, "ncclAllReduce", 30);
+  host.record("all_reduce", module, rows, uint64_t(n) * 4);
+}
+
+void Device::allGatherColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
+                              act *out, const char *module) {
+  onHost(in, size_t(rows * local(blocks, tp)), out, size_t(rows * global(blocks)),
+         [&](const float *a, float *b) { host.allGatherColumns(a, rows, blocks, b, module); });
+}
+
+void Device::allGatherRows(const act *in, int64_t rows, int64_t cols, act *out,
+                           const char *module) {
+  onHost(in, size_t(rows * cols), out, size_t(rows * tp * cols),
+         [&](const float *a, float *b) { host.allGatherRows(a, rows, cols, b, module); });
+}
+
+void Device::reduceScatterColumns(const act *in, int64_t rows,
+                                  const std::vector<int64_t> &blocks, act *out,
+                                  const char *module) {
+  onHost(in, size_t(rows * global(blocks)), out, size_t(rows * local(blocks, tp)),
+         [&](const float *a, float *b) {
+           host.reduceScatterColumns(a, rows, blocks, b, module);
+         });
+}
+
+void Device::reduceScatterRows(const act *in, int64_t rows, int64_t cols, act *out,
+                               const char *module) {
+  onHost(in, size_t(rows * cols), out, size_t(rows / tp * cols),
+         [&](const float *a, float *b) { host.reduceScatterRows(a, rows, cols, b, module); });
+}
+
+void Device::allToAll(const act *in, int64_t tokens, const std::vector<int64_t> &blocks,
+                      bool rowsToColumns, act *out, const char *module) {
+  size_t split = size_t(tokens / tp * global(blocks)), joined = size_t(tokens * local(blocks, tp));
+  onHost(in, rowsToColumns ? split : joined, out, rowsToColumns ? joined : split,
+         [&](const float *a, float *b) {
+           host.allToAll(a, tokens, blocks, rowsToColumns, b, module);
+         });
+}
+
+void Device::takeColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
+                         act *out) {
+  onHost(in, size_t(rows * global(blocks)), out, size_t(rows * local(blocks, tp)),
+         [&](const float *a, float *b) { host.takeColumns(a, rows, blocks, b); });
+}
+
+void Device::takeRows(const act *in, int64_t rows, int64_t cols, act *out) {
+  onHost(in, size_t(rows * cols), out, size_t(rows / tp * cols),
+         [&](const float *a, float *b) { host.takeRows(a, rows, cols, b); });
+}
+
+void Device::partialFromReplicate(const act *in, int64_t n, act *out) {
+  if (rank == 0)
+    check(cudaMemcpyAsync(out, in, n * sizeof(act), cudaMemcpyDeviceToDevice, state->stream),
+          "cudaMemcpyAsync");
+  else
+    check(cudaMemsetAsync(out, 0, n * sizeof(act), state->stream), "cudaMemsetAsync");
+}
+
+void Device::partialFromColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
+                                act *out) {
+  onHost(in, size_t(rows * local(blocks, tp)), out, size_t(rows * global(blocks)),
+         [&](const float *a, float *b) { host.partialFromColumns(a, rows, blocks, b); });
+}
+
+void Device::partialFromRows(const act *in, int64_t tokens, int64_t cols, act *out) {
+  onHost(in, size_t(tokens / tp * cols), out, size_t(tokens * cols),
+         [&](const float *a, float *b) { host.partialFromRows(a, tokens, cols, b); });
+}
+
+} // namespace tpcrt::cuda

@@ -1,0 +1,371 @@
+// The CUDA backend's kernels: bf16 in memory, fp32 arithmetic. GEMMs go to cuBLASLt; the
+// rest are plain kernels, one thread per element or one block per row. Attention here is the
+// straightforward three-pass form (scores, softmax, weighted sum), correct for prefill and
+// decode over the cache; a tiled Hopper kernel replaces it once it can be measured on one.
+#include "state.h"
+
+#include <cmath>
+#include <vector>
+
+namespace tpcrt::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocksFor(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+
+cudaStream_t stream() { return current->stream; }
+
+void launched(const char *what) { check(cudaGetLastError(), what); }
+
+__device__ float load(const act *p, int64_t i) { return __bfloat162float(p[i]); }
+
+__global__ void embeddingKernel(const int64_t *ids, int64_t tokens, const act *table,
+                                int64_t rowOffset, int64_t rows, int64_t width, act *out) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * width)
+    return;
+  int64_t t = i / width, c = i % width, local = ids[t] - rowOffset;
+  out[i] = local >= 0 && local < rows ? table[local * width + c] : __float2bfloat16(0.0f);
+}
+
+__global__ void rmsNormKernel(const act *x, int64_t cols, const act *w, float epsilon,
+                              float offset, act *out) {
+  __shared__ float partial[kThreads];
+  const act *row = x + int64_t(blockIdx.x) * cols;
+  float sum = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = load(row, c);
+    sum += v * v;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s)
+      partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  float scale = rsqrtf(partial[0] / float(cols) + epsilon);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    out[int64_t(blockIdx.x) * cols + c] =
+        __float2bfloat16(load(row, c) * scale * (load(w, c) + offset));
+}
+
+__global__ void rotaryKernel(const act *x, int64_t rows, int64_t cols, int64_t headDim,
+                             const float *invFreq, const int64_t *positions, act *out) {
+  int64_t half = headDim / 2, pairs = rows * (cols / headDim) * half;
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pairs)
+    return;
+  int64_t f = i % half, head = (i / half) % (cols / headDim), r = i / half / (cols / headDim);
+  int64_t base = r * cols + head * headDim;
+  float angle = float(positions[r]) * invFreq[f];
+  float c = cosf(angle), s = sinf(angle), a = load(x, base + f), b = load(x, base + f + half);
+  out[base + f] = __float2bfloat16(a * c - b * s);
+  out[base + f + half] = __float2bfloat16(b * c + a * s);
+}
+
+// scores[(r * heads + h) * keys + t] = softcap(scale * q_rh . k_t) for visible t, else -inf.
+__global__ void scoresKernel(const act *q, const act *keysCache, int64_t rows, int64_t heads,
+                             int64_t group, int64_t headDim, int64_t width, int64_t start,
+                             int64_t keys, float scale, int64_t window, float softcap,
+                             float *scores) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * heads * keys)
+    return;
+  int64_t t = i % keys, h = (i / keys) % heads, r = i / keys / heads;
+  int64_t position = start + r, first = window > 0 ? position - window + 1 : 0;
+  if (t > position || t < first) {
+    scores[i] = -INFINITY;
+    return;
+  }
+  const act *qh = q + r * heads * headDim + h * headDim;
+  const act *kt = keysCache + t * width + (h / group) * headDim;
+  float dot = 0;
+  for (int64_t d = 0; d < headDim; ++d)
+    dot += load(qh, d) * load(kt, d);
+  float s = dot * scale;
+  scores[i] = softcap > 0 ? softcap * tanhf(s / softcap) : s;
+}
+
+__global__ void softmaxKernel(float *scores, int64_t keys) {
+  __shared__ float partial[kThreads];
+  float *row = scores + int64_t(blockIdx.x) * keys;
+  float best = -INFINITY;
+  for (int64_t t = threadIdx.x; t < keys; t += blockDim.x)
+    best = fmaxf(best, row[t]);
+  partial[threadIdx.x] = best;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s)
+      partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + s]);
+    __syncthreads();
+  }
+  best = partial[0];
+  __syncthreads();
+  float sum = 0;
+  for (int64_t t = threadIdx.x; t < keys; t += blockDim.x) {
+    row[t] = row[t] == -INFINITY ? 0.0f : expf(row[t] - best);
+    sum += row[t];
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s)
+      partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  float inverse = 1.0f / partial[0];
+  for (int64_t t = threadIdx.x; t < keys; t += blockDim.x)
+    row[t] *= inverse;
+}
+
+__global__ void weightedSumKernel(const float *scores, const act *valuesCache, int64_t rows,
+                                  int64_t heads, int64_t group, int64_t headDim, int64_t width,
+                                  int64_t keys, act *out) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * heads * headDim)
+    return;
+  int64_t d = i % headDim, h = (i / headDim) % heads, r = i / headDim / heads;
+  const float *p = scores + (r * heads + h) * keys;
+  const act *v = valuesCache + (h / group) * headDim + d;
+  float acc = 0;
+  for (int64_t t = 0; t < keys; ++t)
+    acc += p[t] * load(v, t * width);
+  out[r * heads * headDim + h * headDim + d] = __float2bfloat16(acc);
+}
+
+enum class Unary { Silu, GeluTanh, Gelu, Scale, Softcap };
+
+__global__ void unaryKernel(const act *x, int64_t n, Unary kind, float arg, act *out) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n)
+    return;
+  float v = load(x, i), y = v;
+  switch (kind) {
+  case Unary::Silu:
+    y = v / (1.0f + expf(-v));
+    break;
+  case Unary::GeluTanh:
+    y = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    break;
+  case Unary::Gelu:
+    y = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    break;
+  case Unary::Scale:
+    y = v * arg;
+    break;
+  case Unary::Softcap:
+    y = arg * tanhf(v / arg);
+    break;
+  }
+  out[i] = __float2bfloat16(y);
+}
+
+__global__ void binaryKernel(const act *a, const act *b, int64_t n, bool product, act *out) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n)
+    out[i] = __float2bfloat16(product ? load(a, i) * load(b, i) : load(a, i) + load(b, i));
+}
+
+void unary(const act *x, int64_t n, Unary kind, float arg, act *out) {
+  if (n == 0)
+    return;
+  unaryKernel<<<blocksFor(n), kThreads, 0, stream()>>>(x, n, kind, arg, out);
+  launched("an elementwise kernel");
+}
+
+void cublasCheck(cublasStatus_t s, const char *what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuBLASLt: ") + what + " failed (status " +
+                             std::to_string(int(s)) + ")");
+}
+
+} // namespace
+
+bool embedding(const int64_t *ids, int64_t tokens, const act *table, int64_t rowOffset,
+               int64_t rows, int64_t vocab, int64_t width, act *out) {
+  (void)vocab; // checked on the host before the ids came to the device
+  if (tokens * width == 0)
+    return true;
+  embeddingKernel<<<blocksFor(tokens * width), kThreads, 0, stream()>>>(ids, tokens, table,
+                                                                        rowOffset, rows, width,
+                                                                        out);
+  launched("embedding");
+  return true;
+}
+
+void rmsNorm(const act *x, int64_t rows, int64_t cols, const act *weight, double epsilon,
+             double weightOffset, act *out) {
+  if (rows == 0)
+    return;
+  rmsNormKernel<<<unsigned(rows), kThreads, 0, stream()>>>(x, cols, weight, float(epsilon),
+                                                           float(weightOffset), out);
+  launched("rms_norm");
+}
+
+void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, const act *bias,
+            act *y) {
+  if (rows == 0)
+    return;
+  // Column-major view: y^T [out, rows] = op(W^T [in, out])^T . x^T [in, rows].
+  auto key = std::make_tuple(out, rows, in, bias != nullptr);
+  Device::State::Plan &plan = current->plans[key];
+  if (!plan.desc) {
+    cublasCheck(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                "cublasLtMatmulDescCreate");
+    cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transA,
+                                   sizeof(transA));
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &transB,
+                                   sizeof(transB));
+    if (bias) {
+      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                     sizeof(epilogue));
+      cudaDataType_t biasType = CUDA_R_16BF;
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
+                                     sizeof(biasType));
+    }
+    cublasCheck(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, in, out, in), "layout A");
+    cublasCheck(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, in, rows, in), "layout B");
+    cublasCheck(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_16BF, out, rows, out), "layout C");
+    cublasLtMatmulPreference_t preference;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+    cublasLtMatmulPreferenceSetAttribute(preference,
+                                         CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                         &current->workspaceBytes,
+                                         sizeof(current->workspaceBytes));
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(current->lt, plan.desc, plan.a, plan.b, plan.c,
+                                               plan.c, preference, 1, &plan.heuristic, &found),
+                "cublasLtMatmulAlgoGetHeuristic");
+    cublasLtMatmulPreferenceDestroy(preference);
+    if (found == 0)
+      throw std::runtime_error("cuBLASLt has no algorithm for a bf16 GEMM of " +
+                               std::to_string(out) + " x " + std::to_string(rows) + " x " +
+                               std::to_string(in));
+  }
+  if (bias)
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                   sizeof(bias));
+  float alpha = 1.0f, beta = 0.0f;
+  cublasCheck(cublasLtMatmul(current->lt, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, y,
+                             plan.c, y, plan.c, &plan.heuristic.algo, current->workspace,
+                             current->workspaceBytes, stream()),
+              "cublasLtMatmul");
+}
+
+void rotary(const act *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
+            const double *invFreq, const int64_t *positions, act *out) {
+  // One device copy of the frequencies per call site (keyed by its static host array), or
+  // per theta for the default ones.
+  static std::map<std::pair<double, int64_t>, float *> defaults;
+  float *frequencies = nullptr;
+  int64_t half = headDim / 2;
+  auto upload = [&](const std::vector<float> &values) {
+    float *d = nullptr;
+    check(cudaMalloc(&d, values.size() * sizeof(float)), "cudaMalloc (rotary)");
+    check(cudaMemcpy(d, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "cudaMemcpy (rotary)");
+    return d;
+  };
+  if (invFreq) {
+    float *&d = current->invFreqs[invFreq];
+    if (!d)
+      d = upload(std::vector<float>(invFreq, invFreq + half));
+    frequencies = d;
+  } else {
+    float *&d = defaults[{theta, headDim}];
+    if (!d) {
+      std::vector<float> values(half);
+      for (int64_t i = 0; i < half; ++i)
+        values[i] = float(std::pow(theta, -2.0 * double(i) / double(headDim)));
+      d = upload(values);
+    }
+    frequencies = d;
+  }
+  int64_t pairs = rows * (cols / headDim) * half;
+  if (pairs == 0)
+    return;
+  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream()>>>(x, rows, cols, headDim, frequencies,
+                                                            positions, out);
+  launched("rotary");
+}
+
+void attention(const act *q, const act *k, const act *v, int64_t rows, int64_t heads,
+               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
+               double softcap, KVCache &cache, act *out) {
+  int64_t start = cache.length, width = kvHeads * headDim;
+  if (start + rows > cache.capacity)
+    throw std::runtime_error("the KV cache holds " + std::to_string(cache.capacity) +
+                             " tokens; --max-seq-len is too small");
+  check(cudaMemcpyAsync(cache.keys + start * width, k, rows * width * sizeof(act),
+                        cudaMemcpyDeviceToDevice, stream()),
+        "cudaMemcpyAsync (KV cache)");
+  check(cudaMemcpyAsync(cache.values + start * width, v, rows * width * sizeof(act),
+                        cudaMemcpyDeviceToDevice, stream()),
+        "cudaMemcpyAsync (KV cache)");
+  cache.length += rows;
+  int64_t keys = cache.length, group = heads / kvHeads;
+  size_t needed = size_t(rows * heads * keys);
+  if (needed > current->scoresCapacity) {
+    check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    cudaFree(current->scores);
+    check(cudaMalloc(&current->scores, needed * sizeof(float)), "cudaMalloc (scores)");
+    current->scoresCapacity = needed;
+  }
+  if (needed == 0)
+    return;
+  scoresKernel<<<blocksFor(int64_t(needed)), kThreads, 0, stream()>>>(
+      q, cache.keys, rows, heads, group, headDim, width, start, keys, float(scale),
+      slidingWindow, float(softcap), current->scores);
+  launched("attention scores");
+  softmaxKernel<<<unsigned(rows * heads), kThreads, 0, stream()>>>(current->scores, keys);
+  launched("attention softmax");
+  weightedSumKernel<<<blocksFor(rows * heads * headDim), kThreads, 0, stream()>>>(
+      current->scores, cache.values, rows, heads, group, headDim, width, keys, out);
+  launched("attention output");
+}
+
+void silu(const act *x, int64_t n, act *out) { unary(x, n, Unary::Silu, 0, out); }
+void gelu(const act *x, int64_t n, bool tanhApproximation, act *out) {
+  unary(x, n, tanhApproximation ? Unary::GeluTanh : Unary::Gelu, 0, out);
+}
+void scale(const act *x, int64_t n, double factor, act *out) {
+  unary(x, n, Unary::Scale, float(factor), out);
+}
+void softcap(const act *x, int64_t n, double cap, act *out) {
+  unary(x, n, Unary::Softcap, float(cap), out);
+}
+
+void add(const act *a, const act *b, int64_t n, act *out) {
+  if (n == 0)
+    return;
+  binaryKernel<<<blocksFor(n), kThreads, 0, stream()>>>(a, b, n, false, out);
+  launched("add");
+}
+
+void mul(const act *a, const act *b, int64_t n, act *out) {
+  if (n == 0)
+    return;
+  binaryKernel<<<blocksFor(n), kThreads, 0, stream()>>>(a, b, n, true, out);
+  launched("mul");
+}
+
+void copyRows(act *dst, int64_t dstStride, const act *src, int64_t srcStride, int64_t rows,
+              int64_t cols) {
+  if (rows == 0 || cols == 0)
+    return;
+  check(cudaMemcpy2DAsync(dst, dstStride * sizeof(act), src, srcStride * sizeof(act),
+                          cols * sizeof(act), rows, cudaMemcpyDeviceToDevice, stream()),
+        "cudaMemcpy2DAsync");
+}
+
+void sliceColumns(const act *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
+                  act *out) {
+  copyRows(out, size, x + offset, cols, rows, size);
+}
+
+} // namespace tpcrt::cuda
