@@ -238,6 +238,13 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     int64_t elements = 1;
     for (int64_t d : local)
       elements *= d;
+    cx.slices.push_back(slice);
+    if (!checkpoint && spec.prepare) { // the device generates them where they will live
+      cx.randomSeed = args.randomSeed;
+      cx.weights.emplace_back();
+      weightBytes += uint64_t(elements) * 4;
+      continue;
+    }
     std::vector<float> &w = cx.weights.emplace_back(size_t(elements));
     if (checkpoint) {
       uint64_t bytes = 0;
@@ -253,12 +260,12 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     }
   }
   std::vector<std::vector<float>> cacheStorage;
-  for (int64_t width : spec.kvWidths) {
+  for (int64_t width : spec.prepare ? std::vector<int64_t>{} : spec.kvWidths) {
     cacheStorage.emplace_back(size_t(2 * width * args.maxSeqLen));
     float *base = cacheStorage.back().data();
     cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
   }
-  std::vector<float> arena(size_t(spec.floatsPerToken * args.maxSeqLen));
+  std::vector<float> arena(spec.prepare ? 0 : size_t(spec.floatsPerToken * args.maxSeqLen));
   cx.arena = arena.data();
   if (spec.prepare) {
     try {

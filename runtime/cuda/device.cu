@@ -7,6 +7,9 @@
 
 #include "state.h"
 
+#include "../weights/slices.h"
+#include "tpcrt/random_weight.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +25,57 @@ std::string cudaMessage(const char *what, cudaError_t e) {
 } // namespace
 
 Device::State *current = nullptr;
+
+namespace {
+/// Generated weights, on the device: element e of the local tensor lies in run r (offsets
+/// sorted), at HF index first[r] + (e - offset[r]) when under count[r], else it is padding.
+__global__ void generateKernel(RandomWeightKey key, const int64_t *offset, const int64_t *first,
+                               const int64_t *count, int64_t runs, int64_t elements, act *out) {
+  int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= elements)
+    return;
+  int64_t lo = 0, hi = runs - 1;
+  while (lo < hi) { // the last run starting at or before e
+    int64_t mid = (lo + hi + 1) / 2;
+    if (offset[mid] <= e)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  int64_t within = e - offset[lo];
+  out[e] = __float2bfloat16(within < count[lo] ? randomWeightAt(key, uint64_t(first[lo] + within))
+                                               : 0.0f);
+}
+
+/// This rank's slice of parameter `param`, generated from `seed` straight into `out`.
+void generate(uint64_t seed, const ParamDesc &param, const SliceSpec &slice, act *out,
+              int64_t elements) {
+  std::vector<int64_t> offset, first, count;
+  int64_t at = 0;
+  forEachRun(param.hfShape, slice, [&](uint64_t from, int64_t n, int64_t padded) {
+    offset.push_back(at);
+    first.push_back(int64_t(from));
+    count.push_back(n);
+    at += padded;
+  });
+  if (elements == 0 || offset.empty())
+    return;
+  int64_t *table = nullptr, runs = int64_t(offset.size());
+  check(cudaMalloc(&table, 3 * runs * sizeof(int64_t)), "cudaMalloc (weight runs)");
+  std::vector<int64_t> all(offset);
+  all.insert(all.end(), first.begin(), first.end());
+  all.insert(all.end(), count.begin(), count.end());
+  check(cudaMemcpy(table, all.data(), all.size() * sizeof(int64_t), cudaMemcpyHostToDevice),
+        "cudaMemcpy (weight runs)");
+  generateKernel<<<unsigned((elements + 255) / 256), 256>>>(randomWeightKey(seed, param.name),
+                                                            table, table + runs,
+                                                            table + 2 * runs, runs, elements,
+                                                            out);
+  check(cudaGetLastError(), "generating weights");
+  check(cudaDeviceSynchronize(), "generating weights");
+  cudaFree(table);
+}
+} // namespace
 
 void check(cudaError_t e, const char *what) {
   if (e != cudaSuccess)
@@ -45,8 +99,24 @@ Device::Device(Context &host, const ModelSpec &spec)
   state->workspaceBytes = 32 << 20;
   check(cudaMalloc(&state->workspace, state->workspaceBytes), "cudaMalloc (cuBLASLt workspace)");
 
-  // Weights: fp32 as the loader read them, to bf16 on the device; the host copies go.
+  // Generated weights (--random-weights) are made here, on the device.
+  if (host.randomSeed) {
+    for (size_t i = 0; i < spec.params.size(); ++i) {
+      std::vector<int64_t> local = host.slices[i].localShape(spec.params[i].hfShape);
+      int64_t elements = 1;
+      for (int64_t d : local)
+        elements *= d;
+      act *d = nullptr;
+      check(cudaMalloc(&d, std::max<int64_t>(1, elements) * sizeof(act)),
+            "cudaMalloc (weights)");
+      generate(*host.randomSeed, spec.params[i], host.slices[i], d, elements);
+      weights.push_back(d);
+    }
+  }
+  // Loaded weights: fp32 as the loader read them, to bf16 on the device; the host copies go.
   for (std::vector<float> &w : host.weights) {
+    if (host.randomSeed)
+      break;
     std::vector<act> converted(w.size());
     for (size_t i = 0; i < w.size(); ++i)
       converted[i] = __float2bfloat16(w[i]);

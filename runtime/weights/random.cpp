@@ -2,6 +2,8 @@
 // its slice and every tp sees the same model.
 #include "tpcrt/weights.h"
 
+#include "tpcrt/random_weight.h"
+
 #include "slices.h"
 
 #include <cstdio>
@@ -10,39 +12,16 @@
 
 namespace tpcrt {
 
-namespace {
-
-uint64_t mix(uint64_t x) { // splitmix64's finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-uint64_t hashName(const std::string &name) {
-  uint64_t h = 1469598103934665603ull; // FNV-1a
-  for (unsigned char c : name)
-    h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-bool isNorm(const std::string &name) {
-  return name.find("norm") != std::string::npos;
-}
-
-} // namespace
-
 float randomWeight(uint64_t seed, const std::string &name, uint64_t index) {
-  uint64_t bits = mix(mix(seed ^ hashName(name)) + index);
-  float unit = float(bits >> 40) / float(1ull << 24) * 2.0f - 1.0f; // [-1, 1)
-  return isNorm(name) ? 1.0f + 0.1f * unit : 0.05f * unit;
+  return randomWeightAt(randomWeightKey(seed, name), index);
 }
 
 void generateSlice(uint64_t seed, const std::string &name, const std::vector<int64_t> &shape,
                    const SliceSpec &spec, float *out) {
+  RandomWeightKey key = randomWeightKey(seed, name);
   forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
     for (int64_t i = 0; i < count; ++i)
-      out[i] = randomWeight(seed, name, first + uint64_t(i));
+      out[i] = randomWeightAt(key, first + uint64_t(i));
     std::fill(out + count, out + padded, 0.0f);
     out += padded;
   });

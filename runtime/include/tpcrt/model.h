@@ -8,6 +8,7 @@
 #include "tpcrt/weights.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct Context {
   int rank = 0, tp = 1;
   int localRank = 0;     // LOCAL_RANK: which GPU a CUDA rank takes
   int64_t maxTokens = 0; // --max-seq-len: what the arena and KV caches hold
+  /// --random-weights for a target that generates them itself (spec.prepare): the weights
+  /// stay empty here, and each parameter's slice of this rank is in `slices`.
+  std::optional<uint64_t> randomSeed;
+  std::vector<SliceSpec> slices;
   Comm *comm = nullptr;
   std::vector<std::vector<float>> weights;
   std::vector<KVCache> caches;
