@@ -19,8 +19,10 @@
 # Stages: env (the GPU, the libraries); example-tp1 (one rank: NCCL has nothing to do);
 # example-tp2-gloo and example-tp4-gloo (TPC_CUDA_COMM=gloo: ranks sharing the one GPU, which
 # NCCL refuses). Each compares with the CPU target's run on the same generated weights
-# (scripts/gpu-compare.py states the bf16 tolerance). The decode benchmark is not written yet:
-# its stage reports that and the check fails.
+# (scripts/gpu-compare.py states the bf16 tolerance); bench (below: decode and prefill of a
+# Llama-3-8B-shaped model against the measured roofline, peak and transformers' eager
+# generate). Not yet here: the per-rank view for tp 2 to 8 (a no-op communicator plus
+# modelled NCCL time).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 step=${1:-}
@@ -41,7 +43,13 @@ bundle() {
   "$tpc" compile "$root/examples/model.mlir" --plan auto --tp 1 -o "$dir/cpu" > /dev/null 2>&1
   "$dir/cpu/llama" --random-weights $seed --prompt-ids $prompt --max-new-tokens $new_tokens \
     --ignore-eos --dump-logits "$dir/ref/cpu.bin" > "$dir/ref/cpu.txt"
-  rm -rf "$dir"/build* "$dir/cpu"
+  # The decode benchmark's model: Llama-3-8B's shapes, imported and compiled for tp 1.
+  "$tpc" import "$root/bench/llama3-8b-config.json" -o "$dir/llama3-8b.mlir" > /dev/null
+  "$tpc" compile "$dir/llama3-8b.mlir" --plan auto --tp 1 --target cuda -o "$dir/build8b" \
+    > "$dir/build8b.log" 2>&1 || { cat "$dir/build8b.log"; exit 1; }
+  cp "$dir/build8b/llama" "$dir/bin/llama3-8b-tp1"
+  cp "$root/bench/llama3-8b-config.json" "$root/bench/gpu_bench.py" "$dir/"
+  rm -rf "$dir"/build* "$dir/cpu" "$dir/llama3-8b.mlir"
   # Shared libraries the binaries need that the GPU machine's image lacks (Gloo, OpenBLAS and
   # theirs); its own libc, libstdc++, NCCL and cuBLAS stay.
   ldd "$dir/bin/llama-tp1" | awk '/=>/ {print $3}' |
@@ -121,9 +129,26 @@ example_stage() { # example_stage TP [COMM]
     "$out-forced.bin" "$out-forced.txt" "$out-free.txt"
 }
 
+# Decode of the Llama-3-8B-shaped model at tp 1, batch 1, after a 1024-token prompt (generated
+# weights), and a 512-token prefill; then bench/gpu_bench.py measures the ceilings and
+# transformers' eager generate in the same run and states the ratios and bars.
 bench_stage() {
-  echo "bench: the Llama-3-8B decode benchmark is not written yet (issue 6)"
-  return 1
+  local context=1024 new=64 prefill=512 bin=$dir/bin/llama3-8b-tp1 out
+  local ids
+  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($context)))")
+  out=$("$bin" --random-weights 1 --prompt-ids "$ids" --max-new-tokens $new --ignore-eos \
+    --max-seq-len $((context + new))) || return 1
+  echo "$out"
+  local decode prefill_ms
+  decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
+  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($prefill)))")
+  out=$("$bin" --random-weights 1 --prompt-ids "$ids" --max-new-tokens 1 --ignore-eos \
+    --max-seq-len $((prefill + 1))) || return 1
+  echo "$out"
+  prefill_ms=$(sed -n 's/^prefill: \([0-9.]*\) ms.*/\1/p' <<< "$out")
+  python3 "$dir/gpu_bench.py" "$dir/llama3-8b-config.json" --context $context \
+    --new-tokens $new --prefill $prefill --tpc-decode-ms "$decode" \
+    --tpc-prefill-ms "$prefill_ms" --out "$dir/results/bench.json" || return 1
 }
 
 run() {
@@ -149,7 +174,7 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   stage bench bench_stage || failed=1
   if [[ -n ${OUT:-} ]]; then
     mkdir -p "$OUT/results"
-    cp "$dir"/results/*.txt "$OUT/results/" 2>/dev/null || true
+    cp "$dir"/results/*.txt "$dir"/results/*.json "$OUT/results/" 2>/dev/null || true
   fi
   echo "gpu-check: $([[ $failed == 0 ]] && echo ok || echo FAILED)"
   return $failed
