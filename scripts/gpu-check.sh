@@ -21,8 +21,8 @@
 # NCCL refuses). Each compares with the CPU target's run on the same generated weights
 # (scripts/gpu-compare.py states the bf16 tolerance); bench (below: decode and prefill of a
 # Llama-3-8B-shaped model against the measured roofline, peak and transformers' eager
-# generate). Not yet here: the per-rank view for tp 2 to 8 (a no-op communicator plus
-# modelled NCCL time).
+# generate); per-rank (one rank of tp 2, 4 and 8 alone with a no-op communicator, plus
+# modelled NCCL time: bench/per_rank_model.py states the model).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 step=${1:-}
@@ -48,7 +48,13 @@ bundle() {
   "$tpc" compile "$dir/llama3-8b.mlir" --plan auto --tp 1 --target cuda -o "$dir/build8b" \
     > "$dir/build8b.log" 2>&1 || { cat "$dir/build8b.log"; exit 1; }
   cp "$dir/build8b/llama" "$dir/bin/llama3-8b-tp1"
-  cp "$root/bench/llama3-8b-config.json" "$root/bench/gpu_bench.py" "$dir/"
+  for tp in 2 4 8; do # for the per-rank view: one rank of each, alone
+    "$tpc" compile "$dir/llama3-8b.mlir" --plan auto --tp $tp --target cuda \
+      -o "$dir/build8b-$tp" > "$dir/build8b-$tp.log" 2>&1 || { cat "$dir/build8b-$tp.log"; exit 1; }
+    cp "$dir/build8b-$tp/llama" "$dir/bin/llama3-8b-tp$tp"
+  done
+  cp "$root/bench/llama3-8b-config.json" "$root/bench/gpu_bench.py" \
+    "$root/bench/per_rank_model.py" "$dir/"
   rm -rf "$dir"/build* "$dir/cpu" "$dir/llama3-8b.mlir"
   # Shared libraries the binaries need that the GPU machine's image lacks (Gloo, OpenBLAS and
   # theirs); its own libc, libstdc++, NCCL and cuBLAS stay.
@@ -151,6 +157,22 @@ bench_stage() {
     --tpc-prefill-ms "$prefill_ms" --out "$dir/results/bench.json" || return 1
 }
 
+# One rank of tp 2, 4 and 8 alone (TPC_SINGLE_RANK_VIEW=1: a no-op communicator, compute
+# only) on the same request, plus bench/per_rank_model.py's modelled NCCL time.
+per_rank_stage() {
+  local context=1024 new=64 ids out decode
+  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($context)))")
+  for tp in 2 4 8; do
+    out=$(TPC_SINGLE_RANK_VIEW=1 "$dir/bin/llama3-8b-tp$tp" --random-weights 1 \
+      --prompt-ids "$ids" --max-new-tokens $new --ignore-eos --max-seq-len $((context + new)) \
+      --trace "$dir/results/per-rank-tp$tp.json") || return 1
+    echo "$out"
+    decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
+    python3 "$dir/per_rank_model.py" $tp "$decode" "$dir/results/per-rank-tp$tp.json.rank0" ||
+      return 1
+  done
+}
+
 run() {
   [[ -d $dir/bin ]] || { echo "no bundle at $dir: run 'gpu-check.sh bundle' first" >&2; exit 1; }
   mkdir -p "$dir/results"
@@ -172,6 +194,7 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   stage example-tp2-gloo example_stage 2 gloo || failed=1
   stage example-tp4-gloo example_stage 4 gloo || failed=1
   stage bench bench_stage || failed=1
+  stage per-rank per_rank_stage || failed=1
   if [[ -n ${OUT:-} ]]; then
     mkdir -p "$OUT/results"
     cp "$dir"/results/*.txt "$dir"/results/*.json "$OUT/results/" 2>/dev/null || true

@@ -35,6 +35,21 @@ public:
   void broadcast(void *, size_t, int) override {}
 };
 
+/// The per-rank view's communicator: nothing travels.
+class NoopComm : public Comm {
+public:
+  explicit NoopComm(const CommOptions &options) : Comm(options) {}
+  void allReduce(float *, size_t) override {}
+  void allGather(const float *in, size_t count, float *out) override {
+    for (int r = 0; r < world(); ++r)
+      std::memmove(out + r * count, in, count * sizeof(float));
+  }
+  void allToAll(const float *in, size_t count, float *out) override {
+    std::memmove(out, in, count * world() * sizeof(float));
+  }
+  void broadcast(void *, size_t, int) override {}
+};
+
 class GlooComm : public Comm {
 public:
   GlooComm(const CommOptions &options, std::shared_ptr<gloo::Context> context)
@@ -88,6 +103,12 @@ std::string rendezvousDirFromEnv() {
     return dir;
   }
   return "";
+}
+
+std::unique_ptr<Comm> Comm::noop(int world) {
+  CommOptions options;
+  options.world = world;
+  return std::make_unique<NoopComm>(options);
 }
 
 std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &error) {

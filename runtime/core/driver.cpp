@@ -200,6 +200,21 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
       return 1;
     }
 
+  // The per-rank view: rank 0 of the compiled tp group, alone, with a communicator that moves
+  // nothing, to time one rank's compute (the GPU benchmark models the collectives apart).
+  const char *viewEnv = std::getenv("TPC_SINGLE_RANK_VIEW");
+  bool view = viewEnv && std::string(viewEnv) == "1";
+  if (view) {
+    if (world != 1) {
+      std::fprintf(stderr, "error: TPC_SINGLE_RANK_VIEW=1 runs one rank alone; WORLD_SIZE is %d\n",
+                   world);
+      return 1;
+    }
+    world = int(spec.tp);
+    std::printf("per-rank view: rank 0 of tp %d alone, with a no-op communicator (compute "
+                "only; the collectives run nowhere, their kinds and bytes go to --trace)\n",
+                world);
+  }
   if (world != spec.tp) {
     std::fprintf(stderr,
                  "error: %s was compiled for tp %lld, but WORLD_SIZE is %d; compile it again "
@@ -212,7 +227,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     openblas_set_num_threads(1);
 
   CommOptions options{rank, world, rendezvousDirFromEnv(), args.host, args.timeoutSeconds};
-  std::unique_ptr<Comm> comm = Comm::connect(options, error);
+  std::unique_ptr<Comm> comm = view ? Comm::noop(world) : Comm::connect(options, error);
   if (!comm) {
     std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
     return 1;

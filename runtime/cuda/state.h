@@ -22,6 +22,7 @@ struct Device::State {
   size_t workspaceBytes = 0;
   ncclComm_t nccl = nullptr;
   bool useNccl = false;
+  bool noop = false; // TPC_SINGLE_RANK_VIEW: a rank alone, its collectives run nowhere
   int64_t *ids = nullptr, *positions = nullptr;
   std::vector<float> logits;
   /// Device copies of rotary inverse frequencies, by the host array the program passes.

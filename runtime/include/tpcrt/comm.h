@@ -22,6 +22,10 @@ public:
   /// Connects the group (nothing to connect for one rank). A rendezvous directory that an
   /// earlier job used is refused, not joined. On failure returns null and says why.
   static std::unique_ptr<Comm> connect(const CommOptions &options, std::string &error);
+  /// A communicator that moves nothing, for the per-rank view (TPC_SINGLE_RANK_VIEW=1): one
+  /// rank of a tp group run alone to time its compute. A sum leaves this rank's summand, a
+  /// gather repeats this rank's piece: the numbers are not the model's.
+  static std::unique_ptr<Comm> noop(int world);
   virtual ~Comm() = default;
 
   int rank() const { return options.rank; }
