@@ -193,12 +193,13 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
                  (long long)args.maxSeqLen);
     return 1;
   }
-  for (int64_t id : args.prompt)
-    if (id >= spec.vocab) {
-      std::fprintf(stderr, "error: prompt id %lld is outside the vocabulary of %lld\n",
-                   (long long)id, (long long)spec.vocab);
-      return 1;
-    }
+  for (const auto &[ids, what] : {std::pair{&args.prompt, "prompt"}, {&args.forced, "forced"}})
+    for (int64_t id : *ids)
+      if (id >= spec.vocab) {
+        std::fprintf(stderr, "error: %s id %lld is outside the vocabulary of %lld\n", what,
+                     (long long)id, (long long)spec.vocab);
+        return 1;
+      }
 
   // The per-rank view: rank 0 of the compiled tp group, alone, with a communicator that moves
   // nothing, to time one rank's compute (the GPU benchmark models the collectives apart).
@@ -237,6 +238,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   cx.rank = rank;
   cx.tp = world;
   cx.maxTokens = args.maxSeqLen;
+  cx.timeoutSeconds = args.timeoutSeconds;
   cx.localRank = envInt("LOCAL_RANK", rank, envOk);
   cx.comm = comm.get();
   uint64_t weightBytes = 0;

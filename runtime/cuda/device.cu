@@ -147,6 +147,10 @@ Device::Device(Context &host, const ModelSpec &spec)
   const char *view = std::getenv("TPC_SINGLE_RANK_VIEW");
   state->noop = view && std::string(view) == "1";
   state->useNccl = tp > 1 && !state->noop && !(mode && std::string(mode) == "gloo");
+  if (state->useNccl && host.localRank >= count)
+    throw std::runtime_error("NCCL needs a GPU per rank: local rank " +
+                             std::to_string(host.localRank) + " sees " + std::to_string(count) +
+                             " GPU(s); TPC_CUDA_COMM=gloo lets ranks share one");
   if (state->useNccl) {
     ncclUniqueId id;
     if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
@@ -155,7 +159,7 @@ Device::Device(Context &host, const ModelSpec &spec)
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0; // so the watchdog can abort a communicator stuck on a lost peer
     ncclResult_t r = ncclCommInitRankConfig(&state->nccl, tp, id, rank, &config);
-    state->waitNccl(r, "ncclCommInitRankConfig", host.comm ? 30 : 30);
+    state->waitNccl(r, "ncclCommInitRankConfig", host.timeoutSeconds);
   }
 }
 
@@ -268,7 +272,7 @@ void Device::allReduce(const act *in, int64_t rows, int64_t cols, act *out,
   }
   ncclResult_t r =
       ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, state->nccl, state->stream);
-  state->waitNccl(r, "ncclAllReduce", 30);
+  state->waitNccl(r, "ncclAllReduce", host.timeoutSeconds);
   host.record("all_reduce", module, rows, uint64_t(n) * 4);
 }
 

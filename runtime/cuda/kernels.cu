@@ -209,10 +209,19 @@ void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, c
             act *y) {
   if (rows == 0)
     return;
-  // Column-major view: y^T [out, rows] = op(W^T [in, out])^T . x^T [in, rows].
-  auto key = std::make_tuple(out, rows, in, bias != nullptr);
-  Device::State::Plan &plan = current->plans[key];
-  if (!plan.desc) {
+  // Column-major view: y^T [out, rows] = op(W^T [in, out])^T . x^T [in, rows]. Arena
+  // pointers are aligned only as their offsets make them, so a plan is chosen for the
+  // alignments it will meet (cuBLASLt otherwise assumes 256 bytes).
+  auto alignment = [](const void *p) {
+    uintptr_t a = uintptr_t(p);
+    return uint32_t(std::min<uintptr_t>(256, a & (~a + 1)));
+  };
+  uint32_t alignA = alignment(w), alignB = alignment(x), alignC = alignment(y),
+           alignBias = bias ? alignment(bias) : 256;
+  auto key = std::make_tuple(out, rows, in, bias != nullptr, alignA, alignB, alignC, alignBias);
+  auto [at, fresh] = current->plans.try_emplace(key);
+  Device::State::Plan &plan = at->second;
+  if (fresh) {
     cublasCheck(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                 "cublasLtMatmulDescCreate");
     cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
@@ -237,15 +246,28 @@ void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, c
                                          CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                          &current->workspaceBytes,
                                          sizeof(current->workspaceBytes));
+    for (auto [attribute, value] :
+         {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignA},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignB},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}})
+      cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value,
+                                                       sizeof(value)),
+                  "cublasLtMatmulPreferenceSetAttribute");
     int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(current->lt, plan.desc, plan.a, plan.b, plan.c,
-                                               plan.c, preference, 1, &plan.heuristic, &found),
-                "cublasLtMatmulAlgoGetHeuristic");
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        current->lt, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &plan.heuristic,
+        &found);
     cublasLtMatmulPreferenceDestroy(preference);
-    if (found == 0)
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+      current->plans.erase(at); // not kept half made: the next call tries again
       throw std::runtime_error("cuBLASLt has no algorithm for a bf16 GEMM of " +
                                std::to_string(out) + " x " + std::to_string(rows) + " x " +
-                               std::to_string(in));
+                               std::to_string(in) + " (alignments " +
+                               std::to_string(alignA) + ", " + std::to_string(alignB) + ", " +
+                               std::to_string(alignC) + " bytes)");
+    }
+    cublasCheck(status, "cublasLtMatmulAlgoGetHeuristic");
   }
   if (bias)
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -309,24 +331,30 @@ void attention(const act *q, const act *k, const act *v, int64_t rows, int64_t h
         "cudaMemcpyAsync (KV cache)");
   cache.length += rows;
   int64_t keys = cache.length, group = heads / kvHeads;
-  size_t needed = size_t(rows * heads * keys);
+  // Scores for a chunk of query rows at a time, so a long prompt's [rows, heads, keys] never
+  // has to fit at once (at most 64 Mi floats; a decode step is one row).
+  int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(64) << 20) / (heads * keys)));
+  size_t needed = size_t(chunk * heads * keys);
   if (needed > current->scoresCapacity) {
     check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
     cudaFree(current->scores);
     check(cudaMalloc(&current->scores, needed * sizeof(float)), "cudaMalloc (scores)");
     current->scoresCapacity = needed;
   }
-  if (needed == 0)
-    return;
-  scoresKernel<<<blocksFor(int64_t(needed)), kThreads, 0, stream()>>>(
-      q, cache.keys, rows, heads, group, headDim, width, start, keys, float(scale),
-      slidingWindow, float(softcap), current->scores);
-  launched("attention scores");
-  softmaxKernel<<<unsigned(rows * heads), kThreads, 0, stream()>>>(current->scores, keys);
-  launched("attention softmax");
-  weightedSumKernel<<<blocksFor(rows * heads * headDim), kThreads, 0, stream()>>>(
-      current->scores, cache.values, rows, heads, group, headDim, width, keys, out);
-  launched("attention output");
+  int64_t qWidth = heads * headDim;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    int64_t n = std::min(chunk, rows - r0);
+    int64_t count = n * heads * keys;
+    scoresKernel<<<blocksFor(count), kThreads, 0, stream()>>>(
+        q + r0 * qWidth, cache.keys, n, heads, group, headDim, width, start + r0, keys,
+        float(scale), slidingWindow, float(softcap), current->scores);
+    launched("attention scores");
+    softmaxKernel<<<unsigned(n * heads), kThreads, 0, stream()>>>(current->scores, keys);
+    launched("attention softmax");
+    weightedSumKernel<<<blocksFor(n * qWidth), kThreads, 0, stream()>>>(
+        current->scores, cache.values, n, heads, group, headDim, width, keys, out + r0 * qWidth);
+    launched("attention output");
+  }
 }
 
 void silu(const act *x, int64_t n, act *out) { unary(x, n, Unary::Silu, 0, out); }
@@ -358,6 +386,11 @@ void copyRows(act *dst, int64_t dstStride, const act *src, int64_t srcStride, in
               int64_t cols) {
   if (rows == 0 || cols == 0)
     return;
+  if (rows == 1) { // one contiguous run (an identity's strides are 0)
+    check(cudaMemcpyAsync(dst, src, cols * sizeof(act), cudaMemcpyDeviceToDevice, stream()),
+          "cudaMemcpyAsync");
+    return;
+  }
   check(cudaMemcpy2DAsync(dst, dstStride * sizeof(act), src, srcStride * sizeof(act),
                           cols * sizeof(act), rows, cudaMemcpyDeviceToDevice, stream()),
         "cudaMemcpy2DAsync");

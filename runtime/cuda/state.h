@@ -30,13 +30,15 @@ struct Device::State {
   /// Attention scores, [rows * heads, keys], grown as needed.
   float *scores = nullptr;
   size_t scoresCapacity = 0;
-  /// cuBLASLt plans by (m, n, k, bias).
+  /// cuBLASLt plans by (m, n, k, bias, and the alignments of w, x, y and the bias).
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulHeuristicResult_t heuristic{};
   };
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Plan> plans;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t, uint32_t>,
+           Plan>
+      plans;
 
   /// Waits for an NCCL call and the stream, aborting the communicator after the timeout.
   void waitNccl(ncclResult_t started, const char *what, int timeoutSeconds);

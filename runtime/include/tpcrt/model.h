@@ -55,6 +55,7 @@ struct Context {
   int rank = 0, tp = 1;
   int localRank = 0;     // LOCAL_RANK: which GPU a CUDA rank takes
   int64_t maxTokens = 0; // --max-seq-len: what the arena and KV caches hold
+  int timeoutSeconds = 30; // --timeout: how long a collective may wait for a peer
   /// --random-weights for a target that generates them itself (spec.prepare): the weights
   /// stay empty here, and each parameter's slice of this rank is in `slices`.
   std::optional<uint64_t> randomSeed;

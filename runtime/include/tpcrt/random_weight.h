@@ -37,8 +37,14 @@ inline RandomWeightKey randomWeightKey(uint64_t seed, const std::string &name) {
 
 TPCRT_HOST_DEVICE inline float randomWeightAt(RandomWeightKey k, uint64_t index) {
   uint64_t bits = splitmix(k.key + index);
+#ifdef __CUDA_ARCH__
+  // The same roundings as the host: nvcc would fuse these multiply-adds.
+  float unit = __fadd_rn(__fmul_rn(__fdiv_rn(float(bits >> 40), float(1ull << 24)), 2.0f), -1.0f);
+  return k.norm ? __fadd_rn(1.0f, __fmul_rn(0.1f, unit)) : __fmul_rn(0.05f, unit);
+#else
   float unit = float(bits >> 40) / float(1ull << 24) * 2.0f - 1.0f; // [-1, 1)
   return k.norm ? 1.0f + 0.1f * unit : 0.05f * unit;
+#endif
 }
 
 } // namespace tpcrt
