@@ -8,19 +8,6 @@
 namespace tpcrt {
 
 namespace {
-int64_t pieceSize(int64_t size, int64_t tp) { return (size + tp - 1) / tp; }
-int64_t localWidth(const std::vector<int64_t> &blocks, int64_t tp) {
-  int64_t w = 0;
-  for (int64_t b : blocks)
-    w += pieceSize(b, tp);
-  return w;
-}
-int64_t globalWidth(const std::vector<int64_t> &blocks) {
-  int64_t w = 0;
-  for (int64_t b : blocks)
-    w += b;
-  return w;
-}
 
 /// Calls fn(localOffset, globalOffset, count, piece) for rank `rank`'s piece of each block of
 /// a feature dim: where it sits in the local row, where in the global row, how many of its
@@ -37,6 +24,22 @@ void forEachPiece(const std::vector<int64_t> &blocks, int tp, int rank, Fn fn) {
   }
 }
 } // namespace
+
+int64_t pieceSize(int64_t size, int64_t tp) { return (size + tp - 1) / tp; }
+
+int64_t localWidth(const std::vector<int64_t> &blocks, int64_t tp) {
+  int64_t w = 0;
+  for (int64_t b : blocks)
+    w += pieceSize(b, tp);
+  return w;
+}
+
+int64_t globalWidth(const std::vector<int64_t> &blocks) {
+  int64_t w = 0;
+  for (int64_t b : blocks)
+    w += b;
+  return w;
+}
 
 void Context::fail(const std::string &message) const {
   std::fprintf(stderr, "error: %s\n", message.c_str());

@@ -240,20 +240,6 @@ void Device::onHost(const act *in, size_t inCount, act *out, size_t outCount, Fn
   check(cudaStreamSynchronize(state->stream), "cudaStreamSynchronize");
 }
 
-namespace {
-int64_t local(const std::vector<int64_t> &blocks, int tp) {
-  int64_t total = 0;
-  for (int64_t b : blocks)
-    total += (b + tp - 1) / tp;
-  return total;
-}
-int64_t global(const std::vector<int64_t> &blocks) {
-  int64_t total = 0;
-  for (int64_t b : blocks)
-    total += b;
-  return total;
-}
-} // namespace
 
 void Device::allReduce(const act *in, int64_t rows, int64_t cols, act *out,
                        const char *module) {
@@ -278,7 +264,7 @@ void Device::allReduce(const act *in, int64_t rows, int64_t cols, act *out,
 
 void Device::allGatherColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
                               act *out, const char *module) {
-  onHost(in, size_t(rows * local(blocks, tp)), out, size_t(rows * global(blocks)),
+  onHost(in, size_t(rows * localWidth(blocks, tp)), out, size_t(rows * globalWidth(blocks)),
          [&](const float *a, float *b) { host.allGatherColumns(a, rows, blocks, b, module); });
 }
 
@@ -291,7 +277,7 @@ void Device::allGatherRows(const act *in, int64_t rows, int64_t cols, act *out,
 void Device::reduceScatterColumns(const act *in, int64_t rows,
                                   const std::vector<int64_t> &blocks, act *out,
                                   const char *module) {
-  onHost(in, size_t(rows * global(blocks)), out, size_t(rows * local(blocks, tp)),
+  onHost(in, size_t(rows * globalWidth(blocks)), out, size_t(rows * localWidth(blocks, tp)),
          [&](const float *a, float *b) {
            host.reduceScatterColumns(a, rows, blocks, b, module);
          });
@@ -305,7 +291,7 @@ void Device::reduceScatterRows(const act *in, int64_t rows, int64_t cols, act *o
 
 void Device::allToAll(const act *in, int64_t tokens, const std::vector<int64_t> &blocks,
                       bool rowsToColumns, act *out, const char *module) {
-  size_t split = size_t(tokens / tp * global(blocks)), joined = size_t(tokens * local(blocks, tp));
+  size_t split = size_t(tokens / tp * globalWidth(blocks)), joined = size_t(tokens * localWidth(blocks, tp));
   onHost(in, rowsToColumns ? split : joined, out, rowsToColumns ? joined : split,
          [&](const float *a, float *b) {
            host.allToAll(a, tokens, blocks, rowsToColumns, b, module);
@@ -314,7 +300,7 @@ void Device::allToAll(const act *in, int64_t tokens, const std::vector<int64_t> 
 
 void Device::takeColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
                          act *out) {
-  onHost(in, size_t(rows * global(blocks)), out, size_t(rows * local(blocks, tp)),
+  onHost(in, size_t(rows * globalWidth(blocks)), out, size_t(rows * localWidth(blocks, tp)),
          [&](const float *a, float *b) { host.takeColumns(a, rows, blocks, b); });
 }
 
@@ -333,7 +319,7 @@ void Device::partialFromReplicate(const act *in, int64_t n, act *out) {
 
 void Device::partialFromColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
                                 act *out) {
-  onHost(in, size_t(rows * local(blocks, tp)), out, size_t(rows * global(blocks)),
+  onHost(in, size_t(rows * localWidth(blocks, tp)), out, size_t(rows * globalWidth(blocks)),
          [&](const float *a, float *b) { host.partialFromColumns(a, rows, blocks, b); });
 }
 

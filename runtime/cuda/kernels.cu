@@ -21,6 +21,24 @@ void launched(const char *what) { check(cudaGetLastError(), what); }
 
 __device__ float load(const act *p, int64_t i) { return __bfloat162float(p[i]); }
 
+/// The block's values combined by `op` (a power-of-two block of kThreads); every thread
+/// gets the result. `partial` is kThreads floats of shared memory, free again on return.
+template <typename Op> __device__ float blockReduce(float value, float *partial, Op op) {
+  partial[threadIdx.x] = value;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s)
+      partial[threadIdx.x] = op(partial[threadIdx.x], partial[threadIdx.x + s]);
+    __syncthreads();
+  }
+  float result = partial[0];
+  __syncthreads();
+  return result;
+}
+
+__device__ float sum(float a, float b) { return a + b; }
+__device__ float maximum(float a, float b) { return fmaxf(a, b); }
+
 __global__ void embeddingKernel(const int64_t *ids, int64_t tokens, const act *table,
                                 int64_t rowOffset, int64_t rows, int64_t width, act *out) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -34,19 +52,12 @@ __global__ void rmsNormKernel(const act *x, int64_t cols, const act *w, float ep
                               float offset, act *out) {
   __shared__ float partial[kThreads];
   const act *row = x + int64_t(blockIdx.x) * cols;
-  float sum = 0;
+  float total = 0;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     float v = load(row, c);
-    sum += v * v;
+    total += v * v;
   }
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s)
-      partial[threadIdx.x] += partial[threadIdx.x + s];
-    __syncthreads();
-  }
-  float scale = rsqrtf(partial[0] / float(cols) + epsilon);
+  float scale = rsqrtf(blockReduce(total, partial, sum) / float(cols) + epsilon);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     out[int64_t(blockIdx.x) * cols + c] =
         __float2bfloat16(load(row, c) * scale * (load(w, c) + offset));
@@ -95,28 +106,13 @@ __global__ void softmaxKernel(float *scores, int64_t keys) {
   float best = -INFINITY;
   for (int64_t t = threadIdx.x; t < keys; t += blockDim.x)
     best = fmaxf(best, row[t]);
-  partial[threadIdx.x] = best;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s)
-      partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + s]);
-    __syncthreads();
-  }
-  best = partial[0];
-  __syncthreads();
-  float sum = 0;
+  best = blockReduce(best, partial, maximum);
+  float total = 0;
   for (int64_t t = threadIdx.x; t < keys; t += blockDim.x) {
     row[t] = row[t] == -INFINITY ? 0.0f : expf(row[t] - best);
-    sum += row[t];
+    total += row[t];
   }
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s)
-      partial[threadIdx.x] += partial[threadIdx.x + s];
-    __syncthreads();
-  }
-  float inverse = 1.0f / partial[0];
+  float inverse = 1.0f / blockReduce(total, partial, sum);
   for (int64_t t = threadIdx.x; t < keys; t += blockDim.x)
     row[t] *= inverse;
 }

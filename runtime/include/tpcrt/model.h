@@ -98,6 +98,12 @@ struct Context {
   void record(const char *kind, const char *module, int64_t rows, uint64_t bytes);
 };
 
+/// A dim of `size` split over `tp` ranks: each holds ceil(size / tp), the last ones padded.
+int64_t pieceSize(int64_t size, int64_t tp);
+/// The local and the global width of a feature dim made of strided `blocks`.
+int64_t localWidth(const std::vector<int64_t> &blocks, int64_t tp);
+int64_t globalWidth(const std::vector<int64_t> &blocks);
+
 /// The emitted binary's main: arguments, rank identity, weights, prefill and greedy decode.
 int runModel(const ModelSpec &spec, int argc, char **argv);
 
