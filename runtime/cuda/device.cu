@@ -11,6 +11,7 @@
 #include "tpcrt/random_weight.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -82,7 +83,8 @@ void check(cudaError_t e, const char *what) {
     throw std::runtime_error(cudaMessage(what, e));
 }
 
-Device::Device(Context &host, const ModelSpec &spec)
+Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t maxHeadDim,
+               const std::vector<std::vector<int>> &weightGroups)
     : rank(host.rank), tp(host.tp), state(std::make_unique<State>()), host(host), spec(spec) {
   current = state.get();
   int count = 0;
@@ -99,34 +101,51 @@ Device::Device(Context &host, const ModelSpec &spec)
   state->workspaceBytes = 32 << 20;
   check(cudaMalloc(&state->workspace, state->workspaceBytes), "cudaMalloc (cuBLASLt workspace)");
 
-  // Generated weights (--random-weights) are made here, on the device.
-  if (host.randomSeed) {
-    for (size_t i = 0; i < spec.params.size(); ++i) {
-      std::vector<int64_t> local = host.slices[i].localShape(spec.params[i].hfShape);
-      int64_t elements = 1;
-      for (int64_t d : local)
-        elements *= d;
-      act *d = nullptr;
-      check(cudaMalloc(&d, std::max<int64_t>(1, elements) * sizeof(act)),
-            "cudaMalloc (weights)");
-      generate(*host.randomSeed, spec.params[i], host.slices[i], d, elements);
-      weights.push_back(d);
+  // Weights: parameters of a group share one allocation, one after the other (the emitted
+  // code runs linears of one input as one GEMM over them); the others get their own.
+  std::vector<int64_t> elements(spec.params.size());
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    if (host.randomSeed) {
+      elements[i] = 1;
+      for (int64_t d : host.slices[i].localShape(spec.params[i].hfShape))
+        elements[i] *= d;
+    } else {
+      elements[i] = int64_t(host.weights[i].size());
     }
   }
-  // Loaded weights: fp32 as the loader read them, to bf16 on the device; the host copies go.
-  for (std::vector<float> &w : host.weights) {
-    if (host.randomSeed)
-      break;
-    std::vector<act> converted(w.size());
-    for (size_t i = 0; i < w.size(); ++i)
-      converted[i] = __float2bfloat16(w[i]);
+  weights.assign(spec.params.size(), nullptr);
+  auto allocate = [&](int64_t count) {
     act *d = nullptr;
-    check(cudaMalloc(&d, std::max<size_t>(1, converted.size()) * sizeof(act)),
-          "cudaMalloc (weights)");
-    check(cudaMemcpy(d, converted.data(), converted.size() * sizeof(act),
+    check(cudaMalloc(&d, std::max<int64_t>(1, count) * sizeof(act)), "cudaMalloc (weights)");
+    allocations.push_back(d);
+    return d;
+  };
+  for (const std::vector<int> &group : weightGroups) {
+    int64_t total = 0;
+    for (int i : group)
+      total += elements.at(size_t(i));
+    act *at = allocate(total);
+    for (int i : group) {
+      weights.at(size_t(i)) = at;
+      at += elements[size_t(i)];
+    }
+  }
+  for (size_t i = 0; i < weights.size(); ++i)
+    if (!weights[i])
+      weights[i] = allocate(elements[i]);
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    if (host.randomSeed) { // generated on the device, where they will live
+      generate(*host.randomSeed, spec.params[i], host.slices[i], weights[i], elements[i]);
+      continue;
+    }
+    // Loaded: fp32 as the loader read them, to bf16; the host copy goes.
+    std::vector<float> &w = host.weights[i];
+    std::vector<act> converted(w.size());
+    for (size_t j = 0; j < w.size(); ++j)
+      converted[j] = __float2bfloat16(w[j]);
+    check(cudaMemcpy(weights[i], converted.data(), converted.size() * sizeof(act),
                      cudaMemcpyHostToDevice),
           "cudaMemcpy (weights)");
-    weights.push_back(d);
     std::vector<float>().swap(w);
   }
   int64_t tokens = host.maxTokens;
@@ -142,6 +161,8 @@ Device::Device(Context &host, const ModelSpec &spec)
   }
   check(cudaMalloc(&state->ids, tokens * sizeof(int64_t)), "cudaMalloc (ids)");
   check(cudaMalloc(&state->positions, tokens * sizeof(int64_t)), "cudaMalloc (positions)");
+  check(cudaMalloc(&state->kvStart, sizeof(int64_t)), "cudaMalloc (KV length)");
+  prepareAttention(*state, tokens, maxHeads, maxHeadDim);
 
   const char *mode = std::getenv("TPC_CUDA_COMM");
   const char *view = std::getenv("TPC_SINGLE_RANK_VIEW");
@@ -159,61 +180,149 @@ Device::Device(Context &host, const ModelSpec &spec)
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0; // so the watchdog can abort a communicator stuck on a lost peer
     ncclResult_t r = ncclCommInitRankConfig(&state->nccl, tp, id, rank, &config);
-    state->waitNccl(r, "ncclCommInitRankConfig", host.timeoutSeconds);
+    if (r != ncclSuccess && r != ncclInProgress)
+      throw std::runtime_error(std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r));
+    wait("ncclCommInitRankConfig");
   }
+  // A graph replays device work only: collectives staged through the host cannot be in one.
+  const char *graphs = std::getenv("TPC_CUDA_GRAPHS");
+  state->graphsAllowed = (tp == 1 || state->useNccl || state->noop) &&
+                         !(graphs && std::string(graphs) == "0");
 }
 
 Device::~Device() {
-  if (state && state->nccl)
-    ncclCommDestroy(state->nccl);
+  // Nothing here may throw: errors at the end are reported and the rank still exits.
+  if (state->nccl) {
+    ncclResult_t r = ncclCommFinalize(state->nccl);
+    try {
+      if (r != ncclSuccess && r != ncclInProgress)
+        throw std::runtime_error(std::string("ncclCommFinalize: ") + ncclGetErrorString(r));
+      wait("ncclCommFinalize");
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "warning: rank %d: %s\n", rank, e.what());
+    }
+    if (state->nccl)
+      ncclCommDestroy(state->nccl);
+  }
+  for (auto &[fn, graph] : state->graphs)
+    if (graph.exec)
+      cudaGraphExecDestroy(graph.exec);
+  for (act *allocation : allocations)
+    cudaFree(allocation);
+  for (KVCache &cache : caches) {
+    cudaFree(cache.keys);
+    cudaFree(cache.values);
+  }
+  cudaFree(arena);
+  cudaFree(state->scratch);
+  if (state->lt)
+    cublasLtDestroy(state->lt);
+  if (state->stream)
+    cudaStreamDestroy(state->stream);
+  current = nullptr;
 }
 
-void Device::State::waitNccl(ncclResult_t started, const char *what, int timeoutSeconds) {
-  if (started != ncclSuccess && started != ncclInProgress)
-    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(started));
+cudaStream_t Device::stream() const { return state->stream; }
+
+void Device::launched(const char *what) const {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    host.fail(cudaMessage(what, e));
+}
+
+void Device::wait(const char *what, bool stream) {
   // The watchdog: poll the communicator's asynchronous error and the stream; a peer that
   // stops answering leaves both pending, so after the timeout the communicator is aborted.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds);
+  // It runs once per forward, at the one point the host waits for the device: collectives
+  // themselves are only enqueued, so a decode step's kernels and NCCL calls stay back to back.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(host.timeoutSeconds);
   for (;;) {
     ncclResult_t async = ncclSuccess;
-    if (nccl)
-      ncclCommGetAsyncError(nccl, &async);
+    if (state->nccl)
+      ncclCommGetAsyncError(state->nccl, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
-      ncclCommAbort(nccl);
-      nccl = nullptr;
+      ncclCommAbort(state->nccl);
+      state->nccl = nullptr;
       throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(async));
     }
-    cudaError_t e = cudaStreamQuery(stream);
+    cudaError_t e = stream ? cudaStreamQuery(state->stream) : cudaSuccess;
     if (async == ncclSuccess && e == cudaSuccess)
       return;
     if (e != cudaSuccess && e != cudaErrorNotReady)
       throw std::runtime_error(cudaMessage(what, e));
     if (std::chrono::steady_clock::now() > deadline) {
-      if (nccl)
-        ncclCommAbort(nccl);
-      nccl = nullptr;
+      if (state->nccl)
+        ncclCommAbort(state->nccl);
+      state->nccl = nullptr;
       throw std::runtime_error(std::string(what) + ": no answer from a peer rank within " +
-                               std::to_string(timeoutSeconds) + " s (a rank stopped?)");
+                               std::to_string(host.timeoutSeconds) + " s (a rank stopped?)");
     }
     std::this_thread::yield();
   }
 }
 
+void Device::record(const char *kind, const char *module, int64_t rows, uint64_t bytes) {
+  host.record(kind, module, rows, bytes);
+  if (state->capturing)
+    state->capturing->records.push_back(host.trace.back());
+}
+
 const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t tokens,
                          DeviceForwardFn fn) {
+  // Every layer's cache holds the same tokens; the kernels read how many from the device.
+  int64_t start = caches.empty() ? 0 : caches.front().length;
+  if (!caches.empty() && start + tokens > caches.front().capacity)
+    throw std::runtime_error("the KV cache holds " + std::to_string(caches.front().capacity) +
+                             " tokens and this forward would need " +
+                             std::to_string(start + tokens) + "; raise --max-seq-len");
   check(cudaMemcpyAsync(state->ids, ids, tokens * sizeof(int64_t), cudaMemcpyHostToDevice,
                         state->stream),
         "cudaMemcpyAsync (ids)");
   check(cudaMemcpyAsync(state->positions, positions, tokens * sizeof(int64_t),
                         cudaMemcpyHostToDevice, state->stream),
         "cudaMemcpyAsync (positions)");
-  const act *logits = fn(*this, state->ids, state->positions, tokens);
+  check(cudaMemcpyAsync(state->kvStart, &start, sizeof(start), cudaMemcpyHostToDevice,
+                        state->stream),
+        "cudaMemcpyAsync (KV length)");
+  const act *logits = nullptr;
+  State::Graph *graph = tokens == 1 && state->graphsAllowed ? &state->graphs[fn] : nullptr;
+  if (graph && !graph->exec && graph->eagerRuns > 0) {
+    cudaGraph_t captured = nullptr;
+    check(cudaStreamBeginCapture(state->stream, cudaStreamCaptureModeThreadLocal),
+          "cudaStreamBeginCapture (the decode step)");
+    state->capturing = graph;
+    try {
+      graph->logits = fn(*this, state->ids, state->positions, tokens);
+    } catch (...) {
+      state->capturing = nullptr;
+      cudaStreamEndCapture(state->stream, &captured);
+      throw;
+    }
+    state->capturing = nullptr;
+    check(cudaStreamEndCapture(state->stream, &captured), "cudaStreamEndCapture (the decode step)");
+    check(cudaGraphInstantiate(&graph->exec, captured, 0), "cudaGraphInstantiate (the decode step)");
+    cudaGraphDestroy(captured);
+    // The capture recorded its collectives once; the launch below records them again.
+    host.trace.resize(host.trace.size() - graph->records.size());
+  }
+  if (graph && graph->exec) {
+    check(cudaGraphLaunch(graph->exec, state->stream), "cudaGraphLaunch (the decode step)");
+    for (const TraceEntry &entry : graph->records)
+      host.trace.push_back(entry);
+    logits = graph->logits;
+  } else {
+    logits = fn(*this, state->ids, state->positions, tokens);
+    if (graph)
+      ++graph->eagerRuns;
+  }
   int64_t rows = spec.lastTokenOnly ? 1 : tokens;
   std::vector<act> staged(size_t(rows * spec.vocab));
   check(cudaMemcpyAsync(staged.data(), logits, staged.size() * sizeof(act),
                         cudaMemcpyDeviceToHost, state->stream),
         "cudaMemcpyAsync (logits)");
-  check(cudaStreamSynchronize(state->stream), "the forward");
+  wait("the forward");
+  for (KVCache &cache : caches)
+    cache.length += tokens;
   state->logits.resize(staged.size());
   for (size_t i = 0; i < staged.size(); ++i)
     state->logits[i] = __bfloat162float(staged[i]);
@@ -241,72 +350,199 @@ void Device::onHost(const act *in, size_t inCount, act *out, size_t outCount, Fn
 }
 
 
+// The collectives. With NCCL (or with no communicator at all, the per-rank view) they are
+// stream operations, so the decode step's graph holds them; TPC_CUDA_COMM=gloo runs the CPU
+// Context's own implementation on host copies. Placement arithmetic (which rank holds which
+// piece of a strided feature dim, padding) is model.h's forEachPiece, as on the CPU.
+namespace {
+/// rows x count elements between row pitches (in elements), on the stream.
+void copy2D(act *dst, int64_t dstPitch, const act *src, int64_t srcPitch, int64_t count,
+            int64_t rows, cudaStream_t stream) {
+  if (count == 0 || rows == 0)
+    return;
+  check(cudaMemcpy2DAsync(dst, dstPitch * sizeof(act), src, srcPitch * sizeof(act),
+                          count * sizeof(act), rows, cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpy2DAsync (a reshard)");
+}
+} // namespace
+
+act *Device::scratch(size_t count) {
+  if (count > state->scratchCount) {
+    if (state->capturing) // the eager run before a capture sizes everything a capture needs
+      throw std::runtime_error("collective scratch grew during a CUDA graph capture");
+    check(cudaStreamSynchronize(state->stream), "cudaStreamSynchronize");
+    cudaFree(state->scratch);
+    check(cudaMalloc(&state->scratch, count * sizeof(act)), "cudaMalloc (collective scratch)");
+    state->scratchCount = count;
+  }
+  return state->scratch;
+}
+
+void Device::nccl(int result, const char *what) {
+  auto started = ncclResult_t(result);
+  if (started != ncclSuccess && started != ncclInProgress)
+    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(started));
+  // A non-blocking communicator may still be enqueuing the call (ncclInProgress, e.g. while
+  // it connects to its peers the first time): nothing else may use it until that is done.
+  // This waits for the enqueue, not for the stream.
+  if (started == ncclInProgress)
+    wait(what, /*stream=*/false);
+}
+
+void Device::gather(const act *in, size_t count, act *out) {
+  if (state->noop) { // every rank's piece is this rank's: the shapes, not the values, matter
+    for (int r = 0; r < tp; ++r)
+      check(cudaMemcpyAsync(out + r * count, in, count * sizeof(act), cudaMemcpyDeviceToDevice,
+                            state->stream),
+            "cudaMemcpyAsync");
+    return;
+  }
+  nccl(ncclAllGather(in, out, count, ncclBfloat16, state->nccl, state->stream),
+       "ncclAllGather");
+}
+
 void Device::allReduce(const act *in, int64_t rows, int64_t cols, act *out,
                        const char *module) {
   size_t n = size_t(rows * cols);
-  if (state->noop) { // the per-rank view: nothing travels
-    if (out != in)
-      check(cudaMemcpyAsync(out, in, n * sizeof(act), cudaMemcpyDeviceToDevice, state->stream),
-            "cudaMemcpyAsync");
-    host.record("all_reduce", module, rows, uint64_t(n) * 4);
-    return;
-  }
-  if (!state->useNccl) {
+  if (!state->useNccl && !state->noop) {
     onHost(in, n, out, n,
            [&](const float *a, float *b) { host.allReduce(a, rows, cols, b, module); });
     return;
   }
-  ncclResult_t r =
-      ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, state->nccl, state->stream);
-  state->waitNccl(r, "ncclAllReduce", host.timeoutSeconds);
-  host.record("all_reduce", module, rows, uint64_t(n) * 4);
+  if (state->noop) { // the per-rank view: nothing travels
+    if (out != in)
+      check(cudaMemcpyAsync(out, in, n * sizeof(act), cudaMemcpyDeviceToDevice, state->stream),
+            "cudaMemcpyAsync");
+  } else {
+    nccl(ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, state->nccl, state->stream),
+         "ncclAllReduce");
+  }
+  record("all_reduce", module, rows, uint64_t(n) * 4);
 }
 
 void Device::allGatherColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
                               act *out, const char *module) {
-  onHost(in, size_t(rows * localWidth(blocks, tp)), out, size_t(rows * globalWidth(blocks)),
-         [&](const float *a, float *b) { host.allGatherColumns(a, rows, blocks, b, module); });
+  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
+  if (!state->useNccl && !state->noop) {
+    onHost(in, size_t(rows * local), out, size_t(rows * global),
+           [&](const float *a, float *b) { host.allGatherColumns(a, rows, blocks, b, module); });
+    return;
+  }
+  // Rank-major [tp][rows][local] from NCCL, then each rank's pieces to their columns.
+  act *pieces = scratch(size_t(tp * rows * local));
+  gather(in, size_t(rows * local), pieces);
+  for (int r = 0; r < tp; ++r)
+    forEachPiece(blocks, tp, r, [&](int64_t at, int64_t to, int64_t count, int64_t) {
+      copy2D(out + to, global, pieces + r * rows * local + at, local, count, rows,
+             state->stream);
+    });
+  record("all_gather", module, rows, uint64_t(rows * global) * 4);
 }
 
 void Device::allGatherRows(const act *in, int64_t rows, int64_t cols, act *out,
                            const char *module) {
-  onHost(in, size_t(rows * cols), out, size_t(rows * tp * cols),
-         [&](const float *a, float *b) { host.allGatherRows(a, rows, cols, b, module); });
+  if (!state->useNccl && !state->noop) {
+    onHost(in, size_t(rows * cols), out, size_t(rows * tp * cols),
+           [&](const float *a, float *b) { host.allGatherRows(a, rows, cols, b, module); });
+    return;
+  }
+  gather(in, size_t(rows * cols), out); // tokens split evenly: rank-major is row order
+  record("all_gather", module, rows * tp, uint64_t(rows * tp * cols) * 4);
 }
 
 void Device::reduceScatterColumns(const act *in, int64_t rows,
                                   const std::vector<int64_t> &blocks, act *out,
                                   const char *module) {
-  onHost(in, size_t(rows * globalWidth(blocks)), out, size_t(rows * localWidth(blocks, tp)),
-         [&](const float *a, float *b) {
-           host.reduceScatterColumns(a, rows, blocks, b, module);
-         });
+  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
+  if (!state->useNccl && !state->noop) {
+    onHost(in, size_t(rows * global), out, size_t(rows * local),
+           [&](const float *a, float *b) {
+             host.reduceScatterColumns(a, rows, blocks, b, module);
+           });
+    return;
+  }
+  // Each rank's pieces, padding zeroed, rank-major; NCCL sums rank r's part onto rank r.
+  act *pieces = scratch(size_t(tp * rows * local));
+  check(cudaMemsetAsync(pieces, 0, size_t(tp * rows * local) * sizeof(act), state->stream),
+        "cudaMemsetAsync");
+  for (int r = 0; r < tp; ++r)
+    forEachPiece(blocks, tp, r, [&](int64_t at, int64_t from, int64_t count, int64_t) {
+      copy2D(pieces + r * rows * local + at, local, in + from, global, count, rows,
+             state->stream);
+    });
+  if (state->noop)
+    check(cudaMemcpyAsync(out, pieces + rank * rows * local, size_t(rows * local) * sizeof(act),
+                          cudaMemcpyDeviceToDevice, state->stream),
+          "cudaMemcpyAsync");
+  else
+    nccl(ncclReduceScatter(pieces, out, size_t(rows * local), ncclBfloat16, ncclSum,
+                           state->nccl, state->stream),
+         "ncclReduceScatter");
+  record("reduce_scatter", module, rows, uint64_t(rows * global) * 4);
 }
 
 void Device::reduceScatterRows(const act *in, int64_t rows, int64_t cols, act *out,
                                const char *module) {
-  onHost(in, size_t(rows * cols), out, size_t(rows / tp * cols),
-         [&](const float *a, float *b) { host.reduceScatterRows(a, rows, cols, b, module); });
+  if (!state->useNccl && !state->noop) {
+    onHost(in, size_t(rows * cols), out, size_t(rows / tp * cols),
+           [&](const float *a, float *b) { host.reduceScatterRows(a, rows, cols, b, module); });
+    return;
+  }
+  size_t mine = size_t(rows / tp * cols); // token splits happen only where tp divides
+  if (state->noop)
+    check(cudaMemcpyAsync(out, in + rank * mine, mine * sizeof(act), cudaMemcpyDeviceToDevice,
+                          state->stream),
+          "cudaMemcpyAsync");
+  else
+    nccl(ncclReduceScatter(in, out, mine, ncclBfloat16, ncclSum, state->nccl, state->stream),
+         "ncclReduceScatter");
+  record("reduce_scatter", module, rows, uint64_t(rows * cols) * 4);
 }
 
 void Device::allToAll(const act *in, int64_t tokens, const std::vector<int64_t> &blocks,
                       bool rowsToColumns, act *out, const char *module) {
-  size_t split = size_t(tokens / tp * globalWidth(blocks)), joined = size_t(tokens * localWidth(blocks, tp));
-  onHost(in, rowsToColumns ? split : joined, out, rowsToColumns ? joined : split,
-         [&](const float *a, float *b) {
-           host.allToAll(a, tokens, blocks, rowsToColumns, b, module);
-         });
+  int64_t global = globalWidth(blocks), local = localWidth(blocks, tp), mine = tokens / tp;
+  if (!state->useNccl && !state->noop) {
+    size_t split = size_t(mine * global), joined = size_t(tokens * local);
+    onHost(in, rowsToColumns ? split : joined, out, rowsToColumns ? joined : split,
+           [&](const float *a, float *b) {
+             host.allToAll(a, tokens, blocks, rowsToColumns, b, module);
+           });
+    return;
+  }
+  // As on the CPU: every rank gathers the whole tensor and keeps its part.
+  act *whole = scratch(size_t(tokens * global + tp * tokens * local));
+  if (rowsToColumns) {
+    gather(in, size_t(mine * global), whole);
+    takeColumns(whole, tokens, blocks, out);
+  } else {
+    act *pieces = whole + tokens * global;
+    gather(in, size_t(tokens * local), pieces);
+    for (int r = 0; r < tp; ++r)
+      forEachPiece(blocks, tp, r, [&](int64_t at, int64_t to, int64_t count, int64_t) {
+        copy2D(whole + to, global, pieces + r * tokens * local + at, local, count, tokens,
+               state->stream);
+      });
+    takeRows(whole, tokens, global, out);
+  }
+  record("all_to_all", module, tokens, uint64_t(tokens * global) * 4);
 }
 
 void Device::takeColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
                          act *out) {
-  onHost(in, size_t(rows * globalWidth(blocks)), out, size_t(rows * localWidth(blocks, tp)),
-         [&](const float *a, float *b) { host.takeColumns(a, rows, blocks, b); });
+  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
+  check(cudaMemsetAsync(out, 0, size_t(rows * local) * sizeof(act), state->stream),
+        "cudaMemsetAsync"); // the padding
+  forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t from, int64_t count, int64_t) {
+    copy2D(out + at, local, in + from, global, count, rows, state->stream);
+  });
 }
 
 void Device::takeRows(const act *in, int64_t rows, int64_t cols, act *out) {
-  onHost(in, size_t(rows * cols), out, size_t(rows / tp * cols),
-         [&](const float *a, float *b) { host.takeRows(a, rows, cols, b); });
+  int64_t mine = rows / tp; // token splits happen only where tp divides the tokens
+  check(cudaMemcpyAsync(out, in + rank * mine * cols, size_t(mine * cols) * sizeof(act),
+                        cudaMemcpyDeviceToDevice, state->stream),
+        "cudaMemcpyAsync");
 }
 
 void Device::partialFromReplicate(const act *in, int64_t n, act *out) {
@@ -319,13 +555,21 @@ void Device::partialFromReplicate(const act *in, int64_t n, act *out) {
 
 void Device::partialFromColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
                                 act *out) {
-  onHost(in, size_t(rows * localWidth(blocks, tp)), out, size_t(rows * globalWidth(blocks)),
-         [&](const float *a, float *b) { host.partialFromColumns(a, rows, blocks, b); });
+  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
+  check(cudaMemsetAsync(out, 0, size_t(rows * global) * sizeof(act), state->stream),
+        "cudaMemsetAsync");
+  forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t to, int64_t count, int64_t) {
+    copy2D(out + to, global, in + at, local, count, rows, state->stream);
+  });
 }
 
 void Device::partialFromRows(const act *in, int64_t tokens, int64_t cols, act *out) {
-  onHost(in, size_t(tokens / tp * cols), out, size_t(tokens * cols),
-         [&](const float *a, float *b) { host.partialFromRows(a, tokens, cols, b); });
+  int64_t mine = tokens / tp;
+  check(cudaMemsetAsync(out, 0, size_t(tokens * cols) * sizeof(act), state->stream),
+        "cudaMemsetAsync");
+  check(cudaMemcpyAsync(out + rank * mine * cols, in, size_t(mine * cols) * sizeof(act),
+                        cudaMemcpyDeviceToDevice, state->stream),
+        "cudaMemcpyAsync");
 }
 
 } // namespace tpcrt::cuda

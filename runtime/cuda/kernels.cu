@@ -1,7 +1,6 @@
 // The CUDA backend's kernels: bf16 in memory, fp32 arithmetic. GEMMs go to cuBLASLt; the
-// rest are plain kernels, one thread per element or one block per row. Attention here is the
-// straightforward three-pass form (scores, softmax, weighted sum), correct for prefill and
-// decode over the cache; a tiled Hopper kernel replaces it once it can be measured on one.
+// rest are plain kernels, one thread per element or one block per row. Attention is in
+// attention.cu.
 #include "state.h"
 
 #include <cmath>
@@ -11,33 +10,7 @@ namespace tpcrt::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocksFor(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
-
-cudaStream_t stream() { return current->stream; }
-
-void launched(const char *what) { check(cudaGetLastError(), what); }
-
-__device__ float load(const act *p, int64_t i) { return __bfloat162float(p[i]); }
-
-/// The block's values combined by `op` (a power-of-two block of kThreads); every thread
-/// gets the result. `partial` is kThreads floats of shared memory, free again on return.
-template <typename Op> __device__ float blockReduce(float value, float *partial, Op op) {
-  partial[threadIdx.x] = value;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s)
-      partial[threadIdx.x] = op(partial[threadIdx.x], partial[threadIdx.x + s]);
-    __syncthreads();
-  }
-  float result = partial[0];
-  __syncthreads();
-  return result;
-}
-
-__device__ float sum(float a, float b) { return a + b; }
-__device__ float maximum(float a, float b) { return fmaxf(a, b); }
+using namespace fused;
 
 __global__ void embeddingKernel(const int64_t *ids, int64_t tokens, const act *table,
                                 int64_t rowOffset, int64_t rows, int64_t width, act *out) {
@@ -57,7 +30,7 @@ __global__ void rmsNormKernel(const act *x, int64_t cols, const act *w, float ep
     float v = load(row, c);
     total += v * v;
   }
-  float scale = rsqrtf(blockReduce(total, partial, sum) / float(cols) + epsilon);
+  float scale = rsqrtf(blockSum(total, partial) / float(cols) + epsilon);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     out[int64_t(blockIdx.x) * cols + c] =
         __float2bfloat16(load(row, c) * scale * (load(w, c) + offset));
@@ -77,61 +50,6 @@ __global__ void rotaryKernel(const act *x, int64_t rows, int64_t cols, int64_t h
   out[base + f + half] = __float2bfloat16(b * c + a * s);
 }
 
-// scores[(r * heads + h) * keys + t] = softcap(scale * q_rh . k_t) for visible t, else -inf.
-__global__ void scoresKernel(const act *q, const act *keysCache, int64_t rows, int64_t heads,
-                             int64_t group, int64_t headDim, int64_t width, int64_t start,
-                             int64_t keys, float scale, int64_t window, float softcap,
-                             float *scores) {
-  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * heads * keys)
-    return;
-  int64_t t = i % keys, h = (i / keys) % heads, r = i / keys / heads;
-  int64_t position = start + r, first = window > 0 ? position - window + 1 : 0;
-  if (t > position || t < first) {
-    scores[i] = -INFINITY;
-    return;
-  }
-  const act *qh = q + r * heads * headDim + h * headDim;
-  const act *kt = keysCache + t * width + (h / group) * headDim;
-  float dot = 0;
-  for (int64_t d = 0; d < headDim; ++d)
-    dot += load(qh, d) * load(kt, d);
-  float s = dot * scale;
-  scores[i] = softcap > 0 ? softcap * tanhf(s / softcap) : s;
-}
-
-__global__ void softmaxKernel(float *scores, int64_t keys) {
-  __shared__ float partial[kThreads];
-  float *row = scores + int64_t(blockIdx.x) * keys;
-  float best = -INFINITY;
-  for (int64_t t = threadIdx.x; t < keys; t += blockDim.x)
-    best = fmaxf(best, row[t]);
-  best = blockReduce(best, partial, maximum);
-  float total = 0;
-  for (int64_t t = threadIdx.x; t < keys; t += blockDim.x) {
-    row[t] = row[t] == -INFINITY ? 0.0f : expf(row[t] - best);
-    total += row[t];
-  }
-  float inverse = 1.0f / blockReduce(total, partial, sum);
-  for (int64_t t = threadIdx.x; t < keys; t += blockDim.x)
-    row[t] *= inverse;
-}
-
-__global__ void weightedSumKernel(const float *scores, const act *valuesCache, int64_t rows,
-                                  int64_t heads, int64_t group, int64_t headDim, int64_t width,
-                                  int64_t keys, act *out) {
-  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * heads * headDim)
-    return;
-  int64_t d = i % headDim, h = (i / headDim) % heads, r = i / headDim / heads;
-  const float *p = scores + (r * heads + h) * keys;
-  const act *v = valuesCache + (h / group) * headDim + d;
-  float acc = 0;
-  for (int64_t t = 0; t < keys; ++t)
-    acc += p[t] * load(v, t * width);
-  out[r * heads * headDim + h * headDim + d] = __float2bfloat16(acc);
-}
-
 enum class Unary { Silu, GeluTanh, Gelu, Scale, Softcap };
 
 __global__ void unaryKernel(const act *x, int64_t n, Unary kind, float arg, act *out) {
@@ -141,19 +59,19 @@ __global__ void unaryKernel(const act *x, int64_t n, Unary kind, float arg, act 
   float v = load(x, i), y = v;
   switch (kind) {
   case Unary::Silu:
-    y = v / (1.0f + expf(-v));
+    y = fused::silu(v);
     break;
   case Unary::GeluTanh:
-    y = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    y = fused::geluTanh(v);
     break;
   case Unary::Gelu:
-    y = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    y = fused::gelu(v);
     break;
   case Unary::Scale:
     y = v * arg;
     break;
   case Unary::Softcap:
-    y = arg * tanhf(v / arg);
+    y = fused::softcap(v, arg);
     break;
   }
   out[i] = __float2bfloat16(y);
@@ -310,47 +228,6 @@ void rotary(const act *x, int64_t rows, int64_t cols, int64_t headDim, double th
   rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream()>>>(x, rows, cols, headDim, frequencies,
                                                             positions, out);
   launched("rotary");
-}
-
-void attention(const act *q, const act *k, const act *v, int64_t rows, int64_t heads,
-               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, KVCache &cache, act *out) {
-  int64_t start = cache.length, width = kvHeads * headDim;
-  if (start + rows > cache.capacity)
-    throw std::runtime_error("the KV cache holds " + std::to_string(cache.capacity) +
-                             " tokens; --max-seq-len is too small");
-  check(cudaMemcpyAsync(cache.keys + start * width, k, rows * width * sizeof(act),
-                        cudaMemcpyDeviceToDevice, stream()),
-        "cudaMemcpyAsync (KV cache)");
-  check(cudaMemcpyAsync(cache.values + start * width, v, rows * width * sizeof(act),
-                        cudaMemcpyDeviceToDevice, stream()),
-        "cudaMemcpyAsync (KV cache)");
-  cache.length += rows;
-  int64_t keys = cache.length, group = heads / kvHeads;
-  // Scores for a chunk of query rows at a time, so a long prompt's [rows, heads, keys] never
-  // has to fit at once (at most 64 Mi floats; a decode step is one row).
-  int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(64) << 20) / (heads * keys)));
-  size_t needed = size_t(chunk * heads * keys);
-  if (needed > current->scoresCapacity) {
-    check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    cudaFree(current->scores);
-    check(cudaMalloc(&current->scores, needed * sizeof(float)), "cudaMalloc (scores)");
-    current->scoresCapacity = needed;
-  }
-  int64_t qWidth = heads * headDim;
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    int64_t n = std::min(chunk, rows - r0);
-    int64_t count = n * heads * keys;
-    scoresKernel<<<blocksFor(count), kThreads, 0, stream()>>>(
-        q + r0 * qWidth, cache.keys, n, heads, group, headDim, width, start + r0, keys,
-        float(scale), slidingWindow, float(softcap), current->scores);
-    launched("attention scores");
-    softmaxKernel<<<unsigned(n * heads), kThreads, 0, stream()>>>(current->scores, keys);
-    launched("attention softmax");
-    weightedSumKernel<<<blocksFor(n * qWidth), kThreads, 0, stream()>>>(
-        current->scores, cache.values, n, heads, group, headDim, width, keys, out + r0 * qWidth);
-    launched("attention output");
-  }
 }
 
 void silu(const act *x, int64_t n, act *out) { unary(x, n, Unary::Silu, 0, out); }

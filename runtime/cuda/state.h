@@ -4,6 +4,7 @@
 #define TPCRT_CUDA_STATE_H
 
 #include "tpcrt/cuda/device.h"
+#include "tpcrt/cuda/fused.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -27,6 +28,9 @@ struct Device::State {
   std::vector<float> logits;
   /// Device copies of rotary inverse frequencies, by the host array the program passes.
   std::map<const double *, float *> invFreqs;
+  /// Staging for collectives that move pieces of strided feature dims, grown as needed.
+  act *scratch = nullptr;
+  size_t scratchCount = 0;
   /// Attention scores, [rows * heads, keys], grown as needed.
   float *scores = nullptr;
   size_t scoresCapacity = 0;
@@ -40,14 +44,42 @@ struct Device::State {
            Plan>
       plans;
 
-  /// Waits for an NCCL call and the stream, aborting the communicator after the timeout.
-  void waitNccl(ncclResult_t started, const char *what, int timeoutSeconds);
+  /// One-token forwards as CUDA graphs, by forward function: run eagerly once (so lazy setup
+  /// such as cuBLASLt plans happens outside the capture), then captured and replayed. Each
+  /// keeps the collectives its capture recorded, to trace them again on every replay.
+  struct Graph {
+    int eagerRuns = 0;
+    cudaGraphExec_t exec = nullptr;
+    const act *logits = nullptr;
+    std::vector<TraceEntry> records;
+  };
+  std::map<DeviceForwardFn, Graph> graphs;
+  bool graphsAllowed = false;
+  Graph *capturing = nullptr; // the graph being captured, if any
+
+  /// Tokens in every KV cache before the running forward, on the device (set by run()).
+  int64_t *kvStart = nullptr;
+
+  // Attention's fixed decode scratch (attention.cu, sized by prepareAttention): split-KV
+  // partials, the bounds they were sized for, and the SM count the split rule uses.
+  float *attentionPartials = nullptr; ///< [heads, splits, headDim] unnormalized outputs
+  float2 *attentionStats = nullptr;   ///< [heads, splits] (max in log2 units, sum of exps)
+  int64_t attentionHeads = 0, attentionHeadDim = 0, attentionSplits = 0;
+  int multiprocessors = 0;
 };
+
+/// Allocates the attention kernels' fixed scratch (attention.cu), once the caches exist.
+void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
+                      int64_t maxHeadDim);
 
 /// The state of the one Device of this process (kernels reach the stream through it).
 extern Device::State *current;
 
 void check(cudaError_t e, const char *what);
+
+/// The stream every kernel runs on, and the check after each launch.
+inline cudaStream_t stream() { return current->stream; }
+inline void launched(const char *what) { check(cudaGetLastError(), what); }
 
 } // namespace tpcrt::cuda
 

@@ -7,6 +7,7 @@
 #include "tpcrt/kernels.h"
 #include "tpcrt/weights.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -103,6 +104,21 @@ int64_t pieceSize(int64_t size, int64_t tp);
 /// The local and the global width of a feature dim made of strided `blocks`.
 int64_t localWidth(const std::vector<int64_t> &blocks, int64_t tp);
 int64_t globalWidth(const std::vector<int64_t> &blocks);
+
+/// Calls fn(localOffset, globalOffset, count, piece) for rank `rank`'s piece of each block of
+/// a feature dim: where it sits in the local row, where in the global row, how many of its
+/// `piece` columns are real (the rest is padding).
+template <typename Fn>
+void forEachPiece(const std::vector<int64_t> &blocks, int tp, int rank, Fn fn) {
+  int64_t localOffset = 0, globalOffset = 0;
+  for (int64_t block : blocks) {
+    int64_t piece = pieceSize(block, tp), first = rank * piece;
+    fn(localOffset, globalOffset + first, std::max<int64_t>(0, std::min(piece, block - first)),
+       piece);
+    localOffset += piece;
+    globalOffset += block;
+  }
+}
 
 /// The emitted binary's main: arguments, rank identity, weights, prefill and greedy decode.
 int runModel(const ModelSpec &spec, int argc, char **argv);

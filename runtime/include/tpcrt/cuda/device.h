@@ -9,6 +9,7 @@
 #include "tpcrt/model.h"
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <memory>
@@ -18,7 +19,9 @@ namespace tpcrt::cuda {
 
 using act = __nv_bfloat16;
 
-/// One layer's keys and values on the device, [capacity, width] each.
+/// One layer's keys and values on the device, [capacity, width] each. `length` is the host's
+/// count of tokens cached before the running forward; kernels read the same count from the
+/// device (Device::State::kvStart), which is what a replayed CUDA graph sees.
 struct KVCache {
   act *keys = nullptr, *values = nullptr;
   int64_t capacity = 0, width = 0, length = 0;
@@ -34,13 +37,28 @@ public:
   /// weights as bf16, sizes the arena and KV caches for host.maxTokens tokens, and connects
   /// the communicator: NCCL, its unique id sent through host's Gloo store, unless
   /// TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU). Errors stop
-  /// the rank with a message naming the CUDA, cuBLASLt or NCCL call.
-  Device(Context &host, const ModelSpec &spec);
+  /// the rank with a message naming the CUDA, cuBLASLt or NCCL call. `maxHeads` and
+  /// `maxHeadDim` bound every attention layer's local query heads and head size (the decode
+  /// attention's scratch is sized by them). The parameters of each of `weightGroups` (by
+  /// index) lie one after the other in one allocation, in that order.
+  Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t maxHeadDim,
+         const std::vector<std::vector<int>> &weightGroups);
+  /// Finalizes NCCL (aborting it if a peer does not answer within --timeout) and frees the
+  /// device; the program deletes its Device once every rank is done.
   ~Device();
 
-  /// One forward: ids and positions to the device, `fn`, the logits back as fp32.
+  /// One forward: ids and positions to the device, `fn`, the logits back as fp32. A
+  /// one-token forward is captured in a CUDA graph the second time it runs and replayed
+  /// from then on, unless collectives go through the host (TPC_CUDA_COMM=gloo) or
+  /// TPC_CUDA_GRAPHS=0. The host waits once per forward, polling NCCL's asynchronous error
+  /// meanwhile: the watchdog.
   const float *run(const int64_t *ids, const int64_t *positions, int64_t tokens,
                    DeviceForwardFn fn);
+
+  /// The stream every kernel runs on (generated kernels launch on it too).
+  cudaStream_t stream() const;
+  /// Stops the rank if the kernel just launched could not start.
+  void launched(const char *what) const;
 
   const act *weight(size_t i) const { return weights[i]; }
   [[noreturn]] void fail(const std::string &message) const { host.fail(message); }
@@ -71,13 +89,30 @@ public:
   std::unique_ptr<State> state;
 
 private:
+  /// Records a collective in the trace; while a graph is being captured, also remembers it,
+  /// so each replay records it again.
+  void record(const char *kind, const char *module, int64_t rows, uint64_t bytes);
+  /// Waits for the stream (when `stream`) and for NCCL to finish what it is doing in the
+  /// background: a peer that stops answering leaves either pending, so after --timeout the
+  /// communicator is aborted and the rank stops with an error.
+  void wait(const char *what, bool stream = true);
+
+  /// A device buffer of at least `count` elements for collectives to stage through.
+  act *scratch(size_t count);
+  /// Checks an NCCL call just made, waiting (watched) until a non-blocking one is enqueued.
+  void nccl(int started, const char *what);
+  /// Every rank's `count` elements, rank-major, into out (NCCL, or copies of this rank's own
+  /// in the per-rank view).
+  void gather(const act *in, size_t count, act *out);
+
   /// Runs a CPU collective on host copies of device buffers (the Gloo path).
   template <typename Fn>
   void onHost(const act *in, size_t inCount, act *out, size_t outCount, Fn fn);
 
   Context &host;
   const ModelSpec &spec;
-  std::vector<act *> weights;
+  std::vector<act *> weights;     // by parameter index
+  std::vector<act *> allocations; // what holds them
 };
 
 // Kernels, on the device's stream. Arguments as in tpcrt/kernels.h, on device pointers;
