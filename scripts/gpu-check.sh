@@ -8,7 +8,8 @@
 #                                       the CPU target for reference logits and tokens, and
 #                                       packs the binaries and the shared libraries they need
 #                                       (not NCCL, cuBLAS: the GPU machine's own) into DIR
-#                                       (default gpu-bundle/, git-ignored), at most 64 MiB.
+#                                       (default gpu-bundle/, git-ignored; binaries and
+#                                       libraries as DIR/payload.tgz), at most 64 MiB.
 #   scripts/gpu-check.sh run [DIR]      on the GPU machine, from the repository root: runs the
 #                                       stages below with the machine's NCCL and cuBLAS wheels
 #                                       on LD_LIBRARY_PATH; each stage's result goes to
@@ -16,7 +17,10 @@
 #                                       is skipped, so a rerun resumes. Prints a summary and
 #                                       copies the results to $OUT when that is set.
 #
-# Stages: env (the GPU, the libraries); example-tp1 (one rank: NCCL has nothing to do);
+# Stages: env (the GPU, the libraries); example-tp1 (one rank: NCCL has nothing to do;
+# decode steps replay a CUDA graph) and example-tp1-eager (TPC_CUDA_GRAPHS=0);
+# attention-MODEL (bench/gpu-check/'s head_dim 128 and 64 models over a 150-token prompt: the
+# tensor-core prefill and the split decode attention);
 # example-tp2-gloo and example-tp4-gloo (TPC_CUDA_COMM=gloo: ranks sharing the one GPU, which
 # NCCL refuses). Each compares with the CPU target's run on the same generated weights
 # (scripts/gpu-compare.py states the bf16 tolerance); bench (below: decode and prefill of a
@@ -28,8 +32,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 step=${1:-}
 dir=$(realpath -m "${2:-$root/gpu-bundle}")
 prompt=1,15,42,7,99,3,64,200
+long_prompt=$(seq -s, 2 151) # 150 tokens: three 64-row prefill blocks, the last one partial
 new_tokens=16
 seed=3
+
+model_name() { # the module's name, which names the binary
+  sed -n 's/^module @\([A-Za-z0-9_]*\).*/\1/p' "$1" | head -n 1
+}
 
 bundle() {
   local tpc=$root/build/bin/tpc
@@ -53,6 +62,21 @@ bundle() {
       -o "$dir/build8b-$tp" > "$dir/build8b-$tp.log" 2>&1 || { cat "$dir/build8b-$tp.log"; exit 1; }
     cp "$dir/build8b-$tp/llama" "$dir/bin/llama3-8b-tp$tp"
   done
+  # Attention-shaped models (bench/gpu-check/: head_dim 128 with a sliding window and
+  # softcaps, head_dim 64 with a GQA group of 4 and q/k/v biases) and a prompt longer than
+  # two prefill tiles: the tensor-core prefill and split decode kernels against the CPU.
+  local m
+  for config in "$root"/bench/gpu-check/*.json; do
+    m=$(basename "$config" .json)
+    "$tpc" import "$config" -o "$dir/$m.mlir" > /dev/null
+    "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 -o "$dir/cpu-$m" > /dev/null 2>&1
+    "$dir/cpu-$m/$(model_name "$dir/$m.mlir")" --random-weights $seed --prompt-ids "$long_prompt" \
+      --max-new-tokens $new_tokens --ignore-eos --dump-logits "$dir/ref/$m.bin" > "$dir/ref/$m.txt"
+    "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 --target cuda -o "$dir/build-$m" \
+      > "$dir/build-$m.log" 2>&1 || { cat "$dir/build-$m.log"; exit 1; }
+    cp "$dir/build-$m/$(model_name "$dir/$m.mlir")" "$dir/bin/$m-tp1"
+    rm -rf "$dir/cpu-$m" "$dir/$m.mlir"
+  done
   cp "$root/bench/llama3-8b-config.json" "$root/bench/gpu_bench.py" \
     "$root/bench/per_rank_model.py" "$dir/"
   rm -rf "$dir"/build* "$dir/cpu" "$dir/llama3-8b.mlir"
@@ -62,6 +86,9 @@ bundle() {
     grep -v -E 'lib(c|m|stdc\+\+|gcc_s|pthread|dl|rt)\.so|libnccl|libcublas' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
   cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu-compare.py" "$dir/"
+  # Binaries and libraries travel compressed (OpenBLAS alone is 36 MiB); run unpacks them.
+  tar czf "$dir/payload.tgz" -C "$dir" bin lib
+  rm -rf "$dir/bin" "$dir/lib"
   local size
   size=$(du -sb "$dir" | cut -f1)
   echo "bundle: $dir, $((size / 1024 / 1024)) MiB"
@@ -120,19 +147,29 @@ env_stage() { # (stages run where set -e does not reach: each step says || retur
   echo "env: ok"
 }
 
-example_stage() { # example_stage TP [COMM]
-  local tp=$1 comm=${2:-nccl} out=$dir/results/example-tp$1
+# compare NAME BINARY REF PROMPT TP [COMM]: the binary free-running and fed the CPU's tokens,
+# compared with the CPU run ref/REF.{bin,txt}.
+compare() {
+  local out=$dir/results/$1 bin=$2 ref=$dir/ref/$3 ids=$4 tp=$5 comm=${6:-nccl}
   local force
-  force=$(sed -n 's/^tokens: //p' "$dir/ref/cpu.txt" | tr ' ' ',' | cut -d, -f1-$((new_tokens - 1)))
-  TPC_CUDA_COMM=$comm run_ranks "$tp" "$dir/bin/llama-tp$tp" --random-weights $seed \
-    --prompt-ids $prompt --max-new-tokens $new_tokens --ignore-eos \
+  force=$(sed -n 's/^tokens: //p' "$ref.txt" | tr ' ' ',' | cut -d, -f1-$((new_tokens - 1)))
+  TPC_CUDA_COMM=$comm run_ranks "$tp" "$bin" --random-weights $seed \
+    --prompt-ids "$ids" --max-new-tokens $new_tokens --ignore-eos \
     --dump-logits "$out-free.bin" > "$out-free.txt" || return 1
-  TPC_CUDA_COMM=$comm run_ranks "$tp" "$dir/bin/llama-tp$tp" --random-weights $seed \
-    --prompt-ids $prompt --max-new-tokens $new_tokens --ignore-eos --force-ids "$force" \
+  TPC_CUDA_COMM=$comm run_ranks "$tp" "$bin" --random-weights $seed \
+    --prompt-ids "$ids" --max-new-tokens $new_tokens --ignore-eos --force-ids "$force" \
     --dump-logits "$out-forced.bin" > "$out-forced.txt" || return 1
   cat "$out-free.txt"
-  python3 "$dir/gpu-compare.py" "$dir/ref/cpu.bin" "$dir/ref/cpu.txt" \
+  python3 "$dir/gpu-compare.py" "$ref.bin" "$ref.txt" \
     "$out-forced.bin" "$out-forced.txt" "$out-free.txt"
+}
+
+example_stage() { # example_stage TP [COMM [TAG]]
+  compare "example-tp$1${3:+-$3}" "$dir/bin/llama-tp$1" cpu $prompt "$1" "${2:-nccl}"
+}
+
+attention_stage() { # attention_stage MODEL: one rank, NCCL idle, the decode graph on
+  compare "attention-$1" "$dir/bin/$1-tp1" "$1" "$long_prompt" 1
 }
 
 # Decode of the Llama-3-8B-shaped model at tp 1, batch 1, after a 1024-token prompt (generated
@@ -174,7 +211,9 @@ per_rank_stage() {
 }
 
 run() {
-  [[ -d $dir/bin ]] || { echo "no bundle at $dir: run 'gpu-check.sh bundle' first" >&2; exit 1; }
+  [[ -d $dir/bin || -f $dir/payload.tgz ]] ||
+    { echo "no bundle at $dir: run 'gpu-check.sh bundle' first" >&2; exit 1; }
+  [[ -d $dir/bin ]] || tar xzf "$dir/payload.tgz" -C "$dir"
   mkdir -p "$dir/results"
   # The machine's own NCCL and cuBLAS, from the wheels PyTorch brought.
   local wheels
@@ -191,6 +230,13 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   local failed=0
   stage env env_stage || failed=1
   stage example-tp1 example_stage 1 || failed=1
+  # The same without the decode step's CUDA graph: the graph must not change a logit.
+  TPC_CUDA_GRAPHS=0 stage example-tp1-eager example_stage 1 nccl eager || failed=1
+  for bin in "$dir"/bin/*-hd*-tp1; do
+    local m
+    m=$(basename "$bin" -tp1)
+    stage "attention-$m" attention_stage "$m" || failed=1
+  done
   stage example-tp2-gloo example_stage 2 gloo || failed=1
   stage example-tp4-gloo example_stage 4 gloo || failed=1
   stage bench bench_stage || failed=1
@@ -206,5 +252,5 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
 case $step in
   bundle) bundle ;;
   run) run ;;
-  *) sed -n '2,24p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac
