@@ -237,7 +237,8 @@ private:
       ops.push_back(&op);
     }
     std::vector<Live> live;
-    for (auto [i, op] : llvm::enumerate(ops)) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Operation *op = ops[i];
       if (isa<WeightOp, func::ReturnOp>(op) || emittedWith.count(op))
         continue;
       llvm::erase_if(live, [&](const Live &l) { return l.end < i; });

@@ -258,7 +258,9 @@ void PlanApplier::matchRules() {
 void PlanApplier::placeModules() {
   // A rule on the wrong kind of module is reported once, at its first module.
   std::vector<SmallVector<StringRef>> misfits(rules.size());
-  for (auto &[name, ops] : index.moduleOps) {
+  for (auto &entry : index.moduleOps) {
+    StringRef name = entry.first; // (a structured binding: lambdas below could not capture it)
+    auto &ops = entry.second;
     int r = ruleFor(name, /*asModule=*/true);
     if (r < 0 || !strategies[r])
       continue;

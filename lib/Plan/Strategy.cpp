@@ -306,7 +306,9 @@ LogicalResult StrategyRegistry::loadCustom(StringRef path, MLIRContext *context)
                                        "{name: {weight, bias, input, output}}, got "
                                     << describeJsonType(root);
   bool ok = true;
-  for (const auto &[name, entry] : root.items()) {
+  for (const auto &item : root.items()) {
+    const std::string &name = item.key(); // not a structured binding: lambdas capture it
+    const nlohmann::ordered_json &entry = item.value();
     Location loc = doc->keyLoc({name});
     auto error = [&]() -> InFlightDiagnostic {
       ok = false;
