@@ -1,8 +1,8 @@
 // The CUDA backend's device: weights, arena, KV caches, cuBLASLt and the communicator.
-// Collectives: NCCL sums bf16 in place on the device (all_reduce, the one a tensor-parallel
-// decode step is made of), polled by a watchdog that aborts the communicator when a peer stops
-// answering; every other collective and reshard, and all of them under TPC_CUDA_COMM=gloo,
-// goes through the CPU Context's own implementation on fp32 host copies.
+// Collectives: NCCL on the device's stream (so a captured decode step holds them), polled by a
+// watchdog that aborts the communicator when a peer stops answering; device copies for a rank
+// alone (tp 1, the per-rank view); under TPC_CUDA_COMM=gloo, the CPU Context's own
+// implementation on fp32 host copies.
 #include "tpcrt/cuda/device.h"
 
 #include "state.h"
@@ -87,6 +87,7 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
                const std::vector<std::vector<int>> &weightGroups)
     : rank(host.rank), tp(host.tp), state(std::make_unique<State>()), host(host), spec(spec) {
   current = state.get();
+  state->timeoutSeconds = host.timeoutSeconds;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
@@ -166,7 +167,9 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
 
   const char *mode = std::getenv("TPC_CUDA_COMM");
   const char *view = std::getenv("TPC_SINGLE_RANK_VIEW");
-  state->noop = view && std::string(view) == "1";
+  // A rank alone (the per-rank view, or tp 1) moves nothing: its collectives are the device
+  // copies below. Never the host path at tp 1, whose synchronous copies a graph cannot hold.
+  state->noop = (view && std::string(view) == "1") || tp == 1;
   state->useNccl = tp > 1 && !state->noop && !(mode && std::string(mode) == "gloo");
   if (state->useNccl && host.localRank >= count)
     throw std::runtime_error("NCCL needs a GPU per rank: local rank " +
@@ -190,8 +193,24 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
                          !(graphs && std::string(graphs) == "0");
 }
 
+namespace {
+/// Destroys the captured decode graphs. NCCL keeps a communicator alive while a graph that
+/// captured its collectives exists (finalize, destroy and abort all wait for those graphs to
+/// die), so this comes before any of them.
+void releaseGraphs(Device::State &state) {
+  for (auto &[fn, graph] : state.graphs)
+    if (graph.exec) {
+      cudaGraphExecDestroy(graph.exec);
+      graph.exec = nullptr;
+    }
+}
+} // namespace
+
 Device::~Device() {
-  // Nothing here may throw: errors at the end are reported and the rank still exits.
+  // Nothing here may throw: errors at the end are reported and the rank still exits. The
+  // Context this Device was built from is gone by now (runModel has returned): only state
+  // and members are used.
+  releaseGraphs(*state);
   if (state->nccl) {
     ncclResult_t r = ncclCommFinalize(state->nccl);
     try {
@@ -200,13 +219,14 @@ Device::~Device() {
       wait("ncclCommFinalize");
     } catch (const std::exception &e) {
       std::fprintf(stderr, "warning: rank %d: %s\n", rank, e.what());
+      if (state->nccl) { // finalizing failed: nothing more to flush
+        ncclCommAbort(state->nccl);
+        state->nccl = nullptr;
+      }
     }
     if (state->nccl)
       ncclCommDestroy(state->nccl);
   }
-  for (auto &[fn, graph] : state->graphs)
-    if (graph.exec)
-      cudaGraphExecDestroy(graph.exec);
   for (act *allocation : allocations)
     cudaFree(allocation);
   for (KVCache &cache : caches) {
@@ -215,6 +235,16 @@ Device::~Device() {
   }
   cudaFree(arena);
   cudaFree(state->scratch);
+  cudaFree(state->scores);
+  cudaFree(state->attentionPartials);
+  cudaFree(state->attentionStats);
+  cudaFree(state->ids);
+  cudaFree(state->positions);
+  cudaFree(state->kvStart);
+  cudaFree(state->workspace);
+  for (auto &[array, frequencies] : state->invFreqs)
+    cudaFree(frequencies);
+  cudaFreeHost(state->hostLogits);
   if (state->lt)
     cublasLtDestroy(state->lt);
   if (state->stream)
@@ -235,12 +265,13 @@ void Device::wait(const char *what, bool stream) {
   // stops answering leaves both pending, so after the timeout the communicator is aborted.
   // It runs once per forward, at the one point the host waits for the device: collectives
   // themselves are only enqueued, so a decode step's kernels and NCCL calls stay back to back.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(host.timeoutSeconds);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(state->timeoutSeconds);
   for (;;) {
     ncclResult_t async = ncclSuccess;
     if (state->nccl)
       ncclCommGetAsyncError(state->nccl, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
+      releaseGraphs(*state); // else the abort waits for them forever
       ncclCommAbort(state->nccl);
       state->nccl = nullptr;
       throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(async));
@@ -251,11 +282,13 @@ void Device::wait(const char *what, bool stream) {
     if (e != cudaSuccess && e != cudaErrorNotReady)
       throw std::runtime_error(cudaMessage(what, e));
     if (std::chrono::steady_clock::now() > deadline) {
-      if (state->nccl)
+      if (state->nccl) {
+        releaseGraphs(*state); // an in-flight one is freed once the abort lets it finish
         ncclCommAbort(state->nccl);
+      }
       state->nccl = nullptr;
       throw std::runtime_error(std::string(what) + ": no answer from a peer rank within " +
-                               std::to_string(host.timeoutSeconds) + " s (a rank stopped?)");
+                               std::to_string(state->timeoutSeconds) + " s (a rank stopped?)");
     }
     std::this_thread::yield();
   }
@@ -275,6 +308,18 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     throw std::runtime_error("the KV cache holds " + std::to_string(caches.front().capacity) +
                              " tokens and this forward would need " +
                              std::to_string(start + tokens) + "; raise --max-seq-len");
+  // The logits come back through pinned memory (a copy to pageable memory would wait for the
+  // forward inside cudaMemcpyAsync, out of the watchdog's reach); grown here, while the stream
+  // is idle.
+  int64_t rows = spec.lastTokenOnly ? 1 : tokens;
+  size_t count = size_t(rows * spec.vocab);
+  if (count > state->hostLogitsCount) {
+    cudaFreeHost(state->hostLogits);
+    state->hostLogits = nullptr;
+    state->hostLogitsCount = 0;
+    check(cudaMallocHost(&state->hostLogits, count * sizeof(act)), "cudaMallocHost (logits)");
+    state->hostLogitsCount = count;
+  }
   check(cudaMemcpyAsync(state->ids, ids, tokens * sizeof(int64_t), cudaMemcpyHostToDevice,
                         state->stream),
         "cudaMemcpyAsync (ids)");
@@ -315,17 +360,15 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     if (graph)
       ++graph->eagerRuns;
   }
-  int64_t rows = spec.lastTokenOnly ? 1 : tokens;
-  std::vector<act> staged(size_t(rows * spec.vocab));
-  check(cudaMemcpyAsync(staged.data(), logits, staged.size() * sizeof(act),
-                        cudaMemcpyDeviceToHost, state->stream),
+  check(cudaMemcpyAsync(state->hostLogits, logits, count * sizeof(act), cudaMemcpyDeviceToHost,
+                        state->stream),
         "cudaMemcpyAsync (logits)");
   wait("the forward");
   for (KVCache &cache : caches)
     cache.length += tokens;
-  state->logits.resize(staged.size());
-  for (size_t i = 0; i < staged.size(); ++i)
-    state->logits[i] = __bfloat162float(staged[i]);
+  state->logits.resize(count);
+  for (size_t i = 0; i < count; ++i)
+    state->logits[i] = __bfloat162float(state->hostLogits[i]);
   return state->logits.data();
 }
 

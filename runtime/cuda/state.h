@@ -23,9 +23,16 @@ struct Device::State {
   size_t workspaceBytes = 0;
   ncclComm_t nccl = nullptr;
   bool useNccl = false;
-  bool noop = false; // TPC_SINGLE_RANK_VIEW: a rank alone, its collectives run nowhere
+  bool noop = false; // a rank alone (tp 1, TPC_SINGLE_RANK_VIEW): collectives are local copies
   int64_t *ids = nullptr, *positions = nullptr;
   std::vector<float> logits;
+  /// Pinned staging for the logits coming back: a copy to pageable memory would block the
+  /// host until the forward is done, so a lost peer would hang it before the watchdog runs.
+  act *hostLogits = nullptr;
+  size_t hostLogitsCount = 0;
+  /// --timeout, kept here: the Device outlives the Context it was built from (it is deleted
+  /// after runModel returns, and finalizing NCCL is watched too).
+  int timeoutSeconds = 30;
   /// Device copies of rotary inverse frequencies, by the host array the program passes.
   std::map<const double *, float *> invFreqs;
   /// Staging for collectives that move pieces of strided feature dims, grown as needed.
