@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -214,6 +215,16 @@ std::string tracePath(const std::string &file, int rank, int world) {
   return world > 1 ? path + ".rank" + std::to_string(rank) : path;
 }
 
+/// The product of `factors` as an element count; throws std::length_error when it overflows
+/// (a --max-seq-len of 2^62, say), which the caller reports like a failed allocation.
+size_t elementCount(std::initializer_list<int64_t> factors) {
+  uint64_t n = 1;
+  for (int64_t f : factors)
+    if (f < 0 || __builtin_mul_overflow(n, uint64_t(f), &n) || n > uint64_t(PTRDIFF_MAX) / 4)
+      throw std::length_error("too many elements");
+  return size_t(n);
+}
+
 double millis(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
@@ -315,40 +326,53 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   std::unique_ptr<Checkpoint> checkpoint;
   if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error)))
     return stop(error);
-  for (const ParamDesc &param : spec.params) {
-    SliceSpec slice = param.slice;
-    if (slice.dim >= 0)
-      slice.piece = rank * slice.chunks / world;
-    std::vector<int64_t> local = slice.localShape(param.hfShape);
-    int64_t elements = 1;
-    for (int64_t d : local)
-      elements *= d;
-    cx.slices.push_back(slice);
-    if (!checkpoint && spec.prepare) { // the device generates them where they will live
-      cx.randomSeed = args.randomSeed;
-      cx.weights.emplace_back();
-      weightBytes += uint64_t(elements) * 4;
-      continue;
-    }
-    std::vector<float> &w = cx.weights.emplace_back(size_t(elements));
-    if (checkpoint) {
-      uint64_t bytes = 0;
-      if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error,
-                            param.sources))
-        return stop(error);
-      weightBytes += bytes;
-    } else {
-      generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
-      weightBytes += uint64_t(elements) * 4;
-    }
-  }
+  // What is being allocated, for the error when memory runs out.
+  std::string allocating;
   std::vector<std::vector<float>> cacheStorage;
-  for (int64_t width : spec.prepare ? std::vector<int64_t>{} : spec.kvWidths) {
-    cacheStorage.emplace_back(size_t(2 * width * args.maxSeqLen));
-    float *base = cacheStorage.back().data();
-    cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
+  std::vector<float> arena;
+  try {
+    for (const ParamDesc &param : spec.params) {
+      SliceSpec slice = param.slice;
+      if (slice.dim >= 0)
+        slice.piece = rank * slice.chunks / world;
+      std::vector<int64_t> local = slice.localShape(param.hfShape);
+      allocating = std::string("parameter ") + param.name;
+      size_t elements = 1;
+      for (int64_t d : local)
+        elements = elementCount({int64_t(elements), d});
+      cx.slices.push_back(slice);
+      if (!checkpoint && spec.prepare) { // the device generates them where they will live
+        cx.randomSeed = args.randomSeed;
+        cx.weights.emplace_back();
+        weightBytes += uint64_t(elements) * 4;
+        continue;
+      }
+      std::vector<float> &w = cx.weights.emplace_back(elements);
+      if (checkpoint) {
+        uint64_t bytes = 0;
+        if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error,
+                              param.sources))
+          return stop(error);
+        weightBytes += bytes;
+      } else {
+        generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
+        weightBytes += uint64_t(elements) * 4;
+      }
+    }
+    allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);
+    for (int64_t width : spec.prepare ? std::vector<int64_t>{} : spec.kvWidths) {
+      cacheStorage.emplace_back(elementCount({2, width, args.maxSeqLen}));
+      float *base = cacheStorage.back().data();
+      cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
+    }
+    allocating = "the activations for --max-seq-len " + std::to_string(args.maxSeqLen);
+    if (!spec.prepare)
+      arena.resize(elementCount({spec.floatsPerToken, args.maxSeqLen}));
+  } catch (const std::bad_alloc &) {
+    return stop("out of memory allocating " + allocating);
+  } catch (const std::length_error &) {
+    return stop("cannot allocate " + allocating + ": its size overflows");
   }
-  std::vector<float> arena(spec.prepare ? 0 : size_t(spec.floatsPerToken * args.maxSeqLen));
   cx.arena = arena.data();
   if (spec.prepare) {
     try {
