@@ -53,12 +53,6 @@ FailureOr<std::vector<PlanRule>> tpc::plan::readPlan(StringRef path, MLIRContext
     return failure();
   }
 
-  for (const auto &[dupPath, loc] : doc->duplicates())
-    if (dupPath.size() == keyPath.size() + 1 &&
-        std::equal(keyPath.begin(), keyPath.end(), dupPath.begin()))
-      emitWarning(loc) << "plan key '" << dupPath.back()
-                       << "' is given twice; the later entry wins, as in transformers";
-
   std::vector<PlanRule> rules;
   bool ok = true;
   for (const auto &[key, value] : entries->items()) {
