@@ -473,8 +473,16 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
       emitError(module.getLoc()) << "tp.hf_tp_plan is not a JSON object of {pattern: strategy}";
       return failure();
     }
-    for (const auto &[key, value] : base.items())
+    // Checked before it is copied: copying a value nested without bound recurses without
+    // bound (the attribute may come from a hand-written model.mlir).
+    for (const auto &[key, value] : base.items()) {
+      if (!value.is_string()) {
+        emitError(module.getLoc())
+            << "tp.hf_tp_plan: the strategy for '" << key << "' must be a string";
+        return failure();
+      }
       plan["model." + key] = value;
+    }
     if (const nlohmann::ordered_json *table = defaultPlan(modelType.getValue(), false))
       if (table->contains("lm_head"))
         plan["lm_head"] = (*table)["lm_head"];
