@@ -79,6 +79,17 @@ const std::set<std::string> kHarmless = {
     "max_window_layers", "use_sliding_window", "base_model_tp_plan", "base_model_pp_plan",
     "pretraining_tp", "generation_config", "bos_token", "eos_token", "use_bidirectional_attention"};
 
+// config.json comes from anywhere: a size larger than any model's would only overflow or
+// exhaust memory further down (in the text written here, in analyze's byte counts, in the
+// binary's allocations), so it is refused here, at its field.
+/// Any integer field: sizes of real models are far below 2^31.
+constexpr int64_t kMaxConfigInt = (int64_t(1) << 31) - 1;
+/// Layers and experts, each of which adds text to model.mlir: 4x the largest released model.
+constexpr int64_t kMaxRepeats = 1024;
+/// One parameter: 2^40 elements (4 TiB in fp32), hundreds of times today's largest tensor,
+/// and far from overflowing a byte count.
+constexpr uint64_t kMaxParamElements = uint64_t(1) << 40;
+
 /// One config.json, read field by field: what was read is remembered, so the fields left
 /// over can be reported; errors point at the field's line.
 class Config {
@@ -97,16 +108,19 @@ public:
   }
 
   std::optional<int64_t> integer(const std::string &key, std::optional<int64_t> fallback,
-                                 int64_t minimum = 1) {
+                                 int64_t minimum = 1, int64_t maximum = kMaxConfigInt) {
     const json *v = get(key);
     if (!v) {
       if (!fallback)
         error(key) << "config.json has no '" << key << "'";
       return fallback;
     }
-    if (!v->is_number_integer() || v->get<int64_t>() < minimum) {
-      error(key) << "'" << key << "' must be an integer >= " << minimum << ", got "
-                 << v->dump();
+    // An unsigned value above 2^63 would read as negative: compare it as unsigned.
+    bool tooLarge = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(maximum);
+    if (!v->is_number_integer() || tooLarge || v->get<int64_t>() < minimum ||
+        v->get<int64_t>() > maximum) {
+      error(key) << "'" << key << "' must be an integer from " << minimum << " to " << maximum
+                 << ", got " << v->dump();
       return std::nullopt;
     }
     return v->get<int64_t>();
@@ -192,6 +206,12 @@ public:
                      const std::vector<std::string> &sources = {}) {
     if (!declared.count(name)) {
       declared.insert(name);
+      uint64_t elements = 1;
+      bool overflow = false;
+      for (int64_t d : shape)
+        overflow |= __builtin_mul_overflow(elements, uint64_t(d), &elements);
+      if ((overflow || elements > kMaxParamElements) && oversized.empty())
+        oversized = name + " " + type(shape);
       params << "  tp.param @\"" << name << "\"";
       if (!sources.empty()) {
         params << " {sources = [";
@@ -229,6 +249,8 @@ public:
   void arg(const std::string &value, const std::string &t) { shapes[value] = t; }
 
   std::ostringstream params, body;
+  /// The first parameter of more than kMaxParamElements elements, with its type.
+  std::string oversized;
 
 private:
   std::set<std::string> declared;
@@ -278,7 +300,7 @@ bool Importer::readShape() {
   vocab = get("vocab_size");
   hidden = get("hidden_size");
   inter = get("intermediate_size");
-  layers = get("num_hidden_layers");
+  layers = c.integer("num_hidden_layers", std::nullopt, 1, kMaxRepeats).value_or(0);
   heads = get("num_attention_heads");
   if (c.failed)
     return false;
@@ -318,7 +340,7 @@ bool Importer::readShape() {
                                 << "' is not supported (silu, gelu, gelu_pytorch_tanh, "
                                    "gelu_new are)";
   if (arch.moe) {
-    experts = get("num_local_experts");
+    experts = c.integer("num_local_experts", std::nullopt, 1, kMaxRepeats).value_or(0);
     topK = get("num_experts_per_tok");
     if (!c.failed && topK > experts)
       c.error("num_experts_per_tok") << "num_experts_per_tok " << topK << " exceeds the "
@@ -641,6 +663,11 @@ std::optional<std::string> Importer::run() {
   if (finalSoftcap)
     logits = w.op("capped", "softcap", "lm_head", {logits}, "cap = " + f64(*finalSoftcap),
                   w.act(vocab));
+  if (!w.oversized.empty()) {
+    emitError(c.doc.locAt(0)) << "this config.json makes parameter " << w.oversized
+                              << ", more than the 2^40 elements tpc handles in one tensor";
+    return std::nullopt;
+  }
 
   std::ostringstream text;
   text << "// Imported by `tpc import` from " << llvm::sys::path::filename(c.doc.path()).str()

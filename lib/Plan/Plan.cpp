@@ -53,12 +53,6 @@ FailureOr<std::vector<PlanRule>> tpc::plan::readPlan(StringRef path, MLIRContext
     return failure();
   }
 
-  for (const auto &[dupPath, loc] : doc->duplicates())
-    if (dupPath.size() == keyPath.size() + 1 &&
-        std::equal(keyPath.begin(), keyPath.end(), dupPath.begin()))
-      emitWarning(loc) << "plan key '" << dupPath.back()
-                       << "' is given twice; the later entry wins, as in transformers";
-
   std::vector<PlanRule> rules;
   bool ok = true;
   for (const auto &[key, value] : entries->items()) {
@@ -481,8 +475,16 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
       emitError(module.getLoc()) << "tp.hf_tp_plan is not a JSON object of {pattern: strategy}";
       return failure();
     }
-    for (const auto &[key, value] : base.items())
+    // Checked before it is copied: copying a value nested without bound recurses without
+    // bound (the attribute may come from a hand-written model.mlir).
+    for (const auto &[key, value] : base.items()) {
+      if (!value.is_string()) {
+        emitError(module.getLoc())
+            << "tp.hf_tp_plan: the strategy for '" << key << "' must be a string";
+        return failure();
+      }
       plan["model." + key] = value;
+    }
     if (const nlohmann::ordered_json *table = defaultPlan(modelType.getValue(), false))
       if (table->contains("lm_head"))
         plan["lm_head"] = (*table)["lm_head"];

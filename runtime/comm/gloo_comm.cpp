@@ -11,11 +11,14 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 namespace tpcrt {
 
@@ -88,6 +91,43 @@ private:
   std::shared_ptr<gloo::Context> context;
 };
 
+// What a rank leaves in the rendezvous directory: its claim ("host pid", written when it
+// joins) and, when it stops on an error, the reason.
+std::string claimPath(const std::string &dir, int rank) {
+  return dir + "/tpc.rank" + std::to_string(rank);
+}
+std::string exitPath(const std::string &dir, int rank) {
+  return dir + "/tpc.exit" + std::to_string(rank);
+}
+
+std::string hostName() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+/// Whether process `pid` of this machine has ended: gone, or a zombie its parent has not
+/// reaped yet.
+bool processEnded(long pid) {
+  if (pid <= 0)
+    return false;
+  if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+    return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() &&
+         (text[paren + 2] == 'Z' || text[paren + 2] == 'X');
+}
+
+std::string joinList(const std::vector<std::string> &items, const char *separator) {
+  std::string out;
+  for (const std::string &item : items)
+    out += (out.empty() ? "" : separator) + item;
+  return out;
+}
+
 } // namespace
 
 std::string rendezvousDirFromEnv() {
@@ -137,7 +177,14 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
                                   std::strerror(errno);
     return nullptr;
   }
+  // Who joined, and where: a peer that later vanishes can be named, and checked for.
+  std::string who = hostName() + " " + std::to_string(long(::getpid())) + "\n";
+  bool written = ::write(fd, who.data(), who.size()) == ssize_t(who.size());
   ::close(fd);
+  if (!written) {
+    error = "cannot write to rendezvous directory " + dir + ": " + std::strerror(errno);
+    return nullptr;
+  }
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;
@@ -153,7 +200,18 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
     comm->barrier();
     return comm;
   } catch (const std::exception &e) {
-    error = std::string("could not connect the ranks: ") + e.what();
+    // Gloo says which store key it waited for; the claims say which rank that is.
+    std::vector<std::string> absent;
+    for (int r = 0; r < options.world; ++r)
+      if (::access(claimPath(dir, r).c_str(), F_OK) != 0)
+        absent.push_back(std::to_string(r));
+    if (!absent.empty())
+      error = "the rendezvous in " + dir + " timed out after " +
+              std::to_string(options.timeoutSeconds) + " s: rank" +
+              (absent.size() > 1 ? "s " : " ") + joinList(absent, ", ") +
+              " never joined (not started, or given another rendezvous directory)";
+    else
+      error = std::string("could not connect the ranks: ") + e.what();
     return nullptr;
   }
 }
@@ -169,6 +227,47 @@ void Comm::retire() {
     if (fd >= 0)
       ::close(fd);
   }
+}
+
+void Comm::recordExit(const std::string &reason) const {
+  if (options.world < 2 || options.rendezvousDir.empty())
+    return;
+  std::ofstream(exitPath(options.rendezvousDir, options.rank)) << reason << "\n";
+}
+
+std::string Comm::lostPeers() const {
+  if (options.world < 2 || options.rendezvousDir.empty())
+    return "";
+  const std::string &dir = options.rendezvousDir;
+  std::string host = hostName();
+  std::vector<std::string> lost, stopped;
+  // A killed peer's sockets close a moment before its process is reaped: look for a second.
+  for (int attempt = 0; attempt < 20 && lost.empty() && stopped.empty(); ++attempt) {
+    if (attempt)
+      ::usleep(50000);
+    for (int r = 0; r < options.world; ++r) {
+      if (r == options.rank)
+        continue;
+      std::string reason;
+      if (std::ifstream in(exitPath(dir, r)); in && std::getline(in, reason)) {
+        stopped.push_back("rank " + std::to_string(r) + " stopped: " + reason);
+        continue;
+      }
+      std::ifstream claim(claimPath(dir, r));
+      std::string peerHost;
+      long pid = 0;
+      if (claim >> peerHost >> pid && peerHost == host && processEnded(pid))
+        lost.push_back("rank " + std::to_string(r) + " (process " + std::to_string(pid) +
+                       " is gone)");
+    }
+  }
+  if (!lost.empty())
+    return "lost " + joinList(lost, ", ");
+  if (!stopped.empty())
+    return joinList(stopped, "; ");
+  if (options.world == 2)
+    return "lost rank " + std::to_string(1 - options.rank) + " (it stopped answering)";
+  return "";
 }
 
 } // namespace tpcrt

@@ -25,6 +25,8 @@ int64_t globalWidth(const std::vector<int64_t> &blocks) {
 
 void Context::fail(const std::string &message) const {
   std::fprintf(stderr, "error: %s\n", message.c_str());
+  if (comm)
+    comm->recordExit(message);
   std::exit(1);
 }
 

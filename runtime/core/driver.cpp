@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,7 +39,11 @@ const char *kUsage =
     "--eos-id or --ignore-eos says otherwise. --force-ids feeds these tokens to the decode\n"
     "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
     "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
-    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID).\n";
+    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). --timeout bounds\n"
+    "both the rendezvous and each collective's wait for a peer (default 30 s).\n"
+    "TPC_FAULT injects a fault, for tests of failure handling: kill:rank=R:step=S makes rank R\n"
+    "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step);\n"
+    "nostart:rank=R makes rank R exit (status 0) before the rendezvous.\n";
 
 bool parseInt(const char *text, int64_t &value) {
   char *end = nullptr;
@@ -154,6 +160,52 @@ int envInt(const char *name, int fallback, bool &ok) {
   return int(v);
 }
 
+/// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
+/// point of a run, or keep it from joining, deterministically.
+struct Fault {
+  enum Kind { None, Kill, NoStart } kind = None;
+  int rank = -1;
+  int64_t step = -1;
+};
+
+std::optional<Fault> parseFault(const char *text, std::string &error) {
+  Fault fault;
+  if (!text || !*text)
+    return fault;
+  std::stringstream in(text);
+  std::string item;
+  std::getline(in, item, ':');
+  if (item == "kill")
+    fault.kind = Fault::Kill;
+  else if (item == "nostart")
+    fault.kind = Fault::NoStart;
+  else {
+    error = "TPC_FAULT: unknown fault '" + item + "'; give kill:rank=R:step=S or nostart:rank=R";
+    return std::nullopt;
+  }
+  while (std::getline(in, item, ':')) {
+    size_t eq = item.find('=');
+    std::string key = item.substr(0, eq);
+    int64_t value = -1;
+    if (eq == std::string::npos || !parseInt(item.c_str() + eq + 1, value) || value < 0 ||
+        value > (int64_t(1) << 30) ||
+        (key != "rank" && !(key == "step" && fault.kind == Fault::Kill))) {
+      error = std::string("TPC_FAULT: cannot read '") + item + "' in '" + text + "'";
+      return std::nullopt;
+    }
+    if (key == "rank")
+      fault.rank = int(value);
+    else
+      fault.step = value;
+  }
+  if (fault.rank < 0 || (fault.kind == Fault::Kill && fault.step < 0)) {
+    error = std::string("TPC_FAULT: '") + text + "' needs rank=R" +
+            (fault.kind == Fault::Kill ? " and step=S" : "");
+    return std::nullopt;
+  }
+  return fault;
+}
+
 /// Where rank `rank` writes its trace: FILE with %r replaced by the rank, or FILE.rankR
 /// when several ranks share it.
 std::string tracePath(const std::string &file, int rank, int world) {
@@ -161,6 +213,16 @@ std::string tracePath(const std::string &file, int rank, int world) {
   if (size_t at = path.find("%r"); at != std::string::npos)
     return path.replace(at, 2, std::to_string(rank));
   return world > 1 ? path + ".rank" + std::to_string(rank) : path;
+}
+
+/// The product of `factors` as an element count; throws std::length_error when it overflows
+/// (a --max-seq-len of 2^62, say), which the caller reports like a failed allocation.
+size_t elementCount(std::initializer_list<int64_t> factors) {
+  uint64_t n = 1;
+  for (int64_t f : factors)
+    if (f < 0 || __builtin_mul_overflow(n, uint64_t(f), &n) || n > uint64_t(PTRDIFF_MAX) / 4)
+      throw std::length_error("too many elements");
+  return size_t(n);
 }
 
 double millis(std::chrono::steady_clock::duration d) {
@@ -184,6 +246,12 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     std::fprintf(stderr, "error: RANK and WORLD_SIZE must be integers with RANK < WORLD_SIZE\n");
     return 1;
   }
+  std::optional<Fault> fault = parseFault(std::getenv("TPC_FAULT"), error);
+  if (!fault) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 2;
+  }
+  bool faulty = fault->rank == rank;
   int64_t total = int64_t(args.prompt.size()) + args.maxNewTokens;
   if (total > args.maxSeqLen) {
     std::fprintf(stderr,
@@ -227,12 +295,25 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     openblas_set_num_threads(1);
 
+  if (faulty && fault->kind == Fault::NoStart) {
+    std::fprintf(stderr, "TPC_FAULT: rank %d exits before the rendezvous\n", rank);
+    return 0;
+  }
+  // A write to a peer that died raises SIGPIPE, which would end this rank without a word;
+  // ignored, the write fails and Gloo reports it as a failed collective.
+  std::signal(SIGPIPE, SIG_IGN);
   CommOptions options{rank, world, rendezvousDirFromEnv(), args.host, args.timeoutSeconds};
   std::unique_ptr<Comm> comm = view ? Comm::noop(world) : Comm::connect(options, error);
   if (!comm) {
     std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
     return 1;
   }
+  // From here on the peers are connected: a rank that stops says why where they can read it.
+  auto stop = [&](const std::string &message) {
+    std::fprintf(stderr, "error: rank %d: %s\n", rank, message.c_str());
+    comm->recordExit(message);
+    return 1;
+  };
 
   Context cx;
   cx.rank = rank;
@@ -243,59 +324,74 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   cx.comm = comm.get();
   uint64_t weightBytes = 0;
   std::unique_ptr<Checkpoint> checkpoint;
-  if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error))) {
-    std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
-    return 1;
-  }
-  for (const ParamDesc &param : spec.params) {
-    SliceSpec slice = param.slice;
-    if (slice.dim >= 0)
-      slice.piece = rank * slice.chunks / world;
-    std::vector<int64_t> local = slice.localShape(param.hfShape);
-    int64_t elements = 1;
-    for (int64_t d : local)
-      elements *= d;
-    cx.slices.push_back(slice);
-    if (!checkpoint && spec.prepare) { // the device generates them where they will live
-      cx.randomSeed = args.randomSeed;
-      cx.weights.emplace_back();
-      weightBytes += uint64_t(elements) * 4;
-      continue;
-    }
-    std::vector<float> &w = cx.weights.emplace_back(size_t(elements));
-    if (checkpoint) {
-      uint64_t bytes = 0;
-      if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error,
-                            param.sources)) {
-        std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
-        return 1;
-      }
-      weightBytes += bytes;
-    } else {
-      generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
-      weightBytes += uint64_t(elements) * 4;
-    }
-  }
+  if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error)))
+    return stop(error);
+  // What is being allocated, for the error when memory runs out.
+  std::string allocating;
   std::vector<std::vector<float>> cacheStorage;
-  for (int64_t width : spec.prepare ? std::vector<int64_t>{} : spec.kvWidths) {
-    cacheStorage.emplace_back(size_t(2 * width * args.maxSeqLen));
-    float *base = cacheStorage.back().data();
-    cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
+  std::vector<float> arena;
+  try {
+    for (const ParamDesc &param : spec.params) {
+      SliceSpec slice = param.slice;
+      if (slice.dim >= 0)
+        slice.piece = rank * slice.chunks / world;
+      std::vector<int64_t> local = slice.localShape(param.hfShape);
+      allocating = std::string("parameter ") + param.name;
+      size_t elements = 1;
+      for (int64_t d : local)
+        elements = elementCount({int64_t(elements), d});
+      cx.slices.push_back(slice);
+      if (!checkpoint && spec.prepare) { // the device generates them where they will live
+        cx.randomSeed = args.randomSeed;
+        cx.weights.emplace_back();
+        weightBytes += uint64_t(elements) * 4;
+        continue;
+      }
+      std::vector<float> &w = cx.weights.emplace_back(elements);
+      if (checkpoint) {
+        uint64_t bytes = 0;
+        if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error,
+                              param.sources))
+          return stop(error);
+        weightBytes += bytes;
+      } else {
+        generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
+        weightBytes += uint64_t(elements) * 4;
+      }
+    }
+    allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);
+    for (int64_t width : spec.prepare ? std::vector<int64_t>{} : spec.kvWidths) {
+      cacheStorage.emplace_back(elementCount({2, width, args.maxSeqLen}));
+      float *base = cacheStorage.back().data();
+      cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
+    }
+    allocating = "the activations for --max-seq-len " + std::to_string(args.maxSeqLen);
+    if (!spec.prepare)
+      arena.resize(elementCount({spec.floatsPerToken, args.maxSeqLen}));
+  } catch (const std::bad_alloc &) {
+    return stop("out of memory allocating " + allocating);
+  } catch (const std::length_error &) {
+    return stop("cannot allocate " + allocating + ": its size overflows");
   }
-  std::vector<float> arena(spec.prepare ? 0 : size_t(spec.floatsPerToken * args.maxSeqLen));
   cx.arena = arena.data();
   if (spec.prepare) {
     try {
       spec.prepare(cx, spec);
     } catch (const std::exception &e) {
-      std::fprintf(stderr, "error: rank %d: %s\n", rank, e.what());
-      return 1;
+      return stop(e.what());
     }
   }
 
   std::vector<float> dumped;
   std::vector<int64_t> generated;
+  int64_t step = 0; // 0: the prefill; n: the n-th decode step
   auto forward = [&](const std::vector<int64_t> &ids, int64_t start) {
+    if (faulty && fault->kind == Fault::Kill && step == fault->step) {
+      std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank,
+                   (long long)step);
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
     std::vector<int64_t> positions(ids.size());
     for (size_t i = 0; i < ids.size(); ++i)
       positions[i] = start + int64_t(i);
@@ -327,6 +423,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
       int64_t fed = args.forced.empty() ? next : args.forced[generated.size() - 1];
       if (args.forced.empty() && std::find(eos.begin(), eos.end(), next) != eos.end())
         break;
+      ++step;
       next = forward({fed}, position++);
     }
     auto t2 = std::chrono::steady_clock::now();
@@ -341,9 +438,10 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
       std::fflush(stdout);
     }
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "error: rank %d: a collective failed (a peer stopped?): %s\n", rank,
-                 e.what());
-    return 1;
+    std::string lost = comm->lostPeers();
+    std::string when = step == 0 ? "the prefill" : "decode step " + std::to_string(step);
+    return stop((lost.empty() ? "a peer stopped answering" : lost) + "; a collective of " + when +
+                " failed: " + e.what());
   }
 
   if (!args.dumpLogits.empty() && rank == 0) {
@@ -376,8 +474,8 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   try {
     comm->barrier();
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "error: rank %d: a peer stopped before the end: %s\n", rank, e.what());
-    return 1;
+    std::string lost = comm->lostPeers();
+    return stop((lost.empty() ? "a peer stopped" : lost) + " before the end: " + e.what());
   }
   comm->retire();
   return exitCode;

@@ -6,6 +6,7 @@
 
 #include "slices.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -50,7 +51,7 @@ bool writeRandomCheckpoint(const std::string &path, uint64_t seed,
   header.append((8 - header.size() % 8) % 8, ' ');
   std::ofstream out(path, std::ios::binary);
   if (!out) {
-    error = "cannot write " + path;
+    error = "cannot write " + path + ": " + std::strerror(errno);
     return false;
   }
   uint64_t size = header.size();
@@ -74,8 +75,10 @@ bool writeRandomCheckpoint(const std::string &path, uint64_t seed,
     }
     out.write(data.data(), std::streamsize(data.size()));
   }
+  out.close(); // the last buffer reaches the disk here, and may not fit
   if (!out) {
-    error = "could not write all of " + path;
+    error = "could not write all of " + path + ": " + std::strerror(errno);
+    std::remove(path.c_str()); // no half checkpoint that looks whole
     return false;
   }
   return true;

@@ -6,9 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,12 +28,64 @@ int64_t product(const std::vector<int64_t> &v, size_t from, size_t to) {
 
 int64_t pieceSize(int64_t size, int64_t chunks) { return (size + chunks - 1) / chunks; }
 
+// Checkpoints come from elsewhere: every number in them is checked against the file before
+// anything is sized or read by it.
+
+/// safetensors caps its JSON header at 100 MB; a larger length is damage, not a header.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+/// Deeper JSON is hostile (a real header nests 3 levels): nlohmann parses iteratively, but
+/// copying or printing a value recurses once per level.
+constexpr int kMaxJsonDepth = 128;
+
+/// The bytes of one element of the dtypes tpc reads; 0 for the others.
 size_t dtypeBytes(const std::string &dtype) {
   if (dtype == "F32")
     return 4;
   if (dtype == "F16" || dtype == "BF16")
     return 2;
   return 0;
+}
+
+/// The bits of one element of every dtype safetensors defines (tpc reads three of them, but
+/// checks every tensor's extent); 0 for a name safetensors does not know.
+unsigned dtypeBits(const std::string &dtype) {
+  static const std::map<std::string, unsigned> bits = {
+      {"BOOL", 8},    {"U8", 8},   {"I8", 8},   {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"I16", 16}, {"U16", 16}, {"F16", 16},    {"BF16", 16},
+      {"I32", 32},    {"U32", 32}, {"F32", 32}, {"F64", 64},    {"I64", 64},
+      {"U64", 64},    {"C64", 64}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}};
+  auto it = bits.find(dtype);
+  return it == bits.end() ? 0 : it->second;
+}
+
+/// Parses JSON that tpc did not write: nesting deeper than kMaxJsonDepth and a key given
+/// twice in one object (which entry would count?) throw, naming the problem.
+nlohmann::json parseUntrusted(const std::string &text) {
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string>> keys; // of each object being parsed
+  return nlohmann::json::parse(text, [&](int depth, Event event, nlohmann::json &parsed) {
+    if ((event == Event::object_start || event == Event::array_start) && depth >= kMaxJsonDepth)
+      throw std::runtime_error("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    if (event == Event::object_start)
+      keys.emplace_back();
+    else if (event == Event::object_end)
+      keys.pop_back();
+    else if (event == Event::key && !keys.back().insert(parsed.get<std::string>()).second)
+      throw std::runtime_error("key '" + parsed.get<std::string>() + "' is given twice");
+    return true;
+  });
+}
+
+/// A non-negative JSON integer that fits in 63 bits.
+bool readCount(const nlohmann::json &value, uint64_t &out) {
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > uint64_t(INT64_MAX))
+    return false;
+  out = value.get<uint64_t>();
+  return true;
+}
+
+std::string offsetsString(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
 }
 
 float halfToFloat(uint16_t h) {
@@ -100,30 +155,58 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::strin
     }
   }
   if (target.size() >= 5 && target.compare(target.size() - 5, 5, ".json") == 0) {
-    std::ifstream in(target);
+    std::ifstream in(target, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
     if (!in) {
       error = "cannot read " + target;
       return nullptr;
     }
     nlohmann::json index;
     try {
-      index = nlohmann::json::parse(in);
+      index = parseUntrusted(text.str());
     } catch (const std::exception &e) {
       error = target + ": not a safetensors index: " + e.what();
       return nullptr;
     }
-    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
       error = target + ": a safetensors index needs a weight_map object";
       return nullptr;
     }
     std::string dir = target.substr(0, target.find_last_of('/') + 1);
-    std::map<std::string, bool> shards;
-    for (auto &[name, file] : index["weight_map"].items())
-      if (file.is_string())
-        shards[dir + file.get<std::string>()] = true;
-    for (auto &[file, _] : shards)
-      if (!ckpt->addFile(file, error))
+    // Shard names are file names in the index's directory: the index may not reach outside
+    // it. (Symbolic links are followed: a Hugging Face cache links every file into blobs/.)
+    std::map<std::string, std::string> shards; // file -> the first tensor the index puts there
+    for (auto &[name, file] : index["weight_map"].items()) {
+      if (!file.is_string()) {
+        error = target + ": weight_map gives tensor " + name + " a value of type " +
+                file.type_name() + ", not a shard file name";
         return nullptr;
+      }
+      std::string shard = file.get<std::string>();
+      bool escapes = shard.empty() || shard[0] == '/';
+      std::stringstream parts(shard);
+      for (std::string part; std::getline(parts, part, '/');)
+        escapes |= part == "..";
+      if (escapes) {
+        error = target + ": tensor " + name + " is in shard '" + shard +
+                "', which is not a file of the checkpoint's directory";
+        return nullptr;
+      }
+      shards.emplace(dir + shard, name);
+    }
+    for (auto &[file, tensor] : shards)
+      if (!ckpt->addFile(file, error)) {
+        error = target + " names shard " + file + " (holding " + tensor + "): " + error;
+        return nullptr;
+      }
+    for (auto &[name, file] : index["weight_map"].items())
+      if (const TensorInfo *info = ckpt->find(name);
+          !info || info->file != dir + file.get<std::string>()) {
+        error = target + " puts tensor " + name + " in " + file.get<std::string>() +
+                (info ? ", but it is in " + info->file : ", which does not hold it");
+        return nullptr;
+      }
     return ckpt;
   }
   if (!ckpt->addFile(target, error))
@@ -146,11 +229,30 @@ bool Checkpoint::addFile(const std::string &path, std::string &error) {
   }
   fds[path] = fd;
   struct stat st;
-  fstat(fd, &st);
-  sizes[path] = uint64_t(st.st_size);
-  uint64_t headerSize = 0;
-  if (st.st_size < 8 || pread(fd, &headerSize, 8, 0) != 8 || headerSize > uint64_t(st.st_size) - 8) {
-    error = path + ": truncated safetensors file (no complete header)";
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    error = path + " is not a regular file";
+    return false;
+  }
+  uint64_t fileSize = uint64_t(st.st_size);
+  sizes[path] = fileSize;
+  unsigned char length[8];
+  if (fileSize < 8 || pread(fd, length, 8, 0) != 8) {
+    error = path +
+            ": truncated safetensors file (no complete header): " + std::to_string(fileSize) +
+            " bytes";
+    return false;
+  }
+  uint64_t headerSize = 0; // little-endian, whatever this machine is
+  for (int i = 7; i >= 0; --i)
+    headerSize = headerSize << 8 | length[i];
+  if (headerSize > fileSize - 8) {
+    error = path + ": the header length " + std::to_string(headerSize) + " is larger than the " +
+            std::to_string(fileSize - 8) + " bytes after it (a truncated or damaged file)";
+    return false;
+  }
+  if (headerSize > kMaxHeaderBytes) {
+    error = path + ": the header length " + std::to_string(headerSize) +
+            " is over safetensors' limit of " + std::to_string(kMaxHeaderBytes) + " bytes";
     return false;
   }
   std::string header(headerSize, '\0');
@@ -160,29 +262,115 @@ bool Checkpoint::addFile(const std::string &path, std::string &error) {
   }
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(header);
+    json = parseUntrusted(header);
   } catch (const std::exception &e) {
     error = path + ": malformed safetensors header: " + e.what();
     return false;
   }
+  if (!json.is_object()) {
+    error =
+        path + ": malformed safetensors header: " + json.type_name() + ", not an object of tensors";
+    return false;
+  }
+  uint64_t dataSize = fileSize - 8 - headerSize; // offsets count from the header's end
+  std::vector<std::pair<std::string, const TensorInfo *>> extents;
   for (auto &[name, entry] : json.items()) {
     if (name == "__metadata__")
       continue;
-    TensorInfo info;
-    try {
-      info.dtype = entry.at("dtype").get<std::string>();
-      info.shape = entry.at("shape").get<std::vector<int64_t>>();
-      auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2 || offsets[1] < offsets[0])
-        throw std::runtime_error("bad data_offsets");
-      info.begin = 8 + headerSize + offsets[0];
-      info.end = 8 + headerSize + offsets[1];
-    } catch (const std::exception &e) {
-      error = path + ": tensor " + name + " has a malformed header entry: " + e.what();
+    std::string what = path + ": tensor " + name;
+    const nlohmann::json *dtype =
+        entry.is_object() && entry.contains("dtype") ? &entry["dtype"] : nullptr;
+    const nlohmann::json *shape =
+        entry.is_object() && entry.contains("shape") ? &entry["shape"] : nullptr;
+    const nlohmann::json *offsets =
+        entry.is_object() && entry.contains("data_offsets") ? &entry["data_offsets"] : nullptr;
+    if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets ||
+        !offsets->is_array()) {
+      error = what + " has a malformed header entry: it needs a dtype string and shape and "
+                     "data_offsets arrays";
       return false;
     }
+    TensorInfo info;
+    info.dtype = dtype->get<std::string>();
+    unsigned bits = dtypeBits(info.dtype);
+    if (!bits) {
+      error = what + " has dtype '" + info.dtype + "', which is not a safetensors dtype";
+      return false;
+    }
+    // The element count, in bits, must not overflow before it is compared with the offsets.
+    uint64_t totalBits = bits;
+    for (const nlohmann::json &d : *shape) {
+      uint64_t size = 0;
+      if (!readCount(d, size)) {
+        error = what + " has a malformed shape: its sizes must be non-negative integers";
+        return false;
+      }
+      info.shape.push_back(int64_t(size));
+      if (totalBits && size && __builtin_mul_overflow(totalBits, size, &totalBits)) {
+        error = what + " has shape " + shapeString(info.shape) + ", too large for any file";
+        return false;
+      }
+      if (!size)
+        totalBits = 0;
+    }
+    uint64_t begin = 0, end = 0;
+    if (offsets->size() != 2 || !readCount((*offsets)[0], begin) ||
+        !readCount((*offsets)[1], end)) {
+      error = what + " has malformed data_offsets: they must be two non-negative integers " +
+              "[begin, end]";
+      return false;
+    }
+    if (end < begin) {
+      error =
+          what + " has data_offsets " + offsetsString(begin, end) + " that end before they begin";
+      return false;
+    }
+    if (end > dataSize) {
+      error = "tensor " + name + " is truncated: its data runs past the end of " + path +
+              " (data_offsets " + offsetsString(begin, end) + ", but the data holds " +
+              std::to_string(dataSize) + " bytes)";
+      return false;
+    }
+    if (totalBits % 8 || (end - begin) != totalBits / 8) {
+      error = what + " of shape " + shapeString(info.shape) + " and dtype " + info.dtype +
+              " needs " +
+              (totalBits % 8 ? std::to_string(totalBits) + " bits"
+                             : std::to_string(totalBits / 8) + " bytes") +
+              ", but its data_offsets " + offsetsString(begin, end) + " hold " +
+              std::to_string(end - begin);
+      return false;
+    }
+    if (bits >= 8 && begin % (bits / 8)) {
+      error = what + " is misaligned: its data begins at offset " + std::to_string(begin) +
+              ", not a multiple of its dtype " + info.dtype + "'s " + std::to_string(bits / 8) +
+              " bytes";
+      return false;
+    }
+    info.begin = 8 + headerSize + begin;
+    info.end = 8 + headerSize + end;
     info.file = path;
-    tensors[name] = info;
+    if (const TensorInfo *other = find(name)) {
+      error = "tensor " + name + " is in both " + other->file + " and " + path;
+      return false;
+    }
+    extents.push_back({name, &(tensors[name] = info)});
+  }
+  // Two tensors may not share bytes: writing one would change the other.
+  std::sort(extents.begin(), extents.end(),
+            [](const auto &a, const auto &b) { return a.second->begin < b.second->begin; });
+  const std::pair<std::string, const TensorInfo *> *last = nullptr;
+  for (const auto &extent : extents) {
+    if (extent.second->begin == extent.second->end)
+      continue; // an empty tensor holds no bytes
+    if (last && extent.second->begin < last->second->end) {
+      uint64_t base = 8 + headerSize;
+      error = path + ": tensors " + last->first + " " +
+              offsetsString(last->second->begin - base, last->second->end - base) + " and " +
+              extent.first + " " +
+              offsetsString(extent.second->begin - base, extent.second->end - base) + " overlap";
+      return false;
+    }
+    last = &extent;
   }
   return true;
 }

@@ -253,14 +253,13 @@ TEST_F(Weights, ErrorsNameTheTensor) {
   EXPECT_EQ(error, "tensor b.weight is missing from the checkpoint");
   EXPECT_FALSE(ckpt->read("a.weight", {4, 6}, {}, out.data(), bytes, error));
   EXPECT_EQ(error, "tensor a.weight has shape [6, 4], the model expects [4, 6]");
-  // Truncated: cut the file short of the last tensor's data.
+  // Truncated: cut the file short of the last tensor's data. Every tensor's extent is
+  // checked against the file when it opens, before any is read.
   std::ifstream in(path, std::ios::binary);
   std::string data((std::istreambuf_iterator<char>(in)), {});
   std::string cut = tempPath("cut.safetensors");
   std::ofstream(cut, std::ios::binary) << data.substr(0, data.size() - 8);
-  auto truncated = Checkpoint::open(cut, error);
-  ASSERT_TRUE(truncated) << error;
-  EXPECT_FALSE(truncated->read("a.norm.weight", {4}, {}, out.data(), bytes, error));
+  EXPECT_FALSE(Checkpoint::open(cut, error));
   EXPECT_NE(error.find("tensor a.norm.weight is truncated"), std::string::npos) << error;
   std::remove(cut.c_str());
   // Not a safetensors file at all.

@@ -197,14 +197,11 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       memory.arena = arenaBytes(*partitioned, o.prefillLen);
 
       if (!o.dot.empty()) {
-        std::error_code ec;
-        llvm::raw_fd_ostream file(o.dot, ec);
-        if (ec) {
-          reportError("cannot write " + o.dot + ": " + ec.message());
+        std::string graph;
+        llvm::raw_string_ostream os(graph);
+        writeDot(*prefill, os);
+        if (!writeAtomically(o.dot, graph))
           return 1;
-        }
-        writeDot(*prefill, file);
-        file.close();
         if (auto dot = llvm::sys::findProgramByName("dot")) {
           std::string svg = o.dot + ".svg";
           llvm::StringRef args[] = {*dot, "-Tsvg", o.dot, "-o", svg};

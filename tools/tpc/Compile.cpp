@@ -111,16 +111,19 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
             if (failed(emitProgram(*plain, split ? *splitModule : ModuleOp(),
                                    cuda ? Target::Cuda : Target::Cpu, os)))
               return false;
-            std::error_code ec;
-            llvm::raw_fd_ostream file(source, ec);
-            if (ec) {
-              reportError("cannot write " + source + ": " + ec.message());
-              return false;
-            }
-            file << code;
-            return true;
+            return writeAtomically(source.str().str(), code);
           }))
         return 1;
+      // The binary is linked under a temporary name beside its own and renamed once complete:
+      // a compiler or disk that fails midway leaves no half-written binary that looks built.
+      llvm::SmallString<256> partial;
+      int partialFd = -1;
+      if (std::error_code ec =
+              llvm::sys::fs::createUniqueFile(binary + ".partial-%%%%%%", partialFd, partial)) {
+        reportError("cannot write " + binary + ": " + ec.message());
+        return 1;
+      }
+      llvm::sys::fs::closeFile(partialFd);
       if (!stages.run("build", [&] {
             const char *cxxEnv = std::getenv("TPC_CXX");
             llvm::ErrorOr<std::string> cxx =
@@ -138,7 +141,7 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
                       "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY, "-Xlinker", TPC_RUNTIME_LIBRARY,
                       "-Xlinker", TPC_GLOO_LIBRARY, "-Xlinker", TPC_OPENBLAS_LIBRARY,
                       "-L" TPC_CUDA_LIB_DIR, "-lcublasLt", "-lnccl", "-lpthread",
-                      "-Xlinker", "-rpath=" TPC_CUDA_LIB_DIR, "-o", binary.str().str()};
+                      "-Xlinker", "-rpath=" TPC_CUDA_LIB_DIR, "-o", partial.str().str()};
             }
 #endif
             if (!cxx) {
@@ -148,7 +151,7 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
             if (args.empty())
               args = {*cxx, "-std=c++17", "-O2", include, source.str().str(),
                       TPC_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY,
-                      "-lpthread", "-o", binary.str().str()};
+                      "-lpthread", "-o", partial.str().str()};
             llvm::SmallVector<StringRef> argRefs(args.begin(), args.end());
             std::string message;
             int code = llvm::sys::ExecuteAndWait(*cxx, argRefs, std::nullopt, {}, 0, 0, &message);
@@ -157,9 +160,20 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
                                       code, message.empty() ? "" : ": " + message));
               return false;
             }
+            if (std::error_code ec = llvm::sys::fs::rename(partial, binary)) {
+              reportError("cannot write " + binary + ": " + ec.message());
+              return false;
+            }
             return true;
-          }))
+          })) {
+        llvm::sys::fs::remove(partial);
+        // An earlier build of that name was not built from the source now beside it.
+        if (llvm::sys::fs::exists(binary) && !llvm::sys::fs::remove(binary))
+          llvm::errs() << fmt::format(
+              "tpc: removed the earlier {}, which was not built from {}\n", binary.str(),
+              source.str());
         return 1;
+      }
       llvm::outs() << fmt::format("wrote {} and {}\n", source.str(), binary.str());
       return session.errors() ? 1 : 0;
     };

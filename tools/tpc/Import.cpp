@@ -9,7 +9,6 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Parser/Parser.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -25,32 +24,6 @@ struct ImportOptions {
   bool autoPlans = false;
 };
 
-/// Writes `text` to `path` through a temporary beside it, so a failure leaves no half file.
-bool writeAtomically(const std::string &path, const std::string &text) {
-  std::string temp = path + ".tmp";
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(temp, ec);
-    if (ec) {
-      reportError("cannot write " + path + ": " + ec.message());
-      return false;
-    }
-    os << text;
-    os.close();
-    if (os.has_error()) {
-      reportError("cannot write " + path + ": " + os.error().message());
-      os.clear_error();
-      llvm::sys::fs::remove(temp);
-      return false;
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
-    reportError("cannot write " + path + ": " + ec.message());
-    llvm::sys::fs::remove(temp);
-    return false;
-  }
-  return true;
-}
 } // namespace
 
 void addImportCommand(CLI::App &app, CommandRunner &run) {

@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/WithColor.h"
 
@@ -74,6 +75,31 @@ bool checkTpArg(const PlanArgs &args) {
 
 void reportError(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "tpc") << message << "\n";
+}
+
+bool writeAtomically(const std::string &path, StringRef text) {
+  // A unique name, so that two runs writing into one directory do not share a temporary.
+  llvm::SmallString<256> temp;
+  int fd = -1;
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".partial-%%%%%%", fd, temp)) {
+    reportError("cannot write " + path + ": " + ec.message());
+    return false;
+  }
+  llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+  os << text;
+  os.close();
+  if (os.has_error()) {
+    reportError("cannot write " + path + ": " + os.error().message());
+    os.clear_error(); // else the stream's destructor aborts
+    llvm::sys::fs::remove(temp);
+    return false;
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
+    reportError("cannot write " + path + ": " + ec.message());
+    llvm::sys::fs::remove(temp);
+    return false;
+  }
+  return true;
 }
 
 } // namespace tpc

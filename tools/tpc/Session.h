@@ -39,6 +39,11 @@ private:
 /// Reports a usage or I/O problem that has no location ("tpc: error: ...").
 void reportError(const llvm::Twine &message);
 
+/// Writes `text` to `path` through a temporary file beside it, renamed into place once all of
+/// it is written: a full disk or an unwritable directory is an error (reported) and leaves
+/// neither a half-written file nor a temporary behind.
+bool writeAtomically(const std::string &path, llvm::StringRef text);
+
 } // namespace tpc
 
 #endif // TPC_TOOLS_TPC_SESSION_H

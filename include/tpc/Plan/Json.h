@@ -16,8 +16,9 @@ namespace tpc::plan {
 /// A parsed JSON file that remembers where each object key was written.
 class JsonDocument {
 public:
-  /// Reads and parses `path`. A file that cannot be read or is not JSON gets an error at the
-  /// offending line and column; returns failure then.
+  /// Reads and parses `path`. A file that cannot be read, is not JSON, nests deeper than 128
+  /// levels, holds a number out of range or gives a key twice in one object gets an error at
+  /// the offending line and column; returns failure then.
   static mlir::FailureOr<JsonDocument> read(llvm::StringRef path, mlir::MLIRContext *context);
 
   /// Parses `text` as if it had been read from `path`.
@@ -31,11 +32,6 @@ public:
   /// start when it cannot be found.
   mlir::Location keyLoc(const std::vector<std::string> &keyPath) const;
 
-  /// Keys written twice in one object, by path and the location of the later one.
-  const std::vector<std::pair<std::vector<std::string>, mlir::Location>> &duplicates() const {
-    return duplicateKeys;
-  }
-
   mlir::Location locAt(size_t offset) const;
 
 private:
@@ -46,7 +42,11 @@ private:
   nlohmann::ordered_json root;
   mlir::MLIRContext *context = nullptr;
   std::map<std::vector<std::string>, size_t> keyOffsets;
-  std::vector<std::pair<std::vector<std::string>, mlir::Location>> duplicateKeys;
+  struct Duplicate {
+    std::vector<std::string> path;
+    size_t later, first; // offsets of the two entries
+  };
+  std::vector<Duplicate> duplicateKeys;
 };
 
 /// A JSON type's name as a reader would say it ("a number", "an object").

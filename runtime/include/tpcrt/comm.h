@@ -43,6 +43,14 @@ public:
   void barrier();
   /// Marks the rendezvous directory as used up (rank 0, at a clean exit).
   void retire();
+  /// Leaves in the rendezvous directory why this rank is stopping, so that peers which see
+  /// it vanish can say so rather than guess.
+  void recordExit(const std::string &reason) const;
+  /// After a collective failed: which peers are gone and why, from the reasons they left and,
+  /// for peers on this machine, whether their process still exists ("lost rank 1 (process
+  /// 4242 is gone)"). With two ranks the peer is the other one even when nothing else is
+  /// known. "" when nothing can be said.
+  std::string lostPeers() const;
 
 protected:
   explicit Comm(const CommOptions &options) : options(options) {}
