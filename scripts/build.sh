@@ -6,7 +6,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TPC_BUILD_DIR:-$root/build}
 
 if [[ ! -f $build/build.ninja ]]; then
+  # TPC_CMAKE_ARGS: more options for a first configure (scripts/test.sh's sanitizer build).
+  # shellcheck disable=SC2086
   cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit ${TPC_CMAKE_ARGS:-}
 fi
 cmake --build "$build"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test from a fresh Debian 12 machine: installs what is missing, builds, then runs
-# the lit regression tests and the GoogleTest unit tests, and ends with one summary line.
+# the lit regression tests and the GoogleTest unit tests, then most of them again on a build
+# with ASan and UBSan, and ends with one summary line per suite.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TPC_BUILD_DIR:-$root/build}
@@ -22,16 +23,44 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-/usr/lib/llvm-22/bin/lit -sv "$build/test" "$build/test/unit" 2>&1 | tee "$log" || status=$?
+summaries=()
+# suite NAME LIT-PATHS...: runs lit, keeps its summary line; a suite where nothing ran fails.
+suite() {
+  local name=$1 code=0
+  shift
+  /usr/lib/llvm-22/bin/lit -sv "$@" 2>&1 | tee "$log" || code=$?
+  count() { sed -n "s/^ *$1: *\([0-9]*\).*/\1/p" "$log" | tail -n 1; }
+  local passed failed unresolved unsupported
+  passed=$(count Passed)
+  failed=$(( $(count Failed || true) + 0 ))
+  unresolved=$(( $(count Unresolved || true) + 0 ))
+  unsupported=$(( $(count Unsupported || true) + 0 ))
+  summaries+=("$name: ${passed:-0} passed, $((failed + unresolved)) failed, $unsupported unsupported")
+  if [[ ${passed:-0} -eq 0 ]]; then
+    echo "$name: no test ran" >&2
+    code=1
+  fi
+  ((code == 0)) || status=1
+}
+suite "tpc tests" "$build/test" "$build/test/unit"
 
-count() { sed -n "s/^ *$1: *\([0-9]*\).*/\1/p" "$log" | tail -n 1; }
-passed=$(count Passed)
-failed=$(( $(count Failed || true) + 0 ))
-unresolved=$(( $(count Unresolved || true) + 0 ))
-unsupported=$(( $(count Unsupported || true) + 0 ))
-echo "tpc tests: ${passed:-0} passed, $((failed + unresolved)) failed, $unsupported unsupported"
-if [[ ${passed:-0} -eq 0 ]]; then
-  echo "tpc tests: no test ran" >&2
-  exit 1
+# The suite again, less the conformance tests (their oracles are torch, not tpc), on a second
+# build with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/; the CUDA target
+# left out): compiler, runtime, and the programs tpc compiles, which that build instruments
+# too. TPC_NO_SANITIZE=1 skips it.
+if [[ ${TPC_NO_SANITIZE:-0} != 1 ]]; then
+  asan=${TPC_ASAN_BUILD_DIR:-$root/build-asan}
+  TPC_BUILD_DIR=$asan TPC_CMAKE_ARGS="-DTPC_SANITIZE=address,undefined -DTPC_CUDA=OFF" \
+    "$root/scripts/build.sh"
+  # allocator_may_return_null: a too-large allocation throws bad_alloc, as without ASan, so the
+  # tests of out-of-memory errors test the same path.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  suite "tpc tests (ASan+UBSan)" "$asan"/test/{Dialect,Plan,Import,Transforms,Tools,Codegen,e2e} \
+    "$asan/test/unit"
 fi
+
+for line in "${summaries[@]}"; do
+  echo "$line"
+done
 exit "$status"

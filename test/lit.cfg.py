@@ -43,5 +43,10 @@ config.substitutions.append(("%tpc_bin", config.tpc_tools_dir))
 
 # The CUDA target is built when nvcc was found (REQUIRES: cuda-target); running it needs a GPU,
 # which the tests here do not assume.
-if os.path.exists(os.path.join(config.tpc_obj_root, "lib", "libtpcrt_cuda.a")):
+if config.tpc_nvcc:
     config.available_features.add("cuda-target")
+
+# The sanitizer build (TPC_SANITIZE, scripts/test.sh): a few tests say what they cannot check
+# under it.
+if "address" in config.tpc_sanitize:
+    config.available_features.add("asan")

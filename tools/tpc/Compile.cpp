@@ -152,6 +152,12 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
               args = {*cxx, "-std=c++17", "-O2", include, source.str().str(),
                       TPC_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY,
                       "-lpthread", "-o", partial.str().str()};
+            // A sanitizer build's runtime needs its programs built the same way.
+            llvm::SmallVector<StringRef> sanitize;
+            StringRef(TPC_SANITIZE_FLAGS).split(sanitize, ' ', -1, /*KeepEmpty=*/false);
+            if (!cuda)
+              for (StringRef flag : sanitize)
+                args.insert(args.begin() + 1, flag.str());
             llvm::SmallVector<StringRef> argRefs(args.begin(), args.end());
             std::string message;
             int code = llvm::sys::ExecuteAndWait(*cxx, argRefs, std::nullopt, {}, 0, 0, &message);
