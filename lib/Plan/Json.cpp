@@ -52,6 +52,12 @@ FailureOr<JsonDocument> JsonDocument::parse(StringRef path, std::string text,
   doc.filePath = path.str();
   doc.text = std::move(text);
   doc.context = context;
+  // nlohmann's parser ends a document at a NUL byte, silently, whatever follows it: what
+  // follows would then be neither checked nor read.
+  if (size_t at = doc.text.find('\0'); at != std::string::npos) {
+    emitError(doc.locAt(at)) << "malformed JSON: a NUL byte";
+    return failure();
+  }
   if (size_t at = tooDeepAt(doc.text); at != StringRef::npos) {
     emitError(doc.locAt(at)) << "malformed JSON: nested deeper than " << kMaxJsonDepth << " levels";
     return failure();

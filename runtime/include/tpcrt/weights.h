@@ -39,6 +39,13 @@ public:
   ~Checkpoint();
 
   const TensorInfo *find(const std::string &name) const;
+  /// Every tensor name, sorted.
+  std::vector<std::string> names() const {
+    std::vector<std::string> all;
+    for (const auto &entry : tensors)
+      all.push_back(entry.first);
+    return all;
+  }
 
   /// Reads this rank's slice of `name` (HF shape `shape`) as fp32 into `out` (sized by
   /// spec.localShape). Errors name the tensor: missing, wrong shape or dtype, truncated.

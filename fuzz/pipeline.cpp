@@ -1,0 +1,39 @@
+// Fuzzes parsing, verifying and sharding a model: the input is a model.mlir (seeds: the
+// example and the tests' models). What parses and verifies gets the example plan at tp 2, the
+// collectives pipeline, tp-partition and the CPU emitter, as `tpc compile` runs them (less
+// the C++ compiler). Every stage may reject the input with a diagnostic; none may crash.
+#include "Fuzz.h"
+
+#include "tpc/Codegen/CpuEmitter.h"
+#include "tpc/Plan/Plan.h"
+#include "tpc/Transforms/Passes.h"
+#include "tpc/Transforms/Pipeline.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  MLIRContext &ctx = tpc::fuzz::context();
+  ParserConfig config(&ctx);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(
+      llvm::StringRef(reinterpret_cast<const char *>(data), size), config);
+  if (!module)
+    return 0;
+  tpc::plan::PlanOptions options;
+  options.planPath = TPC_FUZZ_PLAN;
+  options.tpSize = 2;
+  if (failed(tpc::plan::applyPlan(*module, options)))
+    return 0;
+  PassManager pm(&ctx);
+  tpc::buildCollectivesPipeline(pm, "auto");
+  pm.addPass(tpc::tp::createTPPartition());
+  if (failed(pm.run(*module)))
+    return 0;
+  llvm::raw_null_ostream sink;
+  (void)tpc::emitProgram(*module, ModuleOp(), tpc::Target::Cpu, sink);
+  return 0;
+}
