@@ -312,6 +312,15 @@ bool Importer::readShape() {
     return false;
   }
   headDim = get("head_dim", hidden / heads);
+  // RoPE rotates the two halves of each head (found by scripts/fuzz.sh: an odd head_dim
+  // imported into a model that did not verify).
+  if (!c.failed && headDim % 2 != 0) {
+    bool given = c.get("head_dim");
+    c.error(given ? "head_dim" : "num_attention_heads")
+        << "head_dim " << headDim << (given ? "" : " (hidden_size / num_attention_heads)")
+        << " is odd; rotary embeddings need an even one";
+    return false;
+  }
   if (!c.failed && heads % kvHeads != 0)
     c.error("num_key_value_heads") << "num_attention_heads " << heads
                                    << " is not a multiple of num_key_value_heads " << kvHeads;
