@@ -9,7 +9,7 @@
 # PIPELINE_RUNS. A target stops at its first crash, leaving the input in
 # build-fuzz/crashes/TARGET/; each such input becomes a fix and a regression test. The table
 # of executions, crashes and time per target goes to bench/results/fuzz.txt (FUZZ_RESULTS
-# overrides).
+# overrides); FUZZ_TARGETS="config pipeline" reruns only those, keeping the others' rows.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 readers=${1:-1000000}
@@ -24,8 +24,10 @@ if [[ ! -f $build/build.ninja ]]; then
     -DCMAKE_C_COMPILER="${clang%++*}" -DCMAKE_CXX_COMPILER="$clang" -DTPC_FUZZ=ON -DTPC_CUDA=OFF \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit > /dev/null
 fi
-targets=(plan config safetensors pipeline)
-cmake --build "$build" --target "${targets[@]/#/tpc-fuzz-}" tpc
+all=(plan config safetensors pipeline)
+# FUZZ_TARGETS="config pipeline" reruns some; the table keeps the others' last rows.
+read -r -a targets <<< "${FUZZ_TARGETS:-${all[*]}}"
+cmake --build "$build" --target "${all[@]/#/tpc-fuzz-}" tpc
 
 # Seeds: what the tests already feed each reader.
 seeds=$build/seeds
@@ -84,8 +86,8 @@ while (($(jobs -rp | wc -l) > 0)); do
 done
 {
   printf '%-12s %12s %8s %8s %5s  %s\n' target executions crashes seconds exit command
-  for target in "${targets[@]}"; do
-    cat "$build/$target.row"
+  for target in "${all[@]}"; do
+    cat "$build/$target.row" 2>/dev/null || true
   done
 } > "$results.new"
 {
