@@ -16,8 +16,14 @@ readers=${1:-1000000}
 pipeline=${2:-100000}
 build=$root/build-fuzz
 results=${FUZZ_RESULTS:-$root/bench/results/fuzz.txt}
+"$root/scripts/bootstrap.sh"
 clang=$(command -v clang++-14 || command -v clang++ || true)
-[[ -n $clang ]] || { echo "fuzz.sh: no clang++ (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
+if [[ -z $clang || ! -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ]]; then
+  # Debian 12's clang and its libFuzzer runtime
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang \
+    libclang-rt-14-dev > /dev/null
+  clang=$(command -v clang++-14 || command -v clang++)
+fi
 
 if [[ ! -f $build/build.ninja ]]; then
   cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
