@@ -19,8 +19,9 @@ using namespace mlir;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   MLIRContext &ctx = tpc::fuzz::context();
   ParserConfig config(&ctx);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(
-      llvm::StringRef(reinterpret_cast<const char *>(data), size), config);
+  // MLIR's lexer reads up to the NUL after a buffer, as a file read gives it: a copy has one.
+  std::string text(reinterpret_cast<const char *>(data), size);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, config);
   if (!module)
     return 0;
   tpc::plan::PlanOptions options;
