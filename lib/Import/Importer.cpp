@@ -414,7 +414,27 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
         }
         values[i] = v->get<double>();
       }
+      // What makes the formula divide by zero or go negative (found by scripts/fuzz.sh: a
+      // factor of 0 gave infinite frequencies, which no model.mlir can hold).
+      const char *problem = nullptr;
+      if (!(rope.theta > 0))
+        problem = "rope_theta must be positive";
+      else if (!(values[0] > 0))
+        problem = "llama3 RoPE scaling needs a positive 'factor'";
+      else if (!(values[1] > 0) || !(values[2] > values[1]))
+        problem = "llama3 RoPE scaling needs 0 < 'low_freq_factor' < 'high_freq_factor'";
+      else if (!(values[3] > 0))
+        problem = "llama3 RoPE scaling needs a positive 'original_max_position_embeddings'";
+      if (problem) {
+        c.error(where) << problem;
+        return std::nullopt;
+      }
       rope.invFreq = llama3InvFreq(rope.theta, headDim, values[0], values[1], values[2], values[3]);
+      for (double f : rope.invFreq)
+        if (!std::isfinite(f) || f <= 0) {
+          c.error(where) << "llama3 RoPE scaling gives a frequency of " << f;
+          return std::nullopt;
+        }
       return rope;
     }
   }
