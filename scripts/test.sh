@@ -29,7 +29,8 @@ suite() {
   local name=$1 code=0
   shift
   /usr/lib/llvm-22/bin/lit -sv "$@" 2>&1 | tee "$log" || code=$?
-  count() { sed -n "s/^ *$1: *\([0-9]*\).*/\1/p" "$log" | tail -n 1; }
+  # lit pads the names when it prints several ("Passed     : 84").
+  count() { sed -n "s/^ *$1 *: *\([0-9]*\).*/\1/p" "$log" | tail -n 1; }
   local passed failed unresolved unsupported
   passed=$(count Passed)
   failed=$(( $(count Failed || true) + 0 ))
