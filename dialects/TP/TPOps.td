@@ -8,6 +8,7 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/OpBase.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 
 class TP_Op<string mnemonic, list<Trait> traits = []> : Op<TP_Dialect, mnemonic, traits>;
 
@@ -326,6 +327,50 @@ def TP_AllToAllOp : TP_CollectiveOp<"all_to_all"> {
     $input `split_dim` `=` $split_dim `concat_dim` `=` $concat_dim attr-dict `:`
     type($input) `->` type($result)
   }];
+}
+
+//===----------------------------------------------------------------------===//
+// Decisions of code generation (after tp-partition)
+//===----------------------------------------------------------------------===//
+
+def TP_FusedOp : TP_Op<"fused", [SingleBlock, RecursiveMemoryEffects]> {
+  let summary = "Ops a target runs as one unit: one generated kernel, or one GEMM";
+  let description = [{
+    `tp-fuse` and `tp-group-linears` move the ops of a unit into the body, which may read
+    any value defined above it; the body yields the values the unit stores, which are the
+    op's results. The kinds:
+    - `elementwise`: a chain of silu, gelu, scale, softcap, add and mul, computed in
+      registers and stored once (yields the chain's last value);
+    - `norm`: such a chain, then an rms_norm of its value (pre-norm's residual add and
+      RMSNorm): yields both, the chain's value being the residual stream;
+    - `rotary`: the rotary embeddings of one attention's query and key (yields both);
+    - `linears`: linears that read one input (q, k, v; gate, up). Their weights are placed
+      one after the other in memory and their results one after the other in the arena,
+      so a one-row input is a single GEMM (yields each linear's result, in order).
+    ```mlir
+    %r:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+      %s = tp.add "model.layers.0" %a, %b : ...
+      %n = tp.rms_norm "model.layers.0.post_attention_layernorm" %s, %w {epsilon = 1.0e-05} : ...
+      tp.yield %s, %n : tensor<?x64xf32>, tensor<?x64xf32>
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind);
+  let results = (outs Variadic<TP_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$kind (`->` type($results)^)? attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBlock() { return getBody().front(); }
+    /// The ops of the unit, in order (all but the tp.yield).
+    auto getMembers() { return getBlock().without_terminator(); }
+  }];
+}
+
+def TP_YieldOp : TP_Op<"yield", [Pure, Terminator, ReturnLike, HasParent<"FusedOp">]> {
+  let summary = "The values a tp.fused unit stores";
+  let arguments = (ins Variadic<TP_Tensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
 }
 
 #endif // TPC_TP_OPS_TD

@@ -107,4 +107,67 @@ def TPPartition : Pass<"tp-partition", "::mlir::ModuleOp"> {
   let dependentDialects = ["::tpc::tp::TPDialect"];
 }
 
+//===----------------------------------------------------------------------===//
+// Decisions of code generation: each pass writes what it decides into the IR, where the
+// lowering of every target and `tpc analyze` read it.
+//===----------------------------------------------------------------------===//
+
+def TPElideCollectives : Pass<"tp-elide-collectives", "::mlir::ModuleOp"> {
+  let summary = "On a mesh of one rank, remove every collective and local reshard";
+  let description = [{
+    A collective over one rank moves nothing, and is not a copy either: each collective and
+    local reshard is replaced by its input. A placement on one rank says nothing, so value
+    types lose their encodings. On a larger mesh the pass does nothing.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
+def TPFuse : Pass<"tp-fuse", "::mlir::ModuleOp"> {
+  let summary = "Group ops that a target computes as one generated kernel into tp.fused";
+  let description = [{
+    Which chains fuse is the target's choice, given by the options (the CUDA target takes
+    all three; the CPU target none, its runtime calls being BLAS and vectorized loops):
+    - `elementwise`: an elementwise op whose one user is an elementwise op of the same shape
+      is computed inside that user's kernel, never stored;
+    - `norm`: an rms_norm right after an elementwise chain (with only tp.weight ops in
+      between) is computed by the chain's kernel, which stores both;
+    - `rotary`: the rotary embeddings of one attention's query and key, with the same
+      frequencies and rows, are one kernel.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+  let options = [
+    Option<"elementwise", "elementwise", "bool", /*default=*/"true",
+           "fuse chains of elementwise ops">,
+    Option<"norm", "norm", "bool", /*default=*/"true",
+           "fuse an rms_norm into the elementwise chain before it">,
+    Option<"rotary", "rotary", "bool", /*default=*/"true",
+           "fuse the query and key rotaries of an attention">,
+  ];
+}
+
+def TPGroupLinears : Pass<"tp-group-linears", "::mlir::ModuleOp"> {
+  let summary = "Group linears that read one input into a tp.fused \"linears\" unit";
+  let description = [{
+    Linears of one input (q, k and v; gate and up) whose weights are parameters, with biases
+    on all or none (and none added on rank 0 only, as a Partial result's is), become one
+    unit: the target places their weights one after the other and their outputs one after
+    the other, so a one-row input is one GEMM. A parameter belongs to one group at most, the
+    same in every function of the module. Inputs split by tokens are left alone: their rows
+    are not the arena's row stride.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
+def TPPlanArena : Pass<"tp-plan-arena", "::mlir::ModuleOp"> {
+  let summary = "Give every stored value an offset in the activation arena, by lifetime";
+  let description = [{
+    First fit over lifetimes, in elements per token (a value of [n, c] takes c per token, so
+    the arena for n tokens is its size times n). A tp.fused unit is one step: what it reads
+    lives until it runs; its results are placed when it runs, a `linears` unit's one after
+    the other. Records `tp.arena = array<i64: ...>` (one offset per result) on every op whose
+    results live in the arena, and `tp.arena_size` on each function.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
 #endif // TPC_TP_PASSES_TD

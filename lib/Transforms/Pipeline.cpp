@@ -1,12 +1,16 @@
 // The pipeline tpc runs in-process; tpc-opt runs the same passes one by one.
 #include "tpc/Transforms/Pipeline.h"
 
+#include "tpc/Plan/Plan.h"
 #include "tpc/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+using namespace mlir;
 using namespace tpc;
 
-void tpc::buildCollectivesPipeline(mlir::OpPassManager &pm, llvm::StringRef sequenceParallel,
-                                   bool fold) {
+void tpc::buildCollectivesPipeline(OpPassManager &pm, StringRef sequenceParallel, bool fold) {
   pm.addPass(tp::createTPLastToken());
   tp::TPPropagateLayoutsOptions propagate;
   propagate.sequenceParallel = sequenceParallel.str();
@@ -17,7 +21,7 @@ void tpc::buildCollectivesPipeline(mlir::OpPassManager &pm, llvm::StringRef sequ
   pm.addPass(tp::createTPLowerRedistribute());
 }
 
-void tpc::buildShardingPipeline(mlir::OpPassManager &pm, const ShardingOptions &options) {
+void tpc::buildShardingPipeline(OpPassManager &pm, const ShardingOptions &options) {
   tp::TPApplyPlanOptions plan;
   plan.planPath = options.planPath;
   plan.strategiesPath = options.strategiesPath;
@@ -25,4 +29,91 @@ void tpc::buildShardingPipeline(mlir::OpPassManager &pm, const ShardingOptions &
   pm.addPass(tp::createTPApplyPlan(plan));
   buildCollectivesPipeline(pm, options.sequenceParallel);
   pm.addPass(tp::createTPPartition());
+}
+
+SequenceParallelPolicy SequenceParallelPolicy::of(ModuleOp planned, bool requested) {
+  SequenceParallelPolicy policy;
+  policy.tp = tp::getMeshSize(planned).value_or(1);
+  policy.enabled = (requested || plan::namesSequenceParallel(planned)) && policy.tp > 1;
+  return policy;
+}
+
+TargetDecisions TargetDecisions::forTarget(StringRef target) {
+  TargetDecisions d;
+  if (target == "cuda")
+    d.fuseElementwise = d.fuseNorm = d.fuseRotary = d.groupLinears = true;
+  return d;
+}
+
+void tpc::buildDecisionPipeline(OpPassManager &pm, const TargetDecisions &decisions) {
+  pm.addPass(tp::createTPElideCollectives());
+  if (decisions.fuseElementwise || decisions.fuseNorm || decisions.fuseRotary) {
+    tp::TPFuseOptions fuse;
+    fuse.elementwise = decisions.fuseElementwise;
+    fuse.norm = decisions.fuseNorm;
+    fuse.rotary = decisions.fuseRotary;
+    pm.addPass(tp::createTPFuse(fuse));
+  }
+  if (decisions.groupLinears)
+    pm.addPass(tp::createTPGroupLinears());
+  pm.addPass(tp::createTPPlanArena());
+}
+
+namespace {
+
+func::FuncOp forwardOf(ModuleOp module) {
+  auto funcs = module.getOps<func::FuncOp>();
+  return std::distance(funcs.begin(), funcs.end()) == 1 ? *funcs.begin() : func::FuncOp();
+}
+
+/// Moves the forward of `split` into `into` as @forward_sequence_parallel. Both were
+/// partitioned from one module, so their parameters must be sharded the same way: the
+/// loader reads each parameter once.
+LogicalResult addSequenceParallelForward(ModuleOp into, ModuleOp split) {
+  func::FuncOp plain = forwardOf(into), forward = forwardOf(split);
+  if (!plain || !forward)
+    return into.emitError() << "a program needs exactly one function, the forward";
+  auto mine = into.getOps<tp::ParamOp>(), theirs = split.getOps<tp::ParamOp>();
+  if (std::distance(mine.begin(), mine.end()) != std::distance(theirs.begin(), theirs.end()))
+    return into.emitError() << "the sequence-parallel forward has other parameters";
+  for (auto [a, b] : llvm::zip(mine, theirs))
+    if (a.getSymName() != b.getSymName() || a.getType() != b.getType() ||
+        a.getShardAttr() != b.getShardAttr())
+      return b.emitError() << "parameter " << b.getSymName()
+                           << " is sharded differently with sequence parallelism ("
+                           << b.getType() << " vs " << a.getType()
+                           << "); its weights are loaded once, for both forwards";
+  forward->moveAfter(plain);
+  forward.setName("forward_sequence_parallel");
+  forward->setAttr(tp::kSequenceParallelAttrName, UnitAttr::get(into.getContext()));
+  return success();
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> tpc::buildProgram(ModuleOp planned, const ProgramOptions &options) {
+  SequenceParallelPolicy policy = SequenceParallelPolicy::of(planned, options.sequenceParallel);
+  MLIRContext *ctx = planned.getContext();
+  auto shard = [&](StringRef sequence) -> OwningOpRef<ModuleOp> {
+    OwningOpRef<ModuleOp> copy = planned.clone();
+    PassManager pm(ctx);
+    buildCollectivesPipeline(pm, sequence, options.fold);
+    pm.addPass(tp::createTPPartition());
+    if (failed(pm.run(*copy)))
+      return nullptr;
+    return copy;
+  };
+  OwningOpRef<ModuleOp> program = shard(policy.enabled ? "off" : "auto");
+  if (!program)
+    return nullptr;
+  if (policy.enabled) {
+    OwningOpRef<ModuleOp> split = shard("on");
+    if (!split || failed(addSequenceParallelForward(*program, *split)))
+      return nullptr;
+  }
+  PassManager pm(ctx);
+  buildDecisionPipeline(pm, options.decisions);
+  if (failed(pm.run(*program)))
+    return nullptr;
+  return program;
 }

@@ -63,6 +63,27 @@ LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
                              << ", got " << attr.getValue();
     return success();
   }
+  if (name == kArenaAttrName) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!offsets || offsets.size() != int64_t(op->getNumResults()) ||
+        llvm::any_of(offsets.asArrayRef(), [](int64_t o) { return o < 0; }))
+      return op->emitError() << "'" << name
+                             << "' must give one offset (>= 0) per result, got "
+                             << attr.getValue();
+    return success();
+  }
+  if (name == kArenaSizeAttrName || name == kSequenceParallelAttrName) {
+    if (!isa<func::FuncOp>(op))
+      return op->emitError() << "'" << name << "' belongs on a function, not on "
+                             << op->getName();
+    bool ok = name == kArenaSizeAttrName ? isa<IntegerAttr>(attr.getValue())
+                                         : isa<UnitAttr>(attr.getValue());
+    if (!ok)
+      return op->emitError() << "'" << name << "' must be "
+                             << (name == kArenaSizeAttrName ? "an integer" : "a unit attribute")
+                             << ", got " << attr.getValue();
+    return success();
+  }
   return op->emitError() << "unknown tp dialect attribute '" << name << "'";
 }
 

@@ -458,3 +458,63 @@ LogicalResult AllToAllOp::verify() {
                               << " -> " << b;
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// tp.fused
+//===----------------------------------------------------------------------===//
+
+static bool isElementwiseMember(Operation *op) {
+  return isa<SiluOp, GeluOp, ScaleOp, SoftcapOp, AddOp, MulOp>(op);
+}
+
+LogicalResult FusedOp::verify() {
+  auto yield = dyn_cast<YieldOp>(getBlock().getTerminator());
+  if (!yield)
+    return emitOpError() << "body must end in tp.yield";
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError() << "yields " << yield.getValues().getTypes()
+                         << ", but its results are " << getResultTypes();
+  SmallVector<Operation *> members;
+  for (Operation &op : getMembers())
+    members.push_back(&op);
+  if (members.empty())
+    return emitOpError() << "has an empty body";
+  auto count = [&](auto isA) { return llvm::count_if(members, isA); };
+  StringRef kind = getKind();
+  if (kind == "elementwise" || kind == "norm") {
+    bool norm = kind == "norm";
+    size_t chain = members.size() - (norm ? 1 : 0);
+    if (size_t(count(isElementwiseMember)) != chain || chain == 0 ||
+        (norm && !isa<RMSNormOp>(members.back())))
+      return emitOpError() << "'" << kind << "' holds "
+                           << (norm ? "an elementwise chain, then an rms_norm"
+                                    : "elementwise ops only");
+    if (getNumResults() != (norm ? 2u : 1u))
+      return emitOpError() << "'" << kind << "' yields " << (norm ? "2 values" : "1 value");
+    return success();
+  }
+  if (kind == "rotary") {
+    if (members.size() != 2 || !llvm::all_of(members, [](Operation *op) {
+          return isa<RotaryOp>(op);
+        }) || getNumResults() != 2)
+      return emitOpError() << "'rotary' holds two tp.rotary ops and yields both";
+    return success();
+  }
+  if (kind == "linears") {
+    if (members.size() < 2 || !llvm::all_of(members, [](Operation *op) {
+          return isa<LinearOp>(op);
+        }))
+      return emitOpError() << "'linears' holds two or more tp.linear ops";
+    Value input = cast<LinearOp>(members.front()).getInput();
+    for (auto [op, yielded] : llvm::zip(members, yield.getValues()))
+      if (cast<LinearOp>(op).getInput() != input || op->getResult(0) != yielded)
+        return emitOpError() << "'linears' yields each linear's result in order, all of one "
+                                "input";
+    if (getNumResults() != members.size())
+      return emitOpError() << "'linears' yields each linear's result in order, all of one "
+                              "input";
+    return success();
+  }
+  return emitOpError() << "unknown kind '" << kind
+                       << "'; the kinds are elementwise, norm, rotary and linears";
+}

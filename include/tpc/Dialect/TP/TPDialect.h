@@ -38,6 +38,14 @@ inline constexpr llvm::StringLiteral kHfModelTypeAttrName = "tp.hf_model_type";
 inline constexpr llvm::StringLiteral kHfTiedAttrName = "tp.hf_tied";
 inline constexpr llvm::StringLiteral kHfTpPlanAttrName = "tp.hf_tp_plan";
 inline constexpr llvm::StringLiteral kEosTokenIdsAttrName = "tp.eos_token_ids";
+/// What tp-plan-arena decides: each stored result's offset in the activation arena
+/// (`tp.arena`, one per result, in elements per token) and each function's arena size
+/// (`tp.arena_size`, elements per token).
+inline constexpr llvm::StringLiteral kArenaAttrName = "tp.arena";
+inline constexpr llvm::StringLiteral kArenaSizeAttrName = "tp.arena_size";
+/// Marks the forward that splits the residual stream by tokens (sequence parallelism), run
+/// for token counts tp divides; a module holds it beside the plain @forward.
+inline constexpr llvm::StringLiteral kSequenceParallelAttrName = "tp.sequence_parallel";
 
 /// The placement a value's type carries as its encoding; null when it has none.
 PlacementAttr getPlacement(mlir::Type type);

@@ -1,0 +1,106 @@
+// tp-plan-arena: every activation a forward stores gets an offset in one arena, planned by
+// lifetime, so that a forward over n tokens allocates nothing. Offsets are in elements per
+// token: a [n, c] value takes c, and the arena for n tokens is the function's size times n
+// (values of one row, after tp.last_token, take a whole slot as well; what that wastes is
+// one row of each, which is not worth a second arena).
+#include "tpc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace tpc::tp {
+#define GEN_PASS_DEF_TPPLANARENA
+#include "TP/TPPasses.h.inc"
+} // namespace tpc::tp
+
+using namespace mlir;
+using namespace tpc::tp;
+
+namespace {
+
+/// Columns of a [tokens, features] value (1 for a vector of tokens).
+int64_t columns(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  return type.getRank() == 2 ? type.getDimSize(1) : 1;
+}
+
+/// A slot in the arena while its value lives: [offset, offset + size), until the op at
+/// position `end` has run.
+struct Live {
+  int64_t offset, size;
+  size_t end;
+};
+
+/// The lowest offset where `size` fits between the live slots.
+int64_t firstFit(std::vector<Live> &live, int64_t size) {
+  llvm::sort(live, [](const Live &a, const Live &b) { return a.offset < b.offset; });
+  int64_t offset = 0;
+  for (const Live &l : live) {
+    if (offset + size <= l.offset)
+      break;
+    offset = std::max(offset, l.offset + l.size);
+  }
+  return offset;
+}
+
+struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (!func.isExternal())
+        plan(func);
+  }
+
+  void plan(func::FuncOp func) {
+    Block &block = func.getBody().front();
+    llvm::DenseMap<Operation *, size_t> position;
+    for (Operation &op : block)
+      position[&op] = position.size();
+    // The last top-level op that reads `v` (a read inside a unit is the unit's).
+    auto lastRead = [&](Value v, size_t from) {
+      size_t end = from;
+      for (Operation *user : v.getUsers())
+        if (Operation *top = block.findAncestorOpInBlock(*user))
+          end = std::max(end, position.lookup(top));
+      return end;
+    };
+    Builder builder(func.getContext());
+    std::vector<Live> live;
+    int64_t size = 0;
+    for (Operation &op : block) {
+      if (isa<WeightOp, func::ReturnOp>(op) || op.getNumResults() == 0)
+        continue;
+      size_t at = position.lookup(&op);
+      llvm::erase_if(live, [&](const Live &l) { return l.end < at; });
+      SmallVector<int64_t> offsets;
+      auto fused = dyn_cast<FusedOp>(op);
+      if (fused && fused.getKind() == "linears") {
+        // One slot: each member's [n, columns] block after the other, so one row of all of
+        // them is one row of the concatenated weights' GEMM.
+        int64_t width = 0;
+        size_t end = at;
+        for (Value result : op.getResults()) {
+          width += columns(result);
+          end = std::max(end, lastRead(result, at));
+        }
+        int64_t offset = firstFit(live, width);
+        live.push_back({offset, width, end});
+        for (Value result : op.getResults()) {
+          offsets.push_back(offset);
+          offset += columns(result);
+        }
+        size = std::max(size, offset);
+      } else {
+        for (Value result : op.getResults()) {
+          int64_t offset = firstFit(live, columns(result));
+          live.push_back({offset, columns(result), lastRead(result, at)});
+          offsets.push_back(offset);
+          size = std::max(size, offset + columns(result));
+        }
+      }
+      op.setAttr(kArenaAttrName, builder.getDenseI64ArrayAttr(offsets));
+    }
+    func->setAttr(kArenaSizeAttrName, builder.getI64IntegerAttr(size));
+  }
+};
+
+} // namespace
