@@ -1,17 +1,15 @@
 // Fuzzes parsing, verifying and sharding a model: the input is a model.mlir (seeds: the
 // example and the tests' models). What parses and verifies gets the example plan at tp 2, the
-// collectives pipeline, tp-partition and the CPU emitter, as `tpc compile` runs them (less
-// the C++ compiler). Every stage may reject the input with a diagnostic; none may crash.
+// collectives pipeline, tp-partition, the decision passes and both targets' lowerings, as
+// `tpc compile` runs them (less the C++ compiler). Every stage may reject the input with a diagnostic; none may crash.
 #include "Fuzz.h"
 
-#include "tpc/Codegen/CpuEmitter.h"
 #include "tpc/Plan/Plan.h"
-#include "tpc/Transforms/Passes.h"
+#include "tpc/Target/Target.h"
 #include "tpc/Transforms/Pipeline.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -29,12 +27,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   options.tpSize = 2;
   if (failed(tpc::plan::applyPlan(*module, options)))
     return 0;
-  PassManager pm(&ctx);
-  tpc::buildCollectivesPipeline(pm, "auto");
-  pm.addPass(tpc::tp::createTPPartition());
-  if (failed(pm.run(*module)))
-    return 0;
-  llvm::raw_null_ostream sink;
-  (void)tpc::emitProgram(*module, ModuleOp(), tpc::Target::Cpu, sink);
+  for (const char *target : {"cpu", "cuda"}) {
+    tpc::ProgramOptions program;
+    program.decisions = tpc::TargetDecisions::forTarget(target);
+    OwningOpRef<ModuleOp> decided = tpc::buildProgram(*module, program);
+    if (!decided)
+      continue;
+    llvm::raw_null_ostream sink;
+    (void)tpc::target::emitSource(*decided, target, sink);
+  }
   return 0;
 }

@@ -1,5 +1,6 @@
 // tpc-opt: mlir-opt with the tp dialect and every tpc pass, for lit tests and debugging.
 #include "tpc/Dialect/TP/TPDialect.h"
+#include "tpc/Target/Passes.h"
 #include "tpc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -9,8 +10,9 @@
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<tpc::tp::TPDialect, mlir::func::FuncDialect>();
+  registry.insert<tpc::tp::TPDialect, mlir::func::FuncDialect, mlir::emitc::EmitCDialect>();
   tpc::tp::registerTPPasses();
+  tpc::target::registerTargetPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   return mlir::asMainReturnCode(

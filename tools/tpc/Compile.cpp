@@ -2,9 +2,8 @@
 #include "Commands.h"
 #include "Session.h"
 
-#include "tpc/Codegen/CpuEmitter.h"
 #include "tpc/Plan/Plan.h"
-#include "tpc/Transforms/Passes.h"
+#include "tpc/Target/Target.h"
 #include "tpc/Transforms/Pipeline.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -23,9 +22,37 @@ namespace tpc {
 namespace {
 
 struct CompileOptions : PlanArgs {
-  std::string target = "cpu", output;
-  bool sequenceParallel = false, noFold = false;
+  std::string target = "cpu", output, fuse;
+  bool sequenceParallel = false, noFold = false, emitOnly = false;
 };
+
+/// --fuse: the target's own choice unless given; "none", or a list of elementwise, norm,
+/// rotary and linears.
+bool parseFuse(const std::string &list, TargetDecisions &d) {
+  if (list.empty())
+    return true;
+  d = TargetDecisions();
+  if (list == "none")
+    return true;
+  llvm::SmallVector<llvm::StringRef> names;
+  llvm::StringRef(list).split(names, ',');
+  for (llvm::StringRef name : names) {
+    if (name == "elementwise")
+      d.fuseElementwise = true;
+    else if (name == "norm")
+      d.fuseNorm = true;
+    else if (name == "rotary")
+      d.fuseRotary = true;
+    else if (name == "linears")
+      d.groupLinears = true;
+    else {
+      reportError("--fuse: unknown '" + name +
+                  "'; give none, or a list of elementwise, norm, rotary and linears");
+      return false;
+    }
+  }
+  return true;
+}
 
 /// Prints each stage and how long it took.
 class Stages {
@@ -57,6 +84,12 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
                 "split the residual stream by tokens where the token count divides by tp");
   cmd->add_flag("--no-fold", opts->noFold,
                 "leave out tp-fold-redistribute (to run what folding would remove)");
+  cmd->add_flag("--emit-only", opts->emitOnly,
+                "write the generated source and stop: no compiler is run");
+  cmd->add_option("--fuse", opts->fuse,
+                  "what the decision passes fuse, instead of the target's choice: none, or a "
+                  "list of elementwise, norm, rotary and linears (cuda's default is all, "
+                  "cpu's none)");
   cmd->callback([opts, &run] {
     run = [opts]() -> int {
       const CompileOptions &o = *opts;
@@ -64,9 +97,10 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
         return 1;
       bool cuda = o.target == "cuda";
 #ifndef TPC_NVCC
-      if (cuda) {
+      if (cuda && !o.emitOnly) {
         reportError("--target cuda: this tpc was built without nvcc (none was found at "
-                    "configure time); rebuild with CUDA installed in /usr/local/cuda");
+                    "configure time); rebuild with CUDA installed in /usr/local/cuda, or "
+                    "pass --emit-only to write the source alone");
         return 1;
       }
 #endif
@@ -81,20 +115,14 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
             return succeeded(plan::applyPlan(*module, {o.plan, o.strategies, o.tp}));
           }))
         return 1;
-      bool split = (o.sequenceParallel || plan::namesSequenceParallel(*module)) && o.tp > 1;
-      auto shard = [&](StringRef sequence) {
-        return session.runOnCopy(*module, [&](OpPassManager &pm) {
-          buildCollectivesPipeline(pm, sequence, !o.noFold);
-          pm.addPass(tp::createTPPartition());
-        });
-      };
-      OwningOpRef<ModuleOp> plain, splitModule;
-      if (!stages.run("shard", [&] {
-            plain = shard(split ? "off" : "auto");
-            if (split)
-              splitModule = shard("on");
-            return plain && (!split || splitModule);
-          }))
+      ProgramOptions program;
+      program.sequenceParallel = o.sequenceParallel;
+      program.fold = !o.noFold;
+      program.decisions = TargetDecisions::forTarget(o.target);
+      if (!parseFuse(o.fuse, program.decisions))
+        return 1;
+      OwningOpRef<ModuleOp> decided;
+      if (!stages.run("shard", [&] { return bool(decided = buildProgram(*module, program)); }))
         return 1;
 
       std::string name = module->getSymName() ? module->getSymName()->str() : "model";
@@ -108,12 +136,15 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
       if (!stages.run("emit", [&] {
             std::string code;
             llvm::raw_string_ostream os(code);
-            if (failed(emitProgram(*plain, split ? *splitModule : ModuleOp(),
-                                   cuda ? Target::Cuda : Target::Cpu, os)))
+            if (failed(target::emitSource(*decided, o.target, os)))
               return false;
             return writeAtomically(source.str().str(), code);
           }))
         return 1;
+      if (o.emitOnly) {
+        llvm::outs() << fmt::format("wrote {}\n", source.str());
+        return session.errors() ? 1 : 0;
+      }
       // The binary is linked under a temporary name beside its own and renamed once complete:
       // a compiler or disk that fails midway leaves no half-written binary that looks built.
       llvm::SmallString<256> partial;

@@ -26,7 +26,7 @@ struct Context;
 /// One forward over `tokens` new tokens; returns this rank's [tokens, vocab] logits
 /// (replicated; [1, vocab] when the model computes the last token only), valid until the
 /// next call.
-using ForwardFn = const float *(*)(Context &, const int64_t *ids, const int64_t *positions,
+using ForwardFn = float *(*)(Context &, const int64_t *ids, const int64_t *positions,
                                    int64_t tokens);
 
 struct ModelSpec {

@@ -28,7 +28,7 @@ struct KVCache {
 };
 
 class Device;
-using DeviceForwardFn = const act *(*)(Device &, const int64_t *ids, const int64_t *positions,
+using DeviceForwardFn = act *(*)(Device &, const int64_t *ids, const int64_t *positions,
                                        int64_t tokens);
 
 class Device {

@@ -19,7 +19,11 @@ inline unsigned blocksFor(int64_t count, int threads = kThreads) {
   return unsigned((count + threads - 1) / threads);
 }
 
+/// What generated kernels compute in: bf16 in memory, fp32 in registers.
+using acc = float;
+
 __device__ inline float load(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ inline void store(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16(v); }
 
 __device__ inline float silu(float v) { return v / (1.0f + expf(-v)); }
 

@@ -1,0 +1,81 @@
+// What the CPU and the CUDA target spell differently. The lowering of a decided tp program to
+// EmitC (lib/Target/LowerToEmitC.cpp) is one; each target (lib/Target/Cpu, lib/Target/Cuda)
+// says where its calls live, what an activation is, what it cannot run, and how a fused unit's
+// generated code is wrapped: a loop on the CPU, a kernel and its launch on the GPU.
+#ifndef TPC_TARGET_TARGET_H
+#define TPC_TARGET_TARGET_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tpc::target {
+
+/// The straight-line code of a fused chain for element `i`: each line defines one `acc`
+/// (the target's arithmetic type) from loads of its inputs (`in0`, `in1`, ...) or from the
+/// lines before, with the math helpers of the target's fused.h; `result` names the chain's
+/// value.
+struct ChainCode {
+  std::vector<std::string> lines;
+  std::string result;
+  unsigned inputs = 0;
+  std::string what; // "silu, mul": the ops, for the kernel's comment
+};
+
+/// The generated kernel of a tp.fused unit: its definition, placed before the function
+/// that calls it, and its signature, which every target shares:
+///   elementwise: NAME(cx, rows, in0.., out)
+///   norm:        NAME(cx, rows, in0.., weight, stored, out)
+///   rotary:      NAME(cx, rows, a, aOut, b, bOut, positions)
+class Spelling {
+public:
+  virtual ~Spelling() = default;
+
+  virtual llvm::StringRef name() const = 0;      // for messages: "CPU", "CUDA"
+  virtual llvm::StringRef include() const = 0;   // the runtime header the program includes
+  virtual llvm::StringRef ns() const = 0;        // where the program's calls live
+  virtual llvm::StringRef context() const = 0;   // the C++ type of the forward's first argument
+  virtual llvm::StringRef element() const = 0;   // the C++ type of an activation
+  /// Whether the runtime lays a "linears" unit's weights one after the other, so that a
+  /// one-row input is one GEMM over them.
+  virtual bool groupsLinears() const = 0;
+  /// An error at `op` when the target cannot run it.
+  virtual mlir::LogicalResult supports(mlir::Operation *op) const = 0;
+
+  /// `width` columns per row: an elementwise unit computes rows * width elements.
+  virtual std::string elementwiseKernel(llvm::StringRef name, const ChainCode &chain,
+                                        int64_t width) const = 0;
+  /// The chain's value is stored, then normalized over rows of `normWidth` (a per-head norm
+  /// has width / normWidth of them per token).
+  virtual std::string normKernel(llvm::StringRef name, const ChainCode &chain, int64_t width,
+                                 int64_t normWidth, double epsilon,
+                                 double weightOffset) const = 0;
+  /// Rotates heads of `headDim` of a [rows, aHeads * headDim] and a [rows, bHeads * headDim]
+  /// value at `positions`, with `frequencies` (headDim / 2 of them).
+  virtual std::string rotaryKernel(llvm::StringRef name, int64_t headDim, int64_t aHeads,
+                                   int64_t bHeads,
+                                   llvm::ArrayRef<double> frequencies) const = 0;
+};
+
+std::unique_ptr<Spelling> makeCpuSpelling();
+std::unique_ptr<Spelling> makeCudaSpelling();
+/// The spelling of "cpu" or "cuda"; null for any other name.
+std::unique_ptr<Spelling> makeSpelling(llvm::StringRef target);
+
+/// A float literal that is exactly float(v), in hexadecimal (for generated kernels).
+std::string floatLiteral(double v);
+/// A double literal that is exactly v, in hexadecimal.
+std::string doubleLiteral(double v);
+
+/// The source of the program for a decided module (tpc::buildProgram's output): a copy
+/// lowered by tp-lower-to-emitc, printed by upstream's C++ translator. Fails, with an error
+/// at the op, for what the target cannot run.
+mlir::LogicalResult emitSource(mlir::ModuleOp program, llvm::StringRef target,
+                               llvm::raw_ostream &os);
+
+} // namespace tpc::target
+
+#endif // TPC_TARGET_TARGET_H

@@ -1,0 +1,118 @@
+// The CPU target's spelling: calls into libtpcrt (fp32, OpenBLAS, Gloo) on the rank's
+// Context, and fused units as plain loops over the same straight-line code the CUDA target
+// puts in a kernel (acc is double here, as in the runtime's own kernels).
+#include "tpc/Target/Target.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace tpc::target;
+
+namespace {
+
+std::string indent(const std::vector<std::string> &lines, StringRef prefix) {
+  std::string text;
+  for (const std::string &line : lines)
+    text += prefix.str() + line + "\n";
+  return text;
+}
+
+std::string inputs(unsigned count) {
+  std::string text;
+  for (unsigned i = 0; i < count; ++i)
+    text += "const float *in" + std::to_string(i) + ", ";
+  return text;
+}
+
+class CpuSpelling : public Spelling {
+public:
+  StringRef name() const override { return "CPU"; }
+  StringRef include() const override { return "tpcrt/program.h"; }
+  StringRef ns() const override { return "tpcrt"; }
+  StringRef context() const override { return "tpcrt::Context &"; }
+  StringRef element() const override { return "float"; }
+  bool groupsLinears() const override { return false; }
+  LogicalResult supports(Operation *) const override { return success(); }
+
+  std::string elementwiseKernel(StringRef name, const ChainCode &chain,
+                                int64_t width) const override {
+    return llvm::formatv("// {0}, as one loop.\n"
+                         "static void {1}(tpcrt::Context &, int64_t rows, {2}float *out) {{\n"
+                         "  using namespace tpcrt::fused;\n"
+                         "  const int64_t count = rows * {3};\n"
+                         "  for (int64_t i = 0; i < count; ++i) {{\n"
+                         "{4}"
+                         "    store(out, i, {5});\n"
+                         "  }\n"
+                         "}",
+                         chain.what, name, inputs(chain.inputs), width,
+                         indent(chain.lines, "    "), chain.result);
+  }
+
+  std::string normKernel(StringRef name, const ChainCode &chain, int64_t width,
+                         int64_t normWidth, double epsilon,
+                         double weightOffset) const override {
+    return llvm::formatv(
+        "// {0}, as one loop over rows.\n"
+        "static void {1}(tpcrt::Context &, int64_t rows, {2}const float *weight, float *stored, "
+        "float *out) {{\n"
+        "  using namespace tpcrt::fused;\n"
+        "  const int64_t width = {3}, norms = rows * {4};\n"
+        "  for (int64_t r = 0; r < norms; ++r) {{\n"
+        "    const int64_t base = r * width;\n"
+        "    acc total = 0;\n"
+        "    for (int64_t c = 0; c < width; ++c) {{\n"
+        "      const int64_t i = base + c;\n"
+        "{5}"
+        "      store(stored, i, {6});\n"
+        "      const acc y = load(stored, i);\n"
+        "      total += y * y;\n"
+        "    }\n"
+        "    const acc scale = acc(1) / std::sqrt(total / acc(width) + acc({7}));\n"
+        "    for (int64_t c = 0; c < width; ++c)\n"
+        "      store(out, base + c, load(stored, base + c) * scale * (load(weight, c) + "
+        "acc({8})));\n"
+        "  }\n"
+        "}",
+        chain.what, name, inputs(chain.inputs), normWidth, width / normWidth,
+        indent(chain.lines, "      "), chain.result, doubleLiteral(epsilon),
+        doubleLiteral(weightOffset));
+  }
+
+  std::string rotaryKernel(StringRef name, int64_t headDim, int64_t aHeads, int64_t bHeads,
+                           ArrayRef<double> frequencies) const override {
+    std::string list;
+    llvm::ListSeparator sep(", ");
+    for (double f : frequencies)
+      list += StringRef(sep).str() + doubleLiteral(f);
+    return llvm::formatv(
+        "// The rotary embedding of an attention's query and key, as one loop.\n"
+        "static void {0}(tpcrt::Context &, int64_t rows, const float *a, float *aOut, "
+        "const float *b, float *bOut, const int64_t *positions) {{\n"
+        "  using namespace tpcrt::fused;\n"
+        "  static const double frequencies[{1}] = {{{2}};\n"
+        "  const int64_t half = {1}, headDim = {3}, aHeads = {4}, heads = {5};\n"
+        "  for (int64_t i = 0; i < rows * heads * half; ++i) {{\n"
+        "    const int64_t f = i % half, head = i / half % heads, r = i / half / heads;\n"
+        "    const bool inA = head < aHeads;\n"
+        "    const int64_t at = inA ? (r * aHeads + head) * headDim\n"
+        "                           : (r * (heads - aHeads) + head - aHeads) * headDim;\n"
+        "    const float *x = (inA ? a : b) + at;\n"
+        "    float *y = (inA ? aOut : bOut) + at;\n"
+        "    const acc angle = acc(positions[r]) * frequencies[f];\n"
+        "    const acc c = std::cos(angle), s = std::sin(angle);\n"
+        "    const acc u = load(x, f), v = load(x, f + half);\n"
+        "    store(y, f, u * c - v * s);\n"
+        "    store(y, f + half, v * c + u * s);\n"
+        "  }\n"
+        "}",
+        name, frequencies.size(), list, headDim, aHeads, aHeads + bHeads);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Spelling> tpc::target::makeCpuSpelling() {
+  return std::make_unique<CpuSpelling>();
+}

@@ -1,0 +1,160 @@
+// The CUDA target's spelling: calls into libtpcrt_cuda (bf16 activations, fp32 arithmetic,
+// cuBLASLt, NCCL) on the rank's Device, and each fused unit as a generated __global__ kernel
+// plus the host function that launches it on the Device's stream.
+#include "tpc/Target/Target.h"
+
+#include "tpc/Dialect/TP/TPDialect.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace tpc::target;
+
+namespace {
+
+std::string indent(const std::vector<std::string> &lines, StringRef prefix) {
+  std::string text;
+  for (const std::string &line : lines)
+    text += prefix.str() + line + "\n";
+  return text;
+}
+
+/// `const act *in0, const act *in1, ` and the matching `in0, in1, `.
+std::pair<std::string, std::string> inputs(unsigned count) {
+  std::string params, names;
+  for (unsigned i = 0; i < count; ++i) {
+    params += "const tpcrt::cuda::act *in" + std::to_string(i) + ", ";
+    names += "in" + std::to_string(i) + ", ";
+  }
+  return {params, names};
+}
+
+class CudaSpelling : public Spelling {
+public:
+  StringRef name() const override { return "CUDA"; }
+  StringRef include() const override { return "tpcrt/cuda/program.h"; }
+  StringRef ns() const override { return "tpcrt::cuda"; }
+  StringRef context() const override { return "tpcrt::cuda::Device &"; }
+  StringRef element() const override { return "tpcrt::cuda::act"; }
+  bool groupsLinears() const override { return true; }
+
+  LogicalResult supports(Operation *op) const override {
+    if (isa<tpc::tp::RouterOp, tpc::tp::ExpertsOp>(op))
+      return op->emitError() << "the CUDA target cannot run mixture-of-experts layers yet";
+    return success();
+  }
+
+  std::string elementwiseKernel(StringRef name, const ChainCode &chain,
+                                int64_t width) const override {
+    auto [params, names] = inputs(chain.inputs);
+    return llvm::formatv(
+        "// {0}, as one kernel.\n"
+        "__global__ void {1}_kernel(int64_t count, {2}tpcrt::cuda::act *out) {{\n"
+        "  using namespace tpcrt::cuda::fused;\n"
+        "  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
+        "  if (i >= count)\n"
+        "    return;\n"
+        "{3}"
+        "  store(out, i, {4});\n"
+        "}\n"
+        "static void {1}(tpcrt::cuda::Device &cx, int64_t rows, {2}tpcrt::cuda::act *out) {{\n"
+        "  using namespace tpcrt::cuda::fused;\n"
+        "  const int64_t count = rows * {5};\n"
+        "  if (count == 0)\n"
+        "    return;\n"
+        "  {1}_kernel<<<blocksFor(count), kThreads, 0, cx.stream()>>>(count, {6}out);\n"
+        "  cx.launched(\"{7}\");\n"
+        "}",
+        chain.what, name, params, indent(chain.lines, "  "), chain.result, width, names,
+        chain.what);
+  }
+
+  std::string normKernel(StringRef name, const ChainCode &chain, int64_t width,
+                         int64_t normWidth, double epsilon,
+                         double weightOffset) const override {
+    auto [params, names] = inputs(chain.inputs);
+    // One block per row: the chain's value is stored (the residual stream) and squared into
+    // the row's sum, then the stored row is normalized.
+    return llvm::formatv(
+        "// {0}, as one kernel.\n"
+        "__global__ void {1}_kernel({2}const tpcrt::cuda::act *weight, tpcrt::cuda::act "
+        "*stored, tpcrt::cuda::act *out) {{\n"
+        "  using namespace tpcrt::cuda::fused;\n"
+        "  __shared__ float partial[kThreads];\n"
+        "  const int64_t width = {3}, base = int64_t(blockIdx.x) * width;\n"
+        "  acc total = 0;\n"
+        "  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {{\n"
+        "    const int64_t i = base + c;\n"
+        "{4}"
+        "    store(stored, i, {5});\n"
+        "    const acc y = load(stored, i);\n"
+        "    total += y * y;\n"
+        "  }\n"
+        "  const acc scale = rsqrtf(blockSum(total, partial) / acc(width) + {6});\n"
+        "  for (int64_t c = threadIdx.x; c < width; c += blockDim.x)\n"
+        "    store(out, base + c, load(stored, base + c) * scale * (load(weight, c) + {7}));\n"
+        "}\n"
+        "static void {1}(tpcrt::cuda::Device &cx, int64_t rows, {2}const tpcrt::cuda::act "
+        "*weight, tpcrt::cuda::act *stored, tpcrt::cuda::act *out) {{\n"
+        "  using namespace tpcrt::cuda::fused;\n"
+        "  const int64_t blocks = rows * {8};\n"
+        "  if (blocks == 0)\n"
+        "    return;\n"
+        "  {1}_kernel<<<unsigned(blocks), kThreads, 0, cx.stream()>>>({9}weight, stored, out);\n"
+        "  cx.launched(\"{0}\");\n"
+        "}",
+        chain.what, name, params, normWidth, indent(chain.lines, "    "), chain.result,
+        floatLiteral(epsilon), floatLiteral(weightOffset), width / normWidth, names);
+  }
+
+  std::string rotaryKernel(StringRef name, int64_t headDim, int64_t aHeads, int64_t bHeads,
+                           ArrayRef<double> frequencies) const override {
+    std::string list;
+    llvm::ListSeparator sep(", ");
+    for (double f : frequencies)
+      list += StringRef(sep).str() + floatLiteral(f);
+    // The frequencies are constants of the kernel, rounded to float as the runtime's rotary
+    // rounds them.
+    return llvm::formatv(
+        "// The rotary embedding of an attention's query and key, as one kernel.\n"
+        "__constant__ float {0}_frequencies[{1}] = {{{2}};\n"
+        "__global__ void {0}_kernel(const tpcrt::cuda::act *a, tpcrt::cuda::act *aOut, "
+        "const tpcrt::cuda::act *b, tpcrt::cuda::act *bOut, const int64_t *positions, "
+        "int64_t rows) {{\n"
+        "  using namespace tpcrt::cuda::fused;\n"
+        "  const int64_t half = {1}, headDim = {3}, aHeads = {4}, heads = {5};\n"
+        "  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
+        "  if (i >= rows * heads * half)\n"
+        "    return;\n"
+        "  const int64_t f = i % half, head = i / half % heads, r = i / half / heads;\n"
+        "  const bool inA = head < aHeads;\n"
+        "  const int64_t at = inA ? (r * aHeads + head) * headDim\n"
+        "                         : (r * (heads - aHeads) + head - aHeads) * headDim;\n"
+        "  const tpcrt::cuda::act *x = (inA ? a : b) + at;\n"
+        "  tpcrt::cuda::act *y = (inA ? aOut : bOut) + at;\n"
+        "  const acc angle = acc(positions[r]) * {0}_frequencies[f];\n"
+        "  const acc c = cosf(angle), s = sinf(angle), u = load(x, f), v = load(x, f + half);\n"
+        "  store(y, f, u * c - v * s);\n"
+        "  store(y, f + half, v * c + u * s);\n"
+        "}\n"
+        "static void {0}(tpcrt::cuda::Device &cx, int64_t rows, const tpcrt::cuda::act *a, "
+        "tpcrt::cuda::act *aOut, const tpcrt::cuda::act *b, tpcrt::cuda::act *bOut, "
+        "const int64_t *positions) {{\n"
+        "  using namespace tpcrt::cuda::fused;\n"
+        "  const int64_t pairs = rows * {5} * {1};\n"
+        "  if (pairs == 0)\n"
+        "    return;\n"
+        "  {0}_kernel<<<blocksFor(pairs), kThreads, 0, cx.stream()>>>(a, aOut, b, bOut, "
+        "positions, rows);\n"
+        "  cx.launched(\"rotary (query and key)\");\n"
+        "}",
+        name, frequencies.size(), list, headDim, aHeads, aHeads + bHeads);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Spelling> tpc::target::makeCudaSpelling() {
+  return std::make_unique<CudaSpelling>();
+}

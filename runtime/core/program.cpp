@@ -1,0 +1,34 @@
+// The model description an emitted program's main() builds, call by call (tpcrt/program.h).
+#include "tpcrt/program.h"
+
+namespace tpcrt {
+
+ModelSpec *newSpec(const char *name, int64_t tp, int64_t vocab, int64_t arenaPerToken,
+                   bool lastTokenOnly) {
+  // One model per program; static, so it outlives main's return and leaks nothing.
+  static ModelSpec spec{};
+  spec.name = name;
+  spec.tp = tp;
+  spec.vocab = vocab;
+  spec.floatsPerToken = arenaPerToken;
+  spec.lastTokenOnly = lastTokenOnly;
+  return &spec;
+}
+
+void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, SliceSpec slice,
+              std::vector<std::string> sources) {
+  spec->params.push_back({name, std::move(hfShape), std::move(slice), std::move(sources)});
+}
+
+void addKvCache(ModelSpec *spec, int64_t width) { spec->kvWidths.push_back(width); }
+
+void addEosId(ModelSpec *spec, int64_t id) { spec->eosIds.push_back(id); }
+
+void setForwards(ModelSpec *spec, ForwardFn forward, ForwardFn sequenceParallel) {
+  spec->forward = forward;
+  spec->forwardSequenceParallel = sequenceParallel;
+}
+
+int runModel(ModelSpec *spec, int argc, char **argv) { return runModel(*spec, argc, argv); }
+
+} // namespace tpcrt
