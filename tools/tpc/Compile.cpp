@@ -1,7 +1,8 @@
-// tpc compile: the whole pipeline, then C++ for libtpcrt, then the system compiler.
+// tpc compile: the whole pipeline, the program for the target, then the build driver.
 #include "Commands.h"
 #include "Session.h"
 
+#include "tpc/Driver/Build.h"
 #include "tpc/Plan/Plan.h"
 #include "tpc/Target/Target.h"
 #include "tpc/Transforms/Pipeline.h"
@@ -96,14 +97,12 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
       if (!checkTpArg(o))
         return 1;
       bool cuda = o.target == "cuda";
-#ifndef TPC_NVCC
-      if (cuda && !o.emitOnly) {
+      if (cuda && !o.emitOnly && !driver::hasCudaCompiler()) {
         reportError("--target cuda: this tpc was built without nvcc (none was found at "
                     "configure time); rebuild with CUDA installed in /usr/local/cuda, or "
                     "pass --emit-only to write the source alone");
         return 1;
       }
-#endif
       Session session;
       Stages stages;
       llvm::outs() << fmt::format("tpc compile {} --plan {} --tp {} --target {}\n", o.model,
@@ -145,70 +144,13 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
         llvm::outs() << fmt::format("wrote {}\n", source.str());
         return session.errors() ? 1 : 0;
       }
-      // The binary is linked under a temporary name beside its own and renamed once complete:
-      // a compiler or disk that fails midway leaves no half-written binary that looks built.
-      llvm::SmallString<256> partial;
-      int partialFd = -1;
-      if (std::error_code ec =
-              llvm::sys::fs::createUniqueFile(binary + ".partial-%%%%%%", partialFd, partial)) {
-        reportError("cannot write " + binary + ": " + ec.message());
-        return 1;
-      }
-      llvm::sys::fs::closeFile(partialFd);
+      driver::BuildFailure failure;
       if (!stages.run("build", [&] {
-            const char *cxxEnv = std::getenv("TPC_CXX");
-            llvm::ErrorOr<std::string> cxx =
-                llvm::sys::findProgramByName(cxxEnv && *cxxEnv ? cxxEnv : "c++");
-            std::string include = "-I" TPC_RUNTIME_INCLUDE_DIR;
-            llvm::SmallVector<std::string> args;
-#ifdef TPC_NVCC
-            if (cuda) {
-              // sm_90a, not -arch=sm_90a: that shorthand can add a plain sm_90 pass, which
-              // rejects Hopper-only instructions.
-              cxx = std::string(TPC_NVCC);
-              // Libraries go to the linker as they are (nvcc only knows .a/.so by name).
-              args = {*cxx, "-std=c++17", "-O2", "-gencode=arch=compute_90a,code=sm_90a",
-                      include, source.str().str(),
-                      "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY, "-Xlinker", TPC_RUNTIME_LIBRARY,
-                      "-Xlinker", TPC_GLOO_LIBRARY, "-Xlinker", TPC_OPENBLAS_LIBRARY,
-                      "-L" TPC_CUDA_LIB_DIR, "-lcublasLt", "-lnccl", "-lpthread",
-                      "-Xlinker", "-rpath=" TPC_CUDA_LIB_DIR, "-o", partial.str().str()};
-            }
-#endif
-            if (!cxx) {
-              reportError("no C++ compiler found (c++, or TPC_CXX)");
-              return false;
-            }
-            if (args.empty())
-              args = {*cxx, "-std=c++17", "-O2", include, source.str().str(),
-                      TPC_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY,
-                      "-lpthread", "-o", partial.str().str()};
-            // A sanitizer build's runtime needs its programs built the same way.
-            llvm::SmallVector<StringRef> sanitize;
-            StringRef(TPC_SANITIZE_FLAGS).split(sanitize, ' ', -1, /*KeepEmpty=*/false);
-            if (!cuda)
-              for (StringRef flag : sanitize)
-                args.insert(args.begin() + 1, flag.str());
-            llvm::SmallVector<StringRef> argRefs(args.begin(), args.end());
-            std::string message;
-            int code = llvm::sys::ExecuteAndWait(*cxx, argRefs, std::nullopt, {}, 0, 0, &message);
-            if (code != 0) {
-              reportError(fmt::format("the C++ compiler failed on {} (exit {}){}", source.str(),
-                                      code, message.empty() ? "" : ": " + message));
-              return false;
-            }
-            if (std::error_code ec = llvm::sys::fs::rename(partial, binary)) {
-              reportError("cannot write " + binary + ": " + ec.message());
-              return false;
-            }
-            return true;
+            return driver::buildBinary(source, binary, o.target, failure);
           })) {
-        llvm::sys::fs::remove(partial);
-        // An earlier build of that name was not built from the source now beside it.
-        if (llvm::sys::fs::exists(binary) && !llvm::sys::fs::remove(binary))
-          llvm::errs() << fmt::format(
-              "tpc: removed the earlier {}, which was not built from {}\n", binary.str(),
-              source.str());
+        reportError(failure.error);
+        if (!failure.note.empty())
+          llvm::errs() << "tpc: " << failure.note << "\n";
         return 1;
       }
       llvm::outs() << fmt::format("wrote {} and {}\n", source.str(), binary.str());
