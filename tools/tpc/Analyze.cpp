@@ -161,33 +161,38 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       if (failed(plan::applyPlan(*module, {o.plan, o.strategies, o.tp})))
         return 1;
 
-      // Sequence parallelism where the tokens split evenly; all_reduce where they do not.
-      bool wanted = o.sequenceParallel || plan::namesSequenceParallel(*module);
-      bool prefillSplits = o.prefillLen % o.tp == 0 && o.prefillLen >= o.tp;
+      // Which forward runs a token count is the policy compile and the runtime share:
+      // split by tokens where they split evenly, all_reduce where they do not.
+      SequenceParallelPolicy policy = SequenceParallelPolicy::of(*module, o.sequenceParallel);
+      bool prefillSplits = policy.splits(o.prefillLen);
       std::vector<std::string> notes;
-      if (wanted && !prefillSplits)
+      if (policy.enabled && !prefillSplits)
         notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
                                     "prefill: {} tokens do not split evenly over tp {}",
                                     o.prefillLen, o.tp));
-      if (wanted && o.tp > 1)
+      if (policy.enabled && !policy.splits(1))
         notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
                         "(1 token does not split over tp " + std::to_string(o.tp) + ")");
-      auto lower = [&](bool sequence) {
+      if (o.sequenceParallel && !policy.enabled)
+        notes.push_back("--sequence-parallel does nothing on one rank");
+      auto lower = [&](int64_t tokens) {
         return session.runOnCopy(*module, [&](OpPassManager &pm) {
-          buildCollectivesPipeline(pm, wanted ? (sequence ? "on" : "off") : "auto");
+          buildCollectivesPipeline(pm, policy.splits(tokens) ? "on"
+                                       : policy.enabled      ? "off"
+                                                             : "auto");
         });
       };
-      OwningOpRef<ModuleOp> prefill = lower(wanted && prefillSplits);
+      OwningOpRef<ModuleOp> prefill = lower(o.prefillLen);
       if (!prefill)
         return 1;
-      OwningOpRef<ModuleOp> decode = wanted ? lower(false) : prefill->clone();
+      OwningOpRef<ModuleOp> decode = policy.enabled ? lower(1) : prefill->clone();
       OwningOpRef<ModuleOp> partitioned = session.runOnCopy(
           *prefill, [](OpPassManager &pm) { pm.addPass(tp::createTPPartition()); });
       if (!decode || !partitioned)
         return 1;
 
       std::vector<PhaseReport> phases = {
-          {"prefill", o.prefillLen, wanted && prefillSplits,
+          {"prefill", o.prefillLen, prefillSplits,
            collectCollectives(*prefill, o.prefillLen),
            transformersCollectives(*module, o.prefillLen)},
           {"decode step", 1, false, collectCollectives(*decode, 1),
