@@ -104,8 +104,9 @@ void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
     layerWidth = std::max(layerWidth, e.layer.size());
     moduleWidth = std::max(moduleWidth, e.module.size());
   }
-  os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12}\n", "layer", layerWidth, "module",
-                    moduleWidth, "collective", "bytes");
+  if (!phase.collectives.empty())
+    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12}\n", "layer", layerWidth, "module",
+                      moduleWidth, "collective", "bytes");
   for (const CollectiveEntry &e : phase.collectives)
     os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12.0f}\n", e.layer, layerWidth, e.module,
                       moduleWidth, describe(e), e.bytes);
@@ -180,6 +181,8 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
           buildCollectivesPipeline(pm, policy.splits(tokens) ? "on"
                                        : policy.enabled      ? "off"
                                                              : "auto");
+          // The collectives the binary runs: on one rank, none.
+          pm.addPass(tp::createTPElideCollectives());
         });
       };
       OwningOpRef<ModuleOp> prefill = lower(o.prefillLen);
