@@ -604,6 +604,28 @@ module attributes {tp.hf_tied = "yes"} {
 
 // -----
 
+module {
+  // expected-error @+1 {{'tp.max_position_embeddings' belongs on the module, not on func.func}}
+  func.func @f() attributes {tp.max_position_embeddings = 2048 : i64} { return }
+}
+
+// -----
+
+// expected-error @+1 {{'tp.max_position_embeddings' must be a positive i64, got 0 : i64}}
+module attributes {tp.max_position_embeddings = 0 : i64} {}
+
+// -----
+
+// expected-error @+1 {{'tp.max_position_embeddings' must be a positive i64, got 2048 : i32}}
+module attributes {tp.max_position_embeddings = 2048 : i32} {}
+
+// -----
+
+// expected-error @+1 {{'tp.max_position_embeddings' must be a positive i64, got "2048"}}
+module attributes {tp.max_position_embeddings = "2048"} {}
+
+// -----
+
 // tp.fused: the unit's body and what it yields.
 
 func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
