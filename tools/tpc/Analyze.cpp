@@ -28,7 +28,7 @@ namespace {
 struct AnalyzeOptions : PlanArgs {
   std::string dot;
   int64_t prefillLen = 128, maxSeqLen = tpcrt::kDefaultMaxSeqLen;
-  bool maxSeqLenGiven = false;
+  bool maxSeqLenGiven = false, prefillLenGiven = false;
   bool sequenceParallel = false, json = false;
 };
 
@@ -134,7 +134,9 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
   addPlanArgs(cmd, *opts);
   cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
                 "split the residual stream by tokens where the token count divides by tp");
-  cmd->add_option("--prefill-len", opts->prefillLen, "prompt tokens of the prefill (default 128)");
+  CLI::Option *prefillLenOption = cmd->add_option(
+      "--prefill-len", opts->prefillLen,
+      "prompt tokens of the prefill (default 128, or the whole --max-seq-len where shorter)");
   CLI::Option *maxSeqLenOption = cmd->add_option(
       "--max-seq-len", opts->maxSeqLen,
       "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
@@ -143,8 +145,9 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
   cmd->add_option("--dot", opts->dot,
                   "write the lowered prefill graph as Graphviz DOT to this file (and an .svg "
                   "beside it when `dot` is installed)");
-  cmd->callback([opts, maxSeqLenOption, &run] {
+  cmd->callback([opts, maxSeqLenOption, prefillLenOption, &run] {
     opts->maxSeqLenGiven = maxSeqLenOption->count() > 0;
+    opts->prefillLenGiven = prefillLenOption->count() > 0;
     run = [opts]() -> int {
       const AnalyzeOptions &o = *opts;
       if (!checkTpArg(o))
@@ -180,8 +183,11 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                                    : "the default; the model records no "
                                      "max_position_embeddings";
       }
-      if (o.prefillLen > maxSeqLen) {
-        reportError(fmt::format("--prefill-len {} exceeds --max-seq-len {}{}", o.prefillLen,
+      // A model made for fewer positions than the default prefill is analyzed at its whole
+      // context rather than refused.
+      int64_t prefillLen = o.prefillLenGiven ? o.prefillLen : std::min(o.prefillLen, maxSeqLen);
+      if (prefillLen > maxSeqLen) {
+        reportError(fmt::format("--prefill-len {} exceeds --max-seq-len {}{}", prefillLen,
                                 maxSeqLen,
                                 o.maxSeqLenGiven ? "" : " (" + maxSeqLenWhy + ")"));
         return 1;
@@ -189,18 +195,18 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       MemoryReport memory;
       memory.unshardedWeights = parameterBytes(*module);
       memory.maxSeqLen = maxSeqLen;
-      memory.arenaTokens = o.prefillLen;
+      memory.arenaTokens = prefillLen;
       if (failed(plan::applyPlan(*module, {o.plan, o.strategies, o.tp})))
         return 1;
 
       // Which forward runs a token count is the policy compile and the runtime share:
       // split by tokens where they split evenly, all_reduce where they do not.
       SequenceParallelPolicy policy = SequenceParallelPolicy::of(*module, o.sequenceParallel);
-      bool prefillSplits = policy.splits(o.prefillLen);
+      bool prefillSplits = policy.splits(prefillLen);
       if (policy.enabled && !prefillSplits)
         notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
                                     "prefill: {} tokens do not split evenly over tp {}",
-                                    o.prefillLen, o.tp));
+                                    prefillLen, o.tp));
       if (policy.enabled && !policy.splits(1))
         notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
                         "(1 token does not split over tp " + std::to_string(o.tp) + ")");
@@ -215,7 +221,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
           pm.addPass(tp::createTPElideCollectives());
         });
       };
-      OwningOpRef<ModuleOp> prefill = lower(o.prefillLen);
+      OwningOpRef<ModuleOp> prefill = lower(prefillLen);
       if (!prefill)
         return 1;
       OwningOpRef<ModuleOp> decode = policy.enabled ? lower(1) : prefill->clone();
@@ -225,14 +231,14 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         return 1;
 
       std::vector<PhaseReport> phases = {
-          {"prefill", o.prefillLen, prefillSplits,
-           collectCollectives(*prefill, o.prefillLen),
-           transformersCollectives(*module, o.prefillLen)},
+          {"prefill", prefillLen, prefillSplits,
+           collectCollectives(*prefill, prefillLen),
+           transformersCollectives(*module, prefillLen)},
           {"decode step", 1, false, collectCollectives(*decode, 1),
            transformersCollectives(*module, 1)}};
       memory.weights = parameterBytes(*partitioned);
       memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
-      memory.arena = arenaBytes(*partitioned, o.prefillLen);
+      memory.arena = arenaBytes(*partitioned, prefillLen);
 
       if (!o.dot.empty()) {
         std::string graph;
