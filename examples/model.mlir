@@ -1,5 +1,5 @@
 // Imported by `tpc import` from config.json (LlamaForCausalLM): 2 layers, hidden 64, 4 heads of 16, 2 KV heads, intermediate 128, vocab 256.
-module @llama attributes {tp.hf_model_type = "llama", tp.hf_tied = false, tp.eos_token_ids = array<i64: 2>} {
+module @llama attributes {tp.hf_model_type = "llama", tp.hf_tied = false, tp.eos_token_ids = array<i64: 2>, tp.max_position_embeddings = 2048 : i64} {
   tp.param @"model.embed_tokens.weight" : tensor<256x64xf32>
   tp.param @"model.layers.0.input_layernorm.weight" : tensor<64xf32>
   tp.param @"model.layers.0.self_attn.q_proj.weight" : tensor<64x64xf32>

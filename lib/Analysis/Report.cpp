@@ -77,6 +77,10 @@ std::vector<CollectiveEntry> tpc::collectCollectives(ModuleOp lowered, int64_t t
 std::vector<CollectiveEntry> tpc::transformersCollectives(ModuleOp planned, int64_t tokens) {
   int64_t tp = getMeshSize(planned).value_or(1);
   std::vector<CollectiveEntry> entries;
+  // On one rank transformers does no tensor parallelism (transformers 5.17's
+  // distributed/mixin.py applies the plan only when tp_size > 1): no hook, no collective.
+  if (tp == 1)
+    return entries;
   llvm::StringSet<> seen;
   // generate runs the ops that end the forward (lm_head) on the last token only
   // (logits_to_keep=1), as tpc does.
@@ -189,9 +193,11 @@ void tpc::writeDot(ModuleOp lowered, raw_ostream &os) {
       Operation *producer = operand.getDefiningOp();
       if (!producer || !ids.count(producer))
         continue;
-      PlacementAttr p = getPlacement(operand);
-      os << "  n" << ids[producer] << " -> n" << id << " [label=\""
-         << (p ? p.str() : std::string("?")) << "\"];\n";
+      // Values on one rank carry no placement (tp-elide-collectives strips them).
+      os << "  n" << ids[producer] << " -> n" << id;
+      if (PlacementAttr p = getPlacement(operand))
+        os << " [label=\"" << p.str() << "\"]";
+      os << ";\n";
     }
   });
   os << "}\n";

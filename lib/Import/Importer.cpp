@@ -71,7 +71,7 @@ const std::vector<Architecture> &architectures() {
 const std::set<std::string> kHarmless = {
     "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
     "_name_or_path", "initializer_range", "use_cache", "bos_token_id", "pad_token_id",
-    "max_position_embeddings", "original_max_position_embeddings", "attention_dropout",
+    "original_max_position_embeddings", "attention_dropout",
     "resid_pdrop", "embd_pdrop", "output_router_logits", "router_aux_loss_coef",
     "router_jitter_noise", "return_dict", "output_hidden_states", "output_attentions",
     "id2label", "label2id", "problem_type", "chunk_size_feed_forward", "is_encoder_decoder",
@@ -670,6 +670,10 @@ std::optional<std::string> Importer::run() {
       eos.push_back(id.get<int64_t>());
     }
   }
+  // The context the model was trained for: what analyze and the binary hold by default.
+  std::optional<int64_t> maxPositions;
+  if (c.get("max_position_embeddings"))
+    maxPositions = c.integer("max_position_embeddings", std::nullopt);
   const json *ownPlan = c.get("base_model_tp_plan");
   c.reportUnread();
   if (c.failed)
@@ -714,6 +718,8 @@ std::optional<std::string> Importer::run() {
       text << (i ? ", " : "") << eos[i];
     text << ">";
   }
+  if (maxPositions)
+    text << ", tp.max_position_embeddings = " << *maxPositions << " : i64";
   if (ownPlan && ownPlan->is_object()) {
     // config.json's own plan wins over the table: kept as written, for --plan auto.
     std::string escaped;

@@ -43,7 +43,9 @@ struct TPGroupLinearsPass : tpc::tp::impl::TPGroupLinearsBase<TPGroupLinearsPass
       LinearOp last = members.back();
       bool readEarly = llvm::any_of(members, [&](LinearOp linear) {
         return llvm::any_of(linear.getResult().getUsers(), [&](Operation *user) {
-          return user->getBlock() == &block && user->isBeforeInBlock(last);
+          // A reader inside a unit tp-fuse made reads where the unit stands.
+          Operation *top = block.findAncestorOpInBlock(*user);
+          return top && top->isBeforeInBlock(last);
         });
       });
       if (readEarly)

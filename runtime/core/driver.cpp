@@ -26,7 +26,7 @@ struct Args {
   std::vector<int64_t> prompt, forced;
   std::optional<int64_t> eosId; // overrides the model's end-of-sequence ids
   bool ignoreEos = false;
-  int64_t maxNewTokens = 16, maxSeqLen = 2048;
+  int64_t maxNewTokens = 16, maxSeqLen = 0; // maxSeqLen 0: not given, see chooseMaxSeqLen
   int timeoutSeconds = 30;
 };
 
@@ -35,6 +35,7 @@ const char *kUsage =
     "       [--max-new-tokens N] [--eos-id ID | --ignore-eos] [--max-seq-len S]\n"
     "       [--force-ids 4,5,6] [--dump-logits FILE] [--trace FILE] [--host ADDRESS]\n"
     "       [--timeout SECONDS]\n"
+    "--max-seq-len defaults to 2048, or to the model's max_position_embeddings where fewer.\n"
     "Generation stops at the model's end-of-sequence ids (config.json's eos_token_id) unless\n"
     "--eos-id or --ignore-eos says otherwise. --force-ids feeds these tokens to the decode\n"
     "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
@@ -231,6 +232,19 @@ double millis(std::chrono::steady_clock::duration d) {
 
 } // namespace
 
+std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t maxPositions,
+                                       std::string &error) {
+  if (!requested)
+    return defaultMaxSeqLen(maxPositions);
+  // Positions past the ones the model was trained on give rotary angles it never saw.
+  if (maxPositions > 0 && *requested > maxPositions) {
+    error = "--max-seq-len " + std::to_string(*requested) + " is more than the model's " +
+            std::to_string(maxPositions) + " positions (config.json's max_position_embeddings)";
+    return std::nullopt;
+  }
+  return requested;
+}
+
 int runModel(const ModelSpec &spec, int argc, char **argv) {
   std::string error;
   std::optional<Args> parsed = parseArgs(argc, argv, error);
@@ -240,6 +254,14 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     return 2;
   }
   Args &args = *parsed;
+  std::optional<int64_t> maxSeqLen = chooseMaxSeqLen(
+      args.maxSeqLen ? std::optional<int64_t>(args.maxSeqLen) : std::nullopt,
+      spec.maxPositions, error);
+  if (!maxSeqLen) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
+  args.maxSeqLen = *maxSeqLen;
   bool envOk = true;
   int rank = envInt("RANK", 0, envOk), world = envInt("WORLD_SIZE", 1, envOk);
   if (!envOk || rank >= world) {

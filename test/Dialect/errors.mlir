@@ -601,3 +601,227 @@ func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x256x64xf32
 // expected-error @+1 {{'tp.hf_tied' must be a bool, got "yes"}}
 module attributes {tp.hf_tied = "yes"} {
 }
+
+// -----
+
+module {
+  // expected-error @+1 {{'tp.max_position_embeddings' belongs on the module, not on func.func}}
+  func.func @f() attributes {tp.max_position_embeddings = 2048 : i64} { return }
+}
+
+// -----
+
+// expected-error @+1 {{'tp.max_position_embeddings' must be a positive i64, got 0 : i64}}
+module attributes {tp.max_position_embeddings = 0 : i64} {}
+
+// -----
+
+// expected-error @+1 {{'tp.max_position_embeddings' must be a positive i64, got 2048 : i32}}
+module attributes {tp.max_position_embeddings = 2048 : i32} {}
+
+// -----
+
+// expected-error @+1 {{'tp.max_position_embeddings' must be a positive i64, got "2048"}}
+module attributes {tp.max_position_embeddings = "2048"} {}
+
+// -----
+
+// tp.fused: the unit's body and what it yields.
+
+func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.fused' op body must end in tp.yield}}
+  %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+    %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
+    func.return %s : tensor<?x64xf32>
+  }
+  return %f : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.fused' op yields 'tensor<?x32xf32>', but its results are 'tensor<?x64xf32>'}}
+  %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+    %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
+    %t = tp.slice "mlp" %s {dim = 1 : i64, offset = 0 : i64, size = 32 : i64} : (tensor<?x64xf32>) -> tensor<?x32xf32>
+    tp.yield %t : tensor<?x32xf32>
+  }
+  return %f : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'tp.fused' op has an empty body}}
+  tp.fused "elementwise" {
+    tp.yield
+  }
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.fused' op 'elementwise' holds elementwise ops only}}
+  %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+    %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
+    %n = tp.rms_norm "ln" %s, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+    tp.yield %n : tensor<?x64xf32>
+  }
+  return %f : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
+  // expected-error @+1 {{'tp.fused' op 'norm' holds an elementwise chain, then an rms_norm}}
+  %f:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+    %s = tp.add "layer" %x, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+    %t = tp.silu "layer" %s : (tensor<?x64xf32>) -> tensor<?x64xf32>
+    tp.yield %s, %t : tensor<?x64xf32>, tensor<?x64xf32>
+  }
+  return %f#0, %f#1 : tensor<?x64xf32>, tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.fused' op 'norm' holds an elementwise chain, then an rms_norm}}
+  %f = tp.fused "norm" -> tensor<?x64xf32> {
+    %n = tp.rms_norm "ln" %x, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+    tp.yield %n : tensor<?x64xf32>
+  }
+  return %f : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.fused' op 'norm' yields 2 values}}
+  %f = tp.fused "norm" -> tensor<?x64xf32> {
+    %s = tp.add "layer" %x, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+    %n = tp.rms_norm "ln" %s, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+    tp.yield %n : tensor<?x64xf32>
+  }
+  return %f : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
+  // expected-error @+1 {{'tp.fused' op 'elementwise' yields 1 value}}
+  %f:2 = tp.fused "elementwise" -> tensor<?x64xf32>, tensor<?x64xf32> {
+    %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
+    %m = tp.mul "mlp" %s, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+    tp.yield %s, %m : tensor<?x64xf32>, tensor<?x64xf32>
+  }
+  return %f#0, %f#1 : tensor<?x64xf32>, tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%q: tensor<?x32xf32>, %pos: tensor<?xi64>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
+  // expected-error @+1 {{'tp.fused' op 'rotary' holds two tp.rotary ops and yields both}}
+  %f:2 = tp.fused "rotary" -> tensor<?x32xf32>, tensor<?x32xf32> {
+    %r = tp.rotary "attn" %q, %pos {head_dim = 16 : i64, theta = 1.0e+04 : f64} : (tensor<?x32xf32>, tensor<?xi64>) -> tensor<?x32xf32>
+    %s = tp.silu "attn" %r : (tensor<?x32xf32>) -> tensor<?x32xf32>
+    tp.yield %r, %s : tensor<?x32xf32>, tensor<?x32xf32>
+  }
+  return %f#0, %f#1 : tensor<?x32xf32>, tensor<?x32xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{'tp.fused' op 'linears' holds two or more tp.linear ops}}
+  %f = tp.fused "linears" -> tensor<?x32xf32> {
+    %q = tp.linear "q_proj" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
+    tp.yield %q : tensor<?x32xf32>
+  }
+  return %f : tensor<?x32xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<32x64xf32>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
+  // expected-error @+1 {{'tp.fused' op 'linears' yields each linear's result in order, all of one input}}
+  %f:2 = tp.fused "linears" -> tensor<?x32xf32>, tensor<?x32xf32> {
+    %a = tp.linear "a" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
+    %b = tp.linear "b" %y, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
+    tp.yield %a, %b : tensor<?x32xf32>, tensor<?x32xf32>
+  }
+  return %f#0, %f#1 : tensor<?x32xf32>, tensor<?x32xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
+  // expected-error @+1 {{'tp.fused' op 'linears' yields each linear's result in order, all of one input}}
+  %f:2 = tp.fused "linears" -> tensor<?x32xf32>, tensor<?x32xf32> {
+    %a = tp.linear "a" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
+    %b = tp.linear "b" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
+    tp.yield %b, %a : tensor<?x32xf32>, tensor<?x32xf32>
+  }
+  return %f#0, %f#1 : tensor<?x32xf32>, tensor<?x32xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.fused' op unknown kind 'softmax'; the kinds are elementwise, norm, rotary and linears}}
+  %f = tp.fused "softmax" -> tensor<?x64xf32> {
+    %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
+    tp.yield %s : tensor<?x64xf32>
+  }
+  return %f : tensor<?x64xf32>
+}
+
+// -----
+
+// The decisions' attributes: tp.arena, tp.arena_size, tp.sequence_parallel.
+
+func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.arena' must give one offset (>= 0) per result, got array<i64: 0, 64>}}
+  %s = tp.silu "mlp" %x {tp.arena = array<i64: 0, 64>} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %s : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.arena' must give one offset (>= 0) per result, got array<i64: -64>}}
+  %s = tp.silu "mlp" %x {tp.arena = array<i64: -64>} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %s : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.arena' must give one offset (>= 0) per result, got 0 : i64}}
+  %s = tp.silu "mlp" %x {tp.arena = 0 : i64} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %s : tensor<?x64xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'tp.arena_size' belongs on a function, not on builtin.module}}
+module attributes {tp.arena_size = 128 : i64} {}
+
+// -----
+
+module {
+  // expected-error @+1 {{'tp.arena_size' must be an integer, got "128"}}
+  func.func @f() attributes {tp.arena_size = "128"} { return }
+}
+
+// -----
+
+// expected-error @+1 {{'tp.sequence_parallel' belongs on a function, not on builtin.module}}
+module attributes {tp.sequence_parallel} {}
+
+// -----
+
+module {
+  // expected-error @+1 {{'tp.sequence_parallel' must be a unit attribute, got true}}
+  func.func @f() attributes {tp.sequence_parallel = true} { return }
+}

@@ -1,7 +1,8 @@
 // libtpcrt: kernels against naive references, safetensors slices against generated values,
-// and Gloo collectives between forked ranks.
+// Gloo collectives between forked ranks, and the driver's choice of context length.
 #include "tpcrt/comm.h"
 #include "tpcrt/kernels.h"
+#include "tpcrt/model.h"
 #include "tpcrt/weights.h"
 
 #include <gtest/gtest.h>
@@ -407,4 +408,24 @@ TEST(Weights16, IndexAndShardsAndF16) {
   EXPECT_EQ(y[1], -2.0f);
   EXPECT_NEAR(y[2], 0.33325195, 1e-7);
   EXPECT_FALSE(Checkpoint::open(dir + "/missing", error));
+}
+
+// --max-seq-len: 2048 by default, fewer where the model was made for fewer; a request
+// beyond the model's positions is refused with both numbers; 0 positions means unknown.
+TEST(Driver, MaxSeqLenDefaultsToModelPositions) {
+  std::string error;
+  EXPECT_EQ(chooseMaxSeqLen(std::nullopt, 0, error), 2048);
+  EXPECT_EQ(chooseMaxSeqLen(std::nullopt, 256, error), 256);
+  EXPECT_EQ(chooseMaxSeqLen(std::nullopt, 131072, error), 2048);
+  EXPECT_EQ(chooseMaxSeqLen(100, 256, error), 100);
+  EXPECT_EQ(chooseMaxSeqLen(256, 256, error), 256);
+  EXPECT_EQ(chooseMaxSeqLen(1 << 20, 0, error), 1 << 20);
+  EXPECT_TRUE(error.empty());
+}
+
+TEST(Driver, MaxSeqLenBeyondModelPositionsIsRefused) {
+  std::string error;
+  EXPECT_EQ(chooseMaxSeqLen(4096, 2048, error), std::nullopt);
+  EXPECT_EQ(error, "--max-seq-len 4096 is more than the model's 2048 positions (config.json's "
+                   "max_position_embeddings)");
 }

@@ -4,6 +4,7 @@
 #include "Session.h"
 
 #include "tpc/Analysis/Report.h"
+#include "tpc/Dialect/TP/TPDialect.h"
 #include "tpc/Plan/Plan.h"
 #include "tpc/Transforms/Passes.h"
 #include "tpc/Transforms/Pipeline.h"
@@ -12,6 +13,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
+#include "tpcrt/model.h"
 
 #include <fmt/core.h>
 #include <map>
@@ -25,7 +27,8 @@ namespace {
 
 struct AnalyzeOptions : PlanArgs {
   std::string dot;
-  int64_t prefillLen = 128, maxSeqLen = 2048;
+  int64_t prefillLen = 128, maxSeqLen = tpcrt::kDefaultMaxSeqLen;
+  bool maxSeqLenGiven = false, prefillLenGiven = false;
   bool sequenceParallel = false, json = false;
 };
 
@@ -104,8 +107,9 @@ void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
     layerWidth = std::max(layerWidth, e.layer.size());
     moduleWidth = std::max(moduleWidth, e.module.size());
   }
-  os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12}\n", "layer", layerWidth, "module",
-                    moduleWidth, "collective", "bytes");
+  if (!phase.collectives.empty())
+    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12}\n", "layer", layerWidth, "module",
+                      moduleWidth, "collective", "bytes");
   for (const CollectiveEntry &e : phase.collectives)
     os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12.0f}\n", e.layer, layerWidth, e.module,
                       moduleWidth, describe(e), e.bytes);
@@ -130,13 +134,20 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
   addPlanArgs(cmd, *opts);
   cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
                 "split the residual stream by tokens where the token count divides by tp");
-  cmd->add_option("--prefill-len", opts->prefillLen, "prompt tokens of the prefill (default 128)");
-  cmd->add_option("--max-seq-len", opts->maxSeqLen, "tokens the KV cache holds (default 2048)");
+  CLI::Option *prefillLenOption = cmd->add_option(
+      "--prefill-len", opts->prefillLen,
+      "prompt tokens of the prefill (default 128, or the whole --max-seq-len where shorter)");
+  CLI::Option *maxSeqLenOption = cmd->add_option(
+      "--max-seq-len", opts->maxSeqLen,
+      "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
+      "fewer, as the binary's)");
   cmd->add_flag("--json", opts->json, "print the report as JSON");
   cmd->add_option("--dot", opts->dot,
                   "write the lowered prefill graph as Graphviz DOT to this file (and an .svg "
                   "beside it when `dot` is installed)");
-  cmd->callback([opts, &run] {
+  cmd->callback([opts, maxSeqLenOption, prefillLenOption, &run] {
+    opts->maxSeqLenGiven = maxSeqLenOption->count() > 0;
+    opts->prefillLenGiven = prefillLenOption->count() > 0;
     run = [opts]() -> int {
       const AnalyzeOptions &o = *opts;
       if (!checkTpArg(o))
@@ -145,56 +156,89 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         reportError("--prefill-len and --max-seq-len must be at least 1");
         return 1;
       }
-      if (o.prefillLen > o.maxSeqLen) {
-        reportError(fmt::format("--prefill-len {} exceeds --max-seq-len {}", o.prefillLen,
-                                o.maxSeqLen));
-        return 1;
-      }
       Session session;
       OwningOpRef<ModuleOp> module = session.loadModel(o.model);
       if (!module)
         return 1;
+      // The KV cache holds what the binary's would: the same default, from the model's
+      // positions where import recorded them.
+      std::vector<std::string> notes;
+      auto recorded =
+          (*module)->getAttrOfType<IntegerAttr>(tp::kMaxPositionEmbeddingsAttrName);
+      int64_t positions = recorded ? recorded.getInt() : 0;
+      std::string error;
+      if (!tpcrt::chooseMaxSeqLen(o.maxSeqLenGiven ? std::optional(o.maxSeqLen) : std::nullopt,
+                                  positions, error))
+        notes.push_back(error + ": the binary refuses it");
+      int64_t maxSeqLen = o.maxSeqLen;
+      std::string maxSeqLenFrom = "--max-seq-len", maxSeqLenWhy = "--max-seq-len";
+      if (!o.maxSeqLenGiven) {
+        maxSeqLen = tpcrt::defaultMaxSeqLen(positions);
+        bool fewer = positions && positions < tpcrt::kDefaultMaxSeqLen;
+        maxSeqLenFrom = fewer ? "max_position_embeddings" : "default";
+        maxSeqLenWhy = fewer      ? "the default: the model's max_position_embeddings"
+                       : positions ? fmt::format("the default; the model's "
+                                                 "max_position_embeddings is {}",
+                                                 positions)
+                                   : "the default; the model records no "
+                                     "max_position_embeddings";
+      }
+      // A model made for fewer positions than the default prefill is analyzed at its whole
+      // context rather than refused.
+      int64_t prefillLen = o.prefillLenGiven ? o.prefillLen : std::min(o.prefillLen, maxSeqLen);
+      if (prefillLen > maxSeqLen) {
+        reportError(fmt::format("--prefill-len {} exceeds --max-seq-len {}{}", prefillLen,
+                                maxSeqLen,
+                                o.maxSeqLenGiven ? "" : " (" + maxSeqLenWhy + ")"));
+        return 1;
+      }
       MemoryReport memory;
       memory.unshardedWeights = parameterBytes(*module);
-      memory.maxSeqLen = o.maxSeqLen;
-      memory.arenaTokens = o.prefillLen;
+      memory.maxSeqLen = maxSeqLen;
+      memory.arenaTokens = prefillLen;
       if (failed(plan::applyPlan(*module, {o.plan, o.strategies, o.tp})))
         return 1;
 
-      // Sequence parallelism where the tokens split evenly; all_reduce where they do not.
-      bool wanted = o.sequenceParallel || plan::namesSequenceParallel(*module);
-      bool prefillSplits = o.prefillLen % o.tp == 0 && o.prefillLen >= o.tp;
-      std::vector<std::string> notes;
-      if (wanted && !prefillSplits)
+      // Which forward runs a token count is the policy compile and the runtime share:
+      // split by tokens where they split evenly, all_reduce where they do not.
+      SequenceParallelPolicy policy = SequenceParallelPolicy::of(*module, o.sequenceParallel);
+      bool prefillSplits = policy.splits(prefillLen);
+      if (policy.enabled && !prefillSplits)
         notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
                                     "prefill: {} tokens do not split evenly over tp {}",
-                                    o.prefillLen, o.tp));
-      if (wanted && o.tp > 1)
+                                    prefillLen, o.tp));
+      if (policy.enabled && !policy.splits(1))
         notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
                         "(1 token does not split over tp " + std::to_string(o.tp) + ")");
-      auto lower = [&](bool sequence) {
+      if (o.sequenceParallel && !policy.enabled)
+        notes.push_back("--sequence-parallel does nothing on one rank");
+      auto lower = [&](int64_t tokens) {
         return session.runOnCopy(*module, [&](OpPassManager &pm) {
-          buildCollectivesPipeline(pm, wanted ? (sequence ? "on" : "off") : "auto");
+          buildCollectivesPipeline(pm, policy.splits(tokens) ? "on"
+                                       : policy.enabled      ? "off"
+                                                             : "auto");
+          // The collectives the binary runs: on one rank, none.
+          pm.addPass(tp::createTPElideCollectives());
         });
       };
-      OwningOpRef<ModuleOp> prefill = lower(wanted && prefillSplits);
+      OwningOpRef<ModuleOp> prefill = lower(prefillLen);
       if (!prefill)
         return 1;
-      OwningOpRef<ModuleOp> decode = wanted ? lower(false) : prefill->clone();
+      OwningOpRef<ModuleOp> decode = policy.enabled ? lower(1) : prefill->clone();
       OwningOpRef<ModuleOp> partitioned = session.runOnCopy(
           *prefill, [](OpPassManager &pm) { pm.addPass(tp::createTPPartition()); });
       if (!decode || !partitioned)
         return 1;
 
       std::vector<PhaseReport> phases = {
-          {"prefill", o.prefillLen, wanted && prefillSplits,
-           collectCollectives(*prefill, o.prefillLen),
-           transformersCollectives(*module, o.prefillLen)},
+          {"prefill", prefillLen, prefillSplits,
+           collectCollectives(*prefill, prefillLen),
+           transformersCollectives(*module, prefillLen)},
           {"decode step", 1, false, collectCollectives(*decode, 1),
            transformersCollectives(*module, 1)}};
       memory.weights = parameterBytes(*partitioned);
-      memory.kvCache = kvCacheBytes(*partitioned, o.maxSeqLen);
-      memory.arena = arenaBytes(*partitioned, o.prefillLen);
+      memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
+      memory.arena = arenaBytes(*partitioned, prefillLen);
 
       if (!o.dot.empty()) {
         std::string graph;
@@ -237,6 +281,10 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                                 {"weights_ratio", ratio},
                                 {"kv_cache_bytes", memory.kvCache},
                                 {"max_seq_len", memory.maxSeqLen},
+                                {"max_seq_len_from", maxSeqLenFrom},
+                                {"max_position_embeddings",
+                                 positions ? nlohmann::ordered_json(positions)
+                                           : nlohmann::ordered_json()},
                                 {"activation_arena_bytes", memory.arena},
                                 {"arena_tokens", memory.arenaTokens}};
         j["notes"] = notes;
@@ -254,8 +302,8 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       os << fmt::format("  weights             {:>14.0f} bytes ({:.1f}% of the unsharded "
                         "{:.0f})\n",
                         memory.weights, 100 * ratio, memory.unshardedWeights);
-      os << fmt::format("  KV cache            {:>14.0f} bytes at {} tokens\n", memory.kvCache,
-                        memory.maxSeqLen);
+      os << fmt::format("  KV cache            {:>14.0f} bytes at {} tokens ({})\n",
+                        memory.kvCache, memory.maxSeqLen, maxSeqLenWhy);
       os << fmt::format("  activation arena    {:>14.0f} bytes (peak live, {}-token prefill)\n",
                         memory.arena, memory.arenaTokens);
       for (const std::string &note : notes)

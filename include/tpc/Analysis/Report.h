@@ -48,6 +48,7 @@ std::vector<CollectiveEntry> collectCollectives(mlir::ModuleOp lowered, int64_t 
 /// embedding_colwise; all_reduce for rowwise, rowwise_split_input, rowwise_rep,
 /// embedding_rowwise, all_reduce and moe_tp_experts. Bytes: the module output's size, for
 /// the last token only where generate computes only that (lm_head, logits_to_keep=1).
+/// None on a mesh of one rank, where transformers applies no plan.
 std::vector<CollectiveEntry> transformersCollectives(mlir::ModuleOp planned, int64_t tokens);
 
 /// Bytes of every tp.param as typed (global before tp-partition, local after).

@@ -63,6 +63,16 @@ LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
                              << ", got " << attr.getValue();
     return success();
   }
+  if (name == kMaxPositionEmbeddingsAttrName) {
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << name << "' belongs on the module, not on "
+                             << op->getName();
+    auto positions = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!positions || !positions.getType().isSignlessInteger(64) || positions.getInt() < 1)
+      return op->emitError() << "'" << name << "' must be a positive i64, got "
+                             << attr.getValue();
+    return success();
+  }
   if (name == kArenaAttrName) {
     auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
     if (!offsets || offsets.size() != int64_t(op->getNumResults()) ||

@@ -43,7 +43,22 @@ struct ModelSpec {
   /// Called once the weights are loaded, before the first forward (the CUDA target moves
   /// them to the device here); null for the CPU target.
   void (*prepare)(Context &, const ModelSpec &) = nullptr;
+  /// config.json's max_position_embeddings (the module's tp.max_position_embeddings), which
+  /// bounds --max-seq-len; 0 where unknown. Last, so that specs written without it still
+  /// initialize every other field.
+  int64_t maxPositions = 0;
 };
+
+/// --max-seq-len when none is given: 2048 tokens, or the model's max_position_embeddings
+/// where that is fewer (`maxPositions` 0: unknown). `tpc analyze` reports with it too.
+inline constexpr int64_t kDefaultMaxSeqLen = 2048;
+inline int64_t defaultMaxSeqLen(int64_t maxPositions) {
+  return maxPositions > 0 ? std::min(kDefaultMaxSeqLen, maxPositions) : kDefaultMaxSeqLen;
+}
+/// The context a run holds: `requested` (--max-seq-len) or the default. Empty, with `error`
+/// naming both numbers, when the request is longer than the model's positions.
+std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t maxPositions,
+                                       std::string &error);
 
 /// One collective as executed, for --trace.
 struct TraceEntry {

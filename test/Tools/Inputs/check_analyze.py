@@ -6,6 +6,7 @@ Each CHECK is one of
   top=MODULE:KIND:N          the module outside the decoder layers runs N of KIND
   fewer-than-transformers    tpc runs fewer collectives and bytes than transformers, both phases
   total=PHASE:N              PHASE (prefill or decode) runs N collectives
+  transformers-total=PHASE:N transformers runs N collectives in PHASE
 """
 import collections
 import json
@@ -56,6 +57,11 @@ for check in sys.argv[2:]:
             want_phase, n = arg.split(":")
             if phase == want_phase and report[phase]["total"]["count"] != int(n):
                 fail(f"{phase}: {report[phase]['total']['count']} collectives, expected {n}")
+        elif name == "transformers-total":
+            want_phase, n = arg.split(":")
+            theirs = report[phase]["transformers"]["total"]["count"]
+            if phase == want_phase and theirs != int(n):
+                fail(f"{phase}: transformers runs {theirs} collectives, expected {n}")
         else:
             fail(f"unknown check {check}")
 print("analyze report: " + ("FAILED" if failed else "ok"))

@@ -38,6 +38,10 @@ inline constexpr llvm::StringLiteral kHfModelTypeAttrName = "tp.hf_model_type";
 inline constexpr llvm::StringLiteral kHfTiedAttrName = "tp.hf_tied";
 inline constexpr llvm::StringLiteral kHfTpPlanAttrName = "tp.hf_tp_plan";
 inline constexpr llvm::StringLiteral kEosTokenIdsAttrName = "tp.eos_token_ids";
+/// config.json's max_position_embeddings (an i64): the longest context the model was made
+/// for, which bounds the default --max-seq-len of analyze and of the binary.
+inline constexpr llvm::StringLiteral kMaxPositionEmbeddingsAttrName =
+    "tp.max_position_embeddings";
 /// What tp-plan-arena decides: each stored result's offset in the activation arena
 /// (`tp.arena`, one per result, in elements per token) and each function's arena size
 /// (`tp.arena_size`, elements per token).
