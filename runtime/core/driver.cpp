@@ -40,9 +40,11 @@ const char *kUsage =
     "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
     "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
     "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). --timeout bounds\n"
-    "both the rendezvous and each collective's wait for a peer (default 30 s).\n"
+    "both the rendezvous and each collective's wait for a peer (default 30 s); a rank alone\n"
+    "has no peer to wait for, and no deadline.\n"
     "TPC_FAULT injects a fault, for tests of failure handling: kill:rank=R:step=S makes rank R\n"
     "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step);\n"
+    "device:rank=R:step=S makes rank R's device fault there (the CUDA target);\n"
     "nostart:rank=R makes rank R exit (status 0) before the rendezvous.\n";
 
 bool parseInt(const char *text, int64_t &value) {
@@ -163,7 +165,7 @@ int envInt(const char *name, int fallback, bool &ok) {
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
 /// point of a run, or keep it from joining, deterministically.
 struct Fault {
-  enum Kind { None, Kill, NoStart } kind = None;
+  enum Kind { None, Kill, Device, NoStart } kind = None;
   int rank = -1;
   int64_t step = -1;
 };
@@ -177,19 +179,23 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
   std::getline(in, item, ':');
   if (item == "kill")
     fault.kind = Fault::Kill;
+  else if (item == "device")
+    fault.kind = Fault::Device;
   else if (item == "nostart")
     fault.kind = Fault::NoStart;
   else {
-    error = "TPC_FAULT: unknown fault '" + item + "'; give kill:rank=R:step=S or nostart:rank=R";
+    error = "TPC_FAULT: unknown fault '" + item +
+            "'; give kill:rank=R:step=S, device:rank=R:step=S or nostart:rank=R";
     return std::nullopt;
   }
+  bool stepped = fault.kind != Fault::NoStart;
   while (std::getline(in, item, ':')) {
     size_t eq = item.find('=');
     std::string key = item.substr(0, eq);
     int64_t value = -1;
     if (eq == std::string::npos || !parseInt(item.c_str() + eq + 1, value) || value < 0 ||
         value > (int64_t(1) << 30) ||
-        (key != "rank" && !(key == "step" && fault.kind == Fault::Kill))) {
+        (key != "rank" && !(key == "step" && stepped))) {
       error = std::string("TPC_FAULT: cannot read '") + item + "' in '" + text + "'";
       return std::nullopt;
     }
@@ -198,9 +204,8 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
     else
       fault.step = value;
   }
-  if (fault.rank < 0 || (fault.kind == Fault::Kill && fault.step < 0)) {
-    error = std::string("TPC_FAULT: '") + text + "' needs rank=R" +
-            (fault.kind == Fault::Kill ? " and step=S" : "");
+  if (fault.rank < 0 || (stepped && fault.step < 0)) {
+    error = std::string("TPC_FAULT: '") + text + "' needs rank=R" + (stepped ? " and step=S" : "");
     return std::nullopt;
   }
   return fault;
@@ -230,6 +235,14 @@ double millis(std::chrono::steady_clock::duration d) {
 }
 
 } // namespace
+
+std::string describeFailure(const std::exception &e, bool peers, const std::string &lost,
+                            const std::string &model, const std::string &phase) {
+  if (dynamic_cast<const DeviceError *>(&e) || !peers)
+    return std::string(e.what()) + " (while running " + model + ", " + phase + ")";
+  return (lost.empty() ? "a peer stopped answering" : lost) + "; a collective of " + phase +
+         " failed: " + e.what();
+}
 
 int runModel(const ModelSpec &spec, int argc, char **argv) {
   std::string error;
@@ -385,12 +398,22 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   std::vector<float> dumped;
   std::vector<int64_t> generated;
   int64_t step = 0; // 0: the prefill; n: the n-th decode step
+  std::string phase = "the prefill";
   auto forward = [&](const std::vector<int64_t> &ids, int64_t start) {
-    if (faulty && fault->kind == Fault::Kill && step == fault->step) {
-      std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank,
-                   (long long)step);
-      std::fflush(stderr);
-      std::raise(SIGKILL);
+    if (faulty && step == fault->step) {
+      if (fault->kind == Fault::Kill) {
+        std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank,
+                     (long long)step);
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
+      if (fault->kind == Fault::Device) {
+        if (!cx.device)
+          throw std::runtime_error("TPC_FAULT: device faults need a device (--target cuda)");
+        std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n", rank,
+                     (long long)step);
+        cx.device->injectFault();
+      }
     }
     std::vector<int64_t> positions(ids.size());
     for (size_t i = 0; i < ids.size(); ++i)
@@ -424,6 +447,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
       if (args.forced.empty() && std::find(eos.begin(), eos.end(), next) != eos.end())
         break;
       ++step;
+      phase = "decode step " + std::to_string(step);
       next = forward({fed}, position++);
     }
     auto t2 = std::chrono::steady_clock::now();
@@ -438,10 +462,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
       std::fflush(stdout);
     }
   } catch (const std::exception &e) {
-    std::string lost = comm->lostPeers();
-    std::string when = step == 0 ? "the prefill" : "decode step " + std::to_string(step);
-    return stop((lost.empty() ? "a peer stopped answering" : lost) + "; a collective of " + when +
-                " failed: " + e.what());
+    return stop(describeFailure(e, world > 1 && !view, comm->lostPeers(), spec.name, phase));
   }
 
   if (!args.dumpLogits.empty() && rank == 0) {

@@ -82,11 +82,13 @@ void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
 /// The state of the one Device of this process (kernels reach the stream through it).
 extern Device::State *current;
 
+/// Throws a DeviceError ("CUDA error in WHAT: reason") unless `e` is cudaSuccess.
 void check(cudaError_t e, const char *what);
+/// The check after each launch: a DeviceError naming the kernel `what` when one is pending.
+void launched(const char *what);
 
-/// The stream every kernel runs on, and the check after each launch.
+/// The stream every kernel runs on.
 inline cudaStream_t stream() { return current->stream; }
-inline void launched(const char *what) { check(cudaGetLastError(), what); }
 
 } // namespace tpcrt::cuda
 
