@@ -282,6 +282,11 @@ cudaStream_t Device::stream() const { return state->stream; }
 
 void Device::launched(const char *what) const { cuda::launched(what); }
 
+void Device::resetCaches() {
+  for (KVCache &cache : caches)
+    cache.length = 0; // run() sends the device its copy (State::kvStart) with each forward
+}
+
 void Device::injectFault() {
   faultKernel<<<1, 1, 0, state->stream>>>(nullptr);
   launched("the injected fault (TPC_FAULT=device)");

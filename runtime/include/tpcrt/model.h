@@ -58,6 +58,8 @@ struct TraceEntry {
 class DeviceHooks {
 public:
   virtual ~DeviceHooks() = default;
+  /// Empties the backend's KV caches (Context::resetCaches: after --warmup's forwards).
+  virtual void resetCaches() = 0;
   /// Makes the device fault on purpose (TPC_FAULT=device), so that the forward under way
   /// fails with a device error: how the tests see such an error reported.
   virtual void injectFault() = 0;
@@ -79,6 +81,9 @@ struct Context {
   std::vector<TraceEntry> trace;
   std::vector<float> scratch;
   DeviceHooks *device = nullptr; // set by a backend with state of its own
+
+  /// Every KV cache empty again, the backend's too: the next forward starts a new sequence.
+  void resetCaches();
 
   const float *weight(size_t i) const { return weights[i].data(); }
   /// Stops this rank with an error (the others fail on their next collective).

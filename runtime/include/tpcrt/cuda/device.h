@@ -38,7 +38,7 @@ public:
   /// the communicator: NCCL, its unique id sent through host's Gloo store, unless
   /// TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU). Errors stop
   /// the rank with a message naming the CUDA, cuBLASLt or NCCL call. Registers itself as
-  /// host.device (the driver's TPC_FAULT=device reaches it there). `maxHeads` and
+  /// host.device (the driver's --warmup and TPC_FAULT=device reach it there). `maxHeads` and
   /// `maxHeadDim` bound every attention layer's local query heads and head size (the decode
   /// attention's scratch is sized by them). The parameters of each of `weightGroups` (by
   /// index) lie one after the other in one allocation, in that order.
@@ -61,6 +61,9 @@ public:
   /// Throws a DeviceError if the kernel just launched could not start (or an earlier one
   /// faulted).
   void launched(const char *what) const;
+  /// Empties the KV caches (the driver's --warmup). Captured graphs stay valid: they read
+  /// the length from the device.
+  void resetCaches() override;
   /// Launches a kernel that writes through a null pointer (TPC_FAULT=device).
   void injectFault() override;
 
