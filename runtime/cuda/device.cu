@@ -220,9 +220,11 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
 }
 
 namespace {
-/// Destroys the captured decode graphs. NCCL keeps a communicator alive while a graph that
-/// captured its collectives exists (finalize, destroy and abort all wait for those graphs to
-/// die), so this comes before any of them.
+/// Destroys the captured decode graphs; a later decode step captures again (their eager runs
+/// are kept). NCCL keeps a communicator alive while a graph that captured its collectives
+/// exists (finalize, destroy and abort all wait for those graphs to die), so this comes
+/// before any of them; and a graph holds the addresses its capture saw, so this comes before
+/// any buffer it may use is freed (releaseForRegrowth).
 void releaseGraphs(Device::State &state) {
   for (auto &[fn, graph] : state.graphs)
     if (graph.exec) {
@@ -231,6 +233,13 @@ void releaseGraphs(Device::State &state) {
     }
 }
 } // namespace
+
+void releaseForRegrowth(Device::State &state, const char *what) {
+  if (state.capturing) // the eager run before a capture sizes everything a capture needs
+    throw std::runtime_error(std::string(what) + " grew during a CUDA graph capture");
+  check(cudaStreamSynchronize(state.stream), "cudaStreamSynchronize (before regrowing a buffer)");
+  releaseGraphs(state);
+}
 
 Device::~Device() {
   // Nothing here may throw: errors at the end are reported and the rank still exits. The
@@ -442,9 +451,8 @@ void copy2D(act *dst, int64_t dstPitch, const act *src, int64_t srcPitch, int64_
 
 act *Device::scratch(size_t count) {
   if (count > state->scratchCount) {
-    if (state->capturing) // the eager run before a capture sizes everything a capture needs
-      throw std::runtime_error("collective scratch grew during a CUDA graph capture");
-    check(cudaStreamSynchronize(state->stream), "cudaStreamSynchronize");
+    // A decode graph captured with the old buffer would write to freed memory.
+    releaseForRegrowth(*state, "collective scratch");
     cudaFree(state->scratch);
     check(cudaMalloc(&state->scratch, count * sizeof(act)), "cudaMalloc (collective scratch)");
     state->scratchCount = count;
