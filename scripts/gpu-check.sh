@@ -172,37 +172,48 @@ attention_stage() { # attention_stage MODEL: one rank, NCCL idle, the decode gra
   compare "attention-$1" "$dir/bin/$1-tp1" "$1" "$long_prompt" 1
 }
 
+bench_ids() { # bench_ids N: the benchmark's first N token ids, as bench/gpu_bench.py makes them
+  local vocab
+  vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$dir/llama3-8b-config.json")
+  python3 "$dir/gpu_bench.py" ids "$1" "$vocab"
+}
+
 # Decode of the Llama-3-8B-shaped model at tp 1, batch 1, after a 1024-token prompt (generated
-# weights), and a 512-token prefill; then bench/gpu_bench.py measures the ceilings and
-# transformers' eager generate in the same run and states the ratios and bars.
+# weights, seed 1), fed the benchmark's next ids (teacher forcing: its logits are compared with
+# transformers'), and a 512-token prefill, both with --warmup (the times of a warm process: the
+# median of 3 prefills, the median decode step); then bench/gpu_bench.py builds transformers'
+# model with the same weights, checks its logits against tpc's, and only then measures the
+# ceilings and transformers' eager generate and states the ratios and bars.
 bench_stage() {
-  local context=1024 new=64 prefill=512 bin=$dir/bin/llama3-8b-tp1 out
-  local ids
-  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($context)))")
-  out=$("$bin" --random-weights 1 --prompt-ids "$ids" --max-new-tokens $new --ignore-eos \
-    --max-seq-len $((context + new))) || return 1
+  local context=1024 new=64 prefill=512 bin=$dir/bin/llama3-8b-tp1 out ids
+  ids=$(bench_ids $((context + new - 1))) || return 1
+  out=$("$bin" --random-weights 1 --prompt-ids "$(cut -d, -f1-$context <<< "$ids")" \
+    --force-ids "$(cut -d, -f$((context + 1))- <<< "$ids")" --max-new-tokens $new \
+    --ignore-eos --max-seq-len $((context + new)) --warmup \
+    --dump-logits "$dir/results/bench-forced.bin") || return 1
   echo "$out"
   local decode prefill_ms
   decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
-  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($prefill)))")
+  ids=$(bench_ids $prefill) || return 1
   out=$("$bin" --random-weights 1 --prompt-ids "$ids" --max-new-tokens 1 --ignore-eos \
-    --max-seq-len $((prefill + 1))) || return 1
+    --max-seq-len $((prefill + 2)) --warmup) || return 1
   echo "$out"
   prefill_ms=$(sed -n 's/^prefill: \([0-9.]*\) ms.*/\1/p' <<< "$out")
-  python3 "$dir/gpu_bench.py" "$dir/llama3-8b-config.json" --context $context \
-    --new-tokens $new --prefill $prefill --tpc-decode-ms "$decode" \
-    --tpc-prefill-ms "$prefill_ms" --out "$dir/results/bench.json" || return 1
+  python3 "$dir/gpu_bench.py" bench "$dir/llama3-8b-config.json" --seed 1 \
+    --context $context --new-tokens $new --prefill $prefill --tpc-decode-ms "$decode" \
+    --tpc-prefill-ms "$prefill_ms" --tpc-logits "$dir/results/bench-forced.bin" \
+    --out "$dir/results/bench.json" || return 1
 }
 
 # One rank of tp 2, 4 and 8 alone (TPC_SINGLE_RANK_VIEW=1: a no-op communicator, compute
-# only) on the same request, plus bench/per_rank_model.py's modelled NCCL time.
+# only) on the same request, warm, plus bench/per_rank_model.py's modelled NCCL time.
 per_rank_stage() {
   local context=1024 new=64 ids out decode
-  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($context)))")
+  ids=$(bench_ids $context) || return 1
   for tp in 2 4 8; do
     out=$(TPC_SINGLE_RANK_VIEW=1 "$dir/bin/llama3-8b-tp$tp" --random-weights 1 \
       --prompt-ids "$ids" --max-new-tokens $new --ignore-eos --max-seq-len $((context + new)) \
-      --trace "$dir/results/per-rank-tp$tp.json") || return 1
+      --warmup --trace "$dir/results/per-rank-tp$tp.json") || return 1
     echo "$out"
     decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
     python3 "$dir/per_rank_model.py" $tp "$decode" "$dir/results/per-rank-tp$tp.json.rank0" ||
