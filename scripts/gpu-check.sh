@@ -85,6 +85,15 @@ bundle() {
   ldd "$dir/bin/llama-tp1" | awk '/=>/ {print $3}' |
     grep -v -E 'lib(c|m|stdc\+\+|gcc_s|pthread|dl|rt)\.so|libnccl|libcublas' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+  # The env stage's probe, linked as the binaries are (their cuBLASLt and NCCL by the names
+  # they ask for, the same search path), but loading those itself so it can say which is
+  # missing.
+  local needed
+  needed=$(objdump -p "$dir/bin/llama-tp1" | awk '/NEEDED/ {print $2}')
+  /usr/local/cuda/bin/nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a \
+    -DTPC_PROBE_CUBLASLT="\"$(grep -m1 cublasLt <<< "$needed")\"" \
+    -DTPC_PROBE_NCCL="\"$(grep -m1 nccl <<< "$needed")\"" "$root/scripts/gpu-probe.cu" -ldl \
+    -Xlinker -rpath=/usr/local/cuda/lib64 -o "$dir/bin/cuda-probe"
   cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu-compare.py" "$dir/"
   # Binaries and libraries travel compressed (OpenBLAS alone is 36 MiB); run unpacks them.
   tar czf "$dir/payload.tgz" -C "$dir" bin lib
@@ -137,9 +146,16 @@ stage() { # stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists
   fi
 }
 
+# The machine, before anything runs on it: the probe (scripts/gpu-probe.cu: the cuBLASLt and
+# NCCL files the binaries resolve and their versions, the driver, the device, one kernel),
+# then the driver and GPU as nvidia-smi reports them and every library the binaries load.
 env_stage() { # (stages run where set -e does not reach: each step says || return 1)
-  nvidia-smi -L || return 1
-  ldd "$dir/bin/llama-tp1" | grep -E 'nccl|cublas|not found'
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  "$dir/bin/cuda-probe" || return 1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv ||
+    return 1
+  echo "the binaries' libraries (ldd bin/llama-tp1):"
+  ldd "$dir/bin/llama-tp1" | grep -E 'nccl|cublas|cudart|gloo|openblas|not found'
   if ldd "$dir/bin/llama-tp1" | grep -q 'not found'; then
     echo "env: a library the binaries need is missing"
     return 1
