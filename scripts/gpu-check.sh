@@ -19,8 +19,8 @@
 #
 # Stages: env (the GPU, the libraries); example-tp1 (one rank: NCCL has nothing to do;
 # decode steps replay a CUDA graph) and example-tp1-eager (TPC_CUDA_GRAPHS=0);
-# attention-MODEL (bench/gpu-check/'s head_dim 128 and 64 models over a 150-token prompt: the
-# tensor-core prefill and the split decode attention);
+# attention-MODEL (bench/gpu-check/'s models at head_dim 64, 80, 96, 128 and 256, every
+# specialisation of the tensor-core prefill, over a 150-token prompt; and the split decode);
 # example-tp2-gloo and example-tp4-gloo (TPC_CUDA_COMM=gloo: ranks sharing the one GPU, which
 # NCCL refuses). Each compares with the CPU target's run on the same generated weights
 # (scripts/gpu-compare.py states the bf16 tolerance); bench (below: decode and prefill of a
@@ -62,9 +62,10 @@ bundle() {
       -o "$dir/build8b-$tp" > "$dir/build8b-$tp.log" 2>&1 || { cat "$dir/build8b-$tp.log"; exit 1; }
     cp "$dir/build8b-$tp/llama" "$dir/bin/llama3-8b-tp$tp"
   done
-  # Attention-shaped models (bench/gpu-check/: head_dim 128 with a sliding window and
-  # softcaps, head_dim 64 with a GQA group of 4 and q/k/v biases) and a prompt longer than
-  # two prefill tiles: the tensor-core prefill and split decode kernels against the CPU.
+  # Attention-shaped models (bench/gpu-check/: head_dim 64 with a GQA group of 4 and q/k/v
+  # biases, 80 without GQA, 96 (Phi-3: fused projections, a sliding window), 128 with a
+  # sliding window and softcaps, 256 with one KV head) and a prompt longer than two prefill
+  # tiles: each tensor-core prefill specialisation and the split decode against the CPU.
   local m
   for config in "$root"/bench/gpu-check/*.json; do
     m=$(basename "$config" .json)
