@@ -17,8 +17,10 @@
 #                                       is skipped, so a rerun resumes. Prints a summary and
 #                                       copies the results to $OUT when that is set.
 #
-# Stages: env (the GPU, the libraries); example-tp1 (one rank: NCCL has nothing to do;
-# decode steps replay a CUDA graph) and example-tp1-eager (TPC_CUDA_GRAPHS=0);
+# Stages: env (a one-kernel probe, the driver, the libraries); example-tp1 (one rank: NCCL has
+# nothing to do; decode steps replay a CUDA graph) and example-tp1-eager (TPC_CUDA_GRAPHS=0);
+# graph-eager (their forced logits, and a --warmup run's, identical byte for byte);
+# device-fault (an injected illegal address is reported as a CUDA error, no peer blamed);
 # attention-MODEL (bench/gpu-check/'s models at head_dim 64, 80, 96, 128 and 256, every
 # specialisation of the tensor-core prefill, over a 150-token prompt; and the split decode);
 # example-tp2-gloo and example-tp4-gloo (TPC_CUDA_COMM=gloo: ranks sharing the one GPU, which
@@ -164,12 +166,16 @@ env_stage() { # (stages run where set -e does not reach: each step says || retur
   echo "env: ok"
 }
 
+forced_ids() { # forced_ids REF: the CPU run's tokens, to feed the decode steps
+  sed -n 's/^tokens: //p' "$1" | tr ' ' ',' | cut -d, -f1-$((new_tokens - 1))
+}
+
 # compare NAME BINARY REF PROMPT TP [COMM]: the binary free-running and fed the CPU's tokens,
 # compared with the CPU run ref/REF.{bin,txt}.
 compare() {
   local out=$dir/results/$1 bin=$2 ref=$dir/ref/$3 ids=$4 tp=$5 comm=${6:-nccl}
   local force
-  force=$(sed -n 's/^tokens: //p' "$ref.txt" | tr ' ' ',' | cut -d, -f1-$((new_tokens - 1)))
+  force=$(forced_ids "$ref.txt")
   TPC_CUDA_COMM=$comm run_ranks "$tp" "$bin" --random-weights $seed \
     --prompt-ids "$ids" --max-new-tokens $new_tokens --ignore-eos \
     --dump-logits "$out-free.bin" > "$out-free.txt" || return 1
@@ -187,6 +193,41 @@ example_stage() { # example_stage TP [COMM [TAG]]
 
 attention_stage() { # attention_stage MODEL: one rank, NCCL idle, the decode graph on
   compare "attention-$1" "$dir/bin/$1-tp1" "$1" "$long_prompt" 1
+}
+
+# The decode graph replays the eager steps' kernels with the same split counts and cuBLASLt
+# algorithms, so example-tp1's forced logits must be example-tp1-eager's bit for bit (cmp, not
+# a tolerance); and a --warmup run's (throwaway forwards, emptied caches, every decode step a
+# replay) the same again.
+graph_eager_stage() {
+  local r=$dir/results
+  cmp "$r/example-tp1-forced.bin" "$r/example-tp1-eager-forced.bin" || return 1
+  echo "graph and eager: forced logits identical ($(wc -c < "$r/example-tp1-forced.bin") bytes)"
+  "$dir/bin/llama-tp1" --random-weights $seed --prompt-ids $prompt --max-new-tokens $new_tokens \
+    --ignore-eos --force-ids "$(forced_ids "$dir/ref/cpu.txt")" --warmup \
+    --dump-logits "$r/example-tp1-warm-forced.bin" || return 1
+  cmp "$r/example-tp1-forced.bin" "$r/example-tp1-warm-forced.bin" || return 1
+  echo "graph-eager: identical, and with --warmup too"
+}
+
+# A device fault (TPC_FAULT=device: a kernel writes through a null pointer at decode step 2)
+# is reported as CUDA's, with what was running, and blames no peer.
+device_fault_stage() {
+  local out
+  if out=$(TPC_FAULT=device:rank=0:step=2 "$dir/bin/llama-tp1" --random-weights $seed \
+    --prompt-ids $prompt --max-new-tokens $new_tokens --ignore-eos 2>&1); then
+    echo "$out"
+    echo "device-fault: the run did not fail"
+    return 1
+  fi
+  echo "$out"
+  grep -q "error: rank 0: CUDA error in .* (while running llama, decode step 2)" <<< "$out" ||
+    { echo "device-fault: not reported as a CUDA error of decode step 2"; return 1; }
+  if grep -q peer <<< "$out"; then
+    echo "device-fault: a peer is blamed"
+    return 1
+  fi
+  echo "device-fault: reported as CUDA's, no peer blamed"
 }
 
 bench_ids() { # bench_ids N: the benchmark's first N token ids, as bench/gpu_bench.py makes them
@@ -260,6 +301,8 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   stage example-tp1 example_stage 1 || failed=1
   # The same without the decode step's CUDA graph: the graph must not change a logit.
   TPC_CUDA_GRAPHS=0 stage example-tp1-eager example_stage 1 nccl eager || failed=1
+  stage graph-eager graph_eager_stage || failed=1
+  stage device-fault device_fault_stage || failed=1
   for bin in "$dir"/bin/*-hd*-tp1; do
     local m
     m=$(basename "$bin" -tp1)
