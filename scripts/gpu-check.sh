@@ -313,8 +313,10 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   stage bench bench_stage || failed=1
   stage per-rank per_rank_stage || failed=1
   if [[ -n ${OUT:-} ]]; then
+    # Every result but the logits dumps (up to 33 MB each): the logs, bench.json and the
+    # per-rank traces (per-rank-tpN.json.rank0, which a *.json pattern misses).
     mkdir -p "$OUT/results"
-    cp "$dir"/results/*.txt "$dir"/results/*.json "$OUT/results/" 2>/dev/null || true
+    find "$dir/results" -maxdepth 1 -type f ! -name '*.bin' -exec cp {} "$OUT/results/" \;
   fi
   echo "gpu-check: $([[ $failed == 0 ]] && echo ok || echo FAILED)"
   return $failed
