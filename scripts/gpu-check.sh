@@ -14,8 +14,16 @@
 #                                       stages below with the machine's NCCL and cuBLAS wheels
 #                                       on LD_LIBRARY_PATH; each stage's result goes to
 #                                       DIR/results/STAGE.txt and a stage whose result exists
-#                                       is skipped, so a rerun resumes. Prints a summary and
-#                                       copies the results to $OUT when that is set.
+#                                       is skipped, so a rerun resumes. Prints each stage's
+#                                       time and the total (also in DIR/results/times.txt),
+#                                       and copies the results to $OUT when that is set.
+#
+# The dry run, on this machine: TPC_GPU_CHECK_DRY_RUN=1 makes `bundle` build every binary for
+# the CPU target instead (and the benchmark's model small: bench/llama3-tiny-config.json), and
+# `run` then goes through every stage with them (bench/gpu_bench.py on --device cpu, with the
+# Python of TPC_PYTHON, e.g. the test venv): the script, the comparisons and the results it
+# brings back are checked before a GPU is spent on them; the stage times say what is not the
+# GPU's (process starts, imports, the CPU side).
 #
 # Stages: env (a one-kernel probe, the driver, the libraries); example-tp1 (one rank: NCCL has
 # nothing to do; decode steps replay a CUDA graph) and example-tp1-eager (TPC_CUDA_GRAPHS=0);
@@ -33,6 +41,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 step=${1:-}
 dir=$(realpath -m "${2:-$root/gpu-bundle}")
+py=${TPC_PYTHON:-python3} # the GPU machine's, which has torch and transformers
 prompt=1,15,42,7,99,3,64,200
 long_prompt=$(seq -s, 2 151) # 150 tokens: three 64-row prefill blocks, the last one partial
 new_tokens=16
@@ -43,10 +52,17 @@ model_name() { # the module's name, which names the binary
 }
 
 bundle() {
-  local tpc=$root/build/bin/tpc
+  local tpc=$root/build/bin/tpc target=(--target cuda)
+  local bench_config=$root/bench/llama3-8b-config.json
   rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" "$dir/ref"
+  if [[ ${TPC_GPU_CHECK_DRY_RUN:-} == 1 ]]; then
+    target=()
+    bench_config=$root/bench/llama3-tiny-config.json
+    echo "a dry run's bundle: CPU binaries, the benchmark on $(basename "$bench_config")" \
+      > "$dir/dry-run"
+  fi
   for tp in 1 2 4; do
-    "$tpc" compile "$root/examples/model.mlir" --plan auto --tp $tp --target cuda \
+    "$tpc" compile "$root/examples/model.mlir" --plan auto --tp $tp "${target[@]}" \
       -o "$dir/build$tp" > "$dir/build$tp.log" 2>&1 || { cat "$dir/build$tp.log"; exit 1; }
     cp "$dir/build$tp/llama" "$dir/bin/llama-tp$tp"
   done
@@ -54,15 +70,15 @@ bundle() {
   "$tpc" compile "$root/examples/model.mlir" --plan auto --tp 1 -o "$dir/cpu" > /dev/null 2>&1
   "$dir/cpu/llama" --random-weights $seed --prompt-ids $prompt --max-new-tokens $new_tokens \
     --ignore-eos --dump-logits "$dir/ref/cpu.bin" > "$dir/ref/cpu.txt"
-  # The decode benchmark's model: Llama-3-8B's shapes, imported and compiled for tp 1.
-  "$tpc" import "$root/bench/llama3-8b-config.json" -o "$dir/llama3-8b.mlir" > /dev/null
-  "$tpc" compile "$dir/llama3-8b.mlir" --plan auto --tp 1 --target cuda -o "$dir/build8b" \
-    > "$dir/build8b.log" 2>&1 || { cat "$dir/build8b.log"; exit 1; }
-  cp "$dir/build8b/llama" "$dir/bin/llama3-8b-tp1"
-  for tp in 2 4 8; do # for the per-rank view: one rank of each, alone
-    "$tpc" compile "$dir/llama3-8b.mlir" --plan auto --tp $tp --target cuda \
-      -o "$dir/build8b-$tp" > "$dir/build8b-$tp.log" 2>&1 || { cat "$dir/build8b-$tp.log"; exit 1; }
-    cp "$dir/build8b-$tp/llama" "$dir/bin/llama3-8b-tp$tp"
+  # The benchmark's model (Llama-3-8B's shapes), compiled for tp 1, and for 2, 4 and 8 for the
+  # per-rank view: one rank of each, alone.
+  cp "$bench_config" "$dir/bench-config.json"
+  "$tpc" import "$dir/bench-config.json" -o "$dir/bench.mlir" > /dev/null
+  for tp in 1 2 4 8; do
+    "$tpc" compile "$dir/bench.mlir" --plan auto --tp $tp "${target[@]}" \
+      -o "$dir/build-bench$tp" > "$dir/build-bench$tp.log" 2>&1 ||
+      { cat "$dir/build-bench$tp.log"; exit 1; }
+    cp "$dir/build-bench$tp/$(model_name "$dir/bench.mlir")" "$dir/bin/bench-tp$tp"
   done
   # Attention-shaped models (bench/gpu-check/: head_dim 64 with a GQA group of 4 and q/k/v
   # biases, 80 without GQA, 96 (Phi-3: fused projections, a sliding window), 128 with a
@@ -75,14 +91,13 @@ bundle() {
     "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 -o "$dir/cpu-$m" > /dev/null 2>&1
     "$dir/cpu-$m/$(model_name "$dir/$m.mlir")" --random-weights $seed --prompt-ids "$long_prompt" \
       --max-new-tokens $new_tokens --ignore-eos --dump-logits "$dir/ref/$m.bin" > "$dir/ref/$m.txt"
-    "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 --target cuda -o "$dir/build-$m" \
+    "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 "${target[@]}" -o "$dir/build-$m" \
       > "$dir/build-$m.log" 2>&1 || { cat "$dir/build-$m.log"; exit 1; }
     cp "$dir/build-$m/$(model_name "$dir/$m.mlir")" "$dir/bin/$m-tp1"
     rm -rf "$dir/cpu-$m" "$dir/$m.mlir"
   done
-  cp "$root/bench/llama3-8b-config.json" "$root/bench/gpu_bench.py" \
-    "$root/bench/per_rank_model.py" "$dir/"
-  rm -rf "$dir"/build* "$dir/cpu" "$dir/llama3-8b.mlir"
+  cp "$root/bench/gpu_bench.py" "$root/bench/per_rank_model.py" "$dir/"
+  rm -rf "$dir"/build* "$dir/cpu" "$dir/bench.mlir"
   # Shared libraries the binaries need that the GPU machine's image lacks (Gloo, OpenBLAS and
   # theirs); its own libc, libstdc++, NCCL and cuBLAS stay.
   ldd "$dir/bin/llama-tp1" | awk '/=>/ {print $3}' |
@@ -92,11 +107,13 @@ bundle() {
   # they ask for, the same search path), but loading those itself so it can say which is
   # missing.
   local needed
-  needed=$(objdump -p "$dir/bin/llama-tp1" | awk '/NEEDED/ {print $2}')
-  /usr/local/cuda/bin/nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a \
-    -DTPC_PROBE_CUBLASLT="\"$(grep -m1 cublasLt <<< "$needed")\"" \
-    -DTPC_PROBE_NCCL="\"$(grep -m1 nccl <<< "$needed")\"" "$root/scripts/gpu-probe.cu" -ldl \
-    -Xlinker -rpath=/usr/local/cuda/lib64 -o "$dir/bin/cuda-probe"
+  if [[ ! -f $dir/dry-run ]]; then
+    needed=$(objdump -p "$dir/bin/llama-tp1" | awk '/NEEDED/ {print $2}')
+    /usr/local/cuda/bin/nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a \
+      -DTPC_PROBE_CUBLASLT="\"$(grep -m1 cublasLt <<< "$needed")\"" \
+      -DTPC_PROBE_NCCL="\"$(grep -m1 nccl <<< "$needed")\"" "$root/scripts/gpu-probe.cu" \
+      -ldl -Xlinker -rpath=/usr/local/cuda/lib64 -o "$dir/bin/cuda-probe"
+  fi
   cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu-compare.py" "$dir/"
   # Binaries and libraries travel compressed (OpenBLAS alone is 36 MiB); run unpacks them.
   tar czf "$dir/payload.tgz" -C "$dir" bin lib
@@ -128,7 +145,12 @@ run_ranks() {
   rm -rf "$rendezvous"
 }
 
-stage() { # stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists
+seconds_since() { # seconds_since START_NS: the seconds since then, to 0.1 s
+  local ns=$(($(date +%s%N) - $1))
+  printf '%d.%d' $((ns / 1000000000)) $((ns / 100000000 % 10))
+}
+
+stage() { # stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists; says how long
   local name=$1 result=$dir/results/$1.txt
   shift
   if [[ -f $result ]]; then
@@ -136,14 +158,19 @@ stage() { # stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists
     return 0
   fi
   echo "== $name"
-  local log
+  local log start took
   log=$(mktemp)
+  start=$(date +%s%N)
   if "$@" > "$log" 2>&1; then
+    took=$(seconds_since "$start")
     mv "$log" "$result"
-    echo "   $(tail -n 1 "$result")"
+    echo "$name $took s ok" >> "$dir/results/times.txt"
+    echo "   $(tail -n 1 "$result") [$took s]"
   else
+    took=$(seconds_since "$start")
     cp "$log" "$dir/results/$name.failed.txt"
-    echo "   FAILED (log in results/$name.failed.txt):"
+    echo "$name $took s FAILED" >> "$dir/results/times.txt"
+    echo "   FAILED after $took s (log in results/$name.failed.txt):"
     tail -n 8 "$log" | sed 's/^/   /'
     return 1
   fi
@@ -154,6 +181,12 @@ stage() { # stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists
 # then the driver and GPU as nvidia-smi reports them and every library the binaries load.
 env_stage() { # (stages run where set -e does not reach: each step says || return 1)
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  if [[ -f $dir/dry-run ]]; then
+    cat "$dir/dry-run"
+    ldd "$dir/bin/llama-tp1" | grep -E 'gloo|openblas|not found'
+    echo "env: dry run, no GPU to probe"
+    return 0
+  fi
   "$dir/bin/cuda-probe" || return 1
   nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv ||
     return 1
@@ -183,7 +216,7 @@ compare() {
     --prompt-ids "$ids" --max-new-tokens $new_tokens --ignore-eos --force-ids "$force" \
     --dump-logits "$out-forced.bin" > "$out-forced.txt" || return 1
   cat "$out-free.txt"
-  python3 "$dir/gpu-compare.py" "$ref.bin" "$ref.txt" \
+  "$py" "$dir/gpu-compare.py" "$ref.bin" "$ref.txt" \
     "$out-forced.bin" "$out-forced.txt" "$out-free.txt"
 }
 
@@ -221,7 +254,9 @@ device_fault_stage() {
     return 1
   fi
   echo "$out"
-  grep -q "error: rank 0: CUDA error in .* (while running llama, decode step 2)" <<< "$out" ||
+  local expected="CUDA error in .*"
+  [[ -f $dir/dry-run ]] && expected="TPC_FAULT: device faults need a device (--target cuda)"
+  grep -q "error: rank 0: $expected (while running llama, decode step 2)" <<< "$out" ||
     { echo "device-fault: not reported as a CUDA error of decode step 2"; return 1; }
   if grep -q peer <<< "$out"; then
     echo "device-fault: a peer is blamed"
@@ -232,8 +267,8 @@ device_fault_stage() {
 
 bench_ids() { # bench_ids N: the benchmark's first N token ids, as bench/gpu_bench.py makes them
   local vocab
-  vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$dir/llama3-8b-config.json")
-  python3 "$dir/gpu_bench.py" ids "$1" "$vocab"
+  vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$dir/bench-config.json")
+  "$py" "$dir/gpu_bench.py" ids "$1" "$vocab"
 }
 
 # Decode of the Llama-3-8B-shaped model at tp 1, batch 1, after a 1024-token prompt (generated
@@ -243,7 +278,8 @@ bench_ids() { # bench_ids N: the benchmark's first N token ids, as bench/gpu_ben
 # model with the same weights, checks its logits against tpc's, and only then measures the
 # ceilings and transformers' eager generate and states the ratios and bars.
 bench_stage() {
-  local context=1024 new=64 prefill=512 bin=$dir/bin/llama3-8b-tp1 out ids
+  local context=1024 new=64 prefill=512 bin=$dir/bin/bench-tp1 out ids device=cuda
+  [[ -f $dir/dry-run ]] && device=cpu
   ids=$(bench_ids $((context + new - 1))) || return 1
   out=$("$bin" --random-weights 1 --prompt-ids "$(cut -d, -f1-$context <<< "$ids")" \
     --force-ids "$(cut -d, -f$((context + 1))- <<< "$ids")" --max-new-tokens $new \
@@ -257,7 +293,7 @@ bench_stage() {
     --max-seq-len $((prefill + 2)) --warmup) || return 1
   echo "$out"
   prefill_ms=$(sed -n 's/^prefill: \([0-9.]*\) ms.*/\1/p' <<< "$out")
-  python3 "$dir/gpu_bench.py" bench "$dir/llama3-8b-config.json" --seed 1 \
+  "$py" "$dir/gpu_bench.py" bench "$dir/bench-config.json" --seed 1 --device $device \
     --context $context --new-tokens $new --prefill $prefill --tpc-decode-ms "$decode" \
     --tpc-prefill-ms "$prefill_ms" --tpc-logits "$dir/results/bench-forced.bin" \
     --out "$dir/results/bench.json" || return 1
@@ -269,12 +305,12 @@ per_rank_stage() {
   local context=1024 new=64 ids out decode
   ids=$(bench_ids $context) || return 1
   for tp in 2 4 8; do
-    out=$(TPC_SINGLE_RANK_VIEW=1 "$dir/bin/llama3-8b-tp$tp" --random-weights 1 \
+    out=$(TPC_SINGLE_RANK_VIEW=1 "$dir/bin/bench-tp$tp" --random-weights 1 \
       --prompt-ids "$ids" --max-new-tokens $new --ignore-eos --max-seq-len $((context + new)) \
       --warmup --trace "$dir/results/per-rank-tp$tp.json") || return 1
     echo "$out"
     decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
-    python3 "$dir/per_rank_model.py" $tp "$decode" "$dir/results/per-rank-tp$tp.json.rank0" ||
+    "$py" "$dir/per_rank_model.py" $tp "$decode" "$dir/results/per-rank-tp$tp.json.rank0" ||
       return 1
   done
 }
@@ -286,7 +322,7 @@ run() {
   mkdir -p "$dir/results"
   # The machine's own NCCL and cuBLAS, from the wheels PyTorch brought.
   local wheels
-  wheels=$(python3 -c "import importlib.util, os
+  wheels=$("$py" -c "import importlib.util, os
 for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
     try:
         spec = importlib.util.find_spec(m)
@@ -296,7 +332,8 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
         if os.path.isdir(os.path.join(p, 'lib')):
             print(os.path.join(p, 'lib'))" | paste -sd:)
   export LD_LIBRARY_PATH=$dir/lib${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  local failed=0
+  local failed=0 start
+  start=$(date +%s%N)
   stage env env_stage || failed=1
   stage example-tp1 example_stage 1 || failed=1
   # The same without the decode step's CUDA graph: the graph must not change a logit.
@@ -318,12 +355,13 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
     mkdir -p "$OUT/results"
     find "$dir/results" -maxdepth 1 -type f ! -name '*.bin' -exec cp {} "$OUT/results/" \;
   fi
-  echo "gpu-check: $([[ $failed == 0 ]] && echo ok || echo FAILED)"
+  echo "gpu-check: $([[ $failed == 0 ]] && echo ok || echo FAILED) ($(seconds_since "$start") s" \
+    "in this run$([[ -f $dir/dry-run ]] && echo ", a dry run on CPU binaries"))"
   return $failed
 }
 
 case $step in
   bundle) bundle ;;
   run) run ;;
-  *) sed -n '2,28p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
 esac
