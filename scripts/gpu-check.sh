@@ -150,18 +150,25 @@ seconds_since() { # seconds_since START_NS: the seconds since then, to 0.1 s
   printf '%d.%d' $((ns / 1000000000)) $((ns / 100000000 % 10))
 }
 
-stage() { # stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists; says how long
-  local name=$1 result=$dir/results/$1.txt
+# stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists; says how long it took. A
+# stage gets at most $stage_limit seconds (else TPC_GPU_CHECK_STAGE_LIMIT, else 120; its
+# processes are killed then): a rank alone has no deadline of its own, and a hung kernel must
+# not take the rest of the device's time. Stage functions run in a child bash, so run()
+# exports them and the settings they read.
+stage() {
+  local name=$1 result=$dir/results/$1.txt limit=${stage_limit:-${TPC_GPU_CHECK_STAGE_LIMIT:-120}}
   shift
   if [[ -f $result ]]; then
     echo "== $name: done before ($(tail -n 1 "$result"))"
     return 0
   fi
   echo "== $name"
-  local log start took
+  local log start took status=0
   log=$(mktemp)
   start=$(date +%s%N)
-  if "$@" > "$log" 2>&1; then
+  timeout -k 10 "$limit" bash -c '"$@"' "$name" "$@" > "$log" 2>&1 || status=$?
+  ((status == 124 || status == 137)) && echo "$name: stopped after its limit of $limit s" >> "$log"
+  if ((status == 0)); then
     took=$(seconds_since "$start")
     mv "$log" "$result"
     echo "$name $took s ok" >> "$dir/results/times.txt"
@@ -332,6 +339,9 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
         if os.path.isdir(os.path.join(p, 'lib')):
             print(os.path.join(p, 'lib'))" | paste -sd:)
   export LD_LIBRARY_PATH=$dir/lib${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export dir py seed prompt long_prompt new_tokens
+  export -f run_ranks forced_ids compare example_stage attention_stage graph_eager_stage \
+    device_fault_stage env_stage bench_ids bench_stage per_rank_stage
   local failed=0 start
   start=$(date +%s%N)
   stage env env_stage || failed=1
@@ -347,7 +357,7 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   done
   stage example-tp2-gloo example_stage 2 gloo || failed=1
   stage example-tp4-gloo example_stage 4 gloo || failed=1
-  stage bench bench_stage || failed=1
+  stage_limit=240 stage bench bench_stage || failed=1
   stage per-rank per_rank_stage || failed=1
   if [[ -n ${OUT:-} ]]; then
     # Every result but the logits dumps (up to 33 MB each): the logs, bench.json and the
