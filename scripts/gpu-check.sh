@@ -14,13 +14,23 @@
 #                                       stages below with the machine's NCCL and cuBLAS wheels
 #                                       on LD_LIBRARY_PATH; each stage's result goes to
 #                                       DIR/results/STAGE.txt and a stage whose result exists
-#                                       is skipped, so a rerun resumes. Prints a summary and
-#                                       copies the results to $OUT when that is set.
+#                                       is skipped, so a rerun resumes. Prints each stage's
+#                                       time and the total (also in DIR/results/times.txt),
+#                                       and copies the results to $OUT when that is set.
 #
-# Stages: env (the GPU, the libraries); example-tp1 (one rank: NCCL has nothing to do;
-# decode steps replay a CUDA graph) and example-tp1-eager (TPC_CUDA_GRAPHS=0);
-# attention-MODEL (bench/gpu-check/'s head_dim 128 and 64 models over a 150-token prompt: the
-# tensor-core prefill and the split decode attention);
+# The dry run, on this machine: TPC_GPU_CHECK_DRY_RUN=1 makes `bundle` build every binary for
+# the CPU target instead (and the benchmark's model small: bench/llama3-tiny-config.json), and
+# `run` then goes through every stage with them (bench/gpu_bench.py on --device cpu, with the
+# Python of TPC_PYTHON, e.g. the test venv): the script, the comparisons and the results it
+# brings back are checked before a GPU is spent on them; the stage times say what is not the
+# GPU's (process starts, imports, the CPU side).
+#
+# Stages: env (a one-kernel probe, the driver, the libraries); example-tp1 (one rank: NCCL has
+# nothing to do; decode steps replay a CUDA graph) and example-tp1-eager (TPC_CUDA_GRAPHS=0);
+# graph-eager (their forced logits, and a --warmup run's, identical byte for byte);
+# device-fault (an injected illegal address is reported as a CUDA error, no peer blamed);
+# attention-MODEL (bench/gpu-check/'s models at head_dim 64, 80, 96, 128 and 256, every
+# specialisation of the tensor-core prefill, over a 150-token prompt; and the split decode);
 # example-tp2-gloo and example-tp4-gloo (TPC_CUDA_COMM=gloo: ranks sharing the one GPU, which
 # NCCL refuses). Each compares with the CPU target's run on the same generated weights
 # (scripts/gpu-compare.py states the bf16 tolerance); bench (below: decode and prefill of a
@@ -31,6 +41,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 step=${1:-}
 dir=$(realpath -m "${2:-$root/gpu-bundle}")
+py=${TPC_PYTHON:-python3} # the GPU machine's, which has torch and transformers
 prompt=1,15,42,7,99,3,64,200
 long_prompt=$(seq -s, 2 151) # 150 tokens: three 64-row prefill blocks, the last one partial
 new_tokens=16
@@ -41,10 +52,17 @@ model_name() { # the module's name, which names the binary
 }
 
 bundle() {
-  local tpc=$root/build/bin/tpc
+  local tpc=$root/build/bin/tpc target=(--target cuda)
+  local bench_config=$root/bench/llama3-8b-config.json
   rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" "$dir/ref"
+  if [[ ${TPC_GPU_CHECK_DRY_RUN:-} == 1 ]]; then
+    target=()
+    bench_config=$root/bench/llama3-tiny-config.json
+    echo "a dry run's bundle: CPU binaries, the benchmark on $(basename "$bench_config")" \
+      > "$dir/dry-run"
+  fi
   for tp in 1 2 4; do
-    "$tpc" compile "$root/examples/model.mlir" --plan auto --tp $tp --target cuda \
+    "$tpc" compile "$root/examples/model.mlir" --plan auto --tp $tp "${target[@]}" \
       -o "$dir/build$tp" > "$dir/build$tp.log" 2>&1 || { cat "$dir/build$tp.log"; exit 1; }
     cp "$dir/build$tp/llama" "$dir/bin/llama-tp$tp"
   done
@@ -52,19 +70,20 @@ bundle() {
   "$tpc" compile "$root/examples/model.mlir" --plan auto --tp 1 -o "$dir/cpu" > /dev/null 2>&1
   "$dir/cpu/llama" --random-weights $seed --prompt-ids $prompt --max-new-tokens $new_tokens \
     --ignore-eos --dump-logits "$dir/ref/cpu.bin" > "$dir/ref/cpu.txt"
-  # The decode benchmark's model: Llama-3-8B's shapes, imported and compiled for tp 1.
-  "$tpc" import "$root/bench/llama3-8b-config.json" -o "$dir/llama3-8b.mlir" > /dev/null
-  "$tpc" compile "$dir/llama3-8b.mlir" --plan auto --tp 1 --target cuda -o "$dir/build8b" \
-    > "$dir/build8b.log" 2>&1 || { cat "$dir/build8b.log"; exit 1; }
-  cp "$dir/build8b/llama" "$dir/bin/llama3-8b-tp1"
-  for tp in 2 4 8; do # for the per-rank view: one rank of each, alone
-    "$tpc" compile "$dir/llama3-8b.mlir" --plan auto --tp $tp --target cuda \
-      -o "$dir/build8b-$tp" > "$dir/build8b-$tp.log" 2>&1 || { cat "$dir/build8b-$tp.log"; exit 1; }
-    cp "$dir/build8b-$tp/llama" "$dir/bin/llama3-8b-tp$tp"
+  # The benchmark's model (Llama-3-8B's shapes), compiled for tp 1, and for 2, 4 and 8 for the
+  # per-rank view: one rank of each, alone.
+  cp "$bench_config" "$dir/bench-config.json"
+  "$tpc" import "$dir/bench-config.json" -o "$dir/bench.mlir" > /dev/null
+  for tp in 1 2 4 8; do
+    "$tpc" compile "$dir/bench.mlir" --plan auto --tp $tp "${target[@]}" \
+      -o "$dir/build-bench$tp" > "$dir/build-bench$tp.log" 2>&1 ||
+      { cat "$dir/build-bench$tp.log"; exit 1; }
+    cp "$dir/build-bench$tp/$(model_name "$dir/bench.mlir")" "$dir/bin/bench-tp$tp"
   done
-  # Attention-shaped models (bench/gpu-check/: head_dim 128 with a sliding window and
-  # softcaps, head_dim 64 with a GQA group of 4 and q/k/v biases) and a prompt longer than
-  # two prefill tiles: the tensor-core prefill and split decode kernels against the CPU.
+  # Attention-shaped models (bench/gpu-check/: head_dim 64 with a GQA group of 4 and q/k/v
+  # biases, 80 without GQA, 96 (Phi-3: fused projections, a sliding window), 128 with a
+  # sliding window and softcaps, 256 with one KV head) and a prompt longer than two prefill
+  # tiles: each tensor-core prefill specialisation and the split decode against the CPU.
   local m
   for config in "$root"/bench/gpu-check/*.json; do
     m=$(basename "$config" .json)
@@ -72,19 +91,29 @@ bundle() {
     "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 -o "$dir/cpu-$m" > /dev/null 2>&1
     "$dir/cpu-$m/$(model_name "$dir/$m.mlir")" --random-weights $seed --prompt-ids "$long_prompt" \
       --max-new-tokens $new_tokens --ignore-eos --dump-logits "$dir/ref/$m.bin" > "$dir/ref/$m.txt"
-    "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 --target cuda -o "$dir/build-$m" \
+    "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 "${target[@]}" -o "$dir/build-$m" \
       > "$dir/build-$m.log" 2>&1 || { cat "$dir/build-$m.log"; exit 1; }
     cp "$dir/build-$m/$(model_name "$dir/$m.mlir")" "$dir/bin/$m-tp1"
     rm -rf "$dir/cpu-$m" "$dir/$m.mlir"
   done
-  cp "$root/bench/llama3-8b-config.json" "$root/bench/gpu_bench.py" \
-    "$root/bench/per_rank_model.py" "$dir/"
-  rm -rf "$dir"/build* "$dir/cpu" "$dir/llama3-8b.mlir"
+  cp "$root/bench/gpu_bench.py" "$root/bench/per_rank_model.py" "$dir/"
+  rm -rf "$dir"/build* "$dir/cpu" "$dir/bench.mlir"
   # Shared libraries the binaries need that the GPU machine's image lacks (Gloo, OpenBLAS and
   # theirs); its own libc, libstdc++, NCCL and cuBLAS stay.
   ldd "$dir/bin/llama-tp1" | awk '/=>/ {print $3}' |
     grep -v -E 'lib(c|m|stdc\+\+|gcc_s|pthread|dl|rt)\.so|libnccl|libcublas' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+  # The env stage's probe, linked as the binaries are (their cuBLASLt and NCCL by the names
+  # they ask for, the same search path), but loading those itself so it can say which is
+  # missing.
+  local needed
+  if [[ ! -f $dir/dry-run ]]; then
+    needed=$(objdump -p "$dir/bin/llama-tp1" | awk '/NEEDED/ {print $2}')
+    /usr/local/cuda/bin/nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a \
+      -DTPC_PROBE_CUBLASLT="\"$(grep -m1 cublasLt <<< "$needed")\"" \
+      -DTPC_PROBE_NCCL="\"$(grep -m1 nccl <<< "$needed")\"" "$root/scripts/gpu-probe.cu" \
+      -ldl -Xlinker -rpath=/usr/local/cuda/lib64 -o "$dir/bin/cuda-probe"
+  fi
   cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu-compare.py" "$dir/"
   # Binaries and libraries travel compressed (OpenBLAS alone is 36 MiB); run unpacks them.
   tar czf "$dir/payload.tgz" -C "$dir" bin lib
@@ -116,30 +145,60 @@ run_ranks() {
   rm -rf "$rendezvous"
 }
 
-stage() { # stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists
-  local name=$1 result=$dir/results/$1.txt
+seconds_since() { # seconds_since START_NS: the seconds since then, to 0.1 s
+  local ns=$(($(date +%s%N) - $1))
+  printf '%d.%d' $((ns / 1000000000)) $((ns / 100000000 % 10))
+}
+
+# stage NAME COMMAND...: runs unless DIR/results/NAME.txt exists; says how long it took. A
+# stage gets at most $stage_limit seconds (else TPC_GPU_CHECK_STAGE_LIMIT, else 120; its
+# processes are killed then): a rank alone has no deadline of its own, and a hung kernel must
+# not take the rest of the device's time. Stage functions run in a child bash, so run()
+# exports them and the settings they read.
+stage() {
+  local name=$1 result=$dir/results/$1.txt limit=${stage_limit:-${TPC_GPU_CHECK_STAGE_LIMIT:-120}}
   shift
   if [[ -f $result ]]; then
     echo "== $name: done before ($(tail -n 1 "$result"))"
     return 0
   fi
   echo "== $name"
-  local log
+  local log start took status=0
   log=$(mktemp)
-  if "$@" > "$log" 2>&1; then
+  start=$(date +%s%N)
+  timeout -k 10 "$limit" bash -c '"$@"' "$name" "$@" > "$log" 2>&1 || status=$?
+  ((status == 124 || status == 137)) && echo "$name: stopped after its limit of $limit s" >> "$log"
+  if ((status == 0)); then
+    took=$(seconds_since "$start")
     mv "$log" "$result"
-    echo "   $(tail -n 1 "$result")"
+    echo "$name $took s ok" >> "$dir/results/times.txt"
+    echo "   $(tail -n 1 "$result") [$took s]"
   else
+    took=$(seconds_since "$start")
     cp "$log" "$dir/results/$name.failed.txt"
-    echo "   FAILED (log in results/$name.failed.txt):"
+    echo "$name $took s FAILED" >> "$dir/results/times.txt"
+    echo "   FAILED after $took s (log in results/$name.failed.txt):"
     tail -n 8 "$log" | sed 's/^/   /'
     return 1
   fi
 }
 
+# The machine, before anything runs on it: the probe (scripts/gpu-probe.cu: the cuBLASLt and
+# NCCL files the binaries resolve and their versions, the driver, the device, one kernel),
+# then the driver and GPU as nvidia-smi reports them and every library the binaries load.
 env_stage() { # (stages run where set -e does not reach: each step says || return 1)
-  nvidia-smi -L || return 1
-  ldd "$dir/bin/llama-tp1" | grep -E 'nccl|cublas|not found'
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  if [[ -f $dir/dry-run ]]; then
+    cat "$dir/dry-run"
+    ldd "$dir/bin/llama-tp1" | grep -E 'gloo|openblas|not found'
+    echo "env: dry run, no GPU to probe"
+    return 0
+  fi
+  "$dir/bin/cuda-probe" || return 1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv ||
+    return 1
+  echo "the binaries' libraries (ldd bin/llama-tp1):"
+  ldd "$dir/bin/llama-tp1" | grep -E 'nccl|cublas|cudart|gloo|openblas|not found'
   if ldd "$dir/bin/llama-tp1" | grep -q 'not found'; then
     echo "env: a library the binaries need is missing"
     return 1
@@ -147,12 +206,16 @@ env_stage() { # (stages run where set -e does not reach: each step says || retur
   echo "env: ok"
 }
 
+forced_ids() { # forced_ids REF: the CPU run's tokens, to feed the decode steps
+  sed -n 's/^tokens: //p' "$1" | tr ' ' ',' | cut -d, -f1-$((new_tokens - 1))
+}
+
 # compare NAME BINARY REF PROMPT TP [COMM]: the binary free-running and fed the CPU's tokens,
 # compared with the CPU run ref/REF.{bin,txt}.
 compare() {
   local out=$dir/results/$1 bin=$2 ref=$dir/ref/$3 ids=$4 tp=$5 comm=${6:-nccl}
   local force
-  force=$(sed -n 's/^tokens: //p' "$ref.txt" | tr ' ' ',' | cut -d, -f1-$((new_tokens - 1)))
+  force=$(forced_ids "$ref.txt")
   TPC_CUDA_COMM=$comm run_ranks "$tp" "$bin" --random-weights $seed \
     --prompt-ids "$ids" --max-new-tokens $new_tokens --ignore-eos \
     --dump-logits "$out-free.bin" > "$out-free.txt" || return 1
@@ -160,7 +223,7 @@ compare() {
     --prompt-ids "$ids" --max-new-tokens $new_tokens --ignore-eos --force-ids "$force" \
     --dump-logits "$out-forced.bin" > "$out-forced.txt" || return 1
   cat "$out-free.txt"
-  python3 "$dir/gpu-compare.py" "$ref.bin" "$ref.txt" \
+  "$py" "$dir/gpu-compare.py" "$ref.bin" "$ref.txt" \
     "$out-forced.bin" "$out-forced.txt" "$out-free.txt"
 }
 
@@ -172,40 +235,89 @@ attention_stage() { # attention_stage MODEL: one rank, NCCL idle, the decode gra
   compare "attention-$1" "$dir/bin/$1-tp1" "$1" "$long_prompt" 1
 }
 
+# The decode graph replays the eager steps' kernels with the same split counts and cuBLASLt
+# algorithms, so example-tp1's forced logits must be example-tp1-eager's bit for bit (cmp, not
+# a tolerance); and a --warmup run's (throwaway forwards, emptied caches, every decode step a
+# replay) the same again.
+graph_eager_stage() {
+  local r=$dir/results
+  cmp "$r/example-tp1-forced.bin" "$r/example-tp1-eager-forced.bin" || return 1
+  echo "graph and eager: forced logits identical ($(wc -c < "$r/example-tp1-forced.bin") bytes)"
+  "$dir/bin/llama-tp1" --random-weights $seed --prompt-ids $prompt --max-new-tokens $new_tokens \
+    --ignore-eos --force-ids "$(forced_ids "$dir/ref/cpu.txt")" --warmup \
+    --dump-logits "$r/example-tp1-warm-forced.bin" || return 1
+  cmp "$r/example-tp1-forced.bin" "$r/example-tp1-warm-forced.bin" || return 1
+  echo "graph-eager: identical, and with --warmup too"
+}
+
+# A device fault (TPC_FAULT=device: a kernel writes through a null pointer at decode step 2)
+# is reported as CUDA's, with what was running, and blames no peer.
+device_fault_stage() {
+  local out
+  if out=$(TPC_FAULT=device:rank=0:step=2 "$dir/bin/llama-tp1" --random-weights $seed \
+    --prompt-ids $prompt --max-new-tokens $new_tokens --ignore-eos 2>&1); then
+    echo "$out"
+    echo "device-fault: the run did not fail"
+    return 1
+  fi
+  echo "$out"
+  local expected="CUDA error in .*"
+  [[ -f $dir/dry-run ]] && expected="TPC_FAULT: device faults need a device (--target cuda)"
+  grep -q "error: rank 0: $expected (while running llama, decode step 2)" <<< "$out" ||
+    { echo "device-fault: not reported as a CUDA error of decode step 2"; return 1; }
+  if grep -q peer <<< "$out"; then
+    echo "device-fault: a peer is blamed"
+    return 1
+  fi
+  echo "device-fault: reported as CUDA's, no peer blamed"
+}
+
+bench_ids() { # bench_ids N: the benchmark's first N token ids, as bench/gpu_bench.py makes them
+  local vocab
+  vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$dir/bench-config.json")
+  "$py" "$dir/gpu_bench.py" ids "$1" "$vocab"
+}
+
 # Decode of the Llama-3-8B-shaped model at tp 1, batch 1, after a 1024-token prompt (generated
-# weights), and a 512-token prefill; then bench/gpu_bench.py measures the ceilings and
-# transformers' eager generate in the same run and states the ratios and bars.
+# weights, seed 1), fed the benchmark's next ids (teacher forcing: its logits are compared with
+# transformers'), and a 512-token prefill, both with --warmup (the times of a warm process: the
+# median of 3 prefills, the median decode step); then bench/gpu_bench.py builds transformers'
+# model with the same weights, checks its logits against tpc's, and only then measures the
+# ceilings and transformers' eager generate and states the ratios and bars.
 bench_stage() {
-  local context=1024 new=64 prefill=512 bin=$dir/bin/llama3-8b-tp1 out
-  local ids
-  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($context)))")
-  out=$("$bin" --random-weights 1 --prompt-ids "$ids" --max-new-tokens $new --ignore-eos \
-    --max-seq-len $((context + new))) || return 1
+  local context=1024 new=64 prefill=512 bin=$dir/bin/bench-tp1 out ids device=cuda
+  [[ -f $dir/dry-run ]] && device=cpu
+  ids=$(bench_ids $((context + new - 1))) || return 1
+  out=$("$bin" --random-weights 1 --prompt-ids "$(cut -d, -f1-$context <<< "$ids")" \
+    --force-ids "$(cut -d, -f$((context + 1))- <<< "$ids")" --max-new-tokens $new \
+    --ignore-eos --max-seq-len $((context + new)) --warmup \
+    --dump-logits "$dir/results/bench-forced.bin") || return 1
   echo "$out"
   local decode prefill_ms
   decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
-  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($prefill)))")
+  ids=$(bench_ids $prefill) || return 1
   out=$("$bin" --random-weights 1 --prompt-ids "$ids" --max-new-tokens 1 --ignore-eos \
-    --max-seq-len $((prefill + 1))) || return 1
+    --max-seq-len $((prefill + 2)) --warmup) || return 1
   echo "$out"
   prefill_ms=$(sed -n 's/^prefill: \([0-9.]*\) ms.*/\1/p' <<< "$out")
-  python3 "$dir/gpu_bench.py" "$dir/llama3-8b-config.json" --context $context \
-    --new-tokens $new --prefill $prefill --tpc-decode-ms "$decode" \
-    --tpc-prefill-ms "$prefill_ms" --out "$dir/results/bench.json" || return 1
+  "$py" "$dir/gpu_bench.py" bench "$dir/bench-config.json" --seed 1 --device $device \
+    --context $context --new-tokens $new --prefill $prefill --tpc-decode-ms "$decode" \
+    --tpc-prefill-ms "$prefill_ms" --tpc-logits "$dir/results/bench-forced.bin" \
+    --out "$dir/results/bench.json" || return 1
 }
 
 # One rank of tp 2, 4 and 8 alone (TPC_SINGLE_RANK_VIEW=1: a no-op communicator, compute
-# only) on the same request, plus bench/per_rank_model.py's modelled NCCL time.
+# only) on the same request, warm, plus bench/per_rank_model.py's modelled NCCL time.
 per_rank_stage() {
   local context=1024 new=64 ids out decode
-  ids=$(python3 -c "print(','.join(str((7 * i + 3) % 128000) for i in range($context)))")
+  ids=$(bench_ids $context) || return 1
   for tp in 2 4 8; do
-    out=$(TPC_SINGLE_RANK_VIEW=1 "$dir/bin/llama3-8b-tp$tp" --random-weights 1 \
+    out=$(TPC_SINGLE_RANK_VIEW=1 "$dir/bin/bench-tp$tp" --random-weights 1 \
       --prompt-ids "$ids" --max-new-tokens $new --ignore-eos --max-seq-len $((context + new)) \
-      --trace "$dir/results/per-rank-tp$tp.json") || return 1
+      --warmup --trace "$dir/results/per-rank-tp$tp.json") || return 1
     echo "$out"
     decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
-    python3 "$dir/per_rank_model.py" $tp "$decode" "$dir/results/per-rank-tp$tp.json.rank0" ||
+    "$py" "$dir/per_rank_model.py" $tp "$decode" "$dir/results/per-rank-tp$tp.json.rank0" ||
       return 1
   done
 }
@@ -217,7 +329,7 @@ run() {
   mkdir -p "$dir/results"
   # The machine's own NCCL and cuBLAS, from the wheels PyTorch brought.
   local wheels
-  wheels=$(python3 -c "import importlib.util, os
+  wheels=$("$py" -c "import importlib.util, os
 for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
     try:
         spec = importlib.util.find_spec(m)
@@ -227,11 +339,17 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
         if os.path.isdir(os.path.join(p, 'lib')):
             print(os.path.join(p, 'lib'))" | paste -sd:)
   export LD_LIBRARY_PATH=$dir/lib${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  local failed=0
+  export dir py seed prompt long_prompt new_tokens
+  export -f run_ranks forced_ids compare example_stage attention_stage graph_eager_stage \
+    device_fault_stage env_stage bench_ids bench_stage per_rank_stage
+  local failed=0 start
+  start=$(date +%s%N)
   stage env env_stage || failed=1
   stage example-tp1 example_stage 1 || failed=1
   # The same without the decode step's CUDA graph: the graph must not change a logit.
   TPC_CUDA_GRAPHS=0 stage example-tp1-eager example_stage 1 nccl eager || failed=1
+  stage graph-eager graph_eager_stage || failed=1
+  stage device-fault device_fault_stage || failed=1
   for bin in "$dir"/bin/*-hd*-tp1; do
     local m
     m=$(basename "$bin" -tp1)
@@ -239,18 +357,21 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   done
   stage example-tp2-gloo example_stage 2 gloo || failed=1
   stage example-tp4-gloo example_stage 4 gloo || failed=1
-  stage bench bench_stage || failed=1
+  stage_limit=240 stage bench bench_stage || failed=1
   stage per-rank per_rank_stage || failed=1
   if [[ -n ${OUT:-} ]]; then
+    # Every result but the logits dumps (up to 33 MB each): the logs, bench.json and the
+    # per-rank traces (per-rank-tpN.json.rank0, which a *.json pattern misses).
     mkdir -p "$OUT/results"
-    cp "$dir"/results/*.txt "$dir"/results/*.json "$OUT/results/" 2>/dev/null || true
+    find "$dir/results" -maxdepth 1 -type f ! -name '*.bin' -exec cp {} "$OUT/results/" \;
   fi
-  echo "gpu-check: $([[ $failed == 0 ]] && echo ok || echo FAILED)"
+  echo "gpu-check: $([[ $failed == 0 ]] && echo ok || echo FAILED) ($(seconds_since "$start") s" \
+    "in this run$([[ -f $dir/dry-run ]] && echo ", a dry run on CPU binaries"))"
   return $failed
 }
 
 case $step in
   bundle) bundle ;;
   run) run ;;
-  *) sed -n '2,28p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
 esac

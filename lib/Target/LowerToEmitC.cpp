@@ -906,6 +906,12 @@ struct TPLowerToEmitCPass : tpc::target::impl::TPLowerToEmitCBase<TPLowerToEmitC
         a.value(spec).integer(id);
         callIn("tpcrt::addEosId", a);
       }
+    // The context the model was made for bounds the binary's default --max-seq-len.
+    if (auto positions = module->getAttrOfType<IntegerAttr>(kMaxPositionEmbeddingsAttrName)) {
+      Args a(ctx);
+      a.value(spec).integer(positions.getInt());
+      callIn("tpcrt::setMaxPositions", a);
+    }
     if (spelling.groupsLinears()) {
       // The device lays these parameters' weights one after the other (tp-group-linears'
       // units; a parameter is in one group at most, the same in both forwards).

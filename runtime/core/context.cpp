@@ -30,6 +30,13 @@ void Context::fail(const std::string &message) const {
   std::exit(1);
 }
 
+void Context::resetCaches() {
+  for (KVCache &cache : caches)
+    cache.length = 0;
+  if (device)
+    device->resetCaches();
+}
+
 void Context::record(const char *kind, const char *module, int64_t rows, uint64_t bytes) {
   trace.push_back({kind, module ? module : "", rows, bytes});
 }

@@ -1,5 +1,6 @@
 // The main of every emitted binary: who am I (RANK, WORLD_SIZE), the weights (this rank's
-// slices, or generated from a seed), a prefill, then greedy decoding with the KV cache.
+// slices, or generated from a seed), a prefill, then greedy decoding with the KV cache; with
+// --warmup, throwaway forwards first, so the times printed are those of a warm process.
 #include "tpcrt/model.h"
 
 #include <cblas.h>
@@ -25,7 +26,7 @@ struct Args {
   std::optional<uint64_t> randomSeed;
   std::vector<int64_t> prompt, forced;
   std::optional<int64_t> eosId; // overrides the model's end-of-sequence ids
-  bool ignoreEos = false;
+  bool ignoreEos = false, warmup = false;
   int64_t maxNewTokens = 16, maxSeqLen = 0; // maxSeqLen 0: not given, see chooseMaxSeqLen
   int timeoutSeconds = 30;
 };
@@ -34,17 +35,22 @@ const char *kUsage =
     "usage: %s (--weights PATH | --random-weights SEED) --prompt-ids 1,2,3\n"
     "       [--max-new-tokens N] [--eos-id ID | --ignore-eos] [--max-seq-len S]\n"
     "       [--force-ids 4,5,6] [--dump-logits FILE] [--trace FILE] [--host ADDRESS]\n"
-    "       [--timeout SECONDS]\n"
+    "       [--timeout SECONDS] [--warmup]\n"
     "--max-seq-len defaults to 2048, or to the model's max_position_embeddings where fewer.\n"
     "Generation stops at the model's end-of-sequence ids (config.json's eos_token_id) unless\n"
     "--eos-id or --ignore-eos says otherwise. --force-ids feeds these tokens to the decode\n"
     "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
     "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
     "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). --timeout bounds\n"
-    "both the rendezvous and each collective's wait for a peer (default 30 s).\n"
+    "both the rendezvous and each collective's wait for a peer (default 30 s); a rank alone\n"
+    "has no peer to wait for, and no deadline.\n"
+    "--warmup runs a throwaway prefill of the prompt and two decode steps first (lazy loading,\n"
+    "GEMM plans, the decode graph's capture), empties the KV cache, and times 3 prefills:\n"
+    "it prints their median and the median decode step. Tokens and logits are the same.\n"
     "TPC_FAULT injects a fault, for tests of failure handling: kill:rank=R:step=S makes rank R\n"
-    "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step);\n"
-    "nostart:rank=R makes rank R exit (status 0) before the rendezvous.\n";
+    "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step; --warmup's\n"
+    "forwards are not steps); device:rank=R:step=S makes rank R's device fault there (the CUDA\n"
+    "target); nostart:rank=R makes rank R exit (status 0) before the rendezvous.\n";
 
 bool parseInt(const char *text, int64_t &value) {
   char *end = nullptr;
@@ -66,6 +72,10 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     }
     if (flag == "--ignore-eos") {
       args.ignoreEos = true;
+      continue;
+    }
+    if (flag == "--warmup") {
+      args.warmup = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -164,7 +174,7 @@ int envInt(const char *name, int fallback, bool &ok) {
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
 /// point of a run, or keep it from joining, deterministically.
 struct Fault {
-  enum Kind { None, Kill, NoStart } kind = None;
+  enum Kind { None, Kill, Device, NoStart } kind = None;
   int rank = -1;
   int64_t step = -1;
 };
@@ -178,19 +188,23 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
   std::getline(in, item, ':');
   if (item == "kill")
     fault.kind = Fault::Kill;
+  else if (item == "device")
+    fault.kind = Fault::Device;
   else if (item == "nostart")
     fault.kind = Fault::NoStart;
   else {
-    error = "TPC_FAULT: unknown fault '" + item + "'; give kill:rank=R:step=S or nostart:rank=R";
+    error = "TPC_FAULT: unknown fault '" + item +
+            "'; give kill:rank=R:step=S, device:rank=R:step=S or nostart:rank=R";
     return std::nullopt;
   }
+  bool stepped = fault.kind != Fault::NoStart;
   while (std::getline(in, item, ':')) {
     size_t eq = item.find('=');
     std::string key = item.substr(0, eq);
     int64_t value = -1;
     if (eq == std::string::npos || !parseInt(item.c_str() + eq + 1, value) || value < 0 ||
         value > (int64_t(1) << 30) ||
-        (key != "rank" && !(key == "step" && fault.kind == Fault::Kill))) {
+        (key != "rank" && !(key == "step" && stepped))) {
       error = std::string("TPC_FAULT: cannot read '") + item + "' in '" + text + "'";
       return std::nullopt;
     }
@@ -199,9 +213,8 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
     else
       fault.step = value;
   }
-  if (fault.rank < 0 || (fault.kind == Fault::Kill && fault.step < 0)) {
-    error = std::string("TPC_FAULT: '") + text + "' needs rank=R" +
-            (fault.kind == Fault::Kill ? " and step=S" : "");
+  if (fault.rank < 0 || (stepped && fault.step < 0)) {
+    error = std::string("TPC_FAULT: '") + text + "' needs rank=R" + (stepped ? " and step=S" : "");
     return std::nullopt;
   }
   return fault;
@@ -230,6 +243,12 @@ double millis(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 } // namespace
 
 std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t maxPositions,
@@ -243,6 +262,14 @@ std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t
     return std::nullopt;
   }
   return requested;
+}
+
+std::string describeFailure(const std::exception &e, bool peers, const std::string &lost,
+                            const std::string &model, const std::string &phase) {
+  if (dynamic_cast<const DeviceError *>(&e) || !peers)
+    return std::string(e.what()) + " (while running " + model + ", " + phase + ")";
+  return (lost.empty() ? "a peer stopped answering" : lost) + "; a collective of " + phase +
+         " failed: " + e.what();
 }
 
 int runModel(const ModelSpec &spec, int argc, char **argv) {
@@ -274,12 +301,16 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     return 2;
   }
   bool faulty = fault->rank == rank;
-  int64_t total = int64_t(args.prompt.size()) + args.maxNewTokens;
+  // --warmup's two decode steps fill the cache up to the prompt + 2.
+  int64_t cached = args.warmup && args.maxNewTokens > 0 ? std::max<int64_t>(args.maxNewTokens, 2)
+                                                        : args.maxNewTokens;
+  int64_t total = int64_t(args.prompt.size()) + cached;
   if (total > args.maxSeqLen) {
     std::fprintf(stderr,
-                 "error: the request needs %lld tokens (%zu prompt + %lld new), more than "
+                 "error: the request needs %lld tokens (%zu prompt + %lld new%s), more than "
                  "--max-seq-len %lld\n",
                  (long long)total, args.prompt.size(), (long long)args.maxNewTokens,
+                 cached > args.maxNewTokens ? ", and --warmup decodes 2" : "",
                  (long long)args.maxSeqLen);
     return 1;
   }
@@ -406,13 +437,24 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
 
   std::vector<float> dumped;
   std::vector<int64_t> generated;
-  int64_t step = 0; // 0: the prefill; n: the n-th decode step
+  int64_t step = 0;   // 0: the prefill; n: the n-th decode step
+  bool warming = false; // --warmup's forwards: not steps, nothing kept
+  std::string phase = "the prefill";
   auto forward = [&](const std::vector<int64_t> &ids, int64_t start) {
-    if (faulty && fault->kind == Fault::Kill && step == fault->step) {
-      std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank,
-                   (long long)step);
-      std::fflush(stderr);
-      std::raise(SIGKILL);
+    if (!warming && faulty && step == fault->step) {
+      if (fault->kind == Fault::Kill) {
+        std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank,
+                     (long long)step);
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
+      if (fault->kind == Fault::Device) {
+        if (!cx.device)
+          throw std::runtime_error("TPC_FAULT: device faults need a device (--target cuda)");
+        std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n", rank,
+                     (long long)step);
+        cx.device->injectFault();
+      }
     }
     std::vector<int64_t> positions(ids.size());
     for (size_t i = 0; i < ids.size(); ++i)
@@ -422,15 +464,45 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     const float *logits = (split ? spec.forwardSequenceParallel : spec.forward)(
         cx, ids.data(), positions.data(), n);
     const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
-    dumped.insert(dumped.end(), last, last + spec.vocab);
+    if (!warming)
+      dumped.insert(dumped.end(), last, last + spec.vocab);
     return argmax(last, spec.vocab);
   };
+  auto now = [] { return std::chrono::steady_clock::now(); };
 
   int exitCode = 0;
+  std::vector<double> prefillMs, stepMs;
+  double warmupMs = 0;
   try {
-    auto t0 = std::chrono::steady_clock::now();
+    if (args.warmup && args.maxNewTokens > 0) {
+      // What only a process's first forwards pay (lazy kernel loading, GEMM heuristics, the
+      // decode graph's capture, allocations grown on first use), paid here and not timed:
+      // a throwaway prefill and two decode steps on the model's own tokens. Then two timed
+      // prefills on an empty cache; the third is the generation's own.
+      warming = true;
+      auto t0 = now();
+      phase = "the warm-up prefill";
+      int64_t position = int64_t(args.prompt.size()), next = forward(args.prompt, 0);
+      for (int i = 1; i <= 2; ++i) {
+        phase = "warm-up decode step " + std::to_string(i);
+        next = forward({next}, position++);
+      }
+      warmupMs = millis(now() - t0);
+      for (int i = 1; i <= 2; ++i) {
+        phase = "warm prefill " + std::to_string(i) + " of 3";
+        cx.resetCaches();
+        t0 = now();
+        forward(args.prompt, 0);
+        prefillMs.push_back(millis(now() - t0));
+      }
+      cx.resetCaches();
+      cx.trace.clear(); // the trace lists the generation's collectives, as without --warmup
+      warming = false;
+      phase = "the prefill";
+    }
+    auto t0 = now();
     int64_t next = args.maxNewTokens > 0 ? forward(args.prompt, 0) : -1;
-    auto t1 = std::chrono::steady_clock::now();
+    prefillMs.push_back(millis(now() - t0));
     int64_t position = int64_t(args.prompt.size());
     std::vector<int64_t> eos = spec.eosIds;
     if (args.eosId)
@@ -446,24 +518,42 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
       if (args.forced.empty() && std::find(eos.begin(), eos.end(), next) != eos.end())
         break;
       ++step;
+      phase = "decode step " + std::to_string(step);
+      auto t1 = now();
       next = forward({fed}, position++);
+      stepMs.push_back(millis(now() - t1));
     }
-    auto t2 = std::chrono::steady_clock::now();
     if (rank == 0) {
       std::printf("tokens:");
       for (int64_t t : generated)
         std::printf(" %lld", (long long)t);
-      std::printf("\nprefill: %.3f ms for %zu tokens\n", millis(t1 - t0), args.prompt.size());
-      if (generated.size() > 1)
-        std::printf("decode: %.3f ms per token over %zu tokens\n",
-                    millis(t2 - t1) / double(generated.size() - 1), generated.size() - 1);
+      std::printf("\n");
+      double decodeTotal = 0;
+      for (double ms : stepMs)
+        decodeTotal += ms;
+      if (args.warmup && !generated.empty()) {
+        std::printf("warm-up: a prefill of %zu tokens and 2 decode steps, then the KV cache "
+                    "emptied (%.3f ms, not counted)\n",
+                    args.prompt.size(), warmupMs);
+        std::printf("prefill: %.3f ms for %zu tokens (median of %zu warm prefills:",
+                    median(prefillMs), args.prompt.size(), prefillMs.size());
+        for (double ms : prefillMs)
+          std::printf(" %.3f", ms);
+        std::printf(")\n");
+        if (!stepMs.empty())
+          std::printf("decode: %.3f ms per token over %zu tokens (median step; mean %.3f ms)\n",
+                      median(stepMs), stepMs.size(), decodeTotal / double(stepMs.size()));
+      } else {
+        // A cold process: the first prefill and the first decode steps include one-time setup.
+        std::printf("prefill: %.3f ms for %zu tokens\n", prefillMs.back(), args.prompt.size());
+        if (!stepMs.empty())
+          std::printf("decode: %.3f ms per token over %zu tokens\n",
+                      decodeTotal / double(stepMs.size()), stepMs.size());
+      }
       std::fflush(stdout);
     }
   } catch (const std::exception &e) {
-    std::string lost = comm->lostPeers();
-    std::string when = step == 0 ? "the prefill" : "decode step " + std::to_string(step);
-    return stop((lost.empty() ? "a peer stopped answering" : lost) + "; a collective of " + when +
-                " failed: " + e.what());
+    return stop(describeFailure(e, world > 1 && !view, comm->lostPeers(), spec.name, phase));
   }
 
   if (!args.dumpLogits.empty() && rank == 0) {

@@ -24,6 +24,8 @@ void addKvCache(ModelSpec *spec, int64_t width) { spec->kvWidths.push_back(width
 
 void addEosId(ModelSpec *spec, int64_t id) { spec->eosIds.push_back(id); }
 
+void setMaxPositions(ModelSpec *spec, int64_t positions) { spec->maxPositions = positions; }
+
 void setForwards(ModelSpec *spec, ForwardFn forward, ForwardFn sequenceParallel) {
   spec->forward = forward;
   spec->forwardSequenceParallel = sequenceParallel;

@@ -20,9 +20,27 @@
 namespace tpcrt::cuda {
 
 namespace {
-std::string cudaMessage(const char *what, cudaError_t e) {
-  return std::string(what) + ": " + cudaGetErrorString(e);
+/// CUDA's reason for `e`. A kernel's fault (a bad address, a trap) is sticky and surfaces at
+/// whichever call comes next, which is then not the culprit: say so, and how to find it.
+std::string cudaReason(cudaError_t e) {
+  std::string reason = cudaGetErrorString(e);
+  switch (e) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchFailure:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidPc:
+  case cudaErrorHardwareStackError:
+  case cudaErrorAssert:
+    return reason + " (a kernel's fault, reported by the next call; CUDA_LAUNCH_BLOCKING=1 "
+                    "reports it at the kernel's launch)";
+  default:
+    return reason;
+  }
 }
+
+/// A write through a null pointer: TPC_FAULT=device's illegal memory access.
+__global__ void faultKernel(int *nowhere) { *nowhere = 1; }
 } // namespace
 
 Device::State *current = nullptr;
@@ -80,13 +98,21 @@ void generate(uint64_t seed, const ParamDesc &param, const SliceSpec &slice, act
 
 void check(cudaError_t e, const char *what) {
   if (e != cudaSuccess)
-    throw std::runtime_error(cudaMessage(what, e));
+    throw DeviceError("CUDA", what, cudaReason(e));
+}
+
+void launched(const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw DeviceError("CUDA", std::string("cudaGetLastError after launching ") + what,
+                      cudaReason(e));
 }
 
 Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t maxHeadDim,
                const std::vector<std::vector<int>> &weightGroups)
     : rank(host.rank), tp(host.tp), state(std::make_unique<State>()), host(host), spec(spec) {
   current = state.get();
+  host.device = this;
   state->timeoutSeconds = host.timeoutSeconds;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
@@ -97,8 +123,8 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
                              "); --target cuda binaries need one");
   check(cudaSetDevice(host.localRank % count), "cudaSetDevice");
   check(cudaStreamCreate(&state->stream), "cudaStreamCreate");
-  if (cublasLtCreate(&state->lt) != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error("cublasLtCreate failed");
+  if (cublasStatus_t s = cublasLtCreate(&state->lt); s != CUBLAS_STATUS_SUCCESS)
+    throw DeviceError("cuBLASLt", "cublasLtCreate", cublasLtGetStatusString(s));
   state->workspaceBytes = 32 << 20;
   check(cudaMalloc(&state->workspace, state->workspaceBytes), "cudaMalloc (cuBLASLt workspace)");
 
@@ -194,9 +220,11 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
 }
 
 namespace {
-/// Destroys the captured decode graphs. NCCL keeps a communicator alive while a graph that
-/// captured its collectives exists (finalize, destroy and abort all wait for those graphs to
-/// die), so this comes before any of them.
+/// Destroys the captured decode graphs; a later decode step captures again (their eager runs
+/// are kept). NCCL keeps a communicator alive while a graph that captured its collectives
+/// exists (finalize, destroy and abort all wait for those graphs to die), so this comes
+/// before any of them; and a graph holds the addresses its capture saw, so this comes before
+/// any buffer it may use is freed (releaseForRegrowth).
 void releaseGraphs(Device::State &state) {
   for (auto &[fn, graph] : state.graphs)
     if (graph.exec) {
@@ -205,6 +233,13 @@ void releaseGraphs(Device::State &state) {
     }
 }
 } // namespace
+
+void releaseForRegrowth(Device::State &state, const char *what) {
+  if (state.capturing) // the eager run before a capture sizes everything a capture needs
+    throw std::runtime_error(std::string(what) + " grew during a CUDA graph capture");
+  check(cudaStreamSynchronize(state.stream), "cudaStreamSynchronize (before regrowing a buffer)");
+  releaseGraphs(state);
+}
 
 Device::~Device() {
   // Nothing here may throw: errors at the end are reported and the rank still exits. The
@@ -254,10 +289,16 @@ Device::~Device() {
 
 cudaStream_t Device::stream() const { return state->stream; }
 
-void Device::launched(const char *what) const {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    host.fail(cudaMessage(what, e));
+void Device::launched(const char *what) const { cuda::launched(what); }
+
+void Device::resetCaches() {
+  for (KVCache &cache : caches)
+    cache.length = 0; // run() sends the device its copy (State::kvStart) with each forward
+}
+
+void Device::injectFault() {
+  faultKernel<<<1, 1, 0, state->stream>>>(nullptr);
+  launched("the injected fault (TPC_FAULT=device)");
 }
 
 void Device::wait(const char *what, bool stream) {
@@ -265,7 +306,9 @@ void Device::wait(const char *what, bool stream) {
   // stops answering leaves both pending, so after the timeout the communicator is aborted.
   // It runs once per forward, at the one point the host waits for the device: collectives
   // themselves are only enqueued, so a decode step's kernels and NCCL calls stay back to back.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(state->timeoutSeconds);
+  // Only a communicator's peers can leave it waiting forever: a rank alone has no deadline
+  // (a long forward at tp 1 is not a lost peer).
+  PeerDeadline deadline(state->nccl != nullptr, state->timeoutSeconds);
   for (;;) {
     ncclResult_t async = ncclSuccess;
     if (state->nccl)
@@ -280,15 +323,12 @@ void Device::wait(const char *what, bool stream) {
     if (async == ncclSuccess && e == cudaSuccess)
       return;
     if (e != cudaSuccess && e != cudaErrorNotReady)
-      throw std::runtime_error(cudaMessage(what, e));
-    if (std::chrono::steady_clock::now() > deadline) {
-      if (state->nccl) {
-        releaseGraphs(*state); // an in-flight one is freed once the abort lets it finish
-        ncclCommAbort(state->nccl);
-      }
+      throw DeviceError("CUDA", std::string("cudaStreamQuery (") + what + ")", cudaReason(e));
+    if (deadline.passed()) {
+      releaseGraphs(*state); // an in-flight one is freed once the abort lets it finish
+      ncclCommAbort(state->nccl);
       state->nccl = nullptr;
-      throw std::runtime_error(std::string(what) + ": no answer from a peer rank within " +
-                               std::to_string(state->timeoutSeconds) + " s (a rank stopped?)");
+      throw std::runtime_error(deadline.message(what));
     }
     std::this_thread::yield();
   }
@@ -411,9 +451,8 @@ void copy2D(act *dst, int64_t dstPitch, const act *src, int64_t srcPitch, int64_
 
 act *Device::scratch(size_t count) {
   if (count > state->scratchCount) {
-    if (state->capturing) // the eager run before a capture sizes everything a capture needs
-      throw std::runtime_error("collective scratch grew during a CUDA graph capture");
-    check(cudaStreamSynchronize(state->stream), "cudaStreamSynchronize");
+    // A decode graph captured with the old buffer would write to freed memory.
+    releaseForRegrowth(*state, "collective scratch");
     cudaFree(state->scratch);
     check(cudaMalloc(&state->scratch, count * sizeof(act)), "cudaMalloc (collective scratch)");
     state->scratchCount = count;

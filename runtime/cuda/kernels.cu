@@ -92,8 +92,7 @@ void unary(const act *x, int64_t n, Unary kind, float arg, act *out) {
 
 void cublasCheck(cublasStatus_t s, const char *what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuBLASLt: ") + what + " failed (status " +
-                             std::to_string(int(s)) + ")");
+    throw DeviceError("cuBLASLt", what, cublasLtGetStatusString(s));
 }
 
 } // namespace

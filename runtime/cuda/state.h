@@ -28,6 +28,7 @@ struct Device::State {
   std::vector<float> logits;
   /// Pinned staging for the logits coming back: a copy to pageable memory would block the
   /// host until the forward is done, so a lost peer would hang it before the watchdog runs.
+  /// The copy into it follows a graph's launch, outside the capture: no graph holds it.
   act *hostLogits = nullptr;
   size_t hostLogitsCount = 0;
   /// --timeout, kept here: the Device outlives the Context it was built from (it is deleted
@@ -35,10 +36,12 @@ struct Device::State {
   int timeoutSeconds = 30;
   /// Device copies of rotary inverse frequencies, by the host array the program passes.
   std::map<const double *, float *> invFreqs;
-  /// Staging for collectives that move pieces of strided feature dims, grown as needed.
+  /// Staging for collectives that move pieces of strided feature dims, grown as needed (a
+  /// decode graph holds it: growing it goes through releaseForRegrowth).
   act *scratch = nullptr;
   size_t scratchCount = 0;
-  /// Attention scores, [rows * heads, keys], grown as needed.
+  /// Attention scores, [rows * heads, keys], grown as needed: the prefill fallback's only, so
+  /// never in a (one-token) decode graph.
   float *scores = nullptr;
   size_t scoresCapacity = 0;
   /// cuBLASLt plans by (m, n, k, bias, and the alignments of w, x, y and the bias).
@@ -82,11 +85,17 @@ void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
 /// The state of the one Device of this process (kernels reach the stream through it).
 extern Device::State *current;
 
+/// Throws a DeviceError ("CUDA error in WHAT: reason") unless `e` is cudaSuccess.
 void check(cudaError_t e, const char *what);
+/// The check after each launch: a DeviceError naming the kernel `what` when one is pending.
+void launched(const char *what);
+/// Before a buffer that a decode graph may hold is freed to grow: waits for the stream and
+/// destroys the graphs (the next decode step captures again with the new address). Throws
+/// while a capture is under way, whose eager run should have sized the buffer.
+void releaseForRegrowth(Device::State &state, const char *what);
 
-/// The stream every kernel runs on, and the check after each launch.
+/// The stream every kernel runs on.
 inline cudaStream_t stream() { return current->stream; }
-inline void launched(const char *what) { check(cudaGetLastError(), what); }
 
 } // namespace tpcrt::cuda
 

@@ -1,6 +1,8 @@
 // libtpcrt: kernels against naive references, safetensors slices against generated values,
-// Gloo collectives between forked ranks, and the driver's choice of context length.
+// Gloo collectives between forked ranks, the driver's choice of context length, and how a
+// failed forward is told and waited for.
 #include "tpcrt/comm.h"
+#include "tpcrt/failure.h"
 #include "tpcrt/kernels.h"
 #include "tpcrt/model.h"
 #include "tpcrt/weights.h"
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -428,4 +431,37 @@ TEST(Driver, MaxSeqLenBeyondModelPositionsIsRefused) {
   EXPECT_EQ(chooseMaxSeqLen(4096, 2048, error), std::nullopt);
   EXPECT_EQ(error, "--max-seq-len 4096 is more than the model's 2048 positions (config.json's "
                    "max_position_embeddings)");
+}
+
+// A device's fault is the device's at any tp; a peer is blamed only where there are peers.
+TEST(Failure, DeviceErrorsAreNeverAPeers) {
+  DeviceError cuda("CUDA", "cudaStreamQuery (the forward)", "an illegal memory access");
+  EXPECT_EQ(describeFailure(cuda, false, "", "llama", "decode step 3"),
+            "CUDA error in cudaStreamQuery (the forward): an illegal memory access "
+            "(while running llama, decode step 3)");
+  EXPECT_EQ(describeFailure(cuda, true, "lost rank 1", "llama", "the prefill"),
+            "CUDA error in cudaStreamQuery (the forward): an illegal memory access "
+            "(while running llama, the prefill)");
+  std::runtime_error other("the forward: no answer");
+  EXPECT_EQ(describeFailure(other, false, "", "llama", "the prefill"),
+            "the forward: no answer (while running llama, the prefill)");
+  EXPECT_EQ(describeFailure(other, true, "", "llama", "the prefill"),
+            "a peer stopped answering; a collective of the prefill failed: the forward: no "
+            "answer");
+  EXPECT_EQ(describeFailure(other, true, "lost rank 1 (process 7 is gone)", "llama",
+                            "decode step 2"),
+            "lost rank 1 (process 7 is gone); a collective of decode step 2 failed: the "
+            "forward: no answer");
+}
+
+// --timeout bounds a wait only where peers could hold it up: a rank alone waits for its own
+// device however long it takes (the CUDA backend's watchdog asks this deadline).
+TEST(Failure, OnlyPeersHaveADeadline) {
+  PeerDeadline alone(false, 0), withPeers(true, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(alone.passed());
+  EXPECT_TRUE(withPeers.passed());
+  EXPECT_FALSE(PeerDeadline(true, 60).passed());
+  EXPECT_EQ(withPeers.message("the forward"),
+            "the forward: no answer from a peer rank within 0 s (a rank stopped?)");
 }

@@ -4,6 +4,7 @@
 #define TPCRT_MODEL_H
 
 #include "tpcrt/comm.h"
+#include "tpcrt/failure.h"
 #include "tpcrt/kernels.h"
 #include "tpcrt/weights.h"
 
@@ -67,6 +68,18 @@ struct TraceEntry {
   uint64_t bytes; // the collective's full (global) tensor, as `tpc analyze` counts it
 };
 
+/// What the driver asks of a backend that keeps state of its own (the CUDA Device) besides
+/// its forwards; the CPU target has none, its state is the Context's.
+class DeviceHooks {
+public:
+  virtual ~DeviceHooks() = default;
+  /// Empties the backend's KV caches (Context::resetCaches: after --warmup's forwards).
+  virtual void resetCaches() = 0;
+  /// Makes the device fault on purpose (TPC_FAULT=device), so that the forward under way
+  /// fails with a device error: how the tests see such an error reported.
+  virtual void injectFault() = 0;
+};
+
 struct Context {
   int rank = 0, tp = 1;
   int localRank = 0;     // LOCAL_RANK: which GPU a CUDA rank takes
@@ -82,6 +95,10 @@ struct Context {
   float *arena = nullptr;
   std::vector<TraceEntry> trace;
   std::vector<float> scratch;
+  DeviceHooks *device = nullptr; // set by a backend with state of its own
+
+  /// Every KV cache empty again, the backend's too: the next forward starts a new sequence.
+  void resetCaches();
 
   const float *weight(size_t i) const { return weights[i].data(); }
   /// Stops this rank with an error (the others fail on their next collective).

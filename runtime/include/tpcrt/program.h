@@ -22,6 +22,8 @@ void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, S
               std::vector<std::string> sources);
 void addKvCache(ModelSpec *spec, int64_t width);
 void addEosId(ModelSpec *spec, int64_t id);
+/// config.json's max_position_embeddings: the default --max-seq-len is no more than that.
+void setMaxPositions(ModelSpec *spec, int64_t positions);
 void setForwards(ModelSpec *spec, ForwardFn forward, ForwardFn sequenceParallel);
 int runModel(ModelSpec *spec, int argc, char **argv);
 

@@ -31,13 +31,14 @@ class Device;
 using DeviceForwardFn = act *(*)(Device &, const int64_t *ids, const int64_t *positions,
                                        int64_t tokens);
 
-class Device {
+class Device : public DeviceHooks {
 public:
   /// Picks the GPU (LOCAL_RANK modulo the visible devices), uploads `host`'s loaded fp32
   /// weights as bf16, sizes the arena and KV caches for host.maxTokens tokens, and connects
   /// the communicator: NCCL, its unique id sent through host's Gloo store, unless
   /// TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU). Errors stop
-  /// the rank with a message naming the CUDA, cuBLASLt or NCCL call. `maxHeads` and
+  /// the rank with a message naming the CUDA, cuBLASLt or NCCL call. Registers itself as
+  /// host.device (the driver's --warmup and TPC_FAULT=device reach it there). `maxHeads` and
   /// `maxHeadDim` bound every attention layer's local query heads and head size (the decode
   /// attention's scratch is sized by them). The parameters of each of `weightGroups` (by
   /// index) lie one after the other in one allocation, in that order.
@@ -45,7 +46,7 @@ public:
          const std::vector<std::vector<int>> &weightGroups);
   /// Finalizes NCCL (aborting it if a peer does not answer within --timeout) and frees the
   /// device; the program deletes its Device once every rank is done.
-  ~Device();
+  ~Device() override;
 
   /// One forward: ids and positions to the device, `fn`, the logits back as fp32. A
   /// one-token forward is captured in a CUDA graph the second time it runs and replayed
@@ -57,8 +58,14 @@ public:
 
   /// The stream every kernel runs on (generated kernels launch on it too).
   cudaStream_t stream() const;
-  /// Stops the rank if the kernel just launched could not start.
+  /// Throws a DeviceError if the kernel just launched could not start (or an earlier one
+  /// faulted).
   void launched(const char *what) const;
+  /// Empties the KV caches (the driver's --warmup). Captured graphs stay valid: they read
+  /// the length from the device.
+  void resetCaches() override;
+  /// Launches a kernel that writes through a null pointer (TPC_FAULT=device).
+  void injectFault() override;
 
   const act *weight(size_t i) const { return weights[i]; }
   [[noreturn]] void fail(const std::string &message) const { host.fail(message); }
