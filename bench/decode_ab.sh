@@ -21,7 +21,7 @@ done
 declare -A times
 for ((i = 0; i < runs; ++i)); do
   for side in a b; do
-    ms=$("$work/$side/llama100m" --random-weights 1 --prompt-ids "$prompt" \
+    ms=$("$work/$side/llama_12l" --random-weights 1 --prompt-ids "$prompt" \
       --max-new-tokens "$new_tokens" --ignore-eos --max-seq-len 1024 |
       sed -n 's/.*decode: \([0-9.]*\) ms per token.*/\1/p')
     times[$side]+="$ms "
