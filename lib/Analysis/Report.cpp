@@ -139,39 +139,12 @@ double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
   return bytes;
 }
 
-double tpc::arenaBytes(ModuleOp partitioned, int64_t tokens) {
-  int64_t tp = getMeshSize(partitioned).value_or(1);
-  double peak = 0;
-  for (auto func : partitioned.getOps<func::FuncOp>()) {
-    // Each activation lives from its op to its last user; weights are not activations.
-    SmallVector<Operation *> ops;
-    llvm::DenseMap<Operation *, size_t> position;
-    func.walk([&](Operation *op) {
-      if (op != func)
-        position[op] = ops.size(), ops.push_back(op);
-    });
-    std::vector<double> delta(ops.size() + 1, 0);
-    for (auto [i, op] : llvm::enumerate(ops)) {
-      if (isa<WeightOp>(op))
-        continue;
-      for (Value v : op->getResults()) {
-        PlacementAttr p = getPlacement(v);
-        bool byTokens = p && isa<ShardAttr>(p) &&
-                        normalizeDim(cast<ShardAttr>(p).getDim(),
-                                     cast<RankedTensorType>(v.getType()).getRank()) == 0;
-        double bytes = tensorBytes(v.getType(), byTokens ? (tokens + tp - 1) / tp : tokens);
-        size_t last = i;
-        for (Operation *user : v.getUsers())
-          last = std::max(last, position.lookup(user));
-        delta[i] += bytes;
-        delta[last + 1] -= bytes;
-      }
-    }
-    double live = 0;
-    for (double d : delta)
-      peak = std::max(peak, live += d);
-  }
-  return peak;
+int64_t tpc::arenaElementsPerToken(ModuleOp program) {
+  int64_t size = 0;
+  for (auto func : program.getOps<func::FuncOp>())
+    if (auto attr = func->getAttrOfType<IntegerAttr>(kArenaSizeAttrName))
+      size = std::max(size, attr.getInt());
+  return size;
 }
 
 void tpc::writeDot(ModuleOp lowered, raw_ostream &os) {

@@ -427,6 +427,8 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     return stop("cannot allocate " + allocating + ": its size overflows");
   }
   cx.arena = arena.data();
+  if (!spec.prepare)
+    cx.arenaBytes = uint64_t(arena.size()) * sizeof(float);
   if (spec.prepare) {
     try {
       spec.prepare(cx, spec);
@@ -571,6 +573,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     j["rank"] = rank;
     j["world"] = world;
     j["weight_bytes_loaded"] = weightBytes;
+    j["arena_bytes"] = cx.arenaBytes;
     j["collectives"] = nlohmann::ordered_json::array();
     for (const TraceEntry &e : cx.trace)
       j["collectives"].push_back(

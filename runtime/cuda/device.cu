@@ -178,6 +178,7 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
   int64_t tokens = host.maxTokens;
   check(cudaMalloc(&arena, std::max<int64_t>(1, spec.floatsPerToken * tokens) * sizeof(act)),
         "cudaMalloc (activations)");
+  host.arenaBytes = uint64_t(spec.floatsPerToken * tokens) * sizeof(act);
   for (int64_t width : spec.kvWidths) {
     KVCache cache;
     cache.capacity = tokens;

@@ -26,7 +26,7 @@ namespace tpc {
 namespace {
 
 struct AnalyzeOptions : PlanArgs {
-  std::string dot;
+  std::string dot, target = "cpu";
   int64_t prefillLen = 128, maxSeqLen = tpcrt::kDefaultMaxSeqLen;
   bool maxSeqLenGiven = false, prefillLenGiven = false;
   bool sequenceParallel = false, json = false;
@@ -141,6 +141,10 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       "--max-seq-len", opts->maxSeqLen,
       "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
       "fewer, as the binary's)");
+  cmd->add_option("--target", opts->target,
+                  "the target whose binary is reported: its decisions lay out the activation "
+                  "arena, its element type sizes it (cpu: fp32, cuda: bf16)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--json", opts->json, "print the report as JSON");
   cmd->add_option("--dot", opts->dot,
                   "write the lowered prefill graph as Graphviz DOT to this file (and an .svg "
@@ -195,7 +199,6 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       MemoryReport memory;
       memory.unshardedWeights = parameterBytes(*module);
       memory.maxSeqLen = maxSeqLen;
-      memory.arenaTokens = prefillLen;
       if (failed(plan::applyPlan(*module, {o.plan, o.strategies, o.tp})))
         return 1;
 
@@ -238,7 +241,24 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
            transformersCollectives(*module, 1)}};
       memory.weights = parameterBytes(*partitioned);
       memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
-      memory.arena = arenaBytes(*partitioned, prefillLen);
+      // The arena the binary allocates: what tp-plan-arena laid out for the target's program,
+      // for --max-seq-len tokens, in the target's element type.
+      ProgramOptions program;
+      program.sequenceParallel = o.sequenceParallel;
+      program.decisions = TargetDecisions::forTarget(o.target);
+      OwningOpRef<ModuleOp> decided;
+      {
+        // The same passes ran above for the collectives: their warnings were said once.
+        ScopedDiagnosticHandler quiet(&session.context(), [](Diagnostic &d) {
+          return success(d.getSeverity() != DiagnosticSeverity::Error);
+        });
+        decided = buildProgram(*module, program);
+      }
+      if (!decided)
+        return 1;
+      memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
+      memory.arena = double(memory.arenaElementsPerToken) * double(maxSeqLen) *
+                     (o.target == "cuda" ? 2.0 : 4.0);
 
       if (!o.dot.empty()) {
         std::string graph;
@@ -285,8 +305,9 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                                 {"max_position_embeddings",
                                  positions ? nlohmann::ordered_json(positions)
                                            : nlohmann::ordered_json()},
+                                {"target", o.target},
                                 {"activation_arena_bytes", memory.arena},
-                                {"arena_tokens", memory.arenaTokens}};
+                                {"arena_elements_per_token", memory.arenaElementsPerToken}};
         j["notes"] = notes;
         llvm::outs() << j.dump(2) << "\n";
         return session.errors() ? 1 : 0;
@@ -304,8 +325,9 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                         memory.weights, 100 * ratio, memory.unshardedWeights);
       os << fmt::format("  KV cache            {:>14.0f} bytes at {} tokens ({})\n",
                         memory.kvCache, memory.maxSeqLen, maxSeqLenWhy);
-      os << fmt::format("  activation arena    {:>14.0f} bytes (peak live, {}-token prefill)\n",
-                        memory.arena, memory.arenaTokens);
+      os << fmt::format("  activation arena    {:>14.0f} bytes ({} elements per token x {} "
+                        "tokens, --target {}: what the binary allocates)\n",
+                        memory.arena, memory.arenaElementsPerToken, memory.maxSeqLen, o.target);
       for (const std::string &note : notes)
         os << "note: " << note << "\n";
       return session.errors() ? 1 : 0;

@@ -32,7 +32,7 @@ struct PhaseReport {
 
 struct MemoryReport {
   double weights = 0, unshardedWeights = 0, kvCache = 0, arena = 0;
-  int64_t maxSeqLen = 0, arenaTokens = 0;
+  int64_t maxSeqLen = 0, arenaElementsPerToken = 0;
 };
 
 /// "model.layers.3" for any module inside decoder layer 3; the module itself otherwise.
@@ -55,8 +55,9 @@ std::vector<CollectiveEntry> transformersCollectives(mlir::ModuleOp planned, int
 double parameterBytes(mlir::ModuleOp module);
 /// Keys and values of every attention layer for `maxSeqLen` tokens, as partitioned.
 double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
-/// The peak of live activations (by lifetime, in program order) of a `tokens` forward.
-double arenaBytes(mlir::ModuleOp partitioned, int64_t tokens);
+/// The activation arena tp-plan-arena laid out, in elements per token: the largest of the
+/// program's forwards, which share it. The binary allocates it for --max-seq-len tokens.
+int64_t arenaElementsPerToken(mlir::ModuleOp program);
 
 /// Graphviz DOT of a lowered module: ops as nodes (collectives highlighted), edges labelled
 /// with the placement of the value they carry.

@@ -93,6 +93,7 @@ struct Context {
   std::vector<std::vector<float>> weights;
   std::vector<KVCache> caches;
   float *arena = nullptr;
+  uint64_t arenaBytes = 0; // what the arena's allocation asked for (the CUDA Device's, there)
   std::vector<TraceEntry> trace;
   std::vector<float> scratch;
   DeviceHooks *device = nullptr; // set by a backend with state of its own

@@ -2,8 +2,9 @@
     python3 check_trace.py ANALYZE.json PROMPT_LEN NEW_TOKENS TRACE...
 
 Every rank ran the prefill's collectives and then each decode step's, in order, the same
-kinds, modules and bytes analyze lists; and loaded exactly the weight bytes analyze says a
-rank holds (a replicated run cannot pass as a sharded one).
+kinds, modules and bytes analyze lists; loaded exactly the weight bytes analyze says a rank
+holds (a replicated run cannot pass as a sharded one); and allocated the activation arena
+analyze reports (run analyze with the binary's --target and --max-seq-len).
 """
 import json
 import sys
@@ -34,7 +35,12 @@ for path in traces:
     if trace["weight_bytes_loaded"] != weights:
         failed = True
         print(f"{path}: loaded {trace['weight_bytes_loaded']} weight bytes, a rank holds {weights}")
+    arena = report["memory_per_rank"]["activation_arena_bytes"]
+    if trace["arena_bytes"] != arena:
+        failed = True
+        print(f"{path}: allocated a {trace['arena_bytes']}-byte arena, analyze says {arena:.0f}")
     if not failed:
-        print(f"{path}: {len(got)} collectives and {weights:.0f} weight bytes as analyze says")
+        print(f"{path}: {len(got)} collectives, {weights:.0f} weight bytes and a "
+              f"{arena:.0f}-byte arena as analyze says")
 print("traces: " + ("FAILED" if failed else "ok"))
 sys.exit(1 if failed else 0)
