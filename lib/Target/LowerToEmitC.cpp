@@ -963,6 +963,33 @@ std::string tpc::target::floatLiteral(double v) {
   return buffer;
 }
 
+std::vector<std::string> tpc::target::rotaryPairCode(int64_t headDim, int64_t aHeads,
+                                                     int64_t bHeads, StringRef frequencies) {
+  std::string half = std::to_string(headDim / 2), heads = std::to_string(aHeads + bHeads);
+  std::string a = std::to_string(aHeads), d = std::to_string(headDim);
+  return {
+      "const int64_t f = i % " + half + ", head = i / " + half + " % " + heads +
+          ", r = i / " + half + " / " + heads + ";",
+      "const bool inA = head < " + a + ";",
+      "const int64_t at = inA ? (r * " + a + " + head) * " + d + " : (r * " +
+          std::to_string(bHeads) + " + head - " + a + ") * " + d + ";",
+      "const auto *x = (inA ? a : b) + at;",
+      "auto *y = (inA ? aOut : bOut) + at;",
+      "const acc angle = acc(positions[r]) * " + frequencies.str() + "[f];",
+      "const acc c = cosine(angle), s = sine(angle);",
+      "const acc u = load(x, f), v = load(x, f + " + half + ");",
+      "store(y, f, u * c - v * s);",
+      "store(y, f + " + half + ", v * c + u * s);",
+  };
+}
+
+std::string tpc::target::indentLines(const std::vector<std::string> &lines, StringRef prefix) {
+  std::string text;
+  for (const std::string &line : lines)
+    text += prefix.str() + line + "\n";
+  return text;
+}
+
 std::string tpc::target::doubleLiteral(double v) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "%a", v);

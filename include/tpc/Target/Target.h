@@ -25,6 +25,12 @@ struct ChainCode {
   std::string what; // "silu, mul": the ops, for the kernel's comment
 };
 
+/// The straight-line code of a fused rotary pair for element `i` (one frequency of one head of
+/// one row, of the query `a` or the key `b`): the same on every target. The heads of the
+/// first value come first; `frequencies` names the table of headDim / 2 inverse frequencies.
+std::vector<std::string> rotaryPairCode(int64_t headDim, int64_t aHeads, int64_t bHeads,
+                                        llvm::StringRef frequencies);
+
 /// The generated kernel of a tp.fused unit: its definition, placed before the function
 /// that calls it, and its signature, which every target shares:
 ///   elementwise: NAME(cx, rows, in0.., out)
@@ -69,6 +75,8 @@ std::unique_ptr<Spelling> makeSpelling(llvm::StringRef target);
 std::string floatLiteral(double v);
 /// A double literal that is exactly v, in hexadecimal.
 std::string doubleLiteral(double v);
+/// The lines, each after `prefix` and ending in a newline (a kernel body's indentation).
+std::string indentLines(const std::vector<std::string> &lines, llvm::StringRef prefix);
 
 /// The source of the program for a decided module (tpc::buildProgram's output): a copy
 /// lowered by tp-lower-to-emitc, printed by upstream's C++ translator. Fails, with an error

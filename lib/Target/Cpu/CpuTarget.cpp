@@ -11,13 +11,6 @@ using namespace tpc::target;
 
 namespace {
 
-std::string indent(const std::vector<std::string> &lines, StringRef prefix) {
-  std::string text;
-  for (const std::string &line : lines)
-    text += prefix.str() + line + "\n";
-  return text;
-}
-
 std::string inputs(unsigned count) {
   std::string text;
   for (unsigned i = 0; i < count; ++i)
@@ -47,7 +40,7 @@ public:
                          "  }\n"
                          "}",
                          chain.what, name, inputs(chain.inputs), width,
-                         indent(chain.lines, "    "), chain.result);
+                         indentLines(chain.lines, "    "), chain.result);
   }
 
   std::string normKernel(StringRef name, const ChainCode &chain, int64_t width,
@@ -76,7 +69,7 @@ public:
         "  }\n"
         "}",
         chain.what, name, inputs(chain.inputs), normWidth, width / normWidth,
-        indent(chain.lines, "      "), chain.result, doubleLiteral(epsilon),
+        indentLines(chain.lines, "      "), chain.result, doubleLiteral(epsilon),
         doubleLiteral(weightOffset));
   }
 
@@ -92,22 +85,12 @@ public:
         "const float *b, float *bOut, const int64_t *positions) {{\n"
         "  using namespace tpcrt::fused;\n"
         "  static const double frequencies[{1}] = {{{2}};\n"
-        "  const int64_t half = {1}, headDim = {3}, aHeads = {4}, heads = {5};\n"
-        "  for (int64_t i = 0; i < rows * heads * half; ++i) {{\n"
-        "    const int64_t f = i % half, head = i / half % heads, r = i / half / heads;\n"
-        "    const bool inA = head < aHeads;\n"
-        "    const int64_t at = inA ? (r * aHeads + head) * headDim\n"
-        "                           : (r * (heads - aHeads) + head - aHeads) * headDim;\n"
-        "    const float *x = (inA ? a : b) + at;\n"
-        "    float *y = (inA ? aOut : bOut) + at;\n"
-        "    const acc angle = acc(positions[r]) * frequencies[f];\n"
-        "    const acc c = std::cos(angle), s = std::sin(angle);\n"
-        "    const acc u = load(x, f), v = load(x, f + half);\n"
-        "    store(y, f, u * c - v * s);\n"
-        "    store(y, f + half, v * c + u * s);\n"
+        "  for (int64_t i = 0; i < rows * {3}; ++i) {{\n"
+        "{4}"
         "  }\n"
         "}",
-        name, frequencies.size(), list, headDim, aHeads, aHeads + bHeads);
+        name, frequencies.size(), list, (aHeads + bHeads) * int64_t(frequencies.size()),
+        indentLines(rotaryPairCode(headDim, aHeads, bHeads, "frequencies"), "    "));
   }
 };
 

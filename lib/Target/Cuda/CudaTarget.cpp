@@ -13,13 +13,6 @@ using namespace tpc::target;
 
 namespace {
 
-std::string indent(const std::vector<std::string> &lines, StringRef prefix) {
-  std::string text;
-  for (const std::string &line : lines)
-    text += prefix.str() + line + "\n";
-  return text;
-}
-
 /// `const act *in0, const act *in1, ` and the matching `in0, in1, `.
 std::pair<std::string, std::string> inputs(unsigned count) {
   std::string params, names;
@@ -66,7 +59,7 @@ public:
         "  {1}_kernel<<<blocksFor(count), kThreads, 0, cx.stream()>>>(count, {6}out);\n"
         "  cx.launched(\"{7}\");\n"
         "}",
-        chain.what, name, params, indent(chain.lines, "  "), chain.result, width, names,
+        chain.what, name, params, indentLines(chain.lines, "  "), chain.result, width, names,
         chain.what);
   }
 
@@ -104,7 +97,7 @@ public:
         "  {1}_kernel<<<unsigned(blocks), kThreads, 0, cx.stream()>>>({9}weight, stored, out);\n"
         "  cx.launched(\"{0}\");\n"
         "}",
-        chain.what, name, params, normWidth, indent(chain.lines, "    "), chain.result,
+        chain.what, name, params, normWidth, indentLines(chain.lines, "    "), chain.result,
         floatLiteral(epsilon), floatLiteral(weightOffset), width / normWidth, names);
   }
 
@@ -116,40 +109,32 @@ public:
       list += StringRef(sep).str() + floatLiteral(f);
     // The frequencies are constants of the kernel, rounded to float as the runtime's rotary
     // rounds them.
+    std::string table = (name + "_frequencies").str();
+    int64_t pairs = (aHeads + bHeads) * int64_t(frequencies.size());
     return llvm::formatv(
         "// The rotary embedding of an attention's query and key, as one kernel.\n"
-        "__constant__ float {0}_frequencies[{1}] = {{{2}};\n"
-        "__global__ void {0}_kernel(const tpcrt::cuda::act *a, tpcrt::cuda::act *aOut, "
+        "__constant__ float {0}[{1}] = {{{2}};\n"
+        "__global__ void {3}_kernel(const tpcrt::cuda::act *a, tpcrt::cuda::act *aOut, "
         "const tpcrt::cuda::act *b, tpcrt::cuda::act *bOut, const int64_t *positions, "
         "int64_t rows) {{\n"
         "  using namespace tpcrt::cuda::fused;\n"
-        "  const int64_t half = {1}, headDim = {3}, aHeads = {4}, heads = {5};\n"
         "  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
-        "  if (i >= rows * heads * half)\n"
+        "  if (i >= rows * {4})\n"
         "    return;\n"
-        "  const int64_t f = i % half, head = i / half % heads, r = i / half / heads;\n"
-        "  const bool inA = head < aHeads;\n"
-        "  const int64_t at = inA ? (r * aHeads + head) * headDim\n"
-        "                         : (r * (heads - aHeads) + head - aHeads) * headDim;\n"
-        "  const tpcrt::cuda::act *x = (inA ? a : b) + at;\n"
-        "  tpcrt::cuda::act *y = (inA ? aOut : bOut) + at;\n"
-        "  const acc angle = acc(positions[r]) * {0}_frequencies[f];\n"
-        "  const acc c = cosf(angle), s = sinf(angle), u = load(x, f), v = load(x, f + half);\n"
-        "  store(y, f, u * c - v * s);\n"
-        "  store(y, f + half, v * c + u * s);\n"
+        "{5}"
         "}\n"
-        "static void {0}(tpcrt::cuda::Device &cx, int64_t rows, const tpcrt::cuda::act *a, "
+        "static void {3}(tpcrt::cuda::Device &cx, int64_t rows, const tpcrt::cuda::act *a, "
         "tpcrt::cuda::act *aOut, const tpcrt::cuda::act *b, tpcrt::cuda::act *bOut, "
         "const int64_t *positions) {{\n"
         "  using namespace tpcrt::cuda::fused;\n"
-        "  const int64_t pairs = rows * {5} * {1};\n"
-        "  if (pairs == 0)\n"
+        "  if (rows == 0)\n"
         "    return;\n"
-        "  {0}_kernel<<<blocksFor(pairs), kThreads, 0, cx.stream()>>>(a, aOut, b, bOut, "
+        "  {3}_kernel<<<blocksFor(rows * {4}), kThreads, 0, cx.stream()>>>(a, aOut, b, bOut, "
         "positions, rows);\n"
         "  cx.launched(\"rotary (query and key)\");\n"
         "}",
-        name, frequencies.size(), list, headDim, aHeads, aHeads + bHeads);
+        table, frequencies.size(), list, name, pairs,
+        indentLines(rotaryPairCode(headDim, aHeads, bHeads, table), "  "));
   }
 };
 

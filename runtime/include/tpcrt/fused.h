@@ -21,6 +21,8 @@ inline acc geluTanh(acc v) {
   return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
 }
 inline acc softcap(acc v, acc cap) { return cap * std::tanh(v / cap); }
+inline acc cosine(acc v) { return std::cos(v); }
+inline acc sine(acc v) { return std::sin(v); }
 
 } // namespace tpcrt::fused
 

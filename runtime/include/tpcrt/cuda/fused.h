@@ -34,6 +34,8 @@ __device__ inline float geluTanh(float v) {
 }
 
 __device__ inline float softcap(float v, float cap) { return cap * tanhf(v / cap); }
+__device__ inline float cosine(float v) { return cosf(v); }
+__device__ inline float sine(float v) { return sinf(v); }
 
 /// The block's values combined by `op`; every thread gets the result. `partial` is kThreads
 /// floats of shared memory, free again on return. Every thread of the block must call it.
