@@ -625,7 +625,7 @@ private:
       Operation *def = v.getDefiningOp();
       std::string line;
       llvm::raw_string_ostream c(line);
-      std::string name = "x" + std::to_string(code.lines.size());
+      std::string name;
       if (def && def->getParentOp() == fused) {
         SmallVector<std::string> a;
         for (Value operand : def->getOperands())
@@ -648,6 +648,7 @@ private:
                      def->getName().stripDialect().str();
       } else {
         inputs.insert(v);
+        name = "x" + std::to_string(code.lines.size());
         c << "const acc " << name << " = load(in" << inputs.size() - 1 << ", i);";
       }
       code.lines.push_back(line);
