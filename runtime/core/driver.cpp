@@ -1,13 +1,11 @@
-// The main of every emitted binary: the request (request.cpp), the weights (this rank's
-// slices, or generated from a seed), a prefill, then greedy decoding with the KV cache; with
-// --warmup, throwaway forwards first, so the times printed are those of a warm process.
+// The main of every emitted binary: the request (request.cpp), the rendezvous, the weights
+// (this rank's slices, or generated from a seed), the generation (generate.cpp), then the
+// files it writes (--dump-logits, --trace) and a barrier, so that the ranks leave together.
 #include "driver.h"
 
 #include <cblas.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -39,16 +37,6 @@ size_t elementCount(std::initializer_list<int64_t> factors) {
   return size_t(n);
 }
 
-double millis(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 } // namespace
 
 std::string describeFailure(const std::exception &e, bool peers, const std::string &lost,
@@ -67,7 +55,6 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   const Args &args = request->args;
   int rank = request->rank, world = request->world;
   const Fault &fault = request->fault;
-  bool faulty = fault.rank == rank;
   std::string error;
 
   // The per-rank view: rank 0 of the compiled tp group, alone, with a communicator that moves
@@ -96,7 +83,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     openblas_set_num_threads(1);
 
-  if (faulty && fault.kind == Fault::NoStart) {
+  if (fault.rank == rank && fault.kind == Fault::NoStart) {
     std::fprintf(stderr, "TPC_FAULT: rank %d exits before the rendezvous\n", rank);
     return 0;
   }
@@ -183,131 +170,23 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
     }
   }
 
-  std::vector<float> dumped;
-  std::vector<int64_t> generated;
-  int64_t step = 0;   // 0: the prefill; n: the n-th decode step
-  bool warming = false; // --warmup's forwards: not steps, nothing kept
-  std::string phase = "the prefill";
-  auto forward = [&](const std::vector<int64_t> &ids, int64_t start) {
-    if (!warming && faulty && step == fault.step) {
-      if (fault.kind == Fault::Kill) {
-        std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank,
-                     (long long)step);
-        std::fflush(stderr);
-        std::raise(SIGKILL);
-      }
-      if (fault.kind == Fault::Device) {
-        if (!cx.device)
-          throw std::runtime_error("TPC_FAULT: device faults need a device (--target cuda)");
-        std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n", rank,
-                     (long long)step);
-        cx.device->injectFault();
-      }
-    }
-    std::vector<int64_t> positions(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i)
-      positions[i] = start + int64_t(i);
-    int64_t n = int64_t(ids.size());
-    bool split = spec.forwardSequenceParallel && n % world == 0 && n >= world && world > 1;
-    const float *logits = (split ? spec.forwardSequenceParallel : spec.forward)(
-        cx, ids.data(), positions.data(), n);
-    const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
-    if (!warming)
-      dumped.insert(dumped.end(), last, last + spec.vocab);
-    return argmax(last, spec.vocab);
-  };
-  auto now = [] { return std::chrono::steady_clock::now(); };
-
-  int exitCode = 0;
-  std::vector<double> prefillMs, stepMs;
-  double warmupMs = 0;
+  Generator generator(spec, cx, fault);
   try {
-    if (args.warmup && args.maxNewTokens > 0) {
-      // What only a process's first forwards pay (lazy kernel loading, GEMM heuristics, the
-      // decode graph's capture, allocations grown on first use), paid here and not timed:
-      // a throwaway prefill and two decode steps on the model's own tokens. Then two timed
-      // prefills on an empty cache; the third is the generation's own.
-      warming = true;
-      auto t0 = now();
-      phase = "the warm-up prefill";
-      int64_t position = int64_t(args.prompt.size()), next = forward(args.prompt, 0);
-      for (int i = 1; i <= 2; ++i) {
-        phase = "warm-up decode step " + std::to_string(i);
-        next = forward({next}, position++);
-      }
-      warmupMs = millis(now() - t0);
-      for (int i = 1; i <= 2; ++i) {
-        phase = "warm prefill " + std::to_string(i) + " of 3";
-        cx.resetCaches();
-        t0 = now();
-        forward(args.prompt, 0);
-        prefillMs.push_back(millis(now() - t0));
-      }
-      cx.resetCaches();
-      cx.trace.clear(); // the trace lists the generation's collectives, as without --warmup
-      warming = false;
-      phase = "the prefill";
-    }
-    auto t0 = now();
-    int64_t next = args.maxNewTokens > 0 ? forward(args.prompt, 0) : -1;
-    prefillMs.push_back(millis(now() - t0));
-    int64_t position = int64_t(args.prompt.size());
-    std::vector<int64_t> eos = spec.eosIds;
-    if (args.eosId)
-      eos = {*args.eosId};
-    if (args.ignoreEos)
-      eos.clear();
-    while (int64_t(generated.size()) < args.maxNewTokens) {
-      generated.push_back(next);
-      if (int64_t(generated.size()) == args.maxNewTokens)
-        break;
-      // Teacher forcing feeds the given token; otherwise generation stops at an eos id.
-      int64_t fed = args.forced.empty() ? next : args.forced[generated.size() - 1];
-      if (args.forced.empty() && std::find(eos.begin(), eos.end(), next) != eos.end())
-        break;
-      ++step;
-      phase = "decode step " + std::to_string(step);
-      auto t1 = now();
-      next = forward({fed}, position++);
-      stepMs.push_back(millis(now() - t1));
-    }
-    if (rank == 0) {
-      std::printf("tokens:");
-      for (int64_t t : generated)
-        std::printf(" %lld", (long long)t);
-      std::printf("\n");
-      double decodeTotal = 0;
-      for (double ms : stepMs)
-        decodeTotal += ms;
-      if (args.warmup && !generated.empty()) {
-        std::printf("warm-up: a prefill of %zu tokens and 2 decode steps, then the KV cache "
-                    "emptied (%.3f ms, not counted)\n",
-                    args.prompt.size(), warmupMs);
-        std::printf("prefill: %.3f ms for %zu tokens (median of %zu warm prefills:",
-                    median(prefillMs), args.prompt.size(), prefillMs.size());
-        for (double ms : prefillMs)
-          std::printf(" %.3f", ms);
-        std::printf(")\n");
-        if (!stepMs.empty())
-          std::printf("decode: %.3f ms per token over %zu tokens (median step; mean %.3f ms)\n",
-                      median(stepMs), stepMs.size(), decodeTotal / double(stepMs.size()));
-      } else {
-        // A cold process: the first prefill and the first decode steps include one-time setup.
-        std::printf("prefill: %.3f ms for %zu tokens\n", prefillMs.back(), args.prompt.size());
-        if (!stepMs.empty())
-          std::printf("decode: %.3f ms per token over %zu tokens\n",
-                      decodeTotal / double(stepMs.size()), stepMs.size());
-      }
-      std::fflush(stdout);
-    }
+    if (args.warmup && args.maxNewTokens > 0)
+      generator.warmUp(args.prompt);
+    std::vector<int64_t> tokens = generator.generate(args);
+    if (rank == 0)
+      printReport(args, tokens, generator.timings());
   } catch (const std::exception &e) {
-    return stop(describeFailure(e, world > 1 && !view, comm->lostPeers(), spec.name, phase));
+    return stop(describeFailure(e, world > 1 && !view, comm->lostPeers(), spec.name,
+                                generator.phase()));
   }
 
+  int exitCode = 0;
   if (!args.dumpLogits.empty() && rank == 0) {
     std::ofstream out(args.dumpLogits, std::ios::binary);
-    out.write(reinterpret_cast<const char *>(dumped.data()),
-              std::streamsize(dumped.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char *>(generator.logits().data()),
+              std::streamsize(generator.logits().size() * sizeof(float)));
     if (!out) {
       std::fprintf(stderr, "error: cannot write %s\n", args.dumpLogits.c_str());
       exitCode = 1;

@@ -1,5 +1,5 @@
-// The parts runModel (driver.cpp) is made of, shared by the files that hold them: so far the
-// request (request.cpp). Private to libtpcrt; emitted code sees only tpcrt/model.h.
+// The parts runModel (driver.cpp) is made of, shared by the files that hold them: the
+// request (request.cpp) and the generation (generate.cpp). Private to libtpcrt; emitted code sees only tpcrt/model.h.
 #ifndef TPCRT_CORE_DRIVER_H
 #define TPCRT_CORE_DRIVER_H
 
@@ -42,6 +42,48 @@ struct Request {
 
 /// The request, or empty once the reason is printed, with the exit status in `status`.
 std::optional<Request> readRequest(const ModelSpec &spec, int argc, char **argv, int &status);
+
+/// What the forwards of a generation took, for rank 0's report.
+struct Timings {
+  double warmupMs = 0;           // --warmup's first forwards, not counted
+  std::vector<double> prefillMs; // --warmup's timed prefills, then the generation's own
+  std::vector<double> stepMs;    // the decode steps
+};
+
+/// One rank's forwards for a request: a prefill, then greedy decode steps on the KV cache.
+/// It counts the steps that TPC_FAULT names, keeps the logits --dump-logits writes, and
+/// knows the phase under way, which a failure reports.
+class Generator {
+public:
+  Generator(const ModelSpec &spec, Context &cx, const Fault &fault)
+      : spec(spec), cx(cx), fault(fault) {}
+
+  /// --warmup: what only a process's first forwards pay, paid before the timed ones.
+  void warmUp(const std::vector<int64_t> &prompt);
+  /// The new tokens: the prompt's prefill, then a decode step each until --max-new-tokens or
+  /// an end-of-sequence id.
+  std::vector<int64_t> generate(const Args &args);
+
+  const std::string &phase() const { return current; }
+  /// The last row of logits of every counted forward, one after another.
+  const std::vector<float> &logits() const { return dumped; }
+  const Timings &timings() const { return times; }
+
+private:
+  int64_t forward(const std::vector<int64_t> &ids, int64_t start);
+
+  const ModelSpec &spec;
+  Context &cx;
+  Fault fault;
+  int64_t step = 0;       // 0: the prefill; n: the n-th decode step
+  bool warming = false;   // --warmup's forwards: not steps, nothing kept
+  std::string current = "the prefill";
+  std::vector<float> dumped;
+  Timings times;
+};
+
+/// Rank 0's lines on stdout: the tokens, then the prefill and decode times.
+void printReport(const Args &args, const std::vector<int64_t> &tokens, const Timings &times);
 
 } // namespace tpcrt
 
