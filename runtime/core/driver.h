@@ -1,11 +1,13 @@
 // The parts runModel (driver.cpp) is made of, shared by the files that hold them: the
-// request (request.cpp) and the generation (generate.cpp). Private to libtpcrt; emitted code sees only tpcrt/model.h.
+// request (request.cpp), the group, the weights (driver.cpp) and the generation
+// (generate.cpp). Private to libtpcrt; emitted code sees only tpcrt/model.h.
 #ifndef TPCRT_CORE_DRIVER_H
 #define TPCRT_CORE_DRIVER_H
 
 #include "tpcrt/model.h"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +44,20 @@ struct Request {
 
 /// The request, or empty once the reason is printed, with the exit status in `status`.
 std::optional<Request> readRequest(const ModelSpec &spec, int argc, char **argv, int &status);
+
+/// This rank's place in the connected tp group.
+struct Group {
+  int rank = 0, world = 1; // under the per-rank view, world is the compiled tp
+  int localRank = 0;
+  bool view = false; // TPC_SINGLE_RANK_VIEW=1: alone, with a no-op communicator
+  std::unique_ptr<Comm> comm;
+
+  /// Whether a failed collective is a peer's doing; a rank alone, or viewed alone, has none.
+  bool peers() const { return world > 1 && !view; }
+  /// Stops this rank with `message`, printed and left where the peers can read it; returns
+  /// the exit status.
+  int stop(const std::string &message) const;
+};
 
 /// What the forwards of a generation took, for rank 0's report.
 struct Timings {
