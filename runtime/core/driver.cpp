@@ -1,232 +1,76 @@
-// The main of every emitted binary: who am I (RANK, WORLD_SIZE), the weights (this rank's
-// slices, or generated from a seed), a prefill, then greedy decoding with the KV cache; with
-// --warmup, throwaway forwards first, so the times printed are those of a warm process.
-#include "tpcrt/model.h"
+// The main of every emitted binary, runModel, and the steps it reads as a list of: the request
+// (request.cpp), joining the tp group, this rank's weights, the generation (generate.cpp),
+// the files it writes (--dump-logits, --trace), and leaving together.
+#include "driver.h"
 
 #include <cblas.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <optional>
-#include <sstream>
+#include <stdexcept>
 
 namespace tpcrt {
 
 namespace {
 
-struct Args {
-  std::string weights, dumpLogits, trace, host = "127.0.0.1";
-  std::optional<uint64_t> randomSeed;
-  std::vector<int64_t> prompt, forced;
-  std::optional<int64_t> eosId; // overrides the model's end-of-sequence ids
-  bool ignoreEos = false, warmup = false;
-  int64_t maxNewTokens = 16, maxSeqLen = 0; // maxSeqLen 0: not given, see chooseMaxSeqLen
-  int timeoutSeconds = 30;
-};
-
-const char *kUsage =
-    "usage: %s (--weights PATH | --random-weights SEED) --prompt-ids 1,2,3\n"
-    "       [--max-new-tokens N] [--eos-id ID | --ignore-eos] [--max-seq-len S]\n"
-    "       [--force-ids 4,5,6] [--dump-logits FILE] [--trace FILE] [--host ADDRESS]\n"
-    "       [--timeout SECONDS] [--warmup]\n"
-    "--max-seq-len defaults to 2048, or to the model's max_position_embeddings where fewer.\n"
-    "Generation stops at the model's end-of-sequence ids (config.json's eos_token_id) unless\n"
-    "--eos-id or --ignore-eos says otherwise. --force-ids feeds these tokens to the decode\n"
-    "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
-    "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
-    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). --timeout bounds\n"
-    "both the rendezvous and each collective's wait for a peer (default 30 s); a rank alone\n"
-    "has no peer to wait for, and no deadline.\n"
-    "--warmup runs a throwaway prefill of the prompt and two decode steps first (lazy loading,\n"
-    "GEMM plans, the decode graph's capture), empties the KV cache, and times 3 prefills:\n"
-    "it prints their median and the median decode step. Tokens and logits are the same.\n"
-    "TPC_FAULT injects a fault, for tests of failure handling: kill:rank=R:step=S makes rank R\n"
-    "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step; --warmup's\n"
-    "forwards are not steps); device:rank=R:step=S makes rank R's device fault there (the CUDA\n"
-    "target); nostart:rank=R makes rank R exit (status 0) before the rendezvous.\n";
-
-bool parseInt(const char *text, int64_t &value) {
-  char *end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(text, &end, 10);
-  if (errno || !end || *end || end == text)
-    return false;
-  value = v;
-  return true;
-}
-
-std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::printf(kUsage, argv[0]);
-      std::exit(0);
-    }
-    if (flag == "--ignore-eos") {
-      args.ignoreEos = true;
-      continue;
-    }
-    if (flag == "--warmup") {
-      args.warmup = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      error = flag + " needs a value";
+/// Joins the tp group of `request`'s rank, or says why not: empty, with the exit status in
+/// `status` (0 for TPC_FAULT=nostart's rank).
+std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request, int &status) {
+  Group group;
+  group.rank = request.rank;
+  group.world = request.world;
+  group.localRank = request.localRank;
+  // The per-rank view: rank 0 of the compiled tp group, alone, with a communicator that moves
+  // nothing, to time one rank's compute (the GPU benchmark models the collectives apart).
+  const char *viewEnv = std::getenv("TPC_SINGLE_RANK_VIEW");
+  group.view = viewEnv && std::string(viewEnv) == "1";
+  if (group.view) {
+    if (group.world != 1) {
+      std::fprintf(stderr, "error: TPC_SINGLE_RANK_VIEW=1 runs one rank alone; WORLD_SIZE is %d\n",
+                   group.world);
+      status = 1;
       return std::nullopt;
     }
-    const char *value = argv[++i];
-    int64_t number = 0;
-    auto integer = [&](int64_t &into, int64_t min) {
-      if (!parseInt(value, number) || number < min) {
-        error = flag + " needs an integer of at least " + std::to_string(min) + ", got '" +
-                value + "'";
-        return false;
-      }
-      into = number;
-      return true;
-    };
-    if (flag == "--weights") {
-      args.weights = value;
-    } else if (flag == "--random-weights") {
-      int64_t seed;
-      if (!integer(seed, 0))
-        return std::nullopt;
-      args.randomSeed = uint64_t(seed);
-    } else if (flag == "--prompt-ids" || flag == "--force-ids") {
-      std::stringstream in(value);
-      std::string item;
-      while (std::getline(in, item, ',')) {
-        int64_t id;
-        if (!parseInt(item.c_str(), id) || id < 0) {
-          error = flag + ": '" + item + "' is not a token id";
-          return std::nullopt;
-        }
-        (flag == "--prompt-ids" ? args.prompt : args.forced).push_back(id);
-      }
-    } else if (flag == "--max-new-tokens") {
-      if (!integer(args.maxNewTokens, 0))
-        return std::nullopt;
-    } else if (flag == "--eos-id") {
-      int64_t id;
-      if (!integer(id, 0))
-        return std::nullopt;
-      args.eosId = id;
-    } else if (flag == "--max-seq-len") {
-      if (!integer(args.maxSeqLen, 1))
-        return std::nullopt;
-    } else if (flag == "--dump-logits") {
-      args.dumpLogits = value;
-    } else if (flag == "--trace") {
-      args.trace = value;
-    } else if (flag == "--host") {
-      args.host = value;
-    } else if (flag == "--timeout") {
-      int64_t t;
-      if (!integer(t, 1))
-        return std::nullopt;
-      args.timeoutSeconds = int(t);
-    } else {
-      error = "unknown option " + flag;
-      return std::nullopt;
-    }
+    group.world = int(spec.tp);
+    std::printf("per-rank view: rank 0 of tp %d alone, with a no-op communicator (compute "
+                "only; the collectives run nowhere, their kinds and bytes go to --trace)\n",
+                group.world);
   }
-  if (args.weights.empty() == !args.randomSeed) {
-    error = "give exactly one of --weights PATH and --random-weights SEED";
+  if (group.world != spec.tp) {
+    std::fprintf(stderr,
+                 "error: %s was compiled for tp %lld, but WORLD_SIZE is %d; compile it again "
+                 "with --tp %d or launch %lld ranks\n",
+                 spec.name, (long long)spec.tp, group.world, group.world, (long long)spec.tp);
+    status = 1;
     return std::nullopt;
   }
-  if (args.prompt.empty()) {
-    error = "--prompt-ids is required";
-    return std::nullopt;
-  }
-  if (args.eosId && args.ignoreEos) {
-    error = "give at most one of --eos-id and --ignore-eos";
-    return std::nullopt;
-  }
-  if (!args.forced.empty() && int64_t(args.forced.size()) + 1 < args.maxNewTokens) {
-    error = "--force-ids gives " + std::to_string(args.forced.size()) +
-            " tokens; " + std::to_string(args.maxNewTokens) + " new tokens need " +
-            std::to_string(args.maxNewTokens - 1);
-    return std::nullopt;
-  }
-  return args;
-}
+  // One BLAS thread per rank unless asked otherwise: ranks share the machine's cores.
+  if (!std::getenv("OPENBLAS_NUM_THREADS"))
+    openblas_set_num_threads(1);
 
-int envInt(const char *name, int fallback, bool &ok) {
-  const char *text = std::getenv(name);
-  if (!text || !*text)
-    return fallback;
-  int64_t v;
-  if (!parseInt(text, v) || v < 0) {
-    ok = false;
-    return fallback;
-  }
-  return int(v);
-}
-
-/// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
-/// point of a run, or keep it from joining, deterministically.
-struct Fault {
-  enum Kind { None, Kill, Device, NoStart } kind = None;
-  int rank = -1;
-  int64_t step = -1;
-};
-
-std::optional<Fault> parseFault(const char *text, std::string &error) {
-  Fault fault;
-  if (!text || !*text)
-    return fault;
-  std::stringstream in(text);
-  std::string item;
-  std::getline(in, item, ':');
-  if (item == "kill")
-    fault.kind = Fault::Kill;
-  else if (item == "device")
-    fault.kind = Fault::Device;
-  else if (item == "nostart")
-    fault.kind = Fault::NoStart;
-  else {
-    error = "TPC_FAULT: unknown fault '" + item +
-            "'; give kill:rank=R:step=S, device:rank=R:step=S or nostart:rank=R";
+  if (request.fault.rank == group.rank && request.fault.kind == Fault::NoStart) {
+    std::fprintf(stderr, "TPC_FAULT: rank %d exits before the rendezvous\n", group.rank);
+    status = 0;
     return std::nullopt;
   }
-  bool stepped = fault.kind != Fault::NoStart;
-  while (std::getline(in, item, ':')) {
-    size_t eq = item.find('=');
-    std::string key = item.substr(0, eq);
-    int64_t value = -1;
-    if (eq == std::string::npos || !parseInt(item.c_str() + eq + 1, value) || value < 0 ||
-        value > (int64_t(1) << 30) ||
-        (key != "rank" && !(key == "step" && stepped))) {
-      error = std::string("TPC_FAULT: cannot read '") + item + "' in '" + text + "'";
-      return std::nullopt;
-    }
-    if (key == "rank")
-      fault.rank = int(value);
-    else
-      fault.step = value;
-  }
-  if (fault.rank < 0 || (stepped && fault.step < 0)) {
-    error = std::string("TPC_FAULT: '") + text + "' needs rank=R" + (stepped ? " and step=S" : "");
+  // A write to a peer that died raises SIGPIPE, which would end this rank without a word;
+  // ignored, the write fails and Gloo reports it as a failed collective.
+  std::signal(SIGPIPE, SIG_IGN);
+  const Args &args = request.args;
+  CommOptions options{group.rank, group.world, rendezvousDirFromEnv(), args.host,
+                      args.timeoutSeconds};
+  std::string error;
+  group.comm = group.view ? Comm::noop(group.world) : Comm::connect(options, error);
+  if (!group.comm) {
+    std::fprintf(stderr, "error: rank %d: %s\n", group.rank, error.c_str());
+    status = 1;
     return std::nullopt;
   }
-  return fault;
-}
-
-/// Where rank `rank` writes its trace: FILE with %r replaced by the rank, or FILE.rankR
-/// when several ranks share it.
-std::string tracePath(const std::string &file, int rank, int world) {
-  std::string path = file;
-  if (size_t at = path.find("%r"); at != std::string::npos)
-    return path.replace(at, 2, std::to_string(rank));
-  return world > 1 ? path + ".rank" + std::to_string(rank) : path;
+  return group;
 }
 
 /// The product of `factors` as an element count; throws std::length_error when it overflows
@@ -239,29 +83,145 @@ size_t elementCount(std::initializer_list<int64_t> factors) {
   return size_t(n);
 }
 
-double millis(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
+/// What the Context's pointers lead into, held for the run.
+struct Memory {
+  uint64_t weightBytes = 0; // as loaded (or generated), for --trace
+  std::vector<std::vector<float>> caches;
+  std::vector<float> arena;
+};
+
+/// Fills `cx` with this rank's weights (its slices of the checkpoint, or generated from
+/// --random-weights), its KV caches and its activation arena, held in `memory`, then hands
+/// them to the backend (spec.prepare). On failure says why in `error`.
+bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Memory &memory,
+                 std::string &error) {
+  std::unique_ptr<Checkpoint> checkpoint;
+  if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error)))
+    return false;
+  // What is being allocated, for the error when memory runs out.
+  std::string allocating;
+  try {
+    for (const ParamDesc &param : spec.params) {
+      SliceSpec slice = param.slice;
+      if (slice.dim >= 0)
+        slice.piece = cx.rank * slice.chunks / cx.tp;
+      std::vector<int64_t> local = slice.localShape(param.hfShape);
+      allocating = std::string("parameter ") + param.name;
+      size_t elements = 1;
+      for (int64_t d : local)
+        elements = elementCount({int64_t(elements), d});
+      cx.slices.push_back(slice);
+      if (!checkpoint && spec.prepare) { // the device generates them where they will live
+        cx.randomSeed = args.randomSeed;
+        cx.weights.emplace_back();
+        memory.weightBytes += uint64_t(elements) * 4;
+        continue;
+      }
+      std::vector<float> &w = cx.weights.emplace_back(elements);
+      if (checkpoint) {
+        uint64_t bytes = 0;
+        if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error,
+                              param.sources))
+          return false;
+        memory.weightBytes += bytes;
+      } else {
+        generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
+        memory.weightBytes += uint64_t(elements) * 4;
+      }
+    }
+    allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);
+    for (int64_t width : spec.prepare ? std::vector<int64_t>{} : spec.kvWidths) {
+      memory.caches.emplace_back(elementCount({2, width, args.maxSeqLen}));
+      float *base = memory.caches.back().data();
+      cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
+    }
+    allocating = "the activations for --max-seq-len " + std::to_string(args.maxSeqLen);
+    if (!spec.prepare)
+      memory.arena.resize(elementCount({spec.floatsPerToken, args.maxSeqLen}));
+  } catch (const std::bad_alloc &) {
+    error = "out of memory allocating " + allocating;
+    return false;
+  } catch (const std::length_error &) {
+    error = "cannot allocate " + allocating + ": its size overflows";
+    return false;
+  }
+  cx.arena = memory.arena.data();
+  if (!spec.prepare)
+    cx.arenaBytes = uint64_t(memory.arena.size()) * sizeof(float);
+  if (spec.prepare) {
+    try {
+      spec.prepare(cx, spec);
+    } catch (const std::exception &e) {
+      error = e.what();
+      return false;
+    }
+  }
+  return true;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+/// --dump-logits: the logits as raw float32, one row of the vocabulary per counted forward.
+bool writeLogits(const std::string &file, const std::vector<float> &logits) {
+  std::ofstream out(file, std::ios::binary);
+  out.write(reinterpret_cast<const char *>(logits.data()),
+            std::streamsize(logits.size() * sizeof(float)));
+  if (!out) {
+    std::fprintf(stderr, "error: cannot write %s\n", file.c_str());
+    return false;
+  }
+  return true;
+}
+
+/// Where rank `rank` writes its trace: FILE with %r replaced by the rank, or FILE.rankR
+/// when several ranks share it.
+std::string tracePath(const std::string &file, int rank, int world) {
+  std::string path = file;
+  if (size_t at = path.find("%r"); at != std::string::npos)
+    return path.replace(at, 2, std::to_string(rank));
+  return world > 1 ? path + ".rank" + std::to_string(rank) : path;
+}
+
+/// --trace: this rank's collectives as executed, and the weight bytes it loaded, as JSON
+/// that tests compare with what `tpc analyze` predicts.
+bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &group,
+                uint64_t weightBytes, const std::vector<TraceEntry> &trace) {
+  nlohmann::ordered_json j;
+  j["model"] = spec.name;
+  j["rank"] = group.rank;
+  j["world"] = group.world;
+  j["weight_bytes_loaded"] = weightBytes;
+  j["arena_bytes"] = cx.arenaBytes;
+  j["collectives"] = nlohmann::ordered_json::array();
+  for (const TraceEntry &e : trace)
+    j["collectives"].push_back(
+        {{"kind", e.kind}, {"module", e.module}, {"tokens", e.tokens}, {"bytes", e.bytes}});
+  std::ofstream out(tracePath(file, group.rank, group.world));
+  out << j.dump(1) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "error: cannot write the trace %s\n", file.c_str());
+    return false;
+  }
+  return true;
+}
+
+/// Leaves together: no rank closes its connections while a peer is still using them.
+/// Returns `exitCode`, or 1 when a peer is gone by then.
+int leave(const Group &group, int exitCode) {
+  try {
+    group.comm->barrier();
+  } catch (const std::exception &e) {
+    std::string lost = group.comm->lostPeers();
+    return group.stop((lost.empty() ? "a peer stopped" : lost) + " before the end: " + e.what());
+  }
+  group.comm->retire();
+  return exitCode;
 }
 
 } // namespace
 
-std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t maxPositions,
-                                       std::string &error) {
-  if (!requested)
-    return defaultMaxSeqLen(maxPositions);
-  // Positions past the ones the model was trained on give rotary angles it never saw.
-  if (maxPositions > 0 && *requested > maxPositions) {
-    error = "--max-seq-len " + std::to_string(*requested) + " is more than the model's " +
-            std::to_string(maxPositions) + " positions (config.json's max_position_embeddings)";
-    return std::nullopt;
-  }
-  return requested;
+int Group::stop(const std::string &message) const {
+  std::fprintf(stderr, "error: rank %d: %s\n", rank, message.c_str());
+  comm->recordExit(message);
+  return 1;
 }
 
 std::string describeFailure(const std::exception &e, bool peers, const std::string &lost,
@@ -273,327 +233,46 @@ std::string describeFailure(const std::exception &e, bool peers, const std::stri
 }
 
 int runModel(const ModelSpec &spec, int argc, char **argv) {
-  std::string error;
-  std::optional<Args> parsed = parseArgs(argc, argv, error);
-  if (!parsed) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    std::fprintf(stderr, kUsage, argv[0]);
-    return 2;
-  }
-  Args &args = *parsed;
-  std::optional<int64_t> maxSeqLen = chooseMaxSeqLen(
-      args.maxSeqLen ? std::optional<int64_t>(args.maxSeqLen) : std::nullopt,
-      spec.maxPositions, error);
-  if (!maxSeqLen) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 1;
-  }
-  args.maxSeqLen = *maxSeqLen;
-  bool envOk = true;
-  int rank = envInt("RANK", 0, envOk), world = envInt("WORLD_SIZE", 1, envOk);
-  if (!envOk || rank >= world) {
-    std::fprintf(stderr, "error: RANK and WORLD_SIZE must be integers with RANK < WORLD_SIZE\n");
-    return 1;
-  }
-  std::optional<Fault> fault = parseFault(std::getenv("TPC_FAULT"), error);
-  if (!fault) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 2;
-  }
-  bool faulty = fault->rank == rank;
-  // --warmup's two decode steps fill the cache up to the prompt + 2.
-  int64_t cached = args.warmup && args.maxNewTokens > 0 ? std::max<int64_t>(args.maxNewTokens, 2)
-                                                        : args.maxNewTokens;
-  int64_t total = int64_t(args.prompt.size()) + cached;
-  if (total > args.maxSeqLen) {
-    std::fprintf(stderr,
-                 "error: the request needs %lld tokens (%zu prompt + %lld new%s), more than "
-                 "--max-seq-len %lld\n",
-                 (long long)total, args.prompt.size(), (long long)args.maxNewTokens,
-                 cached > args.maxNewTokens ? ", and --warmup decodes 2" : "",
-                 (long long)args.maxSeqLen);
-    return 1;
-  }
-  for (const auto &[ids, what] : {std::pair{&args.prompt, "prompt"}, {&args.forced, "forced"}})
-    for (int64_t id : *ids)
-      if (id >= spec.vocab) {
-        std::fprintf(stderr, "error: %s id %lld is outside the vocabulary of %lld\n", what,
-                     (long long)id, (long long)spec.vocab);
-        return 1;
-      }
-
-  // The per-rank view: rank 0 of the compiled tp group, alone, with a communicator that moves
-  // nothing, to time one rank's compute (the GPU benchmark models the collectives apart).
-  const char *viewEnv = std::getenv("TPC_SINGLE_RANK_VIEW");
-  bool view = viewEnv && std::string(viewEnv) == "1";
-  if (view) {
-    if (world != 1) {
-      std::fprintf(stderr, "error: TPC_SINGLE_RANK_VIEW=1 runs one rank alone; WORLD_SIZE is %d\n",
-                   world);
-      return 1;
-    }
-    world = int(spec.tp);
-    std::printf("per-rank view: rank 0 of tp %d alone, with a no-op communicator (compute "
-                "only; the collectives run nowhere, their kinds and bytes go to --trace)\n",
-                world);
-  }
-  if (world != spec.tp) {
-    std::fprintf(stderr,
-                 "error: %s was compiled for tp %lld, but WORLD_SIZE is %d; compile it again "
-                 "with --tp %d or launch %lld ranks\n",
-                 spec.name, (long long)spec.tp, world, world, (long long)spec.tp);
-    return 1;
-  }
-  // One BLAS thread per rank unless asked otherwise: ranks share the machine's cores.
-  if (!std::getenv("OPENBLAS_NUM_THREADS"))
-    openblas_set_num_threads(1);
-
-  if (faulty && fault->kind == Fault::NoStart) {
-    std::fprintf(stderr, "TPC_FAULT: rank %d exits before the rendezvous\n", rank);
-    return 0;
-  }
-  // A write to a peer that died raises SIGPIPE, which would end this rank without a word;
-  // ignored, the write fails and Gloo reports it as a failed collective.
-  std::signal(SIGPIPE, SIG_IGN);
-  CommOptions options{rank, world, rendezvousDirFromEnv(), args.host, args.timeoutSeconds};
-  std::unique_ptr<Comm> comm = view ? Comm::noop(world) : Comm::connect(options, error);
-  if (!comm) {
-    std::fprintf(stderr, "error: rank %d: %s\n", rank, error.c_str());
-    return 1;
-  }
+  int status = 0;
+  std::optional<Request> request = readRequest(spec, argc, argv, status);
+  if (!request)
+    return status;
+  const Args &args = request->args;
+  std::optional<Group> group = connectGroup(spec, *request, status);
+  if (!group)
+    return status;
   // From here on the peers are connected: a rank that stops says why where they can read it.
-  auto stop = [&](const std::string &message) {
-    std::fprintf(stderr, "error: rank %d: %s\n", rank, message.c_str());
-    comm->recordExit(message);
-    return 1;
-  };
-
   Context cx;
-  cx.rank = rank;
-  cx.tp = world;
+  cx.rank = group->rank;
+  cx.tp = group->world;
+  cx.localRank = group->localRank;
   cx.maxTokens = args.maxSeqLen;
   cx.timeoutSeconds = args.timeoutSeconds;
-  cx.localRank = envInt("LOCAL_RANK", rank, envOk);
-  cx.comm = comm.get();
-  uint64_t weightBytes = 0;
-  std::unique_ptr<Checkpoint> checkpoint;
-  if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error)))
-    return stop(error);
-  // What is being allocated, for the error when memory runs out.
-  std::string allocating;
-  std::vector<std::vector<float>> cacheStorage;
-  std::vector<float> arena;
-  try {
-    for (const ParamDesc &param : spec.params) {
-      SliceSpec slice = param.slice;
-      if (slice.dim >= 0)
-        slice.piece = rank * slice.chunks / world;
-      std::vector<int64_t> local = slice.localShape(param.hfShape);
-      allocating = std::string("parameter ") + param.name;
-      size_t elements = 1;
-      for (int64_t d : local)
-        elements = elementCount({int64_t(elements), d});
-      cx.slices.push_back(slice);
-      if (!checkpoint && spec.prepare) { // the device generates them where they will live
-        cx.randomSeed = args.randomSeed;
-        cx.weights.emplace_back();
-        weightBytes += uint64_t(elements) * 4;
-        continue;
-      }
-      std::vector<float> &w = cx.weights.emplace_back(elements);
-      if (checkpoint) {
-        uint64_t bytes = 0;
-        if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error,
-                              param.sources))
-          return stop(error);
-        weightBytes += bytes;
-      } else {
-        generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
-        weightBytes += uint64_t(elements) * 4;
-      }
-    }
-    allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);
-    for (int64_t width : spec.prepare ? std::vector<int64_t>{} : spec.kvWidths) {
-      cacheStorage.emplace_back(elementCount({2, width, args.maxSeqLen}));
-      float *base = cacheStorage.back().data();
-      cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
-    }
-    allocating = "the activations for --max-seq-len " + std::to_string(args.maxSeqLen);
-    if (!spec.prepare)
-      arena.resize(elementCount({spec.floatsPerToken, args.maxSeqLen}));
-  } catch (const std::bad_alloc &) {
-    return stop("out of memory allocating " + allocating);
-  } catch (const std::length_error &) {
-    return stop("cannot allocate " + allocating + ": its size overflows");
-  }
-  cx.arena = arena.data();
-  if (!spec.prepare)
-    cx.arenaBytes = uint64_t(arena.size()) * sizeof(float);
-  if (spec.prepare) {
-    try {
-      spec.prepare(cx, spec);
-    } catch (const std::exception &e) {
-      return stop(e.what());
-    }
-  }
+  cx.comm = group->comm.get();
+  Memory memory;
+  std::string error;
+  if (!loadWeights(spec, args, cx, memory, error))
+    return group->stop(error);
 
-  std::vector<float> dumped;
-  std::vector<int64_t> generated;
-  int64_t step = 0;   // 0: the prefill; n: the n-th decode step
-  bool warming = false; // --warmup's forwards: not steps, nothing kept
-  std::string phase = "the prefill";
-  auto forward = [&](const std::vector<int64_t> &ids, int64_t start) {
-    if (!warming && faulty && step == fault->step) {
-      if (fault->kind == Fault::Kill) {
-        std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank,
-                     (long long)step);
-        std::fflush(stderr);
-        std::raise(SIGKILL);
-      }
-      if (fault->kind == Fault::Device) {
-        if (!cx.device)
-          throw std::runtime_error("TPC_FAULT: device faults need a device (--target cuda)");
-        std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n", rank,
-                     (long long)step);
-        cx.device->injectFault();
-      }
-    }
-    std::vector<int64_t> positions(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i)
-      positions[i] = start + int64_t(i);
-    int64_t n = int64_t(ids.size());
-    bool split = spec.forwardSequenceParallel && n % world == 0 && n >= world && world > 1;
-    const float *logits = (split ? spec.forwardSequenceParallel : spec.forward)(
-        cx, ids.data(), positions.data(), n);
-    const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
-    if (!warming)
-      dumped.insert(dumped.end(), last, last + spec.vocab);
-    return argmax(last, spec.vocab);
-  };
-  auto now = [] { return std::chrono::steady_clock::now(); };
+  Generator generator(spec, cx, request->fault);
+  try {
+    if (args.warmup && args.maxNewTokens > 0)
+      generator.warmUp(args.prompt);
+    std::vector<int64_t> tokens = generator.generate(args);
+    if (group->rank == 0)
+      printReport(args, tokens, generator.timings());
+  } catch (const std::exception &e) {
+    return group->stop(describeFailure(e, group->peers(), group->comm->lostPeers(), spec.name,
+                                       generator.phase()));
+  }
 
   int exitCode = 0;
-  std::vector<double> prefillMs, stepMs;
-  double warmupMs = 0;
-  try {
-    if (args.warmup && args.maxNewTokens > 0) {
-      // What only a process's first forwards pay (lazy kernel loading, GEMM heuristics, the
-      // decode graph's capture, allocations grown on first use), paid here and not timed:
-      // a throwaway prefill and two decode steps on the model's own tokens. Then two timed
-      // prefills on an empty cache; the third is the generation's own.
-      warming = true;
-      auto t0 = now();
-      phase = "the warm-up prefill";
-      int64_t position = int64_t(args.prompt.size()), next = forward(args.prompt, 0);
-      for (int i = 1; i <= 2; ++i) {
-        phase = "warm-up decode step " + std::to_string(i);
-        next = forward({next}, position++);
-      }
-      warmupMs = millis(now() - t0);
-      for (int i = 1; i <= 2; ++i) {
-        phase = "warm prefill " + std::to_string(i) + " of 3";
-        cx.resetCaches();
-        t0 = now();
-        forward(args.prompt, 0);
-        prefillMs.push_back(millis(now() - t0));
-      }
-      cx.resetCaches();
-      cx.trace.clear(); // the trace lists the generation's collectives, as without --warmup
-      warming = false;
-      phase = "the prefill";
-    }
-    auto t0 = now();
-    int64_t next = args.maxNewTokens > 0 ? forward(args.prompt, 0) : -1;
-    prefillMs.push_back(millis(now() - t0));
-    int64_t position = int64_t(args.prompt.size());
-    std::vector<int64_t> eos = spec.eosIds;
-    if (args.eosId)
-      eos = {*args.eosId};
-    if (args.ignoreEos)
-      eos.clear();
-    while (int64_t(generated.size()) < args.maxNewTokens) {
-      generated.push_back(next);
-      if (int64_t(generated.size()) == args.maxNewTokens)
-        break;
-      // Teacher forcing feeds the given token; otherwise generation stops at an eos id.
-      int64_t fed = args.forced.empty() ? next : args.forced[generated.size() - 1];
-      if (args.forced.empty() && std::find(eos.begin(), eos.end(), next) != eos.end())
-        break;
-      ++step;
-      phase = "decode step " + std::to_string(step);
-      auto t1 = now();
-      next = forward({fed}, position++);
-      stepMs.push_back(millis(now() - t1));
-    }
-    if (rank == 0) {
-      std::printf("tokens:");
-      for (int64_t t : generated)
-        std::printf(" %lld", (long long)t);
-      std::printf("\n");
-      double decodeTotal = 0;
-      for (double ms : stepMs)
-        decodeTotal += ms;
-      if (args.warmup && !generated.empty()) {
-        std::printf("warm-up: a prefill of %zu tokens and 2 decode steps, then the KV cache "
-                    "emptied (%.3f ms, not counted)\n",
-                    args.prompt.size(), warmupMs);
-        std::printf("prefill: %.3f ms for %zu tokens (median of %zu warm prefills:",
-                    median(prefillMs), args.prompt.size(), prefillMs.size());
-        for (double ms : prefillMs)
-          std::printf(" %.3f", ms);
-        std::printf(")\n");
-        if (!stepMs.empty())
-          std::printf("decode: %.3f ms per token over %zu tokens (median step; mean %.3f ms)\n",
-                      median(stepMs), stepMs.size(), decodeTotal / double(stepMs.size()));
-      } else {
-        // A cold process: the first prefill and the first decode steps include one-time setup.
-        std::printf("prefill: %.3f ms for %zu tokens\n", prefillMs.back(), args.prompt.size());
-        if (!stepMs.empty())
-          std::printf("decode: %.3f ms per token over %zu tokens\n",
-                      decodeTotal / double(stepMs.size()), stepMs.size());
-      }
-      std::fflush(stdout);
-    }
-  } catch (const std::exception &e) {
-    return stop(describeFailure(e, world > 1 && !view, comm->lostPeers(), spec.name, phase));
-  }
-
-  if (!args.dumpLogits.empty() && rank == 0) {
-    std::ofstream out(args.dumpLogits, std::ios::binary);
-    out.write(reinterpret_cast<const char *>(dumped.data()),
-              std::streamsize(dumped.size() * sizeof(float)));
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write %s\n", args.dumpLogits.c_str());
-      exitCode = 1;
-    }
-  }
-  if (!args.trace.empty()) {
-    nlohmann::ordered_json j;
-    j["model"] = spec.name;
-    j["rank"] = rank;
-    j["world"] = world;
-    j["weight_bytes_loaded"] = weightBytes;
-    j["arena_bytes"] = cx.arenaBytes;
-    j["collectives"] = nlohmann::ordered_json::array();
-    for (const TraceEntry &e : cx.trace)
-      j["collectives"].push_back(
-          {{"kind", e.kind}, {"module", e.module}, {"tokens", e.tokens}, {"bytes", e.bytes}});
-    std::ofstream out(tracePath(args.trace, rank, world));
-    out << j.dump(1) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write the trace %s\n", args.trace.c_str());
-      exitCode = 1;
-    }
-  }
-  // Leave together: no rank closes its connections while a peer is still using them.
-  try {
-    comm->barrier();
-  } catch (const std::exception &e) {
-    std::string lost = comm->lostPeers();
-    return stop((lost.empty() ? "a peer stopped" : lost) + " before the end: " + e.what());
-  }
-  comm->retire();
-  return exitCode;
+  if (!args.dumpLogits.empty() && group->rank == 0 &&
+      !writeLogits(args.dumpLogits, generator.logits()))
+    exitCode = 1;
+  if (!args.trace.empty() && !writeTrace(spec, args.trace, *group, memory.weightBytes, cx.trace))
+    exitCode = 1;
+  return leave(*group, exitCode);
 }
 
 } // namespace tpcrt

@@ -1,0 +1,147 @@
+// Greedy generation on one rank: a prefill of the prompt, then one decode step per new token
+// on the KV cache, the model's own token fed back unless --force-ids gives it; with --warmup,
+// throwaway forwards first, so that the times reported are those of a warm process.
+// TPC_FAULT's kill and device faults strike here, as the step they name starts.
+#include "driver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <stdexcept>
+
+namespace tpcrt {
+
+namespace {
+
+std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
+
+double millis(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+} // namespace
+
+int64_t Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
+  if (!warming && fault.rank == cx.rank && step == fault.step) {
+    if (fault.kind == Fault::Kill) {
+      std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", cx.rank,
+                   (long long)step);
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
+    if (fault.kind == Fault::Device) {
+      if (!cx.device)
+        throw std::runtime_error("TPC_FAULT: device faults need a device (--target cuda)");
+      std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n", cx.rank,
+                   (long long)step);
+      cx.device->injectFault();
+    }
+  }
+  std::vector<int64_t> positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    positions[i] = start + int64_t(i);
+  int64_t n = int64_t(ids.size());
+  int world = cx.tp;
+  bool split = spec.forwardSequenceParallel && n % world == 0 && n >= world && world > 1;
+  const float *logits = (split ? spec.forwardSequenceParallel : spec.forward)(
+      cx, ids.data(), positions.data(), n);
+  const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
+  if (!warming)
+    dumped.insert(dumped.end(), last, last + spec.vocab);
+  return argmax(last, spec.vocab);
+}
+
+void Generator::warmUp(const std::vector<int64_t> &prompt) {
+  // What only a process's first forwards pay (lazy kernel loading, GEMM heuristics, the
+  // decode graph's capture, allocations grown on first use), paid here and not timed: a
+  // throwaway prefill and two decode steps on the model's own tokens. Then two timed
+  // prefills on an empty cache; the third is the generation's own.
+  warming = true;
+  auto t0 = now();
+  current = "the warm-up prefill";
+  int64_t position = int64_t(prompt.size()), next = forward(prompt, 0);
+  for (int i = 1; i <= 2; ++i) {
+    current = "warm-up decode step " + std::to_string(i);
+    next = forward({next}, position++);
+  }
+  times.warmupMs = millis(now() - t0);
+  for (int i = 1; i <= 2; ++i) {
+    current = "warm prefill " + std::to_string(i) + " of 3";
+    cx.resetCaches();
+    t0 = now();
+    forward(prompt, 0);
+    times.prefillMs.push_back(millis(now() - t0));
+  }
+  cx.resetCaches();
+  cx.trace.clear(); // the trace lists the generation's collectives, as without --warmup
+  warming = false;
+}
+
+std::vector<int64_t> Generator::generate(const Args &args) {
+  current = "the prefill";
+  auto t0 = now();
+  int64_t next = args.maxNewTokens > 0 ? forward(args.prompt, 0) : -1;
+  times.prefillMs.push_back(millis(now() - t0));
+  int64_t position = int64_t(args.prompt.size());
+  std::vector<int64_t> eos = spec.eosIds;
+  if (args.eosId)
+    eos = {*args.eosId};
+  if (args.ignoreEos)
+    eos.clear();
+  std::vector<int64_t> generated;
+  while (int64_t(generated.size()) < args.maxNewTokens) {
+    generated.push_back(next);
+    if (int64_t(generated.size()) == args.maxNewTokens)
+      break;
+    // Teacher forcing feeds the given token; otherwise generation stops at an eos id.
+    int64_t fed = args.forced.empty() ? next : args.forced[generated.size() - 1];
+    if (args.forced.empty() && std::find(eos.begin(), eos.end(), next) != eos.end())
+      break;
+    ++step;
+    current = "decode step " + std::to_string(step);
+    auto t1 = now();
+    next = forward({fed}, position++);
+    times.stepMs.push_back(millis(now() - t1));
+  }
+  return generated;
+}
+
+void printReport(const Args &args, const std::vector<int64_t> &tokens, const Timings &times) {
+  std::printf("tokens:");
+  for (int64_t t : tokens)
+    std::printf(" %lld", (long long)t);
+  std::printf("\n");
+  const std::vector<double> &prefillMs = times.prefillMs, &stepMs = times.stepMs;
+  double decodeTotal = 0;
+  for (double ms : stepMs)
+    decodeTotal += ms;
+  if (args.warmup && !tokens.empty()) {
+    std::printf("warm-up: a prefill of %zu tokens and 2 decode steps, then the KV cache "
+                "emptied (%.3f ms, not counted)\n",
+                args.prompt.size(), times.warmupMs);
+    std::printf("prefill: %.3f ms for %zu tokens (median of %zu warm prefills:",
+                median(prefillMs), args.prompt.size(), prefillMs.size());
+    for (double ms : prefillMs)
+      std::printf(" %.3f", ms);
+    std::printf(")\n");
+    if (!stepMs.empty())
+      std::printf("decode: %.3f ms per token over %zu tokens (median step; mean %.3f ms)\n",
+                  median(stepMs), stepMs.size(), decodeTotal / double(stepMs.size()));
+  } else {
+    // A cold process: the first prefill and the first decode steps include one-time setup.
+    std::printf("prefill: %.3f ms for %zu tokens\n", prefillMs.back(), args.prompt.size());
+    if (!stepMs.empty())
+      std::printf("decode: %.3f ms per token over %zu tokens\n",
+                  decodeTotal / double(stepMs.size()), stepMs.size());
+  }
+  std::fflush(stdout);
+}
+
+} // namespace tpcrt
