@@ -180,10 +180,10 @@ std::string tracePath(const std::string &file, int rank, int world) {
   return world > 1 ? path + ".rank" + std::to_string(rank) : path;
 }
 
-/// --trace: this rank's collectives as executed, and the weight bytes it loaded, as JSON
-/// that tests compare with what `tpc analyze` predicts.
+/// --trace: this rank's collectives as executed, the weight bytes it loaded and the bytes
+/// of its activation arena, as JSON that tests compare with what `tpc analyze` predicts.
 bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &group,
-                uint64_t weightBytes, const std::vector<TraceEntry> &trace) {
+                uint64_t weightBytes, const Context &cx) {
   nlohmann::ordered_json j;
   j["model"] = spec.name;
   j["rank"] = group.rank;
@@ -191,7 +191,7 @@ bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &gro
   j["weight_bytes_loaded"] = weightBytes;
   j["arena_bytes"] = cx.arenaBytes;
   j["collectives"] = nlohmann::ordered_json::array();
-  for (const TraceEntry &e : trace)
+  for (const TraceEntry &e : cx.trace)
     j["collectives"].push_back(
         {{"kind", e.kind}, {"module", e.module}, {"tokens", e.tokens}, {"bytes", e.bytes}});
   std::ofstream out(tracePath(file, group.rank, group.world));
@@ -270,7 +270,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   if (!args.dumpLogits.empty() && group->rank == 0 &&
       !writeLogits(args.dumpLogits, generator.logits()))
     exitCode = 1;
-  if (!args.trace.empty() && !writeTrace(spec, args.trace, *group, memory.weightBytes, cx.trace))
+  if (!args.trace.empty() && !writeTrace(spec, args.trace, *group, memory.weightBytes, cx))
     exitCode = 1;
   return leave(*group, exitCode);
 }
