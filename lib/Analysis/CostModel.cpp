@@ -5,6 +5,10 @@
 
 using namespace tpc;
 
+double tpc::wireBytes(CollectiveKind kind, double globalBytes, int64_t tp) {
+  return kind == CollectiveKind::AllToAll ? globalBytes / double(tp) : globalBytes;
+}
+
 llvm::StringRef tpc::collectiveName(CollectiveKind kind) {
   switch (kind) {
   case CollectiveKind::AllReduce: return "all_reduce";
@@ -22,8 +26,8 @@ double tpc::sentBytes(CollectiveKind kind, double payloadBytes, int64_t tp) {
   switch (kind) {
   case CollectiveKind::AllReduce: return 2 * share * payloadBytes;
   case CollectiveKind::AllGather:
-  case CollectiveKind::ReduceScatter: return share * payloadBytes;
-  case CollectiveKind::AllToAll: return share * payloadBytes / n;
+  case CollectiveKind::ReduceScatter:
+  case CollectiveKind::AllToAll: return share * payloadBytes;
   case CollectiveKind::Local: return 0;
   }
   llvm_unreachable("unknown collective");

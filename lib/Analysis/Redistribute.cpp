@@ -54,7 +54,7 @@ SmallVector<RedistributeStep> stepsFrom(PlacementAttr from, ArrayRef<PlacementAt
 double tpc::planCost(ArrayRef<RedistributeStep> plan, int64_t tp) {
   double cost = 0;
   for (const RedistributeStep &step : plan)
-    cost += sentBytes(step.kind, 1.0, tp) + kStepCharge;
+    cost += sentBytes(step.kind, wireBytes(step.kind, 1.0, tp), tp) + kStepCharge;
   return cost;
 }
 

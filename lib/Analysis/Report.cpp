@@ -18,8 +18,7 @@ int64_t elementBytes(RankedTensorType type) {
   return std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
 }
 
-/// Bytes of a tensor with `tokens` for each dynamic dim; `perRankTokens` for a dim the
-/// placement splits by tokens (a local shape after tp-partition).
+/// Bytes of a tensor with `tokens` for each dynamic dim.
 double tensorBytes(Type t, int64_t tokens) {
   auto type = cast<RankedTensorType>(t);
   double elements = 1;
@@ -47,19 +46,37 @@ std::string tpc::layerOf(StringRef module) {
   return ("model.layers." + rest.take_while([](char c) { return llvm::isDigit(c); })).str();
 }
 
-std::vector<CollectiveEntry> tpc::collectCollectives(ModuleOp lowered, int64_t tokens) {
-  int64_t tp = getMeshSize(lowered).value_or(1);
+std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64_t tokens,
+                                                     int64_t tp, int64_t elementBytes) {
+  // A value's bytes on one rank: its local shape, with tokens / tp rows where it is split by
+  // tokens and `tokens` for any other dynamic dim.
+  auto localBytes = [&](Value v) {
+    double elements = 1;
+    for (int64_t d : cast<RankedTensorType>(v.getType()).getShape())
+      elements *= ShapedType::isDynamic(d) ? (isSplitByTokens(v) ? tokens / tp : tokens) : d;
+    return elements * double(elementBytes);
+  };
   std::vector<CollectiveEntry> entries;
-  lowered.walk([&](Operation *op) {
+  forward.walk([&](Operation *op) {
+    // What the collective layer hands its communicator (runtime/core/collectives.cpp): the
+    // larger of one rank's buffers, padded pieces and all.
     std::optional<CollectiveKind> kind;
-    if (isa<AllReduceOp>(op))
+    double bytes = 0;
+    if (auto reduce = dyn_cast<AllReduceOp>(op)) {
       kind = CollectiveKind::AllReduce;
-    else if (isa<AllGatherOp>(op))
+      bytes = localBytes(reduce.getInput());
+    } else if (auto gather = dyn_cast<AllGatherOp>(op)) {
       kind = CollectiveKind::AllGather;
-    else if (isa<ReduceScatterOp>(op))
+      bytes = double(tp) * localBytes(gather.getInput());
+    } else if (auto scatter = dyn_cast<ReduceScatterOp>(op)) {
       kind = CollectiveKind::ReduceScatter;
-    else if (isa<AllToAllOp>(op))
+      bytes = double(tp) * localBytes(scatter.getResult());
+    } else if (auto a2a = dyn_cast<AllToAllOp>(op)) {
+      // A part for each rank, [tokens / tp, local features]: the side split by features.
       kind = CollectiveKind::AllToAll;
+      bytes = isSplitByTokens(a2a.getInput()) ? localBytes(a2a.getResult())
+                                               : localBytes(a2a.getInput());
+    }
     if (!kind)
       return;
     CollectiveEntry entry;
@@ -67,7 +84,7 @@ std::vector<CollectiveEntry> tpc::collectCollectives(ModuleOp lowered, int64_t t
     entry.layer = layerOf(entry.module);
     entry.kind = *kind;
     entry.dim = collectiveDim(op);
-    entry.bytes = tensorBytes(op->getResult(0).getType(), tokens);
+    entry.bytes = bytes;
     entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
     entries.push_back(std::move(entry));
   });

@@ -39,11 +39,6 @@ PlacementAttr placementOf(Value v) {
   return p ? p : ReplicateAttr::get(v.getContext());
 }
 
-bool splitByTokens(Value v) {
-  auto shard = dyn_cast<ShardAttr>(placementOf(v));
-  return shard && normalizeDim(shard.getDim(), rankOf(v)) == 0 && rankOf(v) == 2;
-}
-
 /// Columns of a [tokens, features] value (1 for a vector of tokens).
 int64_t columns(Value v) { return typeOf(v).getRank() == 2 ? typeOf(v).getDimSize(1) : 1; }
 
@@ -135,7 +130,7 @@ public:
     func.walk([&](Operation *op) {
       if (!isa<WeightOp>(op))
         for (Value v : op->getResults())
-          split |= splitByTokens(v);
+          split |= isSplitByTokens(v);
     });
     if (split) {
       auto tpValue = emitc::ConstantOp::create(builder, loc, i64(), builder.getI64IntegerAttr(tp));
@@ -193,7 +188,7 @@ private:
     int64_t tokens = typeOf(v).getDimSize(0);
     if (!ShapedType::isDynamic(tokens))
       return {Value(), tokens};
-    return {splitByTokens(v) ? ns : n, 0};
+    return {isSplitByTokens(v) ? ns : n, 0};
   }
   Args &addRows(Args &a, Value v) {
     Rows rows = rowsOf(v);
@@ -508,13 +503,13 @@ private:
       if (isa<ReplicateAttr>(src) && isa<PartialAttr>(dst)) {
         addRows(a, in).integer(columns(in));
         name = "partialFromReplicate";
-      } else if (isa<ReplicateAttr>(src) && splitByTokens(reshard.getResult())) {
+      } else if (isa<ReplicateAttr>(src) && isSplitByTokens(reshard.getResult())) {
         a.value(n).integer(columns(in));
         name = "takeRows";
       } else if (isa<ReplicateAttr>(src)) {
         addRows(a, in).text(blocksOf(dst, columns(in)));
         name = "takeColumns";
-      } else if (isa<PartialAttr>(dst) && splitByTokens(in)) {
+      } else if (isa<PartialAttr>(dst) && isSplitByTokens(in)) {
         a.value(n).integer(columns(in));
         name = "partialFromRows";
       } else if (isa<PartialAttr>(dst)) {
@@ -545,7 +540,7 @@ private:
 
   /// The positions of a value's rows: this rank's slice of them where tokens are split.
   Value positionsOf(Value input) {
-    if (!splitByTokens(input))
+    if (!isSplitByTokens(input))
       return positions;
     Args a = args();
     a.value(positions).value(ns);

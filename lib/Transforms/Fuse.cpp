@@ -121,11 +121,7 @@ struct TPFusePass : tpc::tp::impl::TPFuseBase<TPFusePass> {
   /// Two [tokens, features] values with the same rows on every rank.
   static bool sameRows(Value a, Value b) {
     auto ta = cast<RankedTensorType>(a.getType()), tb = cast<RankedTensorType>(b.getType());
-    auto byTokens = [](Value v) {
-      auto shard = dyn_cast_or_null<ShardAttr>(getPlacement(v));
-      return shard && normalizeDim(shard.getDim(), rankOf(v)) == 0;
-    };
-    return ta.getDimSize(0) == tb.getDimSize(0) && byTokens(a) == byTokens(b);
+    return ta.getDimSize(0) == tb.getDimSize(0) && isSplitByTokens(a) == isSplitByTokens(b);
   }
 };
 

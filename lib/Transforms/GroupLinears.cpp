@@ -34,7 +34,7 @@ struct TPGroupLinearsPass : tpc::tp::impl::TPGroupLinearsBase<TPGroupLinearsPass
       if (linear.getWeight().getDefiningOp<WeightOp>())
         byInput[linear.getInput()].push_back(linear);
     for (auto &[input, members] : byInput) {
-      if (members.size() < 2 || splitByTokens(input))
+      if (members.size() < 2 || isSplitByTokens(input))
         continue;
       SmallVector<Attribute> weights, biases;
       if (!groupable(members, weights, biases) || !fits(weights) || !fits(biases))
@@ -79,11 +79,6 @@ struct TPGroupLinearsPass : tpc::tp::impl::TPGroupLinearsBase<TPGroupLinearsPass
       biases.push_back(bias.getParamAttr());
     }
     return true;
-  }
-
-  static bool splitByTokens(Value v) {
-    auto shard = dyn_cast_or_null<ShardAttr>(getPlacement(v));
-    return shard && normalizeDim(shard.getDim(), rankOf(v)) == 0;
   }
 
   /// A group may be formed again (another function) but may not overlap another.

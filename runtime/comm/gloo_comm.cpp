@@ -1,10 +1,13 @@
-// Gloo behind tpcrt::Comm: a full mesh of TCP pairs set up through a FileStore.
+// A tp group through Gloo: a full mesh of TCP pairs set up through a FileStore, and Gloo's
+// collectives behind tpcrt::Communicator.
 #include "tpcrt/comm.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
 #include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/reduce_scatter.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -24,61 +27,95 @@ namespace tpcrt {
 
 namespace {
 
-/// One rank: collectives are copies.
-class SoloComm : public Comm {
+/// A rank with no peer: the tp group of one, or the per-rank view.
+class LocalComm : public Comm {
 public:
-  explicit SoloComm(const CommOptions &options) : Comm(options) {}
-  void allReduce(float *, size_t) override {}
-  void allGather(const float *in, size_t count, float *out) override {
-    std::memcpy(out, in, count * sizeof(float));
-  }
-  void allToAll(const float *in, size_t count, float *out) override {
-    std::memcpy(out, in, count * sizeof(float));
-  }
+  explicit LocalComm(const CommOptions &options)
+      : Comm(options), local(options.rank, options.world, memory) {}
+  Communicator &communicator() override { return local; }
   void broadcast(void *, size_t, int) override {}
+  void barrier() override {}
+
+private:
+  HostMemory memory;
+  LocalCommunicator local;
 };
 
-/// The per-rank view's communicator: nothing travels.
-class NoopComm : public Comm {
+/// Gloo's collectives on fp32 host buffers: its allreduce, allgather and alltoall, and the
+/// halving-doubling reduce-scatter of its older algorithm classes.
+class GlooCommunicator : public Communicator {
 public:
-  explicit NoopComm(const CommOptions &options) : Comm(options) {}
-  void allReduce(float *, size_t) override {}
-  void allGather(const float *in, size_t count, float *out) override {
-    for (int r = 0; r < world(); ++r)
-      std::memmove(out + r * count, in, count * sizeof(float));
-  }
-  void allToAll(const float *in, size_t count, float *out) override {
-    std::memmove(out, in, count * world() * sizeof(float));
-  }
-  void broadcast(void *, size_t, int) override {}
-};
+  GlooCommunicator(std::shared_ptr<gloo::Context> context)
+      : Communicator(context->rank, context->size, sizeof(float)), context(std::move(context)) {}
 
-class GlooComm : public Comm {
-public:
-  GlooComm(const CommOptions &options, std::shared_ptr<gloo::Context> context)
-      : Comm(options), context(std::move(context)) {}
-
-  void allReduce(float *data, size_t count) override {
+protected:
+  void runAllReduce(void *data, size_t count) override {
     gloo::AllreduceOptions opts(context);
-    opts.setOutput(data, count);
+    opts.setOutput(static_cast<float *>(data), count);
     opts.setReduceFunction(
         static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
     gloo::allreduce(opts);
   }
 
-  void allGather(const float *in, size_t count, float *out) override {
+  void runAllGather(const void *in, size_t count, void *out) override {
     gloo::AllgatherOptions opts(context);
-    opts.setInput(const_cast<float *>(in), count);
-    opts.setOutput(out, count * world());
+    opts.setInput(const_cast<float *>(static_cast<const float *>(in)), count);
+    opts.setOutput(static_cast<float *>(out), count * world);
     gloo::allgather(opts);
   }
 
-  void allToAll(const float *in, size_t count, float *out) override {
+  void runReduceScatter(const void *in, size_t count, void *out) override {
+    ReduceScatter &rs = reduceScatterOf(count);
+    std::memcpy(rs.data.data(), in, rs.data.size() * sizeof(float));
+    rs.algorithm->run();
+    std::memcpy(out, rs.data.data(), count * sizeof(float)); // this rank's sum comes first
+  }
+
+  void runAllToAll(const void *in, size_t count, void *out) override {
     gloo::AlltoallOptions opts(context);
-    opts.setInput(const_cast<float *>(in), count * world());
-    opts.setOutput(out, count * world());
+    opts.setInput(const_cast<float *>(static_cast<const float *>(in)), count * world);
+    opts.setOutput(static_cast<float *>(out), count * world);
     gloo::alltoall(opts);
   }
+
+private:
+  /// Gloo's reduce-scatter is an algorithm object bound to one buffer when it is made (its
+  /// peers' buffers are registered then): one per part size, reused, the latest few kept.
+  struct ReduceScatter {
+    size_t count = 0;
+    std::vector<float> data;
+    std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> algorithm;
+  };
+  static constexpr size_t kKeptReduceScatters = 4;
+
+  ReduceScatter &reduceScatterOf(size_t count) {
+    for (ReduceScatter &rs : reduceScatters)
+      if (rs.count == count)
+        return rs;
+    // Every rank makes them in the same order (the same program, the same shapes), which
+    // is what pairs their slots.
+    if (reduceScatters.size() == kKeptReduceScatters)
+      reduceScatters.erase(reduceScatters.begin());
+    ReduceScatter &rs = reduceScatters.emplace_back();
+    rs.count = count;
+    rs.data.resize(count * world);
+    rs.algorithm = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+        context, std::vector<float *>{rs.data.data()}, int(rs.data.size()),
+        std::vector<int>(size_t(world), int(count)));
+    return rs;
+  }
+
+  std::shared_ptr<gloo::Context> context;
+  std::vector<ReduceScatter> reduceScatters;
+};
+
+/// A group connected through Gloo.
+class GlooComm : public Comm {
+public:
+  GlooComm(const CommOptions &options, std::shared_ptr<gloo::Context> context)
+      : Comm(options), context(context), gloo(context) {}
+
+  Communicator &communicator() override { return gloo; }
 
   void broadcast(void *data, size_t bytes, int root) override {
     gloo::BroadcastOptions opts(context);
@@ -87,8 +124,14 @@ public:
     gloo::broadcast(opts);
   }
 
+  void barrier() override {
+    gloo::BarrierOptions opts(context);
+    gloo::barrier(opts);
+  }
+
 private:
   std::shared_ptr<gloo::Context> context;
+  GlooCommunicator gloo;
 };
 
 // What a rank leaves in the rendezvous directory: its claim ("host pid", written when it
@@ -148,12 +191,12 @@ std::string rendezvousDirFromEnv() {
 std::unique_ptr<Comm> Comm::noop(int world) {
   CommOptions options;
   options.world = world;
-  return std::make_unique<NoopComm>(options);
+  return std::make_unique<LocalComm>(options);
 }
 
 std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &error) {
   if (options.world == 1)
-    return std::make_unique<SoloComm>(options);
+    return std::make_unique<LocalComm>(options);
   if (options.rendezvousDir.empty()) {
     error = "no rendezvous directory: set TPC_RENDEZVOUS_DIR (tpc launch does) or run under "
             "torchrun (TORCHELASTIC_RUN_ID)";
@@ -214,11 +257,6 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
       error = std::string("could not connect the ranks: ") + e.what();
     return nullptr;
   }
-}
-
-void Comm::barrier() {
-  float token = 0;
-  allReduce(&token, 1);
 }
 
 void Comm::retire() {

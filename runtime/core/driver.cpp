@@ -84,7 +84,7 @@ size_t elementCount(std::initializer_list<int64_t> factors) {
 }
 
 /// What the Context's pointers lead into, held for the run.
-struct Memory {
+struct Storage {
   uint64_t weightBytes = 0; // as loaded (or generated), for --trace
   std::vector<std::vector<float>> caches;
   std::vector<float> arena;
@@ -93,7 +93,7 @@ struct Memory {
 /// Fills `cx` with this rank's weights (its slices of the checkpoint, or generated from
 /// --random-weights), its KV caches and its activation arena, held in `memory`, then hands
 /// them to the backend (spec.prepare). On failure says why in `error`.
-bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Memory &memory,
+bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Storage &memory,
                  std::string &error) {
   std::unique_ptr<Checkpoint> checkpoint;
   if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error)))
@@ -248,8 +248,8 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   cx.localRank = group->localRank;
   cx.maxTokens = args.maxSeqLen;
   cx.timeoutSeconds = args.timeoutSeconds;
-  cx.comm = group->comm.get();
-  Memory memory;
+  cx.attach(*group->comm);
+  Storage memory;
   std::string error;
   if (!loadWeights(spec, args, cx, memory, error))
     return group->stop(error);

@@ -7,6 +7,8 @@
 
 #include "state.h"
 
+#include "../comm/device_comm.h"
+
 #include "../weights/slices.h"
 #include "tpcrt/random_weight.h"
 
@@ -93,6 +95,21 @@ void generate(uint64_t seed, const ParamDesc &param, const SliceSpec &slice, act
   check(cudaGetLastError(), "generating weights");
   check(cudaDeviceSynchronize(), "generating weights");
   cudaFree(table);
+}
+} // namespace
+
+namespace {
+/// Destroys the captured decode graphs; a later decode step captures again (their eager runs
+/// are kept). NCCL keeps a communicator alive while a graph that captured its collectives
+/// exists (finalize, destroy and abort all wait for those graphs to die), so this comes
+/// before any of them; and a graph holds the addresses its capture saw, so this comes before
+/// any buffer it may use is freed (releaseForRegrowth).
+void releaseGraphs(Device::State &state) {
+  for (auto &[fn, graph] : state.graphs)
+    if (graph.exec) {
+      cudaGraphExecDestroy(graph.exec);
+      graph.exec = nullptr;
+    }
 }
 } // namespace
 
@@ -192,48 +209,41 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
   check(cudaMalloc(&state->kvStart, sizeof(int64_t)), "cudaMalloc (KV length)");
   prepareAttention(*state, tokens, maxHeads, maxHeadDim);
 
+  // The collective layer on the device. A rank alone (the per-rank view, or tp 1) moves
+  // nothing: its collectives are device copies (never the host path at tp 1, whose
+  // synchronous copies a graph cannot hold).
   const char *mode = std::getenv("TPC_CUDA_COMM");
   const char *view = std::getenv("TPC_SINGLE_RANK_VIEW");
-  // A rank alone (the per-rank view, or tp 1) moves nothing: its collectives are the device
-  // copies below. Never the host path at tp 1, whose synchronous copies a graph cannot hold.
-  state->noop = (view && std::string(view) == "1") || tp == 1;
-  state->useNccl = tp > 1 && !state->noop && !(mode && std::string(mode) == "gloo");
-  if (state->useNccl && host.localRank >= count)
-    throw std::runtime_error("NCCL needs a GPU per rank: local rank " +
-                             std::to_string(host.localRank) + " sees " + std::to_string(count) +
-                             " GPU(s); TPC_CUDA_COMM=gloo lets ranks share one");
-  if (state->useNccl) {
-    ncclUniqueId id;
-    if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
-      throw std::runtime_error("ncclGetUniqueId failed");
-    host.comm->broadcast(&id, sizeof(id), 0);
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0; // so the watchdog can abort a communicator stuck on a lost peer
-    ncclResult_t r = ncclCommInitRankConfig(&state->nccl, tp, id, rank, &config);
-    if (r != ncclSuccess && r != ncclInProgress)
-      throw std::runtime_error(std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r));
-    wait("ncclCommInitRankConfig");
+  bool alone = (view && std::string(view) == "1") || tp == 1;
+  bool viaHost = !alone && mode && std::string(mode) == "gloo";
+  state->memory = std::make_unique<DeviceMemory>(*state);
+  if (alone) {
+    state->communicator = std::make_unique<LocalCommunicator>(rank, tp, *state->memory);
+  } else if (viaHost) {
+    // Its host communicator (the Context's, Gloo) records the trace.
+    state->communicator =
+        std::make_unique<HostStagedCommunicator>(host.comm->communicator(), state->stream);
+  } else {
+    if (host.localRank >= count)
+      throw std::runtime_error("NCCL needs a GPU per rank: local rank " +
+                               std::to_string(host.localRank) + " sees " +
+                               std::to_string(count) +
+                               " GPU(s); TPC_CUDA_COMM=gloo lets ranks share one");
+    Device::State *s = state.get();
+    auto nccl = std::make_unique<NcclCommunicator>(*host.comm, state->stream,
+                                                   host.timeoutSeconds,
+                                                   [s] { releaseGraphs(*s); });
+    state->nccl = nccl.get();
+    state->communicator = std::move(nccl);
   }
+  if (!viaHost)
+    state->communicator->traceInto(&host.trace);
+  state->collectives = std::make_unique<Collectives>(*state->communicator, *state->memory);
   // A graph replays device work only: collectives staged through the host cannot be in one.
   const char *graphs = std::getenv("TPC_CUDA_GRAPHS");
-  state->graphsAllowed = (tp == 1 || state->useNccl || state->noop) &&
-                         !(graphs && std::string(graphs) == "0");
+  state->graphsAllowed = !viaHost && !(graphs && std::string(graphs) == "0");
 }
 
-namespace {
-/// Destroys the captured decode graphs; a later decode step captures again (their eager runs
-/// are kept). NCCL keeps a communicator alive while a graph that captured its collectives
-/// exists (finalize, destroy and abort all wait for those graphs to die), so this comes
-/// before any of them; and a graph holds the addresses its capture saw, so this comes before
-/// any buffer it may use is freed (releaseForRegrowth).
-void releaseGraphs(Device::State &state) {
-  for (auto &[fn, graph] : state.graphs)
-    if (graph.exec) {
-      cudaGraphExecDestroy(graph.exec);
-      graph.exec = nullptr;
-    }
-}
-} // namespace
 
 void releaseForRegrowth(Device::State &state, const char *what) {
   if (state.capturing) // the eager run before a capture sizes everything a capture needs
@@ -247,22 +257,10 @@ Device::~Device() {
   // Context this Device was built from is gone by now (runModel has returned): only state
   // and members are used.
   releaseGraphs(*state);
-  if (state->nccl) {
-    ncclResult_t r = ncclCommFinalize(state->nccl);
-    try {
-      if (r != ncclSuccess && r != ncclInProgress)
-        throw std::runtime_error(std::string("ncclCommFinalize: ") + ncclGetErrorString(r));
-      wait("ncclCommFinalize");
-    } catch (const std::exception &e) {
-      std::fprintf(stderr, "warning: rank %d: %s\n", rank, e.what());
-      if (state->nccl) { // finalizing failed: nothing more to flush
-        ncclCommAbort(state->nccl);
-        state->nccl = nullptr;
-      }
-    }
-    if (state->nccl)
-      ncclCommDestroy(state->nccl);
-  }
+  // NCCL finalizes together with the peers (its destructor never throws).
+  state->collectives.reset();
+  state->nccl = nullptr;
+  state->communicator.reset();
   for (act *allocation : allocations)
     cudaFree(allocation);
   for (KVCache &cache : caches) {
@@ -302,44 +300,19 @@ void Device::injectFault() {
   launched("the injected fault (TPC_FAULT=device)");
 }
 
-void Device::wait(const char *what, bool stream) {
-  // The watchdog: poll the communicator's asynchronous error and the stream; a peer that
-  // stops answering leaves both pending, so after the timeout the communicator is aborted.
-  // It runs once per forward, at the one point the host waits for the device: collectives
-  // themselves are only enqueued, so a decode step's kernels and NCCL calls stay back to back.
-  // Only a communicator's peers can leave it waiting forever: a rank alone has no deadline
-  // (a long forward at tp 1 is not a lost peer).
-  PeerDeadline deadline(state->nccl != nullptr, state->timeoutSeconds);
-  for (;;) {
-    ncclResult_t async = ncclSuccess;
-    if (state->nccl)
-      ncclCommGetAsyncError(state->nccl, &async);
-    if (async != ncclSuccess && async != ncclInProgress) {
-      releaseGraphs(*state); // else the abort waits for them forever
-      ncclCommAbort(state->nccl);
-      state->nccl = nullptr;
-      throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(async));
-    }
-    cudaError_t e = stream ? cudaStreamQuery(state->stream) : cudaSuccess;
-    if (async == ncclSuccess && e == cudaSuccess)
-      return;
-    if (e != cudaSuccess && e != cudaErrorNotReady)
-      throw DeviceError("CUDA", std::string("cudaStreamQuery (") + what + ")", cudaReason(e));
-    if (deadline.passed()) {
-      releaseGraphs(*state); // an in-flight one is freed once the abort lets it finish
-      ncclCommAbort(state->nccl);
-      state->nccl = nullptr;
-      throw std::runtime_error(deadline.message(what));
-    }
-    std::this_thread::yield();
-  }
+void Device::wait(const char *what) {
+  // The one point the host waits for the device: collectives themselves are only enqueued,
+  // so a decode step's kernels and NCCL calls stay back to back. Only a communicator's peers
+  // can leave it waiting forever: a rank alone has no deadline (a long forward at tp 1 is not
+  // a lost peer).
+  if (state->nccl)
+    state->nccl->watch(what, /*stream=*/true);
+  else
+    check(cudaStreamSynchronize(state->stream),
+          ("cudaStreamSynchronize (" + std::string(what) + ")").c_str());
 }
 
-void Device::record(const char *kind, const char *module, int64_t rows, uint64_t bytes) {
-  host.record(kind, module, rows, bytes);
-  if (state->capturing)
-    state->capturing->records.push_back(host.trace.back());
-}
+Collectives &Device::collectives() { return *state->collectives; }
 
 const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t tokens,
                          DeviceForwardFn fn) {
@@ -377,6 +350,7 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     check(cudaStreamBeginCapture(state->stream, cudaStreamCaptureModeThreadLocal),
           "cudaStreamBeginCapture (the decode step)");
     state->capturing = graph;
+    size_t traced = host.trace.size();
     try {
       graph->logits = fn(*this, state->ids, state->positions, tokens);
     } catch (...) {
@@ -388,8 +362,10 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     check(cudaStreamEndCapture(state->stream, &captured), "cudaStreamEndCapture (the decode step)");
     check(cudaGraphInstantiate(&graph->exec, captured, 0), "cudaGraphInstantiate (the decode step)");
     cudaGraphDestroy(captured);
-    // The capture recorded its collectives once; the launch below records them again.
-    host.trace.resize(host.trace.size() - graph->records.size());
+    // The communicator recorded the captured collectives, which have not run yet: the graph
+    // keeps them, and each launch (the one below too) records them again.
+    graph->records.assign(host.trace.begin() + std::ptrdiff_t(traced), host.trace.end());
+    host.trace.resize(traced);
   }
   if (graph && graph->exec) {
     check(cudaGraphLaunch(graph->exec, state->stream), "cudaGraphLaunch (the decode step)");
@@ -413,246 +389,32 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
   return state->logits.data();
 }
 
-template <typename Fn>
-void Device::onHost(const act *in, size_t inCount, act *out, size_t outCount, Fn fn) {
-  std::vector<act> staged(inCount);
-  check(cudaMemcpyAsync(staged.data(), in, inCount * sizeof(act), cudaMemcpyDeviceToHost,
-                        state->stream),
-        "cudaMemcpyAsync (to the host)");
-  check(cudaStreamSynchronize(state->stream), "cudaStreamSynchronize");
-  std::vector<float> a(inCount), b(outCount);
-  for (size_t i = 0; i < inCount; ++i)
-    a[i] = __bfloat162float(staged[i]);
-  fn(a.data(), b.data());
-  staged.resize(outCount);
-  for (size_t i = 0; i < outCount; ++i)
-    staged[i] = __float2bfloat16(b[i]);
-  check(cudaMemcpyAsync(out, staged.data(), outCount * sizeof(act), cudaMemcpyHostToDevice,
-                        state->stream),
-        "cudaMemcpyAsync (to the device)");
-  check(cudaStreamSynchronize(state->stream), "cudaStreamSynchronize");
-}
-
-
-// The collectives. With NCCL (or with no communicator at all, the per-rank view) they are
-// stream operations, so the decode step's graph holds them; TPC_CUDA_COMM=gloo runs the CPU
-// Context's own implementation on host copies. Placement arithmetic (which rank holds which
-// piece of a strided feature dim, padding) is model.h's forEachPiece, as on the CPU.
-namespace {
-/// rows x count elements between row pitches (in elements), on the stream.
-void copy2D(act *dst, int64_t dstPitch, const act *src, int64_t srcPitch, int64_t count,
-            int64_t rows, cudaStream_t stream) {
+void DeviceMemory::copy2D(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch,
+                          int64_t count, int64_t rows) {
   if (count == 0 || rows == 0)
     return;
   check(cudaMemcpy2DAsync(dst, dstPitch * sizeof(act), src, srcPitch * sizeof(act),
-                          count * sizeof(act), rows, cudaMemcpyDeviceToDevice, stream),
+                          count * sizeof(act), rows, cudaMemcpyDeviceToDevice, state.stream),
         "cudaMemcpy2DAsync (a reshard)");
 }
-} // namespace
 
-act *Device::scratch(size_t count) {
-  if (count > state->scratchCount) {
+void DeviceMemory::zero(void *dst, int64_t count) {
+  if (count > 0)
+    check(cudaMemsetAsync(dst, 0, size_t(count) * sizeof(act), state.stream),
+          "cudaMemsetAsync (a reshard)");
+}
+
+void *DeviceMemory::scratch(size_t count) {
+  if (count > state.scratchCount) {
     // A decode graph captured with the old buffer would write to freed memory.
-    releaseForRegrowth(*state, "collective scratch");
-    cudaFree(state->scratch);
-    check(cudaMalloc(&state->scratch, count * sizeof(act)), "cudaMalloc (collective scratch)");
-    state->scratchCount = count;
+    releaseForRegrowth(state, "collective scratch");
+    cudaFree(state.scratch);
+    state.scratch = nullptr;
+    state.scratchCount = 0;
+    check(cudaMalloc(&state.scratch, count * sizeof(act)), "cudaMalloc (collective scratch)");
+    state.scratchCount = count;
   }
-  return state->scratch;
-}
-
-void Device::nccl(int result, const char *what) {
-  auto started = ncclResult_t(result);
-  if (started != ncclSuccess && started != ncclInProgress)
-    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(started));
-  // A non-blocking communicator may still be enqueuing the call (ncclInProgress, e.g. while
-  // it connects to its peers the first time): nothing else may use it until that is done.
-  // This waits for the enqueue, not for the stream.
-  if (started == ncclInProgress)
-    wait(what, /*stream=*/false);
-}
-
-void Device::gather(const act *in, size_t count, act *out) {
-  if (state->noop) { // every rank's piece is this rank's: the shapes, not the values, matter
-    for (int r = 0; r < tp; ++r)
-      check(cudaMemcpyAsync(out + r * count, in, count * sizeof(act), cudaMemcpyDeviceToDevice,
-                            state->stream),
-            "cudaMemcpyAsync");
-    return;
-  }
-  nccl(ncclAllGather(in, out, count, ncclBfloat16, state->nccl, state->stream),
-       "ncclAllGather");
-}
-
-void Device::allReduce(const act *in, int64_t rows, int64_t cols, act *out,
-                       const char *module) {
-  size_t n = size_t(rows * cols);
-  if (!state->useNccl && !state->noop) {
-    onHost(in, n, out, n,
-           [&](const float *a, float *b) { host.allReduce(a, rows, cols, b, module); });
-    return;
-  }
-  if (state->noop) { // the per-rank view: nothing travels
-    if (out != in)
-      check(cudaMemcpyAsync(out, in, n * sizeof(act), cudaMemcpyDeviceToDevice, state->stream),
-            "cudaMemcpyAsync");
-  } else {
-    nccl(ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, state->nccl, state->stream),
-         "ncclAllReduce");
-  }
-  record("all_reduce", module, rows, uint64_t(n) * 4);
-}
-
-void Device::allGatherColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
-                              act *out, const char *module) {
-  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
-  if (!state->useNccl && !state->noop) {
-    onHost(in, size_t(rows * local), out, size_t(rows * global),
-           [&](const float *a, float *b) { host.allGatherColumns(a, rows, blocks, b, module); });
-    return;
-  }
-  // Rank-major [tp][rows][local] from NCCL, then each rank's pieces to their columns.
-  act *pieces = scratch(size_t(tp * rows * local));
-  gather(in, size_t(rows * local), pieces);
-  for (int r = 0; r < tp; ++r)
-    forEachPiece(blocks, tp, r, [&](int64_t at, int64_t to, int64_t count, int64_t) {
-      copy2D(out + to, global, pieces + r * rows * local + at, local, count, rows,
-             state->stream);
-    });
-  record("all_gather", module, rows, uint64_t(rows * global) * 4);
-}
-
-void Device::allGatherRows(const act *in, int64_t rows, int64_t cols, act *out,
-                           const char *module) {
-  if (!state->useNccl && !state->noop) {
-    onHost(in, size_t(rows * cols), out, size_t(rows * tp * cols),
-           [&](const float *a, float *b) { host.allGatherRows(a, rows, cols, b, module); });
-    return;
-  }
-  gather(in, size_t(rows * cols), out); // tokens split evenly: rank-major is row order
-  record("all_gather", module, rows * tp, uint64_t(rows * tp * cols) * 4);
-}
-
-void Device::reduceScatterColumns(const act *in, int64_t rows,
-                                  const std::vector<int64_t> &blocks, act *out,
-                                  const char *module) {
-  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
-  if (!state->useNccl && !state->noop) {
-    onHost(in, size_t(rows * global), out, size_t(rows * local),
-           [&](const float *a, float *b) {
-             host.reduceScatterColumns(a, rows, blocks, b, module);
-           });
-    return;
-  }
-  // Each rank's pieces, padding zeroed, rank-major; NCCL sums rank r's part onto rank r.
-  act *pieces = scratch(size_t(tp * rows * local));
-  check(cudaMemsetAsync(pieces, 0, size_t(tp * rows * local) * sizeof(act), state->stream),
-        "cudaMemsetAsync");
-  for (int r = 0; r < tp; ++r)
-    forEachPiece(blocks, tp, r, [&](int64_t at, int64_t from, int64_t count, int64_t) {
-      copy2D(pieces + r * rows * local + at, local, in + from, global, count, rows,
-             state->stream);
-    });
-  if (state->noop)
-    check(cudaMemcpyAsync(out, pieces + rank * rows * local, size_t(rows * local) * sizeof(act),
-                          cudaMemcpyDeviceToDevice, state->stream),
-          "cudaMemcpyAsync");
-  else
-    nccl(ncclReduceScatter(pieces, out, size_t(rows * local), ncclBfloat16, ncclSum,
-                           state->nccl, state->stream),
-         "ncclReduceScatter");
-  record("reduce_scatter", module, rows, uint64_t(rows * global) * 4);
-}
-
-void Device::reduceScatterRows(const act *in, int64_t rows, int64_t cols, act *out,
-                               const char *module) {
-  if (!state->useNccl && !state->noop) {
-    onHost(in, size_t(rows * cols), out, size_t(rows / tp * cols),
-           [&](const float *a, float *b) { host.reduceScatterRows(a, rows, cols, b, module); });
-    return;
-  }
-  size_t mine = size_t(rows / tp * cols); // token splits happen only where tp divides
-  if (state->noop)
-    check(cudaMemcpyAsync(out, in + rank * mine, mine * sizeof(act), cudaMemcpyDeviceToDevice,
-                          state->stream),
-          "cudaMemcpyAsync");
-  else
-    nccl(ncclReduceScatter(in, out, mine, ncclBfloat16, ncclSum, state->nccl, state->stream),
-         "ncclReduceScatter");
-  record("reduce_scatter", module, rows, uint64_t(rows * cols) * 4);
-}
-
-void Device::allToAll(const act *in, int64_t tokens, const std::vector<int64_t> &blocks,
-                      bool rowsToColumns, act *out, const char *module) {
-  int64_t global = globalWidth(blocks), local = localWidth(blocks, tp), mine = tokens / tp;
-  if (!state->useNccl && !state->noop) {
-    size_t split = size_t(mine * global), joined = size_t(tokens * local);
-    onHost(in, rowsToColumns ? split : joined, out, rowsToColumns ? joined : split,
-           [&](const float *a, float *b) {
-             host.allToAll(a, tokens, blocks, rowsToColumns, b, module);
-           });
-    return;
-  }
-  // As on the CPU: every rank gathers the whole tensor and keeps its part.
-  act *whole = scratch(size_t(tokens * global + tp * tokens * local));
-  if (rowsToColumns) {
-    gather(in, size_t(mine * global), whole);
-    takeColumns(whole, tokens, blocks, out);
-  } else {
-    act *pieces = whole + tokens * global;
-    gather(in, size_t(tokens * local), pieces);
-    for (int r = 0; r < tp; ++r)
-      forEachPiece(blocks, tp, r, [&](int64_t at, int64_t to, int64_t count, int64_t) {
-        copy2D(whole + to, global, pieces + r * tokens * local + at, local, count, tokens,
-               state->stream);
-      });
-    takeRows(whole, tokens, global, out);
-  }
-  record("all_to_all", module, tokens, uint64_t(tokens * global) * 4);
-}
-
-void Device::takeColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
-                         act *out) {
-  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
-  check(cudaMemsetAsync(out, 0, size_t(rows * local) * sizeof(act), state->stream),
-        "cudaMemsetAsync"); // the padding
-  forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t from, int64_t count, int64_t) {
-    copy2D(out + at, local, in + from, global, count, rows, state->stream);
-  });
-}
-
-void Device::takeRows(const act *in, int64_t rows, int64_t cols, act *out) {
-  int64_t mine = rows / tp; // token splits happen only where tp divides the tokens
-  check(cudaMemcpyAsync(out, in + rank * mine * cols, size_t(mine * cols) * sizeof(act),
-                        cudaMemcpyDeviceToDevice, state->stream),
-        "cudaMemcpyAsync");
-}
-
-void Device::partialFromReplicate(const act *in, int64_t n, act *out) {
-  if (rank == 0)
-    check(cudaMemcpyAsync(out, in, n * sizeof(act), cudaMemcpyDeviceToDevice, state->stream),
-          "cudaMemcpyAsync");
-  else
-    check(cudaMemsetAsync(out, 0, n * sizeof(act), state->stream), "cudaMemsetAsync");
-}
-
-void Device::partialFromColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
-                                act *out) {
-  int64_t local = localWidth(blocks, tp), global = globalWidth(blocks);
-  check(cudaMemsetAsync(out, 0, size_t(rows * global) * sizeof(act), state->stream),
-        "cudaMemsetAsync");
-  forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t to, int64_t count, int64_t) {
-    copy2D(out + to, global, in + at, local, count, rows, state->stream);
-  });
-}
-
-void Device::partialFromRows(const act *in, int64_t tokens, int64_t cols, act *out) {
-  int64_t mine = tokens / tp;
-  check(cudaMemsetAsync(out, 0, size_t(tokens * cols) * sizeof(act), state->stream),
-        "cudaMemsetAsync");
-  check(cudaMemcpyAsync(out + rank * mine * cols, in, size_t(mine * cols) * sizeof(act),
-                        cudaMemcpyDeviceToDevice, state->stream),
-        "cudaMemcpyAsync");
+  return state.scratch;
 }
 
 } // namespace tpcrt::cuda

@@ -8,22 +8,28 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <tuple>
 
 namespace tpcrt::cuda {
+
+class NcclCommunicator;
 
 struct Device::State {
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
-  ncclComm_t nccl = nullptr;
-  bool useNccl = false;
-  bool noop = false; // a rank alone (tp 1, TPC_SINGLE_RANK_VIEW): collectives are local copies
+  /// The collective layer on the device: its memory (copies on the stream), the
+  /// communicator (NCCL; local copies for a rank alone; Gloo through the host under
+  /// TPC_CUDA_COMM=gloo) and the placement changes over them.
+  std::unique_ptr<Memory> memory;
+  std::unique_ptr<Communicator> communicator;
+  NcclCommunicator *nccl = nullptr; // the communicator, when it is NCCL's: the watchdog's
+  std::unique_ptr<Collectives> collectives;
   int64_t *ids = nullptr, *positions = nullptr;
   std::vector<float> logits;
   /// Pinned staging for the logits coming back: a copy to pageable memory would block the
@@ -36,8 +42,8 @@ struct Device::State {
   int timeoutSeconds = 30;
   /// Device copies of rotary inverse frequencies, by the host array the program passes.
   std::map<const double *, float *> invFreqs;
-  /// Staging for collectives that move pieces of strided feature dims, grown as needed (a
-  /// decode graph holds it: growing it goes through releaseForRegrowth).
+  /// Staging for collectives that move pieces of strided feature dims (DeviceMemory's), grown
+  /// as needed (a decode graph holds it: growing it goes through releaseForRegrowth).
   act *scratch = nullptr;
   size_t scratchCount = 0;
   /// Attention scores, [rows * heads, keys], grown as needed: the prefill fallback's only, so
@@ -56,7 +62,8 @@ struct Device::State {
 
   /// One-token forwards as CUDA graphs, by forward function: run eagerly once (so lazy setup
   /// such as cuBLASLt plans happens outside the capture), then captured and replayed. Each
-  /// keeps the collectives its capture recorded, to trace them again on every replay.
+  /// keeps the collectives the communicator recorded during its capture, to trace them again
+  /// on every replay.
   struct Graph {
     int eagerRuns = 0;
     cudaGraphExec_t exec = nullptr;
@@ -76,6 +83,20 @@ struct Device::State {
   float2 *attentionStats = nullptr;   ///< [heads, splits] (max in log2 units, sum of exps)
   int64_t attentionHeads = 0, attentionHeadDim = 0, attentionSplits = 0;
   int multiprocessors = 0;
+};
+
+/// The device's memory for the collective layer: copies and zeros on the stream, and the
+/// collectives' staging buffer (State::scratch), grown as needed.
+class DeviceMemory : public Memory {
+public:
+  explicit DeviceMemory(Device::State &state) : Memory(sizeof(act)), state(state) {}
+  void copy2D(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch, int64_t count,
+              int64_t rows) override;
+  void zero(void *dst, int64_t count) override;
+  void *scratch(size_t count) override;
+
+private:
+  Device::State &state;
 };
 
 /// Allocates the attention kernels' fixed scratch (attention.cu), once the caches exist.

@@ -101,7 +101,11 @@ TEST(CostModel, RingTraffic) {
   EXPECT_DOUBLE_EQ(sentBytes(CollectiveKind::AllReduce, 1024, 4), 1536);
   EXPECT_DOUBLE_EQ(sentBytes(CollectiveKind::AllGather, 1024, 4), 768);
   EXPECT_DOUBLE_EQ(sentBytes(CollectiveKind::ReduceScatter, 1024, 4), 768);
-  EXPECT_DOUBLE_EQ(sentBytes(CollectiveKind::AllToAll, 1024, 4), 192);
+  EXPECT_DOUBLE_EQ(sentBytes(CollectiveKind::AllToAll, 1024, 4), 768);
+  // An all_to_all hands its communicator one rank's shard: (n-1)/n^2 of the whole tensor.
+  EXPECT_DOUBLE_EQ(wireBytes(CollectiveKind::AllToAll, 1024, 4), 256);
+  EXPECT_DOUBLE_EQ(sentBytes(CollectiveKind::AllToAll, wireBytes(CollectiveKind::AllToAll, 1024, 4), 4), 192);
+  EXPECT_DOUBLE_EQ(wireBytes(CollectiveKind::AllGather, 1024, 4), 1024);
   EXPECT_DOUBLE_EQ(sentBytes(CollectiveKind::Local, 1024, 4), 0);
   EXPECT_DOUBLE_EQ(sentBytes(CollectiveKind::AllReduce, 1024, 1), 0);
 }

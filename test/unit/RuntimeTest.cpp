@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -351,22 +352,101 @@ TEST(Comm, CollectivesAcrossThreeRanks) {
   std::string dir = tempPath("rdzv3");
   EXPECT_TRUE(forkRanks(3, [&](int rank) {
     std::string error;
-    auto comm = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
-    if (!comm)
+    auto group = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
+    if (!group)
       return false;
+    Communicator &comm = group->communicator();
     std::vector<float> data = {float(rank), 1};
-    comm->allReduce(data.data(), 2);
+    comm.allReduce(data.data(), 2);
     if (data != std::vector<float>{3, 3})
       return false;
     std::vector<float> gathered(6);
     float mine[] = {float(rank), float(10 * rank)};
-    comm->allGather(mine, 2, gathered.data());
+    comm.allGather(mine, 2, gathered.data());
     if (gathered != std::vector<float>{0, 0, 1, 10, 2, 20})
       return false;
     float send[] = {float(rank * 10 + 0), float(rank * 10 + 1), float(rank * 10 + 2)};
     std::vector<float> recv(3);
-    comm->allToAll(send, 1, recv.data());
-    return recv == std::vector<float>{float(rank), float(10 + rank), float(20 + rank)};
+    comm.allToAll(send, 1, recv.data());
+    if (recv != std::vector<float>{float(rank), float(10 + rank), float(20 + rank)})
+      return false;
+    // Parts of two: rank r receives the sum of every rank's r-th part.
+    std::vector<float> parts(6), sum(2);
+    for (int i = 0; i < 6; ++i)
+      parts[size_t(i)] = float(100 * rank + i);
+    comm.reduceScatter(parts.data(), 2, sum.data());
+    return sum == std::vector<float>{float(300 + 6 * rank), float(303 + 6 * rank)};
+  }));
+}
+
+/// The [rows, cols] matrix whose element (i, j) is i * 100 + j + 1, times `factor`.
+std::vector<float> numbered(int64_t rows, int64_t cols, float factor = 1) {
+  std::vector<float> m(size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      m[size_t(i * cols + j)] = factor * float(i * 100 + j + 1);
+  return m;
+}
+
+TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
+  // A feature dim of two strided blocks, 5 and 4 wide, over 3 ranks: pieces of 2 (the last
+  // rank's piece of the first block holds 1 real column, padding after it) and 2 (the last
+  // one's piece of the second block is padding only). 3 tokens, one per rank when split.
+  std::string dir = tempPath("rdzv-collectives");
+  EXPECT_TRUE(forkRanks(3, [&](int rank) {
+    std::string error;
+    auto group = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
+    if (!group)
+      return false;
+    std::vector<TraceEntry> trace;
+    group->communicator().traceInto(&trace);
+    HostMemory memory;
+    Collectives cx(group->communicator(), memory);
+    const std::vector<int64_t> blocks = {5, 4};
+    const int64_t rows = 3, global = 9, local = 4;
+    std::vector<float> whole = numbered(rows, global), mine(size_t(rows * local));
+    cx.takeColumns(whole.data(), rows, blocks, mine.data());
+
+    std::vector<float> gathered(size_t(rows * global));
+    cx.allGatherColumns(mine.data(), rows, blocks, gathered.data(), "gather");
+    if (gathered != whole)
+      return false;
+
+    // Partial sums (rank r holds (r + 1) * whole): reduce-scattered, this rank's columns of
+    // 6 * whole; by rows, its token of it.
+    std::vector<float> partial = numbered(rows, global, float(rank + 1));
+    std::vector<float> expected(size_t(rows * local)), got(size_t(rows * local));
+    std::vector<float> six = numbered(rows, global, 6);
+    cx.takeColumns(six.data(), rows, blocks, expected.data());
+    cx.reduceScatterColumns(partial.data(), rows, blocks, got.data(), "scatter columns");
+    if (got != expected)
+      return false;
+    std::vector<float> row(static_cast<size_t>(global));
+    cx.reduceScatterRows(partial.data(), rows, global, row.data(), "scatter rows");
+    if (!std::equal(row.begin(), row.end(), six.begin() + rank * global))
+      return false;
+
+    // Tokens to features and back.
+    std::vector<float> byColumns(size_t(rows * local)), byRows(static_cast<size_t>(global));
+    cx.allToAll(whole.data() + rank * global, rows, blocks, true, byColumns.data(), "to columns");
+    if (byColumns != mine)
+      return false;
+    cx.allToAll(mine.data(), rows, blocks, false, byRows.data(), "to rows");
+    if (!std::equal(byRows.begin(), byRows.end(), whole.begin() + rank * global))
+      return false;
+
+    // What went on the wire: each call once, its bytes the larger buffer of one rank, with
+    // the padding (4 local columns, 12 with every rank's).
+    group->barrier();
+    std::vector<std::pair<std::string, uint64_t>> wire;
+    for (const TraceEntry &e : trace)
+      wire.push_back({e.kind + " " + e.module, e.bytes});
+    return wire == std::vector<std::pair<std::string, uint64_t>>{
+                       {"all_gather gather", 3 * 12 * 4},
+                       {"reduce_scatter scatter columns", 3 * 12 * 4},
+                       {"reduce_scatter scatter rows", 3 * 9 * 4},
+                       {"all_to_all to columns", 12 * 4},
+                       {"all_to_all to rows", 12 * 4}};
   }));
 }
 
@@ -374,10 +454,10 @@ TEST(Comm, StaleRendezvousIsRefused) {
   std::string dir = tempPath("rdzv-stale");
   ASSERT_TRUE(forkRanks(2, [&](int rank) {
     std::string error;
-    auto comm = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
-    if (comm)
-      comm->retire();
-    return bool(comm);
+    auto group = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
+    if (group)
+      group->retire();
+    return bool(group);
   }));
   std::string error;
   EXPECT_FALSE(Comm::connect({0, 2, dir, "127.0.0.1", 2}, error));

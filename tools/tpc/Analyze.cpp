@@ -29,7 +29,7 @@ struct AnalyzeOptions : PlanArgs {
   std::string dot, target = "cpu";
   int64_t prefillLen = 128, maxSeqLen = tpcrt::kDefaultMaxSeqLen;
   bool maxSeqLenGiven = false, prefillLenGiven = false;
-  bool sequenceParallel = false, json = false;
+  bool sequenceParallel = false, json = false, noFold = false;
 };
 
 std::string countsOf(const std::vector<CollectiveEntry> &entries) {
@@ -145,6 +145,8 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                   "the target whose binary is reported: its decisions lay out the activation "
                   "arena, its element type sizes it (cpu: fp32, cuda: bf16)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--no-fold", opts->noFold,
+                "report the program compiled with --no-fold (tp-fold-redistribute left out)");
   cmd->add_flag("--json", opts->json, "print the report as JSON");
   cmd->add_option("--dot", opts->dot,
                   "write the lowered prefill graph as Graphviz DOT to this file (and an .svg "
@@ -215,50 +217,52 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                         "(1 token does not split over tp " + std::to_string(o.tp) + ")");
       if (o.sequenceParallel && !policy.enabled)
         notes.push_back("--sequence-parallel does nothing on one rank");
-      auto lower = [&](int64_t tokens) {
-        return session.runOnCopy(*module, [&](OpPassManager &pm) {
-          buildCollectivesPipeline(pm, policy.splits(tokens) ? "on"
-                                       : policy.enabled      ? "off"
-                                                             : "auto");
-          // The collectives the binary runs: on one rank, none.
-          pm.addPass(tp::createTPElideCollectives());
-        });
-      };
-      OwningOpRef<ModuleOp> prefill = lower(prefillLen);
-      if (!prefill)
-        return 1;
-      OwningOpRef<ModuleOp> decode = policy.enabled ? lower(1) : prefill->clone();
-      OwningOpRef<ModuleOp> partitioned = session.runOnCopy(
-          *prefill, [](OpPassManager &pm) { pm.addPass(tp::createTPPartition()); });
-      if (!decode || !partitioned)
-        return 1;
-
-      std::vector<PhaseReport> phases = {
-          {"prefill", prefillLen, prefillSplits,
-           collectCollectives(*prefill, prefillLen),
-           transformersCollectives(*module, prefillLen)},
-          {"decode step", 1, false, collectCollectives(*decode, 1),
-           transformersCollectives(*module, 1)}};
-      memory.weights = parameterBytes(*partitioned);
-      memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
-      // The arena the binary allocates: what tp-plan-arena laid out for the target's program,
-      // for --max-seq-len tokens, in the target's element type.
+      // The program the binary is built from, for this target: its forwards' collectives,
+      // priced as the runtime's collective layer runs them, and the arena it allocates.
       ProgramOptions program;
       program.sequenceParallel = o.sequenceParallel;
+      program.fold = !o.noFold;
       program.decisions = TargetDecisions::forTarget(o.target);
-      OwningOpRef<ModuleOp> decided;
+      OwningOpRef<ModuleOp> decided = buildProgram(*module, program);
+      if (!decided)
+        return 1;
+      auto forwardFor = [&](int64_t tokens) {
+        for (auto func : decided->getOps<func::FuncOp>())
+          if (func->hasAttr(tp::kSequenceParallelAttrName) == policy.splits(tokens))
+            return func;
+        return func::FuncOp();
+      };
+      int64_t elementBytes = o.target == "cuda" ? 2 : 4;
+      std::vector<PhaseReport> phases = {
+          {"prefill", prefillLen, prefillSplits,
+           programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes),
+           transformersCollectives(*module, prefillLen)},
+          {"decode step", 1, false, programCollectives(forwardFor(1), 1, o.tp, elementBytes),
+           transformersCollectives(*module, 1)}};
+      memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
+      memory.arena =
+          double(memory.arenaElementsPerToken) * double(maxSeqLen) * double(elementBytes);
+
+      // The per-rank weights and KV cache, and the graph --dot draws, from the prefill's
+      // collectives pipeline (its warnings were said once, building the program above).
+      OwningOpRef<ModuleOp> prefill, partitioned;
       {
-        // The same passes ran above for the collectives: their warnings were said once.
         ScopedDiagnosticHandler quiet(&session.context(), [](Diagnostic &d) {
           return success(d.getSeverity() != DiagnosticSeverity::Error);
         });
-        decided = buildProgram(*module, program);
+        prefill = session.runOnCopy(*module, [&](OpPassManager &pm) {
+          buildCollectivesPipeline(pm, prefillSplits ? "on" : policy.enabled ? "off" : "auto",
+                                   !o.noFold);
+          pm.addPass(tp::createTPElideCollectives());
+        });
+        if (prefill)
+          partitioned = session.runOnCopy(
+              *prefill, [](OpPassManager &pm) { pm.addPass(tp::createTPPartition()); });
       }
-      if (!decided)
+      if (!prefill || !partitioned)
         return 1;
-      memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
-      memory.arena = double(memory.arenaElementsPerToken) * double(maxSeqLen) *
-                     (o.target == "cuda" ? 2.0 : 4.0);
+      memory.weights = parameterBytes(*partitioned);
+      memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
 
       if (!o.dot.empty()) {
         std::string graph;
@@ -280,9 +284,10 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         j["model"] = o.model;
         j["plan"] = o.plan;
         j["tp"] = o.tp;
-        j["bytes"] = "each collective's full (global) tensor; sent_bytes_per_rank by ring "
-                     "algorithms: all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n, "
-                     "all_to_all (n-1)/n^2 of it";
+        j["bytes"] = "tpc: what goes on the wire, the larger of one rank's buffers of the "
+                     "communicator call (padding included) in the target's element type; "
+                     "transformers: the module output's full tensor; sent_bytes_per_rank by "
+                     "ring algorithms: all_reduce 2(n-1)/n of it, the others (n-1)/n";
         j["transformers_formula"] = "one collective per module whose strategy's forward hook "
                                     "communicates, on the module output, before any folding; "
                                     "lm_head on the last token (generate's logits_to_keep=1)";
@@ -315,8 +320,9 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
 
       llvm::raw_ostream &os = llvm::outs();
       os << fmt::format("tpc analyze: {} with plan {} at tp {}\n", o.model, o.plan, o.tp);
-      os << "bytes: each collective's full tensor; transformers: one collective per module "
-            "whose strategy hook communicates, before folding\n";
+      os << "bytes: tpc's on the wire (one rank's larger buffer of each call); transformers: "
+            "one collective per module whose strategy hook communicates, on its full output, "
+            "before folding\n";
       for (const PhaseReport &phase : phases)
         printPhase(phase, os);
       os << "\nmemory per rank:\n";

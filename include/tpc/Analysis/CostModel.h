@@ -13,9 +13,14 @@ enum class CollectiveKind { AllReduce, AllGather, ReduceScatter, AllToAll, Local
 
 llvm::StringRef collectiveName(CollectiveKind kind);
 
-/// Bytes each rank sends for a collective over `tp` ranks whose full (global) tensor has
-/// `payloadBytes`, with ring algorithms: all_reduce 2(n-1)/n of it, all_gather and
-/// reduce_scatter (n-1)/n, all_to_all (n-1)/n of a rank's 1/n share; local reshards nothing.
+/// The buffer a rank hands its communicator for a collective over `tp` ranks of a tensor of
+/// `globalBytes` (evenly split): the tensor itself, but a 1/tp share for all_to_all, which
+/// exchanges parts of one rank's shard.
+double wireBytes(CollectiveKind kind, double globalBytes, int64_t tp);
+
+/// Bytes each rank sends for a collective over `tp` ranks whose wire buffer (wireBytes, or
+/// what the runtime recorded) has `payloadBytes`, with ring algorithms: all_reduce 2(n-1)/n
+/// of it, all_gather, reduce_scatter and all_to_all (n-1)/n; local reshards nothing.
 double sentBytes(CollectiveKind kind, double payloadBytes, int64_t tp);
 
 } // namespace tpc

@@ -5,6 +5,7 @@
 
 #include "tpc/Analysis/CostModel.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -18,7 +19,9 @@ struct CollectiveEntry {
   std::string module; // the HF module whose hook or op needs it
   CollectiveKind kind;
   int64_t dim = -1;       // gathered or scattered dim; -1 where none
-  double bytes = 0;       // the collective's full (global) tensor
+  /// tpc's: what goes on the wire, the larger of one rank's buffers of the communicator call
+  /// (padding included); transformers': the module output's full tensor.
+  double bytes = 0;
   double sentBytes = 0;   // what each rank sends for it (cost model)
 };
 
@@ -38,9 +41,12 @@ struct MemoryReport {
 /// "model.layers.3" for any module inside decoder layer 3; the module itself otherwise.
 std::string layerOf(llvm::StringRef module);
 
-/// The collectives of a module after tp-lower-redistribute (global shapes), with `tokens`
-/// for every dynamic (sequence) dim.
-std::vector<CollectiveEntry> collectCollectives(mlir::ModuleOp lowered, int64_t tokens);
+/// The collectives one forward of the program the binary is built from (buildProgram's)
+/// runs for `tokens` tokens, in order, as the runtime's collective layer executes them over
+/// `tp` ranks with elements of `elementBytes`: the communicator call each is and its bytes
+/// on the wire.
+std::vector<CollectiveEntry> programCollectives(mlir::func::FuncOp forward, int64_t tokens,
+                                                int64_t tp, int64_t elementBytes);
 
 /// transformers' count, from its module-boundary hooks before any folding: every module with
 /// a strategy whose forward hook communicates (design.md's module table) runs that collective

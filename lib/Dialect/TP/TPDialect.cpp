@@ -102,6 +102,11 @@ int64_t tpc::tp::normalizeDim(int64_t dim, int64_t rank) {
   return d >= 0 && d < rank ? d : -1;
 }
 
+bool tpc::tp::isSplitByTokens(Value value) {
+  auto shard = dyn_cast_or_null<ShardAttr>(getPlacement(value));
+  return shard && normalizeDim(shard.getDim(), rankOf(value)) == 0;
+}
+
 StringRef tpc::tp::getModuleName(Operation *op) {
   if (auto module = op->getAttrOfType<StringAttr>("module"))
     return module.getValue();

@@ -1,8 +1,10 @@
-// Collectives between the ranks of one tp group, through Gloo (TCP transport, FileStore
-// rendezvous). A rank that stops answering makes the others fail after the timeout instead
-// of hanging. Plain C++17.
+// The ranks of one tp group on the CPU side: rendezvous through a FileStore directory, and
+// the Gloo communicator (TCP transport). A rank that stops answering makes the others fail
+// after the timeout instead of hanging. Plain C++17.
 #ifndef TPCRT_COMM_H
 #define TPCRT_COMM_H
+
+#include "tpcrt/collectives.h"
 
 #include <cstddef>
 #include <memory>
@@ -17,30 +19,28 @@ struct CommOptions {
   int timeoutSeconds = 30;
 };
 
+/// This rank's place in its tp group: the rendezvous, what the peers left there, and the
+/// communicator for fp32 host buffers (Gloo over TCP; local copies for a rank alone).
 class Comm {
 public:
   /// Connects the group (nothing to connect for one rank). A rendezvous directory that an
   /// earlier job used is refused, not joined. On failure returns null and says why.
   static std::unique_ptr<Comm> connect(const CommOptions &options, std::string &error);
-  /// A communicator that moves nothing, for the per-rank view (TPC_SINGLE_RANK_VIEW=1): one
-  /// rank of a tp group run alone to time its compute. A sum leaves this rank's summand, a
-  /// gather repeats this rank's piece: the numbers are not the model's.
+  /// A group of `world` with only this rank in it, for the per-rank view
+  /// (TPC_SINGLE_RANK_VIEW=1): one rank run alone to time its compute. Its collectives move
+  /// nothing (LocalCommunicator): the numbers are not the model's.
   static std::unique_ptr<Comm> noop(int world);
   virtual ~Comm() = default;
 
   int rank() const { return options.rank; }
   int world() const { return options.world; }
 
-  /// Sums `count` floats over the ranks, in place.
-  virtual void allReduce(float *data, size_t count) = 0;
-  /// Concatenates every rank's `count` floats, rank by rank, into `out`.
-  virtual void allGather(const float *in, size_t count, float *out) = 0;
-  /// Rank r's i-th `count` floats go to rank i, which receives them as its r-th.
-  virtual void allToAll(const float *in, size_t count, float *out) = 0;
+  /// The collectives on fp32 host buffers.
+  virtual Communicator &communicator() = 0;
   /// Copies `bytes` from rank `root` to every rank (the NCCL unique id travels this way).
   virtual void broadcast(void *data, size_t bytes, int root) = 0;
   /// Returns once every rank has called it.
-  void barrier();
+  virtual void barrier() = 0;
   /// Marks the rendezvous directory as used up (rank 0, at a clean exit).
   void retire();
   /// Leaves in the rendezvous directory why this rank is stopping, so that peers which see

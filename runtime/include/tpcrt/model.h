@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,13 +62,6 @@ inline int64_t defaultMaxSeqLen(int64_t maxPositions) {
 std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t maxPositions,
                                        std::string &error);
 
-/// One collective as executed, for --trace.
-struct TraceEntry {
-  std::string kind, module;
-  int64_t tokens;
-  uint64_t bytes; // the collective's full (global) tensor, as `tpc analyze` counts it
-};
-
 /// What the driver asks of a backend that keeps state of its own (the CUDA Device) besides
 /// its forwards; the CPU target has none, its state is the Context's.
 class DeviceHooks {
@@ -94,8 +88,7 @@ struct Context {
   std::vector<KVCache> caches;
   float *arena = nullptr;
   uint64_t arenaBytes = 0; // what the arena's allocation asked for (the CUDA Device's, there)
-  std::vector<TraceEntry> trace;
-  std::vector<float> scratch;
+  std::vector<TraceEntry> trace; // the collectives run, as each communicator recorded them
   DeviceHooks *device = nullptr; // set by a backend with state of its own
 
   /// Every KV cache empty again, the backend's too: the next forward starts a new sequence.
@@ -105,53 +98,16 @@ struct Context {
   /// Stops this rank with an error (the others fail on their next collective).
   [[noreturn]] void fail(const std::string &message) const;
 
-  // Collectives over [rows, cols] row-major matrices. `blocks` are the global sizes of the
-  // strided blocks of a feature dim (one block: a plain Shard); local matrices hold this
-  // rank's ceil(size / tp) piece of each block, padded.
-  void allReduce(const float *in, int64_t rows, int64_t cols, float *out, const char *module);
-  void allGatherColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
-                        float *out, const char *module);
-  void allGatherRows(const float *in, int64_t rows, int64_t cols, float *out,
-                     const char *module);
-  void reduceScatterColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
-                            float *out, const char *module);
-  void reduceScatterRows(const float *in, int64_t rows, int64_t cols, float *out,
-                         const char *module);
-  /// Shard(0) -> Shard(1) (rowsToColumns) or back: `tokens` global, `blocks` the features.
-  void allToAll(const float *in, int64_t tokens, const std::vector<int64_t> &blocks,
-                bool rowsToColumns, float *out, const char *module);
-  // Reshards that need no communication.
-  void takeColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks, float *out);
-  void takeRows(const float *in, int64_t rows, int64_t cols, float *out);
-  void partialFromReplicate(const float *in, int64_t n, float *out);
-  void partialFromColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
-                          float *out);
-  void partialFromRows(const float *in, int64_t tokens, int64_t cols, float *out);
+  /// Joins `comm`'s group: collectives go through its host communicator, recorded in
+  /// `trace`.
+  void attach(Comm &comm);
+  /// The placement changes the CPU program calls (the CUDA Device has its own, on the GPU).
+  Collectives &collectives() { return *placement; }
 
-  /// Notes a collective for --trace (the CUDA backend's own collectives call it too).
-  void record(const char *kind, const char *module, int64_t rows, uint64_t bytes);
+private:
+  HostMemory memory;
+  std::unique_ptr<Collectives> placement;
 };
-
-/// A dim of `size` split over `tp` ranks: each holds ceil(size / tp), the last ones padded.
-int64_t pieceSize(int64_t size, int64_t tp);
-/// The local and the global width of a feature dim made of strided `blocks`.
-int64_t localWidth(const std::vector<int64_t> &blocks, int64_t tp);
-int64_t globalWidth(const std::vector<int64_t> &blocks);
-
-/// Calls fn(localOffset, globalOffset, count, piece) for rank `rank`'s piece of each block of
-/// a feature dim: where it sits in the local row, where in the global row, how many of its
-/// `piece` columns are real (the rest is padding).
-template <typename Fn>
-void forEachPiece(const std::vector<int64_t> &blocks, int tp, int rank, Fn fn) {
-  int64_t localOffset = 0, globalOffset = 0;
-  for (int64_t block : blocks) {
-    int64_t piece = pieceSize(block, tp), first = rank * piece;
-    fn(localOffset, globalOffset + first, std::max<int64_t>(0, std::min(piece, block - first)),
-       piece);
-    localOffset += piece;
-    globalOffset += block;
-  }
-}
 
 /// The emitted binary's main: arguments, rank identity, weights, prefill and greedy decode.
 int runModel(const ModelSpec &spec, int argc, char **argv);

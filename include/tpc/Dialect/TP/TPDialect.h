@@ -83,6 +83,10 @@ inline int64_t rankOf(mlir::Value value) {
   return llvm::cast<mlir::RankedTensorType>(value.getType()).getRank();
 }
 
+/// Whether a value is split by tokens: sharded on its first (token) dim, so that each rank
+/// holds tokens / tp rows of it (sequence parallelism).
+bool isSplitByTokens(mlir::Value value);
+
 } // namespace tpc::tp
 
 #endif // TPC_DIALECT_TP_TPDIALECT_H

@@ -74,47 +74,16 @@ public:
   act *arena = nullptr;
   std::vector<KVCache> caches;
 
-  // The CPU Context's collectives and reshards, on device buffers.
-  void allReduce(const act *in, int64_t rows, int64_t cols, act *out, const char *module);
-  void allGatherColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
-                        act *out, const char *module);
-  void allGatherRows(const act *in, int64_t rows, int64_t cols, act *out, const char *module);
-  void reduceScatterColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
-                            act *out, const char *module);
-  void reduceScatterRows(const act *in, int64_t rows, int64_t cols, act *out,
-                         const char *module);
-  void allToAll(const act *in, int64_t tokens, const std::vector<int64_t> &blocks,
-                bool rowsToColumns, act *out, const char *module);
-  void takeColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks, act *out);
-  void takeRows(const act *in, int64_t rows, int64_t cols, act *out);
-  void partialFromReplicate(const act *in, int64_t n, act *out);
-  void partialFromColumns(const act *in, int64_t rows, const std::vector<int64_t> &blocks,
-                          act *out);
-  void partialFromRows(const act *in, int64_t tokens, int64_t cols, act *out);
+  /// The placement changes the program calls, on device buffers (tpcrt/collectives.h).
+  Collectives &collectives();
 
   struct State; // CUDA handles, NCCL, scratch: device.cu's business
   std::unique_ptr<State> state;
 
 private:
-  /// Records a collective in the trace; while a graph is being captured, also remembers it,
-  /// so each replay records it again.
-  void record(const char *kind, const char *module, int64_t rows, uint64_t bytes);
-  /// Waits for the stream (when `stream`) and for NCCL to finish what it is doing in the
-  /// background: a peer that stops answering leaves either pending, so after --timeout the
-  /// communicator is aborted and the rank stops with an error.
-  void wait(const char *what, bool stream = true);
-
-  /// A device buffer of at least `count` elements for collectives to stage through.
-  act *scratch(size_t count);
-  /// Checks an NCCL call just made, waiting (watched) until a non-blocking one is enqueued.
-  void nccl(int started, const char *what);
-  /// Every rank's `count` elements, rank-major, into out (NCCL, or copies of this rank's own
-  /// in the per-rank view).
-  void gather(const act *in, size_t count, act *out);
-
-  /// Runs a CPU collective on host copies of device buffers (the Gloo path).
-  template <typename Fn>
-  void onHost(const act *in, size_t inCount, act *out, size_t outCount, Fn fn);
+  /// Waits for the stream: through NCCL's watchdog when the communicator is NCCL's (a peer
+  /// that stops answering makes it abort after --timeout), plainly for a rank alone.
+  void wait(const char *what);
 
   Context &host;
   const ModelSpec &spec;
