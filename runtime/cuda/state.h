@@ -82,9 +82,6 @@ struct Device::State {
 void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
                       int64_t maxHeadDim);
 
-/// The state of the one Device of this process (kernels reach the stream through it).
-extern Device::State *current;
-
 /// Throws a DeviceError ("CUDA error in WHAT: reason") unless `e` is cudaSuccess.
 void check(cudaError_t e, const char *what);
 /// The check after each launch: a DeviceError naming the kernel `what` when one is pending.
@@ -93,9 +90,6 @@ void launched(const char *what);
 /// destroys the graphs (the next decode step captures again with the new address). Throws
 /// while a capture is under way, whose eager run should have sized the buffer.
 void releaseForRegrowth(Device::State &state, const char *what);
-
-/// The stream every kernel runs on.
-inline cudaStream_t stream() { return current->stream; }
 
 } // namespace tpcrt::cuda
 
