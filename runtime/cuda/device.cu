@@ -273,7 +273,7 @@ Device::~Device() {
   cudaFree(state->positions);
   cudaFree(state->kvStart);
   cudaFree(state->workspace);
-  for (auto &[array, frequencies] : state->invFreqs)
+  for (auto &[key, frequencies] : state->invFreqs)
     cudaFree(frequencies);
   cudaFreeHost(state->hostLogits);
   if (state->lt)

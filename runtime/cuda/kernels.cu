@@ -191,32 +191,16 @@ void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const 
 
 void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t headDim,
             double theta, const double *invFreq, const int64_t *positions, act *out) {
-  // One device copy of the frequencies per call site (keyed by its static host array), or
-  // per theta for the default ones.
-  static std::map<std::pair<double, int64_t>, float *> defaults;
-  float *frequencies = nullptr;
   int64_t half = headDim / 2;
-  auto upload = [&](const std::vector<float> &values) {
-    float *d = nullptr;
-    check(cudaMalloc(&d, values.size() * sizeof(float)), "cudaMalloc (rotary)");
-    check(cudaMemcpy(d, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
+  float *&frequencies = state.invFreqs[{invFreq, theta, headDim}];
+  if (!frequencies) {
+    std::vector<float> values(half);
+    for (int64_t i = 0; i < half; ++i)
+      values[i] = invFreq ? float(invFreq[i])
+                          : float(std::pow(theta, -2.0 * double(i) / double(headDim)));
+    check(cudaMalloc(&frequencies, half * sizeof(float)), "cudaMalloc (rotary)");
+    check(cudaMemcpy(frequencies, values.data(), half * sizeof(float), cudaMemcpyHostToDevice),
           "cudaMemcpy (rotary)");
-    return d;
-  };
-  if (invFreq) {
-    float *&d = state.invFreqs[invFreq];
-    if (!d)
-      d = upload(std::vector<float>(invFreq, invFreq + half));
-    frequencies = d;
-  } else {
-    float *&d = defaults[{theta, headDim}];
-    if (!d) {
-      std::vector<float> values(half);
-      for (int64_t i = 0; i < half; ++i)
-        values[i] = float(std::pow(theta, -2.0 * double(i) / double(headDim)));
-      d = upload(values);
-    }
-    frequencies = d;
   }
   int64_t pairs = rows * (cols / headDim) * half;
   if (pairs == 0)

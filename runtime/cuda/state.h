@@ -34,8 +34,9 @@ struct Device::State {
   /// --timeout, kept here: the Device outlives the Context it was built from (it is deleted
   /// after runModel returns, and finalizing NCCL is watched too).
   int timeoutSeconds = 30;
-  /// Device copies of rotary inverse frequencies, by the host array the program passes.
-  std::map<const double *, float *> invFreqs;
+  /// Device copies of rotary inverse frequencies, by what the program passes: its host
+  /// array (one per call site), or null with theta and head_dim for the default ones.
+  std::map<std::tuple<const double *, double, int64_t>, float *> invFreqs;
   /// Staging for collectives that move pieces of strided feature dims, grown as needed (a
   /// decode graph holds it: growing it goes through releaseForRegrowth).
   act *scratch = nullptr;
