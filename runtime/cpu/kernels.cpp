@@ -10,7 +10,7 @@
 
 namespace tpcrt {
 
-bool embedding(const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
+bool embedding(Host, const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
                int64_t rows, int64_t vocab, int64_t width, float *out) {
   for (int64_t t = 0; t < tokens; ++t) {
     int64_t id = ids[t];
@@ -26,7 +26,7 @@ bool embedding(const int64_t *ids, int64_t tokens, const float *table, int64_t r
   return true;
 }
 
-void rmsNorm(const float *x, int64_t rows, int64_t cols, const float *weight, double epsilon,
+void rmsNorm(Host, const float *x, int64_t rows, int64_t cols, const float *weight, double epsilon,
              double weightOffset, float *out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *in = x + r * cols;
@@ -39,7 +39,7 @@ void rmsNorm(const float *x, int64_t rows, int64_t cols, const float *weight, do
   }
 }
 
-void linear(const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
+void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
             const float *bias, float *y) {
   if (bias)
     for (int64_t r = 0; r < rows; ++r)
@@ -53,7 +53,7 @@ void linear(const float *x, int64_t rows, int64_t in, const float *w, int64_t ou
                 int(in), w, int(in), beta, y, int(out));
 }
 
-void rotary(const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
+void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
             const double *givenInvFreq, const int64_t *positions, float *out) {
   int64_t half = headDim / 2;
   std::vector<double> invFreq(half);
@@ -73,7 +73,7 @@ void rotary(const float *x, int64_t rows, int64_t cols, int64_t headDim, double 
     }
 }
 
-void attention(const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
+void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
                double softcap, KVCache &cache, float *out) {
   int64_t start = cache.length, width = kvHeads * headDim;
@@ -117,12 +117,12 @@ void attention(const float *q, const float *k, const float *v, int64_t rows, int
   }
 }
 
-void silu(const float *x, int64_t n, float *out) {
+void silu(Host, const float *x, int64_t n, float *out) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = float(x[i] / (1.0 + std::exp(-double(x[i]))));
 }
 
-void gelu(const float *x, int64_t n, bool tanhApproximation, float *out) {
+void gelu(Host, const float *x, int64_t n, bool tanhApproximation, float *out) {
   for (int64_t i = 0; i < n; ++i) {
     double v = x[i];
     if (tanhApproximation)
@@ -132,19 +132,19 @@ void gelu(const float *x, int64_t n, bool tanhApproximation, float *out) {
   }
 }
 
-void scale(const float *x, int64_t n, double factor, float *out) {
+void scale(Host, const float *x, int64_t n, double factor, float *out) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = float(x[i] * factor);
 }
 
-void softcap(const float *x, int64_t n, double cap, float *out) {
+void softcap(Host, const float *x, int64_t n, double cap, float *out) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = float(cap * std::tanh(x[i] / cap));
 }
 
-void router(const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
-            int64_t topK, bool normalize, float *out) {
-  linear(x, rows, hidden, w, experts, nullptr, out);
+void router(Host host, const float *x, int64_t rows, int64_t hidden, const float *w,
+            int64_t experts, int64_t topK, bool normalize, float *out) {
+  linear(host, x, rows, hidden, w, experts, nullptr, out);
   std::vector<int64_t> order(experts);
   std::vector<double> probs(experts);
   for (int64_t r = 0; r < rows; ++r) {
@@ -172,9 +172,9 @@ void router(const float *x, int64_t rows, int64_t hidden, const float *w, int64_
   }
 }
 
-void experts(const float *x, int64_t rows, int64_t hidden, const float *routing,
-             int64_t experts, const float *gateUp, const float *down, int64_t inter,
-             bool geluTanh, float *out) {
+void experts(Host host, const float *x, int64_t rows, int64_t hidden, const float *routing,
+             int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
+             float *out) {
   std::fill(out, out + rows * hidden, 0.0f);
   std::vector<float> gu(2 * inter), act(inter), y(hidden);
   for (int64_t t = 0; t < rows; ++t)
@@ -182,36 +182,36 @@ void experts(const float *x, int64_t rows, int64_t hidden, const float *routing,
       float weight = routing[t * experts + e];
       if (weight == 0.0f)
         continue;
-      linear(x + t * hidden, 1, hidden, gateUp + e * 2 * inter * hidden, 2 * inter, nullptr,
+      linear(host, x + t * hidden, 1, hidden, gateUp + e * 2 * inter * hidden, 2 * inter, nullptr,
              gu.data());
       if (geluTanh)
-        gelu(gu.data(), inter, true, act.data());
+        gelu(host, gu.data(), inter, true, act.data());
       else
-        silu(gu.data(), inter, act.data());
-      mul(act.data(), gu.data() + inter, inter, act.data());
-      linear(act.data(), 1, inter, down + e * hidden * inter, hidden, nullptr, y.data());
+        silu(host, gu.data(), inter, act.data());
+      mul(host, act.data(), gu.data() + inter, inter, act.data());
+      linear(host, act.data(), 1, inter, down + e * hidden * inter, hidden, nullptr, y.data());
       for (int64_t h = 0; h < hidden; ++h)
         out[t * hidden + h] += weight * y[h];
     }
 }
 
-void add(const float *a, const float *b, int64_t n, float *out) {
+void add(Host, const float *a, const float *b, int64_t n, float *out) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = a[i] + b[i];
 }
 
-void mul(const float *a, const float *b, int64_t n, float *out) {
+void mul(Host, const float *a, const float *b, int64_t n, float *out) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = a[i] * b[i];
 }
 
-void copyRows(float *dst, int64_t dstStride, const float *src, int64_t srcStride, int64_t rows,
-              int64_t cols) {
+void copyRows(Host, float *dst, int64_t dstStride, const float *src, int64_t srcStride,
+              int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     std::memmove(dst + r * dstStride, src + r * srcStride, cols * sizeof(float));
 }
 
-void sliceColumns(const float *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
+void sliceColumns(Host, const float *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
                   float *out) {
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(out + r * size, x + r * cols + offset, size * sizeof(float));

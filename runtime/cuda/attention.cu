@@ -631,30 +631,30 @@ __global__ void weightedSumKernel(const float *scores, const act *valuesCache, i
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-void append(const act *k, const act *v, int64_t rows, int64_t width, KVCache &cache) {
+void append(Device::State &state, const act *k, const act *v, int64_t rows, int64_t width,
+            KVCache &cache) {
   int64_t count = rows * width;
   bool vector = (uintptr_t(k) | uintptr_t(v)) % 16 == 0; // width % 8 == 0: cache rows are
   if (vector)
-    appendKernel<true><<<blocksFor(count / 8), kThreads, 0, stream()>>>(
-        k, v, count, width, current->kvStart, cache.keys, cache.values);
+    appendKernel<true><<<blocksFor(count / 8), kThreads, 0, state.stream>>>(
+        k, v, count, width, state.kvStart, cache.keys, cache.values);
   else
-    appendKernel<false><<<blocksFor(count), kThreads, 0, stream()>>>(
-        k, v, count, width, current->kvStart, cache.keys, cache.values);
+    appendKernel<false><<<blocksFor(count), kThreads, 0, state.stream>>>(
+        k, v, count, width, state.kvStart, cache.keys, cache.values);
   launched("attention: the KV-cache append kernel");
 }
 
 template <int CPL, int G>
-void launchDecode(dim3 grid, size_t shared, const act *q, const KVCache &cache, int group,
-                  int headChunks, int headDim, int64_t width, int lanes, int splits, float scale,
-                  float softcap, int64_t window) {
-  decodeKernel<CPL, G><<<grid, kDecodeThreads, shared, stream()>>>(
-      q, cache.keys, cache.values, current->kvStart, group, headChunks, headDim, width, lanes,
-      splits, scale, softcap, window, current->attentionStats, current->attentionPartials);
+void launchDecode(Device::State &state, dim3 grid, size_t shared, const act *q,
+                  const KVCache &cache, int group, int headChunks, int headDim, int64_t width,
+                  int lanes, int splits, float scale, float softcap, int64_t window) {
+  decodeKernel<CPL, G><<<grid, kDecodeThreads, shared, state.stream>>>(
+      q, cache.keys, cache.values, state.kvStart, group, headChunks, headDim, width, lanes, splits,
+      scale, softcap, window, state.attentionStats, state.attentionPartials);
 }
 
-void decode(const act *q, int64_t heads, int64_t kvHeads, int64_t headDim, double scale,
-            int64_t window, double softcap, const KVCache &cache, act *out) {
-  Device::State &state = *current;
+void decode(Device::State &state, const act *q, int64_t heads, int64_t kvHeads, int64_t headDim,
+            double scale, int64_t window, double softcap, const KVCache &cache, act *out) {
   if (!state.attentionPartials)
     throw std::runtime_error("attention: the decode kernel's scratch is missing "
                              "(prepareAttention was not called)");
@@ -682,8 +682,8 @@ void decode(const act *q, int64_t heads, int64_t kvHeads, int64_t headDim, doubl
   size_t shared = (size_t(slots) * g * (headDim + 3)) * sizeof(float);
   dim3 grid = dim3(unsigned(splits), unsigned(blocksPerSplit));
   auto run = [&](auto launch) {
-    launch(grid, shared, q, cache, int(group), headChunks, int(headDim), kvHeads * headDim, lanes,
-           int(splits), float(scale), float(softcap), window);
+    launch(state, grid, shared, q, cache, int(group), headChunks, int(headDim), kvHeads * headDim,
+           lanes, int(splits), float(scale), float(softcap), window);
   };
   switch (cpl * 16 + g) {
   case 16 + 1:
@@ -709,14 +709,15 @@ void decode(const act *q, int64_t heads, int64_t kvHeads, int64_t headDim, doubl
     break;
   }
   launched("attention: the split-KV decode kernel");
-  combineKernel<<<unsigned(heads), kCombineThreads, 0, stream()>>>(
+  combineKernel<<<unsigned(heads), kCombineThreads, 0, state.stream>>>(
       state.attentionStats, state.attentionPartials, int(splits), int(headDim), out);
   launched("attention: the split-KV combine kernel");
 }
 
 template <int D>
-void launchPrefill(const act *q, const KVCache &cache, int64_t rows, int64_t heads, int64_t group,
-                   int64_t width, double scale, double softcap, int64_t window, act *out) {
+void launchPrefill(Device::State &state, const act *q, const KVCache &cache, int64_t rows,
+                   int64_t heads, int64_t group, int64_t width, double scale, double softcap,
+                   int64_t window, act *out) {
   constexpr int bytes = prefillSharedBytes<D>();
   static bool configured = false; // once per kernel: the opt-in past 48 KiB
   if (!configured) {
@@ -726,41 +727,41 @@ void launchPrefill(const act *q, const KVCache &cache, int64_t rows, int64_t hea
     configured = true;
   }
   dim3 grid(unsigned(heads), unsigned((rows + kBlock - 1) / kBlock));
-  prefillKernel<D><<<grid, kPrefillThreads, bytes, stream()>>>(
-      q, cache.keys, cache.values, current->kvStart, int(rows), int(group), width, float(scale),
+  prefillKernel<D><<<grid, kPrefillThreads, bytes, state.stream>>>(
+      q, cache.keys, cache.values, state.kvStart, int(rows), int(group), width, float(scale),
       float(softcap), window, uintptr_t(q) % 16 == 0, out);
   launched("attention: the flash prefill kernel");
 }
 
-void fallback(const act *q, int64_t rows, int64_t heads, int64_t group, int64_t headDim,
-              double scale, int64_t window, double softcap, int64_t start, const KVCache &cache,
-              act *out) {
+void fallback(Device::State &state, const act *q, int64_t rows, int64_t heads, int64_t group,
+              int64_t headDim, double scale, int64_t window, double softcap, int64_t start,
+              const KVCache &cache, act *out) {
   int64_t width = (heads / group) * headDim, keys = start + rows;
   // Scores for a chunk of query rows at a time, so a long prompt's [rows, heads, keys] never
   // has to fit at once (at most 64 Mi floats).
   int64_t chunk =
       std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(64) << 20) / (heads * keys)));
   size_t needed = size_t(chunk * heads * keys);
-  if (needed > current->scoresCapacity) {
-    check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (attention scores)");
-    cudaFree(current->scores);
-    current->scores = nullptr;
-    current->scoresCapacity = 0;
-    check(cudaMalloc(&current->scores, needed * sizeof(float)), "cudaMalloc (attention scores)");
-    current->scoresCapacity = needed;
+  if (needed > state.scoresCapacity) {
+    check(cudaStreamSynchronize(state.stream), "cudaStreamSynchronize (attention scores)");
+    cudaFree(state.scores);
+    state.scores = nullptr;
+    state.scoresCapacity = 0;
+    check(cudaMalloc(&state.scores, needed * sizeof(float)), "cudaMalloc (attention scores)");
+    state.scoresCapacity = needed;
   }
   int64_t qWidth = heads * headDim;
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     int64_t n = std::min(chunk, rows - r0);
     int64_t count = n * heads * keys;
-    scoresKernel<<<blocksFor(count), kThreads, 0, stream()>>>(
+    scoresKernel<<<blocksFor(count), kThreads, 0, state.stream>>>(
         q + r0 * qWidth, cache.keys, n, heads, group, headDim, width, start + r0, keys,
-        float(scale), window, float(softcap), current->scores);
+        float(scale), window, float(softcap), state.scores);
     launched("attention: the fallback scores kernel");
-    softmaxKernel<<<unsigned(n * heads), kThreads, 0, stream()>>>(current->scores, keys);
+    softmaxKernel<<<unsigned(n * heads), kThreads, 0, state.stream>>>(state.scores, keys);
     launched("attention: the fallback softmax kernel");
-    weightedSumKernel<<<blocksFor(n * qWidth), kThreads, 0, stream()>>>(
-        current->scores, cache.values, n, heads, group, headDim, width, keys, out + r0 * qWidth);
+    weightedSumKernel<<<blocksFor(n * qWidth), kThreads, 0, state.stream>>>(
+        state.scores, cache.values, n, heads, group, headDim, width, keys, out + r0 * qWidth);
     launched("attention: the fallback output kernel");
   }
 }
@@ -790,8 +791,8 @@ void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
   state.attentionSplits = splits;
 }
 
-void attention(const act *q, const act *k, const act *v, int64_t rows, int64_t heads,
-               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
+void attention(Device::State &state, const act *q, const act *k, const act *v, int64_t rows,
+               int64_t heads, int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
                double softcap, KVCache &cache, act *out) {
   if (rows <= 0)
     return;
@@ -802,7 +803,7 @@ void attention(const act *q, const act *k, const act *v, int64_t rows, int64_t h
     throw std::runtime_error("attention: " + std::to_string(heads) +
                              " query heads do not group over " + std::to_string(kvHeads) +
                              " key/value heads");
-  if (!current->kvStart)
+  if (!state.kvStart)
     throw std::runtime_error("attention: the device's KV start (State::kvStart) is missing");
   int64_t width = kvHeads * headDim, group = heads / kvHeads;
   // A decode step (rows == 1) may be captured: the Device checks its capacity and nothing
@@ -811,28 +812,34 @@ void attention(const act *q, const act *k, const act *v, int64_t rows, int64_t h
   if (rows > 1 && start + rows > cache.capacity)
     throw std::runtime_error("the KV cache holds " + std::to_string(cache.capacity) +
                              " tokens; --max-seq-len is too small");
-  append(k, v, rows, width, cache);
+  append(state, k, v, rows, width, cache);
   if (rows == 1) {
-    decode(q, heads, kvHeads, headDim, scale, slidingWindow, softcap, cache, out);
+    decode(state, q, heads, kvHeads, headDim, scale, slidingWindow, softcap, cache, out);
   } else {
     switch (headDim) {
     case 64:
-      launchPrefill<64>(q, cache, rows, heads, group, width, scale, softcap, slidingWindow, out);
+      launchPrefill<64>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
+                        out);
       break;
     case 80:
-      launchPrefill<80>(q, cache, rows, heads, group, width, scale, softcap, slidingWindow, out);
+      launchPrefill<80>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
+                        out);
       break;
     case 96:
-      launchPrefill<96>(q, cache, rows, heads, group, width, scale, softcap, slidingWindow, out);
+      launchPrefill<96>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
+                        out);
       break;
     case 128:
-      launchPrefill<128>(q, cache, rows, heads, group, width, scale, softcap, slidingWindow, out);
+      launchPrefill<128>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
+                         out);
       break;
     case 256:
-      launchPrefill<256>(q, cache, rows, heads, group, width, scale, softcap, slidingWindow, out);
+      launchPrefill<256>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
+                         out);
       break;
     default:
-      fallback(q, rows, heads, group, headDim, scale, slidingWindow, softcap, start, cache, out);
+      fallback(state, q, rows, heads, group, headDim, scale, slidingWindow, softcap, start, cache,
+               out);
     }
   }
   // cache.length is the Device's: it advances every cache after the forward (Device::run).

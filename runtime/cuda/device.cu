@@ -43,11 +43,7 @@ std::string cudaReason(cudaError_t e) {
 
 /// A write through a null pointer: TPC_FAULT=device's illegal memory access.
 __global__ void faultKernel(int *nowhere) { *nowhere = 1; }
-} // namespace
 
-Device::State *current = nullptr;
-
-namespace {
 /// Generated weights, on the device: element e of the local tensor lies in run r (offsets
 /// sorted), at HF index first[r] + (e - offset[r]) when under count[r], else it is padding.
 __global__ void generateKernel(RandomWeightKey key, const int64_t *offset, const int64_t *first,
@@ -128,7 +124,6 @@ void launched(const char *what) {
 Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t maxHeadDim,
                const std::vector<std::vector<int>> &weightGroups)
     : rank(host.rank), tp(host.tp), state(std::make_unique<State>()), host(host), spec(spec) {
-  current = state.get();
   host.device = this;
   state->timeoutSeconds = host.timeoutSeconds;
   int count = 0;
@@ -276,14 +271,13 @@ Device::~Device() {
   cudaFree(state->positions);
   cudaFree(state->kvStart);
   cudaFree(state->workspace);
-  for (auto &[array, frequencies] : state->invFreqs)
+  for (auto &[key, frequencies] : state->invFreqs)
     cudaFree(frequencies);
   cudaFreeHost(state->hostLogits);
   if (state->lt)
     cublasLtDestroy(state->lt);
   if (state->stream)
     cudaStreamDestroy(state->stream);
-  current = nullptr;
 }
 
 cudaStream_t Device::stream() const { return state->stream; }

@@ -83,10 +83,10 @@ __global__ void binaryKernel(const act *a, const act *b, int64_t n, bool product
     out[i] = __float2bfloat16(product ? load(a, i) * load(b, i) : load(a, i) + load(b, i));
 }
 
-void unary(const act *x, int64_t n, Unary kind, float arg, act *out) {
+void unary(Device::State &state, const act *x, int64_t n, Unary kind, float arg, act *out) {
   if (n == 0)
     return;
-  unaryKernel<<<blocksFor(n), kThreads, 0, stream()>>>(x, n, kind, arg, out);
+  unaryKernel<<<blocksFor(n), kThreads, 0, state.stream>>>(x, n, kind, arg, out);
   launched("an elementwise kernel");
 }
 
@@ -97,29 +97,28 @@ void cublasCheck(cublasStatus_t s, const char *what) {
 
 } // namespace
 
-bool embedding(const int64_t *ids, int64_t tokens, const act *table, int64_t rowOffset,
-               int64_t rows, int64_t vocab, int64_t width, act *out) {
+bool embedding(Device::State &state, const int64_t *ids, int64_t tokens, const act *table,
+               int64_t rowOffset, int64_t rows, int64_t vocab, int64_t width, act *out) {
   (void)vocab; // checked on the host before the ids came to the device
   if (tokens * width == 0)
     return true;
-  embeddingKernel<<<blocksFor(tokens * width), kThreads, 0, stream()>>>(ids, tokens, table,
-                                                                        rowOffset, rows, width,
-                                                                        out);
+  embeddingKernel<<<blocksFor(tokens * width), kThreads, 0, state.stream>>>(
+      ids, tokens, table, rowOffset, rows, width, out);
   launched("embedding");
   return true;
 }
 
-void rmsNorm(const act *x, int64_t rows, int64_t cols, const act *weight, double epsilon,
-             double weightOffset, act *out) {
+void rmsNorm(Device::State &state, const act *x, int64_t rows, int64_t cols, const act *weight,
+             double epsilon, double weightOffset, act *out) {
   if (rows == 0)
     return;
-  rmsNormKernel<<<unsigned(rows), kThreads, 0, stream()>>>(x, cols, weight, float(epsilon),
-                                                           float(weightOffset), out);
+  rmsNormKernel<<<unsigned(rows), kThreads, 0, state.stream>>>(x, cols, weight, float(epsilon),
+                                                               float(weightOffset), out);
   launched("rms_norm");
 }
 
-void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, const act *bias,
-            act *y) {
+void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const act *w, int64_t out,
+            const act *bias, act *y) {
   if (rows == 0)
     return;
   // Column-major view: y^T [out, rows] = op(W^T [in, out])^T . x^T [in, rows]. Arena
@@ -132,7 +131,7 @@ void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, c
   uint32_t alignA = alignment(w), alignB = alignment(x), alignC = alignment(y),
            alignBias = bias ? alignment(bias) : 256;
   auto key = std::make_tuple(out, rows, in, bias != nullptr, alignA, alignB, alignC, alignBias);
-  auto [at, fresh] = current->plans.try_emplace(key);
+  auto [at, fresh] = state.plans.try_emplace(key);
   Device::State::Plan &plan = at->second;
   if (fresh) {
     cublasCheck(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -155,10 +154,8 @@ void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, c
     cublasCheck(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_16BF, out, rows, out), "layout C");
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
-    cublasLtMatmulPreferenceSetAttribute(preference,
-                                         CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                         &current->workspaceBytes,
-                                         sizeof(current->workspaceBytes));
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                         &state.workspaceBytes, sizeof(state.workspaceBytes));
     for (auto [attribute, value] :
          {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignA},
           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignB},
@@ -168,12 +165,12 @@ void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, c
                                                        sizeof(value)),
                   "cublasLtMatmulPreferenceSetAttribute");
     int found = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        current->lt, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &plan.heuristic,
-        &found);
+    cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(state.lt, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                       preference, 1, &plan.heuristic, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
-      current->plans.erase(at); // not kept half made: the next call tries again
+      state.plans.erase(at); // not kept half made: the next call tries again
       throw std::runtime_error("cuBLASLt has no algorithm for a bf16 GEMM of " +
                                std::to_string(out) + " x " + std::to_string(rows) + " x " +
                                std::to_string(in) + " (alignments " +
@@ -186,91 +183,77 @@ void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, c
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                    sizeof(bias));
   float alpha = 1.0f, beta = 0.0f;
-  cublasCheck(cublasLtMatmul(current->lt, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, y,
-                             plan.c, y, plan.c, &plan.heuristic.algo, current->workspace,
-                             current->workspaceBytes, stream()),
+  cublasCheck(cublasLtMatmul(state.lt, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y,
+                             plan.c, &plan.heuristic.algo, state.workspace, state.workspaceBytes,
+                             state.stream),
               "cublasLtMatmul");
 }
 
-void rotary(const act *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *invFreq, const int64_t *positions, act *out) {
-  // One device copy of the frequencies per call site (keyed by its static host array), or
-  // per theta for the default ones.
-  static std::map<std::pair<double, int64_t>, float *> defaults;
-  float *frequencies = nullptr;
+void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t headDim,
+            double theta, const double *invFreq, const int64_t *positions, act *out) {
   int64_t half = headDim / 2;
-  auto upload = [&](const std::vector<float> &values) {
-    float *d = nullptr;
-    check(cudaMalloc(&d, values.size() * sizeof(float)), "cudaMalloc (rotary)");
-    check(cudaMemcpy(d, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
+  float *&frequencies = state.invFreqs[{invFreq, theta, headDim}];
+  if (!frequencies) {
+    std::vector<float> values(half);
+    for (int64_t i = 0; i < half; ++i)
+      values[i] = invFreq ? float(invFreq[i])
+                          : float(std::pow(theta, -2.0 * double(i) / double(headDim)));
+    check(cudaMalloc(&frequencies, half * sizeof(float)), "cudaMalloc (rotary)");
+    check(cudaMemcpy(frequencies, values.data(), half * sizeof(float), cudaMemcpyHostToDevice),
           "cudaMemcpy (rotary)");
-    return d;
-  };
-  if (invFreq) {
-    float *&d = current->invFreqs[invFreq];
-    if (!d)
-      d = upload(std::vector<float>(invFreq, invFreq + half));
-    frequencies = d;
-  } else {
-    float *&d = defaults[{theta, headDim}];
-    if (!d) {
-      std::vector<float> values(half);
-      for (int64_t i = 0; i < half; ++i)
-        values[i] = float(std::pow(theta, -2.0 * double(i) / double(headDim)));
-      d = upload(values);
-    }
-    frequencies = d;
   }
   int64_t pairs = rows * (cols / headDim) * half;
   if (pairs == 0)
     return;
-  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream()>>>(x, rows, cols, headDim, frequencies,
-                                                            positions, out);
+  rotaryKernel<<<blocksFor(pairs), kThreads, 0, state.stream>>>(x, rows, cols, headDim, frequencies,
+                                                                positions, out);
   launched("rotary");
 }
 
-void silu(const act *x, int64_t n, act *out) { unary(x, n, Unary::Silu, 0, out); }
-void gelu(const act *x, int64_t n, bool tanhApproximation, act *out) {
-  unary(x, n, tanhApproximation ? Unary::GeluTanh : Unary::Gelu, 0, out);
+void silu(Device::State &state, const act *x, int64_t n, act *out) {
+  unary(state, x, n, Unary::Silu, 0, out);
 }
-void scale(const act *x, int64_t n, double factor, act *out) {
-  unary(x, n, Unary::Scale, float(factor), out);
+void gelu(Device::State &state, const act *x, int64_t n, bool tanhApproximation, act *out) {
+  unary(state, x, n, tanhApproximation ? Unary::GeluTanh : Unary::Gelu, 0, out);
 }
-void softcap(const act *x, int64_t n, double cap, act *out) {
-  unary(x, n, Unary::Softcap, float(cap), out);
+void scale(Device::State &state, const act *x, int64_t n, double factor, act *out) {
+  unary(state, x, n, Unary::Scale, float(factor), out);
+}
+void softcap(Device::State &state, const act *x, int64_t n, double cap, act *out) {
+  unary(state, x, n, Unary::Softcap, float(cap), out);
 }
 
-void add(const act *a, const act *b, int64_t n, act *out) {
+void add(Device::State &state, const act *a, const act *b, int64_t n, act *out) {
   if (n == 0)
     return;
-  binaryKernel<<<blocksFor(n), kThreads, 0, stream()>>>(a, b, n, false, out);
+  binaryKernel<<<blocksFor(n), kThreads, 0, state.stream>>>(a, b, n, false, out);
   launched("add");
 }
 
-void mul(const act *a, const act *b, int64_t n, act *out) {
+void mul(Device::State &state, const act *a, const act *b, int64_t n, act *out) {
   if (n == 0)
     return;
-  binaryKernel<<<blocksFor(n), kThreads, 0, stream()>>>(a, b, n, true, out);
+  binaryKernel<<<blocksFor(n), kThreads, 0, state.stream>>>(a, b, n, true, out);
   launched("mul");
 }
 
-void copyRows(act *dst, int64_t dstStride, const act *src, int64_t srcStride, int64_t rows,
-              int64_t cols) {
+void copyRows(Device::State &state, act *dst, int64_t dstStride, const act *src, int64_t srcStride,
+              int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0)
     return;
   if (rows == 1) { // one contiguous run (an identity's strides are 0)
-    check(cudaMemcpyAsync(dst, src, cols * sizeof(act), cudaMemcpyDeviceToDevice, stream()),
+    check(cudaMemcpyAsync(dst, src, cols * sizeof(act), cudaMemcpyDeviceToDevice, state.stream),
           "cudaMemcpyAsync");
     return;
   }
   check(cudaMemcpy2DAsync(dst, dstStride * sizeof(act), src, srcStride * sizeof(act),
-                          cols * sizeof(act), rows, cudaMemcpyDeviceToDevice, stream()),
+                          cols * sizeof(act), rows, cudaMemcpyDeviceToDevice, state.stream),
         "cudaMemcpy2DAsync");
 }
 
-void sliceColumns(const act *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
-                  act *out) {
-  copyRows(out, size, x + offset, cols, rows, size);
+void sliceColumns(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t offset,
+                  int64_t size, act *out) {
+  copyRows(state, out, size, x + offset, cols, rows, size);
 }
 
 } // namespace tpcrt::cuda

@@ -40,8 +40,9 @@ struct Device::State {
   /// --timeout, kept here: the Device outlives the Context it was built from (it is deleted
   /// after runModel returns, and finalizing NCCL is watched too).
   int timeoutSeconds = 30;
-  /// Device copies of rotary inverse frequencies, by the host array the program passes.
-  std::map<const double *, float *> invFreqs;
+  /// Device copies of rotary inverse frequencies, by what the program passes: its host
+  /// array (one per call site), or null with theta and head_dim for the default ones.
+  std::map<std::tuple<const double *, double, int64_t>, float *> invFreqs;
   /// Staging for collectives that move pieces of strided feature dims (DeviceMemory's), grown
   /// as needed (a decode graph holds it: growing it goes through releaseForRegrowth).
   act *scratch = nullptr;
@@ -103,9 +104,6 @@ private:
 void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
                       int64_t maxHeadDim);
 
-/// The state of the one Device of this process (kernels reach the stream through it).
-extern Device::State *current;
-
 /// Throws a DeviceError ("CUDA error in WHAT: reason") unless `e` is cudaSuccess.
 void check(cudaError_t e, const char *what);
 /// The check after each launch: a DeviceError naming the kernel `what` when one is pending.
@@ -114,9 +112,6 @@ void launched(const char *what);
 /// destroys the graphs (the next decode step captures again with the new address). Throws
 /// while a capture is under way, whose eager run should have sized the buffer.
 void releaseForRegrowth(Device::State &state, const char *what);
-
-/// The stream every kernel runs on.
-inline cudaStream_t stream() { return current->stream; }
 
 } // namespace tpcrt::cuda
 

@@ -42,7 +42,7 @@ TEST(Kernels, LinearMatchesNaive) {
   int64_t rows = 3, in = 5, out = 4;
   auto x = randomVector(rows * in, 1), w = randomVector(out * in, 2), b = randomVector(out, 3);
   std::vector<float> y(rows * out);
-  linear(x.data(), rows, in, w.data(), out, b.data(), y.data());
+  linear(Host{}, x.data(), rows, in, w.data(), out, b.data(), y.data());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t o = 0; o < out; ++o) {
       double acc = b[o];
@@ -54,11 +54,11 @@ TEST(Kernels, LinearMatchesNaive) {
 
 TEST(Kernels, RmsNormAndOffset) {
   std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 2, 0}, y(4);
-  rmsNorm(x.data(), 1, 4, w.data(), 1e-6, 0.0, y.data());
+  rmsNorm(Host{}, x.data(), 1, 4, w.data(), 1e-6, 0.0, y.data());
   double rms = std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-6);
   EXPECT_NEAR(y[2], 3 / rms * 2, 1e-5);
   EXPECT_NEAR(y[3], 0, 1e-6);
-  rmsNorm(x.data(), 1, 4, w.data(), 1e-6, 1.0, y.data()); // Gemma: (1 + w)
+  rmsNorm(Host{}, x.data(), 1, 4, w.data(), 1e-6, 1.0, y.data()); // Gemma: (1 + w)
   EXPECT_NEAR(y[3], 4 / rms, 1e-5);
 }
 
@@ -66,7 +66,7 @@ TEST(Kernels, RotaryRotatesHalvesAndKeepsNorms) {
   auto x = randomVector(2 * 8, 4);
   std::vector<float> y(16);
   int64_t positions[] = {0, 5};
-  rotary(x.data(), 2, 8, 4, 10000.0, nullptr, positions, y.data());
+  rotary(Host{}, x.data(), 2, 8, 4, 10000.0, nullptr, positions, y.data());
   for (int i = 0; i < 8; ++i)
     EXPECT_FLOAT_EQ(y[i], x[i]); // position 0 is the identity
   for (int h = 0; h < 2; ++h) {
@@ -86,8 +86,8 @@ TEST(Kernels, RotaryTakesGivenFrequencies) {
   std::vector<float> a(8), b(8);
   int64_t positions[] = {3};
   double invFreq[] = {1.0, 0.1, 0.01, 0.001}; // theta 10^4 with head_dim 8
-  rotary(x.data(), 1, 8, 8, 10000.0, nullptr, positions, a.data());
-  rotary(x.data(), 1, 8, 8, 1.0, invFreq, positions, b.data());
+  rotary(Host{}, x.data(), 1, 8, 8, 10000.0, nullptr, positions, a.data());
+  rotary(Host{}, x.data(), 1, 8, 8, 1.0, invFreq, positions, b.data());
   for (int i = 0; i < 8; ++i)
     EXPECT_NEAR(a[i], b[i], 1e-6);
 }
@@ -97,7 +97,7 @@ TEST(Kernels, RouterKeepsTopKRenormalized) {
   std::vector<float> x = {1.0f, 0.0f};
   std::vector<float> w = {0.5f, 0, 2.0f, 0, -1.0f, 0, 1.0f, 0}; // logits 0.5, 2, -1, 1
   std::vector<float> out(4);
-  router(x.data(), 1, 2, w.data(), 4, 2, true, out.data());
+  router(Host{}, x.data(), 1, 2, w.data(), 4, 2, true, out.data());
   double e1 = std::exp(2.0), e3 = std::exp(1.0);
   EXPECT_FLOAT_EQ(out[0], 0.0f);
   EXPECT_FLOAT_EQ(out[2], 0.0f);
@@ -110,8 +110,8 @@ TEST(Kernels, ExpertsSumRoutedExpertsOnly) {
   auto x = randomVector(hidden, 15), gateUp = randomVector(count * 2 * inter * hidden, 16),
        down = randomVector(count * hidden * inter, 17);
   std::vector<float> routing = {0.0f, 0.75f}, out(hidden);
-  experts(x.data(), 1, hidden, routing.data(), count, gateUp.data(), down.data(), inter, false,
-          out.data());
+  experts(Host{}, x.data(), 1, hidden, routing.data(), count, gateUp.data(), down.data(), inter,
+          false, out.data());
   const float *gu = gateUp.data() + 2 * inter * hidden, *dn = down.data() + hidden * inter;
   for (int64_t h = 0; h < hidden; ++h) {
     double sum = 0;
@@ -134,7 +134,7 @@ TEST(Kernels, AttentionSoftcapBoundsScores) {
   std::vector<float> q = {10, 0, 10, 0}, k = {1, 0, -1, 0}, v = {1, 2, 3, 4};
   std::vector<float> keys(4), values(4), out(4);
   KVCache cache{keys.data(), values.data(), 2, hd, 0};
-  attention(q.data(), k.data(), v.data(), 2, 1, 1, hd, 1.0, 0, 1e-3, cache, out.data());
+  attention(Host{}, q.data(), k.data(), v.data(), 2, 1, 1, hd, 1.0, 0, 1e-3, cache, out.data());
   EXPECT_NEAR(out[0], 1.0, 1e-6);
   EXPECT_NEAR(out[2], 2.0, 2e-3);
   EXPECT_NEAR(out[3], 3.0, 2e-3);
@@ -148,9 +148,11 @@ TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
   KVCache cache{keys.data(), values.data(), total, kvHeads * hd, 0};
   std::vector<float> out(total * heads * hd);
   double scale = 1 / std::sqrt(double(hd));
-  attention(q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, 0.0, cache, out.data());
-  attention(q.data() + 4 * heads * hd, k.data() + 4 * kvHeads * hd, v.data() + 4 * kvHeads * hd,
-            1, heads, kvHeads, hd, scale, 0, 0.0, cache, out.data() + 4 * heads * hd);
+  attention(Host{}, q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, 0.0, cache,
+            out.data());
+  attention(Host{}, q.data() + 4 * heads * hd, k.data() + 4 * kvHeads * hd,
+            v.data() + 4 * kvHeads * hd, 1, heads, kvHeads, hd, scale, 0, 0.0, cache,
+            out.data() + 4 * heads * hd);
   for (int64_t t = 0; t < total; ++t)
     for (int64_t h = 0; h < heads; ++h) {
       int64_t g = h / (heads / kvHeads);
@@ -179,19 +181,19 @@ TEST(Kernels, EmbeddingZeroesOtherRanksRows) {
   std::vector<float> table = {1, 1, 2, 2}; // rows 2 and 3 of a vocab of 4, width 2
   int64_t ids[] = {0, 3, 2};
   std::vector<float> out(6, -1);
-  ASSERT_TRUE(embedding(ids, 3, table.data(), 2, 2, 4, 2, out.data()));
+  ASSERT_TRUE(embedding(Host{}, ids, 3, table.data(), 2, 2, 4, 2, out.data()));
   EXPECT_EQ(out, (std::vector<float>{0, 0, 2, 2, 1, 1}));
   int64_t bad[] = {4};
-  EXPECT_FALSE(embedding(bad, 1, table.data(), 2, 2, 4, 2, out.data()));
+  EXPECT_FALSE(embedding(Host{}, bad, 1, table.data(), 2, 2, 4, 2, out.data()));
 }
 
 TEST(Kernels, ActivationsAndArgmax) {
   std::vector<float> x = {-1, 0, 2}, y(3);
-  silu(x.data(), 3, y.data());
+  silu(Host{}, x.data(), 3, y.data());
   EXPECT_NEAR(y[2], 2 / (1 + std::exp(-2.0)), 1e-6);
-  gelu(x.data(), 3, false, y.data());
+  gelu(Host{}, x.data(), 3, false, y.data());
   EXPECT_NEAR(y[0], -0.15865525, 1e-6);
-  gelu(x.data(), 3, true, y.data());
+  gelu(Host{}, x.data(), 3, true, y.data());
   EXPECT_NEAR(y[0], -0.15880801, 1e-6);
   float ties[] = {1, 3, 3};
   EXPECT_EQ(argmax(ties, 3), 1);

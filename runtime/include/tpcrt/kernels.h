@@ -6,23 +6,28 @@
 
 namespace tpcrt {
 
+/// The CPU kernels' state, which is none today: they run on the calling thread with one
+/// OpenBLAS thread. Each kernel takes it first all the same, as the CUDA kernels take their
+/// Device's state, so that the generated program calls both targets' kernels alike.
+struct Host {};
+
 /// Rows of `table` for each id. The table holds rows [rowOffset, rowOffset + rows) of the
 /// vocabulary (a vocab-split embedding): ids outside that range give zero rows, so summing
 /// the ranks' outputs gives the full lookup. Ids outside [0, vocab) are an error (false).
-bool embedding(const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
+bool embedding(Host, const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
                int64_t rows, int64_t vocab, int64_t width, float *out);
 
 /// out = x / rms(x) * (weight + weightOffset), per row of `cols`.
-void rmsNorm(const float *x, int64_t rows, int64_t cols, const float *weight, double epsilon,
+void rmsNorm(Host, const float *x, int64_t rows, int64_t cols, const float *weight, double epsilon,
              double weightOffset, float *out);
 
 /// y[rows, out] = x[rows, in] @ w[out, in]^T (+ bias[out] when bias is not null).
-void linear(const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
+void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
             const float *bias, float *y);
 
 /// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`, with
 /// inverse frequencies theta^(-2i/headDim), or the headDim/2 of `invFreq` when not null.
-void rotary(const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
+void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
             const double *invFreq, const int64_t *positions, float *out);
 
 /// One layer's keys and values for up to `capacity` tokens: [capacity, kvHeads * headDim].
@@ -35,36 +40,36 @@ struct KVCache {
 /// h reads KV head h / (heads / kvHeads). Appends k and v to the cache first. A positive
 /// slidingWindow W limits each query to the W latest keys; a positive softcap c maps each
 /// scaled score s to c * tanh(s / c).
-void attention(const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
+void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
                double softcap, KVCache &cache, float *out);
 
-void silu(const float *x, int64_t n, float *out);
-void gelu(const float *x, int64_t n, bool tanhApproximation, float *out);
-void scale(const float *x, int64_t n, double factor, float *out);
-void softcap(const float *x, int64_t n, double cap, float *out);
+void silu(Host, const float *x, int64_t n, float *out);
+void gelu(Host, const float *x, int64_t n, bool tanhApproximation, float *out);
+void scale(Host, const float *x, int64_t n, double factor, float *out);
+void softcap(Host, const float *x, int64_t n, double cap, float *out);
 
 /// MoE routing: logits = x @ w^T ([rows, experts]); softmax; the topK largest kept (divided by
 /// their sum when `normalize`), every other weight 0. out is [rows, experts].
-void router(const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
+void router(Host, const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
             int64_t topK, bool normalize, float *out);
 
 /// MoE experts: out[t] = sum over local experts e with routing[t, e] != 0 of
 /// routing[t, e] * down[e] (act(gate) * up), where [gate | up] = gateUp[e] x[t].
 /// gateUp is [experts, 2 * inter, hidden]; down [experts, hidden, inter].
-void experts(const float *x, int64_t rows, int64_t hidden, const float *routing,
-             int64_t experts, const float *gateUp, const float *down, int64_t inter,
-             bool geluTanh, float *out);
+void experts(Host, const float *x, int64_t rows, int64_t hidden, const float *routing,
+             int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
+             float *out);
 
-void add(const float *a, const float *b, int64_t n, float *out);
-void mul(const float *a, const float *b, int64_t n, float *out);
+void add(Host, const float *a, const float *b, int64_t n, float *out);
+void mul(Host, const float *a, const float *b, int64_t n, float *out);
 
 /// rows x cols elements from src (row stride srcStride) to dst (row stride dstStride).
-void copyRows(float *dst, int64_t dstStride, const float *src, int64_t srcStride, int64_t rows,
-              int64_t cols);
+void copyRows(Host, float *dst, int64_t dstStride, const float *src, int64_t srcStride,
+              int64_t rows, int64_t cols);
 
 /// Columns [offset, offset + size) of a [rows, cols] matrix.
-void sliceColumns(const float *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
+void sliceColumns(Host, const float *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
                   float *out);
 
 /// Index of the largest of n values (the first on ties).

@@ -29,17 +29,19 @@ int runModel(ModelSpec *spec, int argc, char **argv);
 
 using ProgramContext = Context;
 using ProgramAct = float;
+/// The state the CPU kernels take: none (kernels.h).
+inline Host kernels(Context &) { return {}; }
 #include "tpcrt/program_ops.inc"
 
 // Mixtures of experts: on the CPU target only.
-inline void router(Context &, const float *x, int64_t rows, int64_t hidden, const float *w,
+inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
                    int64_t experts, int64_t topK, bool normalize, float *out) {
-  router(x, rows, hidden, w, experts, topK, normalize, out);
+  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, out);
 }
-inline void experts(Context &, const float *x, int64_t rows, int64_t hidden,
-                    const float *routing, int64_t count, const float *gateUp, const float *down,
-                    int64_t inter, bool geluTanh, float *out) {
-  experts(x, rows, hidden, routing, count, gateUp, down, inter, geluTanh, out);
+inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
+                    int64_t count, const float *gateUp, const float *down, int64_t inter,
+                    bool geluTanh, float *out) {
+  experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh, out);
 }
 
 } // namespace tpcrt

@@ -91,30 +91,32 @@ private:
   std::vector<act *> allocations; // what holds them
 };
 
-// Kernels, on the device's stream. Arguments as in tpcrt/kernels.h, on device pointers;
-// ids and positions are device arrays (ids were checked against the vocabulary on the host).
-bool embedding(const int64_t *ids, int64_t tokens, const act *table, int64_t rowOffset,
-               int64_t rows, int64_t vocab, int64_t width, act *out);
-void rmsNorm(const act *x, int64_t rows, int64_t cols, const act *weight, double epsilon,
-             double weightOffset, act *out);
-void linear(const act *x, int64_t rows, int64_t in, const act *w, int64_t out, const act *bias,
-            act *y);
-void rotary(const act *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *invFreq, const int64_t *positions, act *out);
-void attention(const act *q, const act *k, const act *v, int64_t rows, int64_t heads,
-               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
+// Kernels. Each takes first the state of the Device it runs for, and launches on its stream
+// with its cuBLASLt handle, plans and scratch. Other arguments as in tpcrt/kernels.h, on
+// device pointers; ids and positions are device arrays (ids were checked against the
+// vocabulary on the host).
+bool embedding(Device::State &state, const int64_t *ids, int64_t tokens, const act *table,
+               int64_t rowOffset, int64_t rows, int64_t vocab, int64_t width, act *out);
+void rmsNorm(Device::State &state, const act *x, int64_t rows, int64_t cols, const act *weight,
+             double epsilon, double weightOffset, act *out);
+void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const act *w, int64_t out,
+            const act *bias, act *y);
+void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t headDim,
+            double theta, const double *invFreq, const int64_t *positions, act *out);
+void attention(Device::State &state, const act *q, const act *k, const act *v, int64_t rows,
+               int64_t heads, int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
                double softcap, KVCache &cache, act *out);
-void silu(const act *x, int64_t n, act *out);
-void gelu(const act *x, int64_t n, bool tanhApproximation, act *out);
-void scale(const act *x, int64_t n, double factor, act *out);
-void softcap(const act *x, int64_t n, double cap, act *out);
-void add(const act *a, const act *b, int64_t n, act *out);
-void mul(const act *a, const act *b, int64_t n, act *out);
-void sliceColumns(const act *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
-                  act *out);
+void silu(Device::State &state, const act *x, int64_t n, act *out);
+void gelu(Device::State &state, const act *x, int64_t n, bool tanhApproximation, act *out);
+void scale(Device::State &state, const act *x, int64_t n, double factor, act *out);
+void softcap(Device::State &state, const act *x, int64_t n, double cap, act *out);
+void add(Device::State &state, const act *a, const act *b, int64_t n, act *out);
+void mul(Device::State &state, const act *a, const act *b, int64_t n, act *out);
+void sliceColumns(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t offset,
+                  int64_t size, act *out);
 /// rows x cols elements from src (row stride srcStride) to dst (row stride dstStride).
-void copyRows(act *dst, int64_t dstStride, const act *src, int64_t srcStride, int64_t rows,
-              int64_t cols);
+void copyRows(Device::State &state, act *dst, int64_t dstStride, const act *src, int64_t srcStride,
+              int64_t rows, int64_t cols);
 
 } // namespace tpcrt::cuda
 

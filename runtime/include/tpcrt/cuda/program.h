@@ -23,6 +23,8 @@ int runModel(ModelSpec *spec, int argc, char **argv);
 
 using ProgramContext = Device;
 using ProgramAct = act;
+/// The state the device's kernels take: the stream, cuBLASLt, their scratch.
+inline Device::State &kernels(Device &device) { return *device.state; }
 #include "tpcrt/program_ops.inc"
 
 } // namespace tpcrt::cuda
