@@ -25,7 +25,11 @@ Type withoutPlacement(Type type) {
 struct TPElideCollectivesPass : tpc::tp::impl::TPElideCollectivesBase<TPElideCollectivesPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (getMeshSize(module).value_or(1) != 1)
+    // A module that never had a mesh is not one rank's: say so rather than guess.
+    FailureOr<int64_t> mesh = requireMeshSize(module);
+    if (failed(mesh))
+      return signalPassFailure();
+    if (*mesh != 1)
       return;
     SmallVector<Operation *> moves;
     module.walk([&](Operation *op) {

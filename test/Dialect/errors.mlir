@@ -720,6 +720,54 @@ func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> (tensor<?x64xf32>, t
 
 // -----
 
+func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
+  // expected-error @+1 {{'tp.fused' op 'norm' yields the chain's last value, then its rms_norm}}
+  %f:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+    %s = tp.add "layer" %x, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+    %n = tp.rms_norm "ln" %s, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+    tp.yield %n, %s : tensor<?x64xf32>, tensor<?x64xf32>
+  }
+  return %f#0, %f#1 : tensor<?x64xf32>, tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
+  // expected-error @+1 {{'tp.fused' op 'norm' yields the chain's last value, then its rms_norm}}
+  %f:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+    %s = tp.add "layer" %x, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+    %n = tp.rms_norm "ln" %x, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+    tp.yield %s, %n : tensor<?x64xf32>, tensor<?x64xf32>
+  }
+  return %f#0, %f#1 : tensor<?x64xf32>, tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'tp.fused' op 'elementwise' yields the chain's last value}}
+  %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+    %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
+    %m = tp.mul "mlp" %s, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+    tp.yield %s : tensor<?x64xf32>
+  }
+  return %f : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @f(%q: tensor<?x32xf32>, %k: tensor<?x32xf32>, %pos: tensor<?xi64>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
+  // expected-error @+1 {{'tp.fused' op 'rotary' yields its two rotaries' results in order}}
+  %f:2 = tp.fused "rotary" -> tensor<?x32xf32>, tensor<?x32xf32> {
+    %a = tp.rotary "attn" %q, %pos {head_dim = 16 : i64, theta = 1.0e+04 : f64} : (tensor<?x32xf32>, tensor<?xi64>) -> tensor<?x32xf32>
+    %b = tp.rotary "attn" %k, %pos {head_dim = 16 : i64, theta = 1.0e+04 : f64} : (tensor<?x32xf32>, tensor<?xi64>) -> tensor<?x32xf32>
+    tp.yield %b, %a : tensor<?x32xf32>, tensor<?x32xf32>
+  }
+  return %f#0, %f#1 : tensor<?x32xf32>, tensor<?x32xf32>
+}
+
+// -----
+
 func.func @f(%q: tensor<?x32xf32>, %pos: tensor<?xi64>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
   // expected-error @+1 {{'tp.fused' op 'rotary' holds two tp.rotary ops and yields both}}
   %f:2 = tp.fused "rotary" -> tensor<?x32xf32>, tensor<?x32xf32> {

@@ -491,6 +491,15 @@ LogicalResult FusedOp::verify() {
                                     : "elementwise ops only");
     if (getNumResults() != (norm ? 2u : 1u))
       return emitOpError() << "'" << kind << "' yields " << (norm ? "2 values" : "1 value");
+    // What the lowering reads: the chain's last value first, then the norm of it.
+    Value root = members[chain - 1]->getResult(0);
+    ValueRange yielded = yield.getValues();
+    if (yielded[0] != root ||
+        (norm && (yielded[1] != members.back()->getResult(0) ||
+                  cast<RMSNormOp>(members.back()).getInput() != root)))
+      return emitOpError() << "'" << kind << "' yields "
+                           << (norm ? "the chain's last value, then its rms_norm"
+                                    : "the chain's last value");
     return success();
   }
   if (kind == "rotary") {
@@ -498,6 +507,9 @@ LogicalResult FusedOp::verify() {
           return isa<RotaryOp>(op);
         }) || getNumResults() != 2)
       return emitOpError() << "'rotary' holds two tp.rotary ops and yields both";
+    if (yield.getValues()[0] != members[0]->getResult(0) ||
+        yield.getValues()[1] != members[1]->getResult(0))
+      return emitOpError() << "'rotary' yields its two rotaries' results in order";
     return success();
   }
   if (kind == "linears") {
