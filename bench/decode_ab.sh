@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # CPU decode speed of two builds of tpc on one model, interleaved: the ~100M-parameter Llama of
-# cpu_inference.sh at tp 1, compiled by tpc A and by tpc B, each run RUNS times alternately
+# cpu_inference.sh at tp TP (default 1; more ranks through each side's own `tpc launch`),
+# compiled by tpc A and by tpc B, each run RUNS times alternately
 # (A B A B ...) so that the machine's drift hits both alike; prints every run's per-token
 # decode ms and each side's median. For a change that must not slow decode down (issue 13:
 # within 5% of the previous commit).
-# Usage: bench/decode_ab.sh TPC_A TPC_B [RUNS] [PROMPT_TOKENS] [NEW_TOKENS]
+# Usage: bench/decode_ab.sh TPC_A TPC_B [RUNS] [PROMPT_TOKENS] [NEW_TOKENS] [TP]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-a=$1 b=$2 runs=${3:-5} prompt_len=${4:-128} new_tokens=${5:-64}
+a=$1 b=$2 runs=${3:-5} prompt_len=${4:-128} new_tokens=${5:-64} tp=${6:-1}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 "$root/bench/gen_llama.py" "$work/llama100m.mlir" --layers 12 --hidden 768 --heads 12 \
@@ -15,13 +16,14 @@ python3 "$root/bench/gen_llama.py" "$work/llama100m.mlir" --layers 12 --hidden 7
 prompt=$(python3 -c "print(','.join(str((7 * i + 3) % 250) for i in range($prompt_len)))")
 for side in a b; do
   tpc=${!side}
-  "$tpc" compile "$work/llama100m.mlir" --plan "$root/examples/plan.json" --tp 1 \
+  "$tpc" compile "$work/llama100m.mlir" --plan "$root/examples/plan.json" --tp "$tp" \
     -o "$work/$side" > /dev/null 2>&1
 done
 declare -A times
 for ((i = 0; i < runs; ++i)); do
   for side in a b; do
-    ms=$("$work/$side/llama_12l" --random-weights 1 --prompt-ids "$prompt" \
+    tpc=${!side}
+    ms=$("$tpc" launch -n "$tp" "$work/$side/llama_12l" --random-weights 1 --prompt-ids "$prompt" \
       --max-new-tokens "$new_tokens" --ignore-eos --max-seq-len 1024 |
       sed -n 's/.*decode: \([0-9.]*\) ms per token.*/\1/p')
     times[$side]+="$ms "
