@@ -3,6 +3,7 @@
 // the module's parameters and constrains its input and output layouts.
 #include "tpc/Plan/Plan.h"
 
+#include "tpc/Dialect/TP/RepeatedDiagnostics.h"
 #include "tpc/Plan/DefaultPlans.h"
 #include "tpc/Plan/Json.h"
 #include "tpc/Plan/Matcher.h"
@@ -521,6 +522,7 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
 }
 
 FailureOr<PlanReport> tpc::plan::applyPlan(ModuleOp module, const PlanOptions &options) {
+  tp::RepeatedDiagnosticHandler onePerCause(module.getContext());
   return PlanApplier(module, options).run();
 }
 

@@ -2,6 +2,7 @@
 // elided at tp 1, fused units, grouped linears, arena offsets) becomes EmitC: one call into
 // the runtime per op, with the op's placement spelled out in its arguments. Nothing is decided
 // here; what a target spells differently comes from its Spelling (include/tpc/Target).
+#include "tpc/Dialect/TP/RepeatedDiagnostics.h"
 #include "tpc/Dialect/TP/TPDialect.h"
 #include "tpc/Target/Passes.h"
 #include "tpc/Target/Target.h"
@@ -1001,6 +1002,7 @@ std::unique_ptr<Spelling> tpc::target::makeSpelling(StringRef target) {
 }
 
 LogicalResult tpc::target::emitSource(ModuleOp program, StringRef target, raw_ostream &os) {
+  tp::RepeatedDiagnosticHandler onePerCause(program.getContext());
   OwningOpRef<ModuleOp> copy = program.clone();
   PassManager pm(program.getContext());
   TPLowerToEmitCOptions options;

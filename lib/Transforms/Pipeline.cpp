@@ -1,6 +1,7 @@
 // The pipeline tpc runs in-process; tpc-opt runs the same passes one by one.
 #include "tpc/Transforms/Pipeline.h"
 
+#include "tpc/Dialect/TP/RepeatedDiagnostics.h"
 #include "tpc/Plan/Plan.h"
 #include "tpc/Transforms/Passes.h"
 
@@ -94,6 +95,9 @@ LogicalResult addSequenceParallelForward(ModuleOp into, ModuleOp split) {
 OwningOpRef<ModuleOp> tpc::buildProgram(ModuleOp planned, const ProgramOptions &options) {
   SequenceParallelPolicy policy = SequenceParallelPolicy::of(planned, options.sequenceParallel);
   MLIRContext *ctx = planned.getContext();
+  // Both forwards run the sharding passes: what they find is said once, and once for all
+  // layers.
+  tp::RepeatedDiagnosticHandler onePerCause(ctx);
   auto shard = [&](StringRef sequence) -> OwningOpRef<ModuleOp> {
     OwningOpRef<ModuleOp> copy = planned.clone();
     PassManager pm(ctx);

@@ -61,8 +61,8 @@ struct PlanReport {
 };
 
 /// Applies a plan to `module`: places every tp.param, attaches `tp.strategy` to the layer ops
-/// of planned modules and sets the module's tp.mesh. Emits diagnostics as it goes; fails when
-/// any was an error.
+/// of planned modules and sets the module's tp.mesh. Emits its diagnostics when done, a fault
+/// repeated in every layer once (RepeatedDiagnosticHandler); fails when any was an error.
 mlir::FailureOr<PlanReport> applyPlan(mlir::ModuleOp module, const PlanOptions &options);
 
 /// Whether the applied plan names sequence_parallel for some module.

@@ -80,7 +80,8 @@ std::string indentLines(const std::vector<std::string> &lines, llvm::StringRef p
 
 /// The source of the program for a decided module (tpc::buildProgram's output): a copy
 /// lowered by tp-lower-to-emitc, printed by upstream's C++ translator. Fails, with an error
-/// at the op, for what the target cannot run.
+/// at the op (one per cause, as RepeatedDiagnosticHandler says them), for what the target
+/// cannot run.
 mlir::LogicalResult emitSource(mlir::ModuleOp program, llvm::StringRef target,
                                llvm::raw_ostream &os);
 

@@ -64,8 +64,9 @@ struct ProgramOptions {
 /// The module a target lowers, from a module the plan has been applied to: @forward,
 /// sharded and partitioned, and beside it, when the policy enables it,
 /// @forward_sequence_parallel (marked tp.sequence_parallel) with the residual stream split by
-/// tokens; then every decision pass. Null when a pass fails (its errors are reported) or
-/// when the two forwards would shard a parameter differently.
+/// tokens; then every decision pass. Null when a pass fails (its errors are reported, each
+/// cause once: RepeatedDiagnosticHandler) or when the two forwards would shard a parameter
+/// differently.
 mlir::OwningOpRef<mlir::ModuleOp> buildProgram(mlir::ModuleOp planned,
                                                const ProgramOptions &options);
 
