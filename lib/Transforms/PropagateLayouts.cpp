@@ -7,6 +7,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <optional>
 
 namespace tpc::tp {
 #define GEN_PASS_DEF_TPPROPAGATELAYOUTS
@@ -181,6 +184,8 @@ struct TPPropagateLayoutsPass
     bool ok = true;
     // What each value's consumers see: its placement after any output hook.
     llvm::DenseMap<Value, PlacementAttr> effective;
+    // Results of ops whose rule failed: Replicate stands in for a placement that has none.
+    llvm::DenseSet<Value> guessed;
     for (BlockArgument arg : func.getArguments()) {
       arg.setType(withPlacement(arg.getType(), rules.replicate()));
       effective[arg] = rules.replicate();
@@ -200,9 +205,18 @@ struct TPPropagateLayoutsPass
         if (!producer || getModuleName(producer) != module)
           in[0] = normalizePlacement(strategy.getInput(), rankOf(op->getOperand(0)));
       }
-      FailureOr<OpLayout> layout = rules.infer(op, in);
+      FailureOr<OpLayout> layout;
+      {
+        // What an op's rule says of a guessed operand follows from the error that made the
+        // guess: one diagnostic per cause (rotary's split heads, not then attention's too).
+        std::optional<ScopedDiagnosticHandler> consequence;
+        if (llvm::any_of(op->getOperands(), [&](Value v) { return guessed.contains(v); }))
+          consequence.emplace(op->getContext(), [](Diagnostic &) { return success(); });
+        layout = rules.infer(op, in);
+      }
       if (failed(layout)) {
         ok = false;
+        guessed.insert(op->result_begin(), op->result_end());
         layout = OpLayout{SmallVector<PlacementAttr>(in.size(), rules.replicate()),
                           op->getNumResults() ? rules.replicate() : PlacementAttr()};
       }
