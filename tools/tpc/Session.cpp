@@ -16,11 +16,20 @@ using namespace mlir;
 
 namespace tpc {
 
+namespace {
+bool printOpOnDiagnostic = false;
+} // namespace
+
+void setPrintOpOnDiagnostic(bool print) { printOpOnDiagnostic = print; }
+
 Session::Session() {
   DialectRegistry registry;
   registry.insert<tp::TPDialect, func::FuncDialect>();
   ctx.appendDialectRegistry(registry);
   ctx.loadAllAvailableDialects();
+  // A user knows the model by its module names, which every tp diagnostic starts with; the op
+  // in generic form is for whoever debugs tpc.
+  ctx.printOpOnDiagnostic(printOpOnDiagnostic);
   printer = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &ctx, llvm::errs());
   // Registered last, so it sees each diagnostic first, counts it, and passes it on.
   counter = ctx.getDiagEngine().registerHandler([this](Diagnostic &diag) {

@@ -36,6 +36,11 @@ private:
   unsigned errorCount = 0, warningCount = 0;
 };
 
+/// Whether diagnostics at an op carry a note that prints the op in MLIR's generic form
+/// (tpc --print-op-on-diagnostic): for debugging tpc, not for its users. Set before a
+/// Session is made; off by default.
+void setPrintOpOnDiagnostic(bool print);
+
 /// Reports a usage or I/O problem that has no location ("tpc: error: ...").
 void reportError(const llvm::Twine &message);
 
