@@ -1001,7 +1001,7 @@ std::unique_ptr<Spelling> tpc::target::makeSpelling(StringRef target) {
   return nullptr;
 }
 
-LogicalResult tpc::target::emitSource(ModuleOp program, StringRef target, raw_ostream &os) {
+OwningOpRef<ModuleOp> tpc::target::lowerToEmitC(ModuleOp program, StringRef target) {
   tp::RepeatedDiagnosticHandler onePerCause(program.getContext());
   OwningOpRef<ModuleOp> copy = program.clone();
   PassManager pm(program.getContext());
@@ -1009,6 +1009,11 @@ LogicalResult tpc::target::emitSource(ModuleOp program, StringRef target, raw_os
   options.target = target.str();
   pm.addPass(createTPLowerToEmitC(options));
   if (failed(pm.run(*copy)))
-    return failure();
-  return emitc::translateToCpp(*copy, os);
+    return nullptr;
+  return copy;
+}
+
+LogicalResult tpc::target::emitSource(ModuleOp program, StringRef target, raw_ostream &os) {
+  OwningOpRef<ModuleOp> lowered = lowerToEmitC(program, target);
+  return success(lowered && succeeded(emitc::translateToCpp(*lowered, os)));
 }

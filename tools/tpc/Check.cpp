@@ -1,8 +1,6 @@
-// tpc check: validate a plan against a model without compiling anything.
-#include "Commands.h"
-#include "Session.h"
-
-#include "tpc/Plan/Plan.h"
+// tpc check: compile's front half (FrontHalf.h), without writing or building anything: it
+// refuses what compile would, with the same messages, and says what it found.
+#include "FrontHalf.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -11,7 +9,7 @@
 namespace tpc {
 
 namespace {
-struct CheckOptions : PlanArgs {
+struct CheckOptions : ProgramArgs {
   bool printPlan = false;
 };
 } // namespace
@@ -19,27 +17,32 @@ struct CheckOptions : PlanArgs {
 void addCheckCommand(CLI::App &app, CommandRunner &run) {
   auto opts = std::make_shared<CheckOptions>();
   CLI::App *cmd = app.add_subcommand(
-      "check", "Validate a tp_plan against a model: errors, warnings, the effective plan");
-  addPlanArgs(cmd, *opts);
+      "check", "Validate a tp_plan against a model as compile would, writing nothing: "
+               "errors, warnings, the effective plan");
+  addProgramArgs(cmd, *opts);
   cmd->add_flag("--print-plan", opts->printPlan,
                 "print the effective plan, rule by rule and parameter by parameter");
   cmd->callback([opts, &run] {
     run = [opts] {
-      if (!checkTpArg(*opts))
+      const CheckOptions &o = *opts;
+      if (!checkTpArg(o))
+        return 1;
+      std::optional<ProgramOptions> program = programOptions(o);
+      if (!program)
         return 1;
       Session session;
-      mlir::OwningOpRef<mlir::ModuleOp> module = session.loadModel(opts->model);
-      if (!module)
-        return 1;
-      plan::PlanOptions planOptions{opts->plan, opts->strategies, opts->tp};
-      mlir::FailureOr<plan::PlanReport> report = plan::applyPlan(*module, planOptions);
-      if (succeeded(report) && opts->printPlan)
-        report->print(llvm::outs());
-      llvm::outs() << fmt::format("{}: plan {} at tp {}: {} error{}, {} warning{}\n",
-                                  opts->model, opts->plan, opts->tp, session.errors(),
+      FrontHalf front;
+      bool ok = runFrontHalf(session, o, *program, front,
+                             [](llvm::StringRef, llvm::function_ref<bool()> step) {
+                               return step();
+                             });
+      if (front.plan && o.printPlan)
+        front.plan->print(llvm::outs());
+      llvm::outs() << fmt::format("{}: plan {} at tp {}: {} error{}, {} warning{}\n", o.model,
+                                  o.plan, o.tp, session.errors(),
                                   session.errors() == 1 ? "" : "s", session.warnings(),
                                   session.warnings() == 1 ? "" : "s");
-      return failed(report) || session.errors() ? 1 : 0;
+      return ok && !session.errors() ? 0 : 1;
     };
   });
 }

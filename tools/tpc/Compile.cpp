@@ -1,13 +1,10 @@
-// tpc compile: the whole pipeline, the program for the target, then the build driver.
-#include "Commands.h"
-#include "Session.h"
+// tpc compile: the front half check runs too (parse, plan, shard, lower), then the program's
+// source for the target and the build driver.
+#include "FrontHalf.h"
 
 #include "tpc/Driver/Build.h"
-#include "tpc/Plan/Plan.h"
-#include "tpc/Target/Target.h"
-#include "tpc/Transforms/Pipeline.h"
 
-#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/Cpp/CppEmitter.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -22,45 +19,17 @@ namespace tpc {
 
 namespace {
 
-struct CompileOptions : PlanArgs {
-  std::string target = "cpu", output, fuse;
-  bool sequenceParallel = false, noFold = false, emitOnly = false;
+struct CompileOptions : ProgramArgs {
+  std::string output;
+  bool emitOnly = false;
 };
-
-/// --fuse: the target's own choice unless given; "none", or a list of elementwise, norm,
-/// rotary and linears.
-bool parseFuse(const std::string &list, TargetDecisions &d) {
-  if (list.empty())
-    return true;
-  d = TargetDecisions();
-  if (list == "none")
-    return true;
-  llvm::SmallVector<llvm::StringRef> names;
-  llvm::StringRef(list).split(names, ',');
-  for (llvm::StringRef name : names) {
-    if (name == "elementwise")
-      d.fuseElementwise = true;
-    else if (name == "norm")
-      d.fuseNorm = true;
-    else if (name == "rotary")
-      d.fuseRotary = true;
-    else if (name == "linears")
-      d.groupLinears = true;
-    else {
-      reportError("--fuse: unknown '" + name +
-                  "'; give none, or a list of elementwise, norm, rotary and linears");
-      return false;
-    }
-  }
-  return true;
-}
 
 /// Prints each stage and how long it took.
 class Stages {
 public:
-  template <typename Fn> bool run(const char *name, Fn fn) {
+  bool run(llvm::StringRef name, llvm::function_ref<bool()> step) {
     auto start = std::chrono::steady_clock::now();
-    bool ok = fn();
+    bool ok = step();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                           start)
                     .count();
@@ -76,21 +45,10 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
   auto opts = std::make_shared<CompileOptions>();
   CLI::App *cmd = app.add_subcommand(
       "compile", "Compile a model and plan into a per-rank binary (out/<model>)");
-  addPlanArgs(cmd, *opts);
-  cmd->add_option("--target", opts->target,
-                  "cpu (C++, OpenBLAS, Gloo) or cuda (CUDA C++ for Hopper, cuBLASLt, NCCL)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  addProgramArgs(cmd, *opts);
   cmd->add_option("-o,--output", opts->output, "the output directory")->required();
-  cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
-                "split the residual stream by tokens where the token count divides by tp");
-  cmd->add_flag("--no-fold", opts->noFold,
-                "leave out tp-fold-redistribute (to run what folding would remove)");
   cmd->add_flag("--emit-only", opts->emitOnly,
                 "write the generated source and stop: no compiler is run");
-  cmd->add_option("--fuse", opts->fuse,
-                  "what the decision passes fuse, instead of the target's choice: none, or a "
-                  "list of elementwise, norm, rotary and linears (cuda's default is all, "
-                  "cpu's none)");
   cmd->callback([opts, &run] {
     run = [opts]() -> int {
       const CompileOptions &o = *opts;
@@ -103,28 +61,22 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
                     "pass --emit-only to write the source alone");
         return 1;
       }
+      std::optional<ProgramOptions> program = programOptions(o);
+      if (!program)
+        return 1;
       Session session;
       Stages stages;
       llvm::outs() << fmt::format("tpc compile {} --plan {} --tp {} --target {}\n", o.model,
                                   o.plan, o.tp, o.target);
-      OwningOpRef<ModuleOp> module;
-      if (!stages.run("parse", [&] { return bool(module = session.loadModel(o.model)); }))
-        return 1;
-      if (!stages.run("plan", [&] {
-            return succeeded(plan::applyPlan(*module, {o.plan, o.strategies, o.tp}));
-          }))
-        return 1;
-      ProgramOptions program;
-      program.sequenceParallel = o.sequenceParallel;
-      program.fold = !o.noFold;
-      program.decisions = TargetDecisions::forTarget(o.target);
-      if (!parseFuse(o.fuse, program.decisions))
-        return 1;
-      OwningOpRef<ModuleOp> decided;
-      if (!stages.run("shard", [&] { return bool(decided = buildProgram(*module, program)); }))
+      FrontHalf front;
+      if (!runFrontHalf(session, o, *program, front,
+                        [&](llvm::StringRef name, llvm::function_ref<bool()> step) {
+                          return stages.run(name, step);
+                        }))
         return 1;
 
-      std::string name = module->getSymName() ? module->getSymName()->str() : "model";
+      ModuleOp module = *front.model;
+      std::string name = module.getSymName() ? module.getSymName()->str() : "model";
       if (std::error_code ec = llvm::sys::fs::create_directories(o.output)) {
         reportError("cannot create " + o.output + ": " + ec.message());
         return 1;
@@ -138,7 +90,7 @@ void addCompileCommand(CLI::App &app, CommandRunner &run) {
             os << fmt::format("// Generated by tpc compile from {} (--tp {} --target {}). Do not "
                               "edit: compile the model again instead.\n",
                               name, o.tp, o.target);
-            if (failed(target::emitSource(*decided, o.target, os)))
+            if (failed(emitc::translateToCpp(*front.lowered, os)))
               return false;
             return writeAtomically(source.str().str(), code);
           }))

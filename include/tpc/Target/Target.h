@@ -6,6 +6,7 @@
 #define TPC_TARGET_TARGET_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
@@ -78,10 +79,13 @@ std::string doubleLiteral(double v);
 /// The lines, each after `prefix` and ending in a newline (a kernel body's indentation).
 std::string indentLines(const std::vector<std::string> &lines, llvm::StringRef prefix);
 
-/// The source of the program for a decided module (tpc::buildProgram's output): a copy
-/// lowered by tp-lower-to-emitc, printed by upstream's C++ translator. Fails, with an error
-/// at the op (one per cause, as RepeatedDiagnosticHandler says them), for what the target
-/// cannot run.
+/// A copy of a decided module (tpc::buildProgram's output) lowered by tp-lower-to-emitc for
+/// `target`: what upstream's C++ translator prints. Null, with an error at the op (one per
+/// cause, as RepeatedDiagnosticHandler says them), for what the target cannot run.
+mlir::OwningOpRef<mlir::ModuleOp> lowerToEmitC(mlir::ModuleOp program, llvm::StringRef target);
+
+/// The source of the program for a decided module: lowerToEmitC, printed by upstream's C++
+/// translator.
 mlir::LogicalResult emitSource(mlir::ModuleOp program, llvm::StringRef target,
                                llvm::raw_ostream &os);
 

@@ -1,6 +1,6 @@
 // One diagnostic per cause. A fault in a model's layers is found once per layer: 30 errors
 // that differ only in model.layers.N. The steps tpc runs in-process (plan::applyPlan, which
-// tp-apply-plan runs too, buildProgram, target::emitSource) say it once, with the count;
+// tp-apply-plan runs too, buildProgram, target::lowerToEmitC) say it once, with the count;
 // the sharding and lowering passes run alone in tpc-opt still report each op, which is what
 // -verify-diagnostics tests.
 #ifndef TPC_DIALECT_TP_REPEATEDDIAGNOSTICS_H

@@ -1,0 +1,47 @@
+// The steps of `tpc compile` before it writes anything, which `tpc check` runs whole: so check
+// refuses what compile would, with the same messages, and says nothing compile would not.
+#ifndef TPC_TOOLS_TPC_FRONTHALF_H
+#define TPC_TOOLS_TPC_FRONTHALF_H
+
+#include "Commands.h"
+#include "Session.h"
+
+#include "tpc/Plan/Plan.h"
+#include "tpc/Transforms/Pipeline.h"
+
+#include <optional>
+
+namespace tpc {
+
+/// What says which program compile builds (and check checks): the plan's arguments and
+/// --target, --sequence-parallel, --no-fold and --fuse.
+struct ProgramArgs : PlanArgs {
+  std::string target = "cpu", fuse;
+  bool sequenceParallel = false, noFold = false;
+};
+void addProgramArgs(CLI::App *cmd, ProgramArgs &args);
+
+/// The pipeline's options for `args`; none, with a usage error reported, for a bad --fuse.
+std::optional<ProgramOptions> programOptions(const ProgramArgs &args);
+
+/// What each step made; the steps after one that failed leave theirs empty.
+struct FrontHalf {
+  mlir::OwningOpRef<mlir::ModuleOp> model; // parsed, then planned
+  std::optional<plan::PlanReport> plan;
+  mlir::OwningOpRef<mlir::ModuleOp> program; // buildProgram's: sharded, partitioned, decided
+  mlir::OwningOpRef<mlir::ModuleOp> lowered; // in EmitC for the target: what is printed
+};
+
+/// Runs one step, named "parse", "plan", "shard" or "lower", and returns whether it worked
+/// (compile times each).
+using StepRunner =
+    llvm::function_ref<bool(llvm::StringRef name, llvm::function_ref<bool()> step)>;
+
+/// Parses the model, applies the plan, builds the program and lowers it for the target, each
+/// step through `run`; false at the first that fails, its errors reported.
+bool runFrontHalf(Session &session, const ProgramArgs &args, const ProgramOptions &options,
+                  FrontHalf &out, StepRunner run);
+
+} // namespace tpc
+
+#endif // TPC_TOOLS_TPC_FRONTHALF_H
