@@ -76,22 +76,11 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
     int64_t kvHeads = attention.getNumKvHeads();
     if (kvHeads >= tp || tp % kvHeads != 0)
       return;
-    // The projection behind k or v, through the per-head ops between them (rotary,
-    // Qwen3's k_norm), which widen with it.
+    // The per-head ops between k or v and its projection (rotary, Qwen3's k_norm) widen
+    // with it.
     SmallVector<Operation *> between;
-    auto projection = [&](Value v) -> LinearOp {
-      while (Operation *op = v.getDefiningOp()) {
-        if (auto rotary = dyn_cast<RotaryOp>(op))
-          v = rotary.getInput();
-        else if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getHeadDim())
-          v = norm.getInput();
-        else
-          break;
-        between.push_back(op);
-      }
-      return v.getDefiningOp<LinearOp>();
-    };
-    LinearOp k = projection(attention.getKey()), v = projection(attention.getValue());
+    LinearOp k = headProjection(attention.getKey(), &between),
+             v = headProjection(attention.getValue(), &between);
     if (!k || !v)
       return;
     auto isColwise = [](LinearOp linear) {
