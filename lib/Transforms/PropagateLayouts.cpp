@@ -127,6 +127,127 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
   return success(ok);
 }
 
+/// Gives every value of a forward a placement from the module hooks and each op's rule.
+LogicalResult propagate(func::FuncOp func, LayoutRules &rules, bool sequence) {
+  bool ok = true;
+  // What each value's consumers see: its placement after any output hook.
+  llvm::DenseMap<Value, PlacementAttr> effective;
+  for (BlockArgument arg : func.getArguments()) {
+    arg.setType(withPlacement(arg.getType(), rules.replicate()));
+    effective[arg] = rules.replicate();
+  }
+  func.walk([&](Operation *op) {
+    if (op == func)
+      return;
+    StringRef module = getModuleName(op);
+    auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
+    SmallVector<PlacementAttr> in;
+    for (Value operand : op->getOperands())
+      in.push_back(effective.lookup(operand) ? effective.lookup(operand)
+                                             : rules.replicate());
+    // A module's input hook: what comes from outside the module arrives in its layout.
+    if (strategy && strategy.getInput() && op->getNumOperands() > 0) {
+      Operation *producer = op->getOperand(0).getDefiningOp();
+      if (!producer || getModuleName(producer) != module)
+        in[0] = normalizePlacement(strategy.getInput(), rankOf(op->getOperand(0)));
+    }
+    FailureOr<OpLayout> layout = rules.infer(op, in);
+    if (failed(layout)) {
+      ok = false;
+      layout = OpLayout{SmallVector<PlacementAttr>(in.size(), rules.replicate()),
+                        op->getNumResults() ? rules.replicate() : PlacementAttr()};
+    }
+    Builder builder(op->getContext());
+    if (op->getNumOperands())
+      op->setAttr(kOperandLayoutsAttrName,
+                  builder.getArrayAttr(SmallVector<Attribute>(layout->operands.begin(),
+                                                              layout->operands.end())));
+    if (op->getNumResults() != 1 || !layout->result)
+      return;
+    Value result = op->getResult(0);
+    result.setType(withPlacement(result.getType(), layout->result));
+    PlacementAttr out = layout->result;
+    // A module's output hook applies where the result leaves the module.
+    bool leaves = llvm::any_of(result.getUsers(), [&](Operation *user) {
+      return getModuleName(user) != module;
+    });
+    if (strategy && strategy.getOutput() && leaves) {
+      out = normalizePlacement(strategy.getOutput(), rankOf(result));
+      if (sequence && isa<PartialAttr>(layout->result) && isa<ReplicateAttr>(out))
+        out = rules.shard(0); // the reduce becomes a reduce_scatter over tokens
+    }
+    if (sequence && isa<EmbeddingOp>(op))
+      out = rules.shard(0); // the residual stream starts split by tokens
+    if (!samePlacement(out, layout->result, rankOf(result)))
+      op->setAttr(kOutputLayoutAttrName, out);
+    effective[result] = out;
+  });
+  return success(ok);
+}
+
+/// Places every value of `module` for `tp` ranks: tpc's whole rule for which splits work,
+/// with an error for each that does not.
+LogicalResult placeValues(ModuleOp module, int64_t tp, StringRef sequenceParallel) {
+  if (failed(checkParams(module, tp)) || failed(rewriteVirtualKVHeads(module, tp)))
+    return failure();
+  bool sequence = sequenceParallel == "on";
+  module.walk([&](Operation *op) {
+    auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
+    if (!strategy || strategy.getName() != "sequence_parallel")
+      return;
+    if (sequenceParallel == "off") // the fallback runs these norms on whole rows
+      op->removeAttr(kStrategyAttrName);
+    else
+      sequence = true;
+  });
+
+  LayoutRules rules(module.getContext(), tp);
+  bool ok = true;
+  for (auto func : module.getOps<func::FuncOp>())
+    ok &= succeeded(propagate(func, rules, sequence));
+  // The signature follows the placed values; results become Replicate once
+  // tp-insert-redistribute has met what return needs.
+  updateFunctionTypes(module);
+  return success(ok);
+}
+
+/// Past this a list of tp sizes would only grow long.
+constexpr int64_t kMostTpListed = 64;
+
+/// The largest tp worth trying: a larger one leaves some rank nothing of the smallest split
+/// dim (checkParams).
+int64_t largestTpToTry(ModuleOp module) {
+  int64_t largest = kMostTpListed;
+  for (ParamOp param : module.getOps<ParamOp>()) {
+    PlacementAttr placement = param.getPlacementAttr();
+    if (!placement)
+      continue;
+    ArrayRef<int64_t> shape = param.getTensorType().getShape();
+    placement = normalizePlacement(placement, shape.size());
+    if (auto shard = dyn_cast<ShardAttr>(placement))
+      largest = std::min(largest, shape[shard.getDim()]);
+    else if (auto strided = dyn_cast<StridedShardAttr>(placement))
+      for (int64_t block : strided.getBlocks())
+        largest = std::min(largest, block);
+  }
+  return largest;
+}
+
+/// The tp sizes up to `last` at which placeValues accepts `module` (as it was before
+/// placing), tried on copies with their errors silenced: the list cannot disagree with the
+/// check.
+SmallVector<int64_t> workingTpSizes(ModuleOp module, int64_t last, StringRef sequenceParallel) {
+  ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &) { return success(); });
+  SmallVector<int64_t> sizes;
+  for (int64_t tp = 1; tp <= last; ++tp) {
+    OwningOpRef<ModuleOp> copy = module.clone();
+    (*copy)->setAttr(kMeshAttrName, MeshAttr::get(module.getContext(), tp));
+    if (succeeded(placeValues(*copy, tp, sequenceParallel)))
+      sizes.push_back(tp);
+  }
+  return sizes;
+}
+
 struct TPPropagateLayoutsPass
     : tpc::tp::impl::TPPropagateLayoutsBase<TPPropagateLayoutsPass> {
   using Base::Base;
@@ -136,91 +257,27 @@ struct TPPropagateLayoutsPass
     FailureOr<int64_t> tp = requireMeshSize(module);
     if (failed(tp))
       return signalPassFailure();
-    if (failed(checkParams(module, *tp)) || failed(rewriteVirtualKVHeads(module, *tp)))
-      return signalPassFailure();
-
     if (!llvm::is_contained({"auto", "on", "off"}, sequenceParallel)) {
       module.emitError() << "sequence-parallel must be auto, on or off, got '"
                          << sequenceParallel << "'";
       return signalPassFailure();
     }
-    bool sequence = sequenceParallel == "on";
-    module.walk([&](Operation *op) {
-      auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
-      if (!strategy || strategy.getName() != "sequence_parallel")
-        return;
-      if (sequenceParallel == "off") // the fallback runs these norms on whole rows
-        op->removeAttr(kStrategyAttrName);
-      else
-        sequence = true;
-    });
-
-    LayoutRules rules(&getContext(), *tp);
-    bool ok = true;
-    for (auto func : module.getOps<func::FuncOp>())
-      ok &= succeeded(propagate(func, rules, sequence));
-    // The signature follows the placed values; results become Replicate once
-    // tp-insert-redistribute has met what return needs.
-    updateFunctionTypes(module);
-    if (!ok)
-      signalPassFailure();
-  }
-
-  LogicalResult propagate(func::FuncOp func, LayoutRules &rules, bool sequence) {
-    bool ok = true;
-    // What each value's consumers see: its placement after any output hook.
-    llvm::DenseMap<Value, PlacementAttr> effective;
-    for (BlockArgument arg : func.getArguments()) {
-      arg.setType(withPlacement(arg.getType(), rules.replicate()));
-      effective[arg] = rules.replicate();
+    // Placing rewrites the module; a failure is answered from the module as it came.
+    OwningOpRef<ModuleOp> original = module.clone();
+    if (succeeded(placeValues(module, *tp, sequenceParallel)))
+      return;
+    // Where another tp would work, this one is what cannot be served: say which do.
+    int64_t last = largestTpToTry(*original);
+    SmallVector<int64_t> sizes = workingTpSizes(*original, last, sequenceParallel);
+    if (!sizes.empty()) {
+      InFlightDiagnostic note =
+          getContext().getDiagEngine().emit(module.getLoc(), DiagnosticSeverity::Note);
+      note << "tp sizes "
+           << (last == kMostTpListed ? "up to " + std::to_string(last) + " " : "")
+           << "that work for this model and plan: ";
+      llvm::interleaveComma(sizes, note);
     }
-    func.walk([&](Operation *op) {
-      if (op == func)
-        return;
-      StringRef module = getModuleName(op);
-      auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
-      SmallVector<PlacementAttr> in;
-      for (Value operand : op->getOperands())
-        in.push_back(effective.lookup(operand) ? effective.lookup(operand)
-                                               : rules.replicate());
-      // A module's input hook: what comes from outside the module arrives in its layout.
-      if (strategy && strategy.getInput() && op->getNumOperands() > 0) {
-        Operation *producer = op->getOperand(0).getDefiningOp();
-        if (!producer || getModuleName(producer) != module)
-          in[0] = normalizePlacement(strategy.getInput(), rankOf(op->getOperand(0)));
-      }
-      FailureOr<OpLayout> layout = rules.infer(op, in);
-      if (failed(layout)) {
-        ok = false;
-        layout = OpLayout{SmallVector<PlacementAttr>(in.size(), rules.replicate()),
-                          op->getNumResults() ? rules.replicate() : PlacementAttr()};
-      }
-      Builder builder(op->getContext());
-      if (op->getNumOperands())
-        op->setAttr(kOperandLayoutsAttrName,
-                    builder.getArrayAttr(SmallVector<Attribute>(layout->operands.begin(),
-                                                                layout->operands.end())));
-      if (op->getNumResults() != 1 || !layout->result)
-        return;
-      Value result = op->getResult(0);
-      result.setType(withPlacement(result.getType(), layout->result));
-      PlacementAttr out = layout->result;
-      // A module's output hook applies where the result leaves the module.
-      bool leaves = llvm::any_of(result.getUsers(), [&](Operation *user) {
-        return getModuleName(user) != module;
-      });
-      if (strategy && strategy.getOutput() && leaves) {
-        out = normalizePlacement(strategy.getOutput(), rankOf(result));
-        if (sequence && isa<PartialAttr>(layout->result) && isa<ReplicateAttr>(out))
-          out = rules.shard(0); // the reduce becomes a reduce_scatter over tokens
-      }
-      if (sequence && isa<EmbeddingOp>(op))
-        out = rules.shard(0); // the residual stream starts split by tokens
-      if (!samePlacement(out, layout->result, rankOf(result)))
-        op->setAttr(kOutputLayoutAttrName, out);
-      effective[result] = out;
-    });
-    return success(ok);
+    signalPassFailure();
   }
 };
 
