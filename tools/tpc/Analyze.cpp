@@ -299,9 +299,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                      "ring algorithms: all_reduce 2(n-1)/n of it, the others (n-1)/n";
         j["transformers_formula"] = "one collective per module whose strategy's forward hook "
                                     "communicates, on the module output, before any folding; "
-                                    "lm_head on the last token (generate's logits_to_keep=1); "
-                                    "where its TP would refuse the plan or fail in the "
-                                    "forward at this tp, \"fails\" says why instead";
+                                    "lm_head on the last token (generate's logits_to_keep=1)";
         for (const PhaseReport &phase : phases) {
           nlohmann::ordered_json p;
           p["tokens"] = phase.tokens;
