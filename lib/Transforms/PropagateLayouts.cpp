@@ -23,6 +23,31 @@ ParamOp paramOf(WeightOp weight) {
   return SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr());
 }
 
+/// What a parameter's placement splits over the ranks: the placement (dims from the front),
+/// the dim (-1 where none) and the sizes each rank takes a piece of (one per block of a
+/// strided shard).
+struct Split {
+  PlacementAttr placement;
+  int64_t dim = -1;
+  SmallVector<int64_t> sizes;
+};
+
+Split splitOf(ParamOp param) {
+  Split split;
+  if (!param.getPlacementAttr())
+    return split;
+  ArrayRef<int64_t> shape = param.getTensorType().getShape();
+  split.placement = normalizePlacement(param.getPlacementAttr(), shape.size());
+  if (auto shard = dyn_cast<ShardAttr>(split.placement)) {
+    split.dim = shard.getDim();
+    split.sizes.push_back(shape[split.dim]);
+  } else if (auto strided = dyn_cast<StridedShardAttr>(split.placement)) {
+    split.dim = strided.getDim();
+    llvm::append_range(split.sizes, strided.getBlocks());
+  }
+  return split;
+}
+
 /// Parameter-level checks before any value is placed: strategies tpc cannot run yet, and
 /// splits that leave a rank with nothing or experts that do not divide.
 LogicalResult checkParams(ModuleOp module, int64_t tp) {
@@ -35,20 +60,8 @@ LogicalResult checkParams(ModuleOp module, int64_t tp) {
       ok = false;
       continue;
     }
-    PlacementAttr placement = param.getPlacementAttr();
-    if (!placement)
-      continue;
+    auto [placement, dim, pieces] = splitOf(param);
     ArrayRef<int64_t> shape = param.getTensorType().getShape();
-    placement = normalizePlacement(placement, shape.size());
-    SmallVector<int64_t> pieces;
-    int64_t dim = -1;
-    if (auto shard = dyn_cast<ShardAttr>(placement)) {
-      dim = shard.getDim();
-      pieces.push_back(shape[dim]);
-    } else if (auto strided = dyn_cast<StridedShardAttr>(placement)) {
-      dim = strided.getDim();
-      llvm::append_range(pieces, strided.getBlocks());
-    }
     if (strategy == "grouped_gemm" && dim == 0 && shape[0] % tp != 0) {
       param.emitError() << "parameter " << param.getSymName() << " (grouped_gemm): "
                         << shape[0] << " experts (dim 0) do not divide by tp " << tp;
@@ -218,18 +231,9 @@ constexpr int64_t kMostTpListed = 64;
 /// dim (checkParams).
 int64_t largestTpToTry(ModuleOp module) {
   int64_t largest = kMostTpListed;
-  for (ParamOp param : module.getOps<ParamOp>()) {
-    PlacementAttr placement = param.getPlacementAttr();
-    if (!placement)
-      continue;
-    ArrayRef<int64_t> shape = param.getTensorType().getShape();
-    placement = normalizePlacement(placement, shape.size());
-    if (auto shard = dyn_cast<ShardAttr>(placement))
-      largest = std::min(largest, shape[shard.getDim()]);
-    else if (auto strided = dyn_cast<StridedShardAttr>(placement))
-      for (int64_t block : strided.getBlocks())
-        largest = std::min(largest, block);
-  }
+  for (ParamOp param : module.getOps<ParamOp>())
+    for (int64_t size : splitOf(param).sizes)
+      largest = std::min(largest, size);
   return largest;
 }
 
