@@ -26,6 +26,31 @@ ParamOp paramOf(WeightOp weight) {
   return SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr());
 }
 
+/// What a parameter's placement splits over the ranks: the placement (dims from the front),
+/// the dim (-1 where none) and the sizes each rank takes a piece of (one per block of a
+/// strided shard).
+struct Split {
+  PlacementAttr placement;
+  int64_t dim = -1;
+  SmallVector<int64_t> sizes;
+};
+
+Split splitOf(ParamOp param) {
+  Split split;
+  if (!param.getPlacementAttr())
+    return split;
+  ArrayRef<int64_t> shape = param.getTensorType().getShape();
+  split.placement = normalizePlacement(param.getPlacementAttr(), shape.size());
+  if (auto shard = dyn_cast<ShardAttr>(split.placement)) {
+    split.dim = shard.getDim();
+    split.sizes.push_back(shape[split.dim]);
+  } else if (auto strided = dyn_cast<StridedShardAttr>(split.placement)) {
+    split.dim = strided.getDim();
+    llvm::append_range(split.sizes, strided.getBlocks());
+  }
+  return split;
+}
+
 /// Parameter-level checks before any value is placed: strategies tpc cannot run yet, and
 /// splits that leave a rank with nothing or experts that do not divide.
 LogicalResult checkParams(ModuleOp module, int64_t tp) {
@@ -38,20 +63,8 @@ LogicalResult checkParams(ModuleOp module, int64_t tp) {
       ok = false;
       continue;
     }
-    PlacementAttr placement = param.getPlacementAttr();
-    if (!placement)
-      continue;
+    auto [placement, dim, pieces] = splitOf(param);
     ArrayRef<int64_t> shape = param.getTensorType().getShape();
-    placement = normalizePlacement(placement, shape.size());
-    SmallVector<int64_t> pieces;
-    int64_t dim = -1;
-    if (auto shard = dyn_cast<ShardAttr>(placement)) {
-      dim = shard.getDim();
-      pieces.push_back(shape[dim]);
-    } else if (auto strided = dyn_cast<StridedShardAttr>(placement)) {
-      dim = strided.getDim();
-      llvm::append_range(pieces, strided.getBlocks());
-    }
     if (strategy == "grouped_gemm" && dim == 0 && shape[0] % tp != 0) {
       param.emitError() << "parameter " << param.getSymName() << " (grouped_gemm): "
                         << shape[0] << " experts (dim 0) do not divide by tp " << tp;
@@ -79,22 +92,11 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
     int64_t kvHeads = attention.getNumKvHeads();
     if (kvHeads >= tp || tp % kvHeads != 0)
       return;
-    // The projection behind k or v, through the per-head ops between them (rotary,
-    // Qwen3's k_norm), which widen with it.
+    // The per-head ops between k or v and its projection (rotary, Qwen3's k_norm) widen
+    // with it.
     SmallVector<Operation *> between;
-    auto projection = [&](Value v) -> LinearOp {
-      while (Operation *op = v.getDefiningOp()) {
-        if (auto rotary = dyn_cast<RotaryOp>(op))
-          v = rotary.getInput();
-        else if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getHeadDim())
-          v = norm.getInput();
-        else
-          break;
-        between.push_back(op);
-      }
-      return v.getDefiningOp<LinearOp>();
-    };
-    LinearOp k = projection(attention.getKey()), v = projection(attention.getValue());
+    LinearOp k = headProjection(attention.getKey(), &between),
+             v = headProjection(attention.getValue(), &between);
     if (!k || !v)
       return;
     auto isColwise = [](LinearOp linear) {
@@ -141,6 +143,129 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
   return success(ok);
 }
 
+/// Gives every value of a forward a placement from the module hooks and each op's rule.
+LogicalResult propagate(func::FuncOp func, LayoutRules &rules, bool sequence) {
+  bool ok = true;
+  // What each value's consumers see: its placement after any output hook.
+  llvm::DenseMap<Value, PlacementAttr> effective;
+  // Results of ops whose rule failed: Replicate stands in for a placement that has none.
+  llvm::DenseSet<Value> guessed;
+  for (BlockArgument arg : func.getArguments()) {
+    arg.setType(withPlacement(arg.getType(), rules.replicate()));
+    effective[arg] = rules.replicate();
+  }
+  func.walk([&](Operation *op) {
+    if (op == func)
+      return;
+    StringRef module = getModuleName(op);
+    auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
+    SmallVector<PlacementAttr> in;
+    for (Value operand : op->getOperands())
+      in.push_back(effective.lookup(operand) ? effective.lookup(operand)
+                                             : rules.replicate());
+    // A module's input hook: what comes from outside the module arrives in its layout.
+    if (strategy && strategy.getInput() && op->getNumOperands() > 0) {
+      Operation *producer = op->getOperand(0).getDefiningOp();
+      if (!producer || getModuleName(producer) != module)
+        in[0] = normalizePlacement(strategy.getInput(), rankOf(op->getOperand(0)));
+    }
+    FailureOr<OpLayout> layout;
+    {
+      // What an op's rule says of a guessed operand follows from the error that made the
+      // guess: one diagnostic per cause (rotary's split heads, not then attention's too).
+      std::optional<ScopedDiagnosticHandler> consequence;
+      if (llvm::any_of(op->getOperands(), [&](Value v) { return guessed.contains(v); }))
+        consequence.emplace(op->getContext(), [](Diagnostic &) { return success(); });
+      layout = rules.infer(op, in);
+    }
+    if (failed(layout)) {
+      ok = false;
+      guessed.insert(op->result_begin(), op->result_end());
+      layout = OpLayout{SmallVector<PlacementAttr>(in.size(), rules.replicate()),
+                        op->getNumResults() ? rules.replicate() : PlacementAttr()};
+    }
+    Builder builder(op->getContext());
+    if (op->getNumOperands())
+      op->setAttr(kOperandLayoutsAttrName,
+                  builder.getArrayAttr(SmallVector<Attribute>(layout->operands.begin(),
+                                                              layout->operands.end())));
+    if (op->getNumResults() != 1 || !layout->result)
+      return;
+    Value result = op->getResult(0);
+    result.setType(withPlacement(result.getType(), layout->result));
+    PlacementAttr out = layout->result;
+    // A module's output hook applies where the result leaves the module.
+    bool leaves = llvm::any_of(result.getUsers(), [&](Operation *user) {
+      return getModuleName(user) != module;
+    });
+    if (strategy && strategy.getOutput() && leaves) {
+      out = normalizePlacement(strategy.getOutput(), rankOf(result));
+      if (sequence && isa<PartialAttr>(layout->result) && isa<ReplicateAttr>(out))
+        out = rules.shard(0); // the reduce becomes a reduce_scatter over tokens
+    }
+    if (sequence && isa<EmbeddingOp>(op))
+      out = rules.shard(0); // the residual stream starts split by tokens
+    if (!samePlacement(out, layout->result, rankOf(result)))
+      op->setAttr(kOutputLayoutAttrName, out);
+    effective[result] = out;
+  });
+  return success(ok);
+}
+
+/// Places every value of `module` for `tp` ranks: tpc's whole rule for which splits work,
+/// with an error for each that does not.
+LogicalResult placeValues(ModuleOp module, int64_t tp, StringRef sequenceParallel) {
+  if (failed(checkParams(module, tp)) || failed(rewriteVirtualKVHeads(module, tp)))
+    return failure();
+  bool sequence = sequenceParallel == "on";
+  module.walk([&](Operation *op) {
+    auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
+    if (!strategy || strategy.getName() != "sequence_parallel")
+      return;
+    if (sequenceParallel == "off") // the fallback runs these norms on whole rows
+      op->removeAttr(kStrategyAttrName);
+    else
+      sequence = true;
+  });
+
+  LayoutRules rules(module.getContext(), tp);
+  bool ok = true;
+  for (auto func : module.getOps<func::FuncOp>())
+    ok &= succeeded(propagate(func, rules, sequence));
+  // The signature follows the placed values; results become Replicate once
+  // tp-insert-redistribute has met what return needs.
+  updateFunctionTypes(module);
+  return success(ok);
+}
+
+/// Past this a list of tp sizes would only grow long.
+constexpr int64_t kMostTpListed = 64;
+
+/// The largest tp worth trying: a larger one leaves some rank nothing of the smallest split
+/// dim (checkParams).
+int64_t largestTpToTry(ModuleOp module) {
+  int64_t largest = kMostTpListed;
+  for (ParamOp param : module.getOps<ParamOp>())
+    for (int64_t size : splitOf(param).sizes)
+      largest = std::min(largest, size);
+  return largest;
+}
+
+/// The tp sizes up to `last` at which placeValues accepts `module` (as it was before
+/// placing), tried on copies with their errors silenced: the list cannot disagree with the
+/// check.
+SmallVector<int64_t> workingTpSizes(ModuleOp module, int64_t last, StringRef sequenceParallel) {
+  ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &) { return success(); });
+  SmallVector<int64_t> sizes;
+  for (int64_t tp = 1; tp <= last; ++tp) {
+    OwningOpRef<ModuleOp> copy = module.clone();
+    (*copy)->setAttr(kMeshAttrName, MeshAttr::get(module.getContext(), tp));
+    if (succeeded(placeValues(*copy, tp, sequenceParallel)))
+      sizes.push_back(tp);
+  }
+  return sizes;
+}
+
 struct TPPropagateLayoutsPass
     : tpc::tp::impl::TPPropagateLayoutsBase<TPPropagateLayoutsPass> {
   using Base::Base;
@@ -150,102 +275,27 @@ struct TPPropagateLayoutsPass
     FailureOr<int64_t> tp = requireMeshSize(module);
     if (failed(tp))
       return signalPassFailure();
-    if (failed(checkParams(module, *tp)) || failed(rewriteVirtualKVHeads(module, *tp)))
-      return signalPassFailure();
-
     if (!llvm::is_contained({"auto", "on", "off"}, sequenceParallel)) {
       module.emitError() << "sequence-parallel must be auto, on or off, got '"
                          << sequenceParallel << "'";
       return signalPassFailure();
     }
-    bool sequence = sequenceParallel == "on";
-    module.walk([&](Operation *op) {
-      auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
-      if (!strategy || strategy.getName() != "sequence_parallel")
-        return;
-      if (sequenceParallel == "off") // the fallback runs these norms on whole rows
-        op->removeAttr(kStrategyAttrName);
-      else
-        sequence = true;
-    });
-
-    LayoutRules rules(&getContext(), *tp);
-    bool ok = true;
-    for (auto func : module.getOps<func::FuncOp>())
-      ok &= succeeded(propagate(func, rules, sequence));
-    // The signature follows the placed values; results become Replicate once
-    // tp-insert-redistribute has met what return needs.
-    updateFunctionTypes(module);
-    if (!ok)
-      signalPassFailure();
-  }
-
-  LogicalResult propagate(func::FuncOp func, LayoutRules &rules, bool sequence) {
-    bool ok = true;
-    // What each value's consumers see: its placement after any output hook.
-    llvm::DenseMap<Value, PlacementAttr> effective;
-    // Results of ops whose rule failed: Replicate stands in for a placement that has none.
-    llvm::DenseSet<Value> guessed;
-    for (BlockArgument arg : func.getArguments()) {
-      arg.setType(withPlacement(arg.getType(), rules.replicate()));
-      effective[arg] = rules.replicate();
+    // Placing rewrites the module; a failure is answered from the module as it came.
+    OwningOpRef<ModuleOp> original = module.clone();
+    if (succeeded(placeValues(module, *tp, sequenceParallel)))
+      return;
+    // Where another tp would work, this one is what cannot be served: say which do.
+    int64_t last = largestTpToTry(*original);
+    SmallVector<int64_t> sizes = workingTpSizes(*original, last, sequenceParallel);
+    if (!sizes.empty()) {
+      InFlightDiagnostic note =
+          getContext().getDiagEngine().emit(module.getLoc(), DiagnosticSeverity::Note);
+      note << "tp sizes "
+           << (last == kMostTpListed ? "up to " + std::to_string(last) + " " : "")
+           << "that work for this model and plan: ";
+      llvm::interleaveComma(sizes, note);
     }
-    func.walk([&](Operation *op) {
-      if (op == func)
-        return;
-      StringRef module = getModuleName(op);
-      auto strategy = op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
-      SmallVector<PlacementAttr> in;
-      for (Value operand : op->getOperands())
-        in.push_back(effective.lookup(operand) ? effective.lookup(operand)
-                                               : rules.replicate());
-      // A module's input hook: what comes from outside the module arrives in its layout.
-      if (strategy && strategy.getInput() && op->getNumOperands() > 0) {
-        Operation *producer = op->getOperand(0).getDefiningOp();
-        if (!producer || getModuleName(producer) != module)
-          in[0] = normalizePlacement(strategy.getInput(), rankOf(op->getOperand(0)));
-      }
-      FailureOr<OpLayout> layout;
-      {
-        // What an op's rule says of a guessed operand follows from the error that made the
-        // guess: one diagnostic per cause (rotary's split heads, not then attention's too).
-        std::optional<ScopedDiagnosticHandler> consequence;
-        if (llvm::any_of(op->getOperands(), [&](Value v) { return guessed.contains(v); }))
-          consequence.emplace(op->getContext(), [](Diagnostic &) { return success(); });
-        layout = rules.infer(op, in);
-      }
-      if (failed(layout)) {
-        ok = false;
-        guessed.insert(op->result_begin(), op->result_end());
-        layout = OpLayout{SmallVector<PlacementAttr>(in.size(), rules.replicate()),
-                          op->getNumResults() ? rules.replicate() : PlacementAttr()};
-      }
-      Builder builder(op->getContext());
-      if (op->getNumOperands())
-        op->setAttr(kOperandLayoutsAttrName,
-                    builder.getArrayAttr(SmallVector<Attribute>(layout->operands.begin(),
-                                                                layout->operands.end())));
-      if (op->getNumResults() != 1 || !layout->result)
-        return;
-      Value result = op->getResult(0);
-      result.setType(withPlacement(result.getType(), layout->result));
-      PlacementAttr out = layout->result;
-      // A module's output hook applies where the result leaves the module.
-      bool leaves = llvm::any_of(result.getUsers(), [&](Operation *user) {
-        return getModuleName(user) != module;
-      });
-      if (strategy && strategy.getOutput() && leaves) {
-        out = normalizePlacement(strategy.getOutput(), rankOf(result));
-        if (sequence && isa<PartialAttr>(layout->result) && isa<ReplicateAttr>(out))
-          out = rules.shard(0); // the reduce becomes a reduce_scatter over tokens
-      }
-      if (sequence && isa<EmbeddingOp>(op))
-        out = rules.shard(0); // the residual stream starts split by tokens
-      if (!samePlacement(out, layout->result, rankOf(result)))
-        op->setAttr(kOutputLayoutAttrName, out);
-      effective[result] = out;
-    });
-    return success(ok);
+    signalPassFailure();
   }
 };
 

@@ -119,9 +119,12 @@ void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
   os << fmt::format("  tpc:          {} collectives ({}), {:.0f} bytes\n",
                     phase.collectives.size(), countsOf(phase.collectives),
                     totalBytes(phase.collectives));
-  os << fmt::format("  transformers: {} collectives ({}), {:.0f} bytes\n",
-                    phase.transformers.size(), countsOf(phase.transformers),
-                    totalBytes(phase.transformers));
+  if (!phase.transformersFails.empty())
+    os << "  transformers: " << phase.transformersFails << "\n";
+  else
+    os << fmt::format("  transformers: {} collectives ({}), {:.0f} bytes\n",
+                      phase.transformers.size(), countsOf(phase.transformers),
+                      totalBytes(phase.transformers));
 }
 
 } // namespace
@@ -233,12 +236,18 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         return func::FuncOp();
       };
       int64_t elementBytes = o.target == "cuda" ? 2 : 4;
+      // transformers' side: the collectives its hooks run, where its TP runs this at all.
+      std::string transformersFails = transformersFailure(*module);
+      auto transformersFor = [&](int64_t tokens) {
+        return transformersFails.empty() ? transformersCollectives(*module, tokens)
+                                         : std::vector<CollectiveEntry>();
+      };
       std::vector<PhaseReport> phases = {
           {"prefill", prefillLen, prefillSplits,
            programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes),
-           transformersCollectives(*module, prefillLen)},
+           transformersFor(prefillLen), transformersFails},
           {"decode step", 1, false, programCollectives(forwardFor(1), 1, o.tp, elementBytes),
-           transformersCollectives(*module, 1)}};
+           transformersFor(1), transformersFails}};
       memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
       memory.arena =
           double(memory.arenaElementsPerToken) * double(maxSeqLen) * double(elementBytes);
@@ -297,8 +306,11 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
           p["sequence_parallel"] = phase.sequenceParallel;
           p["collectives"] = toJson(phase.collectives);
           p["total"] = summaryJson(phase.collectives);
-          p["transformers"] = {{"collectives", toJson(phase.transformers)},
-                               {"total", summaryJson(phase.transformers)}};
+          if (!phase.transformersFails.empty())
+            p["transformers"] = {{"fails", phase.transformersFails}};
+          else
+            p["transformers"] = {{"collectives", toJson(phase.transformers)},
+                                 {"total", summaryJson(phase.transformers)}};
           j[phase.name == "prefill" ? "prefill" : "decode"] = p;
         }
         j["memory_per_rank"] = {{"weights_bytes", memory.weights},

@@ -31,6 +31,7 @@ struct PhaseReport {
   bool sequenceParallel = false;
   std::vector<CollectiveEntry> collectives;   // tpc's, after folding
   std::vector<CollectiveEntry> transformers;  // transformers' module hooks, same plan
+  std::string transformersFails; // why transformers' TP cannot run it; then no hooks run
 };
 
 struct MemoryReport {
@@ -54,8 +55,28 @@ std::vector<CollectiveEntry> programCollectives(mlir::func::FuncOp forward, int6
 /// embedding_colwise; all_reduce for rowwise, rowwise_split_input, rowwise_rep,
 /// embedding_rowwise, all_reduce and moe_tp_experts. Bytes: the module output's size, for
 /// the last token only where generate computes only that (lm_head, logits_to_keep=1).
-/// None on a mesh of one rank, where transformers applies no plan.
+/// None on a mesh of one rank, where transformers applies no plan. What transformers runs
+/// only where transformersFailure is empty.
 std::vector<CollectiveEntry> transformersCollectives(mlir::ModuleOp planned, int64_t tokens);
+
+/// Why transformers' TP cannot run `planned` at its mesh's tp: where it refuses to load it or
+/// fails in the forward, and what it raises; "" where it runs. transformers shards with
+/// DTensor, whose Shard(d) gives rank r the r-th torch.chunk piece, and its colwise hooks
+/// hand the next module that local piece. So:
+/// - a strategy its registry lacks (embedding_colwise, local_params): refused at load;
+/// - colwise_gather_output / colwise_rep over output features tp does not divide: refused at
+///   load (ColwiseParallel.validate_param);
+/// - grouped_gemm over experts tp does not divide: refused at load (MoEParamShard);
+/// - ep_router over experts tp does not divide: fails in the router's forward;
+/// - q, k or v from a colwise projection whose piece on some rank is not whole heads: the
+///   attention's view(*input_shape, -1, head_dim) fails; whole heads, but a rank's query
+///   heads are not its KV heads times num_heads / num_kv_heads (what repeat_kv makes of
+///   them): the attention's shapes disagree;
+/// - experts split on their intermediate size where a rank's piece is not a multiple of 16
+///   bytes: its default experts implementation (grouped_mm) fails in the forward.
+/// Other uneven splits run: a colwise output's pieces and those of the rowwise weight after
+/// it are the same torch.chunk pieces (an intermediate size tp does not divide).
+std::string transformersFailure(mlir::ModuleOp planned);
 
 /// Bytes of every tp.param as typed (global before tp-partition, local after).
 double parameterBytes(mlir::ModuleOp module);

@@ -155,3 +155,17 @@ SmallVector<Operation *> tpc::tp::lastTokenChain(func::FuncOp forward) {
     chain.clear();
   return chain;
 }
+
+LinearOp tpc::tp::headProjection(Value operand, SmallVectorImpl<Operation *> *between) {
+  while (Operation *op = operand.getDefiningOp()) {
+    if (auto rotary = dyn_cast<RotaryOp>(op))
+      operand = rotary.getInput();
+    else if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getHeadDim())
+      operand = norm.getInput();
+    else
+      break;
+    if (between)
+      between->push_back(op);
+  }
+  return operand.getDefiningOp<LinearOp>();
+}

@@ -7,6 +7,8 @@ Each CHECK is one of
   fewer-than-transformers    tpc runs fewer collectives and bytes than transformers, both phases
   total=PHASE:N              PHASE (prefill or decode) runs N collectives
   transformers-total=PHASE:N transformers runs N collectives in PHASE
+  transformers-fails=TEXT    transformers' TP cannot run it, in both phases, for a reason
+                             that contains TEXT (no collectives of its reported then)
 """
 import collections
 import json
@@ -20,6 +22,15 @@ def fail(message):
     global failed
     print("FAIL:", message)
     failed = True
+
+
+def transformers_total(phase):
+    """transformers' total for PHASE, or None (and a failure) where analyze says it fails."""
+    theirs = report[phase]["transformers"]
+    if "fails" in theirs:
+        fail(f"{phase}: transformers' TP fails ({theirs['fails']}), no count to check")
+        return None
+    return theirs["total"]
 
 
 def per_layer(phase):
@@ -50,8 +61,8 @@ for check in sys.argv[2:]:
             if layers[module][kind] != int(n):
                 fail(f"{phase}: {module} runs {layers[module][kind]} {kind}, expected {n}")
         elif name == "fewer-than-transformers":
-            ours, theirs = report[phase]["total"], report[phase]["transformers"]["total"]
-            if not (ours["count"] < theirs["count"] and ours["bytes"] < theirs["bytes"]):
+            ours, theirs = report[phase]["total"], transformers_total(phase)
+            if theirs and not (ours["count"] < theirs["count"] and ours["bytes"] < theirs["bytes"]):
                 fail(f"{phase}: tpc {ours}, transformers {theirs}")
         elif name == "total":
             want_phase, n = arg.split(":")
@@ -59,9 +70,15 @@ for check in sys.argv[2:]:
                 fail(f"{phase}: {report[phase]['total']['count']} collectives, expected {n}")
         elif name == "transformers-total":
             want_phase, n = arg.split(":")
-            theirs = report[phase]["transformers"]["total"]["count"]
-            if phase == want_phase and theirs != int(n):
-                fail(f"{phase}: transformers runs {theirs} collectives, expected {n}")
+            theirs = transformers_total(phase) if phase == want_phase else None
+            if theirs and theirs["count"] != int(n):
+                fail(f"{phase}: transformers runs {theirs['count']} collectives, expected {n}")
+        elif name == "transformers-fails":
+            theirs = report[phase]["transformers"]
+            if arg not in theirs.get("fails", ""):
+                fail(f"{phase}: transformers {theirs.get('fails') or 'runs'}, expected it to fail: {arg}")
+            if set(theirs) != {"fails"}:
+                fail(f"{phase}: transformers fails, yet reports {sorted(set(theirs) - {'fails'})}")
         else:
             fail(f"unknown check {check}")
 print("analyze report: " + ("FAILED" if failed else "ok"))

@@ -61,6 +61,14 @@ def main():
         print("collectives: FAILED")
         return 1
 
+    # ---- analyze must not predict a failure of what just ran
+    predicted_fails = {p: report[p]["transformers"].get("fails") for p in ("prefill", "decode")}
+    if any(predicted_fails.values()):
+        print(f"analyze predicts transformers' TP fails ({predicted_fails['prefill'] or predicted_fails['decode']}), "
+              f"yet {hf_path} measured it running")
+        print("collectives: FAILED")
+        return 1
+
     # ---- the three must describe the same run
     tp = report.get("tp")
     if hf.get("tp") != tp:
