@@ -97,15 +97,24 @@ def TP_ShardDescAttr : TP_Attr<"ShardDesc", "shard_desc"> {
     rows; rank r loads piece `r * chunks / tp` of every block, concatenated, padded with zeros
     to the piece size. `chunks` is tp, or the number of real KV heads when they are repeated
     into virtual ones (then several ranks load the same head).
+
+    `ranks`, where present, states each rank's extent instead (whole heads where tp does not
+    divide them): rank r reads `ranks[2r + 1]` elements of `dim` from `ranks[2r]` and pads
+    them with zeros to its local size, the largest rank's.
   }];
   let parameters = (ins "int64_t":$dim, ArrayRefParameter<"int64_t">:$hf_shape,
                         ArrayRefParameter<"int64_t">:$offsets,
-                        ArrayRefParameter<"int64_t">:$sizes, "int64_t":$chunks);
+                        ArrayRefParameter<"int64_t">:$sizes, "int64_t":$chunks,
+                        OptionalArrayRefParameter<"int64_t">:$ranks);
   let assemblyFormat = [{
     `<` `dim` `=` $dim `,` `hf_shape` `=` `[` $hf_shape `]` `,` `offsets` `=` `[` $offsets `]`
-    `,` `sizes` `=` `[` $sizes `]` `,` `chunks` `=` $chunks `>`
+    `,` `sizes` `=` `[` $sizes `]` `,` `chunks` `=` $chunks (`,` `ranks` `=` `[` $ranks^ `]`)? `>`
   }];
   let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The elements of the HF tensor rank `rank` of `tp` holds, padding left out.
+    int64_t heldElements(int64_t rank, int64_t tp) const;
+  }];
 }
 
 #endif // TPC_TP_ATTRS_TD

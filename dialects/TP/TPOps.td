@@ -135,13 +135,23 @@ def TP_AttentionOp : TP_LayerOp<"attention"> {
     KV cache, so a decode step attends over every earlier token. `scale` defaults to
     head_dim^-0.5; `sliding_window` W lets a query see the W latest keys (itself included);
     `softcap` c maps each score s to c * tanh(s / c) before the mask (Gemma2).
+
+    Where tp divides neither the heads nor the KV heads evenly, tp-propagate-layouts gives
+    each rank whole heads, unevenly, and records it: `rank_heads` holds, for each rank, the
+    model's first query head it holds, how many it holds, and the first KV head it holds;
+    `kv_group` is the model's query heads per KV head. Rank r's local query head h (h below
+    its count) reads local KV head (first + h) / kv_group - first KV head; its heads past the
+    count are padding and come out zero. num_heads and num_kv_heads are then tp times the
+    largest rank's counts.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$query, TP_Tensor:$key, TP_Tensor:$value,
                        TP_PositiveI64:$num_heads, TP_PositiveI64:$num_kv_heads,
                        TP_PositiveI64:$head_dim,
                        OptionalAttr<TP_PositiveI64>:$sliding_window,
                        OptionalAttr<F64Attr>:$scale,
-                       OptionalAttr<F64Attr>:$softcap);
+                       OptionalAttr<F64Attr>:$softcap,
+                       OptionalAttr<DenseI64ArrayAttr>:$rank_heads,
+                       OptionalAttr<TP_PositiveI64>:$kv_group);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
     $module $query `,` $key `,` $value attr-dict `:` functional-type(operands, results)

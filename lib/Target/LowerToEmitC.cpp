@@ -312,8 +312,10 @@ private:
           .real(scale)
           .integer(attention.getSlidingWindow().value_or(0))
           .real(attention.getSoftcap() ? attention.getSoftcap()->convertToDouble() : 0.0)
-          .integer(attentionIndex++)
-          .value(*out);
+          .integer(attentionIndex++);
+      if (std::optional<int64_t> group = attention.getKvGroup()) // heads split unevenly
+        a.integer(*group).text(braced(*attention.getRankHeads()));
+      a.value(*out);
       call(loc, callee("attention"), a);
       return success();
     }
@@ -870,7 +872,11 @@ struct TPLowerToEmitCPass : tpc::target::impl::TPLowerToEmitCBase<TPLowerToEmitC
         hfShape.assign(shard.getHfShape().begin(), shard.getHfShape().end());
         slice = "tpcrt::SliceSpec{" + std::to_string(shard.getDim()) + ", " +
                 braced(shard.getOffsets()) + ", " + braced(shard.getSizes()) + ", " +
-                std::to_string(shard.getChunks()) + ", 0}";
+                std::to_string(shard.getChunks()) + ", 0";
+        if (!shard.getRanks().empty()) // each rank's extent, padded to this local size
+          slice += ", " + braced(shard.getRanks()) + ", " +
+                   std::to_string(param.getTensorType().getDimSize(shard.getDim()));
+        slice += "}";
       }
       std::string sources = "std::vector<std::string>{";
       llvm::ListSeparator sep(", ");

@@ -1,7 +1,8 @@
 // tp-partition: from global shapes to what each rank holds. A sharded dim becomes its
 // torch.chunk piece, ceil(n / tp), with trailing ranks padded (a strided shard: the piece of
 // every block); head counts are divided by tp; parameters record in a shard descriptor which
-// part of the HF tensor the loader reads for each rank.
+// part of the HF tensor the loader reads for each rank, unless tp-propagate-layouts has
+// already (whole heads per rank where tp does not divide them).
 #include "tpc/Analysis/Redistribute.h"
 #include "tpc/Transforms/Passes.h"
 
@@ -96,6 +97,10 @@ struct TPPartitionPass : tpc::tp::impl::TPPartitionBase<TPPartitionPass> {
       if (!placement || isa<ReplicateAttr>(placement))
         continue;
       placement = normalizePlacement(placement, type.getRank());
+      if (param.getShardAttr()) { // each rank's extent is decided already (uneven heads)
+        param.setType(type.clone(localShape(type.getShape(), placement, tp)));
+        continue;
+      }
       int64_t repeat = param.getHeadRepeat().value_or(1);
       SmallVector<int64_t> hfShape(type.getShape());
       int64_t dim;
@@ -115,7 +120,8 @@ struct TPPartitionPass : tpc::tp::impl::TPPartitionBase<TPPartitionPass> {
           at += block;
         }
       }
-      param.setShardAttr(ShardDescAttr::get(ctx, dim, hfShape, offsets, sizes, tp / repeat));
+      param.setShardAttr(ShardDescAttr::get(ctx, dim, hfShape, offsets, sizes, tp / repeat,
+                                            ArrayRef<int64_t>()));
       param.setType(type.clone(localShape(type.getShape(), placement, tp)));
     }
 

@@ -83,6 +83,41 @@ LogicalResult checkParams(ModuleOp module, int64_t tp) {
   return success(ok);
 }
 
+/// Whether `linear`'s weight is split on its output features (colwise).
+bool isColwise(LinearOp linear) {
+  auto weight = linear.getWeight().getDefiningOp<WeightOp>();
+  ParamOp param = weight ? paramOf(weight) : ParamOp();
+  PlacementAttr p = param ? param.getPlacementAttr() : PlacementAttr();
+  return p && normalizePlacement(p, 2) == ShardAttr::get(linear.getContext(), 0);
+}
+
+/// The parameter whose value `operand` is, where nothing else uses it (one tp.weight of it,
+/// used once); null otherwise.
+ParamOp ownedParam(Value operand) {
+  auto weight = operand.getDefiningOp<WeightOp>();
+  ParamOp param = weight ? paramOf(weight) : ParamOp();
+  if (!param || !operand.hasOneUse())
+    return {};
+  std::optional<SymbolTable::UseRange> uses =
+      SymbolTable::getSymbolUses(param, param->getParentOp());
+  return uses && std::distance(uses->begin(), uses->end()) == 1 ? param : ParamOp();
+}
+
+/// The parameters of `linear` (its weight, and its bias where it has one), each with the
+/// value it is used as; empty where some parameter is shared with another op.
+SmallVector<std::pair<ParamOp, Value>> ownParams(LinearOp linear) {
+  SmallVector<std::pair<ParamOp, Value>> params;
+  for (Value operand : {linear.getWeight(), linear.getBias()}) {
+    if (!operand)
+      continue;
+    ParamOp param = ownedParam(operand);
+    if (!param)
+      return {};
+    params.push_back({param, operand});
+  }
+  return params;
+}
+
 /// tp > num_kv_heads, a multiple of it: each real KV head is repeated tp / num_kv_heads times
 /// so that the colwise k/v projections split into one head per rank, the head its query
 /// heads read (transformers fails mid-forward here).
@@ -90,8 +125,8 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
   bool ok = true;
   module.walk([&](AttentionOp attention) {
     int64_t kvHeads = attention.getNumKvHeads();
-    if (kvHeads >= tp || tp % kvHeads != 0)
-      return;
+    if (kvHeads >= tp || tp % kvHeads != 0 || attention.getNumHeads() % tp != 0)
+      return; // (query heads tp does not divide: rewriteUnevenHeads places both)
     // The per-head ops between k or v and its projection (rotary, Qwen3's k_norm) widen
     // with it.
     SmallVector<Operation *> between;
@@ -99,12 +134,6 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
              v = headProjection(attention.getValue(), &between);
     if (!k || !v)
       return;
-    auto isColwise = [](LinearOp linear) {
-      auto weight = linear.getWeight().getDefiningOp<WeightOp>();
-      ParamOp param = weight ? paramOf(weight) : ParamOp();
-      PlacementAttr p = param ? param.getPlacementAttr() : PlacementAttr();
-      return p && normalizePlacement(p, 2) == ShardAttr::get(linear.getContext(), 0);
-    };
     if (!isColwise(k) || !isColwise(v))
       return;
     int64_t repeat = tp / kvHeads;
@@ -139,6 +168,114 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
     for (Operation *op : between)
       widen(op->getResult(0), 1);
     attention.setNumKvHeads(tp);
+  });
+  return success(ok);
+}
+
+/// Query heads tp does not divide, or KV heads that neither divide by tp nor divide it: each
+/// rank gets whole heads, rank r the query heads [rH/tp, (r+1)H/tp) (sizes differ by one at
+/// most) and exactly the KV heads those read, a KV head shared by two ranks held by both
+/// (as virtual KV heads are). Every rank's piece is padded with zero heads to the largest
+/// rank's, so the q, k, v and o_proj tensors become tp equal pieces and everything after
+/// is the even case; the shard descriptors say which heads each rank loads, and the
+/// attention's rank_heads which of its query heads read which KV head. Needs q, k and v
+/// colwise and o_proj rowwise: the padded heads must meet o_proj's zero columns, never a
+/// gather.
+LogicalResult rewriteUnevenHeads(ModuleOp module, int64_t tp) {
+  bool ok = true;
+  MLIRContext *ctx = module.getContext();
+  module.walk([&](AttentionOp attention) {
+    int64_t heads = attention.getNumHeads(), kvHeads = attention.getNumKvHeads();
+    int64_t headDim = attention.getHeadDim();
+    bool virtualKV = kvHeads < tp && tp % kvHeads == 0;
+    if (heads % tp == 0 && (kvHeads % tp == 0 || virtualKV))
+      return;
+    SmallVector<Operation *> qBetween, kBetween, vBetween;
+    LinearOp q = headProjection(attention.getQuery(), &qBetween),
+             k = headProjection(attention.getKey(), &kBetween),
+             v = headProjection(attention.getValue(), &vBetween);
+    SmallVector<LinearOp> projections;
+    for (LinearOp p : {q, k, v})
+      if (p && isColwise(p))
+        projections.push_back(p);
+    if (projections.empty())
+      return; // attention runs replicated: nothing to split
+    StringRef module = getModuleName(attention);
+    auto fail = [&](const Twine &why) {
+      attention.emitError() << module << ": " << heads << " heads and " << kvHeads
+                            << " KV heads over tp " << tp
+                            << " split unevenly into whole heads per rank, which " << why;
+      ok = false;
+    };
+    if (projections.size() != 3)
+      return fail("needs q_proj, k_proj and v_proj all colwise");
+    // The attention's output must go, alone, into a rowwise o_proj.
+    Value result = attention.getResult();
+    auto out = result.hasOneUse() ? dyn_cast<LinearOp>(*result.getUsers().begin()) : LinearOp();
+    ParamOp outParam = out ? ownedParam(out.getWeight()) : ParamOp();
+    if (!out || out.getInput() != result || !outParam || !outParam.getPlacementAttr() ||
+        normalizePlacement(outParam.getPlacementAttr(), 2) != ShardAttr::get(ctx, 1))
+      return fail("needs the attention's output to go straight into a rowwise o_proj (the "
+                  "padded heads then meet zero columns, never a gather)");
+    for (auto chain : {ArrayRef<Operation *>(qBetween), ArrayRef<Operation *>(kBetween),
+                       ArrayRef<Operation *>(vBetween)})
+      for (Operation *op : chain)
+        if (!op->getResult(0).hasOneUse())
+          return fail("needs each of q, k and v used by the attention alone");
+    for (LinearOp p : {q, k, v})
+      if (!p.getResult().hasOneUse() || ownParams(p).empty())
+        return fail("needs q_proj, k_proj and v_proj to own their parameters and feed the "
+                    "attention alone");
+    if (heads < tp)
+      return fail("leaves some rank no query head: tp can be at most " +
+                  std::to_string(heads));
+
+    // Each rank's heads, and the largest rank's counts.
+    int64_t group = heads / kvHeads, most = 0, mostKv = 0;
+    SmallVector<int64_t> rankHeads, qRuns, kvRuns;
+    for (int64_t r = 0; r < tp; ++r) {
+      int64_t first = r * heads / tp, count = (r + 1) * heads / tp - first;
+      int64_t firstKv = first / group, kvCount = (first + count - 1) / group - firstKv + 1;
+      most = std::max(most, count);
+      mostKv = std::max(mostKv, kvCount);
+      llvm::append_range(rankHeads, ArrayRef<int64_t>{first, count, firstKv});
+      llvm::append_range(qRuns, ArrayRef<int64_t>{first * headDim, count * headDim});
+      llvm::append_range(kvRuns, ArrayRef<int64_t>{firstKv * headDim, kvCount * headDim});
+    }
+
+    auto widen = [&](Value value, int64_t dim, int64_t size) {
+      auto type = cast<RankedTensorType>(value.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[dim] = size;
+      value.setType(type.clone(shape));
+    };
+    // A parameter split on `dim` into `runs`: tp pieces of the largest run's size.
+    auto place = [&](ParamOp param, Value use, int64_t dim, ArrayRef<int64_t> runs,
+                     int64_t piece) {
+      RankedTensorType type = param.getTensorType();
+      SmallVector<int64_t> hf(type.getShape());
+      param.setShardAttr(ShardDescAttr::get(ctx, dim, hf, {0}, {hf[dim]}, tp, runs));
+      SmallVector<int64_t> shape(hf);
+      shape[dim] = tp * piece;
+      param.setType(type.clone(shape));
+      widen(use, dim, tp * piece);
+    };
+    for (auto [proj, runs, count, chain] :
+         {std::tuple{q, ArrayRef<int64_t>(qRuns), most, ArrayRef<Operation *>(qBetween)},
+          std::tuple{k, ArrayRef<int64_t>(kvRuns), mostKv, ArrayRef<Operation *>(kBetween)},
+          std::tuple{v, ArrayRef<int64_t>(kvRuns), mostKv, ArrayRef<Operation *>(vBetween)}}) {
+      for (auto [param, use] : ownParams(proj))
+        place(param, use, 0, runs, count * headDim);
+      widen(proj.getResult(), 1, tp * count * headDim);
+      for (Operation *op : chain)
+        widen(op->getResult(0), 1, tp * count * headDim);
+    }
+    place(outParam, out.getWeight(), 1, qRuns, most * headDim);
+    widen(result, 1, tp * most * headDim);
+    attention.setNumHeads(tp * most);
+    attention.setNumKvHeads(tp * mostKv);
+    attention.setRankHeads(rankHeads);
+    attention.setKvGroup(group);
   });
   return success(ok);
 }
@@ -215,7 +352,8 @@ LogicalResult propagate(func::FuncOp func, LayoutRules &rules, bool sequence) {
 /// Places every value of `module` for `tp` ranks: tpc's whole rule for which splits work,
 /// with an error for each that does not.
 LogicalResult placeValues(ModuleOp module, int64_t tp, StringRef sequenceParallel) {
-  if (failed(checkParams(module, tp)) || failed(rewriteVirtualKVHeads(module, tp)))
+  if (failed(checkParams(module, tp)) || failed(rewriteVirtualKVHeads(module, tp)) ||
+      failed(rewriteUnevenHeads(module, tp)))
     return failure();
   bool sequence = sequenceParallel == "on";
   module.walk([&](Operation *op) {

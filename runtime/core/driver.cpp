@@ -102,9 +102,13 @@ bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Storage &
   std::string allocating;
   try {
     for (const ParamDesc &param : spec.params) {
-      SliceSpec slice = param.slice;
-      if (slice.dim >= 0)
-        slice.piece = cx.rank * slice.chunks / cx.tp;
+      if (!param.slice.ranks.empty() && param.slice.ranks.size() != 2 * size_t(cx.tp)) {
+        error = std::string("parameter ") + param.name + " is split for " +
+                std::to_string(param.slice.ranks.size() / 2) + " ranks, not " +
+                std::to_string(cx.tp);
+        return false;
+      }
+      SliceSpec slice = param.slice.forRank(cx.rank, cx.tp);
       std::vector<int64_t> local = slice.localShape(param.hfShape);
       allocating = std::string("parameter ") + param.name;
       size_t elements = 1;
@@ -114,7 +118,7 @@ bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Storage &
       if (!checkpoint && spec.prepare) { // the device generates them where they will live
         cx.randomSeed = args.randomSeed;
         cx.weights.emplace_back();
-        memory.weightBytes += uint64_t(elements) * 4;
+        memory.weightBytes += uint64_t(slice.heldElements(param.hfShape)) * 4;
         continue;
       }
       std::vector<float> &w = cx.weights.emplace_back(elements);
@@ -126,7 +130,7 @@ bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Storage &
         memory.weightBytes += bytes;
       } else {
         generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
-        memory.weightBytes += uint64_t(elements) * 4;
+        memory.weightBytes += uint64_t(slice.heldElements(param.hfShape)) * 4;
       }
     }
     allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);

@@ -75,7 +75,7 @@ void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, d
 
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, KVCache &cache, float *out) {
+               double softcap, const HeadSplit &split, KVCache &cache, float *out) {
   int64_t start = cache.length, width = kvHeads * headDim;
   std::memcpy(cache.keys + start * width, k, rows * width * sizeof(float));
   std::memcpy(cache.values + start * width, v, rows * width * sizeof(float));
@@ -86,8 +86,17 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
   thread_local std::vector<float> scores;
   scores.resize(size_t(rows * keys));
   for (int64_t h = 0; h < heads; ++h) {
-    const float *kh = cache.keys + (h / group) * headDim;
-    const float *vh = cache.values + (h / group) * headDim;
+    int64_t kv = h / group;
+    if (split.group) {
+      if (h >= split.heads) { // padding: a head this rank does not hold
+        for (int64_t r = 0; r < rows; ++r)
+          std::fill_n(out + r * qWidth + h * headDim, headDim, 0.0f);
+        continue;
+      }
+      kv = (split.firstHead + h) / split.group - split.firstKvHead;
+    }
+    const float *kh = cache.keys + kv * headDim;
+    const float *vh = cache.values + kv * headDim;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(headDim),
                 float(scale), q + h * headDim, int(qWidth), kh, int(width), 0.0f,
                 scores.data(), int(keys));

@@ -793,7 +793,10 @@ void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
 
 void attention(Device::State &state, const act *q, const act *k, const act *v, int64_t rows,
                int64_t heads, int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, KVCache &cache, act *out) {
+               double softcap, const HeadSplit &split, KVCache &cache, act *out) {
+  if (split.group != 0) // the CUDA target refuses these at compile time
+    throw std::runtime_error("attention: heads split unevenly over the ranks run on the CPU "
+                             "target only");
   if (rows <= 0)
     return;
   if (headDim <= 0 || headDim % 8 != 0)

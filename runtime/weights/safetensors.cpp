@@ -131,10 +131,35 @@ bool exists(const std::string &path) {
 
 } // namespace
 
+SliceSpec SliceSpec::forRank(int rank, int tp) const {
+  SliceSpec mine = *this;
+  if (dim < 0)
+    return mine;
+  if (ranks.empty()) {
+    mine.piece = rank * chunks / tp;
+    return mine;
+  }
+  mine.offsets = {ranks[2 * size_t(rank)]};
+  mine.sizes = {ranks[2 * size_t(rank) + 1]};
+  mine.chunks = 1;
+  mine.piece = 0;
+  return mine;
+}
+
+int64_t SliceSpec::heldElements(const std::vector<int64_t> &shape) const {
+  int64_t held = 0;
+  forEachRun(shape, *this, [&](uint64_t, int64_t count, int64_t) { held += count; });
+  return held;
+}
+
 std::vector<int64_t> SliceSpec::localShape(const std::vector<int64_t> &shape) const {
   std::vector<int64_t> local = shape;
   if (dim < 0)
     return local;
+  if (extent > 0) {
+    local[dim] = extent;
+    return local;
+  }
   local[dim] = 0;
   for (int64_t size : sizes)
     local[dim] += pieceSize(size, chunks);

@@ -28,7 +28,8 @@ void forEachRun(const std::vector<int64_t> &shape, const SliceSpec &spec, Fn fn)
   int64_t dimSize = shape.empty() ? 1 : shape[dim];
   for (int64_t o = 0; o < outer; ++o)
     for (size_t b = 0; b < sizes.size(); ++b) {
-      int64_t rows = (sizes[b] + chunks - 1) / chunks, first = offsets[b] + piece * rows;
+      int64_t rows = whole || spec.extent <= 0 ? (sizes[b] + chunks - 1) / chunks : spec.extent;
+      int64_t first = offsets[b] + piece * rows;
       int64_t count = std::max<int64_t>(0, std::min(rows, offsets[b] + sizes[b] - first));
       fn(uint64_t((o * dimSize + first) * inner), count * inner, rows * inner);
     }

@@ -6,6 +6,8 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
+
 using namespace mlir;
 using namespace tpc::tp;
 
@@ -83,7 +85,7 @@ LogicalResult PartialAttr::verifyFor(ArrayRef<int64_t>,
 LogicalResult ShardDescAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
                                     int64_t dim, ArrayRef<int64_t> hfShape,
                                     ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes,
-                                    int64_t chunks) {
+                                    int64_t chunks, ArrayRef<int64_t> ranks) {
   if (dim < 0 || dim >= static_cast<int64_t>(hfShape.size()))
     return emitError() << "shard_desc: dim " << dim << " is not a dim of the HF tensor";
   if (offsets.empty() || offsets.size() != sizes.size())
@@ -94,7 +96,32 @@ LogicalResult ShardDescAttr::verify(llvm::function_ref<InFlightDiagnostic()> emi
     if (offset < 0 || size < 1 || offset + size > hfShape[dim])
       return emitError() << "shard_desc: block [" << offset << ", " << offset + size
                          << ") is outside dim " << dim << " of size " << hfShape[dim];
+  if (ranks.size() % 2 != 0)
+    return emitError() << "shard_desc: ranks holds an offset and a size per rank, got "
+                       << ranks.size() << " numbers";
+  for (size_t r = 0; r < ranks.size(); r += 2)
+    if (ranks[r] < 0 || ranks[r + 1] < 1 || ranks[r] + ranks[r + 1] > hfShape[dim])
+      return emitError() << "shard_desc: rank " << r / 2 << "'s [" << ranks[r] << ", "
+                         << ranks[r] + ranks[r + 1] << ") is outside dim " << dim
+                         << " of size " << hfShape[dim];
   return success();
+}
+
+int64_t ShardDescAttr::heldElements(int64_t rank, int64_t tp) const {
+  ArrayRef<int64_t> hf = getHfShape();
+  int64_t dim = getDim(), others = 1;
+  for (size_t i = 0; i < hf.size(); ++i)
+    if (static_cast<int64_t>(i) != dim)
+      others *= hf[i];
+  if (!getRanks().empty())
+    return others * getRanks()[2 * rank + 1];
+  // torch.chunk pieces of every block: piece rank * chunks / tp, the last ones short.
+  int64_t piece = rank * getChunks() / tp, rows = 0;
+  for (auto [offset, size] : llvm::zip(getOffsets(), getSizes())) {
+    int64_t chunk = (size + getChunks() - 1) / getChunks();
+    rows += std::clamp<int64_t>(size - piece * chunk, 0, chunk);
+  }
+  return others * rows;
 }
 
 LogicalResult MeshAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, int64_t size) {

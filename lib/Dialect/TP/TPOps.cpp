@@ -219,7 +219,15 @@ LogicalResult AttentionOp::verify() {
         failed(expectElementType(*this, v, what, tensorOf(getQuery()).getElementType())))
       return failure();
   int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
-  if (heads % kvHeads != 0)
+  if (getRankHeads().has_value() != getKvGroup().has_value())
+    return moduleError(*this) << "rank_heads and kv_group come together";
+  if (std::optional<ArrayRef<int64_t>> ranks = getRankHeads()) {
+    // Uneven heads: the map from query to KV heads is explicit.
+    if (ranks->empty() || ranks->size() % 3 != 0)
+      return moduleError(*this) << "rank_heads holds a first query head, a count and a first "
+                                   "KV head per rank, got "
+                                << ranks->size() << " numbers";
+  } else if (heads % kvHeads != 0)
     return moduleError(*this) << "num_heads " << heads << " is not a multiple of num_kv_heads "
                               << kvHeads;
   auto expectFeatures = [&](Value v, StringRef what, int64_t n,

@@ -35,6 +35,12 @@ public:
   LogicalResult supports(Operation *op) const override {
     if (isa<tpc::tp::RouterOp, tpc::tp::ExpertsOp>(op))
       return op->emitError() << "the CUDA target cannot run mixture-of-experts layers yet";
+    if (auto attention = dyn_cast<tpc::tp::AttentionOp>(op); attention && attention.getKvGroup())
+      return op->emitError()
+             << attention.getModule()
+             << ": heads split unevenly over the ranks run on the CPU target only for now (the "
+                "CUDA attention kernels group query heads evenly over KV heads); use --target "
+                "cpu, or a tp that divides the query and KV heads";
     return success();
   }
 

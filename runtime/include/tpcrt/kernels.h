@@ -36,13 +36,22 @@ struct KVCache {
   int64_t capacity = 0, width = 0, length = 0;
 };
 
+/// Which heads a rank holds where tp does not divide them (the attention's rank_heads):
+/// `heads` query heads of the model from `firstHead`, and KV heads from `firstKvHead`, `group`
+/// query heads reading each KV head of the model. group 0: the even split.
+struct HeadSplit {
+  int64_t group = 0, firstHead = 0, heads = 0, firstKvHead = 0;
+};
+
 /// Causal attention of `rows` new tokens (at positions cache.length ..) with GQA: query head
-/// h reads KV head h / (heads / kvHeads). Appends k and v to the cache first. A positive
+/// h reads KV head h / (heads / kvHeads), or with an uneven `split` (local) KV head
+/// (split.firstHead + h) / split.group - split.firstKvHead, its heads from split.heads on
+/// being padding that comes out zero. Appends k and v to the cache first. A positive
 /// slidingWindow W limits each query to the W latest keys; a positive softcap c maps each
 /// scaled score s to c * tanh(s / c).
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, KVCache &cache, float *out);
+               double softcap, const HeadSplit &split, KVCache &cache, float *out);
 
 void silu(Host, const float *x, int64_t n, float *out);
 void gelu(Host, const float *x, int64_t n, bool tanhApproximation, float *out);

@@ -14,12 +14,22 @@ namespace tpcrt {
 /// Which part of the HF tensor this rank holds (tp-partition's #tp.shard_desc): along `dim`,
 /// each block [offset, offset + size) is cut into `chunks` pieces of ceil(size / chunks);
 /// this rank takes piece `piece` of every block, concatenated, each padded with zeros.
-/// dim < 0: the whole tensor.
+/// dim < 0: the whole tensor. Where the descriptor states each rank's extent (`ranks`: an
+/// offset and a size per rank, whole heads where tp does not divide them), the driver reads
+/// this rank's into `offsets` and `sizes` (one block, chunks 1), and `extent` is the local
+/// size of `dim` that every rank's piece is padded to.
 struct SliceSpec {
   int64_t dim = -1;
   std::vector<int64_t> offsets, sizes;
   int64_t chunks = 1, piece = 0;
+  std::vector<int64_t> ranks;
+  int64_t extent = 0;
 
+  /// This rank's piece: `piece` of `chunks` torch.chunk pieces, or its own extent.
+  SliceSpec forRank(int rank, int tp) const;
+
+  /// The elements of a tensor of `shape` this rank holds, its padding left out.
+  int64_t heldElements(const std::vector<int64_t> &shape) const;
   /// The shape this rank holds of a tensor of `shape`.
   std::vector<int64_t> localShape(const std::vector<int64_t> &shape) const;
 };

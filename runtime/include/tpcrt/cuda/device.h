@@ -105,7 +105,7 @@ void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int6
             double theta, const double *invFreq, const int64_t *positions, act *out);
 void attention(Device::State &state, const act *q, const act *k, const act *v, int64_t rows,
                int64_t heads, int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, KVCache &cache, act *out);
+               double softcap, const HeadSplit &split, KVCache &cache, act *out);
 void silu(Device::State &state, const act *x, int64_t n, act *out);
 void gelu(Device::State &state, const act *x, int64_t n, bool tanhApproximation, act *out);
 void scale(Device::State &state, const act *x, int64_t n, double factor, act *out);
