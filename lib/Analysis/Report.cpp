@@ -47,7 +47,8 @@ std::string tpc::layerOf(StringRef module) {
 }
 
 std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64_t tokens,
-                                                     int64_t tp, int64_t elementBytes) {
+                                                     int64_t tp, int64_t elementBytes,
+                                                     bool variableGather) {
   // A value's bytes on one rank: its local shape, with tokens / tp rows where it is split by
   // tokens and `tokens` for any other dynamic dim.
   auto localBytes = [&](Value v) {
@@ -61,16 +62,22 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
     // What the collective layer hands its communicator (runtime/core/collectives.cpp): the
     // larger of one rank's buffers, padded pieces and all.
     std::optional<CollectiveKind> kind;
-    double bytes = 0;
+    double bytes = 0, padded = 0;
     if (auto reduce = dyn_cast<AllReduceOp>(op)) {
       kind = CollectiveKind::AllReduce;
       bytes = localBytes(reduce.getInput());
     } else if (auto gather = dyn_cast<AllGatherOp>(op)) {
       kind = CollectiveKind::AllGather;
       bytes = double(tp) * localBytes(gather.getInput());
+      padded = bytes - localBytes(gather.getResult()); // tp pieces against the whole
+      if (variableGather && padded > 0) { // allgatherv: the real pieces only
+        bytes -= padded;
+        padded = 0;
+      }
     } else if (auto scatter = dyn_cast<ReduceScatterOp>(op)) {
       kind = CollectiveKind::ReduceScatter;
       bytes = double(tp) * localBytes(scatter.getResult());
+      padded = bytes - localBytes(scatter.getInput());
     } else if (auto a2a = dyn_cast<AllToAllOp>(op)) {
       // A part for each rank, [tokens / tp, local features]: the side split by features.
       kind = CollectiveKind::AllToAll;
@@ -86,6 +93,7 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
     entry.dim = collectiveDim(op);
     entry.bytes = bytes;
     entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
+    entry.paddedBytes = std::max(0.0, padded);
     entries.push_back(std::move(entry));
   });
   return entries;
@@ -145,6 +153,53 @@ double tpc::parameterBytes(ModuleOp module) {
   for (ParamOp param : module.getOps<ParamOp>())
     bytes += tensorBytes(param.getTensorType(), 0);
   return bytes;
+}
+
+RankShares tpc::rankShares(ModuleOp partitioned) {
+  int64_t tp = getMeshSize(partitioned).value_or(1);
+  RankShares shares;
+  shares.weightBytes.assign(tp, 0);
+  shares.matmulElements.assign(tp, 0);
+  shares.queryHeads.assign(tp, 0);
+  // Parameters some matmul multiplies by (a linear's weight, the experts', the router's).
+  llvm::DenseSet<StringAttr> matmuls;
+  partitioned.walk([&](WeightOp weight) {
+    for (OpOperand &use : weight->getUses()) {
+      Operation *user = use.getOwner();
+      auto linear = dyn_cast<LinearOp>(user);
+      if ((linear && use.get() == linear.getWeight()) || isa<ExpertsOp, RouterOp>(user))
+        matmuls.insert(weight.getParamAttr().getAttr());
+    }
+  });
+  for (ParamOp param : partitioned.getOps<ParamOp>()) {
+    RankedTensorType type = param.getTensorType();
+    ShardDescAttr shard = param.getShardAttr();
+    double whole = 1;
+    for (int64_t d : type.getShape())
+      whole *= d;
+    bool matmul = matmuls.contains(param.getSymNameAttr());
+    for (int64_t r = 0; r < tp; ++r) {
+      double held = shard ? double(shard.heldElements(r, tp)) : whole;
+      shares.weightBytes[r] += held * elementBytes(type);
+      if (matmul)
+        shares.matmulElements[r] += held;
+    }
+  }
+  partitioned.walk([&](AttentionOp attention) {
+    std::optional<ArrayRef<int64_t>> ranks = attention.getRankHeads();
+    for (int64_t r = 0; r < tp; ++r)
+      shares.queryHeads[r] += ranks ? (*ranks)[3 * r + 1] : attention.getNumHeads();
+  });
+  return shares;
+}
+
+double tpc::imbalance(const std::vector<double> &perRank) {
+  double total = 0, largest = 0;
+  for (double v : perRank) {
+    total += v;
+    largest = std::max(largest, v);
+  }
+  return total > 0 ? largest * double(perRank.size()) / total : 0;
 }
 
 double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {

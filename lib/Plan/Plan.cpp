@@ -590,8 +590,12 @@ void PlanReport::print(llvm::raw_ostream &os) const {
     row.global = shapeString(p.type.getShape());
     row.placement = p.placement ? p.placement.str() : "(invalid)";
     if (p.placement) {
-      SmallVector<int64_t> first = localShape(p.type.getShape(), p.placement, tpSize, 0);
-      SmallVector<int64_t> last = localShape(p.type.getShape(), p.placement, tpSize, tpSize - 1);
+      SmallVector<int64_t> first = p.held.empty()
+                                       ? localShape(p.type.getShape(), p.placement, tpSize, 0)
+                                       : p.held.front();
+      SmallVector<int64_t> last =
+          p.held.empty() ? localShape(p.type.getShape(), p.placement, tpSize, tpSize - 1)
+                         : p.held.back();
       row.local = shapeString(first);
       if (first != last)
         row.local += " .. " + shapeString(last);

@@ -2,7 +2,9 @@
 // Communicator and Memory.
 #include "tpcrt/collectives.h"
 
+#include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 namespace tpcrt {
 
@@ -61,6 +63,18 @@ void Communicator::allGather(const void *in, size_t count, void *out) {
   runAllGather(in, count, out);
 }
 
+void Communicator::allGatherV(const void *in, const std::vector<size_t> &counts, void *out) {
+  size_t total = 0;
+  for (size_t count : counts)
+    total += count;
+  record("all_gather", total);
+  runAllGatherV(in, counts, out);
+}
+
+void Communicator::runAllGatherV(const void *, const std::vector<size_t> &, void *) {
+  throw std::logic_error("this communicator has no variable-size gather");
+}
+
 void Communicator::reduceScatter(const void *in, size_t count, void *out) {
   record("reduce_scatter", count * world);
   runReduceScatter(in, count, out);
@@ -78,6 +92,18 @@ void LocalCommunicator::runAllReduce(void *, size_t) {}
 void LocalCommunicator::runAllGather(const void *in, size_t count, void *out) {
   for (int r = 0; r < world; ++r)
     memory.copy(memory.at(out, int64_t(r * count)), in, int64_t(count));
+}
+
+void LocalCommunicator::runAllGatherV(const void *in, const std::vector<size_t> &counts,
+                                      void *out) {
+  // Every rank's piece taken to be this one's, cut or zero-extended to its count.
+  int64_t at = 0, mine = int64_t(counts[size_t(rank)]);
+  for (size_t count : counts) {
+    int64_t n = int64_t(count), copied = std::min(n, mine);
+    memory.copy(memory.at(out, at), in, copied);
+    memory.zero(memory.at(out, at + copied), n - copied);
+    at += n;
+  }
 }
 
 void LocalCommunicator::runReduceScatter(const void *in, size_t count, void *out) {
@@ -129,8 +155,42 @@ void Collectives::allGatherColumns(const void *in, int64_t rows,
   int64_t local = localWidth(blocks, tp);
   comm.label(module, rows);
   // One row of one evenly split block: rank-major is column order already.
-  if (rows == 1 && blocks.size() == 1 && blocks[0] % tp == 0) {
+  bool even = std::all_of(blocks.begin(), blocks.end(), [&](int64_t b) { return b % tp == 0; });
+  if (rows == 1 && blocks.size() == 1 && even) {
     comm.allGather(in, size_t(local), out);
+    return;
+  }
+  if (!even && comm.gathersVariableSizes()) {
+    // Only the real columns on the wire: each rank's [rows, real] after the gathered rows.
+    std::vector<size_t> counts(static_cast<size_t>(tp));
+    std::vector<int64_t> real(static_cast<size_t>(tp), 0);
+    for (int r = 0; r < tp; ++r) {
+      forEachPiece(blocks, tp, r, [&](int64_t, int64_t, int64_t count, int64_t) {
+        real[size_t(r)] += count;
+      });
+      counts[size_t(r)] = size_t(rows * real[size_t(r)]);
+    }
+    int64_t global = globalWidth(blocks), mine = real[size_t(rank)];
+    void *gathered = memory.scratch(size_t(rows * (global + mine)));
+    void *packed = memory.at(gathered, rows * global);
+    int64_t column = 0;
+    forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t, int64_t count, int64_t) {
+      if (count > 0)
+        memory.copy2D(memory.at(packed, column), mine, memory.at(in, at), local, count, rows);
+      column += count;
+    });
+    comm.allGatherV(packed, counts, gathered);
+    int64_t base = 0;
+    for (int r = 0; r < tp; ++r) {
+      int64_t width = real[size_t(r)], column = 0;
+      forEachPiece(blocks, tp, r, [&](int64_t, int64_t to, int64_t count, int64_t) {
+        if (count > 0)
+          memory.copy2D(memory.at(out, to), global, memory.at(gathered, base + column), width,
+                        count, rows);
+        column += count;
+      });
+      base += rows * width;
+    }
     return;
   }
   // Rank-major [tp][rows][local], then each rank's pieces to their columns.

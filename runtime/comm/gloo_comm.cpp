@@ -3,6 +3,7 @@
 #include "tpcrt/comm.h"
 
 #include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
 #include <gloo/alltoall.h>
@@ -31,7 +32,7 @@ namespace {
 class LocalComm : public Comm {
 public:
   explicit LocalComm(const CommOptions &options)
-      : Comm(options), local(options.rank, options.world, memory) {}
+      : Comm(options), local(options.rank, options.world, memory, /*variableSizes=*/true) {}
   Communicator &communicator() override { return local; }
   void broadcast(void *, size_t, int) override {}
   void barrier() override {}
@@ -62,6 +63,14 @@ protected:
     opts.setInput(const_cast<float *>(static_cast<const float *>(in)), count);
     opts.setOutput(static_cast<float *>(out), count * world);
     gloo::allgather(opts);
+  }
+
+  bool gathersVariableSizes() const override { return true; }
+  void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override {
+    gloo::AllgathervOptions opts(context);
+    opts.setInput(const_cast<float *>(static_cast<const float *>(in)), counts[size_t(rank)]);
+    opts.setOutput(static_cast<float *>(out), counts);
+    gloo::allgatherv(opts);
   }
 
   void runReduceScatter(const void *in, size_t count, void *out) override {

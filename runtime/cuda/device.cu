@@ -213,7 +213,8 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
   bool viaHost = !alone && mode && std::string(mode) == "gloo";
   state->memory = std::make_unique<DeviceMemory>(*state);
   if (alone) {
-    state->communicator = std::make_unique<LocalCommunicator>(rank, tp, *state->memory);
+    state->communicator = std::make_unique<LocalCommunicator>(rank, tp, *state->memory,
+                                                              /*variableSizes=*/false);
   } else if (viaHost) {
     // Its host communicator (the Context's, Gloo) records the trace.
     state->communicator =

@@ -134,10 +134,53 @@ TEST(Kernels, AttentionSoftcapBoundsScores) {
   std::vector<float> q = {10, 0, 10, 0}, k = {1, 0, -1, 0}, v = {1, 2, 3, 4};
   std::vector<float> keys(4), values(4), out(4);
   KVCache cache{keys.data(), values.data(), 2, hd, 0};
-  attention(Host{}, q.data(), k.data(), v.data(), 2, 1, 1, hd, 1.0, 0, 1e-3, cache, out.data());
+  attention(Host{}, q.data(), k.data(), v.data(), 2, 1, 1, hd, 1.0, 0, 1e-3, HeadSplit{}, cache,
+            out.data());
   EXPECT_NEAR(out[0], 1.0, 1e-6);
   EXPECT_NEAR(out[2], 2.0, 2e-3);
   EXPECT_NEAR(out[3], 3.0, 2e-3);
+}
+
+TEST(Kernels, AttentionOnUnevenHeadsIsThoseHeadsOfTheWhole) {
+  // 9 query heads over 3 KV heads at tp 2: rank 0 holds query heads 0-3 (KV heads 0-1) and a
+  // padding head, rank 1 query heads 4-8 (KV heads 1-2). Each rank's heads equal those of
+  // the whole attention, and the padding head comes out zero.
+  int64_t heads = 9, kvHeads = 3, hd = 2, rows = 3;
+  auto q = randomVector(rows * heads * hd, 11), k = randomVector(rows * kvHeads * hd, 12),
+       v = randomVector(rows * kvHeads * hd, 13);
+  std::vector<float> keys(rows * kvHeads * hd), values(rows * kvHeads * hd);
+  KVCache whole{keys.data(), values.data(), rows, kvHeads * hd, 0};
+  std::vector<float> expected(rows * heads * hd);
+  attention(Host{}, q.data(), k.data(), v.data(), rows, heads, kvHeads, hd, 0.5, 0, 0.0,
+            HeadSplit{}, whole, expected.data());
+  struct Rank {
+    int64_t firstHead, count, firstKv;
+  };
+  for (Rank r : {Rank{0, 4, 0}, Rank{4, 5, 1}}) {
+    int64_t local = 5, localKv = 2; // the largest rank's heads
+    std::vector<float> lq(rows * local * hd, 0.0f), lk(rows * localKv * hd), lv(rows * localKv * hd);
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t h = 0; h < r.count; ++h)
+        for (int64_t d = 0; d < hd; ++d)
+          lq[(t * local + h) * hd + d] = q[(t * heads + r.firstHead + h) * hd + d];
+      for (int64_t h = 0; h < localKv; ++h)
+        for (int64_t d = 0; d < hd; ++d) {
+          lk[(t * localKv + h) * hd + d] = k[(t * kvHeads + r.firstKv + h) * hd + d];
+          lv[(t * localKv + h) * hd + d] = v[(t * kvHeads + r.firstKv + h) * hd + d];
+        }
+    }
+    std::vector<float> lkeys(lk.size()), lvalues(lv.size()), out(lq.size(), 7.0f);
+    KVCache cache{lkeys.data(), lvalues.data(), rows, localKv * hd, 0};
+    attention(Host{}, lq.data(), lk.data(), lv.data(), rows, local, localKv, hd, 0.5, 0, 0.0,
+              HeadSplit{3, r.firstHead, r.count, r.firstKv}, cache, out.data());
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t h = 0; h < local; ++h)
+        for (int64_t d = 0; d < hd; ++d) {
+          float want = h < r.count ? expected[(t * heads + r.firstHead + h) * hd + d] : 0.0f;
+          EXPECT_NEAR(out[(t * local + h) * hd + d], want, 1e-6)
+              << "rank from head " << r.firstHead << ", token " << t << ", head " << h;
+        }
+  }
 }
 
 TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
@@ -148,10 +191,10 @@ TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
   KVCache cache{keys.data(), values.data(), total, kvHeads * hd, 0};
   std::vector<float> out(total * heads * hd);
   double scale = 1 / std::sqrt(double(hd));
-  attention(Host{}, q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, 0.0, cache,
-            out.data());
+  attention(Host{}, q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, 0.0,
+            HeadSplit{}, cache, out.data());
   attention(Host{}, q.data() + 4 * heads * hd, k.data() + 4 * kvHeads * hd,
-            v.data() + 4 * kvHeads * hd, 1, heads, kvHeads, hd, scale, 0, 0.0, cache,
+            v.data() + 4 * kvHeads * hd, 1, heads, kvHeads, hd, scale, 0, 0.0, HeadSplit{}, cache,
             out.data() + 4 * heads * hd);
   for (int64_t t = 0; t < total; ++t)
     for (int64_t h = 0; h < heads; ++h) {
@@ -413,6 +456,12 @@ TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
     cx.allGatherColumns(mine.data(), rows, blocks, gathered.data(), "gather");
     if (gathered != whole)
       return false;
+    // One block of 4: pieces of 2, 2 and none (rank 2 holds padding only).
+    std::vector<float> four = numbered(rows, 4), twoOfFour(size_t(rows * 2)), back(four.size());
+    cx.takeColumns(four.data(), rows, {4}, twoOfFour.data());
+    cx.allGatherColumns(twoOfFour.data(), rows, {4}, back.data(), "gather four");
+    if (back != four)
+      return false;
 
     // Partial sums (rank r holds (r + 1) * whole): reduce-scattered, this rank's columns of
     // 6 * whole; by rows, its token of it.
@@ -438,13 +487,15 @@ TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
       return false;
 
     // What went on the wire: each call once, its bytes the larger buffer of one rank, with
-    // the padding (4 local columns, 12 with every rank's).
+    // the padding (4 local columns, 12 with every rank's), but for the gathers: Gloo's
+    // allgatherv moves the real columns only (9, and 4).
     group->barrier();
     std::vector<std::pair<std::string, uint64_t>> wire;
     for (const TraceEntry &e : trace)
       wire.push_back({e.kind + " " + e.module, e.bytes});
     return wire == std::vector<std::pair<std::string, uint64_t>>{
-                       {"all_gather gather", 3 * 12 * 4},
+                       {"all_gather gather", 3 * 9 * 4},
+                       {"all_gather gather four", 3 * 4 * 4},
                        {"reduce_scatter scatter columns", 3 * 12 * 4},
                        {"reduce_scatter scatter rows", 3 * 9 * 4},
                        {"all_to_all to columns", 12 * 4},

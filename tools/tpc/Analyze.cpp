@@ -15,6 +15,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "tpcrt/model.h"
 
+#include <algorithm>
 #include <fmt/core.h>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -82,6 +83,8 @@ nlohmann::ordered_json toJson(const std::vector<CollectiveEntry> &entries) {
     j["dim"] = e.dim >= 0 ? nlohmann::ordered_json(e.dim) : nlohmann::ordered_json();
     j["bytes"] = e.bytes;
     j["sent_bytes_per_rank"] = e.sentBytes;
+    if (e.paddedBytes > 0)
+      j["padded_bytes"] = e.paddedBytes;
     list.push_back(j);
   }
   return list;
@@ -95,6 +98,11 @@ nlohmann::ordered_json summaryJson(const std::vector<CollectiveEntry> &entries) 
   j["count"] = entries.size();
   j["by_kind"] = counts;
   j["bytes"] = totalBytes(entries);
+  double padded = 0;
+  for (const CollectiveEntry &e : entries)
+    padded += e.paddedBytes;
+  if (padded > 0)
+    j["padded_bytes"] = padded;
   return j;
 }
 
@@ -116,9 +124,16 @@ void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
   std::string layer = perLayer(phase.collectives);
   if (!layer.empty())
     os << "  per decoder layer: " << layer << "\n";
-  os << fmt::format("  tpc:          {} collectives ({}), {:.0f} bytes\n",
+  double padded = 0;
+  for (const CollectiveEntry &e : phase.collectives)
+    padded += e.paddedBytes;
+  os << fmt::format("  tpc:          {} collectives ({}), {:.0f} bytes{}\n",
                     phase.collectives.size(), countsOf(phase.collectives),
-                    totalBytes(phase.collectives));
+                    totalBytes(phase.collectives),
+                    padded > 0 ? fmt::format(", {:.0f} of them padding (pieces tp does not "
+                                             "divide, padded to equal counts on the wire)",
+                                             padded)
+                               : "");
   if (!phase.transformersFails.empty())
     os << "  transformers: " << phase.transformersFails << "\n";
   else
@@ -236,6 +251,8 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         return func::FuncOp();
       };
       int64_t elementBytes = o.target == "cuda" ? 2 : 4;
+      // The CPU's Gloo gathers uneven pieces unpadded; NCCL has no such gather.
+      bool variableGather = o.target == "cpu";
       // transformers' side: the collectives its hooks run, where its TP runs this at all.
       std::string transformersFails = transformersFailure(*module);
       auto transformersFor = [&](int64_t tokens) {
@@ -244,9 +261,11 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       };
       std::vector<PhaseReport> phases = {
           {"prefill", prefillLen, prefillSplits,
-           programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes),
+           programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes,
+                              variableGather),
            transformersFor(prefillLen), transformersFails},
-          {"decode step", 1, false, programCollectives(forwardFor(1), 1, o.tp, elementBytes),
+          {"decode step", 1, false,
+           programCollectives(forwardFor(1), 1, o.tp, elementBytes, variableGather),
            transformersFor(1), transformersFails}};
       memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
       memory.arena =
@@ -272,6 +291,16 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         return 1;
       memory.weights = parameterBytes(*partitioned);
       memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
+      RankShares shares = rankShares(*partitioned);
+      // The largest rank against the even share, for what is split unevenly.
+      struct Share {
+        const char *name, *what;
+        const std::vector<double> &perRank;
+      };
+      Share shareList[] = {
+          {"weights_bytes", "weights", shares.weightBytes},
+          {"matmul_elements_per_token", "matmul work per token", shares.matmulElements},
+          {"query_heads", "attention heads", shares.queryHeads}};
 
       if (!o.dot.empty()) {
         std::string graph;
@@ -313,7 +342,20 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                                  {"total", summaryJson(phase.transformers)}};
           j[phase.name == "prefill" ? "prefill" : "decode"] = p;
         }
+        nlohmann::ordered_json imbalanceJson;
+        for (const Share &share : shareList) {
+          double total = 0;
+          for (double v : share.perRank)
+            total += v;
+          imbalanceJson[share.name] = {
+              {"by_rank", share.perRank},
+              {"largest", *std::max_element(share.perRank.begin(), share.perRank.end())},
+              {"even_share", total / double(share.perRank.size())},
+              {"ratio", imbalance(share.perRank)}};
+        }
+        j["imbalance"] = imbalanceJson;
         j["memory_per_rank"] = {{"weights_bytes", memory.weights},
+                                {"weights_bytes_by_rank", shares.weightBytes},
                                 {"unsharded_weights_bytes", memory.unshardedWeights},
                                 {"weights_ratio", ratio},
                                 {"kv_cache_bytes", memory.kvCache},
@@ -346,6 +388,21 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       os << fmt::format("  activation arena    {:>14.0f} bytes ({} elements per token x {} "
                         "tokens, --target {}: what the binary allocates)\n",
                         memory.arena, memory.arenaElementsPerToken, memory.maxSeqLen, o.target);
+      // Where tp splits something unevenly, the largest rank sets the pace.
+      std::string uneven;
+      auto number = [](double v) { // whole where it is large, a few digits where it is small
+        return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v);
+      };
+      for (const Share &share : shareList) {
+        double ratio = imbalance(share.perRank);
+        double largest = *std::max_element(share.perRank.begin(), share.perRank.end());
+        if (ratio > 1 + 1e-9)
+          uneven += fmt::format("  {:<22} largest rank {}, even share {} (+{:.1f}%)\n",
+                                share.what, number(largest), number(largest / ratio),
+                                100 * (ratio - 1));
+      }
+      os << (uneven.empty() ? "\nimbalance: none, every rank holds and computes an even share\n"
+                            : "\nimbalance (split unevenly; padding left out):\n" + uneven);
       for (const std::string &note : notes)
         os << "note: " << note << "\n";
       return session.errors() ? 1 : 0;

@@ -23,6 +23,9 @@ struct CollectiveEntry {
   /// (padding included); transformers': the module output's full tensor.
   double bytes = 0;
   double sentBytes = 0;   // what each rank sends for it (cost model)
+  /// Of `bytes`, the padding: where tp does not divide the dim, the communicator moves equal
+  /// pieces, torch.chunk's short last ones padded to the first's size.
+  double paddedBytes = 0;
 };
 
 struct PhaseReport {
@@ -45,9 +48,11 @@ std::string layerOf(llvm::StringRef module);
 /// The collectives one forward of the program the binary is built from (buildProgram's)
 /// runs for `tokens` tokens, in order, as the runtime's collective layer executes them over
 /// `tp` ranks with elements of `elementBytes`: the communicator call each is and its bytes
-/// on the wire.
+/// on the wire. `variableGather`: the target's communicator gathers uneven pieces unpadded
+/// (the CPU's Gloo allgatherv), so such a gather moves the whole tensor and no padding.
 std::vector<CollectiveEntry> programCollectives(mlir::func::FuncOp forward, int64_t tokens,
-                                                int64_t tp, int64_t elementBytes);
+                                                int64_t tp, int64_t elementBytes,
+                                                bool variableGather);
 
 /// transformers' count, from its module-boundary hooks before any folding: every module with
 /// a strategy whose forward hook communicates (design.md's module table) runs that collective
@@ -80,6 +85,20 @@ std::string transformersFailure(mlir::ModuleOp planned);
 
 /// Bytes of every tp.param as typed (global before tp-partition, local after).
 double parameterBytes(mlir::ModuleOp module);
+
+/// What each rank of a partitioned module holds and computes, padding left out, read off the
+/// shard descriptors and the attentions' rank_heads: uneven where tp does not divide a head
+/// count, an intermediate size or a vocabulary.
+struct RankShares {
+  std::vector<double> weightBytes;    // the parameters' elements each rank loads, as bytes
+  std::vector<double> matmulElements; // weight elements of its matmuls: its multiply-adds per token
+  std::vector<double> queryHeads;     // its attention heads, over every layer
+};
+RankShares rankShares(mlir::ModuleOp partitioned);
+
+/// The largest rank's share of `perRank` against the even share (their mean): 1 where
+/// balanced, 0 where there is nothing.
+double imbalance(const std::vector<double> &perRank);
 /// Keys and values of every attention layer for `maxSeqLen` tokens, as partitioned.
 double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
 /// The activation arena tp-plan-arena laid out, in elements per token: the largest of the

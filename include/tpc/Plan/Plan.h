@@ -51,6 +51,10 @@ struct PlanReport {
     std::string strategy; // "" when no rule covers it
     std::string rule;     // the pattern that decided
     std::string via;      // "parameter key", "module key", "used by <module>"
+    /// What each rank holds, padding left out, once the program is built (its shard
+    /// descriptors: whole heads per rank where tp does not divide them); empty before, and
+    /// the table shows the placement's torch.chunk pieces.
+    std::vector<llvm::SmallVector<int64_t>> held;
   };
   std::string planPath;
   int64_t tpSize = 1;

@@ -75,6 +75,12 @@ public:
   void allReduce(void *data, size_t count);
   /// Every rank's `count` elements, rank-major, into `out` (world * count).
   void allGather(const void *in, size_t count, void *out);
+  /// Rank r's `counts[r]` elements, rank-major, into `out` (their sum), nothing padded;
+  /// only where gathersVariableSizes().
+  void allGatherV(const void *in, const std::vector<size_t> &counts, void *out);
+  /// Whether the engine has a variable-size gather (Gloo's allgatherv; NCCL has none, so
+  /// uneven pieces go padded there).
+  virtual bool gathersVariableSizes() const { return false; }
   /// `in` holds world parts of `count` elements; rank r receives the sum of every rank's r-th.
   void reduceScatter(const void *in, size_t count, void *out);
   /// `in` holds world parts of `count` elements; the i-th goes to rank i, which keeps it as
@@ -97,6 +103,7 @@ protected:
   virtual void runAllGather(const void *in, size_t count, void *out) = 0;
   virtual void runReduceScatter(const void *in, size_t count, void *out) = 0;
   virtual void runAllToAll(const void *in, size_t count, void *out) = 0;
+  virtual void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out);
 
   const char *labelModule = "";
   int64_t labelTokens = 0;
@@ -112,17 +119,23 @@ private:
 /// trace still lists each call.
 class LocalCommunicator : public Communicator {
 public:
-  LocalCommunicator(int rank, int world, Memory &memory)
-      : Communicator(rank, world, memory.elementBytes), memory(memory) {}
+  /// `variableSizes`: whether the engine it stands in for gathers uneven pieces unpadded (the
+  /// CPU's Gloo does, the GPU's NCCL does not), so that its trace is that engine's.
+  LocalCommunicator(int rank, int world, Memory &memory, bool variableSizes)
+      : Communicator(rank, world, memory.elementBytes), memory(memory),
+        variableSizes(variableSizes) {}
+  bool gathersVariableSizes() const override { return variableSizes; }
 
 protected:
   void runAllReduce(void *data, size_t count) override;
   void runAllGather(const void *in, size_t count, void *out) override;
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;
+  void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override;
 
 private:
   Memory &memory;
+  bool variableSizes;
 };
 
 /// A dim of `size` split over `tp` ranks: each holds ceil(size / tp), the last ones padded.
@@ -149,7 +162,9 @@ void forEachPiece(const std::vector<int64_t> &blocks, int tp, int rank, Fn fn) {
 /// The placement changes a generated program calls, on [rows, cols] row-major matrices of the
 /// Memory's elements. `blocks` are the global sizes of the strided blocks of a feature dim (one
 /// block: a plain Shard); a local matrix holds this rank's ceil(size / tp) piece of each
-/// block, padded with zeros. Token (row) splits happen only where tp divides the tokens.
+/// block, padded with zeros. Token (row) splits happen only where tp divides the tokens. A
+/// gather of pieces tp does not divide moves only the real columns where the communicator
+/// gathers variable sizes, and pads them otherwise.
 /// `module` labels the collective in the trace.
 class Collectives {
 public:

@@ -2,7 +2,7 @@
     python3 check_trace.py ANALYZE.json PROMPT_LEN NEW_TOKENS TRACE...
 
 Every rank ran the prefill's collectives and then each decode step's, in order, the same
-kinds, modules and bytes analyze lists; loaded exactly the weight bytes analyze says a rank
+kinds, modules and bytes analyze lists; loaded exactly the weight bytes analyze says that rank
 holds (a replicated run cannot pass as a sharded one); and allocated the activation arena
 analyze reports (run analyze with the binary's --target and --max-seq-len).
 """
@@ -20,10 +20,12 @@ def key(c):
 expected = [key(c) for c in report["prefill"]["collectives"]]
 for _ in range(new_tokens - 1):
     expected += [key(c) for c in report["decode"]["collectives"]]
-weights = report["memory_per_rank"]["weights_bytes"]
+# What each rank loads, padding left out: ranks differ where tp splits something unevenly.
+by_rank = report["memory_per_rank"]["weights_bytes_by_rank"]
 failed = False
 for path in traces:
     trace = json.load(open(path))
+    weights = by_rank[trace["rank"]]
     got = [key(c) for c in trace["collectives"]]
     if got != expected:
         failed = True
