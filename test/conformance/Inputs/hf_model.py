@@ -1,6 +1,6 @@
 """Makes a tiny random Hugging Face model and transformers' own reference output for it.
 
-    python hf_model.py ARCH OUTDIR [--seed S] [--std X] [--min-margin M]
+    python hf_model.py ARCH OUTDIR [--seed S] [--std X] [--min-margin M] [--set KEY=VALUE ...]
     python hf_model.py all|ARCH,ARCH... OUTDIR ...     (each arch into OUTDIR/ARCH; one
                                                        process, so torch and transformers
                                                        are imported once: ~7 s of the ~9 s)
@@ -13,7 +13,15 @@ save_pretrained (config.json, generation_config.json, model.safetensors) into OU
 Shapes (every arch): 2 layers, hidden 64, 4 attention heads, 2 KV heads, head_dim 16,
 intermediate 128, vocab 256, max_position_embeddings 256; bos 1, eos 2, pad 0. So tp 1, 2
 and 4 divide everything (tp 4 has fewer KV heads than ranks: transformers cannot run that,
-tpc uses virtual KV heads). What each arch exercises on top of that:
+tpc uses virtual KV heads). `--set KEY=VALUE` (repeatable) overrides one of the config's
+keyword arguments after these defaults (VALUE is parsed as JSON when it parses, else taken as
+a string), e.g. uneven heads for run_uneven.sh: `--set num_attention_heads=9 --set
+num_key_value_heads=3 --set hidden_size=72 --set head_dim=8 --set intermediate_size=100`.
+KEY must be a keyword the defaults set or a field of the arch's config class; qwen2 and phi3
+have no head_dim field (head_dim is hidden_size / num_attention_heads, which must divide), so
+head_dim is refused for them. The overrides are recorded in reference.json ("overrides") and
+apply to every arch of `all`; without --set the output is exactly as before. What each arch
+exercises on top of that:
 
     llama    rope llama3 scaling (factor 8, low 1, high 4, original_max_position_embeddings
              64: with head_dim 16 it keeps, smooths and divides different frequencies)
@@ -51,7 +59,7 @@ tokens (and expert choices) are not near-ties and not one id repeated. Writes in
                      KV-cache logits against the forward pass), "reload_max_diff" (the
                      checkpoint reloaded with from_pretrained: must be <= 1e-6),
                      "router_min_gap" (Mixtral; else null), "seed", "prompt_try", "vocab",
-                     versions}
+                     versions, and "overrides" ({KEY: VALUE} of --set; only when given)}
     reference.bin   float32 little-endian, 16 rows x vocab
     prompt.txt      the prompt ids, comma-separated (for --prompt-ids)
     force.txt       the greedy ids, comma-separated (for --force-ids)
@@ -167,8 +175,41 @@ def top2_margin(row):
     return float(top[0] - top[1])
 
 
-def build(arch, seed, std):
+def parse_set(items):
+    """--set KEY=VALUE items as an ordered {KEY: VALUE}, VALUE parsed as JSON when it parses."""
+    overrides = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"hf_model.py: --set {item!r}: expected KEY=VALUE")
+        try:
+            overrides[key] = json.loads(text)
+        except ValueError:
+            overrides[key] = text
+    return overrides
+
+
+def apply_overrides(arch, conf_name, kw, overrides):
+    """KW with OVERRIDES applied; refuses keys ARCH's config does not have."""
+    if not overrides:
+        return kw
+    fields = getattr(transformers, conf_name)()
+    for key in overrides:
+        if key not in kw and not hasattr(fields, key):
+            extra = (" (head_dim is hidden_size / num_attention_heads here)"
+                     if key == "head_dim" else "")
+            raise SystemExit(f"hf_model.py: --set {key}: not a field of {conf_name}{extra}")
+    kw = dict(kw, **overrides)
+    if not hasattr(fields, "head_dim") and kw["hidden_size"] % kw["num_attention_heads"]:
+        raise SystemExit(f"hf_model.py: {arch}: hidden_size {kw['hidden_size']} is not a multiple "
+                         f"of num_attention_heads {kw['num_attention_heads']} (head_dim is "
+                         f"their quotient)")
+    return kw
+
+
+def build(arch, seed, std, overrides=None):
     conf_name, model_name, kw = arch_config(arch, std)
+    kw = apply_overrides(arch, conf_name, kw, overrides)
     config = getattr(transformers, conf_name)(**kw)
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(config)
@@ -242,7 +283,11 @@ def main():
     ap.add_argument("--std", type=float, default=0.15, help="std of matrices and biases")
     ap.add_argument("--min-margin", type=float, default=0.02,
                     help="redraw the prompt while some greedy step's top-2 margin is smaller")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config keyword argument (VALUE as JSON if it parses, "
+                    "else a string); repeatable")
     args = ap.parse_args()
+    args.overrides = parse_set(args.set)
     archs = ARCHS if args.arch == "all" else args.arch.split(",")
     for arch in archs:
         if arch not in ARCHS:
@@ -258,7 +303,7 @@ def main():
 
 def make(arch, outdir, args):
     """Saves ARCH's model and reference into OUTDIR."""
-    model = build(arch, args.seed, args.std)
+    model = build(arch, args.seed, args.std, args.overrides)
     os.makedirs(outdir, exist_ok=True)
     model.save_pretrained(outdir)
 
@@ -312,6 +357,8 @@ def make(arch, outdir, args):
         "transformers": transformers.__version__,
         "torch": torch.__version__,
     }
+    if args.overrides:
+        ref["overrides"] = args.overrides
     with open(os.path.join(outdir, "reference.json"), "w") as f:
         f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in ref.items())
                 + "\n}\n")
