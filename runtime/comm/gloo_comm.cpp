@@ -2,6 +2,8 @@
 // collectives behind tpcrt::Communicator.
 #include "tpcrt/comm.h"
 
+#include "shm_comm.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -15,11 +17,14 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
@@ -118,13 +123,17 @@ private:
   std::vector<ReduceScatter> reduceScatters;
 };
 
-/// A group connected through Gloo.
+/// A group connected through Gloo; its collectives go through shared memory instead where
+/// every rank is on this machine (`same`).
 class GlooComm : public Comm {
 public:
   GlooComm(const CommOptions &options, std::shared_ptr<gloo::Context> context)
       : Comm(options), context(context), gloo(context) {}
 
-  Communicator &communicator() override { return gloo; }
+  Communicator &communicator() override {
+    return same ? static_cast<Communicator &>(*same) : gloo;
+  }
+  void useSameHost(std::unique_ptr<ShmCommunicator> shm) { same = std::move(shm); }
 
   void broadcast(void *data, size_t bytes, int root) override {
     gloo::BroadcastOptions opts(context);
@@ -141,6 +150,7 @@ public:
 private:
   std::shared_ptr<gloo::Context> context;
   GlooCommunicator gloo;
+  std::unique_ptr<ShmCommunicator> same;
 };
 
 // What a rank leaves in the rendezvous directory: its claim ("host pid", written when it
@@ -178,6 +188,102 @@ std::string joinList(const std::vector<std::string> &items, const char *separato
   for (const std::string &item : items)
     out += (out.empty() ? "" : separator) + item;
   return out;
+}
+
+} // namespace
+
+namespace {
+
+/// One look at the rendezvous directory for `rank`'s peers: those whose process on this
+/// machine is gone, and those that left a reason for stopping.
+void lookForPeers(const CommOptions &options, std::vector<std::string> &lost,
+                  std::vector<std::string> &stopped) {
+  const std::string &dir = options.rendezvousDir;
+  std::string host = hostName();
+  for (int r = 0; r < options.world; ++r) {
+    if (r == options.rank)
+      continue;
+    std::string reason;
+    if (std::ifstream in(exitPath(dir, r)); in && std::getline(in, reason)) {
+      stopped.push_back("rank " + std::to_string(r) + " stopped: " + reason);
+      continue;
+    }
+    std::ifstream claim(claimPath(dir, r));
+    std::string peerHost;
+    long pid = 0;
+    if (claim >> peerHost >> pid && peerHost == host && processEnded(pid))
+      lost.push_back("rank " + std::to_string(r) + " (process " + std::to_string(pid) +
+                     " is gone)");
+  }
+}
+
+/// Whether every rank claimed its place from this machine.
+bool allOnThisHost(const CommOptions &options) {
+  std::string host = hostName();
+  for (int r = 0; r < options.world; ++r) {
+    std::ifstream claim(claimPath(options.rendezvousDir, r));
+    std::string peerHost;
+    if (!(claim >> peerHost) || peerHost != host)
+      return false;
+  }
+  return true;
+}
+
+/// The collectives through shared memory where every rank is on this machine (TPC_TRANSPORT
+/// auto, the default, or shm); Gloo's TCP otherwise (TPC_TRANSPORT=gloo). Rank 0 makes the
+/// segment and tells the others its name; it is unlinked once all have mapped it, so nothing
+/// outlives the job. False, with `error`, where shm was asked for and cannot be had.
+bool chooseTransport(GlooComm &comm, const CommOptions &options, std::string &error) {
+  const char *asked = std::getenv("TPC_TRANSPORT");
+  std::string transport = asked && *asked ? asked : "auto";
+  if (transport != "auto" && transport != "shm" && transport != "gloo") {
+    error = "TPC_TRANSPORT must be auto, shm or gloo, not '" + transport + "'";
+    return false;
+  }
+  if (transport == "gloo")
+    return true;
+  if (!allOnThisHost(options)) {
+    if (transport == "shm")
+      error = "TPC_TRANSPORT=shm needs every rank on one machine, and the ranks of " +
+              options.rendezvousDir + " are not";
+    return transport == "auto";
+  }
+  CommOptions peers = options;
+  auto gone = [peers] {
+    std::vector<std::string> lost, stopped;
+    lookForPeers(peers, lost, stopped);
+    return joinList(lost.empty() ? stopped : lost, ", ");
+  };
+  // Rank 0 makes and sizes the segment before the others learn its name ("" where it could
+  // not).
+  char name[64] = {};
+  std::string why;
+  std::unique_ptr<ShmCommunicator> shm;
+  if (options.rank == 0) {
+    std::snprintf(name, sizeof name, "/tpc-%ld-%lx", long(::getpid()),
+                  (unsigned long)std::chrono::steady_clock::now().time_since_epoch().count());
+    shm = ShmCommunicator::open(name, 0, options.world, options.timeoutSeconds, gone, why);
+    if (!shm)
+      name[0] = '\0';
+  }
+  comm.broadcast(name, sizeof name, 0);
+  if (options.rank != 0 && name[0])
+    shm = ShmCommunicator::open(name, options.rank, options.world, options.timeoutSeconds,
+                                gone, why);
+  else if (options.rank != 0)
+    why = "rank 0 could not make the shared-memory segment";
+  // Whether every rank has it: the group uses it only if all do.
+  float failed = shm ? 0.0f : 1.0f;
+  comm.communicator().allReduce(&failed, 1);
+  if (options.rank == 0 && name[0])
+    ::shm_unlink(name);
+  if (failed > 0) {
+    if (transport == "shm")
+      error = shm ? "another rank could not map the shared-memory segment" : why;
+    return transport == "auto";
+  }
+  comm.useSameHost(std::move(shm));
+  return true;
 }
 
 } // namespace
@@ -246,6 +352,8 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
     context->setTimeout(std::chrono::seconds(options.timeoutSeconds));
     context->connectFullMesh(store, device);
     auto comm = std::make_unique<GlooComm>(options, context);
+    if (!chooseTransport(*comm, options, error))
+      return nullptr;
     // A rank that returned from connecting could otherwise exit (on a bad checkpoint, say)
     // while a peer is still finishing the handshake, and the peer would report a confusing
     // connection error rather than the failure that follows.
@@ -285,28 +393,12 @@ void Comm::recordExit(const std::string &reason) const {
 std::string Comm::lostPeers() const {
   if (options.world < 2 || options.rendezvousDir.empty())
     return "";
-  const std::string &dir = options.rendezvousDir;
-  std::string host = hostName();
   std::vector<std::string> lost, stopped;
   // A killed peer's sockets close a moment before its process is reaped: look for a second.
   for (int attempt = 0; attempt < 20 && lost.empty() && stopped.empty(); ++attempt) {
     if (attempt)
       ::usleep(50000);
-    for (int r = 0; r < options.world; ++r) {
-      if (r == options.rank)
-        continue;
-      std::string reason;
-      if (std::ifstream in(exitPath(dir, r)); in && std::getline(in, reason)) {
-        stopped.push_back("rank " + std::to_string(r) + " stopped: " + reason);
-        continue;
-      }
-      std::ifstream claim(claimPath(dir, r));
-      std::string peerHost;
-      long pid = 0;
-      if (claim >> peerHost >> pid && peerHost == host && processEnded(pid))
-        lost.push_back("rank " + std::to_string(r) + " (process " + std::to_string(pid) +
-                       " is gone)");
-    }
+    lookForPeers(options, lost, stopped);
   }
   if (!lost.empty())
     return "lost " + joinList(lost, ", ");

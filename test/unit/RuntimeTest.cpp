@@ -158,7 +158,8 @@ TEST(Kernels, AttentionOnUnevenHeadsIsThoseHeadsOfTheWhole) {
   };
   for (Rank r : {Rank{0, 4, 0}, Rank{4, 5, 1}}) {
     int64_t local = 5, localKv = 2; // the largest rank's heads
-    std::vector<float> lq(rows * local * hd, 0.0f), lk(rows * localKv * hd), lv(rows * localKv * hd);
+    std::vector<float> lq(rows * local * hd, 0.0f), lk(rows * localKv * hd),
+        lv(rows * localKv * hd);
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t h = 0; h < r.count; ++h)
         for (int64_t d = 0; d < hd; ++d)
@@ -393,35 +394,92 @@ template <typename Body> bool forkRanks(int world, Body body) {
   return ok;
 }
 
+/// Runs `test` once per transport of ranks on one machine (TPC_TRANSPORT), each in a
+/// rendezvous directory of its own.
+template <typename Test> void onEachTransport(const char *name, Test test) {
+  for (const char *transport : {"gloo", "shm"}) {
+    SCOPED_TRACE(std::string("TPC_TRANSPORT=") + transport);
+    ::setenv("TPC_TRANSPORT", transport, 1);
+    test(tempPath(std::string(name) + "-" + transport));
+    ::unsetenv("TPC_TRANSPORT");
+  }
+}
+
 TEST(Comm, CollectivesAcrossThreeRanks) {
-  std::string dir = tempPath("rdzv3");
-  EXPECT_TRUE(forkRanks(3, [&](int rank) {
+  onEachTransport("rdzv3", [](const std::string &dir) {
+    EXPECT_TRUE(forkRanks(3, [&](int rank) {
+      std::string error;
+      auto group = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
+      if (!group)
+        return false;
+      Communicator &comm = group->communicator();
+      std::vector<float> data = {float(rank), 1};
+      comm.allReduce(data.data(), 2);
+      if (data != std::vector<float>{3, 3})
+        return false;
+      std::vector<float> gathered(6);
+      float mine[] = {float(rank), float(10 * rank)};
+      comm.allGather(mine, 2, gathered.data());
+      if (gathered != std::vector<float>{0, 0, 1, 10, 2, 20})
+        return false;
+      float send[] = {float(rank * 10 + 0), float(rank * 10 + 1), float(rank * 10 + 2)};
+      std::vector<float> recv(3);
+      comm.allToAll(send, 1, recv.data());
+      if (recv != std::vector<float>{float(rank), float(10 + rank), float(20 + rank)})
+        return false;
+      // Parts of two: rank r receives the sum of every rank's r-th part.
+      std::vector<float> parts(6), sum(2);
+      for (int i = 0; i < 6; ++i)
+        parts[size_t(i)] = float(100 * rank + i);
+      comm.reduceScatter(parts.data(), 2, sum.data());
+      return sum == std::vector<float>{float(300 + 6 * rank), float(303 + 6 * rank)};
+    }));
+  });
+}
+
+TEST(Comm, SharedMemoryMovesWhatDoesNotFitOneSlot) {
+  // Larger than a slot: the collectives go in rounds, and still sum, gather and exchange
+  // every element (2.5 slots of floats per rank).
+  ::setenv("TPC_TRANSPORT", "shm", 1);
+  std::string dir = tempPath("rdzv-shm-large");
+  EXPECT_TRUE(forkRanks(2, [&](int rank) {
     std::string error;
-    auto group = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
+    auto group = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
     if (!group)
       return false;
     Communicator &comm = group->communicator();
-    std::vector<float> data = {float(rank), 1};
-    comm.allReduce(data.data(), 2);
-    if (data != std::vector<float>{3, 3})
-      return false;
-    std::vector<float> gathered(6);
-    float mine[] = {float(rank), float(10 * rank)};
-    comm.allGather(mine, 2, gathered.data());
-    if (gathered != std::vector<float>{0, 0, 1, 10, 2, 20})
-      return false;
-    float send[] = {float(rank * 10 + 0), float(rank * 10 + 1), float(rank * 10 + 2)};
-    std::vector<float> recv(3);
-    comm.allToAll(send, 1, recv.data());
-    if (recv != std::vector<float>{float(rank), float(10 + rank), float(20 + rank)})
-      return false;
-    // Parts of two: rank r receives the sum of every rank's r-th part.
-    std::vector<float> parts(6), sum(2);
-    for (int i = 0; i < 6; ++i)
-      parts[size_t(i)] = float(100 * rank + i);
-    comm.reduceScatter(parts.data(), 2, sum.data());
-    return sum == std::vector<float>{float(300 + 6 * rank), float(303 + 6 * rank)};
+    size_t n = 5 * (size_t(1) << 20) / 8;
+    std::vector<float> data(n), gathered(2 * n), swapped(n);
+    for (size_t i = 0; i < n; ++i)
+      data[i] = float(i % 1000) + float(rank);
+    std::vector<float> mine = data;
+    comm.allGather(mine.data(), n, gathered.data());
+    comm.allToAll(mine.data(), n / 2, swapped.data());
+    comm.allReduce(data.data(), n);
+    for (size_t i = 0; i < n; ++i)
+      if (data[i] != 2 * float(i % 1000) + 1 || gathered[i] != float(i % 1000) ||
+          gathered[n + i] != float(i % 1000) + 1)
+        return false;
+    // Rank r's r-th half of every rank, in rank order.
+    for (size_t i = 0; i < n / 2; ++i)
+      for (int from = 0; from < 2; ++from)
+        if (swapped[size_t(from) * (n / 2) + i] !=
+            float((size_t(rank) * (n / 2) + i) % 1000) + float(from))
+          return false;
+    return true;
   }));
+  ::unsetenv("TPC_TRANSPORT");
+}
+
+TEST(Comm, UnknownTransportIsRefused) {
+  ::setenv("TPC_TRANSPORT", "carrier-pigeon", 1);
+  std::string dir = tempPath("rdzv-bad-transport");
+  EXPECT_TRUE(forkRanks(2, [&](int rank) {
+    std::string error;
+    auto group = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
+    return !group && error == "TPC_TRANSPORT must be auto, shm or gloo, not 'carrier-pigeon'";
+  }));
+  ::unsetenv("TPC_TRANSPORT");
 }
 
 /// The [rows, cols] matrix whose element (i, j) is i * 100 + j + 1, times `factor`.
@@ -437,70 +495,71 @@ TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
   // A feature dim of two strided blocks, 5 and 4 wide, over 3 ranks: pieces of 2 (the last
   // rank's piece of the first block holds 1 real column, padding after it) and 2 (the last
   // one's piece of the second block is padding only). 3 tokens, one per rank when split.
-  std::string dir = tempPath("rdzv-collectives");
-  EXPECT_TRUE(forkRanks(3, [&](int rank) {
-    std::string error;
-    auto group = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
-    if (!group)
-      return false;
-    std::vector<TraceEntry> trace;
-    group->communicator().traceInto(&trace);
-    HostMemory memory;
-    Collectives cx(group->communicator(), memory);
-    const std::vector<int64_t> blocks = {5, 4};
-    const int64_t rows = 3, global = 9, local = 4;
-    std::vector<float> whole = numbered(rows, global), mine(size_t(rows * local));
-    cx.takeColumns(whole.data(), rows, blocks, mine.data());
+  onEachTransport("rdzv-collectives", [](const std::string &dir) {
+    EXPECT_TRUE(forkRanks(3, [&](int rank) {
+      std::string error;
+      auto group = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
+      if (!group)
+        return false;
+      std::vector<TraceEntry> trace;
+      group->communicator().traceInto(&trace);
+      HostMemory memory;
+      Collectives cx(group->communicator(), memory);
+      const std::vector<int64_t> blocks = {5, 4};
+      const int64_t rows = 3, global = 9, local = 4;
+      std::vector<float> whole = numbered(rows, global), mine(size_t(rows * local));
+      cx.takeColumns(whole.data(), rows, blocks, mine.data());
 
-    std::vector<float> gathered(size_t(rows * global));
-    cx.allGatherColumns(mine.data(), rows, blocks, gathered.data(), "gather");
-    if (gathered != whole)
-      return false;
-    // One block of 4: pieces of 2, 2 and none (rank 2 holds padding only).
-    std::vector<float> four = numbered(rows, 4), twoOfFour(size_t(rows * 2)), back(four.size());
-    cx.takeColumns(four.data(), rows, {4}, twoOfFour.data());
-    cx.allGatherColumns(twoOfFour.data(), rows, {4}, back.data(), "gather four");
-    if (back != four)
-      return false;
+      std::vector<float> gathered(size_t(rows * global));
+      cx.allGatherColumns(mine.data(), rows, blocks, gathered.data(), "gather");
+      if (gathered != whole)
+        return false;
+      // One block of 4: pieces of 2, 2 and none (rank 2 holds padding only).
+      std::vector<float> four = numbered(rows, 4), twoOfFour(size_t(rows * 2)), back(four.size());
+      cx.takeColumns(four.data(), rows, {4}, twoOfFour.data());
+      cx.allGatherColumns(twoOfFour.data(), rows, {4}, back.data(), "gather four");
+      if (back != four)
+        return false;
 
-    // Partial sums (rank r holds (r + 1) * whole): reduce-scattered, this rank's columns of
-    // 6 * whole; by rows, its token of it.
-    std::vector<float> partial = numbered(rows, global, float(rank + 1));
-    std::vector<float> expected(size_t(rows * local)), got(size_t(rows * local));
-    std::vector<float> six = numbered(rows, global, 6);
-    cx.takeColumns(six.data(), rows, blocks, expected.data());
-    cx.reduceScatterColumns(partial.data(), rows, blocks, got.data(), "scatter columns");
-    if (got != expected)
-      return false;
-    std::vector<float> row(static_cast<size_t>(global));
-    cx.reduceScatterRows(partial.data(), rows, global, row.data(), "scatter rows");
-    if (!std::equal(row.begin(), row.end(), six.begin() + rank * global))
-      return false;
+      // Partial sums (rank r holds (r + 1) * whole): reduce-scattered, this rank's columns of
+      // 6 * whole; by rows, its token of it.
+      std::vector<float> partial = numbered(rows, global, float(rank + 1));
+      std::vector<float> expected(size_t(rows * local)), got(size_t(rows * local));
+      std::vector<float> six = numbered(rows, global, 6);
+      cx.takeColumns(six.data(), rows, blocks, expected.data());
+      cx.reduceScatterColumns(partial.data(), rows, blocks, got.data(), "scatter columns");
+      if (got != expected)
+        return false;
+      std::vector<float> row(static_cast<size_t>(global));
+      cx.reduceScatterRows(partial.data(), rows, global, row.data(), "scatter rows");
+      if (!std::equal(row.begin(), row.end(), six.begin() + rank * global))
+        return false;
 
-    // Tokens to features and back.
-    std::vector<float> byColumns(size_t(rows * local)), byRows(static_cast<size_t>(global));
-    cx.allToAll(whole.data() + rank * global, rows, blocks, true, byColumns.data(), "to columns");
-    if (byColumns != mine)
-      return false;
-    cx.allToAll(mine.data(), rows, blocks, false, byRows.data(), "to rows");
-    if (!std::equal(byRows.begin(), byRows.end(), whole.begin() + rank * global))
-      return false;
+      // Tokens to features and back.
+      std::vector<float> byColumns(size_t(rows * local)), byRows(static_cast<size_t>(global));
+      cx.allToAll(whole.data() + rank * global, rows, blocks, true, byColumns.data(), "to columns");
+      if (byColumns != mine)
+        return false;
+      cx.allToAll(mine.data(), rows, blocks, false, byRows.data(), "to rows");
+      if (!std::equal(byRows.begin(), byRows.end(), whole.begin() + rank * global))
+        return false;
 
-    // What went on the wire: each call once, its bytes the larger buffer of one rank, with
-    // the padding (4 local columns, 12 with every rank's), but for the gathers: Gloo's
-    // allgatherv moves the real columns only (9, and 4).
-    group->barrier();
-    std::vector<std::pair<std::string, uint64_t>> wire;
-    for (const TraceEntry &e : trace)
-      wire.push_back({e.kind + " " + e.module, e.bytes});
-    return wire == std::vector<std::pair<std::string, uint64_t>>{
-                       {"all_gather gather", 3 * 9 * 4},
-                       {"all_gather gather four", 3 * 4 * 4},
-                       {"reduce_scatter scatter columns", 3 * 12 * 4},
-                       {"reduce_scatter scatter rows", 3 * 9 * 4},
-                       {"all_to_all to columns", 12 * 4},
-                       {"all_to_all to rows", 12 * 4}};
-  }));
+      // What went on the wire: each call once, its bytes the larger buffer of one rank, with
+      // the padding (4 local columns, 12 with every rank's), but for the gathers: Gloo's
+      // allgatherv moves the real columns only (9, and 4).
+      group->barrier();
+      std::vector<std::pair<std::string, uint64_t>> wire;
+      for (const TraceEntry &e : trace)
+        wire.push_back({e.kind + " " + e.module, e.bytes});
+      return wire == std::vector<std::pair<std::string, uint64_t>>{
+                         {"all_gather gather", 3 * 9 * 4},
+                         {"all_gather gather four", 3 * 4 * 4},
+                         {"reduce_scatter scatter columns", 3 * 12 * 4},
+                         {"reduce_scatter scatter rows", 3 * 9 * 4},
+                         {"all_to_all to columns", 12 * 4},
+                         {"all_to_all to rows", 12 * 4}};
+    }));
+  });
 }
 
 TEST(Comm, StaleRendezvousIsRefused) {

@@ -1,0 +1,254 @@
+// The same-host transport (shm_comm.h). A round: every rank copies its part
+// into its slot and bumps its `arrived` word; every rank reads what it needs of
+// its peers' slots and bumps its `released` word; a rank writes its slot again
+// only once every peer has released the round before. Sums are taken in rank
+// order on every rank, so every rank holds the same bits.
+#include "shm_comm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <new>
+#include <stdexcept>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <thread>
+#include <unistd.h>
+
+namespace tpcrt {
+
+/// One rank's sequence words, each on a cache line of its own.
+struct ShmCommunicator::Header {
+  alignas(64) std::atomic<uint32_t> arrived;  // the last round whose part is in the slot
+  alignas(64) std::atomic<uint32_t> released; // the last round whose peers'
+                                              // slots it read
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futexes need plain 32-bit words");
+
+namespace {
+
+uint32_t *word(std::atomic<uint32_t> &a) { return reinterpret_cast<uint32_t *>(&a); }
+
+void futexWake(std::atomic<uint32_t> &a) {
+  ::syscall(SYS_futex, word(a), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+/// Sleeps while `a` still holds `seen`, for at most `micros`.
+void futexWait(std::atomic<uint32_t> &a, uint32_t seen, long micros) {
+  timespec timeout{micros / 1000000, (micros % 1000000) * 1000};
+  ::syscall(SYS_futex, word(a), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+}
+
+bool reached(uint32_t value, uint32_t target) { return int32_t(value - target) >= 0; }
+
+void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/// Each rank's two sequence words (a Header), then each rank's slot.
+constexpr size_t kHeaderBytes = 128;
+size_t segmentBytes(int world) {
+  return size_t(world) * (kHeaderBytes + ShmCommunicator::kSlotBytes);
+}
+
+} // namespace
+
+std::unique_ptr<ShmCommunicator> ShmCommunicator::open(const std::string &name, int rank, int world,
+                                                       int timeoutSeconds, PeerCheck peerGone,
+                                                       std::string &error) {
+  size_t bytes = segmentBytes(world);
+  int fd = rank == 0 ? ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600)
+                     : ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    error = "cannot " + std::string(rank == 0 ? "create" : "open") + " the shared-memory segment " +
+            name + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  if (rank == 0 && ::ftruncate(fd, off_t(bytes)) != 0) {
+    error = "cannot size the shared-memory segment " + name + " to " + std::to_string(bytes) +
+            " bytes: " + std::strerror(errno) + " (is /dev/shm large enough?)";
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || size_t(st.st_size) < bytes) {
+    error = "the shared-memory segment " + name + " is smaller than " + std::to_string(bytes) +
+            " bytes";
+    ::close(fd);
+    return nullptr;
+  }
+  void *base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    error = "cannot map the shared-memory segment " + name + ": " + std::strerror(errno);
+    if (rank == 0)
+      ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  if (rank == 0) // the words every rank waits on, before any other rank can see them
+    for (int r = 0; r < world; ++r)
+      new (static_cast<char *>(base) + size_t(r) * kHeaderBytes) Header{{0}, {0}};
+  return std::unique_ptr<ShmCommunicator>(
+      new ShmCommunicator(rank, world, base, bytes, timeoutSeconds, std::move(peerGone)));
+}
+
+ShmCommunicator::ShmCommunicator(int rank, int world, void *base, size_t bytes, int timeoutSeconds,
+                                 PeerCheck peerGone)
+    : Communicator(rank, world, sizeof(float)), base(base), bytes(bytes),
+      headers(static_cast<Header *>(base)), timeoutSeconds(timeoutSeconds),
+      peerGone(std::move(peerGone)) {
+  static_assert(sizeof(Header) == kHeaderBytes, "segmentBytes counts a Header per rank");
+  // Spin a while before sleeping where every rank has a core; where ranks
+  // outnumber cores a spinning rank would take a core from the peer it waits
+  // for, so sleep at once.
+  unsigned cores = std::thread::hardware_concurrency();
+  spins = cores == 0 || unsigned(world) > cores ? 0 : 4000;
+}
+
+ShmCommunicator::~ShmCommunicator() { ::munmap(base, bytes); }
+
+float *ShmCommunicator::slot(int r) const {
+  char *slots = static_cast<char *>(base) + size_t(world) * sizeof(Header);
+  return reinterpret_cast<float *>(slots + size_t(r) * kSlotBytes);
+}
+
+void ShmCommunicator::waitFor(int peer, bool released, uint32_t target) {
+  std::atomic<uint32_t> &w = released ? headers[peer].released : headers[peer].arrived;
+  for (long i = 0; i < spins; ++i) {
+    if (reached(w.load(std::memory_order_acquire), target))
+      return;
+    pause();
+  }
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now(), nextCheck = start + std::chrono::milliseconds(100);
+  auto deadline = start + std::chrono::seconds(timeoutSeconds);
+  for (;;) {
+    uint32_t seen = w.load(std::memory_order_acquire);
+    if (reached(seen, target))
+      return;
+    futexWait(w, seen, 20000);
+    auto now = Clock::now();
+    if (now >= nextCheck) {
+      nextCheck = now + std::chrono::milliseconds(100);
+      if (peerGone)
+        if (std::string gone = peerGone(); !gone.empty())
+          throw std::runtime_error("shared-memory collective: " + gone);
+    }
+    if (now >= deadline)
+      throw std::runtime_error("shared-memory collective: rank " + std::to_string(peer) +
+                               " did not answer within " + std::to_string(timeoutSeconds) +
+                               " s (--timeout)");
+  }
+}
+
+void ShmCommunicator::round(const std::function<void(float *)> &write,
+                            const std::function<void()> &read) {
+  uint32_t s = ++sequence;
+  for (int p = 0; p < world; ++p) // the peers have read this slot's previous round
+    if (p != rank)
+      waitFor(p, true, s - 1);
+  write(slot(rank));
+  headers[rank].arrived.store(s, std::memory_order_release);
+  futexWake(headers[rank].arrived);
+  for (int p = 0; p < world; ++p)
+    if (p != rank)
+      waitFor(p, false, s);
+  read();
+  headers[rank].released.store(s, std::memory_order_release);
+  futexWake(headers[rank].released);
+}
+
+void ShmCommunicator::runAllReduce(void *data, size_t count) {
+  float *x = static_cast<float *>(data);
+  const size_t chunk = kSlotBytes / sizeof(float);
+  for (size_t at = 0; at < count; at += chunk) {
+    size_t n = std::min(chunk, count - at);
+    round([&](float *mine) { std::memcpy(mine, x + at, n * sizeof(float)); },
+          [&] {
+            // Rank order on every rank: the same bits everywhere.
+            float *out = x + at;
+            std::memcpy(out, slot(0), n * sizeof(float));
+            for (int r = 1; r < world; ++r) {
+              const float *s = slot(r);
+              for (size_t i = 0; i < n; ++i)
+                out[i] += s[i];
+            }
+          });
+  }
+}
+
+void ShmCommunicator::runAllGather(const void *in, size_t count, void *out) {
+  std::vector<size_t> counts(size_t(world), count);
+  runAllGatherV(in, counts, out);
+}
+
+void ShmCommunicator::runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) {
+  const float *x = static_cast<const float *>(in);
+  float *y = static_cast<float *>(out);
+  std::vector<size_t> displacement(size_t(world), 0);
+  for (int r = 1; r < world; ++r)
+    displacement[size_t(r)] = displacement[size_t(r - 1)] + counts[size_t(r - 1)];
+  size_t most = *std::max_element(counts.begin(), counts.end());
+  const size_t chunk = kSlotBytes / sizeof(float);
+  auto part = [&](int r, size_t at) {
+    return counts[size_t(r)] > at ? std::min(chunk, counts[size_t(r)] - at) : size_t(0);
+  };
+  for (size_t at = 0; at < std::max<size_t>(most, 1); at += chunk)
+    round([&](float *mine) { std::memcpy(mine, x + at, part(rank, at) * sizeof(float)); },
+          [&] {
+            for (int r = 0; r < world; ++r)
+              std::memcpy(y + displacement[size_t(r)] + at, slot(r), part(r, at) * sizeof(float));
+          });
+}
+
+void ShmCommunicator::runReduceScatter(const void *in, size_t count, void *out) {
+  const float *x = static_cast<const float *>(in);
+  float *y = static_cast<float *>(out);
+  const size_t chunk = kSlotBytes / sizeof(float) / size_t(world);
+  for (size_t at = 0; at < count; at += chunk) {
+    size_t n = std::min(chunk, count - at);
+    round(
+        [&](float *mine) {
+          for (int p = 0; p < world; ++p)
+            std::memcpy(mine + size_t(p) * n, x + size_t(p) * count + at, n * sizeof(float));
+        },
+        [&] {
+          float *o = y + at;
+          std::memcpy(o, slot(0) + size_t(rank) * n, n * sizeof(float));
+          for (int r = 1; r < world; ++r) {
+            const float *s = slot(r) + size_t(rank) * n;
+            for (size_t i = 0; i < n; ++i)
+              o[i] += s[i];
+          }
+        });
+  }
+}
+
+void ShmCommunicator::runAllToAll(const void *in, size_t count, void *out) {
+  const float *x = static_cast<const float *>(in);
+  float *y = static_cast<float *>(out);
+  const size_t chunk = kSlotBytes / sizeof(float) / size_t(world);
+  for (size_t at = 0; at < count; at += chunk) {
+    size_t n = std::min(chunk, count - at);
+    round(
+        [&](float *mine) {
+          for (int p = 0; p < world; ++p)
+            std::memcpy(mine + size_t(p) * n, x + size_t(p) * count + at, n * sizeof(float));
+        },
+        [&] {
+          for (int r = 0; r < world; ++r)
+            std::memcpy(y + size_t(r) * count + at, slot(r) + size_t(rank) * n, n * sizeof(float));
+        });
+  }
+}
+
+} // namespace tpcrt

@@ -1,0 +1,66 @@
+// The ranks of one machine, through a shared-memory segment: each rank writes
+// its part into its own slot and reads its peers' (a round), with
+// spin-then-block waiting on sequence words (futexes). Gloo stays for the
+// rendezvous, the barrier and broadcasts; this only moves the collectives'
+// elements. Plain C++17, Linux.
+#ifndef TPCRT_COMM_SHM_COMM_H
+#define TPCRT_COMM_SHM_COMM_H
+
+#include "tpcrt/collectives.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace tpcrt {
+
+class ShmCommunicator : public Communicator {
+public:
+  /// What a rank asks when a peer is slow: the reason that peer is gone, or ""
+  /// while it may still answer.
+  using PeerCheck = std::function<std::string()>;
+
+  /// Maps segment `name` (rank 0 creates it, the others open what it made) for
+  /// `world` ranks of fp32 elements. A wait longer than `timeoutSeconds`, or a
+  /// peer that `peerGone` reports gone, fails the collective with an exception.
+  /// Null, with `error` saying why, when the segment cannot be made or opened.
+  static std::unique_ptr<ShmCommunicator> open(const std::string &name, int rank, int world,
+                                               int timeoutSeconds, PeerCheck peerGone,
+                                               std::string &error);
+  ~ShmCommunicator() override;
+  bool gathersVariableSizes() const override { return true; }
+
+  /// The bytes of one rank's slot: collectives larger than this go in rounds.
+  static constexpr size_t kSlotBytes = size_t(1) << 20;
+
+protected:
+  void runAllReduce(void *data, size_t count) override;
+  void runAllGather(const void *in, size_t count, void *out) override;
+  void runReduceScatter(const void *in, size_t count, void *out) override;
+  void runAllToAll(const void *in, size_t count, void *out) override;
+  void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override;
+
+private:
+  struct Header;
+  ShmCommunicator(int rank, int world, void *base, size_t bytes, int timeoutSeconds,
+                  PeerCheck peerGone);
+  float *slot(int r) const;
+  /// One round: waits until the peers have read this rank's slot, lets `write`
+  /// fill it, publishes it, waits for every peer's, lets `read` take what it
+  /// needs, and says so.
+  void round(const std::function<void(float *mine)> &write, const std::function<void()> &read);
+  void waitFor(int peer, bool released, uint32_t sequence);
+
+  void *base;
+  size_t bytes;
+  Header *headers;
+  uint32_t sequence = 0;
+  int timeoutSeconds;
+  PeerCheck peerGone;
+  long spins;
+};
+
+} // namespace tpcrt
+
+#endif // TPCRT_COMM_SHM_COMM_H
