@@ -229,17 +229,19 @@ bool allOnThisHost(const CommOptions &options) {
   return true;
 }
 
+/// TPC_TRANSPORT, or "auto"; "" for a value that is none of auto, shm and gloo.
+std::string transportFromEnv() {
+  const char *asked = std::getenv("TPC_TRANSPORT");
+  std::string transport = asked && *asked ? asked : "auto";
+  return transport == "auto" || transport == "shm" || transport == "gloo" ? transport : "";
+}
+
 /// The collectives through shared memory where every rank is on this machine (TPC_TRANSPORT
 /// auto, the default, or shm); Gloo's TCP otherwise (TPC_TRANSPORT=gloo). Rank 0 makes the
 /// segment and tells the others its name; it is unlinked once all have mapped it, so nothing
 /// outlives the job. False, with `error`, where shm was asked for and cannot be had.
 bool chooseTransport(GlooComm &comm, const CommOptions &options, std::string &error) {
-  const char *asked = std::getenv("TPC_TRANSPORT");
-  std::string transport = asked && *asked ? asked : "auto";
-  if (transport != "auto" && transport != "shm" && transport != "gloo") {
-    error = "TPC_TRANSPORT must be auto, shm or gloo, not '" + transport + "'";
-    return false;
-  }
+  std::string transport = transportFromEnv();
   if (transport == "gloo")
     return true;
   if (!allOnThisHost(options)) {
@@ -310,6 +312,11 @@ std::unique_ptr<Comm> Comm::noop(int world) {
 }
 
 std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &error) {
+  if (transportFromEnv().empty()) { // before joining, so that no peer waits on this rank
+    error = std::string("TPC_TRANSPORT must be auto, shm or gloo, not '") +
+            std::getenv("TPC_TRANSPORT") + "'";
+    return nullptr;
+  }
   if (options.world == 1)
     return std::make_unique<LocalComm>(options);
   if (options.rendezvousDir.empty()) {
@@ -352,12 +359,13 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
     context->setTimeout(std::chrono::seconds(options.timeoutSeconds));
     context->connectFullMesh(store, device);
     auto comm = std::make_unique<GlooComm>(options, context);
-    if (!chooseTransport(*comm, options, error))
-      return nullptr;
     // A rank that returned from connecting could otherwise exit (on a bad checkpoint, say)
     // while a peer is still finishing the handshake, and the peer would report a confusing
     // connection error rather than the failure that follows.
     comm->barrier();
+    // Every rank decides the same: chooseTransport's own collectives keep them together.
+    if (!chooseTransport(*comm, options, error))
+      return nullptr;
     return comm;
   } catch (const std::exception &e) {
     // Gloo says which store key it waited for; the claims say which rank that is.
