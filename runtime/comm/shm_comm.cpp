@@ -173,16 +173,7 @@ void ShmCommunicator::runAllReduce(void *data, size_t count) {
   for (size_t at = 0; at < count; at += chunk) {
     size_t n = std::min(chunk, count - at);
     round([&](float *mine) { std::memcpy(mine, x + at, n * sizeof(float)); },
-          [&] {
-            // Rank order on every rank: the same bits everywhere.
-            float *out = x + at;
-            std::memcpy(out, slot(0), n * sizeof(float));
-            for (int r = 1; r < world; ++r) {
-              const float *s = slot(r);
-              for (size_t i = 0; i < n; ++i)
-                out[i] += s[i];
-            }
-          });
+          [&] { sumSlots(0, n, x + at); });
   }
 }
 
@@ -210,45 +201,43 @@ void ShmCommunicator::runAllGatherV(const void *in, const std::vector<size_t> &c
           });
 }
 
-void ShmCommunicator::runReduceScatter(const void *in, size_t count, void *out) {
-  const float *x = static_cast<const float *>(in);
-  float *y = static_cast<float *>(out);
+void ShmCommunicator::inParts(const float *in, size_t count,
+                              const std::function<void(size_t at, size_t n)> &read) {
+  // Each round holds elements [at, at + n) of every one of the world parts, part p at p * n.
   const size_t chunk = kSlotBytes / sizeof(float) / size_t(world);
   for (size_t at = 0; at < count; at += chunk) {
     size_t n = std::min(chunk, count - at);
     round(
         [&](float *mine) {
           for (int p = 0; p < world; ++p)
-            std::memcpy(mine + size_t(p) * n, x + size_t(p) * count + at, n * sizeof(float));
+            std::memcpy(mine + size_t(p) * n, in + size_t(p) * count + at, n * sizeof(float));
         },
-        [&] {
-          float *o = y + at;
-          std::memcpy(o, slot(0) + size_t(rank) * n, n * sizeof(float));
-          for (int r = 1; r < world; ++r) {
-            const float *s = slot(r) + size_t(rank) * n;
-            for (size_t i = 0; i < n; ++i)
-              o[i] += s[i];
-          }
-        });
+        [&] { read(at, n); });
   }
 }
 
-void ShmCommunicator::runAllToAll(const void *in, size_t count, void *out) {
-  const float *x = static_cast<const float *>(in);
-  float *y = static_cast<float *>(out);
-  const size_t chunk = kSlotBytes / sizeof(float) / size_t(world);
-  for (size_t at = 0; at < count; at += chunk) {
-    size_t n = std::min(chunk, count - at);
-    round(
-        [&](float *mine) {
-          for (int p = 0; p < world; ++p)
-            std::memcpy(mine + size_t(p) * n, x + size_t(p) * count + at, n * sizeof(float));
-        },
-        [&] {
-          for (int r = 0; r < world; ++r)
-            std::memcpy(y + size_t(r) * count + at, slot(r) + size_t(rank) * n, n * sizeof(float));
-        });
+void ShmCommunicator::sumSlots(size_t offset, size_t n, float *out) const {
+  // Rank order on every rank: the same bits everywhere.
+  std::memcpy(out, slot(0) + offset, n * sizeof(float));
+  for (int r = 1; r < world; ++r) {
+    const float *s = slot(r) + offset;
+    for (size_t i = 0; i < n; ++i)
+      out[i] += s[i];
   }
+}
+
+void ShmCommunicator::runReduceScatter(const void *in, size_t count, void *out) {
+  float *y = static_cast<float *>(out);
+  inParts(static_cast<const float *>(in), count,
+          [&](size_t at, size_t n) { sumSlots(size_t(rank) * n, n, y + at); });
+}
+
+void ShmCommunicator::runAllToAll(const void *in, size_t count, void *out) {
+  float *y = static_cast<float *>(out);
+  inParts(static_cast<const float *>(in), count, [&](size_t at, size_t n) {
+    for (int r = 0; r < world; ++r)
+      std::memcpy(y + size_t(r) * count + at, slot(r) + size_t(rank) * n, n * sizeof(float));
+  });
 }
 
 } // namespace tpcrt

@@ -51,6 +51,11 @@ private:
   /// needs, and says so.
   void round(const std::function<void(float *mine)> &write, const std::function<void()> &read);
   void waitFor(int peer, bool released, uint32_t sequence);
+  /// Rounds over `in`'s world parts of `count` elements, a chunk of every part per round;
+  /// `read(at, n)` takes elements [at, at + n) of them, part p of a slot at p * n.
+  void inParts(const float *in, size_t count, const std::function<void(size_t at, size_t n)> &read);
+  /// The sum over the slots of their `n` elements from `offset`, in rank order, into `out`.
+  void sumSlots(size_t offset, size_t n, float *out) const;
 
   void *base;
   size_t bytes;
