@@ -67,10 +67,6 @@ void printUnevenShapes(mlir::ModuleOp program, llvm::raw_ostream &os) {
       layer = name.take_while([](char c) { return llvm::isDigit(c); });
       pattern = "model.layers.*" + name.drop_front(layer.size()).str();
     }
-    if (!lines.empty() && lines.back() == std::pair{pattern, held}) {
-      layers.back().push_back(layer.str());
-      continue;
-    }
     auto seen = std::find(lines.begin(), lines.end(), std::pair{pattern, held});
     if (seen != lines.end()) {
       layers[seen - lines.begin()].push_back(layer.str());
