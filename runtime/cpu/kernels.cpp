@@ -10,6 +10,55 @@
 
 namespace tpcrt {
 
+namespace {
+
+/// e^x in fp32 without a call, so that loops over it vectorize: x = n ln 2 + r with
+/// |r| <= ln 2 / 2 (ln 2 in two parts, so r keeps its low bits), e^r by the degree-7
+/// polynomial of Cephes' expf (its published coefficients), and 2^n put straight into the
+/// exponent bits. Within a few ulp of expf over [-87, 88]; below that 0 and above it
+/// infinity, where e^x is within a factor of two of the smallest normal float or the largest.
+inline float expApprox(float given) {
+  float x = std::min(std::max(given, -87.0f), 88.0f);
+  // n = round(x / ln 2): adding 1.5 * 2^23 rounds to an integer in the low mantissa bits.
+  const float shifter = 12582912.0f;
+  float n = x * 1.44269504088896341f + shifter;
+  n -= shifter;
+  float r = x - n * 0.693359375f;
+  r -= n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (int32_t(n) + 127) << 23;
+  float twoN;
+  std::memcpy(&twoN, &bits, sizeof twoN);
+  float value = p * twoN;
+  // Both tests made unconditionally, so that the selects are blends and the loop vectorizes.
+  bool high = given > 88.0f, low = given < -87.0f;
+  value = high ? INFINITY : value;
+  return low ? 0.0f : value;
+}
+
+/// The sum of `n` floats, eight running sums wide (so it vectorizes), finished in double.
+double sum(const float *x, int64_t n) {
+  float lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j)
+      lanes[j] += x[i + j];
+  double total = 0;
+  for (float lane : lanes)
+    total += lane;
+  for (; i < n; ++i)
+    total += x[i];
+  return total;
+}
+
+} // namespace
+
 bool embedding(Host, const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
                int64_t rows, int64_t vocab, int64_t width, float *out) {
   for (int64_t t = 0; t < tokens; ++t) {
@@ -59,18 +108,24 @@ void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, d
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
     invFreq[i] = givenInvFreq ? givenInvFreq[i] : std::pow(theta, -2.0 * i / headDim);
-  for (int64_t r = 0; r < rows; ++r)
+  // The angles depend on the position only: computed once per row, for every head.
+  std::vector<double> cosines(half), sines(half);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < half; ++i) {
+      double angle = positions[r] * invFreq[i];
+      cosines[i] = std::cos(angle);
+      sines[i] = std::sin(angle);
+    }
     for (int64_t h = 0; h < cols / headDim; ++h) {
       const float *in = x + r * cols + h * headDim;
       float *o = out + r * cols + h * headDim;
       for (int64_t i = 0; i < half; ++i) {
-        double angle = positions[r] * invFreq[i];
-        double c = std::cos(angle), s = std::sin(angle);
         double a = in[i], b = in[i + half];
-        o[i] = float(a * c - b * s);
-        o[i + half] = float(b * c + a * s);
+        o[i] = float(a * cosines[i] - b * sines[i]);
+        o[i + half] = float(b * cosines[i] + a * sines[i]);
       }
     }
+  }
 }
 
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
@@ -110,12 +165,11 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
           row[t] = float(softcap * std::tanh(row[t] / softcap));
         best = std::max(best, row[t]);
       }
-      double total = 0;
-      for (int64_t t = 0; t < keys; ++t) {
-        bool visible = t >= first && t <= position;
-        row[t] = visible ? std::exp(row[t] - best) : 0.0f;
-        total += row[t];
-      }
+      std::fill(row, row + first, 0.0f);
+      for (int64_t t = first; t <= position; ++t)
+        row[t] = expApprox(row[t] - best);
+      std::fill(row + position + 1, row + keys, 0.0f);
+      double total = sum(row + first, position + 1 - first);
       float inverse = float(1.0 / total);
       for (int64_t t = first; t <= position; ++t)
         row[t] *= inverse;
@@ -128,7 +182,7 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
 
 void silu(Host, const float *x, int64_t n, float *out) {
   for (int64_t i = 0; i < n; ++i)
-    out[i] = float(x[i] / (1.0 + std::exp(-double(x[i]))));
+    out[i] = x[i] / (1.0f + expApprox(-x[i]));
 }
 
 void gelu(Host, const float *x, int64_t n, bool tanhApproximation, float *out) {

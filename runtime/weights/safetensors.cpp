@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
@@ -86,6 +87,21 @@ bool readCount(const nlohmann::json &value, uint64_t &out) {
 
 std::string offsetsString(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+}
+
+/// pread until `bytes` are in or the file ends: one call moves at most about 2 GiB.
+bool preadAll(int fd, char *into, size_t bytes, off_t at) {
+  while (bytes) {
+    ssize_t got = pread(fd, into, bytes, at);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return false;
+    into += got;
+    bytes -= size_t(got);
+    at += got;
+  }
+  return true;
 }
 
 float halfToFloat(uint16_t h) {
@@ -469,26 +485,31 @@ bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape
     const std::string &partName = parts[index].first;
     const TensorInfo &info = *parts[index].second;
     size_t width = dtypeBytes(info.dtype);
-    buffer.resize(size_t(count) * width);
+    bool fp32 = info.dtype == "F32"; // read straight into place; the rest through `buffer`
+    if (!fp32)
+      buffer.resize(size_t(count) * width);
+    char *into = fp32 ? reinterpret_cast<char *>(to) : buffer.data();
+    size_t bytes = size_t(count) * width;
     off_t at = off_t(info.begin + first * width);
-    if (count && pread(partFds[index], buffer.data(), buffer.size(), at) != ssize_t(buffer.size())) {
+    if (count && !preadAll(partFds[index], into, bytes, at)) {
       error = "tensor " + partName + ": short read from " + info.file;
       return false;
     }
-    bytesRead += buffer.size();
-    for (int64_t i = 0; i < count; ++i) {
-      const char *p = buffer.data() + size_t(i) * width;
-      if (info.dtype == "F32") {
-        std::memcpy(to + i, p, 4);
-      } else {
+    bytesRead += bytes;
+    // The dtype is decided once per run, not per element.
+    const char *p = buffer.data();
+    if (info.dtype == "BF16") {
+      for (int64_t i = 0; i < count; ++i) {
         uint16_t h;
-        std::memcpy(&h, p, 2);
-        if (info.dtype == "BF16") {
-          uint32_t bits = uint32_t(h) << 16;
-          std::memcpy(to + i, &bits, 4);
-        } else {
-          to[i] = halfToFloat(h);
-        }
+        std::memcpy(&h, p + 2 * i, 2);
+        uint32_t bits = uint32_t(h) << 16;
+        std::memcpy(to + i, &bits, 4);
+      }
+    } else if (!fp32) {
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        to[i] = halfToFloat(h);
       }
     }
     return true;

@@ -243,6 +243,23 @@ TEST(Kernels, ActivationsAndArgmax) {
   EXPECT_EQ(argmax(ties, 3), 1);
 }
 
+// silu and softmax take e^x from a polynomial, not libm: it must hold to a few ulp over the
+// whole range a float can bring, and saturate rather than overflow beyond it.
+TEST(Kernels, SiluHoldsToLibmAcrossTheRange) {
+  std::vector<float> x;
+  for (float v = -120; v <= 120; v += 0.0173f)
+    x.push_back(v);
+  x.insert(x.end(), {-1e30f, -88.5f, -87.5f, 1e-30f, 0.0f, 87.5f, 88.5f, 1e30f});
+  std::vector<float> y(x.size());
+  silu(Host{}, x.data(), int64_t(x.size()), y.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    double want = double(x[i]) / (1 + std::exp(-double(x[i])));
+    ASSERT_TRUE(std::isfinite(y[i])) << "silu(" << x[i] << ")";
+    // Relative to the value; below -87, where silu is under 1e-35, absolute.
+    EXPECT_NEAR(y[i], want, 4e-7 * std::abs(want) + 1e-30) << "silu(" << x[i] << ")";
+  }
+}
+
 class Weights : public ::testing::Test {
 protected:
   void SetUp() override {
