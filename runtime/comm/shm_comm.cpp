@@ -23,11 +23,15 @@
 
 namespace tpcrt {
 
-/// One rank's sequence words, each on a cache line of its own.
+/// One rank's sequence words, each on a cache line of its own, with the count of peers
+/// asleep on it: a rank makes the wake-up system call only when someone sleeps.
 struct ShmCommunicator::Header {
-  alignas(64) std::atomic<uint32_t> arrived;  // the last round whose part is in the slot
-  alignas(64) std::atomic<uint32_t> released; // the last round whose peers'
-                                              // slots it read
+  struct alignas(64) Word {
+    std::atomic<uint32_t> value;
+    std::atomic<uint32_t> sleepers;
+  };
+  Word arrived;  // the last round whose part is in the slot
+  Word released; // the last round whose peers' slots it read
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futexes need plain 32-bit words");
 
@@ -37,6 +41,15 @@ uint32_t *word(std::atomic<uint32_t> &a) { return reinterpret_cast<uint32_t *>(&
 
 void futexWake(std::atomic<uint32_t> &a) {
   ::syscall(SYS_futex, word(a), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+/// Publishes `value`, waking the peers that sleep on it. The store and the load of the
+/// sleepers are sequentially consistent, as are a sleeper's count and its look at the value
+/// (waitFor): either this rank sees the sleeper, or the sleeper sees the value.
+template <typename Word> void publish(Word &w, uint32_t value) {
+  w.value.store(value, std::memory_order_seq_cst);
+  if (w.sleepers.load(std::memory_order_seq_cst) != 0)
+    futexWake(w.value);
 }
 
 /// Sleeps while `a` still holds `seen`, for at most `micros`.
@@ -96,7 +109,7 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::open(const std::string &name, 
   }
   if (rank == 0) // the words every rank waits on, before any other rank can see them
     for (int r = 0; r < world; ++r)
-      new (static_cast<char *>(base) + size_t(r) * kHeaderBytes) Header{{0}, {0}};
+      new (static_cast<char *>(base) + size_t(r) * kHeaderBytes) Header{{{0}, {0}}, {{0}, {0}}};
   return std::unique_ptr<ShmCommunicator>(
       new ShmCommunicator(rank, world, base, bytes, timeoutSeconds, std::move(peerGone)));
 }
@@ -122,9 +135,9 @@ float *ShmCommunicator::slot(int r) const {
 }
 
 void ShmCommunicator::waitFor(int peer, bool released, uint32_t target) {
-  std::atomic<uint32_t> &w = released ? headers[peer].released : headers[peer].arrived;
+  Header::Word &w = released ? headers[peer].released : headers[peer].arrived;
   for (long i = 0; i < spins; ++i) {
-    if (reached(w.load(std::memory_order_acquire), target))
+    if (reached(w.value.load(std::memory_order_acquire), target))
       return;
     pause();
   }
@@ -132,10 +145,13 @@ void ShmCommunicator::waitFor(int peer, bool released, uint32_t target) {
   auto start = Clock::now(), nextCheck = start + std::chrono::milliseconds(100);
   auto deadline = start + std::chrono::seconds(timeoutSeconds);
   for (;;) {
-    uint32_t seen = w.load(std::memory_order_acquire);
-    if (reached(seen, target))
+    w.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t seen = w.value.load(std::memory_order_seq_cst);
+    if (!reached(seen, target))
+      futexWait(w.value, seen, 20000);
+    w.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached(seen, target) || reached(w.value.load(std::memory_order_acquire), target))
       return;
-    futexWait(w, seen, 20000);
     auto now = Clock::now();
     if (now >= nextCheck) {
       nextCheck = now + std::chrono::milliseconds(100);
@@ -157,14 +173,12 @@ void ShmCommunicator::round(const std::function<void(float *)> &write,
     if (p != rank)
       waitFor(p, true, s - 1);
   write(slot(rank));
-  headers[rank].arrived.store(s, std::memory_order_release);
-  futexWake(headers[rank].arrived);
+  publish(headers[rank].arrived, s);
   for (int p = 0; p < world; ++p)
     if (p != rank)
       waitFor(p, false, s);
   read();
-  headers[rank].released.store(s, std::memory_order_release);
-  futexWake(headers[rank].released);
+  publish(headers[rank].released, s);
 }
 
 void ShmCommunicator::runAllReduce(void *data, size_t count) {
