@@ -1,13 +1,19 @@
 // All-reduce latency between local ranks, for each transport a tp group on one machine can
 // use: forks `world` ranks, connects them as the binaries do (TPC_TRANSPORT), and times
-// all_reduce of 1 KB, 64 KB and 1 MB of fp32, median of many calls after a warm-up.
+// all_reduce of 1 KB, 64 KB and 1 MB of fp32, median of many calls after a warm-up; then
+// checks that every rank's sum of the same random inputs has the same bits (tpc's ranks
+// decide the next token each on its own copy of the logits). Under mpirun the processes
+// mpirun started are the ranks, on MPI's collectives (mpi) and on shared memory (shm).
 //   tpc-comm-latency [WORLD] [CALLS]      (defaults 2 and 2000)
+//   mpirun -n WORLD tpc-comm-latency WORLD [CALLS]
 #include "tpcrt/comm.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,8 +23,38 @@ using namespace tpcrt;
 
 namespace {
 
-/// Rank `rank`'s medians in microseconds, one per size, written to `fd` by rank 0.
-bool measure(int rank, int world, const std::string &dir, int calls, int fd) {
+/// What rank 0 reports of one transport.
+struct Result {
+  double medians[3]; // microseconds, for 1 KB, 64 KB and 1 MB
+  bool sameBits;     // every rank summed to the same bits
+};
+
+/// Whether every rank's all_reduce of the same inputs has the same bits: sums of mixed
+/// magnitudes, one that fits a shared-memory slot and one that takes rounds.
+bool sameBitsEverywhere(Comm &group) {
+  Communicator &comm = group.communicator();
+  float mismatches = 0;
+  for (size_t n : {size_t(16) << 10, size_t(300) << 10}) {
+    std::vector<float> data(n), all(n * size_t(group.world()));
+    uint32_t x = 2463534242u + uint32_t(group.rank()) * 977u;
+    for (float &v : data) { // xorshift: values from 1e-4 to 1e4, both signs
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      v = float(int32_t(x % 20001) - 10000) * std::pow(10.0f, float(int(x >> 24) % 9 - 4)) /
+          10000.0f;
+    }
+    comm.allReduce(data.data(), n);
+    comm.allGather(data.data(), n, all.data());
+    for (int r = 0; r < group.world(); ++r)
+      if (std::memcmp(all.data() + size_t(r) * n, data.data(), n * sizeof(float)) != 0)
+        mismatches += 1;
+  }
+  comm.allReduce(&mismatches, 1);
+  return mismatches == 0;
+}
+
+/// Rank `rank`'s medians in microseconds, one per size, and whether the ranks agree bit for
+/// bit, into `result` (rank 0's are the report).
+bool measure(int rank, int world, const std::string &dir, int calls, Result &result) {
   std::string error;
   auto group = Comm::connect({rank, world, dir, "127.0.0.1", 60}, error);
   if (!group) {
@@ -26,6 +62,7 @@ bool measure(int rank, int world, const std::string &dir, int calls, int fd) {
     return false;
   }
   Communicator &comm = group->communicator();
+  int size = 0;
   for (size_t bytes : {size_t(1) << 10, size_t(64) << 10, size_t(1) << 20}) {
     std::vector<float> data(bytes / sizeof(float), 1.0f);
     std::vector<double> micros;
@@ -41,13 +78,49 @@ bool measure(int rank, int world, const std::string &dir, int calls, int fd) {
         micros.push_back(us);
     }
     std::nth_element(micros.begin(), micros.begin() + micros.size() / 2, micros.end());
-    double median = micros[micros.size() / 2];
-    if (rank == 0 && ::write(fd, &median, sizeof median) != sizeof median)
-      return false;
+    result.medians[size] = micros[micros.size() / 2];
+    ++size;
   }
+  result.sameBits = sameBitsEverywhere(*group);
   group->barrier();
   group->retire();
   return true;
+}
+
+void printRow(const char *transport, const Result &r) {
+  std::printf("%-10s %10.1f %10.1f %10.1f %10s\n", transport, r.medians[0], r.medians[1],
+              r.medians[2], r.sameBits ? "yes" : "NO");
+}
+
+void printHeader(int world, const char *ranks) {
+  std::printf("all_reduce latency, %d %s, median microseconds of back-to-back calls\n",
+              world, ranks);
+  std::printf("%-10s %10s %10s %10s %10s\n", "transport", "1 KB", "64 KB", "1 MB", "same bits");
+}
+
+/// Under mpirun: this process is one of the ranks, for each transport in turn.
+int underMpirun(int world, int calls) {
+  int rank = std::atoi(std::getenv("OMPI_COMM_WORLD_RANK"));
+  if (std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) != world) {
+    std::fprintf(stderr, "tpc-comm-latency: WORLD is %d, but mpirun started %s ranks\n", world,
+                 std::getenv("OMPI_COMM_WORLD_SIZE"));
+    return 2;
+  }
+  if (rank == 0)
+    printHeader(world, "ranks started by mpirun");
+  for (const char *transport : {"mpi", "shm"}) {
+    ::setenv("TPC_TRANSPORT", transport, 1);
+    Result result{};
+    if (!measure(rank, world, "", calls, result)) {
+      std::fprintf(stderr, "tpc-comm-latency: the %s run failed\n", transport);
+      return 1;
+    }
+    if (rank == 0) {
+      printRow(transport, result);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
 }
 
 } // namespace
@@ -58,9 +131,9 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "usage: tpc-comm-latency [WORLD >= 2] [CALLS >= 10]\n");
     return 2;
   }
-  std::printf("all_reduce latency, %d local ranks, median microseconds of back-to-back calls\n",
-              world);
-  std::printf("%-10s %10s %10s %10s\n", "transport", "1 KB", "64 KB", "1 MB");
+  if (startedByMpirun())
+    return underMpirun(world, calls);
+  printHeader(world, "local ranks");
   for (const char *transport : {"gloo", "shm"}) {
     ::setenv("TPC_TRANSPORT", transport, 1);
     char dir[] = "/tmp/tpc-comm-latency-XXXXXX";
@@ -72,8 +145,12 @@ int main(int argc, char **argv) {
     std::vector<pid_t> pids;
     for (int r = 0; r < world; ++r) {
       pid_t pid = ::fork();
-      if (pid == 0)
-        ::_exit(measure(r, world, dir, calls, pipefd[1]) ? 0 : 1);
+      if (pid == 0) {
+        Result result{};
+        bool ok = measure(r, world, dir, calls, result) &&
+                  (r != 0 || ::write(pipefd[1], &result, sizeof result) == sizeof result);
+        ::_exit(ok ? 0 : 1);
+      }
       pids.push_back(pid);
     }
     ::close(pipefd[1]);
@@ -83,14 +160,15 @@ int main(int argc, char **argv) {
       ::waitpid(pid, &status, 0);
       ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
-    double medians[3] = {};
-    ok &= ::read(pipefd[0], medians, sizeof medians) == ssize_t(sizeof medians);
+    Result result{};
+    ok &= ::read(pipefd[0], &result, sizeof result) == ssize_t(sizeof result);
     ::close(pipefd[0]);
     if (!ok) {
       std::fprintf(stderr, "tpc-comm-latency: the %s run failed\n", transport);
       return 1;
     }
-    std::printf("%-10s %10.1f %10.1f %10.1f\n", transport, medians[0], medians[1], medians[2]);
+    printRow(transport, result);
+    std::fflush(stdout);
   }
   return 0;
 }

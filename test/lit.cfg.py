@@ -2,6 +2,7 @@
 # files, checked with FileCheck. The GoogleTest unit tests are a suite of their own (unit/).
 import glob
 import os
+import shutil
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -31,6 +32,11 @@ venv = os.environ.get("TPC_VENV", os.path.expanduser("~/.cache/tpc-venv"))
 if os.path.exists(os.path.join(venv, "bin", "torchrun")):
     config.available_features.add("torchrun")
     config.substitutions.append(("%torchrun", os.path.join(venv, "bin", "torchrun")))
+
+# Open MPI's launcher (openmpi-bin, which scripts/bootstrap.sh installs): tests of jobs it
+# starts say REQUIRES: mpirun.
+if shutil.which("mpirun"):
+    config.available_features.add("mpirun")
 
 # The conformance oracle: transformers 5.17.0 on torch 2.11.0 in the same venv (REQUIRES:
 # transformers). Its scripts run on the venv's python; tpc's binaries come from %tpc_bin.

@@ -21,6 +21,13 @@ bool tpc::driver::hasCudaCompiler() {
 
 namespace {
 
+/// The MPI libraries the runtime's mpirun path needs (CMake's list, ';'-separated).
+SmallVector<StringRef> mpiLibraries() {
+  SmallVector<StringRef> libraries;
+  StringRef(TPC_MPI_LIBRARIES).split(libraries, ';', -1, /*KeepEmpty=*/false);
+  return libraries;
+}
+
 /// The command line that builds `source` into `output`, with its compiler first.
 SmallVector<std::string> commandFor(StringRef source, StringRef output, bool cuda,
                                     std::string &error) {
@@ -30,11 +37,15 @@ SmallVector<std::string> commandFor(StringRef source, StringRef output, bool cud
     // sm_90a, not -arch=sm_90a: that shorthand can add a plain sm_90 pass, which rejects
     // Hopper-only instructions. Libraries go to the linker as they are (nvcc only knows
     // .a/.so by name).
-    return {TPC_NVCC, "-std=c++17", "-O2", "-gencode=arch=compute_90a,code=sm_90a", include,
-            source.str(), "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY, "-Xlinker", TPC_RUNTIME_LIBRARY,
-            "-Xlinker", TPC_GLOO_LIBRARY, "-Xlinker", TPC_OPENBLAS_LIBRARY,
-            "-L" TPC_CUDA_LIB_DIR, "-lcublasLt", "-lnccl", "-lpthread",
-            "-Xlinker", "-rpath=" TPC_CUDA_LIB_DIR, "-o", output.str()};
+    SmallVector<std::string> args = {
+        TPC_NVCC, "-std=c++17", "-O2", "-gencode=arch=compute_90a,code=sm_90a", include,
+        source.str(), "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY, "-Xlinker", TPC_RUNTIME_LIBRARY,
+        "-Xlinker", TPC_GLOO_LIBRARY, "-Xlinker", TPC_OPENBLAS_LIBRARY};
+    for (StringRef library : mpiLibraries())
+      args.append({"-Xlinker", library.str()});
+    args.append({"-L" TPC_CUDA_LIB_DIR, "-lcublasLt", "-lnccl", "-lpthread", "-Xlinker",
+                 "-rpath=" TPC_CUDA_LIB_DIR, "-o", output.str()});
+    return args;
   }
 #endif
   if (cuda) {
@@ -56,7 +67,10 @@ SmallVector<std::string> commandFor(StringRef source, StringRef output, bool cud
   for (StringRef flag : sanitize)
     args.push_back(flag.str());
   args.append({include, source.str(), TPC_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY,
-               TPC_OPENBLAS_LIBRARY, "-lpthread", "-o", output.str()});
+               TPC_OPENBLAS_LIBRARY});
+  for (StringRef library : mpiLibraries())
+    args.push_back(library.str());
+  args.append({"-lpthread", "-o", output.str()});
   return args;
 }
 

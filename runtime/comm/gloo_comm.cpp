@@ -1,7 +1,9 @@
 // A tp group through Gloo: a full mesh of TCP pairs set up through a FileStore, and Gloo's
-// collectives behind tpcrt::Communicator.
+// collectives behind tpcrt::Communicator (the same-host transport where it can); and
+// Comm::connect, which sends a job mpirun started to MPI (mpi_comm.cpp) instead.
 #include "tpcrt/comm.h"
 
+#include "mpi_comm.h"
 #include "shm_comm.h"
 
 #include <gloo/allgather.h>
@@ -162,27 +164,6 @@ std::string exitPath(const std::string &dir, int rank) {
   return dir + "/tpc.exit" + std::to_string(rank);
 }
 
-std::string hostName() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
-/// Whether process `pid` of this machine has ended: gone, or a zombie its parent has not
-/// reaped yet.
-bool processEnded(long pid) {
-  if (pid <= 0)
-    return false;
-  if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
-    return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  size_t paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() &&
-         (text[paren + 2] == 'Z' || text[paren + 2] == 'X');
-}
-
 std::string joinList(const std::vector<std::string> &items, const char *separator) {
   std::string out;
   for (const std::string &item : items)
@@ -229,11 +210,13 @@ bool allOnThisHost(const CommOptions &options) {
   return true;
 }
 
-/// TPC_TRANSPORT, or "auto"; "" for a value that is none of auto, shm and gloo.
+/// TPC_TRANSPORT, or "auto"; "" for a value that is none of auto, shm, gloo and mpi.
 std::string transportFromEnv() {
   const char *asked = std::getenv("TPC_TRANSPORT");
   std::string transport = asked && *asked ? asked : "auto";
-  return transport == "auto" || transport == "shm" || transport == "gloo" ? transport : "";
+  return transport == "auto" || transport == "shm" || transport == "gloo" || transport == "mpi"
+             ? transport
+             : "";
 }
 
 /// The collectives through shared memory where every rank is on this machine (TPC_TRANSPORT
@@ -290,6 +273,25 @@ bool chooseTransport(GlooComm &comm, const CommOptions &options, std::string &er
 
 } // namespace
 
+std::string hostName() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+bool processEnded(long pid) {
+  if (pid <= 0)
+    return false;
+  if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+    return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() &&
+         (text[paren + 2] == 'Z' || text[paren + 2] == 'X');
+}
+
 std::string rendezvousDirFromEnv() {
   if (const char *dir = std::getenv("TPC_RENDEZVOUS_DIR"); dir && *dir)
     return dir;
@@ -312,13 +314,28 @@ std::unique_ptr<Comm> Comm::noop(int world) {
 }
 
 std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &error) {
-  if (transportFromEnv().empty()) { // before joining, so that no peer waits on this rank
-    error = std::string("TPC_TRANSPORT must be auto, shm or gloo, not '") +
+  // The transport is checked before joining, so that no peer waits on this rank.
+  std::string transport = transportFromEnv();
+  bool mpirun = startedByMpirun();
+  if (transport.empty()) {
+    error = std::string("TPC_TRANSPORT must be auto, shm, gloo or mpi, not '") +
             std::getenv("TPC_TRANSPORT") + "'";
+    return nullptr;
+  }
+  if (transport == "mpi" && !mpirun) {
+    error = "TPC_TRANSPORT=mpi needs a job started by mpirun (OMPI_COMM_WORLD_SIZE is not "
+            "set); tpc launch and torchrun jobs use auto, shm or gloo";
+    return nullptr;
+  }
+  if (transport == "gloo" && mpirun) {
+    error = "TPC_TRANSPORT=gloo needs a rendezvous directory (tpc launch, torchrun); under "
+            "mpirun the ranks meet through MPI: use auto, shm or mpi";
     return nullptr;
   }
   if (options.world == 1)
     return std::make_unique<LocalComm>(options);
+  if (mpirun)
+    return connectMpi(options, transport, error);
   if (options.rendezvousDir.empty()) {
     error = "no rendezvous directory: set TPC_RENDEZVOUS_DIR (tpc launch does) or run under "
             "torchrun (TORCHELASTIC_RUN_ID)";

@@ -42,9 +42,10 @@ std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request,
   }
   if (group.world != spec.tp) {
     std::fprintf(stderr,
-                 "error: %s was compiled for tp %lld, but WORLD_SIZE is %d; compile it again "
+                 "error: %s was compiled for tp %lld, but %s is %d; compile it again "
                  "with --tp %d or launch %lld ranks\n",
-                 spec.name, (long long)spec.tp, group.world, group.world, (long long)spec.tp);
+                 spec.name, (long long)spec.tp, request.worldFrom, group.world, group.world,
+                 (long long)spec.tp);
     status = 1;
     return std::nullopt;
   }

@@ -39,6 +39,7 @@ struct Request {
   Args args; // maxSeqLen chosen
   int rank = 0, world = 1;
   int localRank = 0; // LOCAL_RANK, else the rank
+  const char *worldFrom = "WORLD_SIZE"; // where `world` came from, for errors
   Fault fault;
 };
 

@@ -1,5 +1,5 @@
 // What an emitted binary is asked to do: its flags, its rank identity (RANK, WORLD_SIZE,
-// LOCAL_RANK) and TPC_FAULT, each checked, and the request checked against the model (the
+// LOCAL_RANK, or mpirun's OMPI_COMM_WORLD_*) and TPC_FAULT, each checked, and the request checked against the model (the
 // context length, the vocabulary) before any peer is waited for.
 #include "driver.h"
 
@@ -24,7 +24,9 @@ const char *kUsage =
     "--eos-id or --ignore-eos says otherwise. --force-ids feeds these tokens to the decode\n"
     "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
     "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
-    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). --timeout bounds\n"
+    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). Under mpirun they\n"
+    "come from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, and the ranks meet through MPI\n"
+    "(TPC_TRANSPORT=auto|shm|mpi; mpirun ends the job when a rank dies). --timeout bounds\n"
     "both the rendezvous and each collective's wait for a peer (default 30 s); a rank alone\n"
     "has no peer to wait for, and no deadline.\n"
     "--warmup runs a throwaway prefill of the prompt and two decode steps first (lazy loading,\n"
@@ -257,16 +259,22 @@ std::optional<Request> readRequest(const ModelSpec &spec, int argc, char **argv,
     return std::nullopt;
   }
   args.maxSeqLen = *maxSeqLen;
-  bool envOk = true;
-  request.rank = envInt("RANK", 0, envOk);
-  request.world = envInt("WORLD_SIZE", 1, envOk);
+  // Under mpirun the rank and world are mpirun's (tpc launch and torchrun set RANK).
+  bool mpirun = startedByMpirun(), envOk = true;
+  const char *rankVar = mpirun ? "OMPI_COMM_WORLD_RANK" : "RANK";
+  const char *worldVar = mpirun ? "OMPI_COMM_WORLD_SIZE" : "WORLD_SIZE";
+  request.rank = envInt(rankVar, 0, envOk);
+  request.world = envInt(worldVar, 1, envOk);
+  request.worldFrom = mpirun ? "mpirun's world size (OMPI_COMM_WORLD_SIZE)" : "WORLD_SIZE";
   if (!envOk || request.rank >= request.world) {
-    std::fprintf(stderr, "error: RANK and WORLD_SIZE must be integers with RANK < WORLD_SIZE\n");
+    std::fprintf(stderr, "error: %s and %s must be integers with %s < %s\n", rankVar, worldVar,
+                 rankVar, worldVar);
     status = 1;
     return std::nullopt;
   }
   bool localOk = true; // a LOCAL_RANK that is no number is the rank, as if not set
-  request.localRank = envInt("LOCAL_RANK", request.rank, localOk);
+  request.localRank = envInt(mpirun ? "OMPI_COMM_WORLD_LOCAL_RANK" : "LOCAL_RANK", request.rank,
+                             localOk);
   std::optional<Fault> fault = parseFault(std::getenv("TPC_FAULT"), error);
   if (!fault) {
     std::fprintf(stderr, "error: %s\n", error.c_str());

@@ -494,7 +494,7 @@ TEST(Comm, UnknownTransportIsRefused) {
   EXPECT_TRUE(forkRanks(2, [&](int rank) {
     std::string error;
     auto group = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
-    return !group && error == "TPC_TRANSPORT must be auto, shm or gloo, not 'carrier-pigeon'";
+    return !group && error == "TPC_TRANSPORT must be auto, shm, gloo or mpi, not 'carrier-pigeon'";
   }));
   ::unsetenv("TPC_TRANSPORT");
 }

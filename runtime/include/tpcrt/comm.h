@@ -1,6 +1,7 @@
 // The ranks of one tp group on the CPU side: rendezvous through a FileStore directory, and
-// the Gloo communicator (TCP transport). A rank that stops answering makes the others fail
-// after the timeout instead of hanging. Plain C++17.
+// the Gloo communicator (TCP transport), or, in a job started by mpirun, MPI's. A rank that
+// stops answering makes the others fail after the timeout instead of hanging (under mpirun,
+// mpirun ends the job). Plain C++17.
 #ifndef TPCRT_COMM_H
 #define TPCRT_COMM_H
 
@@ -23,8 +24,9 @@ struct CommOptions {
 /// communicator for fp32 host buffers (Gloo over TCP; local copies for a rank alone).
 class Comm {
 public:
-  /// Connects the group (nothing to connect for one rank). A rendezvous directory that an
-  /// earlier job used is refused, not joined. On failure returns null and says why.
+  /// Connects the group (nothing to connect for one rank): through MPI where mpirun started
+  /// the job (startedByMpirun), else through the rendezvous directory. A rendezvous directory
+  /// that an earlier job used is refused, not joined. On failure returns null and says why.
   static std::unique_ptr<Comm> connect(const CommOptions &options, std::string &error);
   /// A group of `world` with only this rank in it, for the per-rank view
   /// (TPC_SINGLE_RANK_VIEW=1): one rank run alone to time its compute. Its collectives move
@@ -41,8 +43,10 @@ public:
   virtual void broadcast(void *data, size_t bytes, int root) = 0;
   /// Returns once every rank has called it.
   virtual void barrier() = 0;
-  /// Marks the rendezvous directory as used up (rank 0, at a clean exit).
-  void retire();
+  /// At a clean exit: marks the rendezvous directory as used up (rank 0); under mpirun,
+  /// lets MPI finalize as the process exits (a rank that exits without it makes mpirun end
+  /// the job).
+  virtual void retire();
   /// Leaves in the rendezvous directory why this rank is stopping, so that peers which see
   /// it vanish can say so rather than guess.
   void recordExit(const std::string &reason) const;
@@ -50,7 +54,7 @@ public:
   /// for peers on this machine, whether their process still exists ("lost rank 1 (process
   /// 4242 is gone)"). With two ranks the peer is the other one even when nothing else is
   /// known. "" when nothing can be said.
-  std::string lostPeers() const;
+  virtual std::string lostPeers() const;
 
 protected:
   explicit Comm(const CommOptions &options) : options(options) {}
@@ -61,6 +65,10 @@ protected:
 /// TORCHELASTIC_RUN_ID under TPC_RENDEZVOUS_ROOT (default /tmp), with the launching agent's
 /// pid added for torchrun's default id "none"; "" when neither is set.
 std::string rendezvousDirFromEnv();
+
+/// Whether mpirun started this process (OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_RANK are set):
+/// its rank and world come from there, and the group connects through MPI.
+bool startedByMpirun();
 
 } // namespace tpcrt
 

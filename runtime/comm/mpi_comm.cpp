@@ -1,0 +1,283 @@
+// A tp group started by mpirun (mpi_comm.h): MPI starts it, with the ranks and the world
+// mpirun gave, and either moves the collectives itself (MPI_Allreduce, ...) or only starts
+// the shared-memory transport where every rank is on this machine, as the measurements in
+// bench/results/comm-transport.txt favour.
+//
+// Debian's Open MPI 4.1 has no timeout on a collective: a rank that dies leaves its peers
+// waiting in MPI, and mpirun, which sees the process end, ends the job and names the rank.
+// So a rank that fails exits without MPI_Finalize (which would wait for every peer), and
+// only a clean exit (retire) finalizes.
+#include "mpi_comm.h"
+
+#include "shm_comm.h"
+
+// MPI's C bindings only: its C++ ones would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <vector>
+
+namespace tpcrt {
+
+bool startedByMpirun() {
+  const char *size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char *rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  return size && *size && rank && *rank;
+}
+
+namespace {
+
+/// Set by retire: the process is leaving cleanly, and MPI finalizes as it exits.
+bool finalizeAtExit = false;
+
+void finalizeMpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalizeAtExit && !finalized)
+    MPI_Finalize();
+}
+
+void check(int status, const char *call) {
+  if (status == MPI_SUCCESS)
+    return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(status, text, &length);
+  throw std::runtime_error(std::string(call) + " failed: " + text);
+}
+
+/// MPI counts are ints.
+int mpiCount(size_t count) {
+  if (count > size_t(INT_MAX))
+    throw std::length_error("a collective of " + std::to_string(count) +
+                            " elements is more than MPI's int count holds");
+  return int(count);
+}
+
+/// MPI_Init, once per process (tpc-comm-latency connects a group per transport).
+bool initMpi(std::string &error) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized)
+    return true;
+  // Open MPI polls while it waits. Yielding the core in between keeps a waiting rank from
+  // starving a peer's compute where ranks outnumber cores; the user's own setting wins.
+  ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    error = "MPI_Init failed";
+    return false;
+  }
+  std::atexit(finalizeMpi);
+  return true;
+}
+
+/// MPI's collectives on fp32 host buffers.
+class MpiCommunicator : public Communicator {
+public:
+  MpiCommunicator(MPI_Comm comm, int rank, int world)
+      : Communicator(rank, world, sizeof(float)), comm(comm) {}
+  bool gathersVariableSizes() const override { return true; }
+
+protected:
+  void runAllReduce(void *data, size_t count) override {
+    check(MPI_Allreduce(MPI_IN_PLACE, data, mpiCount(count), MPI_FLOAT, MPI_SUM, comm),
+          "MPI_Allreduce");
+  }
+  void runAllGather(const void *in, size_t count, void *out) override {
+    int n = mpiCount(count);
+    check(MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm), "MPI_Allgather");
+  }
+  void runReduceScatter(const void *in, size_t count, void *out) override {
+    check(MPI_Reduce_scatter_block(in, out, mpiCount(count), MPI_FLOAT, MPI_SUM, comm),
+          "MPI_Reduce_scatter_block");
+  }
+  void runAllToAll(const void *in, size_t count, void *out) override {
+    int n = mpiCount(count);
+    check(MPI_Alltoall(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm), "MPI_Alltoall");
+  }
+  void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override {
+    std::vector<int> n(counts.size()), at(counts.size());
+    size_t offset = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      n[r] = mpiCount(counts[r]);
+      at[r] = mpiCount(offset);
+      offset += counts[r];
+    }
+    check(MPI_Allgatherv(in, n[size_t(rank)], MPI_FLOAT, out, n.data(), at.data(), MPI_FLOAT,
+                         comm),
+          "MPI_Allgatherv");
+  }
+
+private:
+  MPI_Comm comm;
+};
+
+/// Who a rank is, gathered from every rank when the group connects: a peer that vanishes
+/// can be named, and checked for where it ran on this machine.
+struct Peer {
+  long pid;
+  char host[256];
+};
+
+/// A group mpirun started; its collectives go through shared memory instead where `same` is
+/// set.
+class MpiComm : public Comm {
+public:
+  MpiComm(const CommOptions &options, MPI_Comm comm, std::vector<Peer> peers)
+      : Comm(options), comm(comm), mpi(comm, options.rank, options.world),
+        peers(std::move(peers)) {}
+  // The communicator is not freed: MPI_Comm_free may wait on peers where a rank leaves on an
+  // error, and MPI_Finalize frees it at a clean exit.
+
+  Communicator &communicator() override {
+    return same ? static_cast<Communicator &>(*same) : mpi;
+  }
+  void useSameHost(std::unique_ptr<ShmCommunicator> shm) { same = std::move(shm); }
+
+  void broadcast(void *data, size_t bytes, int root) override {
+    check(MPI_Bcast(data, mpiCount(bytes), MPI_BYTE, root, comm), "MPI_Bcast");
+  }
+  void barrier() override { check(MPI_Barrier(comm), "MPI_Barrier"); }
+  void retire() override { finalizeAtExit = true; }
+
+  std::string lostPeers() const override {
+    std::string lost;
+    // A killed peer's process is reaped a moment after it stops answering: look for a second.
+    for (int attempt = 0; attempt < 20 && lost.empty(); ++attempt) {
+      if (attempt)
+        ::usleep(50000);
+      lost = gone();
+    }
+    if (!lost.empty())
+      return "lost " + lost;
+    if (options.world == 2)
+      return "lost rank " + std::to_string(1 - options.rank) + " (it stopped answering)";
+    return "";
+  }
+
+  /// The peers on this machine whose process has ended ("rank 1 (process 4242 is gone)"),
+  /// "" while all may still answer.
+  std::string gone() const {
+    std::string host = hostName(), lost;
+    for (int r = 0; r < options.world; ++r)
+      if (r != options.rank && host == peers[size_t(r)].host &&
+          processEnded(peers[size_t(r)].pid))
+        lost += (lost.empty() ? "rank " : ", rank ") + std::to_string(r) + " (process " +
+                std::to_string(peers[size_t(r)].pid) + " is gone)";
+    return lost;
+  }
+
+  bool allOnThisHost() const {
+    std::string host = hostName();
+    for (const Peer &peer : peers)
+      if (host != peer.host)
+        return false;
+    return true;
+  }
+
+  /// Whether every rank has `ok`: the group takes a path only where all can.
+  bool everyRank(bool ok) {
+    int mine = ok ? 1 : 0, all = 0;
+    check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+    return all == 1;
+  }
+
+private:
+  MPI_Comm comm;
+  MpiCommunicator mpi;
+  std::unique_ptr<ShmCommunicator> same;
+  std::vector<Peer> peers;
+};
+
+/// TPC_TRANSPORT auto or shm: the collectives through the shared-memory transport where
+/// every rank is on this machine, as chooseTransport does for the rendezvous (gloo_comm.cpp),
+/// MPI carrying the segment's name. False, with `error`, where shm was asked for and cannot
+/// be had.
+bool chooseSharedMemory(MpiComm &group, const CommOptions &options, const std::string &transport,
+                        std::string &error) {
+  if (!group.allOnThisHost()) {
+    if (transport == "shm")
+      error = "TPC_TRANSPORT=shm needs every rank on one machine, and mpirun placed them on "
+              "several";
+    return transport == "auto";
+  }
+  const MpiComm *peers = &group; // lives as long as the communicator it checks for
+  auto gone = [peers] { return peers->gone(); };
+  char name[64] = {};
+  std::string why;
+  std::unique_ptr<ShmCommunicator> shm;
+  if (options.rank == 0) {
+    std::snprintf(name, sizeof name, "/tpc-mpi-%ld-%lx", long(::getpid()),
+                  (unsigned long)std::chrono::steady_clock::now().time_since_epoch().count());
+    shm = ShmCommunicator::open(name, 0, options.world, options.timeoutSeconds, gone, why);
+    if (!shm)
+      name[0] = '\0';
+  }
+  group.broadcast(name, sizeof name, 0);
+  if (options.rank != 0 && name[0])
+    shm = ShmCommunicator::open(name, options.rank, options.world, options.timeoutSeconds,
+                                gone, why);
+  else if (options.rank != 0)
+    why = "rank 0 could not make the shared-memory segment";
+  bool all = group.everyRank(shm != nullptr);
+  if (options.rank == 0 && name[0]) // every rank has mapped it, or given up
+    ::shm_unlink(name);
+  if (!all) {
+    if (transport == "shm")
+      error = shm ? "another rank could not map the shared-memory segment" : why;
+    return transport == "auto";
+  }
+  group.useSameHost(std::move(shm));
+  return true;
+}
+
+} // namespace
+
+std::unique_ptr<Comm> connectMpi(const CommOptions &options, const std::string &transport,
+                                 std::string &error) {
+  if (!initMpi(error))
+    return nullptr;
+  // A communicator of its own, whose errors come back as codes (a failed call throws and is
+  // reported like any failed collective) rather than aborting the job on the spot.
+  MPI_Comm comm;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS) {
+    error = "MPI_Comm_dup failed";
+    return nullptr;
+  }
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int rank = 0, world = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &world);
+  if (rank != options.rank || world != options.world) {
+    error = "mpirun started " + std::to_string(world) + " ranks and this is rank " +
+            std::to_string(rank) + ", but the group was asked for rank " +
+            std::to_string(options.rank) + " of " + std::to_string(options.world);
+    return nullptr;
+  }
+  try {
+    Peer me{long(::getpid()), {}};
+    std::string host = hostName();
+    std::strncpy(me.host, host.c_str(), sizeof me.host - 1);
+    std::vector<Peer> peers(static_cast<size_t>(world));
+    check(MPI_Allgather(&me, sizeof me, MPI_BYTE, peers.data(), sizeof me, MPI_BYTE, comm),
+          "MPI_Allgather");
+    auto group = std::make_unique<MpiComm>(options, comm, std::move(peers));
+    if (transport != "mpi" && !chooseSharedMemory(*group, options, transport, error))
+      return nullptr;
+    return group;
+  } catch (const std::exception &e) {
+    error = std::string("could not connect the ranks through MPI: ") + e.what();
+    return nullptr;
+  }
+}
+
+} // namespace tpcrt
