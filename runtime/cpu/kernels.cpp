@@ -57,6 +57,21 @@ double sum(const float *x, int64_t n) {
   return total;
 }
 
+/// The dot product of two rows of `n` floats, eight running sums wide.
+float dot(const float *a, const float *b, int64_t n) {
+  float lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j)
+      lanes[j] += a[i + j] * b[i + j];
+  float total = 0;
+  for (float lane : lanes)
+    total += lane;
+  for (; i < n; ++i)
+    total += a[i] * b[i];
+  return total;
+}
+
 } // namespace
 
 bool embedding(Host, const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
@@ -152,9 +167,17 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
     }
     const float *kh = cache.keys + kv * headDim;
     const float *vh = cache.values + kv * headDim;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(headDim),
-                float(scale), q + h * headDim, int(qWidth), kh, int(width), 0.0f,
-                scores.data(), int(keys));
+    // One query row (a decode step) is a few dot products per cached key: plain loops, which
+    // cost less than a GEMM's packing. More rows are one GEMM.
+    if (rows == 1) {
+      const float *qh = q + h * headDim;
+      for (int64_t t = 0; t < keys; ++t)
+        scores[size_t(t)] = float(scale) * dot(qh, kh + t * width, headDim);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(headDim),
+                  float(scale), q + h * headDim, int(qWidth), kh, int(width), 0.0f,
+                  scores.data(), int(keys));
+    }
     for (int64_t r = 0; r < rows; ++r) {
       float *row = scores.data() + r * keys;
       int64_t position = start + r; // causal: keys 0 .. position
@@ -174,9 +197,19 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
       for (int64_t t = first; t <= position; ++t)
         row[t] *= inverse;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(headDim), int(keys),
-                1.0f, scores.data(), int(keys), vh, int(width), 0.0f, out + h * headDim,
-                int(qWidth));
+    if (rows == 1) {
+      float *o = out + h * headDim;
+      std::fill(o, o + headDim, 0.0f);
+      for (int64_t t = 0; t < keys; ++t) {
+        const float p = scores[size_t(t)], *vt = vh + t * width;
+        for (int64_t d = 0; d < headDim; ++d)
+          o[d] += p * vt[d];
+      }
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(headDim), int(keys),
+                  1.0f, scores.data(), int(keys), vh, int(width), 0.0f, out + h * headDim,
+                  int(qWidth));
+    }
   }
 }
 

@@ -52,6 +52,29 @@ TEST(Kernels, LinearMatchesNaive) {
     }
 }
 
+// One row (a decode step) takes the matrix-vector path, with a bias and without, on shapes
+// of every remainder.
+TEST(Kernels, LinearOfOneRowMatchesNaive) {
+  struct Shape {
+    int64_t in, out;
+  };
+  for (Shape shape : {Shape{37, 19}, Shape{768, 16}, Shape{8, 8}, Shape{3, 2}, Shape{1, 9}})
+    for (bool biased : {true, false}) {
+      auto x = randomVector(shape.in, 4), w = randomVector(shape.out * shape.in, 5);
+      auto b = randomVector(shape.out, 6);
+      std::vector<float> y(shape.out);
+      linear(Host{}, x.data(), 1, shape.in, w.data(), shape.out, biased ? b.data() : nullptr,
+             y.data());
+      for (int64_t o = 0; o < shape.out; ++o) {
+        double acc = biased ? b[o] : 0;
+        for (int64_t i = 0; i < shape.in; ++i)
+          acc += double(x[i]) * w[o * shape.in + i];
+        EXPECT_NEAR(y[o], acc, 1e-5 * std::sqrt(double(shape.in)))
+            << shape.out << "x" << shape.in << (biased ? " with bias" : "") << ", row " << o;
+      }
+    }
+}
+
 TEST(Kernels, RmsNormAndOffset) {
   std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 2, 0}, y(4);
   rmsNorm(Host{}, x.data(), 1, 4, w.data(), 1e-6, 0.0, y.data());
