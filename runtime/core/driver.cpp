@@ -102,6 +102,7 @@ bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Storage &
   // What is being allocated, for the error when memory runs out.
   std::string allocating;
   try {
+    std::vector<size_t> counts;
     for (const ParamDesc &param : spec.params) {
       if (!param.slice.ranks.empty() && param.slice.ranks.size() != 2 * size_t(cx.tp)) {
         error = std::string("parameter ") + param.name + " is split for " +
@@ -110,28 +111,36 @@ bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Storage &
         return false;
       }
       SliceSpec slice = param.slice.forRank(cx.rank, cx.tp);
-      std::vector<int64_t> local = slice.localShape(param.hfShape);
-      allocating = std::string("parameter ") + param.name;
       size_t elements = 1;
-      for (int64_t d : local)
+      for (int64_t d : slice.localShape(param.hfShape))
         elements = elementCount({int64_t(elements), d});
       cx.slices.push_back(slice);
-      if (!checkpoint && spec.prepare) { // the device generates them where they will live
-        cx.randomSeed = args.randomSeed;
-        cx.weights.emplace_back();
+      // A device that generates its random weights where they will live needs no host copy.
+      bool onDevice = !checkpoint && spec.prepare;
+      counts.push_back(onDevice ? 0 : elements);
+      if (!checkpoint) // generated: what the rank holds (a checkpoint counts what it read)
         memory.weightBytes += uint64_t(slice.heldElements(param.hfShape)) * 4;
+    }
+    if (!checkpoint && spec.prepare)
+      cx.randomSeed = args.randomSeed;
+    size_t total = 0;
+    for (size_t count : counts)
+      total += count;
+    allocating = "the weights (" + std::to_string(total * 4) + " bytes)";
+    cx.weights.allocate(counts);
+    for (size_t i = 0; i < spec.params.size(); ++i) {
+      const ParamDesc &param = spec.params[i];
+      if (!counts[i])
         continue;
-      }
-      std::vector<float> &w = cx.weights.emplace_back(elements);
       if (checkpoint) {
         uint64_t bytes = 0;
-        if (!checkpoint->read(param.name, param.hfShape, slice, w.data(), bytes, error,
-                              param.sources))
+        if (!checkpoint->read(param.name, param.hfShape, cx.slices[i], cx.weights.data(i), bytes,
+                              error, param.sources))
           return false;
         memory.weightBytes += bytes;
       } else {
-        generateSlice(*args.randomSeed, param.name, param.hfShape, slice, w.data());
-        memory.weightBytes += uint64_t(slice.heldElements(param.hfShape)) * 4;
+        generateSlice(*args.randomSeed, param.name, param.hfShape, cx.slices[i],
+                      cx.weights.data(i));
       }
     }
     allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);

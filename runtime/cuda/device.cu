@@ -149,7 +149,7 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
       for (int64_t d : host.slices[i].localShape(spec.params[i].hfShape))
         elements[i] *= d;
     } else {
-      elements[i] = int64_t(host.weights[i].size());
+      elements[i] = int64_t(host.weights.size(i));
     }
   }
   weights.assign(spec.params.size(), nullptr);
@@ -177,16 +177,16 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
       generate(*host.randomSeed, spec.params[i], host.slices[i], weights[i], elements[i]);
       continue;
     }
-    // Loaded: fp32 as the loader read them, to bf16; the host copy goes.
-    std::vector<float> &w = host.weights[i];
-    std::vector<act> converted(w.size());
-    for (size_t j = 0; j < w.size(); ++j)
+    // Loaded: fp32 as the loader read them, to bf16; the host copies go once all are here.
+    const float *w = host.weights.data(i);
+    std::vector<act> converted(host.weights.size(i));
+    for (size_t j = 0; j < converted.size(); ++j)
       converted[j] = __float2bfloat16(w[j]);
     check(cudaMemcpy(weights[i], converted.data(), converted.size() * sizeof(act),
                      cudaMemcpyHostToDevice),
           "cudaMemcpy (weights)");
-    std::vector<float>().swap(w);
   }
+  host.weights.release();
   int64_t tokens = host.maxTokens;
   check(cudaMalloc(&arena, std::max<int64_t>(1, spec.floatsPerToken * tokens) * sizeof(act)),
         "cudaMalloc (activations)");

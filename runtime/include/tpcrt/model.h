@@ -11,11 +11,54 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace tpcrt {
+
+/// An allocator on cache-line boundaries: a weight's rows start where whole vector loads do
+/// not straddle two lines (the CPU's one-row matrix-vector product reads them so).
+template <typename T> struct CacheLineAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  CacheLineAllocator() = default;
+  template <typename U> CacheLineAllocator(const CacheLineAllocator<U> &) {}
+  T *allocate(size_t n) { return static_cast<T *>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T *p, size_t) { ::operator delete(p, kAlign); }
+  bool operator==(const CacheLineAllocator &) const { return true; }
+  bool operator!=(const CacheLineAllocator &) const { return false; }
+};
+
+/// Every parameter's slice of this rank, in fp32, one after the other in one allocation,
+/// each from a cache line: a decode step streams them in about this order, and one stretch
+/// of memory streams faster than the same bytes in many allocations (measured in
+/// bench/results/cpu-vs-transformers.txt).
+class HostWeights {
+public:
+  /// Room for `counts[i]` elements of parameter i, zeroed.
+  void allocate(const std::vector<size_t> &counts) {
+    offsets.clear();
+    sizes = counts;
+    size_t total = 0;
+    for (size_t count : counts) {
+      offsets.push_back(total);
+      total += (count + kLineFloats - 1) / kLineFloats * kLineFloats;
+    }
+    storage.assign(total, 0.0f);
+  }
+  float *data(size_t i) { return storage.data() + offsets[i]; }
+  const float *data(size_t i) const { return storage.data() + offsets[i]; }
+  size_t size(size_t i) const { return sizes[i]; }
+  /// Gives the memory back (a backend that copied the weights elsewhere).
+  void release() { std::vector<float, CacheLineAllocator<float>>().swap(storage); }
+
+private:
+  static constexpr size_t kLineFloats = 64 / sizeof(float);
+  std::vector<float, CacheLineAllocator<float>> storage;
+  std::vector<size_t> offsets, sizes;
+};
 
 struct ParamDesc {
   const char *name;
@@ -84,7 +127,7 @@ struct Context {
   std::optional<uint64_t> randomSeed;
   std::vector<SliceSpec> slices;
   Comm *comm = nullptr;
-  std::vector<std::vector<float>> weights;
+  HostWeights weights;
   std::vector<KVCache> caches;
   float *arena = nullptr;
   uint64_t arenaBytes = 0; // what the arena's allocation asked for (the CUDA Device's, there)
@@ -94,7 +137,7 @@ struct Context {
   /// Every KV cache empty again, the backend's too: the next forward starts a new sequence.
   void resetCaches();
 
-  const float *weight(size_t i) const { return weights[i].data(); }
+  const float *weight(size_t i) const { return weights.data(i); }
   /// Stops this rank with an error (the others fail on their next collective).
   [[noreturn]] void fail(const std::string &message) const;
 
