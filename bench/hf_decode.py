@@ -3,6 +3,10 @@ checkpoint, then times transformers' eager greedy generation on it.
 
     python hf_decode.py make OUTDIR            save_pretrained a seeded random model (fp32)
     python hf_decode.py time OUTDIR PROMPT_LEN NEW_TOKENS THREADS
+    torchrun --nproc-per-node N hf_decode.py tp OUTDIR PROMPT_LEN NEW_TOKENS
+                                               the same, under transformers' own tensor
+                                               parallelism (tp_plan="auto", Gloo, one thread
+                                               per rank); rank 0 prints
 
 `time` prints one line: prefill ms (generate with 1 new token), decode ms per token
 ((generate with N) - (generate with 1)) / (N - 1), each the best of 3, and the tokens, with eos
@@ -44,9 +48,10 @@ def best_of(fn, runs=3):
     return best, out
 
 
-def run(outdir, prompt_len, new_tokens, threads):
+def run(outdir, prompt_len, new_tokens, threads, tp=False):
     torch.set_num_threads(threads)
-    model = LlamaForCausalLM.from_pretrained(outdir, dtype=torch.float32).eval()
+    extra = {"tp_plan": "auto"} if tp else {}
+    model = LlamaForCausalLM.from_pretrained(outdir, dtype=torch.float32, **extra).eval()
     ids = torch.tensor([prompt(prompt_len)])
 
     def generate(n):
@@ -60,12 +65,21 @@ def run(outdir, prompt_len, new_tokens, threads):
     tn, out = best_of(lambda: generate(new_tokens))
     tokens = out[0, prompt_len:].tolist()
     decode = (tn - t1) / (new_tokens - 1)
-    print(f"transformers threads {threads}: prefill {t1 * 1e3:.3f} ms; decode {decode * 1e3:.3f} "
-          f"ms per token; tokens: {' '.join(map(str, tokens))}")
+    if tp:
+        if int(os.environ["RANK"]) != 0:
+            return
+        world = os.environ["WORLD_SIZE"]
+        what = f"transformers tp {world} (tp_plan auto, torchrun, Gloo, 1 thread per rank)"
+    else:
+        what = f"transformers threads {threads}"
+    print(f"{what}: prefill {t1 * 1e3:.3f} ms; decode {decode * 1e3:.3f} "
+          f"ms per token; tokens: {' '.join(map(str, tokens))}", flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "tp":
+        run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), 1, tp=True)
     else:
         run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

