@@ -19,6 +19,15 @@ bool tpc::driver::hasCudaCompiler() {
 #endif
 }
 
+std::vector<std::string> tpc::driver::buildInputs(StringRef target) {
+  std::vector<std::string> inputs = {TPC_RUNTIME_LIBRARY};
+#ifdef TPC_NVCC
+  if (target == "cuda")
+    inputs.push_back(TPC_CUDA_RUNTIME_LIBRARY);
+#endif
+  return inputs;
+}
+
 namespace {
 
 /// The MPI libraries the runtime's mpirun path needs (CMake's list, ';'-separated).

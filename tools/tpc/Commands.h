@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace tpc {
 
@@ -20,12 +22,25 @@ void addPlanArgs(CLI::App *cmd, PlanArgs &args);
 /// Reports a --tp below 1 (a usage error); true when the value is fine.
 bool checkTpArg(const PlanArgs &args);
 
+/// What `tpc launch` takes: how many ranks, where they meet, the binary and its arguments.
+struct LaunchOptions {
+  int ranks = 0;
+  std::string rendezvous;
+  std::vector<std::string> command;
+  /// Rank 0's output as it comes, unprefixed (tpc run's streamed text); the others' prefixed.
+  bool rankZeroRaw = false;
+};
+/// Runs the ranks, each's output prefixed "[rank R] " line by line; the first failure stops
+/// them all. The exit code.
+int launchRanks(const LaunchOptions &options);
+
 void addCheckCommand(CLI::App &app, CommandRunner &run);
 void addAnalyzeCommand(CLI::App &app, CommandRunner &run);
 void addCompileCommand(CLI::App &app, CommandRunner &run);
 void addLaunchCommand(CLI::App &app, CommandRunner &run);
 void addInitWeightsCommand(CLI::App &app, CommandRunner &run);
 void addImportCommand(CLI::App &app, CommandRunner &run);
+void addRunCommand(CLI::App &app, CommandRunner &run);
 
 } // namespace tpc
 

@@ -42,6 +42,18 @@ using StepRunner =
 bool runFrontHalf(Session &session, const ProgramArgs &args, const ProgramOptions &options,
                   FrontHalf &out, StepRunner run);
 
+/// What `tpc compile` takes: the program's arguments, the output directory, --emit-only.
+struct CompileArgs : ProgramArgs {
+  std::string output;
+  bool emitOnly = false;
+  /// The binary written (set by compileModel when it succeeds).
+  std::string binary;
+};
+
+/// `tpc compile`: the front half, the program's source for the target, and the build, each
+/// stage timed on `log`; the exit code (errors reported).
+int compileModel(CompileArgs &args, llvm::raw_ostream &log);
+
 } // namespace tpc
 
 #endif // TPC_TOOLS_TPC_FRONTHALF_H

@@ -22,12 +22,6 @@ namespace tpc {
 
 namespace {
 
-struct LaunchOptions {
-  int ranks = 0;
-  std::string rendezvous;
-  std::vector<std::string> command;
-};
-
 struct Rank {
   pid_t pid = -1;
   int out = -1;         // read end of the rank's stdout and stderr
@@ -35,7 +29,13 @@ struct Rank {
   bool running = true;
 };
 
-void flushLines(int rank, Rank &r, bool all) {
+void flushLines(int rank, Rank &r, bool all, bool rankZeroRaw) {
+  if (rankZeroRaw && rank == 0) { // streamed text: as it comes, partial lines too
+    llvm::outs() << r.pending;
+    r.pending.clear();
+    llvm::outs().flush();
+    return;
+  }
   size_t start = 0;
   for (size_t nl; (nl = r.pending.find('\n', start)) != std::string::npos; start = nl + 1)
     llvm::outs() << "[rank " << rank << "] " << r.pending.substr(start, nl - start) << "\n";
@@ -47,7 +47,9 @@ void flushLines(int rank, Rank &r, bool all) {
   llvm::outs().flush();
 }
 
-int launch(const LaunchOptions &o) {
+} // namespace
+
+int launchRanks(const LaunchOptions &o) {
   std::string dir = o.rendezvous;
   bool ownDir = dir.empty();
   if (ownDir) {
@@ -114,7 +116,7 @@ int launch(const LaunchOptions &o) {
           close(r.out);
           r.out = -1;
         }
-        flushLines(i, r, r.out < 0);
+        flushLines(i, r, r.out < 0, o.rankZeroRaw);
       }
       int code;
       if (r.running && waitpid(r.pid, &code, WNOHANG) == r.pid) {
@@ -141,15 +143,13 @@ int launch(const LaunchOptions &o) {
           kill(other.pid, SIGKILL);
   }
   for (int i = 0; i < o.ranks; ++i)
-    flushLines(i, ranks[i], true);
+    flushLines(i, ranks[i], true, o.rankZeroRaw);
   if (ownDir) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   }
   return status;
 }
-
-} // namespace
 
 void addLaunchCommand(CLI::App &app, CommandRunner &run) {
   auto opts = std::make_shared<LaunchOptions>();
@@ -172,7 +172,7 @@ void addLaunchCommand(CLI::App &app, CommandRunner &run) {
         reportError(fmt::format("-n must be at least 1, got {}", opts->ranks));
         return 1;
       }
-      return launch(*opts);
+      return launchRanks(*opts);
     };
   });
 }

@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
   tpc::addCompileCommand(app, run);
   tpc::addLaunchCommand(app, run);
   tpc::addInitWeightsCommand(app, run);
+  tpc::addRunCommand(app, run);
   CLI11_PARSE(app, argc, argv);
   tpc::setPrintOpOnDiagnostic(printOps);
   return run ? run() : 0;

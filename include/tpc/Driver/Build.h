@@ -7,11 +7,16 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <string>
+#include <vector>
 
 namespace tpc::driver {
 
 /// Whether this tpc can build --target cuda programs (nvcc was found at configure time).
 bool hasCudaCompiler();
+
+/// The runtime libraries a binary for `target` links, as this tpc was configured: what,
+/// beside the program's source, makes the binary (tpc run keys its cache on them).
+std::vector<std::string> buildInputs(llvm::StringRef target);
 
 /// What a failed build says: the problem, and optionally a note (an earlier binary removed).
 struct BuildFailure {
