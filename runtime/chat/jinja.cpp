@@ -24,6 +24,19 @@ struct TemplateError {
   throw TemplateError{"chat template line " + std::to_string(line) + ": " + message};
 }
 
+// Nesting deeper than this (brackets, operators, blocks) is refused rather than recursed into,
+// so that no template can overflow the stack; real templates nest a handful of levels.
+constexpr int kMaxDepth = 200;
+
+struct DepthGuard {
+  DepthGuard(int &depth, int line) : depth(depth) {
+    if (++depth > kMaxDepth)
+      fail(line, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+  }
+  ~DepthGuard() { --depth; }
+  int &depth;
+};
+
 // ---------------------------------------------------------------------------------------
 // Values: Python's types as templates see them.
 
@@ -32,7 +45,7 @@ using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>; // insertion order, as Python's dict
 
 struct Value {
-  enum Kind { Undefined, None, Bool, Int, Float, String, ListV, DictV, NamespaceV };
+  enum Kind { Undefined, None, Bool, Int, Float, String, ListV, DictV, NamespaceV, Function };
   Kind kind = Undefined;
   bool b = false;
   int64_t i = 0;
@@ -44,6 +57,12 @@ struct Value {
   static Value undefined(std::string hint) {
     Value v;
     v.s = std::move(hint);
+    return v;
+  }
+  static Value function(std::string name) {
+    Value v;
+    v.kind = Function;
+    v.s = std::move(name);
     return v;
   }
   static Value none() {
@@ -129,6 +148,8 @@ const char *typeName(const Value &v) {
     return "dict";
   case Value::NamespaceV:
     return "Namespace";
+  case Value::Function:
+    return "builtin_function_or_method";
   }
   return "?";
 }
@@ -151,6 +172,7 @@ bool truthy(const Value &v) {
   case Value::DictV:
     return !v.dict->empty();
   case Value::NamespaceV:
+  case Value::Function:
     return true;
   }
   return false;
@@ -223,6 +245,8 @@ std::string toStr(const Value &v) {
   }
   case Value::NamespaceV:
     return "<Namespace>";
+  case Value::Function:
+    return "<built-in function " + v.s + ">";
   }
   return "";
 }
@@ -257,6 +281,7 @@ void toJson(const Value &v, int indent, int depth, std::string &out, int line) {
   switch (v.kind) {
   case Value::Undefined:
   case Value::NamespaceV:
+  case Value::Function:
     fail(line, std::string("tojson: a value of type ") + typeName(v) + " is not JSON serializable");
   case Value::None:
     out += "null";
@@ -499,14 +524,16 @@ std::vector<Piece> lex(std::string src) {
     } else {
       Piece piece{kind == '{' ? Piece::Output : Piece::Stmt, "", {}, tagLine};
       const char *closer = kind == '{' ? "}}" : "%}";
-      int depth = 0;
+      std::string brackets; // the closers still expected, innermost last
       for (;;) {
         while (p < src.size() && isSpace(src[p]))
           line += src[p++] == '\n';
         if (p >= src.size())
-          fail(tagLine, std::string("unterminated '") + (kind == '{' ? "{{" : "{%") + "' (no '" +
-                            closer + "')");
-        if (depth == 0) {
+          fail(tagLine, std::string("unterminated '") + (kind == '{' ? "{{" : "{%") + "' (" +
+                            (!brackets.empty() ? "a bracket opened in it is never closed"
+                                               : std::string("no '") + closer + "'") +
+                            ")");
+        if (brackets.empty()) {
           if (src.compare(p, 2, closer) == 0) {
             end = p + 2;
             break;
@@ -620,10 +647,16 @@ std::vector<Piece> lex(std::string src) {
             }
           if (!op)
             fail(line, std::string("unexpected character '") + c + "'");
-          if (std::strchr("([{", op[0]) && op[1] == '\0')
-            ++depth;
-          else if (std::strchr(")]}", op[0]) && op[1] == '\0')
-            depth = std::max(0, depth - 1);
+          if (std::strchr("([{", op[0]) && op[1] == '\0') {
+            brackets += op[0] == '(' ? ')' : op[0] == '[' ? ']' : '}';
+          } else if (std::strchr(")]}", op[0]) && op[1] == '\0') {
+            if (brackets.empty() || brackets.back() != op[0])
+              fail(line,
+                   std::string("unexpected '") + op[0] + "'" +
+                       (brackets.empty() ? ""
+                                         : std::string(", expected '") + brackets.back() + "'"));
+            brackets.pop_back();
+          }
           piece.toks.push_back({Tok::Op, op, line});
           p += std::strlen(op);
         }
@@ -688,6 +721,7 @@ struct Expr {
 
 struct Node {
   enum Kind { Text, Output, If, For, Set, Break, Continue } kind;
+  Node(Kind kind, int line) : kind(kind), line(line) {}
   int line;
   std::string text;
   ExprP expr, cond;
@@ -760,7 +794,10 @@ public:
     return e;
   }
 
+  int depth = 0;
+
   ExprP expr(bool withCond = true) {
+    DepthGuard guard(depth, curLine());
     ExprP a = orExpr();
     while (withCond && isName("if")) {
       int l = curLine();
@@ -794,6 +831,7 @@ public:
     return a;
   }
   ExprP notExpr() {
+    DepthGuard guard(depth, curLine());
     if (isName("not")) {
       int l = curLine();
       ++at;
@@ -870,6 +908,7 @@ public:
     return a;
   }
   ExprP unary(bool withFilter = true) {
+    DepthGuard guard(depth, curLine());
     int l = curLine();
     ExprP e;
     if (isOp("-")) {
@@ -1086,6 +1125,7 @@ private:
   std::vector<Piece> pieces;
   size_t at = 0;
   int loopDepth = 0;
+  int blockDepth = 0;
 
   // Parses until one of `ends` (left in endKw, its tag's parser positioned after the keyword).
   std::vector<Node> body(const std::vector<std::string> &ends, std::string &endKw, int openLine,
@@ -1167,6 +1207,7 @@ private:
   }
 
   Node parseIf(ExprParser &ep, int line) {
+    DepthGuard guard(blockDepth, line);
     Node n{Node::If, line};
     ExprP cond = ep.expr();
     ep.expectEnd();
@@ -1189,6 +1230,7 @@ private:
   }
 
   Node parseFor(ExprParser &ep, int line) {
+    DepthGuard guard(blockDepth, line);
     Node n{Node::For, line};
     n.targets.push_back(ep.expectName());
     while (ep.isOp(",")) {
@@ -1341,7 +1383,6 @@ private:
       }
       items = std::move(kept);
     }
-    Value outerLoop = lookup("loop");
     for (size_t k = 0; k < items.size(); ++k) {
       bindTargets(n, items[k]);
       int64_t len = int64_t(items.size()), idx = int64_t(k);
@@ -1519,8 +1560,9 @@ private:
     if (op == "*" && (a.kind == Value::String || a.kind == Value::ListV) &&
         (b.kind == Value::Int || b.kind == Value::Bool)) {
       int64_t times = b.asInt();
-      if (times > 100000)
-        fail(line, "repetition count too large");
+      size_t unit = a.kind == Value::String ? a.s.size() : a.list->size();
+      if (times > 0 && unit > 0 && uint64_t(times) > (uint64_t(1) << 24) / unit)
+        fail(line, "repetition makes a value too large");
       Value r = a.kind == Value::String ? Value::str("") : Value::makeList({});
       for (int64_t k = 0; k < times; ++k) {
         if (a.kind == Value::String)
@@ -1635,7 +1677,7 @@ private:
       return v.kind == Value::String || v.kind == Value::ListV || v.kind == Value::DictV ||
              v.kind == Value::Undefined;
     if (name == "callable")
-      return false;
+      return v.kind == Value::Function;
     if (name == "lower" || name == "upper") {
       if (v.kind != Value::String)
         return false;
@@ -2074,7 +2116,13 @@ private:
     }
     if (callee.kind != Expr::Name)
       fail(e.line, "only named functions and methods can be called");
-    const std::string &name = callee.name;
+    Value fn = lookup(callee.name);
+    if (fn.kind == Value::Undefined)
+      fail(e.line,
+           "'" + callee.name + "' is undefined (not a function of the supported Jinja subset)");
+    if (fn.kind != Value::Function)
+      fail(e.line, "'" + callee.name + "' is not callable");
+    const std::string &name = fn.s;
     Args args = evalArgs(e, 1);
     if (name == "raise_exception") {
       const Value *msg = args.get(0, "message");
@@ -2122,9 +2170,6 @@ private:
         setKey(d, k, v);
       return Value::makeDict(std::move(d), name == "namespace" ? Value::NamespaceV : Value::DictV);
     }
-    Value v = lookup(name);
-    if (v.kind == Value::Undefined)
-      fail(e.line, "'" + name + "' is undefined (not a function of the supported Jinja subset)");
     fail(e.line, "'" + name + "' is not callable");
   }
 
@@ -2230,6 +2275,9 @@ std::optional<std::string> render(const std::string &source,
         {"eos_token", Value::str(options.eosToken)},
         {"tools", Value::none()},
         {"documents", Value::none()}};
+    // Jinja's globals, and transformers' raise_exception and strftime_now.
+    for (const char *fn : {"raise_exception", "strftime_now", "range", "namespace", "dict"})
+      globals[fn] = Value::function(fn);
     Renderer r(std::move(globals));
     r.exec(tree);
     return std::move(r.out);
@@ -2237,6 +2285,8 @@ std::optional<std::string> render(const std::string &source,
     error = e.message;
   } catch (const Raised &e) {
     error = e.message;
+  } catch (const std::exception &e) { // memory, mostly: a template that builds huge values
+    error = std::string("chat template: ") + e.what();
   }
   return std::nullopt;
 }
