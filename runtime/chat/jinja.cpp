@@ -614,8 +614,17 @@ std::vector<Piece> lex(std::string src) {
           if (q + 1 < src.size() && src[q] == '.' && std::isdigit((unsigned char)src[q + 1])) {
             isFloat = true;
             ++q;
-            while (q < src.size() && std::isdigit((unsigned char)src[q]))
+            while (q < src.size() && (std::isdigit((unsigned char)src[q]) || src[q] == '_'))
               ++q;
+          }
+          if (q < src.size() && (src[q] == 'e' || src[q] == 'E')) { // an exponent: 1e20, 2.5e-7
+            size_t d = q + 1 + (q + 1 < src.size() && (src[q + 1] == '+' || src[q + 1] == '-'));
+            if (d < src.size() && std::isdigit((unsigned char)src[d])) {
+              isFloat = true;
+              q = d;
+              while (q < src.size() && (std::isdigit((unsigned char)src[q]) || src[q] == '_'))
+                ++q;
+            }
           }
           std::string digits;
           for (size_t k = p; k < q; ++k)
@@ -1384,6 +1393,8 @@ private:
       items = std::move(kept);
     }
     for (size_t k = 0; k < items.size(); ++k) {
+      // What the body sets lasts one iteration: the next one sees the outer values again.
+      scopes.back().clear();
       bindTargets(n, items[k]);
       int64_t len = int64_t(items.size()), idx = int64_t(k);
       Dict loop = {{"index", Value::integer(idx + 1)},
@@ -1557,6 +1568,9 @@ private:
       l.insert(l.end(), b.list->begin(), b.list->end());
       return Value::makeList(std::move(l));
     }
+    if (op == "*" && (b.kind == Value::String || b.kind == Value::ListV) &&
+        (a.kind == Value::Int || a.kind == Value::Bool))
+      return arith(op, b, a, line);
     if (op == "*" && (a.kind == Value::String || a.kind == Value::ListV) &&
         (b.kind == Value::Int || b.kind == Value::Bool)) {
       int64_t times = b.asInt();
@@ -1992,7 +2006,7 @@ private:
         if (k >= s.size())
           break;
         if (maxsplit >= 0 && int64_t(parts.size()) == maxsplit) {
-          parts.push_back(Value::str(strip(s.substr(k), nullptr, false, true)));
+          parts.push_back(Value::str(s.substr(k)));
           break;
         }
         size_t e = k;
