@@ -27,6 +27,10 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "<think>\nEasy.\n</think>\n\nVier."},
         {"role": "user", "content": "Thanks"},
     ],
+    "assistant-last": [
+        {"role": "user", "content": "\n\tIndented question?"},
+        {"role": "assistant", "content": ""},
+    ],
     "system-multi-turn": [
         SYSTEM,
         {"role": "user", "content": "Hi"},
