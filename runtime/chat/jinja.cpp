@@ -53,6 +53,7 @@ struct Value {
   std::string s; // a String's text; an Undefined's hint, as Jinja words it
   std::shared_ptr<List> list;
   std::shared_ptr<Dict> dict; // DictV and NamespaceV
+  bool tuple = false;         // a ListV that Python would hold as a tuple: printed (a, b)
 
   static Value undefined(std::string hint) {
     Value v;
@@ -94,9 +95,10 @@ struct Value {
     v.s = std::move(x);
     return v;
   }
-  static Value makeList(List x) {
+  static Value makeList(List x, bool tuple = false) {
     Value v;
     v.kind = ListV;
+    v.tuple = tuple;
     v.list = std::make_shared<List>(std::move(x));
     return v;
   }
@@ -229,10 +231,10 @@ std::string toStr(const Value &v) {
   case Value::String:
     return v.s;
   case Value::ListV: {
-    std::string out = "[";
+    std::string out = v.tuple ? "(" : "[";
     for (size_t k = 0; k < v.list->size(); ++k)
       out += (k ? ", " : "") + repr((*v.list)[k]);
-    return out + "]";
+    return out + (!v.tuple ? "]" : v.list->size() == 1 ? ",)" : ")");
   }
   case Value::DictV: {
     std::string out = "{";
@@ -389,7 +391,7 @@ bool equal(const Value &a, const Value &b) {
   case Value::String:
     return a.s == b.s;
   case Value::ListV:
-    if (a.list->size() != b.list->size())
+    if (a.tuple != b.tuple || a.list->size() != b.list->size())
       return false;
     for (size_t k = 0; k < a.list->size(); ++k)
       if (!equal((*a.list)[k], (*b.list)[k]))
@@ -726,6 +728,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprP>> kwargs;
   std::vector<std::string> ops; // Cmp
   bool negated = false;         // Test
+  bool tuple = false;           // ListE: (a, b)
 };
 
 struct Node {
@@ -975,11 +978,14 @@ public:
       ++at;
       if (isOp(")")) {
         ++at;
-        return make(Expr::ListE, l);
+        ExprP empty = make(Expr::ListE, l);
+        empty->tuple = true;
+        return empty;
       }
       ExprP e = expr();
       if (isOp(",")) {
         ExprP tuple = make(Expr::ListE, l, {e});
+        tuple->tuple = true;
         while (isOp(",")) {
           ++at;
           if (isOp(")"))
@@ -1844,7 +1850,7 @@ private:
         fail(line, "filter 'items' expects a mapping");
       List items;
       for (const auto &[k, val] : *v.dict)
-        items.push_back(Value::makeList({Value::str(k), val}));
+        items.push_back(Value::makeList({Value::str(k), val}, true));
       return Value::makeList(std::move(items));
     }
     // The rest take a sequence.
@@ -2104,7 +2110,7 @@ private:
       if (name == "items" || name == "keys" || name == "values") {
         List out;
         for (const auto &[k, v] : *obj.dict)
-          out.push_back(name == "items"  ? Value::makeList({Value::str(k), v})
+          out.push_back(name == "items"  ? Value::makeList({Value::str(k), v}, true)
                         : name == "keys" ? Value::str(k)
                                          : v);
         return Value::makeList(std::move(out));
@@ -2197,7 +2203,7 @@ private:
       List items;
       for (const ExprP &a : e.args)
         items.push_back(eval(*a));
-      return Value::makeList(std::move(items));
+      return Value::makeList(std::move(items), e.tuple);
     }
     case Expr::DictE: {
       Dict d;
