@@ -431,17 +431,34 @@ bool isSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+// Python's str.isspace() for one code point in UTF-8 (what strip() and split() drop).
+bool isSpaceCodePoint(const std::string &c) {
+  if (c.size() == 1)
+    return isSpace(c[0]) || (c[0] >= 0x1c && c[0] <= 0x1f);
+  static const char *const kWide[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001",
+                                      "\u2002", "\u2003", "\u2004", "\u2005", "\u2006",
+                                      "\u2007", "\u2008", "\u2009", "\u200a", "\u2028",
+                                      "\u2029", "\u202f", "\u205f", "\u3000"};
+  return std::any_of(std::begin(kWide), std::end(kWide), [&](const char *w) { return c == w; });
+}
+
 std::string strip(const std::string &s, const Value *chars, bool left, bool right) {
-  auto drop = [&](char c) {
-    return chars && chars->kind == Value::String ? chars->s.find(c) != std::string::npos
-                                                 : isSpace(c);
+  std::vector<std::string> cps = codePoints(s), set;
+  if (chars && chars->kind == Value::String)
+    set = codePoints(chars->s);
+  auto drop = [&](const std::string &c) {
+    return chars && chars->kind == Value::String ? std::find(set.begin(), set.end(), c) != set.end()
+                                                 : isSpaceCodePoint(c);
   };
-  size_t b = 0, e = s.size();
-  while (left && b < e && drop(s[b]))
+  size_t b = 0, e = cps.size();
+  while (left && b < e && drop(cps[b]))
     ++b;
-  while (right && e > b && drop(s[e - 1]))
+  while (right && e > b && drop(cps[e - 1]))
     --e;
-  return s.substr(b, e - b);
+  std::string out;
+  for (size_t k = b; k < e; ++k)
+    out += cps[k];
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2005,20 +2022,27 @@ private:
   static Value split(const std::string &s, const Value *sep, int64_t maxsplit) {
     List parts;
     if (!sep || sep->kind == Value::None) {
+      std::vector<std::string> cps = codePoints(s);
+      auto join = [&](size_t b, size_t e) {
+        std::string out;
+        for (size_t k = b; k < e; ++k)
+          out += cps[k];
+        return out;
+      };
       size_t k = 0;
       while (true) {
-        while (k < s.size() && isSpace(s[k]))
+        while (k < cps.size() && isSpaceCodePoint(cps[k]))
           ++k;
-        if (k >= s.size())
+        if (k >= cps.size())
           break;
         if (maxsplit >= 0 && int64_t(parts.size()) == maxsplit) {
-          parts.push_back(Value::str(s.substr(k)));
+          parts.push_back(Value::str(join(k, cps.size())));
           break;
         }
         size_t e = k;
-        while (e < s.size() && !isSpace(s[e]))
+        while (e < cps.size() && !isSpaceCodePoint(cps[e]))
           ++e;
-        parts.push_back(Value::str(s.substr(k, e - k)));
+        parts.push_back(Value::str(join(k, e)));
         k = e;
       }
       return Value::makeList(std::move(parts));

@@ -139,6 +139,8 @@ TEST(ChatTemplate, ExpressionsFiltersAndMethods) {
                    "{{ 'aXa'.replace('a', 'b') }}|{{ 'Ab'.upper() }}{{ 'Ab'.lower() }}"),
             "a b|a|['a', 'b']|TrueFalse|bXb|ABab");
   EXPECT_EQ(render("{{ bos_token }}{{ eos_token }}{{ tools is none }}"), "<s></s>True");
+  // Python's whitespace, not only ASCII's: a no-break space and an ideographic space.
+  EXPECT_EQ(render("{{ '\u00a0x\u3000'|trim }}|{{ 'a\u00a0b'.split() }}"), "x|['a', 'b']");
 }
 
 TEST(ChatTemplate, UndefinedIsEmptyFalsyAndNotDefined) {

@@ -25,7 +25,7 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "4, \"of course\" - it's 'four'."},
         {"role": "user", "content": "Und auf Deutsch? Grüße — ✓"},
         {"role": "assistant", "content": "<think>\nEasy.\n</think>\n\nVier."},
-        {"role": "user", "content": "Thanks"},
+        {"role": "user", "content": "Thanks\u00a0\u3000\n"},
     ],
     "assistant-last": [
         {"role": "user", "content": "\n\tIndented question?"},
