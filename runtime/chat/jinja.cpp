@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -1555,13 +1556,21 @@ private:
     if (a.isNumber() && b.isNumber()) {
       bool flt = a.kind == Value::Float || b.kind == Value::Float;
       double x = a.asDouble(), y = b.asDouble();
-      int64_t p = a.asInt(), q = b.asInt();
+      int64_t p = a.asInt(), q = b.asInt(), r = 0;
+      // Python's integers do not overflow; tpc's are 64 bits and say so rather than wrap.
+      auto checked = [&](bool overflow) {
+        if (overflow)
+          fail(line, "integer overflow in '" + op + "' (beyond 64 bits)");
+        return Value::integer(r);
+      };
       if (op == "+")
-        return flt ? Value::number(x + y) : Value::integer(p + q);
+        return flt ? Value::number(x + y) : checked(__builtin_add_overflow(p, q, &r));
       if (op == "-")
-        return flt ? Value::number(x - y) : Value::integer(p - q);
+        return flt ? Value::number(x - y) : checked(__builtin_sub_overflow(p, q, &r));
       if (op == "*")
-        return flt ? Value::number(x * y) : Value::integer(p * q);
+        return flt ? Value::number(x * y) : checked(__builtin_mul_overflow(p, q, &r));
+      if (!flt && q == -1 && p == INT64_MIN && (op == "//" || op == "%"))
+        return op == "%" ? Value::integer(0) : checked(true);
       if ((op == "/" || op == "//" || op == "%") && (flt ? y == 0 : q == 0))
         fail(line, "division by zero");
       if (op == "/")
@@ -1580,9 +1589,17 @@ private:
         int64_t m = p % q;
         return Value::integer(m != 0 && ((m < 0) != (q < 0)) ? m + q : m);
       }
-      if (op == "**")
-        return flt || q < 0 ? Value::number(std::pow(x, y))
-                            : Value::integer(int64_t(std::llround(std::pow(x, y))));
+      if (op == "**") {
+        if (flt || q < 0)
+          return Value::number(std::pow(x, y));
+        int64_t acc = 1;
+        for (int64_t k = 0; k < q && acc != 0 && !(p == 1 || (p == -1 && k > 1)); ++k)
+          if (__builtin_mul_overflow(acc, p, &acc))
+            return checked(true);
+        if (p == -1)
+          acc = q % 2 ? -1 : 1;
+        return Value::integer(p == 1 ? 1 : acc);
+      }
     }
     if (op == "+" && a.kind == Value::String && b.kind == Value::String)
       return Value::str(a.s + b.s);
@@ -1834,8 +1851,11 @@ private:
       return Value::integer(int64_t(parts.list->size()));
     }
     if (name == "int") {
-      if (v.isNumber())
+      if (v.isNumber()) {
+        if (v.kind == Value::Float && !(std::fabs(v.f) < 9.2e18))
+          fail(line, "filter 'int': " + pyFloat(v.f) + " does not fit in 64 bits");
         return Value::integer(v.kind == Value::Float ? int64_t(v.f) : v.asInt());
+      }
       try {
         return Value::integer(std::stoll(strip(str(), nullptr, true, true)));
       } catch (const std::exception &) {
@@ -1857,7 +1877,8 @@ private:
       if (v.kind == Value::Float)
         return Value::number(std::fabs(v.f));
       if (v.isNumber())
-        return Value::integer(std::llabs(v.asInt()));
+        return v.asInt() == INT64_MIN ? arith("-", Value::integer(0), v, line)
+                                      : Value::integer(std::llabs(v.asInt()));
       fail(line, std::string("bad operand type for abs(): '") + typeName(v) + "'");
     }
     if (name == "items") {
@@ -2265,7 +2286,8 @@ private:
                          (e.kind == Expr::Neg ? "-" : "+") + ": '" + typeName(v) + "'");
       if (e.kind == Expr::Pos)
         return v.kind == Value::Bool ? Value::integer(v.asInt()) : v;
-      return v.kind == Value::Float ? Value::number(-v.f) : Value::integer(-v.asInt());
+      return v.kind == Value::Float ? Value::number(-v.f)
+                                    : arith("-", Value::integer(0), v, e.line);
     }
     case Expr::Not:
       return Value::boolean(!truthy(eval(*e.args[0])));

@@ -164,6 +164,9 @@ TEST(ChatTemplate, UnsupportedConstructIsNamedWithItsLine) {
   EXPECT_EQ(renderError("{{ lipsum() }}"),
             "chat template line 1: 'lipsum' is undefined (not a function of the supported Jinja "
             "subset)");
+  // Python's integers are unbounded; tpc's are 64 bits, and says so rather than wrap.
+  EXPECT_EQ(renderError("{{ 9223372036854775807 + 1 }}"),
+            "chat template line 1: integer overflow in '+' (beyond 64 bits)");
   EXPECT_EQ(renderError("{{ '%s' % 1 }}"),
             "chat template line 1: string formatting with '%' is outside the supported Jinja "
             "subset");
