@@ -6,24 +6,30 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <sys/stat.h>
 
 namespace tpcrt {
 
 namespace {
 
 bool readFile(const std::string &path, std::string &out) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return false;
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return false;
   std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad())
+  if (st.st_size > 0 && !(ss << in.rdbuf()))
     return false;
   out = ss.str();
   return true;
 }
 
-bool exists(const std::string &path) { return std::ifstream(path).good(); }
+bool exists(const std::string &path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
 
 } // namespace
 

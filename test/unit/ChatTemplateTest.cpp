@@ -79,6 +79,10 @@ TEST(ChatTemplate, LoadErrorsNameTheFile) {
   writeFile(dir + "/tokenizer_config.json", R"({"chat_template": [{"name": "x"}]})");
   EXPECT_FALSE(loadChatTemplate(dir, error));
   EXPECT_NE(error.find("no {\"name\": \"default\"}"), std::string::npos) << error;
+  mkdir((dir + "/chat_template.jinja").c_str(), 0755); // there, but not a file
+  EXPECT_FALSE(loadChatTemplate(dir, error));
+  EXPECT_EQ(error, dir + "/chat_template.jinja: cannot be read");
+  rmdir((dir + "/chat_template.jinja").c_str());
   writeFile(dir + "/tokenizer_config.json", "{not json");
   EXPECT_FALSE(loadChatTemplate(dir, error));
   EXPECT_NE(error.find("tokenizer_config.json: not valid JSON"), std::string::npos) << error;
