@@ -55,6 +55,7 @@ struct Value {
   std::shared_ptr<List> list;
   std::shared_ptr<Dict> dict; // DictV and NamespaceV
   bool tuple = false;         // a ListV that Python would hold as a tuple: printed (a, b)
+  int nesting = 0;            // lists and dicts inside: printing, comparing and freeing recurse
 
   static Value undefined(std::string hint) {
     Value v;
@@ -96,16 +97,26 @@ struct Value {
     v.s = std::move(x);
     return v;
   }
+  static int nestingOf(const Value &inner) {
+    if (inner.nesting >= kMaxDepth) // a loop wrapping a list in a list, ...
+      throw TemplateError{"chat template: values nested deeper than " + std::to_string(kMaxDepth) +
+                          " levels"};
+    return inner.nesting + 1;
+  }
   static Value makeList(List x, bool tuple = false) {
     Value v;
     v.kind = ListV;
     v.tuple = tuple;
+    for (const Value &item : x)
+      v.nesting = std::max(v.nesting, nestingOf(item));
     v.list = std::make_shared<List>(std::move(x));
     return v;
   }
   static Value makeDict(Dict x, Kind kind = DictV) {
     Value v;
     v.kind = kind;
+    for (const auto &kv : x)
+      v.nesting = std::max(v.nesting, nestingOf(kv.second));
     v.dict = std::make_shared<Dict>(std::move(x));
     return v;
   }
@@ -747,6 +758,7 @@ struct Expr {
   std::vector<std::string> ops; // Cmp
   bool negated = false;         // Test
   bool tuple = false;           // ListE: (a, b)
+  int height = 1;               // of the tree below: bounded, as evaluating it recurses
 };
 
 struct Node {
@@ -821,7 +833,22 @@ public:
     e->kind = kind;
     e->line = l;
     e->args = std::move(args);
+    seal(*e);
     return e;
+  }
+  // Left-deep chains (a + b + c ..., x.a.b ..., f|g|h ...) are built by loops, not recursion:
+  // their height is checked here, so that evaluating (and freeing) a tree never recurses
+  // deeper than kMaxDepth.
+  static void seal(Expr &e) {
+    int h = 0;
+    for (const ExprP &a : e.args)
+      if (a)
+        h = std::max(h, a->height);
+    for (const auto &kv : e.kwargs)
+      h = std::max(h, kv.second->height);
+    e.height = h + 1;
+    if (e.height > kMaxDepth)
+      fail(e.line, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
   }
 
   int depth = 0;
@@ -891,6 +918,7 @@ public:
         cmp = make(Expr::Cmp, l, {a});
       cmp->ops.push_back(op);
       cmp->args.push_back(math1());
+      seal(*cmp);
     }
     return cmp ? cmp : a;
   }
@@ -1009,6 +1037,7 @@ public:
           if (isOp(")"))
             break;
           tuple->args.push_back(expr());
+          seal(*tuple);
         }
         e = tuple;
       }
@@ -1020,6 +1049,7 @@ public:
       ExprP e = make(Expr::ListE, l);
       while (!isOp("]")) {
         e->args.push_back(expr());
+        seal(*e);
         if (!isOp(","))
           break;
         ++at;
@@ -1034,6 +1064,7 @@ public:
         e->args.push_back(expr());
         expectOp(":");
         e->args.push_back(expr());
+        seal(*e);
         if (!isOp(","))
           break;
         ++at;
@@ -1053,6 +1084,7 @@ public:
       } else {
         e->args.push_back(expr());
       }
+      seal(*e);
       if (!isOp(","))
         break;
       ++at;
@@ -1134,8 +1166,10 @@ public:
           bool starts = t->kind != Tok::Op ? !(t->kind == Tok::Name &&
                                                known(std::begin(kStop), std::end(kStop), t->text))
                                            : (t->text == "[" || t->text == "{" || t->text == "-");
-          if (starts)
+          if (starts) {
             e->args.push_back(postfix(primary()));
+            seal(*e);
+          }
         }
       } else {
         return e;
@@ -1618,6 +1652,7 @@ private:
       if (times > 0 && unit > 0 && uint64_t(times) > (uint64_t(1) << 24) / unit)
         fail(line, "repetition makes a value too large");
       Value r = a.kind == Value::String ? Value::str("") : Value::makeList({});
+      r.nesting = a.nesting;
       for (int64_t k = 0; k < times; ++k) {
         if (a.kind == Value::String)
           r.s += a.s;

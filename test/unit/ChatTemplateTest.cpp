@@ -207,6 +207,17 @@ TEST(ChatTemplate, HostileNestingIsRefusedNotRecursed) {
   for (int k = 0; k < 1000; ++k)
     ifs += "{% if true %}";
   EXPECT_NE(renderError(ifs).find("nesting deeper than 200 levels"), std::string::npos);
+  std::string chain = "{{ 1";
+  for (int k = 0; k < 100000; ++k)
+    chain += " + 1";
+  EXPECT_NE(renderError(chain + " }}").find("nesting deeper than 200 levels"), std::string::npos);
+  std::string filters = "{{ messages";
+  for (int k = 0; k < 100000; ++k)
+    filters += "|first";
+  EXPECT_NE(renderError(filters + " }}").find("nesting deeper than 200 levels"), std::string::npos);
+  EXPECT_EQ(renderError("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}"
+                        "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}"),
+            "chat template: values nested deeper than 200 levels");
   EXPECT_NE(renderError("{{ ('x' * 100000) * 100000 }}").find("too large"), std::string::npos);
   EXPECT_NE(renderError("{{ range(1000000)|length }}").find("range too big"), std::string::npos);
 }
