@@ -14,8 +14,10 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <queue>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 
 namespace tpcrt {
@@ -486,24 +488,49 @@ struct TokenizerImpl {
         syms.push_back(*unk);
       lastUnk = unk.has_value();
     }
-    // Merge the pair of lowest rank (leftmost among equals) until none is left.
-    while (syms.size() > 1) {
-      uint32_t best = UINT32_MAX;
-      size_t at = 0;
-      int64_t merged = 0;
-      for (size_t i = 0; i + 1 < syms.size(); ++i) {
-        auto it = merges.find(pairKey(syms[i], syms[i + 1]));
-        if (it != merges.end() && it->second.first < best) {
-          best = it->second.first;
-          at = i;
-          merged = it->second.second;
-        }
-      }
-      if (best == UINT32_MAX)
-        break;
-      syms[at] = merged;
-      syms.erase(syms.begin() + at + 1);
+    // Merge the pair of lowest rank (leftmost among equals) until none is left, as the
+    // `tokenizers` library does: a heap of candidate pairs over a linked list of symbols, so
+    // a long piece (SentencePiece-style models do not split the text) costs n log n.
+    size_t n = syms.size();
+    std::vector<size_t> prev(n), next(n);
+    std::vector<bool> alive(n, true);
+    for (size_t i = 0; i < n; ++i) {
+      prev[i] = i - 1; // SIZE_MAX for the first
+      next[i] = i + 1; // n for the last
     }
+    using Candidate = std::tuple<uint32_t, size_t, int64_t>; // rank, left position, result
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+    auto consider = [&](size_t left) {
+      if (left >= n || next[left] >= n)
+        return;
+      auto it = merges.find(pairKey(syms[left], syms[next[left]]));
+      if (it != merges.end())
+        heap.emplace(it->second.first, left, it->second.second);
+    };
+    for (size_t i = 0; i + 1 < n; ++i)
+      consider(i);
+    while (!heap.empty()) {
+      auto [rank, left, merged] = heap.top();
+      heap.pop();
+      if (!alive[left] || next[left] >= n)
+        continue;
+      auto it = merges.find(pairKey(syms[left], syms[next[left]]));
+      if (it == merges.end() || it->second.first != rank || it->second.second != merged)
+        continue; // stale: one of the two has merged since
+      size_t right = next[left];
+      syms[left] = merged;
+      alive[right] = false;
+      next[left] = next[right];
+      if (next[right] < n)
+        prev[next[right]] = left;
+      consider(prev[left]);
+      consider(left);
+    }
+    std::vector<int64_t> kept;
+    for (size_t i = 0; i < n; ++i)
+      if (alive[i])
+        kept.push_back(syms[i]);
+    syms = std::move(kept);
     out.insert(out.end(), syms.begin(), syms.end());
   }
 
