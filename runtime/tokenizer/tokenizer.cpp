@@ -978,7 +978,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
     }
 
     // The tokenizer class (without "Fast", an alias in transformers 5).
-    std::string cls = cfg.value("tokenizer_class", std::string());
+    std::string cls = cfg.contains("tokenizer_class") && cfg["tokenizer_class"].is_string()
+                          ? cfg["tokenizer_class"].get<std::string>()
+                          : std::string();
     if (cls.size() > 4 && cls.compare(cls.size() - 4, 4, "Fast") == 0)
       cls.resize(cls.size() - 4);
 
@@ -1071,7 +1073,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
       t.fuseUnk = false;
       t.ignoreMerges = false;
       t.unk.reset();
-      bool addPrefixSpace = cfg.value("add_prefix_space", false);
+      bool addPrefixSpace = cfg.contains("add_prefix_space") &&
+                            cfg["add_prefix_space"].is_boolean() &&
+                            cfg["add_prefix_space"].get<bool>();
       PreTokenizer bl;
       bl.kind = PreTokenizer::ByteLevel;
       bl.addPrefixSpace = addPrefixSpace;

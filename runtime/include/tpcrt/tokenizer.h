@@ -19,8 +19,11 @@ struct TokenizerImpl;
 
 class Tokenizer {
 public:
-  /// Reads DIR/tokenizer.json (and DIR/tokenizer_config.json when present: add_bos_token etc.).
-  /// Null, with `error` naming the file and the thing at fault, when it cannot.
+  /// Reads DIR/tokenizer.json (and DIR/tokenizer_config.json when present: tokenizer_class,
+  /// the named special tokens, add_prefix_space, legacy; like transformers, not add_bos_token
+  /// or add_eos_token, which it ignores when there is a tokenizer.json: BOS comes from the
+  /// file's post-processor). Null, with `error` naming the file and the thing at fault, when
+  /// it cannot.
   static std::unique_ptr<Tokenizer> load(const std::string &dir, std::string &error);
   ~Tokenizer();
 
@@ -53,7 +56,8 @@ public:
 
   /// The id of a token string (added/special tokens included), if any: "<|im_end|>" -> 2.
   std::optional<int64_t> id(const std::string &token) const;
-  /// bos/eos token strings from tokenizer_config.json when given ("" otherwise).
+  /// bos/eos token strings from tokenizer_config.json when given, else the named class's
+  /// defaults as transformers' tokenizer.bos_token has them ("" where neither says).
   const std::string &bosToken() const;
   const std::string &eosToken() const;
 
