@@ -918,6 +918,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
                       " model is not supported (tpc reads BPE tokenizers only)");
     if (!model.contains("vocab") || !model["vocab"].is_object())
       throw LoadError(file + ": model.vocab: missing or not an object");
+    t.vocab.reserve(model["vocab"].size());
+    t.idToToken.reserve(model["vocab"].size());
     for (auto &[tokStr, idJ] : model["vocab"].items()) {
       if (!idJ.is_number_integer())
         throw LoadError(file + ": model.vocab[" + json(tokStr).dump() + "]: not an integer id");
@@ -926,6 +928,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
     }
     if (!model.contains("merges") || !model["merges"].is_array())
       throw LoadError(file + ": model.merges: missing or not a list");
+    t.merges.reserve(model["merges"].size());
     uint32_t rank = 0;
     for (const json &m : model["merges"]) {
       std::string a, b;
