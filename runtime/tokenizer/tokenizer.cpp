@@ -122,8 +122,32 @@ std::string utf8Lossy(const std::string &s) {
 
 bool validUtf8(const std::string &s) { return utf8Lossy(s) == s; }
 
-bool isAsciiSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+/// Whether a code point is whitespace as Rust's char::is_whitespace says (added tokens'
+/// lstrip and rstrip take it).
+bool isWhitespace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
+
+uint32_t decodeCodePoint(const std::string &ch);
+
+/// The length of the whitespace character that ends at `end` (0 if none).
+size_t whitespaceBefore(const std::string &s, size_t end) {
+  if (end == 0)
+    return 0;
+  size_t b = end - 1;
+  while (b > 0 && end - b < 4 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80)
+    --b;
+  return isWhitespace(decodeCodePoint(s.substr(b, end - b))) ? end - b : 0;
+}
+
+/// The length of the whitespace character that starts at `pos` (0 if none).
+size_t whitespaceAt(const std::string &s, size_t pos) {
+  if (pos >= s.size())
+    return 0;
+  size_t n = std::min(utf8Len(static_cast<unsigned char>(s[pos])), s.size() - pos);
+  return isWhitespace(decodeCodePoint(s.substr(pos, n))) ? n : 0;
 }
 
 void replaceAll(std::string &s, const std::string &from, const std::string &to) {
@@ -578,11 +602,11 @@ struct TokenizerImpl {
       }
       size_t b = pos, e = pos + hit->content.size();
       if (hit->lstrip)
-        while (b > segStart && isAsciiSpace(text[b - 1]))
-          --b;
+        for (size_t n; b > segStart && (n = whitespaceBefore(text, b)) && b - n >= segStart;)
+          b -= n;
       if (hit->rstrip)
-        while (e < text.size() && isAsciiSpace(text[e]))
-          ++e;
+        for (size_t n; (n = whitespaceAt(text, e));)
+          e += n;
       encodeSegment(text.substr(segStart, b - segStart), segStart == 0, out);
       out.push_back(hit->id);
       segStart = pos = e;

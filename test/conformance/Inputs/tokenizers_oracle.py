@@ -52,6 +52,7 @@ SAMPLES = [
     "日本語のテキストと中文",
     "\n\n\nnewlines\r\n and \u00a0 odd spaces\u3000here",
     "qxz qxz qxzqxz",
+    "a \t<|eot_id|>\u00a0b\u3000<|eot_id|>\n word<|end_of_text|> w <|end_of_text|> x",
     "",
     " ",
 ]
@@ -157,6 +158,10 @@ def make(out):
     _, llama3 = train_byte_level(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"],
                                  LLAMA3_PATTERN)
     llama3["model"]["ignore_merges"] = True
+    # Added tokens that take the whitespace around them, and one only between words.
+    for added in llama3["added_tokens"]:
+        added["lstrip"] = added["rstrip"] = added["content"] == "<|eot_id|>"
+        added["single_word"] = added["content"] == "<|end_of_text|>"
     # A whole word no merge makes: only ignore_merges takes it in one piece.
     llama3["model"]["vocab"]["\u0120qxz"] = len(llama3["model"]["vocab"])
     llama3["post_processor"] = {
