@@ -151,6 +151,8 @@ def make(out):
                                 "unk_token": None})
 
     _, gpt2 = train_byte_level(["<|endoftext|>"], None)
+    # GPT-2's own tokenizer.json spells merges as "a b" strings, newer files as pairs.
+    gpt2["model"]["merges"] = [" ".join(m) for m in gpt2["model"]["merges"]]
     write(out, "gpt2", gpt2, {"tokenizer_class": "GPT2Tokenizer",
                               "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
                               "unk_token": "<|endoftext|>"})
