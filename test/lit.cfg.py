@@ -47,6 +47,14 @@ if os.path.exists(venv_python) and glob.glob(
     config.substitutions.append(("%venv_python", venv_python))
 config.substitutions.append(("%tpc_bin", config.tpc_tools_dir))
 
+# The real SmolLM2-135M-Instruct checkpoint bench/smollm2_uneven.sh makes (REQUIRES: smollm2):
+# its tokenizer.json is a conformance case where it exists.
+smollm2 = os.path.join(
+    os.environ.get("TPC_SMOLLM2_CACHE", os.path.expanduser("~/.cache/tpc-smollm2")), "ckpt")
+if os.path.exists(os.path.join(smollm2, "tokenizer.json")):
+    config.available_features.add("smollm2")
+    config.substitutions.append(("%smollm2_ckpt", smollm2))
+
 # The CUDA target is built when nvcc was found (REQUIRES: cuda-target); running it needs a GPU,
 # which the tests here do not assume.
 if config.tpc_nvcc:

@@ -1,0 +1,234 @@
+"""tpc's tokenizers (bin/tpc-tokenize) against transformers' AutoTokenizer.
+
+`make OUT` trains small BPE vocabularies with the `tokenizers` library (a fixed corpus; the
+trainer breaks ties between equally frequent characters in hash order, so ids can differ
+from run to run, and both sides always read the same files) and writes one checkpoint-style directory per tokenizer class that
+transformers rebuilds (LlamaTokenizer, GemmaTokenizer, Qwen2Tokenizer, GPT2Tokenizer), and
+two whose tokenizer.json is used as it is (a Llama-3-style byte-level BPE with ignore_merges,
+and the Llama vocabulary with its own Metaspace pipeline).
+`compare TPC_BIN DIR...` encodes (with and without special tokens), decodes (with and without
+skipping them) and stream-decodes a multilingual sample with both, and prints
+`conform: NAME ok` or each difference.
+"""
+import json
+import os
+import subprocess
+import sys
+
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["RAYON_NUM_THREADS"] = "1"
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import processors, trainers
+
+SP = "\u2581"
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Hello world! Hello there, how are you doing today?",
+    "I'm sure you'll see they've done it; we'd like that.",
+    "def main(argv):\n\tfor i in range(10):\n\t\tprint(i * 2)\n\treturn 0\n",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 2024 3.14159 65536",
+    "안녕하세요 세계. 오늘 날씨가 좋네요.",
+    "Café résumé naïve coöperate",
+    "Tokenizers split text into pieces and merge them by rank.",
+    "    indented    with    spaces    and\ttabs\t\there",
+    "emoji 😀 party 🎉 thumbs 👍",
+] * 20
+
+SAMPLES = [
+    "Hello world! This is a test.",
+    "  leading spaces,   runs   of spaces and a trailing one ",
+    "안녕하세요, 세계! 한국어 문장입니다.",
+    "emoji 😀🎉👍🏽 family 👨\u200d👩\u200d👧 flags 🇰🇷",
+    "def f(x):\n\tif x > 10:\n\t\treturn x * 2\n\treturn 0\n",
+    "Cafe\u0301 nai\u0308ve re\u0301sume\u0301 \u1100\u1161\u11a8",
+    "numbers 1234567 3.14159 -42 1e10 0x1F",
+    "I'm you'll they've DON'T We'D",
+    "日本語のテキストと中文",
+    "\n\n\nnewlines\r\n and \u00a0 odd spaces\u3000here",
+    "qxz qxz qxzqxz",
+    "a \t<|eot_id|>\u00a0b\u3000<|eot_id|>\n word<|end_of_text|> w <|end_of_text|> x",
+    "",
+    " ",
+]
+
+
+def byte_tokens():
+    return ["<0x%02X>" % b for b in range(256)]
+
+
+def train_sentencepiece_style(specials):
+    """A Llama-2-style BPE: Metaspace pieces, byte fallback, the 256 byte tokens after the
+    special ones."""
+    tok = Tokenizer(models.BPE(unk_token=specials[-1] if "<unk>" in specials else "<unk>",
+                               byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(SP), normalizers.Replace(" ", SP)])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="first", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials, limit_alphabet=40,
+                                  show_progress=False)
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.pre_tokenizer = None
+    tok.decoder = decoders.Sequence([decoders.Replace(SP, " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    data = json.loads(tok.to_str())
+    # Byte tokens right after the special ones, as Llama's vocabulary has them.
+    vocab = sorted(data["model"]["vocab"].items(), key=lambda kv: kv[1])
+    ordered = [t for t, _ in vocab[:len(specials)]] + byte_tokens() + \
+        [t for t, _ in vocab[len(specials):] if t not in byte_tokens()]
+    data["model"]["vocab"] = {t: i for i, t in enumerate(ordered)}
+    for added in data["added_tokens"]:
+        added["id"] = data["model"]["vocab"][added["content"]]
+    return data
+
+
+def train_byte_level(specials, pattern):
+    tok = Tokenizer(models.BPE())
+    if pattern is None:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(CORPUS, trainer)
+    return tok, json.loads(tok.to_str())
+
+
+def write(out, name, data, config):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False, indent=1)
+    config = dict(config)
+    config["added_tokens_decoder"] = {
+        str(a["id"]): {k: a[k] for k in ("content", "lstrip", "normalized", "rstrip",
+                                         "single_word", "special")}
+        for a in data["added_tokens"]}
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=1)
+
+
+def make(out):
+    llama = train_sentencepiece_style(["<unk>", "<s>", "</s>"])
+    llama["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                 {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    write(out, "llama", llama, {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>",
+                                "eos_token": "</s>", "unk_token": "<unk>",
+                                "add_bos_token": True, "add_eos_token": False,
+                                "legacy": False})
+    write(out, "llama-json", llama, {"tokenizer_class": "TokenizersBackend",
+                                     "bos_token": "<s>", "eos_token": "</s>",
+                                     "unk_token": "<unk>"})
+
+    gemma = train_sentencepiece_style(["<pad>", "<eos>", "<bos>", "<unk>"])
+    write(out, "gemma", gemma, {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>",
+                                "eos_token": "<eos>", "unk_token": "<unk>",
+                                "pad_token": "<pad>", "add_bos_token": True,
+                                "add_eos_token": False})
+
+    _, qwen2 = train_byte_level(["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                QWEN2_PATTERN)
+    qwen2["normalizer"] = {"type": "NFC"}
+    qwen2["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False,
+                               "trim_offsets": False, "use_regex": False}
+    write(out, "qwen2", qwen2, {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None,
+                                "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                                "unk_token": None})
+
+    _, gpt2 = train_byte_level(["<|endoftext|>"], None)
+    # GPT-2's own tokenizer.json spells merges as "a b" strings, newer files as pairs.
+    gpt2["model"]["merges"] = [" ".join(m) for m in gpt2["model"]["merges"]]
+    write(out, "gpt2", gpt2, {"tokenizer_class": "GPT2Tokenizer",
+                              "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+                              "unk_token": "<|endoftext|>"})
+
+    _, llama3 = train_byte_level(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"],
+                                 LLAMA3_PATTERN)
+    llama3["model"]["ignore_merges"] = True
+    # Added tokens that take the whitespace around them, and one only between words.
+    for added in llama3["added_tokens"]:
+        added["lstrip"] = added["rstrip"] = added["content"] == "<|eot_id|>"
+        added["single_word"] = added["content"] == "<|end_of_text|>"
+    # A whole word no merge makes: only ignore_merges takes it in one piece.
+    llama3["model"]["vocab"]["\u0120qxz"] = len(llama3["model"]["vocab"])
+    llama3["post_processor"] = {
+        "type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+             "use_regex": True},
+            {"type": "TemplateProcessing",
+             "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                        {"Sequence": {"id": "A", "type_id": 0}}],
+             "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                      {"Sequence": {"id": "B", "type_id": 1}}],
+             "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [0],
+                                                      "tokens": ["<|begin_of_text|>"]}}}]}
+    write(out, "llama3", llama3, {"tokenizer_class": "PreTrainedTokenizerFast",
+                                  "bos_token": "<|begin_of_text|>",
+                                  "eos_token": "<|eot_id|>"})
+
+
+def tpc(tpc_bin, d, requests):
+    """Runs tpc-tokenize's batch mode: one JSON answer per request."""
+    r = subprocess.run([os.path.join(tpc_bin, "tpc-tokenize"), d, "batch"],
+                       input="".join(json.dumps(q) + "\n" for q in requests).encode(),
+                       capture_output=True)
+    if r.returncode != 0:
+        raise RuntimeError("tpc-tokenize %s: %s" % (d, r.stderr.decode()))
+    return [json.loads(line) for line in r.stdout.decode().splitlines()]
+
+
+def compare(tpc_bin, dirs):
+    from transformers import AutoTokenizer
+    failed = False
+    for d in dirs:
+        name = os.path.basename(d.rstrip("/"))
+        hf = AutoTokenizer.from_pretrained(d)
+        specials = [t for t in hf.all_special_tokens if t]
+        samples = SAMPLES + ["".join(specials[:2]) + " text after " + " ".join(specials)
+                             + "\nend"]
+        requests, wants = [], []
+        for text in samples:
+            for add in (True, False):
+                requests.append({"encode": text, "special": add})
+                wants.append(hf(text, add_special_tokens=add)["input_ids"])
+            ids = hf(text)["input_ids"]
+            for skip in (False, True):
+                text_out = hf.decode(ids, skip_special_tokens=skip)
+                requests.append({"decode": ids, "skip": skip})
+                wants.append(text_out)
+                requests.append({"stream": ids, "skip": skip})
+                wants.append(text_out)
+        bad = []
+        for q, got, want in zip(requests, tpc(tpc_bin, d, requests), wants):
+            if "stream" in q:
+                got = "".join(got)
+            if got != want:
+                bad.append("%s: tpc %r, transformers %r" % (json.dumps(q, ensure_ascii=False),
+                                                            got, want))
+        for line in bad:
+            print("conform: %s: %s" % (name, line))
+        print("conform: %s %s (%d texts)" % (name, "FAILED" if bad else "ok", len(samples)))
+        failed = failed or bool(bad)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2])
+    else:
+        sys.exit(compare(sys.argv[2], sys.argv[3:]))
