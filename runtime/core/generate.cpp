@@ -84,13 +84,15 @@ void Generator::warmUp(const std::vector<int64_t> &prompt) {
   warming = false;
 }
 
-std::vector<int64_t> Generator::generate(const Args &args) {
+std::vector<int64_t> Generator::generate(const Args &args,
+                                         const std::function<void(int64_t)> &onToken) {
   current = "the prefill";
   auto t0 = now();
   int64_t next = args.maxNewTokens > 0 ? forward(args.prompt, 0) : -1;
   times.prefillMs.push_back(millis(now() - t0));
   int64_t position = int64_t(args.prompt.size());
   std::vector<int64_t> eos = spec.eosIds;
+  eos.insert(eos.end(), args.moreEos.begin(), args.moreEos.end());
   if (args.eosId)
     eos = {*args.eosId};
   if (args.ignoreEos)
@@ -98,6 +100,8 @@ std::vector<int64_t> Generator::generate(const Args &args) {
   std::vector<int64_t> generated;
   while (int64_t(generated.size()) < args.maxNewTokens) {
     generated.push_back(next);
+    if (onToken)
+      onToken(next);
     if (int64_t(generated.size()) == args.maxNewTokens)
       break;
     // Teacher forcing feeds the given token; otherwise generation stops at an eos id.
@@ -142,6 +146,18 @@ void printReport(const Args &args, const std::vector<int64_t> &tokens, const Tim
                   decodeTotal / double(stepMs.size()), stepMs.size());
   }
   std::fflush(stdout);
+}
+
+void printTextSummary(const Args &args, const std::vector<int64_t> &tokens,
+                      const Timings &times) {
+  double decodeTotal = 0;
+  for (double ms : times.stepMs)
+    decodeTotal += ms;
+  double perToken = times.stepMs.empty() ? 0 : decodeTotal / double(times.stepMs.size());
+  std::fprintf(stderr, "\nprefill %.1f ms (%zu tokens); decode %.1f ms per token (%zu tokens, "
+                       "%.1f tokens/s)\n",
+               args.warmup ? median(times.prefillMs) : times.prefillMs.back(),
+               args.prompt.size(), perToken, tokens.size(), perToken > 0 ? 1000 / perToken : 0.0);
 }
 
 } // namespace tpcrt

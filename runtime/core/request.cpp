@@ -15,12 +15,17 @@ namespace tpcrt {
 namespace {
 
 const char *kUsage =
-    "usage: %s (--weights PATH | --random-weights SEED) --prompt-ids 1,2,3\n"
+    "usage: %s (--weights PATH | --random-weights SEED)\n"
+    "       (--prompt-ids 1,2,3 | --prompt TEXT | --prompt-file FILE) [--chat [--system TEXT]]\n"
     "       [--max-new-tokens N] [--eos-id ID | --ignore-eos] [--max-seq-len S]\n"
     "       [--force-ids 4,5,6] [--dump-logits FILE] [--trace FILE] [--host ADDRESS]\n"
     "       [--timeout SECONDS] [--warmup]\n"
+    "--prompt and --prompt-file take text, tokenized with the checkpoint's own tokenizer.json\n"
+    "(beside --weights), and print the generated text as it comes; --chat renders the prompt\n"
+    "as a user message (after --system's, if given) through the checkpoint's chat template.\n"
     "--max-seq-len defaults to 2048, or to the model's max_position_embeddings where fewer.\n"
-    "Generation stops at the model's end-of-sequence ids (config.json's eos_token_id) unless\n"
+    "Generation stops at the model's end-of-sequence ids (config.json's eos_token_id, and\n"
+    "generation_config.json's beside --weights) unless\n"
     "--eos-id or --ignore-eos says otherwise. --force-ids feeds these tokens to the decode\n"
     "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
     "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
@@ -63,6 +68,10 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
       args.warmup = true;
       continue;
     }
+    if (flag == "--chat") {
+      args.chat = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       error = flag + " needs a value";
       return std::nullopt;
@@ -80,6 +89,12 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     };
     if (flag == "--weights") {
       args.weights = value;
+    } else if (flag == "--prompt") {
+      args.promptText = value;
+    } else if (flag == "--prompt-file") {
+      args.promptFile = value;
+    } else if (flag == "--system") {
+      args.system = value;
     } else if (flag == "--random-weights") {
       int64_t seed;
       if (!integer(seed, 0))
@@ -127,8 +142,18 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     error = "give exactly one of --weights PATH and --random-weights SEED";
     return std::nullopt;
   }
-  if (args.prompt.empty()) {
-    error = "--prompt-ids is required";
+  if (int(!args.prompt.empty()) + int(bool(args.promptText)) + int(!args.promptFile.empty()) !=
+      1) {
+    error = "give exactly one of --prompt-ids, --prompt and --prompt-file";
+    return std::nullopt;
+  }
+  if (args.chat && !args.promptText && args.promptFile.empty()) {
+    error = "--chat renders a text prompt through the chat template: give --prompt or "
+            "--prompt-file, not --prompt-ids";
+    return std::nullopt;
+  }
+  if (!args.system.empty() && !args.chat) {
+    error = "--system is the system message of a --chat conversation";
     return std::nullopt;
   }
   if (args.eosId && args.ignoreEos) {
@@ -282,6 +307,17 @@ std::optional<Request> readRequest(const ModelSpec &spec, int argc, char **argv,
     return std::nullopt;
   }
   request.fault = *fault;
+  if ((args.promptText || !args.promptFile.empty()) &&
+      !tokenizePrompt(args, request.tokenizer, error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    status = 1;
+    return std::nullopt;
+  }
+  if (!readGenerationConfig(args, request.rank, error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    status = 1;
+    return std::nullopt;
+  }
   if (!fits(spec, args)) {
     status = 1;
     return std::nullopt;
