@@ -330,6 +330,8 @@ struct TokenizerImpl {
     std::string content;
     int64_t id;
     bool special, lstrip, rstrip, singleWord;
+    bool normalized;     // matched in the normalized text, not the raw one
+    std::string pattern; // what is matched: the content, normalized where `normalized` says
   };
   std::vector<Added> added;                   // longest first
   std::unordered_map<int64_t, bool> addedIds; // id -> special
@@ -558,12 +560,57 @@ struct TokenizerImpl {
     out.insert(out.end(), syms.begin(), syms.end());
   }
 
+  /// Cuts `text` at the added tokens whose `normalized` flag is `normalizedPass` (the others
+  /// were matched before normalization, or will be after it), leftmost first and the longest
+  /// there; `segment(begin, end)` gets the text between them, `token(id)` each match.
+  template <typename Segment, typename Token>
+  void splitAdded(const std::string &text, bool normalizedPass, Segment segment,
+                  Token token) const {
+    size_t segStart = 0, pos = 0;
+    while (pos < text.size()) {
+      const Added *hit = nullptr;
+      for (const Added &a : added) {
+        if (a.normalized != normalizedPass || a.pattern.empty() ||
+            text.compare(pos, a.pattern.size(), a.pattern) != 0)
+          continue;
+        if (a.singleWord &&
+            (isWordChar(text, pos, true) || isWordChar(text, pos + a.pattern.size(), false)))
+          continue;
+        hit = &a;
+        break;
+      }
+      if (!hit) {
+        pos += utf8Len(static_cast<unsigned char>(text[pos]));
+        continue;
+      }
+      size_t b = pos, e = pos + hit->pattern.size();
+      if (hit->lstrip)
+        for (size_t n; b > segStart && (n = whitespaceBefore(text, b)) && b - n >= segStart;)
+          b -= n;
+      if (hit->rstrip)
+        for (size_t n; (n = whitespaceAt(text, e));)
+          e += n;
+      segment(segStart, b);
+      token(hit->id);
+      segStart = pos = e;
+    }
+    segment(segStart, text.size());
+  }
+
+  /// Normalizes a stretch of text between added tokens, cuts it at the added tokens matched
+  /// after normalization, pre-tokenizes and merges the rest.
   void encodeSegment(const std::string &text, bool first, std::vector<int64_t> &out) const {
-    std::string norm = normalize(text);
-    if (norm.empty())
+    if (text.empty())
       return;
-    for (const Piece &p : preTokenize({{norm, first}}))
-      bpe(p.text, out);
+    std::string norm = normalize(text);
+    splitAdded(
+        norm, /*normalizedPass=*/true,
+        [&](size_t b, size_t e) {
+          if (e > b)
+            for (const Piece &p : preTokenize({{norm.substr(b, e - b), first && b == 0}}))
+              bpe(p.text, out);
+        },
+        [&](int64_t id) { out.push_back(id); });
   }
 
   static bool isWordChar(const std::string &s, size_t pos, bool before) {
@@ -584,34 +631,10 @@ struct TokenizerImpl {
 
   std::vector<int64_t> encode(const std::string &text) const {
     std::vector<int64_t> out;
-    size_t segStart = 0, pos = 0;
-    while (pos < text.size()) {
-      const Added *hit = nullptr;
-      for (const Added &a : added) {
-        if (text.compare(pos, a.content.size(), a.content) != 0)
-          continue;
-        if (a.singleWord &&
-            (isWordChar(text, pos, true) || isWordChar(text, pos + a.content.size(), false)))
-          continue;
-        hit = &a;
-        break;
-      }
-      if (!hit) {
-        pos += utf8Len(static_cast<unsigned char>(text[pos]));
-        continue;
-      }
-      size_t b = pos, e = pos + hit->content.size();
-      if (hit->lstrip)
-        for (size_t n; b > segStart && (n = whitespaceBefore(text, b)) && b - n >= segStart;)
-          b -= n;
-      if (hit->rstrip)
-        for (size_t n; (n = whitespaceAt(text, e));)
-          e += n;
-      encodeSegment(text.substr(segStart, b - segStart), segStart == 0, out);
-      out.push_back(hit->id);
-      segStart = pos = e;
-    }
-    encodeSegment(text.substr(segStart), segStart == 0, out);
+    splitAdded(
+        text, /*normalizedPass=*/false,
+        [&](size_t b, size_t e) { encodeSegment(text.substr(b, e - b), b == 0, out); },
+        [&](int64_t id) { out.push_back(id); });
     return out;
   }
 
@@ -995,9 +1018,13 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
         std::string where = file + ": added_tokens[" + std::to_string(i) + "]";
         if (!a.contains("id") || !a["id"].is_number_integer())
           throw LoadError(where + ".id: missing or not an integer");
-        TokenizerImpl::Added tokA{str(a, "content", where),  a["id"].get<int64_t>(),
-                                  a.value("special", false), a.value("lstrip", false),
-                                  a.value("rstrip", false),  a.value("single_word", false)};
+        TokenizerImpl::Added tokA{str(a, "content", where),
+                                  a["id"].get<int64_t>(),
+                                  a.value("special", false),
+                                  a.value("lstrip", false),
+                                  a.value("rstrip", false),
+                                  a.value("single_word", false),
+                                  a.value("normalized", !a.value("special", false))};
         t.addedIds[tokA.id] = tokA.special;
         t.idToToken[tokA.id] = tokA.content;
         t.added.push_back(tokA);
@@ -1047,16 +1074,12 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
         continue;
       auto v = t.vocab.find(s);
       int64_t id = v != t.vocab.end() ? v->second : nextId++;
-      t.added.push_back({s, id, true, false, false, false});
+      t.added.push_back({s, id, true, false, false, false, false});
       t.addedIds[id] = true;
       t.idToToken[id] = s;
     }
     t.bos = named("bos_token");
     t.eos = named("eos_token");
-    std::stable_sort(t.added.begin(), t.added.end(),
-                     [](const TokenizerImpl::Added &x, const TokenizerImpl::Added &y) {
-                       return x.content.size() > y.content.size();
-                     });
 
     // The pipeline: the tokenizer class's own where transformers rebuilds it, else the file's.
     const std::string space = "\xE2\x96\x81";
@@ -1124,6 +1147,19 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
       t.loadPreTokenizer(j.value("pre_tokenizer", json()), file + ": pre_tokenizer");
       t.loadDecoder(j.value("decoder", json()), file + ": decoder");
     }
+
+    // Added tokens matched after normalization are matched in their normalized form, as the
+    // tokenizers library does; longest first.
+    // Decoding gives such a token in that form too (the decoders then turn "\u2581is\u2581a"
+    // back into " is a", where the content "is a" would lose its space).
+    for (TokenizerImpl::Added &a : t.added) {
+      a.pattern = a.normalized ? t.normalize(a.content) : a.content;
+      t.idToToken[a.id] = a.pattern;
+    }
+    std::stable_sort(t.added.begin(), t.added.end(),
+                     [](const TokenizerImpl::Added &x, const TokenizerImpl::Added &y) {
+                       return x.pattern.size() > y.pattern.size();
+                     });
 
     // The post-processor: the file's. transformers ignores add_bos_token and add_eos_token of
     // tokenizer_config.json when there is a tokenizer.json, and with no post-processor in it

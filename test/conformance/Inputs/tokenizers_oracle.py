@@ -131,7 +131,16 @@ def make(out):
                                 "eos_token": "</s>", "unk_token": "<unk>",
                                 "add_bos_token": True, "add_eos_token": False,
                                 "legacy": False})
-    write(out, "llama-json", llama, {"tokenizer_class": "TokenizersBackend",
+    # Added tokens matched in the normalized text, in their normalized form: "is a" is
+    # "▁is▁a" there and matches "This is a"; "lo wor" is "▁lo▁wor" and
+    # does not match "Hello world".
+    llama_json = json.loads(json.dumps(llama))
+    for i, content in enumerate(["is a", "lo wor"]):
+        llama_json["added_tokens"].append({
+            "id": len(llama_json["model"]["vocab"]) + i, "content": content,
+            "single_word": False, "lstrip": False, "rstrip": False, "normalized": True,
+            "special": False})
+    write(out, "llama-json", llama_json, {"tokenizer_class": "TokenizersBackend",
                                      "bos_token": "<s>", "eos_token": "</s>",
                                      "unk_token": "<unk>"})
 
