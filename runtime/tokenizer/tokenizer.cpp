@@ -9,6 +9,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
 #include <algorithm>
@@ -613,20 +614,27 @@ struct TokenizerImpl {
         [&](int64_t id) { out.push_back(id); });
   }
 
+  /// Whether the character before (or at) `pos` is a word character as Rust's regex `\w` says
+  /// (alphabetic, a mark, a decimal digit, a connector, a joiner): single_word tokens need
+  /// none on either side.
   static bool isWordChar(const std::string &s, size_t pos, bool before) {
+    size_t b = pos, n = 0;
     if (before) {
       if (pos == 0)
         return false;
-      size_t b = pos - 1;
-      while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80)
+      b = pos - 1;
+      while (b > 0 && pos - b < 4 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80)
         --b;
-      unsigned char c = s[b];
-      return c >= 0x80 || std::isalnum(c) || c == '_';
+      n = pos - b;
+    } else {
+      if (pos >= s.size())
+        return false;
+      n = std::min(utf8Len(static_cast<unsigned char>(s[pos])), s.size() - pos);
     }
-    if (pos >= s.size())
-      return false;
-    unsigned char c = s[pos];
-    return c >= 0x80 || std::isalnum(c) || c == '_';
+    auto c = static_cast<UChar32>(decodeCodePoint(s.substr(b, n)));
+    return u_hasBinaryProperty(c, UCHAR_ALPHABETIC) ||
+           (U_GET_GC_MASK(c) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0 ||
+           u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL);
   }
 
   std::vector<int64_t> encode(const std::string &text) const {

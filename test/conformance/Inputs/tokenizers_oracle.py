@@ -53,6 +53,7 @@ SAMPLES = [
     "\n\n\nnewlines\r\n and \u00a0 odd spaces\u3000here",
     "qxz qxz qxzqxz",
     "a \t<|eot_id|>\u00a0b\u3000<|eot_id|>\n word<|end_of_text|> w <|end_of_text|> x",
+    "\U0001F600<|end_of_text|> \ud55c<|end_of_text|>\u0301 _<|end_of_text|>",
     "",
     " ",
 ]
