@@ -19,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 
 namespace tpcrt {
@@ -299,6 +300,23 @@ std::string str(const json &j, const char *key, const std::string &where) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_string())
     throw LoadError(where + "." + key + ": missing or not a string");
   return j[key].get<std::string>();
+}
+
+/// An optional field of a JSON object: `def` when absent or null, a LoadError naming the
+/// field when it has another type.
+template <typename T> T field(const json &j, const char *key, T def, const std::string &where) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null())
+    return def;
+  const json &v = j[key];
+  bool ok = std::is_same<T, bool>::value          ? v.is_boolean()
+            : std::is_same<T, std::string>::value ? v.is_string()
+                                                  : v.is_number_unsigned();
+  if (!ok)
+    throw LoadError(where + "." + key + ": not a " +
+                    (std::is_same<T, bool>::value          ? "boolean"
+                     : std::is_same<T, std::string>::value ? "string"
+                                                           : "non-negative integer"));
+  return v.get<T>();
 }
 
 /// A Replace/Split pattern: {"String": s} or {"Regex": r}.
@@ -798,18 +816,20 @@ struct TokenizerImpl {
       if (p.behavior != "isolated" && p.behavior != "removed" &&
           p.behavior != "merged_with_previous" && p.behavior != "merged_with_next")
         throw LoadError(where + ".behavior: '" + p.behavior + "' is not supported");
-      p.invert = j.value("invert", false);
+      p.invert = field(j, "invert", false, where);
     } else if (kind == "ByteLevel") {
       p.kind = PreTokenizer::ByteLevel;
-      p.addPrefixSpace = j.value("add_prefix_space", false);
-      p.useRegex = j.value("use_regex", true);
+      p.addPrefixSpace = field(j, "add_prefix_space", false, where);
+      p.useRegex = field(j, "use_regex", true, where);
     } else if (kind == "Metaspace") {
       p.kind = PreTokenizer::Metaspace;
-      p.replacement = j.value("replacement", std::string("\xE2\x96\x81"));
-      p.prependScheme = j.value("prepend_scheme", std::string("always"));
+      p.replacement = field(j, "replacement", std::string("\xE2\x96\x81"), where);
+      p.prependScheme = field(j, "prepend_scheme", std::string("always"), where);
       if (j.contains("add_prefix_space") && !j.contains("prepend_scheme"))
-        p.prependScheme = j.value("add_prefix_space", true) ? "always" : "never";
-      p.split = j.value("split", true);
+        p.prependScheme = field(j, "add_prefix_space", true, where) ? "always" : "never";
+      p.split = field(j, "split", true, where);
+      if (p.prependScheme != "first" && p.prependScheme != "always" && p.prependScheme != "never")
+        throw LoadError(where + ".prepend_scheme: '" + p.prependScheme + "' is not supported");
     } else {
       throw LoadError(where + ": pre-tokenizer type '" + kind + "' is not supported");
     }
@@ -842,12 +862,12 @@ struct TokenizerImpl {
     } else if (kind == "Strip") {
       d.kind = Decoder::Strip;
       d.a = str(j, "content", where);
-      d.start = j.value("start", 0);
-      d.stop = j.value("stop", 0);
+      d.start = field<size_t>(j, "start", 0, where);
+      d.stop = field<size_t>(j, "stop", 0, where);
     } else if (kind == "Metaspace") {
       d.kind = Decoder::Metaspace;
-      d.a = j.value("replacement", std::string("\xE2\x96\x81"));
-      d.prependScheme = j.value("prepend_scheme", std::string("always"));
+      d.a = field(j, "replacement", std::string("\xE2\x96\x81"), where);
+      d.prependScheme = field(j, "prepend_scheme", std::string("always"), where);
     } else if (kind == "ByteLevel") {
       d.kind = Decoder::ByteLevel;
     } else {
@@ -1008,9 +1028,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
                        std::make_pair(rank, im->second));
       ++rank;
     }
-    t.byteFallback = model.value("byte_fallback", false);
-    t.fuseUnk = model.value("fuse_unk", false);
-    t.ignoreMerges = model.value("ignore_merges", false);
+    t.byteFallback = field(model, "byte_fallback", false, file + ": model");
+    t.fuseUnk = field(model, "fuse_unk", false, file + ": model");
+    t.ignoreMerges = field(model, "ignore_merges", false, file + ": model");
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
       auto it = t.vocab.find(model["unk_token"].get<std::string>());
       if (it != t.vocab.end())
@@ -1026,13 +1046,14 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
         std::string where = file + ": added_tokens[" + std::to_string(i) + "]";
         if (!a.contains("id") || !a["id"].is_number_integer())
           throw LoadError(where + ".id: missing or not an integer");
-        TokenizerImpl::Added tokA{str(a, "content", where),
-                                  a["id"].get<int64_t>(),
-                                  a.value("special", false),
-                                  a.value("lstrip", false),
-                                  a.value("rstrip", false),
-                                  a.value("single_word", false),
-                                  a.value("normalized", !a.value("special", false))};
+        TokenizerImpl::Added tokA{
+            str(a, "content", where),
+            a["id"].get<int64_t>(),
+            field(a, "special", false, where),
+            field(a, "lstrip", false, where),
+            field(a, "rstrip", false, where),
+            field(a, "single_word", false, where),
+            field(a, "normalized", !field(a, "special", false, where), where)};
         t.addedIds[tokA.id] = tokA.special;
         t.idToToken[tokA.id] = tokA.content;
         t.added.push_back(tokA);
