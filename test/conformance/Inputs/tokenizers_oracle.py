@@ -145,6 +145,19 @@ def make(out):
                                      "bos_token": "<s>", "eos_token": "</s>",
                                      "unk_token": "<unk>"})
 
+    # The Llama vocabulary with a Metaspace pre-tokenizer that splits, prepending always, and
+    # its Metaspace decoder (newer tokenizer.json files of SentencePiece-style models).
+    llama_meta = json.loads(json.dumps(llama))
+    llama_meta["normalizer"] = None
+    llama_meta["pre_tokenizer"] = {"type": "Metaspace", "replacement": SP,
+                                   "prepend_scheme": "always", "split": True}
+    llama_meta["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": SP,
+                                   "prepend_scheme": "always", "split": True}]}
+    write(out, "llama-meta", llama_meta, {"tokenizer_class": "TokenizersBackend",
+                                          "bos_token": "<s>", "eos_token": "</s>",
+                                          "unk_token": "<unk>"})
+
     gemma = train_sentencepiece_style(["<pad>", "<eos>", "<bos>", "<unk>"])
     write(out, "gemma", gemma, {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>",
                                 "eos_token": "<eos>", "unk_token": "<unk>",
