@@ -9,6 +9,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 
 namespace tpcrt {
@@ -300,6 +302,23 @@ std::string str(const json &j, const char *key, const std::string &where) {
   return j[key].get<std::string>();
 }
 
+/// An optional field of a JSON object: `def` when absent or null, a LoadError naming the
+/// field when it has another type.
+template <typename T> T field(const json &j, const char *key, T def, const std::string &where) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null())
+    return def;
+  const json &v = j[key];
+  bool ok = std::is_same<T, bool>::value          ? v.is_boolean()
+            : std::is_same<T, std::string>::value ? v.is_string()
+                                                  : v.is_number_unsigned();
+  if (!ok)
+    throw LoadError(where + "." + key + ": not a " +
+                    (std::is_same<T, bool>::value          ? "boolean"
+                     : std::is_same<T, std::string>::value ? "string"
+                                                           : "non-negative integer"));
+  return v.get<T>();
+}
+
 /// A Replace/Split pattern: {"String": s} or {"Regex": r}.
 void pattern(const json &j, const std::string &where, std::string &literal,
              std::shared_ptr<Regex> &regex) {
@@ -330,6 +349,8 @@ struct TokenizerImpl {
     std::string content;
     int64_t id;
     bool special, lstrip, rstrip, singleWord;
+    bool normalized;     // matched in the normalized text, not the raw one
+    std::string pattern; // what is matched: the content, normalized where `normalized` says
   };
   std::vector<Added> added;                   // longest first
   std::unordered_map<int64_t, bool> addedIds; // id -> special
@@ -558,40 +579,21 @@ struct TokenizerImpl {
     out.insert(out.end(), syms.begin(), syms.end());
   }
 
-  void encodeSegment(const std::string &text, bool first, std::vector<int64_t> &out) const {
-    std::string norm = normalize(text);
-    if (norm.empty())
-      return;
-    for (const Piece &p : preTokenize({{norm, first}}))
-      bpe(p.text, out);
-  }
-
-  static bool isWordChar(const std::string &s, size_t pos, bool before) {
-    if (before) {
-      if (pos == 0)
-        return false;
-      size_t b = pos - 1;
-      while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80)
-        --b;
-      unsigned char c = s[b];
-      return c >= 0x80 || std::isalnum(c) || c == '_';
-    }
-    if (pos >= s.size())
-      return false;
-    unsigned char c = s[pos];
-    return c >= 0x80 || std::isalnum(c) || c == '_';
-  }
-
-  std::vector<int64_t> encode(const std::string &text) const {
-    std::vector<int64_t> out;
+  /// Cuts `text` at the added tokens whose `normalized` flag is `normalizedPass` (the others
+  /// were matched before normalization, or will be after it), leftmost first and the longest
+  /// there; `segment(begin, end)` gets the text between them, `token(id)` each match.
+  template <typename Segment, typename Token>
+  void splitAdded(const std::string &text, bool normalizedPass, Segment segment,
+                  Token token) const {
     size_t segStart = 0, pos = 0;
     while (pos < text.size()) {
       const Added *hit = nullptr;
       for (const Added &a : added) {
-        if (text.compare(pos, a.content.size(), a.content) != 0)
+        if (a.normalized != normalizedPass || a.pattern.empty() ||
+            text.compare(pos, a.pattern.size(), a.pattern) != 0)
           continue;
         if (a.singleWord &&
-            (isWordChar(text, pos, true) || isWordChar(text, pos + a.content.size(), false)))
+            (isWordChar(text, pos, true) || isWordChar(text, pos + a.pattern.size(), false)))
           continue;
         hit = &a;
         break;
@@ -600,18 +602,65 @@ struct TokenizerImpl {
         pos += utf8Len(static_cast<unsigned char>(text[pos]));
         continue;
       }
-      size_t b = pos, e = pos + hit->content.size();
+      size_t b = pos, e = pos + hit->pattern.size();
       if (hit->lstrip)
         for (size_t n; b > segStart && (n = whitespaceBefore(text, b)) && b - n >= segStart;)
           b -= n;
       if (hit->rstrip)
         for (size_t n; (n = whitespaceAt(text, e));)
           e += n;
-      encodeSegment(text.substr(segStart, b - segStart), segStart == 0, out);
-      out.push_back(hit->id);
+      segment(segStart, b);
+      token(hit->id);
       segStart = pos = e;
     }
-    encodeSegment(text.substr(segStart), segStart == 0, out);
+    segment(segStart, text.size());
+  }
+
+  /// Normalizes a stretch of text between added tokens, cuts it at the added tokens matched
+  /// after normalization, pre-tokenizes and merges the rest.
+  void encodeSegment(const std::string &text, bool first, std::vector<int64_t> &out) const {
+    if (text.empty())
+      return;
+    std::string norm = normalize(text);
+    splitAdded(
+        norm, /*normalizedPass=*/true,
+        [&](size_t b, size_t e) {
+          if (e > b)
+            for (const Piece &p : preTokenize({{norm.substr(b, e - b), first && b == 0}}))
+              bpe(p.text, out);
+        },
+        [&](int64_t id) { out.push_back(id); });
+  }
+
+  /// Whether the character before (or at) `pos` is a word character as Rust's regex `\w` says
+  /// (alphabetic, a mark, a decimal digit, a connector, a joiner): single_word tokens need
+  /// none on either side.
+  static bool isWordChar(const std::string &s, size_t pos, bool before) {
+    size_t b = pos, n = 0;
+    if (before) {
+      if (pos == 0)
+        return false;
+      b = pos - 1;
+      while (b > 0 && pos - b < 4 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80)
+        --b;
+      n = pos - b;
+    } else {
+      if (pos >= s.size())
+        return false;
+      n = std::min(utf8Len(static_cast<unsigned char>(s[pos])), s.size() - pos);
+    }
+    auto c = static_cast<UChar32>(decodeCodePoint(s.substr(b, n)));
+    return u_hasBinaryProperty(c, UCHAR_ALPHABETIC) ||
+           (U_GET_GC_MASK(c) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0 ||
+           u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL);
+  }
+
+  std::vector<int64_t> encode(const std::string &text) const {
+    std::vector<int64_t> out;
+    splitAdded(
+        text, /*normalizedPass=*/false,
+        [&](size_t b, size_t e) { encodeSegment(text.substr(b, e - b), b == 0, out); },
+        [&](int64_t id) { out.push_back(id); });
     return out;
   }
 
@@ -767,18 +816,20 @@ struct TokenizerImpl {
       if (p.behavior != "isolated" && p.behavior != "removed" &&
           p.behavior != "merged_with_previous" && p.behavior != "merged_with_next")
         throw LoadError(where + ".behavior: '" + p.behavior + "' is not supported");
-      p.invert = j.value("invert", false);
+      p.invert = field(j, "invert", false, where);
     } else if (kind == "ByteLevel") {
       p.kind = PreTokenizer::ByteLevel;
-      p.addPrefixSpace = j.value("add_prefix_space", false);
-      p.useRegex = j.value("use_regex", true);
+      p.addPrefixSpace = field(j, "add_prefix_space", false, where);
+      p.useRegex = field(j, "use_regex", true, where);
     } else if (kind == "Metaspace") {
       p.kind = PreTokenizer::Metaspace;
-      p.replacement = j.value("replacement", std::string("\xE2\x96\x81"));
-      p.prependScheme = j.value("prepend_scheme", std::string("always"));
+      p.replacement = field(j, "replacement", std::string("\xE2\x96\x81"), where);
+      p.prependScheme = field(j, "prepend_scheme", std::string("always"), where);
       if (j.contains("add_prefix_space") && !j.contains("prepend_scheme"))
-        p.prependScheme = j.value("add_prefix_space", true) ? "always" : "never";
-      p.split = j.value("split", true);
+        p.prependScheme = field(j, "add_prefix_space", true, where) ? "always" : "never";
+      p.split = field(j, "split", true, where);
+      if (p.prependScheme != "first" && p.prependScheme != "always" && p.prependScheme != "never")
+        throw LoadError(where + ".prepend_scheme: '" + p.prependScheme + "' is not supported");
     } else {
       throw LoadError(where + ": pre-tokenizer type '" + kind + "' is not supported");
     }
@@ -811,12 +862,12 @@ struct TokenizerImpl {
     } else if (kind == "Strip") {
       d.kind = Decoder::Strip;
       d.a = str(j, "content", where);
-      d.start = j.value("start", 0);
-      d.stop = j.value("stop", 0);
+      d.start = field<size_t>(j, "start", 0, where);
+      d.stop = field<size_t>(j, "stop", 0, where);
     } else if (kind == "Metaspace") {
       d.kind = Decoder::Metaspace;
-      d.a = j.value("replacement", std::string("\xE2\x96\x81"));
-      d.prependScheme = j.value("prepend_scheme", std::string("always"));
+      d.a = field(j, "replacement", std::string("\xE2\x96\x81"), where);
+      d.prependScheme = field(j, "prepend_scheme", std::string("always"), where);
     } else if (kind == "ByteLevel") {
       d.kind = Decoder::ByteLevel;
     } else {
@@ -977,9 +1028,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
                        std::make_pair(rank, im->second));
       ++rank;
     }
-    t.byteFallback = model.value("byte_fallback", false);
-    t.fuseUnk = model.value("fuse_unk", false);
-    t.ignoreMerges = model.value("ignore_merges", false);
+    t.byteFallback = field(model, "byte_fallback", false, file + ": model");
+    t.fuseUnk = field(model, "fuse_unk", false, file + ": model");
+    t.ignoreMerges = field(model, "ignore_merges", false, file + ": model");
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
       auto it = t.vocab.find(model["unk_token"].get<std::string>());
       if (it != t.vocab.end())
@@ -995,9 +1046,14 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
         std::string where = file + ": added_tokens[" + std::to_string(i) + "]";
         if (!a.contains("id") || !a["id"].is_number_integer())
           throw LoadError(where + ".id: missing or not an integer");
-        TokenizerImpl::Added tokA{str(a, "content", where),  a["id"].get<int64_t>(),
-                                  a.value("special", false), a.value("lstrip", false),
-                                  a.value("rstrip", false),  a.value("single_word", false)};
+        TokenizerImpl::Added tokA{
+            str(a, "content", where),
+            a["id"].get<int64_t>(),
+            field(a, "special", false, where),
+            field(a, "lstrip", false, where),
+            field(a, "rstrip", false, where),
+            field(a, "single_word", false, where),
+            field(a, "normalized", !field(a, "special", false, where), where)};
         t.addedIds[tokA.id] = tokA.special;
         t.idToToken[tokA.id] = tokA.content;
         t.added.push_back(tokA);
@@ -1047,16 +1103,12 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
         continue;
       auto v = t.vocab.find(s);
       int64_t id = v != t.vocab.end() ? v->second : nextId++;
-      t.added.push_back({s, id, true, false, false, false});
+      t.added.push_back({s, id, true, false, false, false, false});
       t.addedIds[id] = true;
       t.idToToken[id] = s;
     }
     t.bos = named("bos_token");
     t.eos = named("eos_token");
-    std::stable_sort(t.added.begin(), t.added.end(),
-                     [](const TokenizerImpl::Added &x, const TokenizerImpl::Added &y) {
-                       return x.content.size() > y.content.size();
-                     });
 
     // The pipeline: the tokenizer class's own where transformers rebuilds it, else the file's.
     const std::string space = "\xE2\x96\x81";
@@ -1124,6 +1176,19 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
       t.loadPreTokenizer(j.value("pre_tokenizer", json()), file + ": pre_tokenizer");
       t.loadDecoder(j.value("decoder", json()), file + ": decoder");
     }
+
+    // Added tokens matched after normalization are matched in their normalized form, as the
+    // tokenizers library does; longest first.
+    // Decoding gives such a token in that form too (the decoders then turn "\u2581is\u2581a"
+    // back into " is a", where the content "is a" would lose its space).
+    for (TokenizerImpl::Added &a : t.added) {
+      a.pattern = a.normalized ? t.normalize(a.content) : a.content;
+      t.idToToken[a.id] = a.pattern;
+    }
+    std::stable_sort(t.added.begin(), t.added.end(),
+                     [](const TokenizerImpl::Added &x, const TokenizerImpl::Added &y) {
+                       return x.pattern.size() > y.pattern.size();
+                     });
 
     // The post-processor: the file's. transformers ignores add_bos_token and add_eos_token of
     // tokenizer_config.json when there is a tokenizer.json, and with no post-processor in it

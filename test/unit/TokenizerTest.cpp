@@ -147,4 +147,9 @@ TEST(Tokenizer, MissingFieldIsNamed) {
   EXPECT_FALSE(Tokenizer::load(dir, error));
   EXPECT_EQ(error, dir + "/tokenizer.json: pre_tokenizer: pre-tokenizer type 'Digits' is not "
                          "supported");
+
+  dir = tokenizerDir("badflag", R"({"model": {"type": "BPE", "vocab": {}, "merges": [],
+    "byte_fallback": "yes"}})");
+  EXPECT_FALSE(Tokenizer::load(dir, error));
+  EXPECT_EQ(error, dir + "/tokenizer.json: model.byte_fallback: not a boolean");
 }

@@ -53,6 +53,7 @@ SAMPLES = [
     "\n\n\nnewlines\r\n and \u00a0 odd spaces\u3000here",
     "qxz qxz qxzqxz",
     "a \t<|eot_id|>\u00a0b\u3000<|eot_id|>\n word<|end_of_text|> w <|end_of_text|> x",
+    "\U0001F600<|end_of_text|> \ud55c<|end_of_text|>\u0301 _<|end_of_text|>",
     "",
     " ",
 ]
@@ -131,9 +132,31 @@ def make(out):
                                 "eos_token": "</s>", "unk_token": "<unk>",
                                 "add_bos_token": True, "add_eos_token": False,
                                 "legacy": False})
-    write(out, "llama-json", llama, {"tokenizer_class": "TokenizersBackend",
+    # Added tokens matched in the normalized text, in their normalized form: "is a" is
+    # "▁is▁a" there and matches "This is a"; "lo wor" is "▁lo▁wor" and
+    # does not match "Hello world".
+    llama_json = json.loads(json.dumps(llama))
+    for i, content in enumerate(["is a", "lo wor"]):
+        llama_json["added_tokens"].append({
+            "id": len(llama_json["model"]["vocab"]) + i, "content": content,
+            "single_word": False, "lstrip": False, "rstrip": False, "normalized": True,
+            "special": False})
+    write(out, "llama-json", llama_json, {"tokenizer_class": "TokenizersBackend",
                                      "bos_token": "<s>", "eos_token": "</s>",
                                      "unk_token": "<unk>"})
+
+    # The Llama vocabulary with a Metaspace pre-tokenizer that splits, prepending always, and
+    # its Metaspace decoder (newer tokenizer.json files of SentencePiece-style models).
+    llama_meta = json.loads(json.dumps(llama))
+    llama_meta["normalizer"] = None
+    llama_meta["pre_tokenizer"] = {"type": "Metaspace", "replacement": SP,
+                                   "prepend_scheme": "always", "split": True}
+    llama_meta["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": SP,
+                                   "prepend_scheme": "always", "split": True}]}
+    write(out, "llama-meta", llama_meta, {"tokenizer_class": "TokenizersBackend",
+                                          "bos_token": "<s>", "eos_token": "</s>",
+                                          "unk_token": "<unk>"})
 
     gemma = train_sentencepiece_style(["<pad>", "<eos>", "<bos>", "<unk>"])
     write(out, "gemma", gemma, {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>",
