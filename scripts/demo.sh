@@ -2,8 +2,10 @@
 # The main job on a fresh Debian 12 machine: installs what is missing, builds tpc, imports the
 # example model (a tiny Llama's config.json), checks it against transformers' Llama plan
 # (examples/plan.json, which is what --plan auto gives it too), compiles it for tp 1 and
-# tp 2, runs it on 1 and on 2 ranks (CPU target: OpenBLAS, Gloo) and shows the tokens and
-# timings side by side, with the collectives tpc analyze predicts.
+# tp 2, runs it on 1 and on 2 ranks (CPU target: OpenBLAS, shared memory) and shows the tokens
+# and timings side by side, with the collectives tpc analyze predicts; then `tpc run` of the
+# example as a checkpoint directory (text in, text out), and of the real SmolLM2-135M-Instruct
+# when the test venv is there (scripts/venv.sh; scripts/smollm2.sh makes the checkpoint once).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TPC_BUILD_DIR:-$root/build}
@@ -37,3 +39,15 @@ x, y = (struct.unpack("%df" % (len(d) // 4), d) for d in (a, b))
 print("tp 1 vs tp 2: max abs difference of the logits at every step: %.3g" %
       max(abs(p - q) for p, q in zip(x, y)))
 PY
+
+# tpc run: a checkpoint directory in, text out, compiled once into ~/.cache/tpc (run it again:
+# nothing is compiled). The example's config.json, its byte-level tokenizer (one token per
+# byte) and the random weights above: the answer is noise, but it is the whole path.
+mkdir -p "$out/ckpt"
+cp examples/config.json examples/tokenizer.json "$out/ckpt/"
+cp "$out/weights.safetensors" "$out/ckpt/model.safetensors"
+run "$tpc" run "$out/ckpt" --tp 2 --prompt "Hello, world" --max-new-tokens 24
+venv=${TPC_VENV:-$HOME/.cache/tpc-venv}
+if [[ -x $venv/bin/python ]] && ckpt=$(TPC_VENV=$venv "$root/scripts/smollm2.sh"); then
+  run "$tpc" run "$ckpt" --tp 3 --chat --prompt "What is the capital of France?"
+fi

@@ -15,6 +15,11 @@ if [[ ${TPC_NO_VENV:-0} == 1 ]]; then
   echo "warning: TPC_NO_VENV=1: the torchrun and conformance tests will be unsupported" >&2
 elif venv=$("$root/scripts/venv.sh"); then
   export TPC_VENV=$venv
+  # The real instruct checkpoint the tokenizer and tpc run conformance tests use, made once.
+  if ! "$root/scripts/smollm2.sh" > /dev/null; then
+    echo "error: cannot make the SmolLM2 checkpoint (see above); TPC_NO_VENV=1 runs without it" >&2
+    exit 1
+  fi
 else
   echo "error: cannot make the test venv (see above); TPC_NO_VENV=1 runs without it" >&2
   exit 1
