@@ -1,5 +1,6 @@
 // The Jinja interpreter behind renderChatTemplate (jinja.cpp): internal to libtpcrt.
-#pragma once
+#ifndef TPCRT_CHAT_JINJA_H
+#define TPCRT_CHAT_JINJA_H
 
 #include "tpcrt/chat_template.h"
 
@@ -12,3 +13,5 @@ std::optional<std::string> render(const std::string &source,
                                   const ChatOptions &options, std::string &error);
 
 } // namespace tpcrt::jinja
+
+#endif // TPCRT_CHAT_JINJA_H

@@ -2,7 +2,8 @@
 // `tpc run --chat`): the subset of Jinja that real chat templates use, in plain C++17, since
 // no C++ Jinja engine is packaged in Debian. Anything outside the subset is an error that
 // names the construct and its line, never a silent difference.
-#pragma once
+#ifndef TPCRT_CHAT_TEMPLATE_H
+#define TPCRT_CHAT_TEMPLATE_H
 
 #include <optional>
 #include <string>
@@ -32,3 +33,5 @@ std::optional<std::string> renderChatTemplate(const std::string &source,
                                               const ChatOptions &options, std::string &error);
 
 } // namespace tpcrt
+
+#endif // TPCRT_CHAT_TEMPLATE_H

@@ -5,7 +5,8 @@
 // tokenizer_config.json names a tokenizer class that transformers rebuilds from vocab and
 // merges alone (LlamaTokenizer, GemmaTokenizer, Qwen2Tokenizer, GPT2Tokenizer), the
 // components are that class's, as in transformers; otherwise tokenizer.json's.
-#pragma once
+#ifndef TPCRT_TOKENIZER_H
+#define TPCRT_TOKENIZER_H
 
 #include <cstdint>
 #include <memory>
@@ -67,3 +68,5 @@ private:
 };
 
 } // namespace tpcrt
+
+#endif // TPCRT_TOKENIZER_H
