@@ -88,12 +88,36 @@ def TP_RMSNormOp : TP_LayerOp<"rms_norm"> {
     `weight_offset` is 1.0 for Gemma, whose norms scale by (1 + weight). With `head_dim` each
     head of the row is normalized on its own with one shared weight of head_dim elements
     (Qwen3's q_norm and k_norm), so heads split across ranks need nothing.
+
+    With `sum_squares` ([seq, 1], each whole row's sum of squares, from tp.sum_squares and
+    an all_reduce) the row may be split by features: each rank scales its own columns by
+    rsqrt(sum_squares / features + epsilon), `features` being the whole row's width (OLMo2's
+    q_norm and k_norm over sharded heads: tp-fold-redistribute writes this form).
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
+                       Optional<TP_Tensor>:$sum_squares,
                        F64Attr:$epsilon, DefaultValuedAttr<F64Attr, "0.0">:$weight_offset,
-                       OptionalAttr<TP_PositiveI64>:$head_dim);
+                       OptionalAttr<TP_PositiveI64>:$head_dim,
+                       OptionalAttr<TP_PositiveI64>:$features);
   let results = (outs TP_Tensor:$result);
-  let assemblyFormat = "$module $input `,` $weight attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $module $input `,` $weight (`,` $sum_squares^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def TP_SumSquaresOp : TP_LayerOp<"sum_squares"> {
+  let summary = "Each row's sum of squares, [seq, features] -> [seq, 1]";
+  let description = [{
+    The first half of an RMSNorm whose row is split by features: each rank's sum over its
+    columns is a summand (Partial), one all_reduce of a scalar per token gives the row's.
+    With `copies` c > 1 the columns are virtual KV heads, each real head held by c
+    consecutive ranks: only the first rank of each c contributes, so every real head counts
+    once.
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input,
+                       DefaultValuedAttr<TP_PositiveI64, "1">:$copies);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $input attr-dict `:` functional-type(operands, results)";
 }
 
 def TP_LinearOp : TP_LayerOp<"linear"> {

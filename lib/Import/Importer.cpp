@@ -27,6 +27,8 @@ struct Architecture {
   const char *modelType, *causalLM;
   bool qkvBias = false;       // Qwen2: q/k/v always have biases
   bool qkNorm = false;        // Qwen3: per-head RMSNorm of q and k before RoPE
+  bool rowQkNorm = false;     // OLMo2: RMSNorm of q and k over their whole projected width
+  bool postNormsOnly = false; // OLMo2: norms after attention and MLP, none before
   bool gemma = false;         // norms scale by (1 + w), embeddings by sqrt(hidden)
   bool sandwichNorms = false; // Gemma2: norms after attention and MLP too
   bool fused = false;         // Phi3: qkv_proj, gate_up_proj
@@ -37,6 +39,7 @@ struct Architecture {
   const char *activationKey = "hidden_act";
   const char *defaultActivation = "silu";
   bool tiedByDefault = false;
+  double defaultEps = 1e-6; // the config class's rms_norm_eps
 };
 
 /// The supported architectures, each spelled as its differences from Llama.
@@ -62,7 +65,11 @@ const std::vector<Architecture> &architectures() {
     phi3.fused = phi3.slidingEveryLayer = true;
     Architecture mixtral{"mixtral", "MixtralForCausalLM"};
     mixtral.moe = mixtral.slidingEveryLayer = true;
-    return std::vector<Architecture>{llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral};
+    Architecture olmo2{"olmo2", "Olmo2ForCausalLM"};
+    olmo2.rowQkNorm = olmo2.postNormsOnly = olmo2.attentionBiasField = true;
+    olmo2.defaultEps = 1e-5;
+    return std::vector<Architecture>{llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral,
+                                     olmo2};
   }();
   return table;
 }
@@ -324,7 +331,7 @@ bool Importer::readShape() {
   if (!c.failed && heads % kvHeads != 0)
     c.error("num_key_value_heads") << "num_attention_heads " << heads
                                    << " is not a multiple of num_key_value_heads " << kvHeads;
-  eps = c.number("rms_norm_eps", 1e-6).value_or(1e-6);
+  eps = c.number("rms_norm_eps", arch.defaultEps).value_or(arch.defaultEps);
   tied = c.boolean("tie_word_embeddings", arch.tiedByDefault);
   if (arch.attentionBiasField)
     attentionBias = c.boolean("attention_bias", false);
@@ -339,8 +346,12 @@ bool Importer::readShape() {
                                       "F32, F16 and BF16 weights)";
 
   const json *a = c.get(arch.activationKey);
-  if (const json *other = c.get("hidden_act"); !a && other) // Gemma2 reads hidden_activation
-    a = other;
+  // Gemma2 reads hidden_activation alone (default tanh GELU); a hidden_act beside it is
+  // carried in the config and never read by transformers 5.17's forward.
+  if (std::string(arch.activationKey) != "hidden_act" && c.get("hidden_act"))
+    emitWarning(c.doc.keyLoc({"hidden_act"}))
+        << "'hidden_act' is not read by " << arch.causalLM << " (it reads '"
+        << arch.activationKey << "', default " << arch.defaultActivation << "); ignored";
   if (a && !a->is_string())
     c.error(arch.activationKey) << "the activation must be a name, got " << a->dump();
   act = a && a->is_string() ? a->get<std::string>() : arch.defaultActivation;
@@ -534,7 +545,7 @@ std::string Importer::layer(int64_t i, const std::string &h) {
   std::string p = "model.layers." + std::to_string(i), v = "l" + std::to_string(i) + "_";
   std::string attn = p + ".self_attn", mlp = p + ".mlp";
   w.comment(p);
-  std::string x = norm(v + "norm1", p + ".input_layernorm", h, hidden);
+  std::string x = arch.postNormsOnly ? h : norm(v + "norm1", p + ".input_layernorm", h, hidden);
   int64_t qWidth = heads * headDim, kvWidth = kvHeads * headDim;
   std::string q, k, val;
   if (arch.fused) {
@@ -556,6 +567,9 @@ std::string Importer::layer(int64_t i, const std::string &h) {
   if (arch.qkNorm) {
     q = norm(v + "qn", attn + ".q_norm", q, qWidth, headDim);
     k = norm(v + "kn", attn + ".k_norm", k, kvWidth, headDim);
+  } else if (arch.rowQkNorm) {
+    q = norm(v + "qn", attn + ".q_norm", q, qWidth);
+    k = norm(v + "kn", attn + ".k_norm", k, kvWidth);
   }
   const std::string &type = layerTypes[i];
   const Rope &rope = ropes.count(type) ? ropes.at(type) : ropes.at("");
@@ -578,12 +592,15 @@ std::string Importer::layer(int64_t i, const std::string &h) {
     attrs += ", softcap = " + f64(*attnSoftcap);
   std::string o = w.op(v + "attn", "attention", attn, {qr, kr, val}, attrs, w.act(qWidth));
   o = linear(v + "o", attn + ".o_proj", o, qWidth, hidden, attentionBias);
-  if (arch.sandwichNorms)
+  if (arch.sandwichNorms || arch.postNormsOnly)
     o = norm(v + "o_norm", p + ".post_attention_layernorm", o, hidden);
   std::string h1 = w.op(v + "h1", "add", p, {h, o}, "", w.act(hidden));
-  x = norm(v + "norm2", p + (arch.sandwichNorms ? ".pre_feedforward_layernorm"
-                                                : ".post_attention_layernorm"),
-           h1, hidden);
+  if (arch.postNormsOnly)
+    x = h1;
+  else
+    x = norm(v + "norm2", p + (arch.sandwichNorms ? ".pre_feedforward_layernorm"
+                                                  : ".post_attention_layernorm"),
+             h1, hidden);
   std::string out;
   if (arch.moe) {
     // transformers fuses the experts on load; save_pretrained (and the Hub) keep Mixtral's
@@ -624,7 +641,7 @@ std::string Importer::layer(int64_t i, const std::string &h) {
     std::string m = w.op(v + "mul", "mul", mlp, {a, up}, "", w.act(inter));
     out = linear(v + "down", mlp + ".down_proj", m, inter, hidden, mlpBias);
   }
-  if (arch.sandwichNorms)
+  if (arch.sandwichNorms || arch.postNormsOnly)
     out = norm(v + "mlp_norm", p + ".post_feedforward_layernorm", out, hidden);
   return w.op(v + "h2", "add", p, {h1, out}, "", w.act(hidden));
 }

@@ -53,6 +53,17 @@ const json &table() {
                       {"model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
                       {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
                       {"model.layers.*.mlp.experts", "moe_tp_experts"}}}};
+    // q_norm and k_norm normalize over the whole projected width, so transformers gathers
+    // q, k and v; tpc's tp-fold-redistribute keeps them sharded under this same plan.
+    t["olmo2"] = {{"tp",
+                   {{"model.layers.*.self_attn.q_proj", "colwise_gather_output"},
+                    {"model.layers.*.self_attn.k_proj", "colwise_gather_output"},
+                    {"model.layers.*.self_attn.v_proj", "colwise_gather_output"},
+                    {"model.layers.*.self_attn.o_proj", "rowwise_split_input"},
+                    {"model.layers.*.mlp.gate_proj", "colwise"},
+                    {"model.layers.*.mlp.up_proj", "colwise"},
+                    {"model.layers.*.mlp.down_proj", "rowwise"},
+                    {"lm_head", "colwise_gather_output"}}}};
     return t;
   }();
   return t;

@@ -249,6 +249,33 @@ private:
       call(loc, callee("embedding"), a);
       return success();
     }
+    if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getSumSquares()) {
+      FailureOr<Value> out = define(op);
+      if (failed(out))
+        return failure();
+      Args a = args();
+      a.value(ref(norm.getInput()));
+      addRows(a, norm.getInput())
+          .integer(columns(norm.getInput()))
+          .value(ref(norm.getSumSquares()))
+          .integer(*norm.getFeatures())
+          .value(ref(norm.getWeight()))
+          .real(norm.getEpsilon().convertToDouble())
+          .real(norm.getWeightOffset().convertToDouble())
+          .value(*out);
+      call(loc, callee("rmsNormOfTotals"), a);
+      return success();
+    }
+    if (auto sum = dyn_cast<SumSquaresOp>(op)) {
+      FailureOr<Value> out = define(op);
+      if (failed(out))
+        return failure();
+      Args a = args();
+      a.value(ref(sum.getInput()));
+      addRows(a, sum.getInput()).integer(columns(sum.getInput())).integer(sum.getCopies()).value(*out);
+      call(loc, callee("sumSquares"), a);
+      return success();
+    }
     if (auto norm = dyn_cast<RMSNormOp>(op)) {
       FailureOr<Value> out = define(op);
       if (failed(out))

@@ -143,27 +143,150 @@ private:
     return true;
   }
 
-  /// transformers' Phi3 plan gathers a colwise linear's output (colwise_gather_output) and
-  /// splits it again at a rowwise_split_input linear. When everything in between works on
-  /// whole heads or blocks, shard the colwise weight as a strided shard of the blocks the
-  /// output is sliced into: every rank then holds its part of each block, and neither the
-  /// gather nor the splits are needed.
-  void keepGatheredDataSharded(LinearOp linear) {
-    ParamOp weight = paramOf(linear.getWeight());
+  /// The gather of `linear`'s output, where a colwise linear's output goes only into one
+  /// (colwise_gather_output); null otherwise.
+  RedistributeOp gatherOf(LinearOp linear) {
     Value result = linear.getResult();
-    if (!weight || !linear.getWeight().hasOneUse() || !result.hasOneUse())
-      return;
     PlacementAttr placement = getPlacement(linear.getWeight());
-    if (!placement || normalizePlacement(placement, 2) != rules.shard(0))
-      return;
+    if (!paramOf(linear.getWeight()) || !linear.getWeight().hasOneUse() || !result.hasOneUse() ||
+        !placement || normalizePlacement(placement, 2) != rules.shard(0))
+      return {};
     auto gather = dyn_cast<RedistributeOp>(*result.getUsers().begin());
-    if (!gather || !isa<ReplicateAttr>(gather.getDst()))
-      return;
+    return gather && isa<ReplicateAttr>(gather.getDst()) ? gather : RedistributeOp();
+  }
 
-    // The region the gathered data flows through, up to the splits.
-    llvm::SetVector<Operation *> region;
+  /// How `linear`'s weight is split to keep its gathered output sharded: a strided shard of
+  /// the blocks the gathered output is sliced into (gaps are blocks too), or a plain shard.
+  FailureOr<PlacementAttr> blockedWeight(LinearOp linear, RedistributeOp gather) {
+    int64_t features = cast<RankedTensorType>(linear.getResult().getType()).getDimSize(1);
+    SmallVector<std::pair<int64_t, int64_t>> ranges;
+    for (Operation *user : gather->getUsers()) {
+      auto slice = dyn_cast<SliceOp>(user);
+      if (!slice)
+        continue;
+      if (normalizeDim(slice.getDim(), 2) != 1)
+        return failure();
+      ranges.push_back({static_cast<int64_t>(slice.getOffset()),
+                        static_cast<int64_t>(slice.getOffset() + slice.getSize())});
+    }
+    llvm::sort(ranges);
+    SmallVector<int64_t> blocks;
+    int64_t at = 0;
+    for (auto [begin, end] : ranges) {
+      if (begin < at)
+        return failure(); // overlapping slices: not a partition into blocks
+      if (begin > at)
+        blocks.push_back(begin - at);
+      blocks.push_back(end - begin);
+      at = end;
+    }
+    if (at < features)
+      blocks.push_back(features - at);
+    if (blocks.size() >= 2)
+      return PlacementAttr(StridedShardAttr::get(module.getContext(), 0, blocks));
+    return rules.shard(0);
+  }
+
+  /// Types and attributes changed while trying a rewrite, to put back when it does not work.
+  struct Undo {
+    SmallVector<std::pair<Value, Type>> values;
+    SmallVector<std::tuple<ParamOp, Type, std::optional<int64_t>>> params;
+    SmallVector<std::pair<AttentionOp, int64_t>> kvHeads;
+    void restore() {
+      for (auto [value, type] : values)
+        value.setType(type);
+      for (auto [param, type, repeat] : params) {
+        param.setType(cast<RankedTensorType>(type));
+        if (repeat)
+          param.setHeadRepeat(*repeat);
+        else
+          param.removeHeadRepeatAttr();
+      }
+      for (auto [attention, heads] : kvHeads)
+        attention.setNumKvHeads(heads);
+    }
+  };
+
+  /// tp above the KV heads (a multiple of them): k and v, from their projections through the
+  /// gathers, norms and rotaries to the attention, become tp virtual KV heads, each real one
+  /// repeated tp / num_kv_heads times, as tp-propagate-layouts does for colwise k and v. A
+  /// norm over the whole row (OLMo2's k_norm) has its weight repeated alike.
+  bool widenToVirtualKVHeads(AttentionOp attention, const llvm::SetVector<Operation *> &linears,
+                             Undo &undo) {
+    int64_t kvHeads = attention.getNumKvHeads();
+    if (kvHeads >= tp || tp % kvHeads != 0 || attention.getNumHeads() % tp != 0)
+      return true; // nothing to widen (or heads the attention's rule refuses)
+    int64_t repeat = tp / kvHeads;
+    auto widenValue = [&](Value value, int64_t dim) {
+      auto type = cast<RankedTensorType>(value.getType());
+      undo.values.push_back({value, type});
+      SmallVector<int64_t> shape(type.getShape());
+      shape[dim] *= repeat;
+      value.setType(type.clone(shape));
+    };
+    auto widenParam = [&](Value use) {
+      ParamOp param = paramOf(use);
+      if (!param || !use.hasOneUse() || param.getHeadRepeat())
+        return false;
+      undo.params.push_back({param, param.getType(), param.getHeadRepeat()});
+      RankedTensorType type = param.getTensorType();
+      SmallVector<int64_t> shape(type.getShape());
+      shape[0] *= repeat;
+      param.setType(type.clone(shape));
+      param.setHeadRepeat(repeat);
+      widenValue(use, 0);
+      return true;
+    };
+    for (Value operand : {attention.getKey(), attention.getValue()}) {
+      SmallVector<Operation *> chain;
+      Value at = operand;
+      while (Operation *op = at.getDefiningOp()) {
+        if (!isa<RotaryOp, RMSNormOp, RedistributeOp>(op))
+          break;
+        chain.push_back(op);
+        at = op->getOperand(0);
+      }
+      auto linear = at.getDefiningOp<LinearOp>();
+      if (!linear || !linears.contains(linear))
+        return false;
+      for (Value param : {linear.getWeight(), linear.getBias()})
+        if (param && !widenParam(param))
+          return false;
+      widenValue(linear.getResult(), 1);
+      for (Operation *op : chain) {
+        if (auto norm = dyn_cast<RMSNormOp>(op); norm && !norm.getHeadDim())
+          if (!widenParam(norm.getWeight()))
+            return false;
+        widenValue(op->getResult(0), 1);
+      }
+    }
+    undo.kvHeads.push_back({attention, kvHeads});
+    attention.setNumKvHeads(tp);
+    return true;
+  }
+
+  /// transformers' Phi3 and OLMo2 plans gather colwise linears' outputs
+  /// (colwise_gather_output) and split them again at a rowwise_split_input linear. When
+  /// everything in between works on whole heads or blocks, or normalizes whole rows, shard
+  /// the colwise weights as strided shards of the blocks their outputs are sliced into:
+  /// every rank then holds its part of each block, and neither the gathers nor the splits
+  /// are needed. A norm over a whole row (OLMo2's q_norm and k_norm) becomes a distributed
+  /// one: each rank's sum of squares, one all_reduce of a scalar per token, and each rank
+  /// scales its own columns. Gathers whose data meet in one op (q, k and v at the
+  /// attention) are kept sharded together or not at all.
+  void keepGatheredDataSharded(LinearOp seed) {
+    if (!gatherOf(seed))
+      return;
+    // The region the gathered data flows through, up to the splits, and every gathered
+    // linear whose data joins it.
+    llvm::SetVector<Operation *> linears, region;
     SmallVector<RedistributeOp> splits;
-    SmallVector<Value> work = {gather.getResult()};
+    SmallVector<Value> work;
+    auto join = [&](LinearOp linear) {
+      if (linears.insert(linear))
+        work.push_back(gatherOf(linear).getResult());
+    };
+    join(seed);
     while (!work.empty()) {
       Value v = work.pop_back_val();
       for (Operation *user : v.getUsers()) {
@@ -175,83 +298,108 @@ private:
             splits.push_back(split);
           continue;
         }
-        if (!isa<SliceOp, RotaryOp, AttentionOp, SiluOp, GeluOp, MulOp, AddOp>(user))
+        if (!isa<SliceOp, RotaryOp, AttentionOp, SiluOp, GeluOp, MulOp, AddOp, RMSNormOp>(user))
           return;
-        if (region.insert(user))
-          work.push_back(user->getResult(0));
+        if (auto norm = dyn_cast<RMSNormOp>(user);
+            norm && (norm.getSumSquares() || norm.getInput() != v ||
+                     (!norm.getHeadDim() && !norm.getWeight().hasOneUse())))
+          return;
+        if (!region.insert(user))
+          continue;
+        work.push_back(user->getResult(0));
+        for (Value operand : user->getOperands()) {
+          // Back from the operand to a gather, through what a gathered value passes.
+          while (Operation *def = operand.getDefiningOp()) {
+            if (!isa<SliceOp, RotaryOp, RMSNormOp, SiluOp, GeluOp>(def))
+              break;
+            operand = def->getOperand(0);
+          }
+          if (auto gather = operand.getDefiningOp<RedistributeOp>())
+            if (auto linear = gather.getInput().getDefiningOp<LinearOp>();
+                linear && gatherOf(linear) == gather)
+              join(linear);
+        }
       }
     }
     if (splits.empty())
       return;
 
-    // The blocks: what the gathered output is sliced into (gaps are blocks too).
-    int64_t features = cast<RankedTensorType>(result.getType()).getDimSize(1);
-    SmallVector<std::pair<int64_t, int64_t>> ranges;
-    for (Operation *user : gather->getUsers()) {
-      auto slice = dyn_cast<SliceOp>(user);
-      if (!slice)
-        continue;
-      if (normalizeDim(slice.getDim(), 2) != 1)
+    llvm::DenseMap<Operation *, PlacementAttr> newWeights;
+    llvm::DenseMap<Operation *, RedistributeOp> gathers;
+    for (Operation *op : linears) {
+      auto linear = cast<LinearOp>(op);
+      gathers[linear] = gatherOf(linear);
+      FailureOr<PlacementAttr> placement = blockedWeight(linear, gatherOf(linear));
+      Value bias = linear.getBias();
+      if (failed(placement) || (bias && (!paramOf(bias) || !bias.hasOneUse())))
         return;
-      ranges.push_back({static_cast<int64_t>(slice.getOffset()),
-                        static_cast<int64_t>(slice.getOffset() + slice.getSize())});
+      newWeights[linear] = *placement;
     }
-    llvm::sort(ranges);
-    SmallVector<int64_t> blocks;
-    int64_t at = 0;
-    for (auto [begin, end] : ranges) {
-      if (begin < at)
-        return; // overlapping slices: not a partition into blocks
-      if (begin > at)
-        blocks.push_back(begin - at);
-      blocks.push_back(end - begin);
-      at = end;
-    }
-    if (at < features)
-      blocks.push_back(features - at);
-    MLIRContext *ctx = module.getContext();
-    PlacementAttr newWeight = blocks.size() >= 2
-                                  ? PlacementAttr(StridedShardAttr::get(ctx, 0, blocks))
-                                  : rules.shard(0);
-
-    // Try it: every op of the region must take the sharded data as it comes.
-    llvm::DenseMap<Value, PlacementAttr> trial;
-    SmallVector<PlacementAttr> linearIn = placementsOf(linear);
-    linearIn[1] = newWeight;
-    FailureOr<OpLayout> linearLayout = quietInfer(linear, linearIn);
-    if (failed(linearLayout))
-      return;
-    trial[gather.getResult()] = linearLayout->result;
     SmallVector<Operation *> ordered(region.begin(), region.end());
     llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+
+    // Try it: every op of the region must take the sharded data as it comes. Virtual KV
+    // heads widen types first; a failed try puts them back.
+    Undo undo;
+    auto fail = [&] { undo.restore(); };
+    for (Operation *op : ordered)
+      if (auto attention = dyn_cast<AttentionOp>(op))
+        if (!widenToVirtualKVHeads(attention, linears, undo))
+          return fail();
+    llvm::DenseMap<Value, PlacementAttr> trial;
+    for (Operation *op : linears) {
+      auto linear = cast<LinearOp>(op);
+      SmallVector<PlacementAttr> in = placementsOf(linear);
+      in[1] = newWeights.lookup(linear);
+      FailureOr<OpLayout> layout = quietInfer(linear, in);
+      if (failed(layout))
+        return fail();
+      trial[linear.getResult()] = layout->result;
+      trial[gathers.lookup(linear).getResult()] = layout->result;
+    }
+    SmallVector<std::pair<RMSNormOp, PlacementAttr>> distributed; // norm, its weight's split
     for (Operation *op : ordered) {
       SmallVector<PlacementAttr> in = placementsOf(op);
       for (auto [i, v] : llvm::enumerate(op->getOperands()))
         if (PlacementAttr p = trial.lookup(v))
           in[i] = p;
+      auto norm = dyn_cast<RMSNormOp>(op);
+      if (norm && !norm.getHeadDim()) {
+        // A whole-row norm of a row split by features: the distributed form's rule.
+        OpLayout layout = rules.normWithTotals(in[0]);
+        if (isa<ReplicateAttr>(layout.result) || isa<PartialAttr>(layout.result) ||
+            layout.operands[0] != in[0])
+          return fail();
+        distributed.push_back({norm, layout.operands[1]});
+        trial[norm.getResult()] = layout.result;
+        continue;
+      }
       FailureOr<OpLayout> layout = quietInfer(op, in);
       if (failed(layout) || layout->operands != in)
-        return;
+        return fail();
       trial[op->getResult(0)] = layout->result;
     }
     for (RedistributeOp split : splits)
       if (trial.lookup(split.getInput()) != rules.shard(1))
-        return;
+        return fail();
 
-    // It works: shard the weight (and bias) by blocks, and drop the gather and the splits.
-    Value bias = linear.getBias();
-    ParamOp biasParam = bias ? paramOf(bias) : ParamOp();
-    if (bias && (!biasParam || !bias.hasOneUse()))
-      return;
-    weight.setPlacementAttr(newWeight);
-    linear.getWeight().setType(withPlacement(linear.getWeight().getType(), newWeight));
-    if (bias) { // a 1-D bias is split like the weight's rows
-      biasParam.setPlacementAttr(newWeight);
-      bias.setType(withPlacement(bias.getType(), newWeight));
+    // It works: shard the weights (and biases) by blocks, drop the gathers and the splits,
+    // and distribute the norms.
+    for (Operation *op : linears) {
+      auto linear = cast<LinearOp>(op);
+      PlacementAttr placement = newWeights.lookup(linear);
+      for (Value param : {linear.getWeight(), linear.getBias()}) {
+        if (!param)
+          continue; // a 1-D bias is split like the weight's rows
+        paramOf(param).setPlacementAttr(placement);
+        param.setType(withPlacement(param.getType(), placement));
+      }
+      Value result = linear.getResult();
+      result.setType(withPlacement(result.getType(), trial.lookup(result)));
+      RedistributeOp gather = gathers.lookup(linear);
+      gather.replaceAllUsesWith(result);
+      gather.erase();
     }
-    result.setType(withPlacement(result.getType(), linearLayout->result));
-    gather.replaceAllUsesWith(result);
-    gather.erase();
     for (Operation *op : ordered)
       op->getResult(0).setType(withPlacement(op->getResult(0).getType(),
                                              trial.lookup(op->getResult(0))));
@@ -259,6 +407,37 @@ private:
       split.replaceAllUsesWith(split.getInput());
       split.erase();
     }
+    for (auto [norm, weightSplit] : distributed)
+      distributeNorm(norm, weightSplit);
+  }
+
+  /// norm(x) over a row split by features = each rank's sum of squares, summed over the
+  /// ranks (one scalar per token), then each rank's columns scaled. The weight is split as
+  /// the row; with virtual KV heads only one copy of each real head counts.
+  void distributeNorm(RMSNormOp norm, PlacementAttr weightSplit) {
+    MLIRContext *ctx = module.getContext();
+    ParamOp weight = paramOf(norm.getWeight());
+    weight.setPlacementAttr(weightSplit);
+    norm.getWeight().setType(withPlacement(norm.getWeight().getType(), weightSplit));
+    int64_t copies = weight.getHeadRepeat().value_or(1);
+    auto input = cast<RankedTensorType>(norm.getInput().getType());
+    int64_t features = input.getDimSize(1) / copies;
+    OpBuilder builder(norm);
+    auto totals = [&](PlacementAttr placement) {
+      return RankedTensorType::get({input.getDimSize(0), 1}, input.getElementType(), placement);
+    };
+    auto sum = SumSquaresOp::create(builder, norm.getLoc(), totals(rules.partial()),
+                                    norm.getModuleAttr(), norm.getInput(),
+                                    builder.getI64IntegerAttr(copies));
+    auto reduce = RedistributeOp::create(builder, norm.getLoc(), totals(rules.replicate()),
+                                         sum.getResult(), norm.getModuleAttr());
+    auto distributedNorm = RMSNormOp::create(
+        builder, norm.getLoc(), norm.getType(), norm.getModuleAttr(), norm.getInput(),
+        norm.getWeight(), reduce.getResult(), norm.getEpsilonAttr(), norm.getWeightOffsetAttr(),
+        IntegerAttr(), IntegerAttr::get(IntegerType::get(ctx, 64), features));
+    distributedNorm->setDiscardableAttrs(norm->getDiscardableAttrDictionary());
+    norm.replaceAllUsesWith(distributedNorm.getResult());
+    norm.erase();
   }
 
 public:

@@ -83,7 +83,8 @@ struct TPFusePass : tpc::tp::impl::TPFuseBase<TPFusePass> {
     if (norm)
       for (RMSNormOp rms : block.getOps<RMSNormOp>()) {
         Operation *root = rms.getInput().getDefiningOp();
-        if (!root || !chains.count(root) || !rms.getWeight().getDefiningOp<WeightOp>())
+        if (!root || !chains.count(root) || !rms.getWeight().getDefiningOp<WeightOp>() ||
+            rms.getSumSquares()) // a row split by features: its totals come from elsewhere
           continue;
         bool adjacent = true;
         for (Operation *op = root->getNextNode(); op != rms; op = op->getNextNode())

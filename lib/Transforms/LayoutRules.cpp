@@ -76,6 +76,10 @@ FailureOr<OpLayout> LayoutRules::infer(Operation *op, ArrayRef<PlacementAttr> op
     return experts(op, in);
   if (isa<ScaleOp, IdentityOp>(op)) // linear maps of each element: any placement stays
     return OpLayout{{in[0]}, in[0]};
+  if (isa<SumSquaresOp>(op))
+    return sumSquares(in);
+  if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getSumSquares())
+    return normWithTotals(in[0]);
   if (isa<RMSNormOp>(op)) {
     // Normalizes over the features: a whole row per rank, so replicated or split by tokens.
     PlacementAttr x = shardDim(in[0]) == 0 ? in[0] : replicate();
@@ -202,6 +206,28 @@ FailureOr<OpLayout> LayoutRules::headNorm(Operation *op, ArrayRef<PlacementAttr>
                                          << headDim << ") split as " << x.str() << " over tp "
                                          << tp << " does not give every rank whole heads");
   return OpLayout{{x, replicate()}, x};
+}
+
+OpLayout LayoutRules::sumSquares(ArrayRef<PlacementAttr> in) {
+  // A sum of squares is no linear map: a Partial is summed first. Over columns split by
+  // features each rank's sum is a summand.
+  PlacementAttr x = isP(in[0]) ? replicate() : in[0];
+  if (isR(x) || shardDim(x) == 0)
+    return OpLayout{{x}, x};
+  return OpLayout{{x}, partial()};
+}
+
+OpLayout LayoutRules::normWithTotals(PlacementAttr x) const {
+  // The row's totals come whole (replicated, or split by tokens with the row): each rank
+  // scales its own columns, with the weight split as they are.
+  if (isP(x))
+    x = replicate();
+  if (isR(x) || shardDim(x) == 0)
+    return OpLayout{{x, replicate(), x}, x};
+  PlacementAttr weight = shard(0);
+  if (auto strided = dyn_cast<StridedShardAttr>(x))
+    weight = StridedShardAttr::get(context, 0, strided.getBlocks());
+  return OpLayout{{x, weight, replicate()}, x};
 }
 
 FailureOr<OpLayout> LayoutRules::router(Operation *op, ArrayRef<PlacementAttr> in) {

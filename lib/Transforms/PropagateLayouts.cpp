@@ -198,8 +198,11 @@ LogicalResult rewriteUnevenHeads(ModuleOp module, int64_t tp) {
     for (LinearOp p : {q, k, v})
       if (p && isColwise(p))
         projections.push_back(p);
-    if (projections.empty())
-      return; // attention runs replicated: nothing to split
+    // Attention runs replicated, with nothing to split, where no projection is colwise or
+    // some reaches it through a norm of the whole row (OLMo2's q_norm and k_norm), which
+    // needs its row gathered first.
+    if (projections.empty() || !q || !k || !v)
+      return;
     StringRef module = getModuleName(attention);
     auto fail = [&](const Twine &why) {
       attention.emitError() << module << ": " << heads << " heads and " << kvHeads

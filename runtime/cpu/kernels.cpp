@@ -154,6 +154,26 @@ void rmsNorm(Host, const float *x, int64_t rows, int64_t cols, const float *weig
   }
 }
 
+void sumSquares(Host, const float *x, int64_t rows, int64_t cols, bool contribute, float *out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *in = x + r * cols;
+    double sum = 0;
+    for (int64_t c = 0; contribute && c < cols; ++c)
+      sum += double(in[c]) * in[c];
+    out[r] = float(sum);
+  }
+}
+
+void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const float *totals,
+                     int64_t features, const float *weight, double epsilon, double weightOffset,
+                     float *out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double scale = 1.0 / std::sqrt(double(totals[r]) / features + epsilon);
+    for (int64_t c = 0; c < cols; ++c)
+      out[r * cols + c] = float(x[r * cols + c] * scale * (weight[c] + weightOffset));
+  }
+}
+
 void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
             const float *bias, float *y) {
   if (rows == 1 && hasAvx2Fma()) { // a decode step: W read once, as fast as it streams

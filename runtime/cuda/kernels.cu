@@ -36,6 +36,29 @@ __global__ void rmsNormKernel(const act *x, int64_t cols, const act *w, float ep
         __float2bfloat16(load(row, c) * scale * (load(w, c) + offset));
 }
 
+__global__ void sumSquaresKernel(const act *x, int64_t cols, bool contribute, act *out) {
+  __shared__ float partial[kThreads];
+  const act *row = x + int64_t(blockIdx.x) * cols;
+  float total = 0;
+  for (int64_t c = threadIdx.x; contribute && c < cols; c += blockDim.x) {
+    float v = load(row, c);
+    total += v * v;
+  }
+  total = blockSum(total, partial);
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = __float2bfloat16(total);
+}
+
+__global__ void rmsNormOfTotalsKernel(const act *x, int64_t cols, const act *totals,
+                                      float features, const act *w, float epsilon, float offset,
+                                      act *out) {
+  const act *row = x + int64_t(blockIdx.x) * cols;
+  float scale = rsqrtf(load(totals, blockIdx.x) / features + epsilon);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    out[int64_t(blockIdx.x) * cols + c] =
+        __float2bfloat16(load(row, c) * scale * (load(w, c) + offset));
+}
+
 __global__ void rotaryKernel(const act *x, int64_t rows, int64_t cols, int64_t headDim,
                              const float *invFreq, const int64_t *positions, act *out) {
   int64_t half = headDim / 2, pairs = rows * (cols / headDim) * half;
@@ -114,6 +137,24 @@ void rmsNorm(Device::State &state, const act *x, int64_t rows, int64_t cols, con
     return;
   rmsNormKernel<<<unsigned(rows), kThreads, 0, state.stream>>>(x, cols, weight, float(epsilon),
                                                                float(weightOffset), out);
+  launched("rms_norm");
+}
+
+void sumSquares(Device::State &state, const act *x, int64_t rows, int64_t cols, bool contribute,
+                act *out) {
+  if (rows == 0)
+    return;
+  sumSquaresKernel<<<unsigned(rows), kThreads, 0, state.stream>>>(x, cols, contribute, out);
+  launched("sum_squares");
+}
+
+void rmsNormOfTotals(Device::State &state, const act *x, int64_t rows, int64_t cols,
+                     const act *totals, int64_t features, const act *weight, double epsilon,
+                     double weightOffset, act *out) {
+  if (rows == 0)
+    return;
+  rmsNormOfTotalsKernel<<<unsigned(rows), kThreads, 0, state.stream>>>(
+      x, cols, totals, float(features), weight, float(epsilon), float(weightOffset), out);
   launched("rms_norm");
 }
 

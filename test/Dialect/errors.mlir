@@ -142,6 +142,54 @@ func.func @f(%x: tensor<?x64xf32>, %w: tensor<32xf32>) {
 
 // -----
 
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>, %t: tensor<?x1xf32>) {
+  // expected-error @+1 {{q_norm (tp.rms_norm): a norm given sum_squares needs the row's width as `features`}}
+  %n = tp.rms_norm "q_norm" %x, %w, %t {epsilon = 1.0e-5 : f64} : (tensor<?x64xf32>, tensor<64xf32>, tensor<?x1xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{q_norm (tp.rms_norm): `features` is the width of a row split by features: it needs sum_squares}}
+  %n = tp.rms_norm "q_norm" %x, %w {epsilon = 1.0e-5 : f64, features = 128 : i64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<16xf32>, %t: tensor<?x1xf32>) {
+  // expected-error @+1 {{q_norm (tp.rms_norm): a per-head norm (head_dim) takes no sum_squares}}
+  %n = tp.rms_norm "q_norm" %x, %w, %t {epsilon = 1.0e-5 : f64, head_dim = 16 : i64, features = 64 : i64} : (tensor<?x64xf32>, tensor<16xf32>, tensor<?x1xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>, %t: tensor<?x2xf32>) {
+  // expected-error @+1 {{q_norm (tp.rms_norm): sum_squares should be ?x1, got ?x2}}
+  %n = tp.rms_norm "q_norm" %x, %w, %t {epsilon = 1.0e-5 : f64, features = 128 : i64} : (tensor<?x64xf32>, tensor<64xf32>, tensor<?x2xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) {
+  // expected-error @+1 {{q_norm (tp.sum_squares): the result should be ?x1, got ?x64}}
+  %n = tp.sum_squares "q_norm" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) {
+  // expected-error @+1 {{'tp.sum_squares' op attribute 'copies' failed to satisfy constraint}}
+  %n = tp.sum_squares "q_norm" %x {copies = 0 : i64} : (tensor<?x64xf32>) -> tensor<?x1xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) {
   // expected-error @+1 {{model.norm (tp.rms_norm): epsilon must be positive}}
   %n = tp.rms_norm "model.norm" %x, %w {epsilon = 0.0 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>

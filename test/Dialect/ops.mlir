@@ -63,11 +63,15 @@ module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
 
   // CHECK-LABEL: func.func @imported
   // What `tpc import` adds for the architectures beyond Llama.
-  func.func @imported(%h: tensor<?x64xf32>, %pos: tensor<?xi64>, %wn: tensor<16xf32>, %wr: tensor<4x64xf32>, %wgu: tensor<4x256x64xf32>, %wd: tensor<4x64x128xf32>) -> tensor<?x64xf32> {
+  func.func @imported(%h: tensor<?x64xf32>, %pos: tensor<?xi64>, %wn: tensor<16xf32>, %nw2: tensor<64xf32>, %wr: tensor<4x64xf32>, %wgu: tensor<4x256x64xf32>, %wd: tensor<4x64x128xf32>) -> tensor<?x64xf32> {
     // CHECK: tp.scale "model" %{{.*}} {factor = 8.000000e+00 : f64} : (tensor<?x64xf32>) -> tensor<?x64xf32>
     %s = tp.scale "model" %h {factor = 8.0 : f64} : (tensor<?x64xf32>) -> tensor<?x64xf32>
     // CHECK: tp.rms_norm "q_norm" %{{.*}}, %{{.*}} {epsilon = 9.9999999999999995E-7 : f64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<16xf32>) -> tensor<?x64xf32>
     %n = tp.rms_norm "q_norm" %s, %wn {epsilon = 1.0e-6 : f64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<16xf32>) -> tensor<?x64xf32>
+    // CHECK: tp.sum_squares "k_norm" %{{.*}} {copies = 2 : i64} : (tensor<?x64xf32>) -> tensor<?x1xf32>
+    %ss = tp.sum_squares "k_norm" %s {copies = 2 : i64} : (tensor<?x64xf32>) -> tensor<?x1xf32>
+    // CHECK: tp.rms_norm "k_norm" %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 9.9999999999999995E-7 : f64, features = 128 : i64} : (tensor<?x64xf32>, tensor<64xf32>, tensor<?x1xf32>) -> tensor<?x64xf32>
+    %kn = tp.rms_norm "k_norm" %s, %nw2, %ss {epsilon = 1.0e-6 : f64, features = 128 : i64} : (tensor<?x64xf32>, tensor<64xf32>, tensor<?x1xf32>) -> tensor<?x64xf32>
     // CHECK: tp.rotary "attn" %{{.*}}, %{{.*}} {head_dim = 4 : i64, inv_freq = array<f64: 1.000000e+00, 1.250000e-03>, theta = 1.000000e+04 : f64}
     %r = tp.rotary "attn" %n, %pos {head_dim = 4 : i64, theta = 10000.0 : f64, inv_freq = array<f64: 1.0, 0.00125>} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
     // CHECK: tp.attention "attn" %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64, softcap = 5.000000e+01 : f64}

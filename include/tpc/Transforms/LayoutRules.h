@@ -30,12 +30,18 @@ public:
 
   int64_t tpSize() const { return tp; }
 
+  /// An RMSNorm given its rows' totals (sum_squares) with its input placed as `x`: operands
+  /// (input, weight, totals) and result. Public for tp-fold-redistribute, which tries this
+  /// form on whole-row norms before it writes it.
+  OpLayout normWithTotals(PlacementAttr x) const;
+
 private:
   mlir::FailureOr<OpLayout> linear(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   mlir::FailureOr<OpLayout> embedding(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   mlir::FailureOr<OpLayout> rotary(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   mlir::FailureOr<OpLayout> attention(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   mlir::FailureOr<OpLayout> headNorm(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
+  OpLayout sumSquares(llvm::ArrayRef<PlacementAttr> in);
   mlir::FailureOr<OpLayout> router(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   mlir::FailureOr<OpLayout> experts(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   OpLayout elementwise(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);

@@ -163,7 +163,29 @@ LogicalResult RMSNormOp::verify() {
   }
   if (getEpsilon().convertToDouble() <= 0)
     return moduleError(*this) << "epsilon must be positive";
+  if (Value totals = getSumSquares()) {
+    if (getHeadDim())
+      return moduleError(*this) << "a per-head norm (head_dim) takes no sum_squares";
+    if (!getFeatures())
+      return moduleError(*this) << "a norm given sum_squares needs the row's width as `features`";
+    if (failed(expectRank(*this, totals, "sum_squares", 2)))
+      return failure();
+    RankedTensorType t = tensorOf(totals);
+    if (!sameSize(t.getDimSize(0), tensorOf(getInput()).getDimSize(0)) ||
+        !sameSize(t.getDimSize(1), 1))
+      return moduleError(*this) << "sum_squares should be " << sizeStr(tensorOf(getInput()).getDimSize(0))
+                                << "x1, got " << shapeStr(t);
+  } else if (getFeatures()) {
+    return moduleError(*this) << "`features` is the width of a row split by features: it "
+                                 "needs sum_squares";
+  }
   return expectResult(*this, getInput(), hidden);
+}
+
+LogicalResult SumSquaresOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)))
+    return failure();
+  return expectResult(*this, getInput(), 1);
 }
 
 LogicalResult LinearOp::verify() {

@@ -21,6 +21,15 @@ bool embedding(Host, const int64_t *ids, int64_t tokens, const float *table, int
 void rmsNorm(Host, const float *x, int64_t rows, int64_t cols, const float *weight, double epsilon,
              double weightOffset, float *out);
 
+/// out[r] = sum of x[r, c]^2 over the row's cols (0 when not `contribute`), out [rows, 1].
+void sumSquares(Host, const float *x, int64_t rows, int64_t cols, bool contribute, float *out);
+
+/// out = x * rsqrt(totals[r] / features + epsilon) * (weight + weightOffset), per row of
+/// `cols`: a row norm whose sums of squares (over `features` columns) are given.
+void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const float *totals,
+                     int64_t features, const float *weight, double epsilon, double weightOffset,
+                     float *out);
+
 /// y[rows, out] = x[rows, in] @ w[out, in]^T (+ bias[out] when bias is not null).
 void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
             const float *bias, float *y);

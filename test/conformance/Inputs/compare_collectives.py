@@ -44,7 +44,8 @@ def fmt_bytes(b):
 
 def main():
     args = sys.argv[1:]
-    # --fewer: tpc must run strictly fewer collectives than transformers (a plan tpc folds).
+    # --fewer: tpc must run strictly fewer collectives, and move strictly fewer bytes, than
+    # transformers (a plan tpc folds).
     fewer = "--fewer" in args
     args = [a for a in args if a != "--fewer"]
     if len(args) != 3:
@@ -161,6 +162,8 @@ def main():
             problems.append(f"(1) {name}: tpc ran {s['count']} collectives, transformers {want['count']}")
         if fewer and s["count"] >= want["count"]:
             problems.append(f"(1) {name}: tpc ran {s['count']} collectives, not fewer than transformers' {want['count']}")
+        if fewer and s["bytes"] >= want["bytes"]:
+            problems.append(f"(1) {name}: tpc moved {fmt_bytes(s['bytes'])} bytes, not fewer than transformers' {fmt_bytes(want['bytes'])}")
         if s["bytes"] > want["bytes"]:
             problems.append(f"(1) {name}: tpc moved {fmt_bytes(s['bytes'])} bytes, transformers {fmt_bytes(want['bytes'])}")
 

@@ -5,7 +5,7 @@
                                                        process, so torch and transformers
                                                        are imported once: ~7 s of the ~9 s)
 
-ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral. The model is
+ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral, olmo2. The model is
 built with transformers' own class (LlamaForCausalLM, ...), fp32, eval mode, eager
 attention, weights drawn from torch's generator seeded with S (default 0), and saved with
 save_pretrained (config.json, generation_config.json, model.safetensors) into OUTDIR.
@@ -17,7 +17,7 @@ tpc uses virtual KV heads). `--set KEY=VALUE` (repeatable) overrides one of the 
 keyword arguments after these defaults (VALUE is parsed as JSON when it parses, else taken as
 a string), e.g. uneven heads for run_uneven.sh: `--set num_attention_heads=9 --set
 num_key_value_heads=3 --set hidden_size=72 --set head_dim=8 --set intermediate_size=100`.
-KEY must be a keyword the defaults set or a field of the arch's config class; qwen2 and phi3
+KEY must be a keyword the defaults set or a field of the arch's config class; qwen2, phi3 and olmo2
 have no head_dim field (head_dim is hidden_size / num_attention_heads, which must divide), so
 head_dim is refused for them. The overrides are recorded in reference.json ("overrides") and
 apply to every arch of `all`; without --set the output is exactly as before. What each arch
@@ -36,6 +36,8 @@ exercises on top of that:
     phi3     fused qkv_proj and gate_up_proj
     mixtral  4 local experts, 2 per token (saved in the legacy per-expert w1/w2/w3 layout;
              transformers 5 fuses them into 3-D tensors on load: see NOTES-params.txt)
+    olmo2    q_norm / k_norm over the whole projected width (heads x head_dim), norms after
+             attention and MLP only
 
 Weights: every matrix is redrawn N(0, X^2) (X from --std, default 0.15, rather than
 transformers' 0.02, which gives near-flat logits and greedy near-ties everywhere); every
@@ -74,7 +76,7 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral"]
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "olmo2"]
 VOCAB, PROMPT_LEN, NEW_TOKENS = 256, 8, 16
 MAX_TRIES, MIN_DISTINCT, MIN_ROUTER_GAP = 20, 6, 1e-3
 COMMON = dict(
@@ -143,6 +145,10 @@ def arch_config(arch, std):
             head_dim=16, tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2
         )
         return "MixtralConfig", "MixtralForCausalLM", kw
+    if arch == "olmo2":
+        # Olmo2Config has no head_dim field: hidden_size / num_attention_heads = 16.
+        kw.update(tie_word_embeddings=False)
+        return "Olmo2Config", "Olmo2ForCausalLM", kw
     raise SystemExit(f"hf_model.py: unknown arch {arch!r}; one of {', '.join(ARCHS)}")
 
 

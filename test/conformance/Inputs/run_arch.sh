@@ -7,7 +7,7 @@
 set -euo pipefail
 bin=$1 py=$2 torchrun=$3 arch=$4 out=$5 ep=${6:-}
 fewer=""
-[[ $arch == phi3 ]] && fewer=--fewer # tpc folds transformers' gather + split-input pairs
+[[ $arch == phi3 || $arch == olmo2 ]] && fewer=--fewer # tpc folds transformers' gather + split-input pairs
 here=$(cd "$(dirname "$0")" && pwd)
 tpc=$bin/tpc
 hf=$out/hf
