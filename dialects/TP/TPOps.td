@@ -141,10 +141,17 @@ def TP_RotaryOp : TP_LayerOp<"rotary"> {
     The input is [seq, heads * head_dim]; each head is rotated in HF's rotate_half layout
     (the two halves of head_dim pair up) with inverse frequencies theta^(-2i/head_dim), or
     the head_dim/2 given in `inv_freq` where a scaled RoPE (llama3) computed them.
+
+    DeepSeek's multi-head latent attention rotates in its complex form (`interleaved`:
+    elements 2i and 2i+1 pair up) and only the last part of each head: the first `unrotated`
+    elements of each head stay as they are (its "nope" dims), the other
+    head_dim - unrotated rotate with frequencies over that many dims.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_IdTensor:$positions,
                        TP_PositiveI64:$head_dim, F64Attr:$theta,
-                       OptionalAttr<DenseF64ArrayAttr>:$inv_freq);
+                       OptionalAttr<DenseF64ArrayAttr>:$inv_freq,
+                       DefaultValuedAttr<BoolAttr, "false">:$interleaved,
+                       OptionalAttr<TP_PositiveI64>:$unrotated);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
     $module $input `,` $positions attr-dict `:` functional-type(operands, results)
@@ -167,6 +174,9 @@ def TP_AttentionOp : TP_LayerOp<"attention"> {
     its count) reads local KV head (first + h) / kv_group - first KV head; its heads past the
     count are padding and come out zero. num_heads and num_kv_heads are then tp times the
     largest rank's counts.
+
+    `value_head_dim` (DeepSeek's MLA: v_head_dim) is the width of each value head, and so of
+    each output head, where it differs from head_dim, the width the queries and keys share.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$query, TP_Tensor:$key, TP_Tensor:$value,
                        TP_PositiveI64:$num_heads, TP_PositiveI64:$num_kv_heads,
@@ -175,7 +185,8 @@ def TP_AttentionOp : TP_LayerOp<"attention"> {
                        OptionalAttr<F64Attr>:$scale,
                        OptionalAttr<F64Attr>:$softcap,
                        OptionalAttr<DenseI64ArrayAttr>:$rank_heads,
-                       OptionalAttr<TP_PositiveI64>:$kv_group);
+                       OptionalAttr<TP_PositiveI64>:$kv_group,
+                       OptionalAttr<TP_PositiveI64>:$value_head_dim);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
     $module $query `,` $key `,` $value attr-dict `:` functional-type(operands, results)
@@ -230,6 +241,32 @@ def TP_SliceOp : TP_LayerOp<"slice"> {
   let assemblyFormat = "$module $input attr-dict `:` functional-type(operands, results)";
 }
 
+def TP_HeadSliceOp : TP_LayerOp<"head_slice"> {
+  let summary = "Columns [offset, offset + size) of each head: [seq, n * head_dim] -> [seq, n * size]";
+  let description = [{
+    Splits per-head features that a projection packs in each head (DeepSeek's kv_b_proj: each
+    head's key "nope" part, then its value). Heads are independent, so heads split across
+    ranks need nothing.
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_PositiveI64:$head_dim,
+                       ConfinedAttr<TP_I64Attr, [IntNonNegative]>:$offset, TP_PositiveI64:$size);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $input attr-dict `:` functional-type(operands, results)";
+}
+
+def TP_ConcatHeadsOp : TP_LayerOp<"concat_heads"> {
+  let summary = "Each head of `heads`, then `shared`: [seq, n * d], [seq, s] -> [seq, n * (d + s)]";
+  let description = [{
+    DeepSeek's MLA key: each head's own part (from kv_b_proj) followed by the one rotary key
+    every head shares. The shared part is replicated, so heads split across ranks need
+    nothing.
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$heads, TP_Tensor:$shared,
+                       TP_PositiveI64:$head_dim);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $heads `,` $shared attr-dict `:` functional-type(operands, results)";
+}
+
 def TP_ConcatOp : TP_LayerOp<"concat"> {
   let summary = "Concatenation along one dim";
   let arguments = (ins StrAttr:$module, Variadic<TP_Tensor>:$inputs, TP_I64Attr:$dim);
@@ -243,9 +280,15 @@ def TP_RouterOp : TP_LayerOp<"router"> {
     logits = x @ weight.T, [seq, E]; softmax over the experts; the top_k largest kept and
     (with `normalize`) divided by their sum; every other expert's weight is 0. Dense weights
     make expert parallelism a placement: an `ep_router` rank keeps its experts' columns.
+    DeepSeek's: with `groups` G and `top_groups` g the experts are G equal groups and the
+    top_k come from the g groups whose best score is largest (group_limited_greedy); the kept
+    weights are multiplied by `scale` (routed_scaling_factor).
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
-                       TP_PositiveI64:$top_k, DefaultValuedAttr<BoolAttr, "true">:$normalize);
+                       TP_PositiveI64:$top_k, DefaultValuedAttr<BoolAttr, "true">:$normalize,
+                       OptionalAttr<F64Attr>:$scale,
+                       OptionalAttr<TP_PositiveI64>:$groups,
+                       OptionalAttr<TP_PositiveI64>:$top_groups);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = "$module $input `,` $weight attr-dict `:` functional-type(operands, results)";
 }

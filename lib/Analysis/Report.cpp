@@ -205,7 +205,25 @@ double tpc::imbalance(const std::vector<double> &perRank) {
 double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
   double bytes = 0;
   partitioned.walk([&](AttentionOp attention) {
-    bytes += 2.0 * maxSeqLen * attention.getNumKvHeads() * attention.getHeadDim() *
+    int64_t valueHeadDim = attention.getValueHeadDim().value_or(attention.getHeadDim());
+    bytes += double(maxSeqLen) * attention.getNumKvHeads() *
+             (attention.getHeadDim() + valueHeadDim) *
+             elementBytes(cast<RankedTensorType>(attention.getKey().getType()));
+  });
+  return bytes;
+}
+
+double tpc::mlaLatentCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
+  double bytes = 0;
+  partitioned.walk([&](AttentionOp attention) {
+    auto value = attention.getValue().getDefiningOp<HeadSliceOp>();
+    auto key = attention.getKey().getDefiningOp<ConcatHeadsOp>();
+    auto kvB = value ? value.getInput().getDefiningOp<LinearOp>() : LinearOp();
+    if (!attention.getValueHeadDim() || !key || !kvB)
+      return;
+    int64_t latent = cast<RankedTensorType>(kvB.getInput().getType()).getDimSize(1);
+    int64_t rope = cast<RankedTensorType>(key.getShared().getType()).getDimSize(1);
+    bytes += double(maxSeqLen) * (latent + rope) *
              elementBytes(cast<RankedTensorType>(attention.getKey().getType()));
   });
   return bytes;

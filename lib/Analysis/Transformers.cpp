@@ -166,6 +166,31 @@ std::string forwardFailure(ModuleOp planned, int64_t tp) {
       return WalkResult::advance();
     int64_t heads = attention.getNumHeads(), kvHeads = attention.getNumKvHeads(),
             headDim = attention.getHeadDim();
+    if (attention.getValueHeadDim()) {
+      // DeepSeek's MLA: the query heads (q_proj or q_b_proj) and the key/value heads
+      // (kv_b_proj, cut per head into the key's nope part and the value) must split whole
+      // and alike, or its view(..., -1, head) and the attention's shapes disagree.
+      auto slice = attention.getValue().getDefiningOp<HeadSliceOp>();
+      LinearOp q = headProjection(attention.getQuery());
+      LinearOp kv = slice ? slice.getInput().getDefiningOp<LinearOp>() : LinearOp();
+      if (!q || !kv)
+        return WalkResult::advance();
+      int64_t kvHead = slice.getHeadDim();
+      for (int64_t rank = 0; rank < tp; ++rank) {
+        int64_t qPiece = outputStaysSplit(q) ? plan::chunkSize(heads * headDim, tp, rank)
+                                             : heads * headDim;
+        int64_t kvPiece = outputStaysSplit(kv) ? plan::chunkSize(heads * kvHead, tp, rank)
+                                               : heads * kvHead;
+        if (qPiece % headDim || kvPiece % kvHead || qPiece / headDim != kvPiece / kvHead)
+          return fail(llvm::formatv(
+              "in {0}, rank {1} holds {2} features of the query heads of {3} and {4} of the "
+              "key/value heads of {5}: not the same whole heads, so the attention's view and "
+              "shapes disagree",
+              plan::genericName(getModuleName(attention)), rank, qPiece, headDim, kvPiece,
+              kvHead));
+      }
+      return WalkResult::advance();
+    }
     struct Operand {
       LinearOp projection;
       int64_t heads;

@@ -29,6 +29,7 @@ struct Architecture {
   bool qkNorm = false;        // Qwen3: per-head RMSNorm of q and k before RoPE
   bool rowQkNorm = false;     // OLMo2: RMSNorm of q and k over their whole projected width
   bool postNormsOnly = false; // OLMo2: norms after attention and MLP, none before
+  bool mla = false;           // DeepSeek-V2: multi-head latent attention, shared experts
   bool gemma = false;         // norms scale by (1 + w), embeddings by sqrt(hidden)
   bool sandwichNorms = false; // Gemma2: norms after attention and MLP too
   bool fused = false;         // Phi3: qkv_proj, gate_up_proj
@@ -68,8 +69,10 @@ const std::vector<Architecture> &architectures() {
     Architecture olmo2{"olmo2", "Olmo2ForCausalLM"};
     olmo2.rowQkNorm = olmo2.postNormsOnly = olmo2.attentionBiasField = true;
     olmo2.defaultEps = 1e-5;
+    Architecture deepseek2{"deepseek_v2", "DeepseekV2ForCausalLM"};
+    deepseek2.mla = deepseek2.attentionBiasField = deepseek2.mlpBiasField = true;
     return std::vector<Architecture>{llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral,
-                                     olmo2};
+                                     olmo2, deepseek2};
   }();
   return table;
 }
@@ -281,9 +284,17 @@ private:
   std::string linear(const std::string &name, const std::string &module, const std::string &x,
                      int64_t in, int64_t out, bool bias);
   std::string norm(const std::string &name, const std::string &module, const std::string &x,
-                   int64_t width, std::optional<int64_t> headDim = std::nullopt);
+                   int64_t width, std::optional<int64_t> headDim = std::nullopt,
+                   std::optional<double> epsilon = std::nullopt);
+  bool readMla();
+  std::string selfAttention(int64_t i, const std::string &v, const std::string &attn,
+                            const std::string &x);
+  std::string mlaAttention(int64_t i, const std::string &v, const std::string &attn,
+                           const std::string &x);
+  std::string mlp(const std::string &v, const std::string &module, const std::string &x,
+                  int64_t width);
   std::string activation(const std::string &name, const std::string &module,
-                         const std::string &x);
+                         const std::string &x, int64_t width = 0);
   std::string layer(int64_t i, const std::string &h);
 
   Config &c;
@@ -291,6 +302,12 @@ private:
   Writer w;
   int64_t vocab = 0, hidden = 0, inter = 0, layers = 0, heads = 0, kvHeads = 0, headDim = 0;
   int64_t experts = 0, topK = 0;
+  // DeepSeek-V2: the latent ranks (qLora 0: q_proj instead of q_a/q_b), the query/key head's
+  // nope and rope parts, the value head; dense layers first, shared experts, routing.
+  int64_t qLora = 0, kvLora = 0, nopeDim = 0, ropeDim = 0, valueDim = 0;
+  int64_t moeInter = 0, sharedExperts = 0, denseLayers = 0, groups = 0, topGroups = 0;
+  double routedScale = 1.0;
+  std::optional<double> mlaScale; // the softmax scale, YaRN's mscale included
   double eps = 1e-6;
   std::optional<double> attnScale, attnSoftcap, finalSoftcap;
   std::string act;
@@ -312,16 +329,20 @@ bool Importer::readShape() {
   if (c.failed)
     return false;
   kvHeads = get("num_key_value_heads", heads);
-  if (hidden % heads != 0 && !c.get("head_dim")) {
+  if (arch.mla) {
+    if (!readMla())
+      return false;
+  } else if (hidden % heads != 0 && !c.get("head_dim")) {
     c.error("num_attention_heads") << "hidden_size " << hidden
                                    << " is not a multiple of num_attention_heads " << heads
                                    << " and no head_dim is given";
     return false;
   }
-  headDim = get("head_dim", hidden / heads);
+  if (!arch.mla)
+    headDim = get("head_dim", hidden / heads);
   // RoPE rotates the two halves of each head (found by scripts/fuzz.sh: an odd head_dim
   // imported into a model that did not verify).
-  if (!c.failed && headDim % 2 != 0) {
+  if (!arch.mla && !c.failed && headDim % 2 != 0) {
     bool given = c.get("head_dim");
     c.error(given ? "head_dim" : "num_attention_heads")
         << "head_dim " << headDim << (given ? "" : " (hidden_size / num_attention_heads)")
@@ -378,6 +399,80 @@ bool Importer::readShape() {
                      << "'s forward; tpc will not guess what it means here";
   }
   return !c.failed;
+}
+
+/// DeepSeek-V2's attention and MoE fields, with DeepseekV2Config's defaults.
+bool Importer::readMla() {
+  // DeepseekV2Config writes qk_rope_head_dim as head_dim: the attention's own fields decide.
+  c.get("head_dim");
+  if (kvHeads != heads) {
+    c.error("num_key_value_heads")
+        << "DeepSeek-V2's attention expands the latent into every query head: "
+           "num_key_value_heads "
+        << kvHeads << " must equal num_attention_heads " << heads
+        << " (transformers 5.17 fails otherwise)";
+    return false;
+  }
+  auto get = [&](const char *key, int64_t fallback, int64_t minimum = 1) {
+    return c.integer(key, fallback, minimum).value_or(0);
+  };
+  // q_lora_rank null: q_proj; absent: the class's 1536.
+  auto q = c.doc.value().find("q_lora_rank");
+  qLora = q != c.doc.value().end() && q->is_null() ? 0 : get("q_lora_rank", 1536);
+  kvLora = get("kv_lora_rank", 512);
+  nopeDim = get("qk_nope_head_dim", 128);
+  ropeDim = get("qk_rope_head_dim", 64);
+  valueDim = get("v_head_dim", 128);
+  if (!c.failed && ropeDim % 2 != 0) {
+    c.error("qk_rope_head_dim") << "qk_rope_head_dim " << ropeDim
+                                << " is odd; rotary embeddings rotate pairs";
+    return false;
+  }
+  headDim = nopeDim + ropeDim;
+  // DeepseekV2Config also writes the sum it derives.
+  if (c.get("qk_head_dim") && c.integer("qk_head_dim", headDim).value_or(0) != headDim) {
+    c.error("qk_head_dim") << "qk_head_dim must be qk_nope_head_dim + qk_rope_head_dim = "
+                           << headDim;
+    return false;
+  }
+  experts = c.integer("n_routed_experts", 64, 1, kMaxRepeats).value_or(0);
+  topK = c.integer("num_experts_per_tok", std::nullopt).value_or(0);
+  moeInter = get("moe_intermediate_size", 1407);
+  sharedExperts = c.integer("n_shared_experts", 2, 0).value_or(0);
+  denseLayers = c.integer("first_k_dense_replace", 0, 0, layers).value_or(0);
+  routedScale = c.number("routed_scaling_factor", 1.0).value_or(1.0);
+  if (c.failed)
+    return false;
+  if (topK > experts) {
+    c.error("num_experts_per_tok") << "num_experts_per_tok " << topK << " exceeds the "
+                                   << experts << " routed experts";
+    return false;
+  }
+  const json *method = c.get("topk_method");
+  std::string how = method && method->is_string() ? method->get<std::string>() : "greedy";
+  if (how == "group_limited_greedy") {
+    groups = c.integer("n_group", std::nullopt).value_or(0);
+    topGroups = c.integer("topk_group", std::nullopt).value_or(0);
+    if (c.failed)
+      return false;
+    if (experts % groups != 0 || topGroups > groups || topK > topGroups * (experts / groups)) {
+      c.error("n_group") << "group_limited_greedy needs the " << experts
+                         << " routed experts in n_group " << groups
+                         << " equal groups, topk_group " << topGroups
+                         << " of them, holding at least num_experts_per_tok " << topK;
+      return false;
+    }
+  } else if (how != "greedy") {
+    c.error("topk_method") << "topk_method " << (method ? method->dump() : "")
+                           << " is not supported (greedy, group_limited_greedy are)";
+    return false;
+  }
+  // transformers 5.17's DeepseekV2TopkRouter never reads norm_topk_prob.
+  if (const json *norm = c.get("norm_topk_prob"); norm && *norm == true)
+    emitWarning(c.doc.keyLoc({"norm_topk_prob"}))
+        << "norm_topk_prob is not read by transformers 5.17's DeepSeek-V2 router (its top-k "
+           "weights are never renormalized); ignored, as there";
+  return true;
 }
 
 std::optional<Rope> Importer::readRope(const json *parameters, const std::string &where) {
@@ -440,7 +535,8 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
         c.error(where) << problem;
         return std::nullopt;
       }
-      rope.invFreq = llama3InvFreq(rope.theta, headDim, values[0], values[1], values[2], values[3]);
+      rope.invFreq = llama3InvFreq(rope.theta, arch.mla ? ropeDim : headDim, values[0], values[1],
+                                   values[2], values[3]);
       for (double f : rope.invFreq)
         if (!std::isfinite(f) || f <= 0) {
           c.error(where) << "llama3 RoPE scaling gives a frequency of " << f;
@@ -523,8 +619,9 @@ std::string Importer::linear(const std::string &name, const std::string &module,
 }
 
 std::string Importer::norm(const std::string &name, const std::string &module,
-                           const std::string &x, int64_t width, std::optional<int64_t> perHead) {
-  std::string attrs = "epsilon = " + f64(eps);
+                           const std::string &x, int64_t width, std::optional<int64_t> perHead,
+                           std::optional<double> epsilon) {
+  std::string attrs = "epsilon = " + f64(epsilon.value_or(eps));
   if (perHead)
     attrs += ", head_dim = " + i64(*perHead);
   if (arch.gemma)
@@ -534,18 +631,17 @@ std::string Importer::norm(const std::string &name, const std::string &module,
 }
 
 std::string Importer::activation(const std::string &name, const std::string &module,
-                                 const std::string &x) {
+                                 const std::string &x, int64_t width) {
+  if (!width)
+    width = inter;
   if (act == "silu")
-    return w.op(name, "silu", module, {x}, "", w.act(inter));
+    return w.op(name, "silu", module, {x}, "", w.act(width));
   bool tanh = act != "gelu";
-  return w.op(name, "gelu", module, {x}, tanh ? "approximate = \"tanh\"" : "", w.act(inter));
+  return w.op(name, "gelu", module, {x}, tanh ? "approximate = \"tanh\"" : "", w.act(width));
 }
 
-std::string Importer::layer(int64_t i, const std::string &h) {
-  std::string p = "model.layers." + std::to_string(i), v = "l" + std::to_string(i) + "_";
-  std::string attn = p + ".self_attn", mlp = p + ".mlp";
-  w.comment(p);
-  std::string x = arch.postNormsOnly ? h : norm(v + "norm1", p + ".input_layernorm", h, hidden);
+std::string Importer::selfAttention(int64_t i, const std::string &v, const std::string &attn,
+                                   const std::string &x) {
   int64_t qWidth = heads * headDim, kvWidth = kvHeads * headDim;
   std::string q, k, val;
   if (arch.fused) {
@@ -592,6 +688,87 @@ std::string Importer::layer(int64_t i, const std::string &h) {
     attrs += ", softcap = " + f64(*attnSoftcap);
   std::string o = w.op(v + "attn", "attention", attn, {qr, kr, val}, attrs, w.act(qWidth));
   o = linear(v + "o", attn + ".o_proj", o, qWidth, hidden, attentionBias);
+  return o;
+}
+
+/// DeepSeek-V2's multi-head latent attention, as transformers 5.17 computes it: the query
+/// (q_proj, or q_a_proj -> q_a_layernorm -> q_b_proj) has heads of nope + rope dims; the
+/// keys and values come from one latent (kv_a_proj_with_mqa -> kv_a_layernorm -> kv_b_proj,
+/// heads of nope + value dims) plus one rotary key all heads share. The rope parts rotate in
+/// the complex (interleaved) form. Keys and values are cached per head (tp.attention), not
+/// as the latent: a decode step then projects only its own token's latent.
+std::string Importer::mlaAttention(int64_t i, const std::string &v, const std::string &attn,
+                                   const std::string &x) {
+  int64_t qWidth = heads * headDim;
+  std::string q;
+  if (qLora) {
+    // q_a_layernorm and kv_a_layernorm take DeepseekV2RMSNorm's own eps, not rms_norm_eps.
+    std::string qa = linear(v + "qa", attn + ".q_a_proj", x, hidden, qLora, attentionBias);
+    qa = norm(v + "qa_norm", attn + ".q_a_layernorm", qa, qLora, std::nullopt, 1e-6);
+    q = linear(v + "q", attn + ".q_b_proj", qa, qLora, qWidth, false);
+  } else {
+    q = linear(v + "q", attn + ".q_proj", x, hidden, qWidth, false);
+  }
+  std::string kva = linear(v + "kva", attn + ".kv_a_proj_with_mqa", x, hidden, kvLora + ropeDim,
+                           attentionBias);
+  auto slice = [&](const std::string &n, int64_t offset, int64_t size) {
+    return w.op(v + n, "slice", attn, {kva},
+                "dim = " + i64(1) + ", offset = " + i64(offset) + ", size = " + i64(size),
+                w.act(size));
+  };
+  std::string latent = slice("latent", 0, kvLora), kpe = slice("kpe", kvLora, ropeDim);
+  latent = norm(v + "latent_norm", attn + ".kv_a_layernorm", latent, kvLora, std::nullopt, 1e-6);
+  int64_t kvHead = nopeDim + valueDim;
+  std::string kv = linear(v + "kv", attn + ".kv_b_proj", latent, kvLora, heads * kvHead, false);
+  auto headSlice = [&](const std::string &n, int64_t offset, int64_t size) {
+    return w.op(v + n, "head_slice", attn, {kv},
+                "head_dim = " + i64(kvHead) + ", offset = " + i64(offset) + ", size = " + i64(size),
+                w.act(heads * size));
+  };
+  std::string knope = headSlice("knope", 0, nopeDim), val = headSlice("v", nopeDim, valueDim);
+  const Rope &rope = ropes.count(layerTypes[i]) ? ropes.at(layerTypes[i]) : ropes.at("");
+  auto ropeAttrs = [&](int64_t width, int64_t unrotated) {
+    std::string attrs = "head_dim = " + i64(width) + ", interleaved = true, theta = " +
+                        f64(rope.theta);
+    if (unrotated)
+      attrs += ", unrotated = " + i64(unrotated);
+    if (!rope.invFreq.empty()) {
+      attrs += ", inv_freq = array<f64: ";
+      for (size_t j = 0; j < rope.invFreq.size(); ++j)
+        attrs += (j ? ", " : "") + llvm::formatv("{0:e17}", rope.invFreq[j]).str();
+      attrs += ">";
+    }
+    return attrs;
+  };
+  std::string qr = w.op(v + "qr", "rotary", attn, {q, "%positions"}, ropeAttrs(headDim, nopeDim),
+                        w.act(qWidth));
+  std::string kr = w.op(v + "kr", "rotary", attn, {kpe, "%positions"}, ropeAttrs(ropeDim, 0),
+                        w.act(ropeDim));
+  std::string k = w.op(v + "k", "concat_heads", attn, {knope, kr}, "head_dim = " + i64(nopeDim),
+                       w.act(qWidth));
+  std::string attrs = "head_dim = " + i64(headDim) + ", num_heads = " + i64(heads) +
+                      ", num_kv_heads = " + i64(heads) + ", scale = " + f64(*mlaScale) +
+                      ", value_head_dim = " + i64(valueDim);
+  std::string o = w.op(v + "attn", "attention", attn, {qr, k, val}, attrs, w.act(heads * valueDim));
+  return linear(v + "o", attn + ".o_proj", o, heads * valueDim, hidden, attentionBias);
+}
+
+/// A gated MLP (gate_proj, up_proj, down_proj) of `width` intermediate features.
+std::string Importer::mlp(const std::string &v, const std::string &module, const std::string &x,
+                          int64_t width) {
+  std::string gate = linear(v + "gate", module + ".gate_proj", x, hidden, width, mlpBias);
+  std::string up = linear(v + "up", module + ".up_proj", x, hidden, width, mlpBias);
+  std::string a = activation(v + "act", module, gate, width);
+  std::string m = w.op(v + "mul", "mul", module, {a, up}, "", w.act(width));
+  return linear(v + "down", module + ".down_proj", m, width, hidden, mlpBias);
+}
+
+std::string Importer::layer(int64_t i, const std::string &h) {
+  std::string p = "model.layers." + std::to_string(i), v = "l" + std::to_string(i) + "_";
+  std::string attn = p + ".self_attn", mlp = p + ".mlp";
+  w.comment(p);
+  std::string x = arch.postNormsOnly ? h : norm(v + "norm1", p + ".input_layernorm", h, hidden);
+  std::string o = arch.mla ? mlaAttention(i, v, attn, x) : selfAttention(i, v, attn, x);
   if (arch.sandwichNorms || arch.postNormsOnly)
     o = norm(v + "o_norm", p + ".post_attention_layernorm", o, hidden);
   std::string h1 = w.op(v + "h1", "add", p, {h, o}, "", w.act(hidden));
@@ -602,7 +779,38 @@ std::string Importer::layer(int64_t i, const std::string &h) {
                                                   : ".post_attention_layernorm"),
              h1, hidden);
   std::string out;
-  if (arch.moe) {
+  if (arch.mla && i < denseLayers) {
+    out = this->mlp(v, mlp, x, inter);
+  } else if (arch.mla) {
+    // Routed experts (the Mixtral layout; save_pretrained writes them per expert) plus the
+    // shared experts, one MLP of n_shared_experts x moe_intermediate_size, on every token.
+    std::vector<std::string> gateUpSources, downSources;
+    for (int64_t e = 0; e < experts; ++e) {
+      std::string expert = mlp + ".experts." + std::to_string(e);
+      gateUpSources.push_back(expert + ".gate_proj.weight");
+      gateUpSources.push_back(expert + ".up_proj.weight");
+      downSources.push_back(expert + ".down_proj.weight");
+    }
+    std::string routerAttrs = "normalize = false, top_k = " + i64(topK);
+    if (routedScale != 1.0)
+      routerAttrs += ", scale = " + f64(routedScale);
+    if (groups)
+      routerAttrs += ", groups = " + i64(groups) + ", top_groups = " + i64(topGroups);
+    std::string routing =
+        w.op(v + "routing", "router", mlp + ".gate",
+             {x, w.weight(mlp + ".gate.weight", {experts, hidden})}, routerAttrs, w.act(experts));
+    std::string gateUp =
+        w.weight(mlp + ".experts.gate_up_proj", {experts, 2 * moeInter, hidden}, gateUpSources);
+    std::string down =
+        w.weight(mlp + ".experts.down_proj", {experts, hidden, moeInter}, downSources);
+    out = w.op(v + "moe", "experts", mlp + ".experts", {x, routing, gateUp, down},
+               act == "silu" ? "" : "activation = \"gelu_tanh\"", w.act(hidden));
+    if (sharedExperts) {
+      std::string shared = this->mlp(v + "shared_", mlp + ".shared_experts", x,
+                                     sharedExperts * moeInter);
+      out = w.op(v + "moe_sum", "add", mlp, {out, shared}, "", w.act(hidden));
+    }
+  } else if (arch.moe) {
     // transformers fuses the experts on load; save_pretrained (and the Hub) keep Mixtral's
     // original per-expert tensors: w1 = gate, w3 = up, w2 = down.
     std::string legacy = p + ".block_sparse_moe";
@@ -676,6 +884,25 @@ std::optional<std::string> Importer::run() {
       return std::nullopt;
     ropes[""] = *rope;
   }
+  if (arch.mla) {
+    // DeepSeek's softmax scale: qk_head_dim^-0.5, times YaRN's mscale(mscale_all_dim) squared
+    // for a scaled RoPE that gives mscale_all_dim (yarn_apply_mscale).
+    mlaScale = std::pow(double(headDim), -0.5);
+    if (parameters && parameters->is_object() && !perType) {
+      auto field = [&](const char *key) -> const json * {
+        auto it = parameters->find(key);
+        return it == parameters->end() || it->is_null() ? nullptr : &*it;
+      };
+      const json *type = field("rope_type") ? field("rope_type") : field("type");
+      const json *all = field("mscale_all_dim"), *factor = field("factor");
+      if (type && *type != "default" && all && all->is_number() && all->get<double>() != 0 &&
+          factor && factor->is_number()) {
+        double f = factor->get<double>();
+        double m = f <= 1 ? 1.0 : 0.1 * all->get<double>() * std::log(f) + 1.0;
+        *mlaScale *= m * m;
+      }
+    }
+  }
   std::vector<int64_t> eos;
   if (const json *e = c.get("eos_token_id")) {
     for (const json &id : e->is_array() ? *e : json::array({*e})) {
@@ -726,6 +953,11 @@ std::optional<std::string> Importer::run() {
        << inter << ", vocab " << vocab;
   if (arch.moe)
     text << ", " << experts << " experts (top " << topK << ")";
+  if (arch.mla)
+    text << ", latent attention (q rank " << qLora << ", kv rank " << kvLora << ", heads of "
+         << nopeDim << " + " << ropeDim << " and values of " << valueDim << "), " << experts
+         << " routed experts (top " << topK << ") and " << sharedExperts
+         << " shared from layer " << denseLayers;
   text << (tied ? ", tied embeddings" : "") << ".\n";
   text << "module @" << arch.modelType << " attributes {tp.hf_model_type = \"" << arch.modelType
        << "\", tp.hf_tied = " << (tied ? "true" : "false");

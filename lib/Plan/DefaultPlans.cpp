@@ -64,6 +64,28 @@ const json &table() {
                     {"model.layers.*.mlp.up_proj", "colwise"},
                     {"model.layers.*.mlp.down_proj", "rowwise"},
                     {"lm_head", "colwise_gather_output"}}}};
+    // DeepSeek-V2: the latent projection replicated (mla_kv_a_proj), the per-head ones split.
+    t["deepseek_v2"] = {{"tp",
+                         {{"model.layers.*.self_attn.q_proj", "colwise"},
+                          {"model.layers.*.self_attn.q_b_proj", "colwise"},
+                          {"model.layers.*.self_attn.kv_a_proj_with_mqa", "mla_kv_a_proj"},
+                          {"model.layers.*.self_attn.kv_b_proj", "colwise"},
+                          {"model.layers.*.self_attn.o_proj", "rowwise"},
+                          {"model.layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+                          {"model.layers.*.mlp.experts.down_proj", "rowwise"},
+                          {"model.layers.*.mlp.experts", "moe_tp_experts"},
+                          {"model.layers.*.mlp.shared_experts.gate_proj", "colwise"},
+                          {"model.layers.*.mlp.shared_experts.up_proj", "colwise"},
+                          {"model.layers.*.mlp.shared_experts.down_proj", "rowwise"},
+                          {"model.layers.*.mlp.gate_proj", "colwise"},
+                          {"model.layers.*.mlp.up_proj", "colwise"},
+                          {"model.layers.*.mlp.down_proj", "rowwise"},
+                          {"lm_head", "colwise_gather_output"}}},
+                        {"ep",
+                         {{"model.layers.*.mlp.gate", "ep_router"},
+                          {"model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+                          {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
+                          {"model.layers.*.mlp.experts", "moe_tp_experts"}}}};
     return t;
   }();
   return t;

@@ -318,7 +318,10 @@ private:
           .integer(columns(rotary.getInput()))
           .integer(rotary.getHeadDim())
           .real(rotary.getTheta().convertToDouble());
-      (freq ? a.value(freq) : a.text("nullptr")).value(positionsOf(rotary.getInput())).value(*out);
+      (freq ? a.value(freq) : a.text("nullptr")).value(positionsOf(rotary.getInput()));
+      if (rotary.getInterleaved() || rotary.getUnrotated()) // DeepSeek's MLA
+        a.boolean(rotary.getInterleaved()).integer(rotary.getUnrotated().value_or(0));
+      a.value(*out);
       call(loc, callee("rotary"), a);
       return success();
     }
@@ -335,8 +338,10 @@ private:
           .value(n)
           .integer(attention.getNumHeads())
           .integer(attention.getNumKvHeads())
-          .integer(attention.getHeadDim())
-          .real(scale)
+          .integer(attention.getHeadDim());
+      if (std::optional<int64_t> valueHeadDim = attention.getValueHeadDim())
+        a.integer(*valueHeadDim);
+      a.real(scale)
           .integer(attention.getSlidingWindow().value_or(0))
           .real(attention.getSoftcap() ? attention.getSoftcap()->convertToDouble() : 0.0)
           .integer(attentionIndex++);
@@ -357,9 +362,43 @@ private:
           .value(ref(router.getWeight()))
           .integer(typeOf(router.getWeight()).getDimSize(0))
           .integer(router.getTopK())
-          .boolean(router.getNormalize())
-          .value(*out);
+          .boolean(router.getNormalize());
+      if (router.getScale() || router.getGroups()) // DeepSeek's
+        a.real(router.getScale() ? router.getScale()->convertToDouble() : 1.0)
+            .integer(router.getGroups().value_or(0))
+            .integer(router.getTopGroups().value_or(0));
+      a.value(*out);
       call(loc, callee("router"), a);
+      return success();
+    }
+    if (auto slice = dyn_cast<HeadSliceOp>(op)) {
+      FailureOr<Value> out = define(op);
+      if (failed(out))
+        return failure();
+      Args a = args();
+      a.value(ref(slice.getInput()));
+      addRows(a, slice.getInput())
+          .integer(columns(slice.getInput()))
+          .integer(slice.getHeadDim())
+          .integer(slice.getOffset())
+          .integer(slice.getSize())
+          .value(*out);
+      call(loc, callee("headSlice"), a);
+      return success();
+    }
+    if (auto concat = dyn_cast<ConcatHeadsOp>(op)) {
+      FailureOr<Value> out = define(op);
+      if (failed(out))
+        return failure();
+      Args a = args();
+      a.value(ref(concat.getHeads()));
+      addRows(a, concat.getHeads())
+          .integer(columns(concat.getHeads()))
+          .integer(concat.getHeadDim())
+          .value(ref(concat.getShared()))
+          .integer(columns(concat.getShared()))
+          .value(*out);
+      call(loc, callee("concatHeads"), a);
       return success();
     }
     if (auto moe = dyn_cast<ExpertsOp>(op)) {
@@ -921,6 +960,8 @@ struct TPLowerToEmitCPass : tpc::target::impl::TPLowerToEmitCBase<TPLowerToEmitC
     plain.walk([&](AttentionOp attention) {
       Args a(ctx);
       a.value(spec).integer(attention.getNumKvHeads() * attention.getHeadDim());
+      if (std::optional<int64_t> valueHeadDim = attention.getValueHeadDim())
+        a.integer(attention.getNumKvHeads() * *valueHeadDim);
       callIn("tpcrt::addKvCache", a);
       maxHeads = std::max<int64_t>(maxHeads, attention.getNumHeads());
       maxHeadDim = std::max<int64_t>(maxHeadDim, attention.getHeadDim());

@@ -94,6 +94,8 @@ FailureOr<OpLayout> LayoutRules::infer(Operation *op, ArrayRef<PlacementAttr> op
   }
   if (isa<SliceOp>(op))
     return slice(op, in);
+  if (isa<HeadSliceOp, ConcatHeadsOp>(op))
+    return perHead(op, in);
   if (isa<ConcatOp>(op))
     return concat(op, in);
   if (isa<func::ReturnOp>(op))
@@ -312,6 +314,28 @@ OpLayout LayoutRules::slice(Operation *op, ArrayRef<PlacementAttr> in) {
     }
   }
   return OpLayout{{replicate()}, replicate()};
+}
+
+FailureOr<OpLayout> LayoutRules::perHead(Operation *op, ArrayRef<PlacementAttr> in) {
+  // Each head on its own (a head's columns cut out, or a shared part appended to each head):
+  // heads may be split whole, tokens too; a shared part must be whole on every rank.
+  auto slice = dyn_cast<HeadSliceOp>(op);
+  Value heads = slice ? slice.getInput() : cast<ConcatHeadsOp>(op).getHeads();
+  int64_t headDim = slice ? slice.getHeadDim() : cast<ConcatHeadsOp>(op).getHeadDim();
+  PlacementAttr x = in[0];
+  if (isP(x) && !slice)
+    x = replicate(); // a sum beside a shared part that is whole: no longer a sum
+  SmallVector<PlacementAttr> operands = {x};
+  if (!slice) // the shared part: with the tokens where they are split, else whole
+    operands.push_back(shardDim(x) == 0 ? x : replicate());
+  if (isR(x) || isP(x) || shardDim(x) == 0)
+    return OpLayout{operands, x};
+  int64_t features = featuresOf(heads);
+  if (shardDim(x) != 1 || !wholeHeads(x, features, headDim))
+    return LogicalResult(moduleError(op) << "dim 1 of size " << features << " (heads of "
+                                         << headDim << ") split as " << x.str() << " over tp "
+                                         << tp << " does not give every rank whole heads");
+  return OpLayout{operands, shard(1)};
 }
 
 OpLayout LayoutRules::concat(Operation *op, ArrayRef<PlacementAttr> in) {

@@ -51,15 +51,38 @@ Split splitOf(ParamOp param) {
   return split;
 }
 
+/// Whether `param` belongs to a linear whose output is only cut into pieces (tp.slice): what
+/// mla_kv_a_proj, which keeps it replicated, is for.
+bool isLatentProjection(ParamOp param) {
+  std::optional<SymbolTable::UseRange> uses =
+      SymbolTable::getSymbolUses(param, param->getParentOp());
+  if (!uses)
+    return false;
+  for (const SymbolTable::SymbolUse &use : *uses) {
+    auto weight = dyn_cast<WeightOp>(use.getUser());
+    if (!weight)
+      return false;
+    for (Operation *user : weight->getUsers()) {
+      auto linear = dyn_cast<LinearOp>(user);
+      if (!linear || linear.getResult().use_empty() ||
+          !llvm::all_of(linear.getResult().getUsers(), [](Operation *op) { return isa<SliceOp>(op); }))
+        return false;
+    }
+  }
+  return true;
+}
+
 /// Parameter-level checks before any value is placed: strategies tpc cannot run yet, and
 /// splits that leave a rank with nothing or experts that do not divide.
 LogicalResult checkParams(ModuleOp module, int64_t tp) {
   bool ok = true;
   for (ParamOp param : module.getOps<ParamOp>()) {
     std::optional<StringRef> strategy = param.getStrategy();
-    if (strategy == "mla_kv_a_proj") {
+    if (strategy == "mla_kv_a_proj" && !isLatentProjection(param)) {
       param.emitError() << "parameter " << param.getSymName()
-                        << ": mla_kv_a_proj (DeepSeek MLA attention) is not supported yet";
+                        << ": mla_kv_a_proj is for an MLA latent projection (DeepSeek's "
+                           "kv_a_proj_with_mqa), whose output is cut into the latent and the "
+                           "rope key; this module's output is not";
       ok = false;
       continue;
     }

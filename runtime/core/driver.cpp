@@ -144,8 +144,9 @@ bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Storage &
       }
     }
     allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);
-    for (int64_t width : spec.prepare ? std::vector<int64_t>{} : spec.kvWidths) {
-      memory.caches.emplace_back(elementCount({2, width, args.maxSeqLen}));
+    for (size_t i = 0; !spec.prepare && i < spec.kvWidths.size(); ++i) {
+      int64_t width = spec.kvWidths[i], valueWidth = spec.kvValueWidths[i];
+      memory.caches.emplace_back(elementCount({width + valueWidth, args.maxSeqLen}));
       float *base = memory.caches.back().data();
       cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
     }

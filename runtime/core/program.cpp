@@ -20,7 +20,12 @@ void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, S
   spec->params.push_back({name, std::move(hfShape), std::move(slice), std::move(sources)});
 }
 
-void addKvCache(ModelSpec *spec, int64_t width) { spec->kvWidths.push_back(width); }
+void addKvCache(ModelSpec *spec, int64_t width) { addKvCache(spec, width, width); }
+
+void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth) {
+  spec->kvWidths.push_back(width);
+  spec->kvValueWidths.push_back(valueWidth);
+}
 
 void addEosId(ModelSpec *spec, int64_t id) { spec->eosIds.push_back(id); }
 

@@ -193,11 +193,14 @@ void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int6
 }
 
 void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *givenInvFreq, const int64_t *positions, float *out) {
-  int64_t half = headDim / 2;
+            const double *givenInvFreq, const int64_t *positions, bool interleaved,
+            int64_t unrotated, float *out) {
+  int64_t rotated = headDim - unrotated, half = rotated / 2;
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
-    invFreq[i] = givenInvFreq ? givenInvFreq[i] : std::pow(theta, -2.0 * i / headDim);
+    invFreq[i] = givenInvFreq ? givenInvFreq[i] : std::pow(theta, -2.0 * i / rotated);
+  // Element i of a pair and its partner: halves (rotate_half), or neighbours (complex form).
+  int64_t first = interleaved ? 2 : 1, second = interleaved ? 1 : half;
   // The angles depend on the position only: computed once per row, for every head.
   std::vector<double> cosines(half), sines(half);
   for (int64_t r = 0; r < rows; ++r) {
@@ -209,23 +212,49 @@ void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, d
     for (int64_t h = 0; h < cols / headDim; ++h) {
       const float *in = x + r * cols + h * headDim;
       float *o = out + r * cols + h * headDim;
+      std::copy(in, in + unrotated, o);
+      in += unrotated;
+      o += unrotated;
       for (int64_t i = 0; i < half; ++i) {
-        double a = in[i], b = in[i + half];
-        o[i] = float(a * cosines[i] - b * sines[i]);
-        o[i + half] = float(b * cosines[i] + a * sines[i]);
+        int64_t j = i * first, k = j + second;
+        double a = in[j], b = in[k];
+        o[j] = float(a * cosines[i] - b * sines[i]);
+        o[k] = float(b * cosines[i] + a * sines[i]);
       }
     }
   }
 }
 
+void headSlice(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, int64_t offset,
+               int64_t size, float *out) {
+  int64_t heads = cols / headDim;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      std::memcpy(out + (r * heads + h) * size, x + r * cols + h * headDim + offset,
+                  size * sizeof(float));
+}
+
+void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t headDim,
+                 const float *shared, int64_t sharedCols, float *out) {
+  int64_t count = cols / headDim, width = headDim + sharedCols;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < count; ++h) {
+      float *o = out + (r * count + h) * width;
+      std::memcpy(o, heads + r * cols + h * headDim, headDim * sizeof(float));
+      std::memcpy(o + headDim, shared + r * sharedCols, sharedCols * sizeof(float));
+    }
+}
+
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
-               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, const HeadSplit &split, KVCache &cache, float *out) {
-  int64_t start = cache.length, width = kvHeads * headDim;
+               int64_t kvHeads, int64_t headDim, int64_t valueHeadDim, double scale,
+               int64_t slidingWindow, double softcap, const HeadSplit &split, KVCache &cache,
+               float *out) {
+  int64_t start = cache.length, width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim;
   std::memcpy(cache.keys + start * width, k, rows * width * sizeof(float));
-  std::memcpy(cache.values + start * width, v, rows * width * sizeof(float));
+  std::memcpy(cache.values + start * vWidth, v, rows * vWidth * sizeof(float));
   cache.length += rows;
   int64_t group = heads / kvHeads, keys = cache.length, qWidth = heads * headDim;
+  int64_t oWidth = heads * valueHeadDim;
   // Scores of one head for every new token against every cached key, [rows, keys]; reused
   // across calls so a decode step allocates nothing.
   thread_local std::vector<float> scores;
@@ -235,13 +264,13 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
     if (split.group) {
       if (h >= split.heads) { // padding: a head this rank does not hold
         for (int64_t r = 0; r < rows; ++r)
-          std::fill_n(out + r * qWidth + h * headDim, headDim, 0.0f);
+          std::fill_n(out + r * oWidth + h * valueHeadDim, valueHeadDim, 0.0f);
         continue;
       }
       kv = (split.firstHead + h) / split.group - split.firstKvHead;
     }
     const float *kh = cache.keys + kv * headDim;
-    const float *vh = cache.values + kv * headDim;
+    const float *vh = cache.values + kv * valueHeadDim;
     // One query row (a decode step) is a few dot products per cached key: plain loops, which
     // cost less than a GEMM's packing. More rows are one GEMM.
     if (rows == 1) {
@@ -273,17 +302,17 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
         row[t] *= inverse;
     }
     if (rows == 1) {
-      float *o = out + h * headDim;
-      std::fill(o, o + headDim, 0.0f);
+      float *o = out + h * valueHeadDim;
+      std::fill(o, o + valueHeadDim, 0.0f);
       for (int64_t t = 0; t < keys; ++t) {
-        const float p = scores[size_t(t)], *vt = vh + t * width;
-        for (int64_t d = 0; d < headDim; ++d)
+        const float p = scores[size_t(t)], *vt = vh + t * vWidth;
+        for (int64_t d = 0; d < valueHeadDim; ++d)
           o[d] += p * vt[d];
       }
     } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(headDim), int(keys),
-                  1.0f, scores.data(), int(keys), vh, int(width), 0.0f, out + h * headDim,
-                  int(qWidth));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(valueHeadDim),
+                  int(keys), 1.0f, scores.data(), int(keys), vh, int(vWidth), 0.0f,
+                  out + h * valueHeadDim, int(oWidth));
     }
   }
 }
@@ -313,32 +342,52 @@ void softcap(Host, const float *x, int64_t n, double cap, float *out) {
     out[i] = float(cap * std::tanh(x[i] / cap));
 }
 
+/// The indices of the k largest of `values` first in `order` (torch.topk's choice: the
+/// largest, the lower index first on ties).
+static void topIndices(const std::vector<double> &values, int64_t k, std::vector<int64_t> &order) {
+  order.resize(values.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = int64_t(i);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+    return values[size_t(a)] > values[size_t(b)] ||
+           (values[size_t(a)] == values[size_t(b)] && a < b);
+  });
+}
+
 void router(Host host, const float *x, int64_t rows, int64_t hidden, const float *w,
-            int64_t experts, int64_t topK, bool normalize, float *out) {
+            int64_t experts, int64_t topK, bool normalize, double scale, int64_t groups,
+            int64_t topGroups, float *out) {
   linear(host, x, rows, hidden, w, experts, nullptr, out);
-  std::vector<int64_t> order(experts);
-  std::vector<double> probs(experts);
+  std::vector<int64_t> order, groupOrder;
+  std::vector<double> probs(experts), groupBest(size_t(std::max<int64_t>(groups, 0)));
   for (int64_t r = 0; r < rows; ++r) {
     float *row = out + r * experts;
     double best = *std::max_element(row, row + experts), total = 0;
     for (int64_t e = 0; e < experts; ++e)
       total += probs[e] = std::exp(double(row[e]) - best);
     for (int64_t e = 0; e < experts; ++e)
-      probs[e] /= total;
-    for (int64_t e = 0; e < experts; ++e)
-      order[e] = e;
-    // torch.topk's choice: the largest, the lower index first on ties.
-    std::partial_sort(order.begin(), order.begin() + topK, order.end(),
-                      [&](int64_t a, int64_t b) {
-                        return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
-                      });
+      probs[e] = float(probs[e] / total); // torch's softmax is float32
+    if (groups > 0) { // group_limited_greedy: experts of the top_groups best groups only
+      int64_t size = experts / groups;
+      for (int64_t g = 0; g < groups; ++g)
+        groupBest[size_t(g)] = *std::max_element(&probs[g * size], &probs[g * size] + size);
+      topIndices(groupBest, topGroups, groupOrder);
+      std::vector<bool> kept(size_t(groups), false);
+      for (int64_t i = 0; i < topGroups; ++i)
+        kept[size_t(groupOrder[size_t(i)])] = true;
+      for (int64_t e = 0; e < experts; ++e)
+        if (!kept[size_t(e / size)])
+          probs[e] = 0.0;
+    }
+    topIndices(probs, topK, order);
     double kept = 0;
     for (int64_t i = 0; i < topK; ++i)
       kept += float(probs[order[i]]);
     std::fill(row, row + experts, 0.0f);
     for (int64_t i = 0; i < topK; ++i) {
       int64_t e = order[i];
-      row[e] = normalize ? float(float(probs[e]) / kept) : float(probs[e]);
+      float weight = normalize ? float(float(probs[e]) / kept) : float(probs[e]);
+      row[e] = scale == 1.0 ? weight : float(weight * float(scale));
     }
   }
 }

@@ -191,7 +191,10 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
   check(cudaMalloc(&arena, std::max<int64_t>(1, spec.floatsPerToken * tokens) * sizeof(act)),
         "cudaMalloc (activations)");
   host.arenaBytes = uint64_t(spec.floatsPerToken * tokens) * sizeof(act);
-  for (int64_t width : spec.kvWidths) {
+  for (size_t i = 0; i < spec.kvWidths.size(); ++i) {
+    int64_t width = spec.kvWidths[i];
+    if (spec.kvValueWidths[i] != width) // the compiler refuses such attention for this target
+      fail("a KV cache whose values are not as wide as its keys (MLA) is CPU-only");
     KVCache cache;
     cache.capacity = tokens;
     cache.width = width;

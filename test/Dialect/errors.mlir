@@ -921,3 +921,91 @@ module {
   // expected-error @+1 {{'tp.sequence_parallel' must be a unit attribute, got true}}
   func.func @f() attributes {tp.sequence_parallel = true} { return }
 }
+
+// -----
+
+func.func @f(%x: tensor<?x48xf32>, %p: tensor<?xi64>) {
+  // expected-error @+1 {{attn (tp.rotary): unrotated 12 leaves nothing of head_dim 12 to rotate}}
+  %r = tp.rotary "attn" %x, %p {head_dim = 12 : i64, theta = 1.0e4 : f64, unrotated = 12 : i64} : (tensor<?x48xf32>, tensor<?xi64>) -> tensor<?x48xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x48xf32>, %p: tensor<?xi64>) {
+  // expected-error @+1 {{attn (tp.rotary): the rotated part of each head, head_dim 12 - unrotated 7, must be even}}
+  %r = tp.rotary "attn" %x, %p {head_dim = 12 : i64, theta = 1.0e4 : f64, unrotated = 7 : i64} : (tensor<?x48xf32>, tensor<?xi64>) -> tensor<?x48xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x48xf32>, %p: tensor<?xi64>) {
+  // expected-error @+1 {{attn (tp.rotary): inv_freq has 3 frequencies, but the rotated part 4 needs 2}}
+  %r = tp.rotary "attn" %x, %p {head_dim = 12 : i64, theta = 1.0e4 : f64, unrotated = 8 : i64, inv_freq = array<f64: 1.0, 0.1, 0.01>} : (tensor<?x48xf32>, tensor<?xi64>) -> tensor<?x48xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x56xf32>) {
+  // expected-error @+1 {{attn (tp.head_slice): columns [8, 16) are not inside a head of head_dim 14}}
+  %r = tp.head_slice "attn" %x {head_dim = 14 : i64, offset = 8 : i64, size = 8 : i64} : (tensor<?x56xf32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x56xf32>) {
+  // expected-error @+1 {{attn (tp.head_slice): the result should be ?x24, got ?x32}}
+  %r = tp.head_slice "attn" %x {head_dim = 14 : i64, offset = 8 : i64, size = 6 : i64} : (tensor<?x56xf32>) -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x30xf32>, %s: tensor<?x4xf32>) {
+  // expected-error @+1 {{attn (tp.concat_heads): the heads have 30 features, not a whole number of heads of head_dim 8}}
+  %r = tp.concat_heads "attn" %x, %s {head_dim = 8 : i64} : (tensor<?x30xf32>, tensor<?x4xf32>) -> tensor<?x48xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x32xf32>, %s: tensor<?x4xf32>) {
+  // expected-error @+1 {{attn (tp.concat_heads): the result should be ?x48, got ?x36}}
+  %r = tp.concat_heads "attn" %x, %s {head_dim = 8 : i64} : (tensor<?x32xf32>, tensor<?x4xf32>) -> tensor<?x36xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x48xf32>, %k: tensor<?x48xf32>, %v: tensor<?x48xf32>) {
+  // expected-error @+1 {{attn (tp.attention): v has 48 features, but num_kv_heads 4 x value_head_dim 6 = 24}}
+  %o = tp.attention "attn" %q, %k, %v {head_dim = 12 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64, value_head_dim = 6 : i64} : (tensor<?x48xf32>, tensor<?x48xf32>, tensor<?x48xf32>) -> tensor<?x24xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %w: tensor<4x16xf32>) {
+  // expected-error @+1 {{gate (tp.router): the 4 experts do not split into 3 equal groups}}
+  %r = tp.router "gate" %x, %w {top_k = 2 : i64, groups = 3 : i64, top_groups = 1 : i64} : (tensor<?x16xf32>, tensor<4x16xf32>) -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %w: tensor<4x16xf32>) {
+  // expected-error @+1 {{gate (tp.router): top_k 3 exceeds the 2 experts of the top_groups}}
+  %r = tp.router "gate" %x, %w {top_k = 3 : i64, groups = 2 : i64, top_groups = 1 : i64} : (tensor<?x16xf32>, tensor<4x16xf32>) -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %w: tensor<4x16xf32>) {
+  // expected-error @+1 {{gate (tp.router): groups and top_groups come together}}
+  %r = tp.router "gate" %x, %w {top_k = 2 : i64, groups = 2 : i64} : (tensor<?x16xf32>, tensor<4x16xf32>) -> tensor<?x4xf32>
+  return
+}

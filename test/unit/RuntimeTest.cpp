@@ -120,12 +120,53 @@ TEST(Kernels, RouterKeepsTopKRenormalized) {
   std::vector<float> x = {1.0f, 0.0f};
   std::vector<float> w = {0.5f, 0, 2.0f, 0, -1.0f, 0, 1.0f, 0}; // logits 0.5, 2, -1, 1
   std::vector<float> out(4);
-  router(Host{}, x.data(), 1, 2, w.data(), 4, 2, true, out.data());
+  router(Host{}, x.data(), 1, 2, w.data(), 4, 2, true, 1.0, 0, 0, out.data());
   double e1 = std::exp(2.0), e3 = std::exp(1.0);
   EXPECT_FLOAT_EQ(out[0], 0.0f);
   EXPECT_FLOAT_EQ(out[2], 0.0f);
   EXPECT_NEAR(out[1], e1 / (e1 + e3), 1e-6);
   EXPECT_NEAR(out[3], e3 / (e1 + e3), 1e-6);
+}
+
+TEST(Kernels, RouterLimitedToTheBestGroupAndScaled) {
+  // DeepSeek's group_limited_greedy: groups {0, 1} and {2, 3}; the best score (expert 1's)
+  // picks group 0, so its two experts win although expert 3 outscores expert 0; not
+  // renormalized, times 1.5.
+  std::vector<float> x = {1.0f, 0.0f};
+  std::vector<float> w = {0.5f, 0, 2.0f, 0, -1.0f, 0, 1.0f, 0}; // logits 0.5, 2, -1, 1
+  std::vector<float> out(4);
+  router(Host{}, x.data(), 1, 2, w.data(), 4, 2, false, 1.5, 2, 1, out.data());
+  double total = std::exp(0.5) + std::exp(2.0) + std::exp(-1.0) + std::exp(1.0);
+  EXPECT_NEAR(out[0], 1.5 * std::exp(0.5) / total, 1e-6);
+  EXPECT_NEAR(out[1], 1.5 * std::exp(2.0) / total, 1e-6);
+  EXPECT_FLOAT_EQ(out[2], 0.0f);
+  EXPECT_FLOAT_EQ(out[3], 0.0f);
+}
+
+TEST(Kernels, InterleavedRotaryOfTheLastDimsOfEachHead) {
+  // DeepSeek's query heads: 2 nope dims kept, then 4 rope dims rotated as complex pairs.
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, out(12);
+  int64_t positions[] = {2};
+  rotary(Host{}, x.data(), 1, 12, 6, 10000.0, nullptr, positions, true, 2, out.data());
+  for (int64_t h = 0; h < 2; ++h) {
+    const float *in = x.data() + 6 * h, *o = out.data() + 6 * h;
+    EXPECT_EQ(o[0], in[0]);
+    EXPECT_EQ(o[1], in[1]);
+    for (int64_t i = 0; i < 2; ++i) {
+      double angle = 2 * std::pow(10000.0, -2.0 * i / 4), a = in[2 + 2 * i], b = in[3 + 2 * i];
+      EXPECT_NEAR(o[2 + 2 * i], a * std::cos(angle) - b * std::sin(angle), 1e-5);
+      EXPECT_NEAR(o[3 + 2 * i], b * std::cos(angle) + a * std::sin(angle), 1e-5);
+    }
+  }
+}
+
+TEST(Kernels, HeadSliceAndConcatHeads) {
+  // Two heads of 3: columns [1, 3) of each; then each head of 2 followed by a shared 1.
+  std::vector<float> x = {1, 2, 3, 4, 5, 6}, sliced(4), shared = {9}, joined(6);
+  headSlice(Host{}, x.data(), 1, 6, 3, 1, 2, sliced.data());
+  EXPECT_EQ(sliced, (std::vector<float>{2, 3, 5, 6}));
+  concatHeads(Host{}, sliced.data(), 1, 4, 2, shared.data(), 1, joined.data());
+  EXPECT_EQ(joined, (std::vector<float>{2, 3, 9, 5, 6, 9}));
 }
 
 TEST(Kernels, ExpertsSumRoutedExpertsOnly) {

@@ -291,6 +291,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         return 1;
       memory.weights = parameterBytes(*partitioned);
       memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
+      memory.mlaLatentCache = mlaLatentCacheBytes(*partitioned, maxSeqLen);
       RankShares shares = rankShares(*partitioned);
       // The largest rank against the even share, for what is split unevenly.
       struct Share {
@@ -359,6 +360,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                                 {"unsharded_weights_bytes", memory.unshardedWeights},
                                 {"weights_ratio", ratio},
                                 {"kv_cache_bytes", memory.kvCache},
+                                {"mla_latent_cache_bytes", memory.mlaLatentCache},
                                 {"max_seq_len", memory.maxSeqLen},
                                 {"max_seq_len_from", maxSeqLenFrom},
                                 {"max_position_embeddings",
@@ -385,6 +387,13 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                         memory.weights, 100 * ratio, memory.unshardedWeights);
       os << fmt::format("  KV cache            {:>14.0f} bytes at {} tokens ({})\n",
                         memory.kvCache, memory.maxSeqLen, maxSeqLenWhy);
+      if (memory.mlaLatentCache > 0)
+        os << fmt::format(
+            "                      (MLA: keys and values of this rank's heads, where the latent "
+            "and rope key transformers caches would take {:.0f} bytes on every rank; cached "
+            "per head, a decode step puts only its own token through kv_b_proj, not the "
+            "whole context)\n",
+            memory.mlaLatentCache);
       os << fmt::format("  activation arena    {:>14.0f} bytes ({} elements per token x {} "
                         "tokens, --target {}: what the binary allocates)\n",
                         memory.arena, memory.arenaElementsPerToken, memory.maxSeqLen, o.target);

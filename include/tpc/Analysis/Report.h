@@ -39,6 +39,7 @@ struct PhaseReport {
 
 struct MemoryReport {
   double weights = 0, unshardedWeights = 0, kvCache = 0, arena = 0;
+  double mlaLatentCache = 0; // the latent cache transformers keeps for MLA layers instead
   int64_t maxSeqLen = 0, arenaElementsPerToken = 0;
 };
 
@@ -101,6 +102,9 @@ RankShares rankShares(mlir::ModuleOp partitioned);
 double imbalance(const std::vector<double> &perRank);
 /// Keys and values of every attention layer for `maxSeqLen` tokens, as partitioned.
 double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
+/// What DeepSeek's MLA layers would cache as transformers does (the latent and the rope key,
+/// on every rank) where tpc caches per-head keys and values; 0 without MLA.
+double mlaLatentCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
 /// The activation arena tp-plan-arena laid out, in elements per token: the largest of the
 /// program's forwards, which share it. The binary allocates it for --max-seq-len tokens.
 int64_t arenaElementsPerToken(mlir::ModuleOp program);

@@ -47,6 +47,7 @@ private:
   OpLayout elementwise(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   OpLayout slice(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   OpLayout concat(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
+  mlir::FailureOr<OpLayout> perHead(mlir::Operation *op, llvm::ArrayRef<PlacementAttr> in);
   /// Whether a feature dim of `features` split as `placement` gives every rank whole heads.
   bool wholeHeads(PlacementAttr placement, int64_t features, int64_t headDim) const;
 

@@ -215,8 +215,16 @@ LogicalResult RotaryOp::verify() {
   if (failed(expectRank(*this, getInput(), "the input", 2)))
     return failure();
   int64_t headDim = getHeadDim(), features = tensorOf(getInput()).getDimSize(1);
-  if (headDim % 2 != 0)
-    return moduleError(*this) << "head_dim " << headDim << " must be even to rotate halves";
+  int64_t rotated = headDim - getUnrotated().value_or(0);
+  if (rotated <= 0)
+    return moduleError(*this) << "unrotated " << *getUnrotated()
+                              << " leaves nothing of head_dim " << headDim << " to rotate";
+  if (rotated % 2 != 0) {
+    if (!getUnrotated())
+      return moduleError(*this) << "head_dim " << headDim << " must be even to rotate halves";
+    return moduleError(*this) << "the rotated part of each head, head_dim " << headDim
+                              << " - unrotated " << *getUnrotated() << ", must be even";
+  }
   if (!ShapedType::isDynamic(features) && features % headDim != 0)
     return moduleError(*this) << "the input has " << features
                               << " features, not a whole number of heads of head_dim "
@@ -228,10 +236,10 @@ LogicalResult RotaryOp::verify() {
   if (getTheta().convertToDouble() <= 0)
     return moduleError(*this) << "theta must be positive";
   if (std::optional<ArrayRef<double>> invFreq = getInvFreq();
-      invFreq && static_cast<int64_t>(invFreq->size()) != headDim / 2)
-    return moduleError(*this) << "inv_freq has " << invFreq->size()
-                              << " frequencies, but head_dim " << headDim << " needs "
-                              << headDim / 2;
+      invFreq && static_cast<int64_t>(invFreq->size()) != rotated / 2)
+    return moduleError(*this) << "inv_freq has " << invFreq->size() << " frequencies, but "
+                              << (getUnrotated() ? "the rotated part " : "head_dim ") << rotated
+                              << " needs " << rotated / 2;
   return expectResult(*this, getInput(), features);
 }
 
@@ -241,6 +249,7 @@ LogicalResult AttentionOp::verify() {
         failed(expectElementType(*this, v, what, tensorOf(getQuery()).getElementType())))
       return failure();
   int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
+  int64_t valueHeadDim = getValueHeadDim().value_or(headDim);
   if (getRankHeads().has_value() != getKvGroup().has_value())
     return moduleError(*this) << "rank_heads and kv_group come together";
   if (std::optional<ArrayRef<int64_t>> ranks = getRankHeads()) {
@@ -252,18 +261,20 @@ LogicalResult AttentionOp::verify() {
   } else if (heads % kvHeads != 0)
     return moduleError(*this) << "num_heads " << heads << " is not a multiple of num_kv_heads "
                               << kvHeads;
-  auto expectFeatures = [&](Value v, StringRef what, int64_t n,
-                            StringRef count) -> LogicalResult {
+  auto expectFeatures = [&](Value v, StringRef what, int64_t n, StringRef count,
+                            int64_t width, StringRef widthName) -> LogicalResult {
     int64_t features = tensorOf(v).getDimSize(1);
-    if (sameSize(features, n * headDim))
+    if (sameSize(features, n * width))
       return success();
     return moduleError(*this) << what << " has " << sizeStr(features) << " features, but "
-                              << count << " " << n << " x head_dim " << headDim << " = "
-                              << n * headDim;
+                              << count << " " << n << " x " << widthName << " " << width
+                              << " = " << n * width;
   };
-  if (failed(expectFeatures(getQuery(), "q", heads, "num_heads")) ||
-      failed(expectFeatures(getKey(), "k", kvHeads, "num_kv_heads")) ||
-      failed(expectFeatures(getValue(), "v", kvHeads, "num_kv_heads")))
+  StringRef valueWidthName = getValueHeadDim() ? "value_head_dim" : "head_dim";
+  if (failed(expectFeatures(getQuery(), "q", heads, "num_heads", headDim, "head_dim")) ||
+      failed(expectFeatures(getKey(), "k", kvHeads, "num_kv_heads", headDim, "head_dim")) ||
+      failed(expectFeatures(getValue(), "v", kvHeads, "num_kv_heads", valueHeadDim,
+                            valueWidthName)))
     return failure();
   int64_t seq = tensorOf(getQuery()).getDimSize(0);
   for (Value v : {getKey(), getValue()})
@@ -272,7 +283,38 @@ LogicalResult AttentionOp::verify() {
                                 << sizeStr(seq) << " and " << sizeStr(tensorOf(v).getDimSize(0));
   if (std::optional<APFloat> softcap = getSoftcap(); softcap && softcap->convertToDouble() <= 0)
     return moduleError(*this) << "softcap must be positive";
-  return expectResult(*this, getQuery(), heads * headDim);
+  return expectResult(*this, getQuery(), heads * valueHeadDim);
+}
+
+LogicalResult HeadSliceOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)))
+    return failure();
+  int64_t headDim = getHeadDim(), features = tensorOf(getInput()).getDimSize(1);
+  if (!ShapedType::isDynamic(features) && features % headDim != 0)
+    return moduleError(*this) << "the input has " << features
+                              << " features, not a whole number of heads of head_dim " << headDim;
+  if (static_cast<int64_t>(getOffset() + getSize()) > headDim)
+    return moduleError(*this) << "columns [" << getOffset() << ", " << getOffset() + getSize()
+                              << ") are not inside a head of head_dim " << headDim;
+  int64_t heads = ShapedType::isDynamic(features) ? features : features / headDim;
+  return expectResult(*this, getInput(),
+                      ShapedType::isDynamic(heads) ? heads : heads * int64_t(getSize()));
+}
+
+LogicalResult ConcatHeadsOp::verify() {
+  if (failed(expectRank(*this, getHeads(), "the heads", 2)) ||
+      failed(expectRank(*this, getShared(), "the shared part", 2)))
+    return failure();
+  int64_t headDim = getHeadDim(), features = tensorOf(getHeads()).getDimSize(1);
+  int64_t shared = tensorOf(getShared()).getDimSize(1);
+  if (!ShapedType::isDynamic(features) && features % headDim != 0)
+    return moduleError(*this) << "the heads have " << features
+                              << " features, not a whole number of heads of head_dim " << headDim;
+  if (!sameSize(tensorOf(getShared()).getDimSize(0), tensorOf(getHeads()).getDimSize(0)))
+    return moduleError(*this) << "the heads and the shared part must have the same tokens";
+  if (ShapedType::isDynamic(features) || ShapedType::isDynamic(shared))
+    return expectResult(*this, getHeads(), ShapedType::kDynamic);
+  return expectResult(*this, getHeads(), features / headDim * (headDim + shared));
 }
 
 LogicalResult SiluOp::verify() { return verifyElementwise(*this); }
@@ -306,6 +348,23 @@ LogicalResult RouterOp::verify() {
   if (!ShapedType::isDynamic(experts) && static_cast<int64_t>(getTopK()) > experts)
     return moduleError(*this) << "top_k " << getTopK() << " exceeds the " << experts
                               << " experts";
+  if (getGroups().has_value() != getTopGroups().has_value())
+    return moduleError(*this) << "groups and top_groups come together";
+  if (std::optional<int64_t> groups = getGroups()) {
+    if (!ShapedType::isDynamic(experts) && experts % *groups != 0)
+      return moduleError(*this) << "the " << experts << " experts do not split into " << *groups
+                                << " equal groups";
+    if (*getTopGroups() > *groups)
+      return moduleError(*this) << "top_groups " << *getTopGroups() << " exceeds the "
+                                << *groups << " groups";
+    if (!ShapedType::isDynamic(experts) &&
+        static_cast<int64_t>(getTopK()) > *getTopGroups() * (experts / *groups))
+      return moduleError(*this) << "top_k " << getTopK() << " exceeds the "
+                                << *getTopGroups() * (experts / *groups)
+                                << " experts of the top_groups";
+  }
+  if (std::optional<APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0))
+    return moduleError(*this) << "scale must be positive";
   return expectResult(*this, getInput(), experts);
 }
 

@@ -35,6 +35,15 @@ public:
   LogicalResult supports(Operation *op) const override {
     if (isa<tpc::tp::RouterOp, tpc::tp::ExpertsOp>(op))
       return op->emitError() << "the CUDA target cannot run mixture-of-experts layers yet";
+    auto rotary = dyn_cast<tpc::tp::RotaryOp>(op);
+    auto mla = dyn_cast<tpc::tp::AttentionOp>(op);
+    if (isa<tpc::tp::HeadSliceOp, tpc::tp::ConcatHeadsOp>(op) ||
+        (rotary && (rotary.getInterleaved() || rotary.getUnrotated())) ||
+        (mla && mla.getValueHeadDim()))
+      return op->emitError() << tpc::tp::getModuleName(op)
+                             << ": the CUDA target cannot run DeepSeek's multi-head latent "
+                                "attention yet (its attention kernels take one head_dim for "
+                                "keys and values); use --target cpu";
     if (auto attention = dyn_cast<tpc::tp::AttentionOp>(op); attention && attention.getKvGroup())
       return op->emitError()
              << attention.getModule()

@@ -36,8 +36,25 @@ void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int6
 
 /// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`, with
 /// inverse frequencies theta^(-2i/headDim), or the headDim/2 of `invFreq` when not null.
+/// `interleaved`: pairs (2i, 2i+1), DeepSeek's complex form; `unrotated`: the first elements
+/// of each head left as they are, the rest rotated (frequencies over that many dims).
 void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *invFreq, const int64_t *positions, float *out);
+            const double *invFreq, const int64_t *positions, bool interleaved,
+            int64_t unrotated, float *out);
+
+inline void rotary(Host h, const float *x, int64_t rows, int64_t cols, int64_t headDim,
+                   double theta, const double *invFreq, const int64_t *positions, float *out) {
+  rotary(h, x, rows, cols, headDim, theta, invFreq, positions, false, 0, out);
+}
+
+/// Columns [offset, offset + size) of each head of `headDim` of a [rows, cols] matrix.
+void headSlice(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, int64_t offset,
+               int64_t size, float *out);
+
+/// Each head of `headDim` of `heads` [rows, cols], followed by the row of `shared` [rows,
+/// sharedCols]: [rows, cols / headDim * (headDim + sharedCols)].
+void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t headDim,
+                 const float *shared, int64_t sharedCols, float *out);
 
 /// One layer's keys and values for up to `capacity` tokens: [capacity, kvHeads * headDim].
 struct KVCache {
@@ -58,9 +75,18 @@ struct HeadSplit {
 /// being padding that comes out zero. Appends k and v to the cache first. A positive
 /// slidingWindow W limits each query to the W latest keys; a positive softcap c maps each
 /// scaled score s to c * tanh(s / c).
+/// Values (and so outputs) have heads of `valueHeadDim` (DeepSeek's MLA; headDim elsewhere).
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
-               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, const HeadSplit &split, KVCache &cache, float *out);
+               int64_t kvHeads, int64_t headDim, int64_t valueHeadDim, double scale,
+               int64_t slidingWindow, double softcap, const HeadSplit &split, KVCache &cache,
+               float *out);
+inline void attention(Host h, const float *q, const float *k, const float *v, int64_t rows,
+                      int64_t heads, int64_t kvHeads, int64_t headDim, double scale,
+                      int64_t slidingWindow, double softcap, const HeadSplit &split,
+                      KVCache &cache, float *out) {
+  attention(h, q, k, v, rows, heads, kvHeads, headDim, headDim, scale, slidingWindow, softcap,
+            split, cache, out);
+}
 
 void silu(Host, const float *x, int64_t n, float *out);
 void gelu(Host, const float *x, int64_t n, bool tanhApproximation, float *out);
@@ -68,9 +94,12 @@ void scale(Host, const float *x, int64_t n, double factor, float *out);
 void softcap(Host, const float *x, int64_t n, double cap, float *out);
 
 /// MoE routing: logits = x @ w^T ([rows, experts]); softmax; the topK largest kept (divided by
-/// their sum when `normalize`), every other weight 0. out is [rows, experts].
+/// their sum when `normalize`), every other weight 0; kept weights times `scale`. With
+/// `groups` > 0 only experts of the `topGroups` groups with the largest best score compete.
+/// out is [rows, experts].
 void router(Host, const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
-            int64_t topK, bool normalize, float *out);
+            int64_t topK, bool normalize, double scale, int64_t groups, int64_t topGroups,
+            float *out);
 
 /// MoE experts: out[t] = sum over local experts e with routing[t, e] != 0 of
 /// routing[t, e] * down[e] (act(gate) * up), where [gate | up] = gateUp[e] x[t].

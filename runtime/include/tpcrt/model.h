@@ -81,6 +81,7 @@ struct ModelSpec {
   int64_t floatsPerToken;            // the activation arena, per token
   std::vector<ParamDesc> params;
   std::vector<int64_t> kvWidths;     // per attention layer: kv heads * head_dim, local
+  std::vector<int64_t> kvValueWidths; // the same for values (kv heads * value head dim)
   ForwardFn forward;                 // every token count
   ForwardFn forwardSequenceParallel; // token counts tp divides (null: none)
   bool lastTokenOnly = false;        // forwards return the last token's row only

@@ -21,6 +21,8 @@ ModelSpec *newSpec(const char *name, int64_t tp, int64_t vocab, int64_t arenaPer
 void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, SliceSpec slice,
               std::vector<std::string> sources);
 void addKvCache(ModelSpec *spec, int64_t width);
+/// A layer whose value heads are narrower or wider than its key heads (DeepSeek's MLA).
+void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth);
 void addEosId(ModelSpec *spec, int64_t id);
 /// config.json's max_position_embeddings: the default --max-seq-len is no more than that.
 void setMaxPositions(ModelSpec *spec, int64_t positions);
@@ -36,7 +38,39 @@ inline Host kernels(Context &) { return {}; }
 // Mixtures of experts: on the CPU target only.
 inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
                    int64_t experts, int64_t topK, bool normalize, float *out) {
-  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, out);
+  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, 1.0, 0, 0, out);
+}
+/// DeepSeek's router: kept weights times `scale`, experts from the `topGroups` best of
+/// `groups` groups (0: no groups).
+inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
+                   int64_t experts, int64_t topK, bool normalize, double scale, int64_t groups,
+                   int64_t topGroups, float *out) {
+  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, scale, groups, topGroups,
+         out);
+}
+
+// DeepSeek's multi-head latent attention: on the CPU target only.
+inline void rotary(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t headDim,
+                   double theta, const double *invFreq, const int64_t *positions,
+                   bool interleaved, int64_t unrotated, float *out) {
+  rotary(kernels(cx), x, rows, cols, headDim, theta, invFreq, positions, interleaved, unrotated,
+         out);
+}
+inline void headSlice(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t headDim,
+                      int64_t offset, int64_t size, float *out) {
+  headSlice(kernels(cx), x, rows, cols, headDim, offset, size, out);
+}
+inline void concatHeads(Context &cx, const float *heads, int64_t rows, int64_t cols,
+                        int64_t headDim, const float *shared, int64_t sharedCols, float *out) {
+  concatHeads(kernels(cx), heads, rows, cols, headDim, shared, sharedCols, out);
+}
+/// Attention whose value heads have `valueHeadDim` elements, not head_dim.
+inline void attention(Context &cx, const float *q, const float *k, const float *v, int64_t n,
+                      int64_t heads, int64_t kvHeads, int64_t headDim, int64_t valueHeadDim,
+                      double scale, int64_t slidingWindow, double softcap, int64_t layer,
+                      float *out) {
+  attention(kernels(cx), q, k, v, n, heads, kvHeads, headDim, valueHeadDim, scale,
+            slidingWindow, softcap, HeadSplit{}, cx.caches[size_t(layer)], out);
 }
 inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
                     int64_t count, const float *gateUp, const float *down, int64_t inter,

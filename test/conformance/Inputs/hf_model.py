@@ -5,7 +5,7 @@
                                                        process, so torch and transformers
                                                        are imported once: ~7 s of the ~9 s)
 
-ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral, olmo2. The model is
+ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral, olmo2, deepseek_v2. The model is
 built with transformers' own class (LlamaForCausalLM, ...), fp32, eval mode, eager
 attention, weights drawn from torch's generator seeded with S (default 0), and saved with
 save_pretrained (config.json, generation_config.json, model.safetensors) into OUTDIR.
@@ -38,6 +38,12 @@ exercises on top of that:
              transformers 5 fuses them into 3-D tensors on load: see NOTES-params.txt)
     olmo2    q_norm / k_norm over the whole projected width (heads x head_dim), norms after
              attention and MLP only
+    deepseek_v2  multi-head latent attention (q_lora_rank 32 -> q_a_layernorm -> q_b_proj;
+             kv_lora_rank 32; query/key heads of 16 nope + 8 rope dims, values of 12; 4 KV
+             heads = the 4 heads, as its attention needs), layer 0 dense
+             (first_k_dense_replace 1), layer 1 MoE: 4 routed experts top 2 chosen
+             group_limited_greedy (2 groups, the best 1), routed_scaling_factor 1.5, one shared
+             expert of moe_intermediate_size 32
 
 Weights: every matrix is redrawn N(0, X^2) (X from --std, default 0.15, rather than
 transformers' 0.02, which gives near-flat logits and greedy near-ties everywhere); every
@@ -76,7 +82,8 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "olmo2"]
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "olmo2",
+         "deepseek_v2"]
 VOCAB, PROMPT_LEN, NEW_TOKENS = 256, 8, 16
 MAX_TRIES, MIN_DISTINCT, MIN_ROUTER_GAP = 20, 6, 1e-3
 COMMON = dict(
@@ -149,6 +156,26 @@ def arch_config(arch, std):
         # Olmo2Config has no head_dim field: hidden_size / num_attention_heads = 16.
         kw.update(tie_word_embeddings=False)
         return "Olmo2Config", "Olmo2ForCausalLM", kw
+    if arch == "deepseek_v2":
+        kw.update(
+            num_key_value_heads=4,
+            tie_word_embeddings=False,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            routed_scaling_factor=1.5,
+            topk_method="group_limited_greedy",
+            n_group=2,
+            topk_group=1,
+        )
+        return "DeepseekV2Config", "DeepseekV2ForCausalLM", kw
     raise SystemExit(f"hf_model.py: unknown arch {arch!r}; one of {', '.join(ARCHS)}")
 
 
