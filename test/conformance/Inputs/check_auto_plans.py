@@ -23,7 +23,7 @@ import json
 import sys
 import warnings
 
-MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral"]
+MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen3_moe"]
 
 
 def expected_table(model_types=MODEL_TYPES, instantiate=True):
