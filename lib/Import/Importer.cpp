@@ -404,7 +404,10 @@ void Importer::readQwenMoe() {
     if (!only->is_array())
       c.error("mlp_only_layers") << "'mlp_only_layers' must be a list of layer indices, got "
                                  << only->dump();
-    else
+    else {
+      // transformers only asks whether a layer's index is in the list: others are no error.
+      std::string outside;
+      int64_t outsideCount = 0;
       for (const json &index : *only) {
         if (!index.is_number_integer()) {
           c.error("mlp_only_layers")
@@ -416,11 +419,15 @@ void Importer::readQwenMoe() {
                            : index.get<int64_t>() >= 0 && index.get<int64_t>() < layers;
         if (inRange)
           dense[index.get<int64_t>()] = true;
-        else // transformers only asks whether a layer's index is in the list
-          emitWarning(c.doc.keyLoc({"mlp_only_layers"}))
-              << "'mlp_only_layers' names layer " << index.dump() << ", which this model of "
-              << layers << " layers does not have; ignored";
+        else if (!outsideCount++)
+          outside = index.dump();
       }
+      if (outsideCount) // once: the list may be long
+        emitWarning(c.doc.keyLoc({"mlp_only_layers"}))
+            << "'mlp_only_layers' names layer " << outside
+            << (outsideCount > 1 ? " and " + std::to_string(outsideCount - 1) + " more" : "")
+            << " that this model of " << layers << " layers does not have; ignored";
+    }
   }
   if (!c.failed && experts > 0 && topK > experts)
     c.error("num_experts_per_tok")
