@@ -11,6 +11,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -33,14 +34,18 @@ struct Architecture {
   bool gemma = false;         // norms scale by (1 + w), embeddings by sqrt(hidden)
   bool sandwichNorms = false; // Gemma2: norms after attention and MLP too
   bool fused = false;         // Phi3: qkv_proj, gate_up_proj
-  bool moe = false;           // Mixtral: router + experts
+  bool moe = false;           // Mixtral, Qwen3-MoE: router + experts
+  bool qwenMoe = false;       // Qwen3-MoE: num_experts, moe_intermediate_size, norm_topk_prob;
+                              // dense layers by mlp_only_layers and decoder_sparse_step
   bool slidingEveryLayer = false; // Mistral, Mixtral, Phi3: sliding_window applies to all
   bool hasLayerTypes = false;     // Qwen2/3, Gemma2: layer_types chooses per layer
+  bool slidingNeedsFlag = false;  // Qwen3-MoE: sliding_window counts with use_sliding_window
   bool attentionBiasField = false, mlpBiasField = false;
   const char *activationKey = "hidden_act";
   const char *defaultActivation = "silu";
   bool tiedByDefault = false;
   double defaultEps = 1e-6; // the config class's rms_norm_eps
+  double defaultTheta = 1e4; // the config class's default_theta
 };
 
 /// The supported architectures, each spelled as its differences from Llama.
@@ -66,13 +71,18 @@ const std::vector<Architecture> &architectures() {
     phi3.fused = phi3.slidingEveryLayer = true;
     Architecture mixtral{"mixtral", "MixtralForCausalLM"};
     mixtral.moe = mixtral.slidingEveryLayer = true;
+    mixtral.defaultTheta = 1e6;
+    Architecture qwen3Moe{"qwen3_moe", "Qwen3MoeForCausalLM"};
+    qwen3Moe.qkNorm = qwen3Moe.attentionBiasField = true;
+    qwen3Moe.moe = qwen3Moe.qwenMoe = true;
+    qwen3Moe.slidingEveryLayer = qwen3Moe.slidingNeedsFlag = true;
     Architecture olmo2{"olmo2", "Olmo2ForCausalLM"};
     olmo2.rowQkNorm = olmo2.postNormsOnly = olmo2.attentionBiasField = true;
     olmo2.defaultEps = 1e-5;
     Architecture deepseek2{"deepseek_v2", "DeepseekV2ForCausalLM"};
     deepseek2.mla = deepseek2.attentionBiasField = deepseek2.mlpBiasField = true;
-    return std::vector<Architecture>{llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral,
-                                     olmo2, deepseek2};
+    return std::vector<Architecture>{llama, mistral, qwen2,    qwen3, gemma,    gemma2,
+                                     phi3,  mixtral, qwen3Moe, olmo2, deepseek2};
   }();
   return table;
 }
@@ -279,6 +289,7 @@ public:
 
 private:
   bool readShape();
+  void readQwenMoe();
   std::optional<Rope> readRope(const json *parameters, const std::string &where);
   bool readLayerTypes();
   std::string linear(const std::string &name, const std::string &module, const std::string &x,
@@ -301,7 +312,9 @@ private:
   const Architecture &arch;
   Writer w;
   int64_t vocab = 0, hidden = 0, inter = 0, layers = 0, heads = 0, kvHeads = 0, headDim = 0;
-  int64_t experts = 0, topK = 0;
+  int64_t experts = 0, topK = 0, expertInter = 0;
+  bool normalizeTopK = true;      // the router divides the kept weights by their sum
+  std::vector<bool> sparseLayers; // which layers route to experts (the rest: a dense MLP)
   // DeepSeek-V2: the latent ranks (qLora 0: q_proj instead of q_a/q_b), the query/key head's
   // nope and rope parts, the value head; dense layers first, shared experts, routing.
   int64_t qLora = 0, kvLora = 0, nopeDim = 0, ropeDim = 0, valueDim = 0;
@@ -380,13 +393,17 @@ bool Importer::readShape() {
     c.error(arch.activationKey) << "activation '" << act
                                 << "' is not supported (silu, gelu, gelu_pytorch_tanh, "
                                    "gelu_new are)";
-  if (arch.moe) {
+  if (arch.moe && !arch.qwenMoe) {
     experts = c.integer("num_local_experts", std::nullopt, 1, kMaxRepeats).value_or(0);
     topK = get("num_experts_per_tok");
     if (!c.failed && topK > experts)
       c.error("num_experts_per_tok") << "num_experts_per_tok " << topK << " exceeds the "
                                      << experts << " experts";
+    expertInter = inter;
+    sparseLayers.assign(layers, true);
   }
+  if (arch.qwenMoe)
+    readQwenMoe();
   if (arch.sandwichNorms) {
     attnScale = std::pow(c.number("query_pre_attn_scalar", 256).value_or(256), -0.5);
     attnSoftcap = c.number("attn_logit_softcapping", std::nullopt);
@@ -475,9 +492,59 @@ bool Importer::readMla() {
   return true;
 }
 
+/// Qwen3-MoE's experts: their sizes, how the router weighs them and which layers have them
+/// (Qwen3MoeDecoderLayer: a layer not in mlp_only_layers whose index + 1 is a multiple of
+/// decoder_sparse_step, when there are experts; every other layer has Qwen3MoeMLP).
+void Importer::readQwenMoe() {
+  // Qwen3MoeConfig also takes num_local_experts for num_experts (its attribute_map).
+  const char *expertsKey =
+      c.get("num_experts") || !c.get("num_local_experts") ? "num_experts" : "num_local_experts";
+  experts = c.integer(expertsKey, std::nullopt, 0, kMaxRepeats).value_or(0);
+  topK = c.integer("num_experts_per_tok", std::nullopt).value_or(0);
+  expertInter = c.integer("moe_intermediate_size", std::nullopt).value_or(0);
+  normalizeTopK = c.boolean("norm_topk_prob", false);
+  int64_t step = c.integer("decoder_sparse_step", 1, 1, kMaxRepeats).value_or(1);
+  std::vector<bool> dense(layers, false);
+  if (const json *only = c.get("mlp_only_layers")) {
+    if (!only->is_array())
+      c.error("mlp_only_layers") << "'mlp_only_layers' must be a list of layer indices, got "
+                                 << only->dump();
+    else {
+      // transformers only asks whether a layer's index is in the list: others are no error.
+      std::string outside;
+      int64_t outsideCount = 0;
+      for (const json &index : *only) {
+        if (!index.is_number_integer()) {
+          c.error("mlp_only_layers")
+              << "'mlp_only_layers' must list layer indices, got " << index.dump();
+          break;
+        }
+        bool inRange = index.is_number_unsigned()
+                           ? index.get<uint64_t>() < uint64_t(layers)
+                           : index.get<int64_t>() >= 0 && index.get<int64_t>() < layers;
+        if (inRange)
+          dense[index.get<int64_t>()] = true;
+        else if (!outsideCount++)
+          outside = index.dump();
+      }
+      if (outsideCount) // once: the list may be long
+        emitWarning(c.doc.keyLoc({"mlp_only_layers"}))
+            << "'mlp_only_layers' names layer " << outside
+            << (outsideCount > 1 ? " and " + std::to_string(outsideCount - 1) + " more" : "")
+            << " that this model of " << layers << " layers does not have; ignored";
+    }
+  }
+  if (!c.failed && experts > 0 && topK > experts)
+    c.error("num_experts_per_tok")
+        << "num_experts_per_tok " << topK << " exceeds the " << experts << " experts";
+  sparseLayers.assign(layers, false);
+  for (int64_t i = 0; i < layers; ++i)
+    sparseLayers[i] = !dense[i] && experts > 0 && (i + 1) % step == 0;
+}
+
 std::optional<Rope> Importer::readRope(const json *parameters, const std::string &where) {
   Rope rope;
-  rope.theta = arch.moe ? 1e6 : 1e4; // the config classes' default_theta
+  rope.theta = arch.defaultTheta;
   if (const json *theta = c.get("rope_theta"); theta && theta->is_number())
     rope.theta = theta->get<double>();
   std::string type = "default";
@@ -567,6 +634,8 @@ bool Importer::readLayerTypes() {
   if (window)
     slidingWindow = window->get<int64_t>();
   layerTypes.assign(layers, "full_attention");
+  if (arch.slidingNeedsFlag && !c.boolean("use_sliding_window", false))
+    slidingWindow.reset();
   if (arch.slidingEveryLayer && slidingWindow)
     layerTypes.assign(layers, "sliding_attention");
   if (arch.hasLayerTypes) {
@@ -810,25 +879,37 @@ std::string Importer::layer(int64_t i, const std::string &h) {
                                      sharedExperts * moeInter);
       out = w.op(v + "moe_sum", "add", mlp, {out, shared}, "", w.act(hidden));
     }
-  } else if (arch.moe) {
-    // transformers fuses the experts on load; save_pretrained (and the Hub) keep Mixtral's
-    // original per-expert tensors: w1 = gate, w3 = up, w2 = down.
-    std::string legacy = p + ".block_sparse_moe";
+  } else if (arch.moe && sparseLayers[i]) {
+    // transformers fuses the experts on load; save_pretrained (and the Hub) keep the
+    // original per-expert tensors: Mixtral's w1 = gate, w3 = up, w2 = down, Qwen3-MoE's
+    // gate_proj, up_proj, down_proj.
+    std::string legacy = arch.qwenMoe ? mlp : p + ".block_sparse_moe";
+    const char *names[3] = {".w1.weight", ".w3.weight", ".w2.weight"};
+    if (arch.qwenMoe) {
+      names[0] = ".gate_proj.weight";
+      names[1] = ".up_proj.weight";
+      names[2] = ".down_proj.weight";
+    }
     std::vector<std::string> gateUpSources, downSources;
     for (int64_t e = 0; e < experts; ++e) {
       std::string expert = legacy + ".experts." + std::to_string(e);
-      gateUpSources.push_back(expert + ".w1.weight");
-      gateUpSources.push_back(expert + ".w3.weight");
-      downSources.push_back(expert + ".w2.weight");
+      gateUpSources.push_back(expert + names[0]);
+      gateUpSources.push_back(expert + names[1]);
+      downSources.push_back(expert + names[2]);
     }
-    std::string routing =
-        w.op(v + "routing", "router", mlp + ".gate",
-             {x, w.weight(mlp + ".gate.weight", {experts, hidden}, {legacy + ".gate.weight"})},
-             "top_k = " + i64(topK), w.act(experts));
+    std::vector<std::string> gateSources;
+    if (!arch.qwenMoe)
+      gateSources.push_back(legacy + ".gate.weight");
+    std::string routerAttrs = "top_k = " + i64(topK);
+    if (arch.qwenMoe) // norm_topk_prob, written either way
+      routerAttrs += std::string(", normalize = ") + (normalizeTopK ? "true" : "false");
+    std::string routing = w.op(v + "routing", "router", mlp + ".gate",
+                               {x, w.weight(mlp + ".gate.weight", {experts, hidden}, gateSources)},
+                               routerAttrs, w.act(experts));
     std::string gateUp =
-        w.weight(mlp + ".experts.gate_up_proj", {experts, 2 * inter, hidden}, gateUpSources);
+        w.weight(mlp + ".experts.gate_up_proj", {experts, 2 * expertInter, hidden}, gateUpSources);
     std::string down =
-        w.weight(mlp + ".experts.down_proj", {experts, hidden, inter}, downSources);
+        w.weight(mlp + ".experts.down_proj", {experts, hidden, expertInter}, downSources);
     out = w.op(v + "moe", "experts", mlp + ".experts", {x, routing, gateUp, down},
                act == "silu" ? "" : "activation = \"gelu_tanh\"", w.act(hidden));
   } else {
@@ -958,6 +1039,9 @@ std::optional<std::string> Importer::run() {
          << nopeDim << " + " << ropeDim << " and values of " << valueDim << "), " << experts
          << " routed experts (top " << topK << ") and " << sharedExperts
          << " shared from layer " << denseLayers;
+  if (arch.qwenMoe)
+    text << " of intermediate " << expertInter << " in "
+         << std::count(sparseLayers.begin(), sparseLayers.end(), true) << " of the layers";
   text << (tied ? ", tied embeddings" : "") << ".\n";
   text << "module @" << arch.modelType << " attributes {tp.hf_model_type = \"" << arch.modelType
        << "\", tp.hf_tied = " << (tied ? "true" : "false");

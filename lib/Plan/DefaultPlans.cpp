@@ -53,6 +53,22 @@ const json &table() {
                       {"model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
                       {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
                       {"model.layers.*.mlp.experts", "moe_tp_experts"}}}};
+    // Qwen3-MoE: Mixtral's plans, plus q_norm / k_norm and the MLP of its dense layers.
+    t["qwen3_moe"] = {{"tp",
+                       {{"model.layers.*.self_attn.q_proj", "colwise"},
+                        {"model.layers.*.self_attn.k_proj", "colwise"},
+                        {"model.layers.*.self_attn.v_proj", "colwise"},
+                        {"model.layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
+                        {"model.layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"},
+                        {"model.layers.*.self_attn.o_proj", "rowwise"},
+                        {"model.layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+                        {"model.layers.*.mlp.experts.down_proj", "rowwise"},
+                        {"model.layers.*.mlp.experts", "moe_tp_experts"},
+                        {"model.layers.*.mlp.gate_proj", "colwise"},
+                        {"model.layers.*.mlp.up_proj", "colwise"},
+                        {"model.layers.*.mlp.down_proj", "rowwise"},
+                        {"lm_head", "colwise_gather_output"}}},
+                      {"ep", t["mixtral"]["ep"]}};
     // q_norm and k_norm normalize over the whole projected width, so transformers gathers
     // q, k and v; tpc's tp-fold-redistribute keeps them sharded under this same plan.
     t["olmo2"] = {{"tp",

@@ -244,7 +244,7 @@ void PlanApplier::matchRules() {
     for (StringRef name : index.modules)
       if (matchesPattern(rule.pattern, name))
         r.modules.push_back(name.str());
-    if (r.params.empty() && r.modules.empty())
+    if (r.params.empty() && r.modules.empty() && !rule.fromTable)
       emitWarning(rule.loc) << "plan rule '" << rule.pattern
                             << "' matches no parameter or module of the model";
   }
@@ -469,6 +469,7 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
   // config.json's own base_model_tp_plan wins over transformers' class default.
   nlohmann::ordered_json plan;
   std::string source;
+  bool fromTable = false;
   if (auto own = module->getAttrOfType<StringAttr>(tp::kHfTpPlanAttrName); own && !expertParallel) {
     nlohmann::ordered_json base = nlohmann::ordered_json::parse(own.getValue().str(), nullptr,
                                                                 /*allow_exceptions=*/false);
@@ -493,6 +494,7 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
   } else if (const nlohmann::ordered_json *table =
                  defaultPlan(modelType.getValue(), expertParallel)) {
     plan = *table;
+    fromTable = true;
     source = "transformers 5.17's " + modelType.getValue().str() +
              (expertParallel ? " expert-parallel plan" : " plan");
   } else {
@@ -516,7 +518,7 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
       emitError(loc) << "the strategy for '" << key << "' must be a string";
       return failure();
     }
-    rules.push_back({key, value.get<std::string>(), loc});
+    rules.push_back({key, value.get<std::string>(), loc, fromTable});
   }
   return rules;
 }

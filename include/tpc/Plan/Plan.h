@@ -17,6 +17,9 @@ struct PlanRule {
   std::string pattern;
   std::string strategy;
   mlir::Location loc; // where the key was written
+  /// A rule of transformers' plan for a whole architecture (--plan auto): it may name
+  /// modules this model does not have (Qwen3-MoE's dense MLP when every layer has experts).
+  bool fromTable = false;
 };
 
 /// Reads a flat plan (`{pattern: strategy}`, byte-compatible with transformers) or a HF

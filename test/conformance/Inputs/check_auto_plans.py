@@ -23,7 +23,8 @@ import json
 import sys
 import warnings
 
-MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "olmo2", "deepseek_v2"]
+MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen3_moe",
+               "olmo2", "deepseek_v2"]
 
 
 def expected_table(model_types=MODEL_TYPES, instantiate=True):

@@ -5,10 +5,11 @@
                                                        process, so torch and transformers
                                                        are imported once: ~7 s of the ~9 s)
 
-ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral, olmo2, deepseek_v2. The model is
-built with transformers' own class (LlamaForCausalLM, ...), fp32, eval mode, eager
-attention, weights drawn from torch's generator seeded with S (default 0), and saved with
-save_pretrained (config.json, generation_config.json, model.safetensors) into OUTDIR.
+ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral, qwen3_moe, olmo2,
+deepseek_v2. The model is built with transformers' own class (LlamaForCausalLM, ...), fp32,
+eval mode, eager attention, weights drawn from torch's generator seeded with S (default 0),
+and saved with save_pretrained (config.json, generation_config.json, model.safetensors) into
+OUTDIR.
 
 Shapes (every arch): 2 layers, hidden 64, 4 attention heads, 2 KV heads, head_dim 16,
 intermediate 128, vocab 256, max_position_embeddings 256; bos 1, eos 2, pad 0. So tp 1, 2
@@ -36,6 +37,9 @@ exercises on top of that:
     phi3     fused qkv_proj and gate_up_proj
     mixtral  4 local experts, 2 per token (saved in the legacy per-expert w1/w2/w3 layout;
              transformers 5 fuses them into 3-D tensors on load: see NOTES-params.txt)
+    qwen3_moe q_norm / k_norm; 4 experts of intermediate 64, 2 per token, norm_topk_prob
+             true; layer 0 dense (mlp_only_layers [0], intermediate 128), layer 1 routed
+             (saved per expert: mlp.experts.N.gate_proj / up_proj / down_proj)
     olmo2    q_norm / k_norm over the whole projected width (heads x head_dim), norms after
              attention and MLP only
     deepseek_v2  multi-head latent attention (q_lora_rank 32 -> q_a_layernorm -> q_b_proj;
@@ -57,7 +61,7 @@ Reference: a prompt of 8 ids drawn from [3, 256) with the seed; greedy = transfo
 generate (do_sample False, max_new_tokens 16, eos disabled so it never stops early). The
 teacher-forced logits are one forward pass (no cache) over prompt + greedy[:15]: row i is the
 logits at position len(prompt) - 1 + i. If the smallest top-2 margin of those 16 rows is
-below --min-margin (default 0.02), or greedy has fewer than 6 distinct ids, or (Mixtral) some
+below --min-margin (default 0.02), or greedy has fewer than 6 distinct ids, or (MoE) some
 position's router has its k-th and (k+1)-th expert logits within 1e-3, another prompt is
 drawn (generator seeded S * 1000 + try, at most 20 tries; the best is kept), so the greedy
 tokens (and expert choices) are not near-ties and not one id repeated. Writes into OUTDIR:
@@ -66,7 +70,7 @@ tokens (and expert choices) are not near-ties and not one id repeated. Writes in
                      "margins" (top-2 margin per row), "cache_vs_forward_max_diff" (generate's
                      KV-cache logits against the forward pass), "reload_max_diff" (the
                      checkpoint reloaded with from_pretrained: must be <= 1e-6),
-                     "router_min_gap" (Mixtral; else null), "seed", "prompt_try", "vocab",
+                     "router_min_gap" (MoE; else null), "seed", "prompt_try", "vocab",
                      versions, and "overrides" ({KEY: VALUE} of --set; only when given)}
     reference.bin   float32 little-endian, 16 rows x vocab
     prompt.txt      the prompt ids, comma-separated (for --prompt-ids)
@@ -82,8 +86,8 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "olmo2",
-         "deepseek_v2"]
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen3_moe",
+         "olmo2", "deepseek_v2"]
 VOCAB, PROMPT_LEN, NEW_TOKENS = 256, 8, 16
 MAX_TRIES, MIN_DISTINCT, MIN_ROUTER_GAP = 20, 6, 1e-3
 COMMON = dict(
@@ -152,6 +156,18 @@ def arch_config(arch, std):
             head_dim=16, tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2
         )
         return "MixtralConfig", "MixtralForCausalLM", kw
+    if arch == "qwen3_moe":
+        kw.update(
+            head_dim=16,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            norm_topk_prob=True,
+            mlp_only_layers=[0],
+        )
+        return "Qwen3MoeConfig", "Qwen3MoeForCausalLM", kw
     if arch == "olmo2":
         # Olmo2Config has no head_dim field: hidden_size / num_attention_heads = 16.
         kw.update(tie_word_embeddings=False)
