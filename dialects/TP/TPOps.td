@@ -140,11 +140,13 @@ def TP_RotaryOp : TP_LayerOp<"rotary"> {
   let description = [{
     The input is [seq, heads * head_dim]; each head is rotated in HF's rotate_half layout
     (the two halves of head_dim pair up) with inverse frequencies theta^(-2i/head_dim), or
-    the head_dim/2 given in `inv_freq` where a scaled RoPE (llama3) computed them.
+    the head_dim/2 given in `inv_freq` where a scaled RoPE (llama3, yarn) computed them.
+    `scaling` multiplies cos and sin (YaRN's attention_factor); absent, it is 1.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_IdTensor:$positions,
                        TP_PositiveI64:$head_dim, F64Attr:$theta,
-                       OptionalAttr<DenseF64ArrayAttr>:$inv_freq);
+                       OptionalAttr<DenseF64ArrayAttr>:$inv_freq,
+                       OptionalAttr<F64Attr>:$scaling);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
     $module $input `,` $positions attr-dict `:` functional-type(operands, results)

@@ -20,6 +20,11 @@ using namespace mlir;
 using json = nlohmann::ordered_json;
 
 namespace tpc::import {
+
+double yarnGetMscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
 namespace {
 
 /// What distinguishes the supported architectures from Llama.
@@ -170,10 +175,12 @@ public:
   bool failed = false;
 };
 
-/// RoPE of one layer type: theta, and the inverse frequencies when a scaling changed them.
+/// RoPE of one layer type: theta, the inverse frequencies when a scaling changed them, and
+/// the factor on cos and sin (YaRN's attention_factor).
 struct Rope {
   double theta = 10000.0;
   std::vector<double> invFreq;
+  double scaling = 1.0;
 };
 
 /// llama3's frequency scaling, in float32 as transformers computes it.
@@ -192,6 +199,37 @@ std::vector<double> llama3InvFreq(double theta, int64_t headDim, double factor, 
       scaled = (1 - smooth) * scaled / float(factor) + smooth * scaled;
     }
     out.push_back(scaled);
+  }
+  return out;
+}
+
+/// YaRN's inverse frequencies, in float32 where transformers' _compute_yarn_parameters
+/// computes in float32 (the correction range in double, as Python computes it).
+std::vector<double> yarnInvFreq(double theta, int64_t dim, double factor, double betaFast,
+                                double betaSlow, double original, bool truncate) {
+  const double pi = 3.14159265358979323846;
+  auto correctionDim = [&](double rotations) {
+    return (double(dim) * std::log(original / (rotations * 2 * pi))) / (2 * std::log(theta));
+  };
+  double low = correctionDim(betaFast), high = correctionDim(betaSlow);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dim - 1));
+  if (low == high)
+    high += 0.001; // transformers: prevents a division by zero
+  std::vector<double> out;
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    float pos = std::pow(float(theta), float(2 * i) / float(dim));
+    float extrapolation = 1.0f / pos, interpolation = 1.0f / (float(factor) * pos);
+    float ramp = (float(i) - float(low)) / float(high - low);
+    ramp = std::min(std::max(ramp, 0.0f), 1.0f);
+    float extrapolationFactor = 1.0f - ramp;
+    float a = interpolation * (1.0f - extrapolationFactor);
+    float b = extrapolation * extrapolationFactor;
+    out.push_back(a + b);
   }
   return out;
 }
@@ -276,7 +314,10 @@ public:
 
 private:
   bool readShape();
-  std::optional<Rope> readRope(const json *parameters, const std::string &where);
+  std::optional<Rope> readRope(const json *parameters, const std::string &where,
+                               const std::string &layerType = "");
+  std::optional<Rope> readYarn(Rope rope, const json &parameters, const std::string &where,
+                               const std::string &layerType);
   bool readLayerTypes();
   std::string linear(const std::string &name, const std::string &module, const std::string &x,
                      int64_t in, int64_t out, bool bias);
@@ -380,7 +421,8 @@ bool Importer::readShape() {
   return !c.failed;
 }
 
-std::optional<Rope> Importer::readRope(const json *parameters, const std::string &where) {
+std::optional<Rope> Importer::readRope(const json *parameters, const std::string &where,
+                                       const std::string &layerType) {
   Rope rope;
   rope.theta = arch.moe ? 1e6 : 1e4; // the config classes' default_theta
   if (const json *theta = c.get("rope_theta"); theta && theta->is_number())
@@ -448,14 +490,133 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
         }
       return rope;
     }
+    if (type == "yarn")
+      return readYarn(rope, *parameters, where, layerType);
   }
   if (type != "default") {
     c.error(where) << "RoPE type '" << type
-                   << "' is not supported (default and llama3 are); it changes the frequencies";
+                   << "' is not supported (default, llama3 and yarn are); it changes the "
+                      "frequencies";
     return std::nullopt;
   }
   if (rope.theta <= 0) {
     c.error(where) << "rope_theta must be positive";
+    return std::nullopt;
+  }
+  return rope;
+}
+
+std::optional<Rope> Importer::readYarn(Rope rope, const json &parameters, const std::string &where,
+                                       const std::string &layerType) {
+  // As transformers' _compute_yarn_parameters; an error points at the field's own line.
+  std::vector<std::string> at = {where};
+  if (!layerType.empty())
+    at.push_back(layerType);
+  auto fail = [&](const std::string &key) {
+    c.failed = true;
+    std::vector<std::string> path = at;
+    path.push_back(key);
+    return emitError(c.doc.keyLoc(path)) << "yarn RoPE scaling: ";
+  };
+  auto number = [&](const std::string &key) -> std::optional<double> {
+    auto it = parameters.find(key);
+    if (it == parameters.end() || it->is_null())
+      return std::nullopt;
+    if (!it->is_number()) {
+      fail(key) << "'" << key << "' must be a number, got " << it->dump();
+      return std::nullopt;
+    }
+    return it->get<double>();
+  };
+  // standardize_rope_params: a top-level original_max_position_embeddings wins (one RoPE for
+  // every layer), else the rope's own, else max_position_embeddings.
+  std::optional<double> original;
+  if (layerType.empty() && c.get("original_max_position_embeddings")) {
+    const json *v = c.get("original_max_position_embeddings");
+    if (!v->is_number() || !(v->get<double>() > 0)) {
+      c.error("original_max_position_embeddings")
+          << "'original_max_position_embeddings' must be a positive number, got " << v->dump();
+      return std::nullopt;
+    }
+    original = v->get<double>();
+  } else {
+    original = number("original_max_position_embeddings");
+    if (c.failed)
+      return std::nullopt;
+    if (!original) {
+      const json *v = c.get("max_position_embeddings");
+      if (!v || !v->is_number()) {
+        c.error(where) << "yarn RoPE scaling needs 'original_max_position_embeddings' (or the "
+                          "config's max_position_embeddings)";
+        return std::nullopt;
+      }
+      original = v->get<double>();
+    }
+    if (!(*original > 0)) {
+      fail("original_max_position_embeddings")
+          << "'original_max_position_embeddings' must be positive, got " << *original;
+      return std::nullopt;
+    }
+  }
+  std::optional<double> factor = number("factor"), attentionFactor = number("attention_factor"),
+                        mscale = number("mscale"), mscaleAllDim = number("mscale_all_dim"),
+                        betaFast = number("beta_fast"), betaSlow = number("beta_slow");
+  if (c.failed)
+    return std::nullopt;
+  if (!factor) { // DeepSeek-V3's convention: the ratio of the two context lengths
+    const json *v = c.get("max_position_embeddings");
+    if (!v || !v->is_number()) {
+      c.error(where) << "yarn RoPE scaling needs 'factor' (or the config's "
+                        "max_position_embeddings)";
+      return std::nullopt;
+    }
+    factor = v->get<double>() / *original;
+  }
+  if (!(*factor > 0)) {
+    fail("factor") << "'factor' must be positive, got " << *factor;
+    return std::nullopt;
+  }
+  if (attentionFactor && !(*attentionFactor > 0)) {
+    fail("attention_factor") << "'attention_factor' must be positive, got " << *attentionFactor;
+    return std::nullopt;
+  }
+  // Python's `x or default`: 0 counts as absent.
+  double fast = betaFast && *betaFast != 0 ? *betaFast : 32;
+  double slow = betaSlow && *betaSlow != 0 ? *betaSlow : 1;
+  for (auto [key, value] : {std::pair("beta_fast", fast), std::pair("beta_slow", slow)})
+    if (!(value > 0)) {
+      fail(key) << "'" << key << "' must be positive, got " << value;
+      return std::nullopt;
+    }
+  if (!(rope.theta > 0) || rope.theta == 1) {
+    c.error(where) << "yarn RoPE scaling needs a rope_theta that is positive and not 1";
+    return std::nullopt;
+  }
+  // transformers reads truncate from config.rope_parameters itself: with a rope per layer
+  // type that is the outer object, which has no 'truncate', so it is true.
+  bool truncate = true;
+  if (layerType.empty())
+    if (auto it = parameters.find("truncate"); it != parameters.end() && !it->is_null()) {
+      if (!it->is_boolean()) {
+        fail("truncate") << "'truncate' must be true or false, got " << it->dump();
+        return std::nullopt;
+      }
+      truncate = it->get<bool>();
+    }
+  if (attentionFactor)
+    rope.scaling = *attentionFactor;
+  else if (mscale && *mscale != 0 && mscaleAllDim && *mscaleAllDim != 0)
+    rope.scaling = yarnGetMscale(*factor, *mscale) / yarnGetMscale(*factor, *mscaleAllDim);
+  else
+    rope.scaling = yarnGetMscale(*factor);
+  rope.invFreq = yarnInvFreq(rope.theta, headDim, *factor, fast, slow, *original, truncate);
+  for (double f : rope.invFreq)
+    if (!std::isfinite(f) || f <= 0) {
+      c.error(where) << "yarn RoPE scaling gives a frequency of " << f;
+      return std::nullopt;
+    }
+  if (!std::isfinite(rope.scaling) || rope.scaling <= 0) {
+    c.error(where) << "yarn RoPE scaling gives an attention factor of " << rope.scaling;
     return std::nullopt;
   }
   return rope;
@@ -580,6 +741,8 @@ std::string Importer::layer(int64_t i, const std::string &h) {
       ropeAttrs += (j ? ", " : "") + llvm::formatv("{0:e17}", rope.invFreq[j]).str();
     ropeAttrs += ">";
   }
+  if (rope.scaling != 1.0)
+    ropeAttrs += ", scaling = " + f64(rope.scaling);
   std::string qr = w.op(v + "qr", "rotary", attn, {q, "%positions"}, ropeAttrs, w.act(qWidth));
   std::string kr = w.op(v + "kr", "rotary", attn, {k, "%positions"}, ropeAttrs, w.act(kvWidth));
   std::string attrs = "head_dim = " + i64(headDim) + ", num_heads = " + i64(heads) +
@@ -665,7 +828,7 @@ std::optional<std::string> Importer::run() {
         continue;
       auto it = parameters->find(type);
       std::optional<Rope> rope =
-          readRope(it == parameters->end() || it->is_null() ? nullptr : &*it, where);
+          readRope(it == parameters->end() || it->is_null() ? nullptr : &*it, where, type);
       if (!rope)
         return std::nullopt;
       ropes[type] = *rope;

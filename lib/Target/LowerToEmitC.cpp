@@ -319,6 +319,8 @@ private:
           .integer(rotary.getHeadDim())
           .real(rotary.getTheta().convertToDouble());
       (freq ? a.value(freq) : a.text("nullptr")).value(positionsOf(rotary.getInput())).value(*out);
+      if (std::optional<APFloat> scaling = rotary.getScaling())
+        a.real(scaling->convertToDouble());
       call(loc, callee("rotary"), a);
       return success();
     }
@@ -704,8 +706,9 @@ private:
     if (int64_t(frequencies.size()) != half)
       return first.emitError() << "rotary inv_freq has " << frequencies.size()
                                << " values for a head_dim of " << headDim;
+    double scaling = first.getScaling() ? first.getScaling()->convertToDouble() : 1.0;
     addKernel(spelling.rotaryKernel(name, headDim, columns(first.getInput()) / headDim,
-                                    columns(second.getInput()) / headDim, frequencies));
+                                    columns(second.getInput()) / headDim, frequencies, scaling));
     FailureOr<Value> aOut = define(fused, fused.getResult(0), 0);
     FailureOr<Value> bOut = define(fused, fused.getResult(1), 1);
     if (failed(aOut) || failed(bOut))
@@ -994,7 +997,8 @@ std::string tpc::target::floatLiteral(double v) {
 }
 
 std::vector<std::string> tpc::target::rotaryPairCode(int64_t headDim, int64_t aHeads,
-                                                     int64_t bHeads, StringRef frequencies) {
+                                                     int64_t bHeads, StringRef frequencies,
+                                                     StringRef scaling) {
   std::string half = std::to_string(headDim / 2), heads = std::to_string(aHeads + bHeads);
   std::string a = std::to_string(aHeads), d = std::to_string(headDim);
   return {
@@ -1006,7 +1010,9 @@ std::vector<std::string> tpc::target::rotaryPairCode(int64_t headDim, int64_t aH
       "const auto *x = (inA ? a : b) + at;",
       "auto *y = (inA ? aOut : bOut) + at;",
       "const acc angle = acc(positions[r]) * " + frequencies.str() + "[f];",
-      "const acc c = cosine(angle), s = sine(angle);",
+      scaling.empty() ? "const acc c = cosine(angle), s = sine(angle);"
+                      : "const acc c = cosine(angle) * " + scaling.str() + ", s = sine(angle) * " +
+                            scaling.str() + ";",
       "const acc u = load(x, f), v = load(x, f + " + half + ");",
       "store(y, f, u * c - v * s);",
       "store(y, f + " + half + ", v * c + u * s);",

@@ -193,7 +193,7 @@ void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int6
 }
 
 void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *givenInvFreq, const int64_t *positions, float *out) {
+            const double *givenInvFreq, const int64_t *positions, float *out, double scaling) {
   int64_t half = headDim / 2;
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
@@ -203,8 +203,8 @@ void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, d
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < half; ++i) {
       double angle = positions[r] * invFreq[i];
-      cosines[i] = std::cos(angle);
-      sines[i] = std::sin(angle);
+      cosines[i] = std::cos(angle) * scaling;
+      sines[i] = std::sin(angle) * scaling;
     }
     for (int64_t h = 0; h < cols / headDim; ++h) {
       const float *in = x + r * cols + h * headDim;

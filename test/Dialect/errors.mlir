@@ -921,3 +921,11 @@ module {
   // expected-error @+1 {{'tp.sequence_parallel' must be a unit attribute, got true}}
   func.func @f() attributes {tp.sequence_parallel = true} { return }
 }
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %pos: tensor<?xi64>) {
+  // expected-error @+1 {{attn (tp.rotary): scaling must be a positive number, got 0}}
+  %r = tp.rotary "attn" %x, %pos {head_dim = 16 : i64, theta = 1.0e4 : f64, scaling = 0.0 : f64} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
+  return
+}

@@ -74,6 +74,8 @@ module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
     %kn = tp.rms_norm "k_norm" %s, %nw2, %ss {epsilon = 1.0e-6 : f64, features = 128 : i64} : (tensor<?x64xf32>, tensor<64xf32>, tensor<?x1xf32>) -> tensor<?x64xf32>
     // CHECK: tp.rotary "attn" %{{.*}}, %{{.*}} {head_dim = 4 : i64, inv_freq = array<f64: 1.000000e+00, 1.250000e-03>, theta = 1.000000e+04 : f64}
     %r = tp.rotary "attn" %n, %pos {head_dim = 4 : i64, theta = 10000.0 : f64, inv_freq = array<f64: 1.0, 0.00125>} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
+    // CHECK: tp.rotary "attn" %{{.*}}, %{{.*}} {head_dim = 4 : i64, inv_freq = array<f64: 1.000000e+00, 1.250000e-03>, scaling = 1.250000e+00 : f64, theta = 1.000000e+04 : f64}
+    %ry = tp.rotary "attn" %n, %pos {head_dim = 4 : i64, theta = 10000.0 : f64, inv_freq = array<f64: 1.0, 0.00125>, scaling = 1.25 : f64} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
     // CHECK: tp.attention "attn" %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64, softcap = 5.000000e+01 : f64}
     %a = tp.attention "attn" %r, %r, %r {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64, softcap = 50.0 : f64} : (tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
     // CHECK: tp.softcap "lm_head" %{{.*}} {cap = 3.000000e+01 : f64} : (tensor<?x64xf32>) -> tensor<?x64xf32>

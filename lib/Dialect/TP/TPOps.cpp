@@ -227,6 +227,10 @@ LogicalResult RotaryOp::verify() {
                               << sizeStr(tensorOf(getInput()).getDimSize(0)) << " tokens";
   if (getTheta().convertToDouble() <= 0)
     return moduleError(*this) << "theta must be positive";
+  if (std::optional<APFloat> scaling = getScaling();
+      scaling && !(scaling->convertToDouble() > 0 && scaling->isFinite()))
+    return moduleError(*this) << "scaling must be a positive number, got "
+                              << scaling->convertToDouble();
   if (std::optional<ArrayRef<double>> invFreq = getInvFreq();
       invFreq && static_cast<int64_t>(invFreq->size()) != headDim / 2)
     return moduleError(*this) << "inv_freq has " << invFreq->size()

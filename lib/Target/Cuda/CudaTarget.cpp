@@ -108,7 +108,7 @@ public:
   }
 
   std::string rotaryKernel(StringRef name, int64_t headDim, int64_t aHeads, int64_t bHeads,
-                           ArrayRef<double> frequencies) const override {
+                           ArrayRef<double> frequencies, double scaling) const override {
     std::string list;
     llvm::ListSeparator sep(", ");
     for (double f : frequencies)
@@ -140,7 +140,9 @@ public:
         "  cx.launched(\"rotary (query and key)\");\n"
         "}",
         table, frequencies.size(), list, name, pairs,
-        indentLines(rotaryPairCode(headDim, aHeads, bHeads, table), "  "));
+        indentLines(rotaryPairCode(headDim, aHeads, bHeads, table,
+                                   scaling == 1.0 ? "" : floatLiteral(scaling)),
+                    "  "));
   }
 };
 

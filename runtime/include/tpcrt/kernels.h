@@ -35,9 +35,10 @@ void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int6
             const float *bias, float *y);
 
 /// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`, with
-/// inverse frequencies theta^(-2i/headDim), or the headDim/2 of `invFreq` when not null.
+/// inverse frequencies theta^(-2i/headDim), or the headDim/2 of `invFreq` when not null;
+/// cos and sin are multiplied by `scaling` (YaRN's attention factor).
 void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *invFreq, const int64_t *positions, float *out);
+            const double *invFreq, const int64_t *positions, float *out, double scaling = 1.0);
 
 /// One layer's keys and values for up to `capacity` tokens: [capacity, kvHeads * headDim].
 struct KVCache {
