@@ -38,9 +38,11 @@ struct Architecture {
   bool sandwichNorms = false; // Gemma2: norms after attention and MLP too
   bool fused = false;         // Phi3: qkv_proj, gate_up_proj
   bool moe = false;           // Mixtral: router + experts
+  bool gptOss = false;        // GPT-OSS: attention sinks, biased router and experts (below)
   bool slidingEveryLayer = false; // Mistral, Mixtral, Phi3: sliding_window applies to all
   bool hasLayerTypes = false;     // Qwen2/3, Gemma2: layer_types chooses per layer
   bool attentionBiasField = false, mlpBiasField = false;
+  bool defaultAttentionBias = false;
   const char *activationKey = "hidden_act";
   const char *defaultActivation = "silu";
   bool tiedByDefault = false;
@@ -73,8 +75,12 @@ const std::vector<Architecture> &architectures() {
     Architecture olmo2{"olmo2", "Olmo2ForCausalLM"};
     olmo2.rowQkNorm = olmo2.postNormsOnly = olmo2.attentionBiasField = true;
     olmo2.defaultEps = 1e-5;
+    Architecture gptOss{"gpt_oss", "GptOssForCausalLM"};
+    gptOss.moe = gptOss.gptOss = gptOss.hasLayerTypes = true;
+    gptOss.attentionBiasField = gptOss.defaultAttentionBias = true;
+    gptOss.defaultEps = 1e-5;
     return std::vector<Architecture>{llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral,
-                                     olmo2};
+                                     olmo2, gptOss};
   }();
   return table;
 }
@@ -89,7 +95,9 @@ const std::set<std::string> kHarmless = {
     "id2label", "label2id", "problem_type", "chunk_size_feed_forward", "is_encoder_decoder",
     "tie_encoder_decoder", "add_cross_attention", "tokenizer_class", "prefix", "task_specific_params",
     "max_window_layers", "use_sliding_window", "base_model_tp_plan", "base_model_pp_plan",
-    "pretraining_tp", "generation_config", "bos_token", "eos_token", "use_bidirectional_attention"};
+    "pretraining_tp", "generation_config", "bos_token", "eos_token", "use_bidirectional_attention",
+    // GPT-OSS's released config.json: copies of other fields that transformers never reads.
+    "experts_per_token", "initial_context_length"};
 
 // config.json comes from anywhere: a size larger than any model's would only overflow or
 // exhaust memory further down (in the text written here, in analyze's byte counts, in the
@@ -375,31 +383,51 @@ bool Importer::readShape() {
   eps = c.number("rms_norm_eps", arch.defaultEps).value_or(arch.defaultEps);
   tied = c.boolean("tie_word_embeddings", arch.tiedByDefault);
   if (arch.attentionBiasField)
-    attentionBias = c.boolean("attention_bias", false);
+    attentionBias = c.boolean("attention_bias", arch.defaultAttentionBias);
   if (arch.mlpBiasField)
     mlpBias = c.boolean("mlp_bias", false);
   if (const json *bidirectional = c.get("use_bidirectional_attention");
       bidirectional && *bidirectional != false)
     c.error("use_bidirectional_attention")
         << "use_bidirectional_attention is not supported: tpc's attention is causal";
-  if (c.get("quantization_config"))
-    c.error("quantization_config") << "quantized checkpoints are not supported (tpc reads "
-                                      "F32, F16 and BF16 weights)";
+  if (const json *quantization = c.get("quantization_config")) {
+    if (quantization->is_object() && quantization->value("quant_method", json()) == "mxfp4")
+      c.error("quantization_config")
+          << "quantization_config: MXFP4-quantized checkpoints (quant_method 'mxfp4', the "
+             "experts' *_blocks and *_scales tensors) are not supported: tpc reads F32, F16 and "
+             "BF16 weights. transformers dequantizes them on load with from_pretrained(..., "
+             "quantization_config=Mxfp4Config(dequantize=True)); a save_pretrained of that "
+             "model loads";
+    else
+      c.error("quantization_config") << "quantized checkpoints are not supported (tpc reads "
+                                        "F32, F16 and BF16 weights)";
+  }
 
-  const json *a = c.get(arch.activationKey);
-  // Gemma2 reads hidden_activation alone (default tanh GELU); a hidden_act beside it is
-  // carried in the config and never read by transformers 5.17's forward.
-  if (std::string(arch.activationKey) != "hidden_act" && c.get("hidden_act"))
-    emitWarning(c.doc.keyLoc({"hidden_act"}))
-        << "'hidden_act' is not read by " << arch.causalLM << " (it reads '"
-        << arch.activationKey << "', default " << arch.defaultActivation << "); ignored";
-  if (a && !a->is_string())
-    c.error(arch.activationKey) << "the activation must be a name, got " << a->dump();
-  act = a && a->is_string() ? a->get<std::string>() : arch.defaultActivation;
-  if (act != "silu" && act != "gelu_pytorch_tanh" && act != "gelu" && act != "gelu_new")
-    c.error(arch.activationKey) << "activation '" << act
-                                << "' is not supported (silu, gelu, gelu_pytorch_tanh, "
-                                   "gelu_new are)";
+  if (arch.gptOss) {
+    // GptOssExperts hardcodes its clamped SwiGLU (alpha 1.702, limit 7) and reads neither
+    // hidden_act nor swiglu_limit; the released config.json says swiglu_limit 7.0.
+    c.get("hidden_act");
+    if (const json *limit = c.get("swiglu_limit");
+        limit && (!limit->is_number() || limit->get<double>() != 7.0))
+      c.error("swiglu_limit") << "swiglu_limit " << limit->dump()
+                              << " is not the 7.0 that transformers 5.17's GptOssExperts "
+                                 "clamps at (it does not read this field)";
+  } else {
+    const json *a = c.get(arch.activationKey);
+    // Gemma2 reads hidden_activation alone (default tanh GELU); a hidden_act beside it is
+    // carried in the config and never read by transformers 5.17's forward.
+    if (std::string(arch.activationKey) != "hidden_act" && c.get("hidden_act"))
+      emitWarning(c.doc.keyLoc({"hidden_act"}))
+          << "'hidden_act' is not read by " << arch.causalLM << " (it reads '" << arch.activationKey
+          << "', default " << arch.defaultActivation << "); ignored";
+    if (a && !a->is_string())
+      c.error(arch.activationKey) << "the activation must be a name, got " << a->dump();
+    act = a && a->is_string() ? a->get<std::string>() : arch.defaultActivation;
+    if (act != "silu" && act != "gelu_pytorch_tanh" && act != "gelu" && act != "gelu_new")
+      c.error(arch.activationKey) << "activation '" << act
+                                  << "' is not supported (silu, gelu, gelu_pytorch_tanh, "
+                                     "gelu_new are)";
+  }
   if (arch.moe) {
     experts = c.integer("num_local_experts", std::nullopt, 1, kMaxRepeats).value_or(0);
     topK = get("num_experts_per_tok");
@@ -424,7 +452,8 @@ bool Importer::readShape() {
 std::optional<Rope> Importer::readRope(const json *parameters, const std::string &where,
                                        const std::string &layerType) {
   Rope rope;
-  rope.theta = arch.moe ? 1e6 : 1e4; // the config classes' default_theta
+  // The config classes' default_theta.
+  rope.theta = arch.gptOss ? 150000.0 : arch.moe ? 1e6 : 1e4;
   if (const json *theta = c.get("rope_theta"); theta && theta->is_number())
     rope.theta = theta->get<double>();
   std::string type = "default";
@@ -631,12 +660,15 @@ bool Importer::readLayerTypes() {
   }
   if (window)
     slidingWindow = window->get<int64_t>();
+  else if (arch.gptOss && !c.doc.value().contains("sliding_window"))
+    slidingWindow = 128; // GptOssConfig's default
   layerTypes.assign(layers, "full_attention");
   if (arch.slidingEveryLayer && slidingWindow)
     layerTypes.assign(layers, "sliding_attention");
   if (arch.hasLayerTypes) {
-    bool useSliding = std::string(arch.modelType) == "gemma2" ||
-                      c.boolean("use_sliding_window", false);
+    // Gemma2 and GPT-OSS always use their window; Qwen2 and Qwen3 only when told to.
+    bool alwaysSliding = std::string(arch.modelType) == "gemma2" || arch.gptOss;
+    bool useSliding = alwaysSliding || c.boolean("use_sliding_window", false);
     if (!useSliding)
       slidingWindow.reset();
     if (const json *types = c.get("layer_types")) {
@@ -654,7 +686,7 @@ bool Importer::readLayerTypes() {
         }
         layerTypes[i] = t.get<std::string>();
       }
-    } else if (std::string(arch.modelType) == "gemma2") {
+    } else if (alwaysSliding) {
       for (int64_t i = 0; i < layers; ++i)
         layerTypes[i] = (i + 1) % 2 ? "sliding_attention" : "full_attention";
     } else if (slidingWindow) {
@@ -665,8 +697,9 @@ bool Importer::readLayerTypes() {
     if (!slidingWindow)
       for (std::string &t : layerTypes)
         if (t == "sliding_attention") {
-          if (std::string(arch.modelType) == "gemma2") {
-            c.error("sliding_window") << "gemma2 needs a sliding_window for its sliding layers";
+          if (alwaysSliding) {
+            c.error("sliding_window")
+                << arch.modelType << " needs a sliding_window for its sliding layers";
             return false;
           }
           t = "full_attention"; // transformers: no window, plain causal
@@ -753,7 +786,10 @@ std::string Importer::layer(int64_t i, const std::string &h) {
     attrs += ", sliding_window = " + i64(*slidingWindow);
   if (attnSoftcap)
     attrs += ", softcap = " + f64(*attnSoftcap);
-  std::string o = w.op(v + "attn", "attention", attn, {qr, kr, val}, attrs, w.act(qWidth));
+  std::vector<std::string> attnOperands = {qr, kr, val};
+  if (arch.gptOss) // a learned logit per head that joins each row's softmax
+    attnOperands.push_back(w.weight(attn + ".sinks", {heads}));
+  std::string o = w.op(v + "attn", "attention", attn, attnOperands, attrs, w.act(qWidth));
   o = linear(v + "o", attn + ".o_proj", o, qWidth, hidden, attentionBias);
   if (arch.sandwichNorms || arch.postNormsOnly)
     o = norm(v + "o_norm", p + ".post_attention_layernorm", o, hidden);
@@ -765,7 +801,23 @@ std::string Importer::layer(int64_t i, const std::string &h) {
                                                   : ".post_attention_layernorm"),
              h1, hidden);
   std::string out;
-  if (arch.moe) {
+  if (arch.gptOss) {
+    // As GptOssMLP holds and save_pretrained writes them: a router with a bias that picks the
+    // top k logits before its softmax; experts as [E, in, out] with gate and up interleaved.
+    std::string router = mlp + ".router", ex = mlp + ".experts";
+    std::string routing = w.op(
+        v + "routing", "router", router,
+        {x, w.weight(router + ".weight", {experts, hidden}), w.weight(router + ".bias", {experts})},
+        "top_k = " + i64(topK) + ", softmax_after_top_k = true", w.act(experts));
+    out = w.op(v + "moe", "experts", ex,
+               {x, routing, w.weight(ex + ".gate_up_proj", {experts, hidden, 2 * inter}),
+                w.weight(ex + ".down_proj", {experts, inter, hidden}),
+                w.weight(ex + ".gate_up_proj_bias", {experts, 2 * inter}),
+                w.weight(ex + ".down_proj_bias", {experts, hidden})},
+               "activation = \"clamped_swiglu\", layout = \"in_out_interleaved\", alpha = " +
+                   f64(1.702) + ", limit = " + f64(7.0),
+               w.act(hidden));
+  } else if (arch.moe) {
     // transformers fuses the experts on load; save_pretrained (and the Hub) keep Mixtral's
     // original per-expert tensors: w1 = gate, w3 = up, w2 = down.
     std::string legacy = p + ".block_sparse_moe";
@@ -819,6 +871,12 @@ std::optional<std::string> Importer::run() {
     parameters = c.get("rope_scaling");
     where = "rope_scaling";
   }
+  // GptOssConfig's default when config.json has none.
+  static const json gptOssRope = {
+      {"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
+      {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
+  if (!parameters && arch.gptOss)
+    parameters = &gptOssRope;
   bool perType = parameters && parameters->is_object() &&
                  (parameters->contains("sliding_attention") ||
                   parameters->contains("full_attention"));

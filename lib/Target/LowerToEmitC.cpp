@@ -344,6 +344,8 @@ private:
           .integer(attentionIndex++);
       if (std::optional<int64_t> group = attention.getKvGroup()) // heads split unevenly
         a.integer(*group).text(braced(*attention.getRankHeads()));
+      if (Value sinks = attention.getSinks())
+        a.value(ref(sinks));
       a.value(*out);
       call(loc, callee("attention"), a);
       return success();
@@ -361,6 +363,14 @@ private:
           .integer(router.getTopK())
           .boolean(router.getNormalize())
           .value(*out);
+      if (router.getBias() || router.getSoftmaxAfterTopK()) {
+        Value bias = router.getBias();
+        if (bias)
+          a.value(ref(bias));
+        else
+          a.text("nullptr");
+        a.boolean(router.getSoftmaxAfterTopK());
+      }
       call(loc, callee("router"), a);
       return success();
     }
@@ -375,10 +385,23 @@ private:
           .value(ref(moe.getRouting()))
           .integer(typeOf(moe.getGateUp()).getDimSize(0))
           .value(ref(moe.getGateUp()))
-          .value(ref(moe.getDown()))
-          .integer(typeOf(moe.getDown()).getDimSize(2))
+          .value(ref(moe.getDown()));
+      bool inOut = moe.getLayout() == "in_out_interleaved";
+      a.integer(typeOf(moe.getDown()).getDimSize(inOut ? 1 : 2))
           .boolean(moe.getActivation() == "gelu_tanh")
           .value(*out);
+      if (inOut || moe.getGateUpBias() || moe.getAlpha()) { // GPT-OSS's form
+        Value gateUpBias = moe.getGateUpBias(), downBias = moe.getDownBias();
+        a.boolean(inOut);
+        for (Value bias : {gateUpBias, downBias}) {
+          if (bias)
+            a.value(ref(bias));
+          else
+            a.text("nullptr");
+        }
+        a.real(moe.getAlpha() ? moe.getAlpha()->convertToDouble() : 0.0)
+            .real(moe.getLimit() ? moe.getLimit()->convertToDouble() : 0.0);
+      }
       call(loc, callee("experts"), a);
       return success();
     }

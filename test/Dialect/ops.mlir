@@ -89,6 +89,19 @@ module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
     return %i : tensor<?x64xf32>
   }
 
+  // GPT-OSS: attention sinks, a router with a bias and its softmax after the top k, experts
+  // in [E, in, out] with gate and up interleaved, their biases and the clamped SwiGLU.
+  // CHECK-LABEL: func.func @gpt_oss
+  func.func @gpt_oss(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %s: tensor<4xf32>, %x: tensor<?x16xf32>, %wr: tensor<4x16xf32>, %br: tensor<4xf32>, %gu: tensor<4x16x48xf32>, %d: tensor<4x24x16xf32>, %gb: tensor<4x48xf32>, %db: tensor<4x16xf32>) -> tensor<?x16xf32> {
+    // CHECK: tp.attention "attn" %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<4xf32>) -> tensor<?x64xf32>
+    %a = tp.attention "attn" %q, %k, %k, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<4xf32>) -> tensor<?x64xf32>
+    // CHECK: tp.router "mlp.router" %{{.*}}, %{{.*}}, %{{.*}} {softmax_after_top_k = true, top_k = 2 : i64} : (tensor<?x16xf32>, tensor<4x16xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+    %r = tp.router "mlp.router" %x, %wr, %br {top_k = 2 : i64, softmax_after_top_k = true} : (tensor<?x16xf32>, tensor<4x16xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+    // CHECK: tp.experts "mlp.experts" %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {activation = "clamped_swiglu", alpha = 1.702000e+00 : f64, layout = "in_out_interleaved", limit = 7.000000e+00 : f64} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>, tensor<4x48xf32>, tensor<4x16xf32>) -> tensor<?x16xf32>
+    %e = tp.experts "mlp.experts" %x, %r, %gu, %d, %gb, %db {activation = "clamped_swiglu", layout = "in_out_interleaved", alpha = 1.702 : f64, limit = 7.0 : f64} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>, tensor<4x48xf32>, tensor<4x16xf32>) -> tensor<?x16xf32>
+    return %e : tensor<?x16xf32>
+  }
+
   // CHECK-LABEL: func.func @communication
   // Global shapes, placements as type encodings.
   func.func @communication(%p: tensor<8x64xf32, #tp.partial<sum>>) -> tensor<8x64xf32, #tp.replicate> {

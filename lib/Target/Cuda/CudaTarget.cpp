@@ -35,6 +35,11 @@ public:
   LogicalResult supports(Operation *op) const override {
     if (isa<tpc::tp::RouterOp, tpc::tp::ExpertsOp>(op))
       return op->emitError() << "the CUDA target cannot run mixture-of-experts layers yet";
+    if (auto attention = dyn_cast<tpc::tp::AttentionOp>(op); attention && attention.getSinks())
+      return op->emitError() << attention.getModule()
+                             << ": attention sinks (GPT-OSS) run on the CPU target only for now "
+                                "(the CUDA attention kernels have no sink in their softmax); use "
+                                "--target cpu";
     if (auto attention = dyn_cast<tpc::tp::AttentionOp>(op); attention && attention.getKvGroup())
       return op->emitError()
              << attention.getModule()

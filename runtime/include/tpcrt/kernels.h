@@ -58,20 +58,25 @@ struct HeadSplit {
 /// (split.firstHead + h) / split.group - split.firstKvHead, its heads from split.heads on
 /// being padding that comes out zero. Appends k and v to the cache first. A positive
 /// slidingWindow W limits each query to the W latest keys; a positive softcap c maps each
-/// scaled score s to c * tanh(s / c).
+/// scaled score s to c * tanh(s / c). `sinks` (one logit per local head, or null) joins each
+/// row's softmax denominator and is then dropped.
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, const HeadSplit &split, KVCache &cache, float *out);
+               double softcap, const HeadSplit &split, KVCache &cache, float *out,
+               const float *sinks = nullptr);
 
 void silu(Host, const float *x, int64_t n, float *out);
 void gelu(Host, const float *x, int64_t n, bool tanhApproximation, float *out);
 void scale(Host, const float *x, int64_t n, double factor, float *out);
 void softcap(Host, const float *x, int64_t n, double cap, float *out);
 
-/// MoE routing: logits = x @ w^T ([rows, experts]); softmax; the topK largest kept (divided by
-/// their sum when `normalize`), every other weight 0. out is [rows, experts].
+/// MoE routing: logits = x @ w^T (+ bias) ([rows, experts]); softmax; the topK largest kept
+/// (divided by their sum when `normalize`), every other weight 0. With softmaxAfterTopK the
+/// topK largest logits are chosen first and the softmax runs over them alone (GPT-OSS). out
+/// is [rows, experts].
 void router(Host, const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
-            int64_t topK, bool normalize, float *out);
+            int64_t topK, bool normalize, float *out, const float *bias = nullptr,
+            bool softmaxAfterTopK = false);
 
 /// MoE experts: out[t] = sum over local experts e with routing[t, e] != 0 of
 /// routing[t, e] * down[e] (act(gate) * up), where [gate | up] = gateUp[e] x[t].
@@ -79,6 +84,21 @@ void router(Host, const float *x, int64_t rows, int64_t hidden, const float *w, 
 void experts(Host, const float *x, int64_t rows, int64_t hidden, const float *routing,
              int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
              float *out);
+
+/// How an experts op's weights are laid out and what its activation is, beyond the above.
+struct ExpertsForm {
+  /// gateUp [experts, hidden, 2 * inter] with gate and up interleaved column by column, down
+  /// [experts, inter, hidden] (x @ W, GPT-OSS); else as above.
+  bool inOutInterleaved = false;
+  /// Per-expert biases [experts, 2 * inter] and [experts, hidden], or null.
+  const float *gateUpBias = nullptr, *downBias = nullptr;
+  /// A positive alpha: GPT-OSS's clamped SwiGLU, (clamp(up, -limit, limit) + 1) * g *
+  /// sigmoid(alpha * g) with g = min(gate, limit).
+  double alpha = 0, limit = 0;
+};
+void experts(Host, const float *x, int64_t rows, int64_t hidden, const float *routing,
+             int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
+             const ExpertsForm &form, float *out);
 
 void add(Host, const float *a, const float *b, int64_t n, float *out);
 void mul(Host, const float *a, const float *b, int64_t n, float *out);

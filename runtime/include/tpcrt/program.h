@@ -35,13 +35,32 @@ inline Host kernels(Context &) { return {}; }
 
 // Mixtures of experts: on the CPU target only.
 inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
-                   int64_t experts, int64_t topK, bool normalize, float *out) {
-  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, out);
+                   int64_t experts, int64_t topK, bool normalize, float *out,
+                   const float *bias = nullptr, bool softmaxAfterTopK = false) {
+  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, out, bias, softmaxAfterTopK);
 }
 inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
                     int64_t count, const float *gateUp, const float *down, int64_t inter,
                     bool geluTanh, float *out) {
   experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh, out);
+}
+/// The same with GPT-OSS's form: interleaved [E, in, out] weights, biases (or null), and a
+/// clamped SwiGLU when alpha is positive.
+inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
+                    int64_t count, const float *gateUp, const float *down, int64_t inter,
+                    bool geluTanh, float *out, bool inOutInterleaved, const float *gateUpBias,
+                    const float *downBias, double alpha, double limit) {
+  experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh,
+          ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit}, out);
+}
+
+// Attention sinks (GPT-OSS): on the CPU target only.
+inline void attention(Context &cx, const float *q, const float *k, const float *v, int64_t n,
+                      int64_t heads, int64_t kvHeads, int64_t headDim, double scale,
+                      int64_t slidingWindow, double softcap, int64_t layer, const float *sinks,
+                      float *out) {
+  attention(kernels(cx), q, k, v, n, heads, kvHeads, headDim, scale, slidingWindow, softcap,
+            HeadSplit{}, cx.caches[size_t(layer)], out, sinks);
 }
 
 } // namespace tpcrt
