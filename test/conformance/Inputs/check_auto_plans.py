@@ -23,7 +23,8 @@ import json
 import sys
 import warnings
 
-MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "olmo2"]
+MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "olmo2",
+               "gpt_oss"]
 
 
 def expected_table(model_types=MODEL_TYPES, instantiate=True):
