@@ -140,7 +140,8 @@ def TP_RotaryOp : TP_LayerOp<"rotary"> {
   let description = [{
     The input is [seq, heads * head_dim]; each head is rotated in HF's rotate_half layout
     (the two halves of head_dim pair up) with inverse frequencies theta^(-2i/head_dim), or
-    the head_dim/2 given in `inv_freq` where a scaled RoPE (llama3) computed them.
+    the head_dim/2 given in `inv_freq` where a scaled RoPE (llama3, yarn) computed them.
+    `scaling` multiplies cos and sin (YaRN's attention_factor); absent, it is 1.
 
     DeepSeek's multi-head latent attention rotates in its complex form (`interleaved`:
     elements 2i and 2i+1 pair up) and only the last part of each head: the first `unrotated`
@@ -150,6 +151,7 @@ def TP_RotaryOp : TP_LayerOp<"rotary"> {
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_IdTensor:$positions,
                        TP_PositiveI64:$head_dim, F64Attr:$theta,
                        OptionalAttr<DenseF64ArrayAttr>:$inv_freq,
+                       OptionalAttr<F64Attr>:$scaling,
                        DefaultValuedAttr<BoolAttr, "false">:$interleaved,
                        OptionalAttr<TP_PositiveI64>:$unrotated);
   let results = (outs TP_Tensor:$result);
@@ -175,10 +177,15 @@ def TP_AttentionOp : TP_LayerOp<"attention"> {
     count are padding and come out zero. num_heads and num_kv_heads are then tp times the
     largest rank's counts.
 
+    `sinks` ([num_heads], GPT-OSS's learned attention sinks) gives each head a logit that
+    joins the softmax's denominator and is then dropped: the weights of a row sum to less
+    than 1. It is split with the heads.
+
     `value_head_dim` (DeepSeek's MLA: v_head_dim) is the width of each value head, and so of
     each output head, where it differs from head_dim, the width the queries and keys share.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$query, TP_Tensor:$key, TP_Tensor:$value,
+                       Optional<TP_Tensor>:$sinks,
                        TP_PositiveI64:$num_heads, TP_PositiveI64:$num_kv_heads,
                        TP_PositiveI64:$head_dim,
                        OptionalAttr<TP_PositiveI64>:$sliding_window,
@@ -189,7 +196,8 @@ def TP_AttentionOp : TP_LayerOp<"attention"> {
                        OptionalAttr<TP_PositiveI64>:$value_head_dim);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
-    $module $query `,` $key `,` $value attr-dict `:` functional-type(operands, results)
+    $module $query `,` $key `,` $value (`,` $sinks^)? attr-dict `:`
+    functional-type(operands, results)
   }];
 }
 
@@ -277,36 +285,57 @@ def TP_ConcatOp : TP_LayerOp<"concat"> {
 def TP_RouterOp : TP_LayerOp<"router"> {
   let summary = "MoE top-k router: dense routing weights [seq, experts]";
   let description = [{
-    logits = x @ weight.T, [seq, E]; softmax over the experts; the top_k largest kept and
-    (with `normalize`) divided by their sum; every other expert's weight is 0. Dense weights
-    make expert parallelism a placement: an `ep_router` rank keeps its experts' columns.
-    DeepSeek's: with `groups` G and `top_groups` g the experts are G equal groups and the
-    top_k come from the g groups whose best score is largest (group_limited_greedy); the kept
-    weights are multiplied by `scale` (routed_scaling_factor).
+    logits = x @ weight.T (+ bias), [seq, E]; softmax over the experts; the top_k largest kept
+    and (with `normalize`) divided by their sum; every other expert's weight is 0. With
+    `softmax_after_top_k` (GPT-OSS) the top_k largest logits are chosen first and the softmax
+    runs over those k alone (`normalize` then changes nothing). Dense weights make expert
+    parallelism a placement: an `ep_router` rank keeps its experts' columns. DeepSeek's: with
+    `groups` G and `top_groups` g the experts are G equal groups and the top_k come from the g
+    groups whose best score is largest (group_limited_greedy); the kept weights are multiplied
+    by `scale` (routed_scaling_factor).
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
+                       Optional<TP_Tensor>:$bias,
                        TP_PositiveI64:$top_k, DefaultValuedAttr<BoolAttr, "true">:$normalize,
+                       DefaultValuedAttr<BoolAttr, "false">:$softmax_after_top_k,
                        OptionalAttr<F64Attr>:$scale,
                        OptionalAttr<TP_PositiveI64>:$groups,
                        OptionalAttr<TP_PositiveI64>:$top_groups);
   let results = (outs TP_Tensor:$result);
-  let assemblyFormat = "$module $input `,` $weight attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    $module $input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
 }
 
-def TP_ExpertsOp : TP_LayerOp<"experts"> {
+def TP_ExpertsOp : TP_LayerOp<"experts", [AttrSizedOperandSegments]> {
   let summary = "MoE experts: sum over e of routing[:, e] * down_e(act(gate_e x) * up_e x)";
   let description = [{
-    gate_up is [E, 2 * inter, hidden] (gate rows, then up rows), down [E, hidden, inter], as
-    transformers' MixtralExperts holds them. Experts whose routing weight is 0 for a token
-    are skipped. Split on experts (grouped_gemm) or on inter (packed_colwise gate_up with
-    rowwise down), each rank's sum is a summand: the result is Partial.
+    With `layout` "out_in" (the default) gate_up is [E, 2 * inter, hidden] (gate rows, then up
+    rows), down [E, hidden, inter], as transformers' MixtralExperts holds them. With
+    "in_out_interleaved" (GPT-OSS) gate_up is [E, hidden, 2 * inter] with gate and up
+    interleaved column by column (gate = [..., ::2], up = [..., 1::2]) and down is
+    [E, inter, hidden]: x @ W rather than x @ W.T, as transformers' GptOssExperts holds and
+    saves them, so the checkpoint loads as is. `gate_up_bias` [E, 2 * inter] and `down_bias`
+    [E, hidden] (both or neither) belong to their expert: each is weighted by the expert's
+    routing weight with the rest of its output.
+
+    `activation` "clamped_swiglu" (GPT-OSS) computes, with gate clamped above at `limit` and up
+    clamped to [-limit, limit], (up + 1) * gate * sigmoid(alpha * gate).
+
+    Experts whose routing weight is 0 for a token are skipped. Split on experts
+    (grouped_gemm) or on inter (packed_colwise gate_up with rowwise down, "out_in" without
+    biases only), each rank's sum is a summand: the result is Partial.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$routing,
                        TP_Tensor:$gate_up, TP_Tensor:$down,
-                       DefaultValuedStrAttr<StrAttr, "silu">:$activation);
+                       Optional<TP_Tensor>:$gate_up_bias, Optional<TP_Tensor>:$down_bias,
+                       DefaultValuedStrAttr<StrAttr, "silu">:$activation,
+                       DefaultValuedStrAttr<StrAttr, "out_in">:$layout,
+                       OptionalAttr<F64Attr>:$alpha, OptionalAttr<F64Attr>:$limit);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
-    $module $input `,` $routing `,` $gate_up `,` $down attr-dict `:` functional-type(operands, results)
+    $module $input `,` $routing `,` $gate_up `,` $down (`,` $gate_up_bias^ `,` $down_bias)?
+    attr-dict `:` functional-type(operands, results)
   }];
 }
 

@@ -21,30 +21,37 @@ using namespace mlir;
 using json = nlohmann::ordered_json;
 
 namespace tpc::import {
+
+double yarnGetMscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
 namespace {
 
 /// What distinguishes the supported architectures from Llama.
 struct Architecture {
   const char *modelType, *causalLM;
-  bool qkvBias = false;       // Qwen2: q/k/v always have biases
-  bool qkNorm = false;        // Qwen3: per-head RMSNorm of q and k before RoPE
-  bool rowQkNorm = false;     // OLMo2: RMSNorm of q and k over their whole projected width
-  bool postNormsOnly = false; // OLMo2: norms after attention and MLP, none before
-  bool mla = false;           // DeepSeek-V2: multi-head latent attention, shared experts
-  bool gemma = false;         // norms scale by (1 + w), embeddings by sqrt(hidden)
-  bool sandwichNorms = false; // Gemma2: norms after attention and MLP too
-  bool fused = false;         // Phi3: qkv_proj, gate_up_proj
-  bool moe = false;           // Mixtral, Qwen3-MoE: router + experts
-  bool qwenMoe = false;       // Qwen3-MoE: num_experts, moe_intermediate_size, norm_topk_prob;
-                              // dense layers by mlp_only_layers and decoder_sparse_step
+  bool qkvBias = false;           // Qwen2: q/k/v always have biases
+  bool qkNorm = false;            // Qwen3: per-head RMSNorm of q and k before RoPE
+  bool rowQkNorm = false;         // OLMo2: RMSNorm of q and k over their whole projected width
+  bool postNormsOnly = false;     // OLMo2: norms after attention and MLP, none before
+  bool mla = false;               // DeepSeek-V2: multi-head latent attention, shared experts
+  bool gemma = false;             // norms scale by (1 + w), embeddings by sqrt(hidden)
+  bool sandwichNorms = false;     // Gemma2: norms after attention and MLP too
+  bool fused = false;             // Phi3: qkv_proj, gate_up_proj
+  bool moe = false;               // Mixtral, Qwen3-MoE, GPT-OSS: router + experts
+  bool qwenMoe = false;           // Qwen3-MoE: num_experts, moe_intermediate_size, norm_topk_prob;
+                                  // dense layers by mlp_only_layers and decoder_sparse_step
+  bool gptOss = false;            // GPT-OSS: attention sinks, biased router and experts (below)
   bool slidingEveryLayer = false; // Mistral, Mixtral, Phi3: sliding_window applies to all
   bool hasLayerTypes = false;     // Qwen2/3, Gemma2: layer_types chooses per layer
   bool slidingNeedsFlag = false;  // Qwen3-MoE: sliding_window counts with use_sliding_window
   bool attentionBiasField = false, mlpBiasField = false;
+  bool defaultAttentionBias = false;
   const char *activationKey = "hidden_act";
   const char *defaultActivation = "silu";
   bool tiedByDefault = false;
-  double defaultEps = 1e-6; // the config class's rms_norm_eps
+  double defaultEps = 1e-6;  // the config class's rms_norm_eps
   double defaultTheta = 1e4; // the config class's default_theta
 };
 
@@ -81,23 +88,30 @@ const std::vector<Architecture> &architectures() {
     olmo2.defaultEps = 1e-5;
     Architecture deepseek2{"deepseek_v2", "DeepseekV2ForCausalLM"};
     deepseek2.mla = deepseek2.attentionBiasField = deepseek2.mlpBiasField = true;
-    return std::vector<Architecture>{llama, mistral, qwen2,    qwen3, gemma,    gemma2,
-                                     phi3,  mixtral, qwen3Moe, olmo2, deepseek2};
+    Architecture gptOss{"gpt_oss", "GptOssForCausalLM"};
+    gptOss.moe = gptOss.gptOss = gptOss.hasLayerTypes = true;
+    gptOss.attentionBiasField = gptOss.defaultAttentionBias = true;
+    gptOss.defaultEps = 1e-5;
+    gptOss.defaultTheta = 150000.0;
+    return std::vector<Architecture>{llama, mistral, qwen2,    qwen3, gemma,     gemma2,
+                                     phi3,  mixtral, qwen3Moe, olmo2, deepseek2, gptOss};
   }();
   return table;
 }
 
 /// Fields that never change what inference computes (training, ids, bookkeeping).
 const std::set<std::string> kHarmless = {
-    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
-    "_name_or_path", "initializer_range", "use_cache", "bos_token_id", "pad_token_id",
-    "original_max_position_embeddings", "attention_dropout",
-    "resid_pdrop", "embd_pdrop", "output_router_logits", "router_aux_loss_coef",
-    "router_jitter_noise", "return_dict", "output_hidden_states", "output_attentions",
-    "id2label", "label2id", "problem_type", "chunk_size_feed_forward", "is_encoder_decoder",
-    "tie_encoder_decoder", "add_cross_attention", "tokenizer_class", "prefix", "task_specific_params",
-    "max_window_layers", "use_sliding_window", "base_model_tp_plan", "base_model_pp_plan",
-    "pretraining_tp", "generation_config", "bos_token", "eos_token", "use_bidirectional_attention"};
+    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+    "initializer_range", "use_cache", "bos_token_id", "pad_token_id",
+    "original_max_position_embeddings", "attention_dropout", "resid_pdrop", "embd_pdrop",
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "return_dict",
+    "output_hidden_states", "output_attentions", "id2label", "label2id", "problem_type",
+    "chunk_size_feed_forward", "is_encoder_decoder", "tie_encoder_decoder", "add_cross_attention",
+    "tokenizer_class", "prefix", "task_specific_params", "max_window_layers", "use_sliding_window",
+    "base_model_tp_plan", "base_model_pp_plan", "pretraining_tp", "generation_config", "bos_token",
+    "eos_token", "use_bidirectional_attention",
+    // GPT-OSS's released config.json: copies of other fields that transformers never reads.
+    "experts_per_token", "initial_context_length"};
 
 // config.json comes from anywhere: a size larger than any model's would only overflow or
 // exhaust memory further down (in the text written here, in analyze's byte counts, in the
@@ -183,10 +197,12 @@ public:
   bool failed = false;
 };
 
-/// RoPE of one layer type: theta, and the inverse frequencies when a scaling changed them.
+/// RoPE of one layer type: theta, the inverse frequencies when a scaling changed them, and
+/// the factor on cos and sin (YaRN's attention_factor).
 struct Rope {
   double theta = 10000.0;
   std::vector<double> invFreq;
+  double scaling = 1.0;
 };
 
 /// llama3's frequency scaling, in float32 as transformers computes it.
@@ -205,6 +221,37 @@ std::vector<double> llama3InvFreq(double theta, int64_t headDim, double factor, 
       scaled = (1 - smooth) * scaled / float(factor) + smooth * scaled;
     }
     out.push_back(scaled);
+  }
+  return out;
+}
+
+/// YaRN's inverse frequencies, in float32 where transformers' _compute_yarn_parameters
+/// computes in float32 (the correction range in double, as Python computes it).
+std::vector<double> yarnInvFreq(double theta, int64_t dim, double factor, double betaFast,
+                                double betaSlow, double original, bool truncate) {
+  const double pi = 3.14159265358979323846;
+  auto correctionDim = [&](double rotations) {
+    return (double(dim) * std::log(original / (rotations * 2 * pi))) / (2 * std::log(theta));
+  };
+  double low = correctionDim(betaFast), high = correctionDim(betaSlow);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dim - 1));
+  if (low == high)
+    high += 0.001; // transformers: prevents a division by zero
+  std::vector<double> out;
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    float pos = std::pow(float(theta), float(2 * i) / float(dim));
+    float extrapolation = 1.0f / pos, interpolation = 1.0f / (float(factor) * pos);
+    float ramp = (float(i) - float(low)) / float(high - low);
+    ramp = std::min(std::max(ramp, 0.0f), 1.0f);
+    float extrapolationFactor = 1.0f - ramp;
+    float a = interpolation * (1.0f - extrapolationFactor);
+    float b = extrapolation * extrapolationFactor;
+    out.push_back(a + b);
   }
   return out;
 }
@@ -290,7 +337,10 @@ public:
 private:
   bool readShape();
   void readQwenMoe();
-  std::optional<Rope> readRope(const json *parameters, const std::string &where);
+  std::optional<Rope> readRope(const json *parameters, const std::string &where,
+                               const std::string &layerType = "");
+  std::optional<Rope> readYarn(Rope rope, const json &parameters, const std::string &where,
+                               const std::string &layerType);
   bool readLayerTypes();
   std::string linear(const std::string &name, const std::string &module, const std::string &x,
                      int64_t in, int64_t out, bool bias);
@@ -304,8 +354,8 @@ private:
                            const std::string &x);
   std::string mlp(const std::string &v, const std::string &module, const std::string &x,
                   int64_t width);
-  std::string activation(const std::string &name, const std::string &module,
-                         const std::string &x, int64_t width = 0);
+  std::string activation(const std::string &name, const std::string &module, const std::string &x,
+                         int64_t width = 0);
   std::string layer(int64_t i, const std::string &h);
 
   Config &c;
@@ -327,7 +377,7 @@ private:
   bool attentionBias = false, mlpBias = false, tied = false;
   std::vector<std::string> layerTypes; // "sliding_attention" or "full_attention"
   std::optional<int64_t> slidingWindow;
-  std::map<std::string, Rope> ropes;   // by layer type ("" for all)
+  std::map<std::string, Rope> ropes; // by layer type ("" for all)
 };
 
 bool Importer::readShape() {
@@ -346,9 +396,9 @@ bool Importer::readShape() {
     if (!readMla())
       return false;
   } else if (hidden % heads != 0 && !c.get("head_dim")) {
-    c.error("num_attention_heads") << "hidden_size " << hidden
-                                   << " is not a multiple of num_attention_heads " << heads
-                                   << " and no head_dim is given";
+    c.error("num_attention_heads")
+        << "hidden_size " << hidden << " is not a multiple of num_attention_heads " << heads
+        << " and no head_dim is given";
     return false;
   }
   if (!arch.mla)
@@ -368,37 +418,57 @@ bool Importer::readShape() {
   eps = c.number("rms_norm_eps", arch.defaultEps).value_or(arch.defaultEps);
   tied = c.boolean("tie_word_embeddings", arch.tiedByDefault);
   if (arch.attentionBiasField)
-    attentionBias = c.boolean("attention_bias", false);
+    attentionBias = c.boolean("attention_bias", arch.defaultAttentionBias);
   if (arch.mlpBiasField)
     mlpBias = c.boolean("mlp_bias", false);
   if (const json *bidirectional = c.get("use_bidirectional_attention");
       bidirectional && *bidirectional != false)
     c.error("use_bidirectional_attention")
         << "use_bidirectional_attention is not supported: tpc's attention is causal";
-  if (c.get("quantization_config"))
-    c.error("quantization_config") << "quantized checkpoints are not supported (tpc reads "
-                                      "F32, F16 and BF16 weights)";
+  if (const json *quantization = c.get("quantization_config")) {
+    if (quantization->is_object() && quantization->value("quant_method", json()) == "mxfp4")
+      c.error("quantization_config")
+          << "quantization_config: MXFP4-quantized checkpoints (quant_method 'mxfp4', the "
+             "experts' *_blocks and *_scales tensors) are not supported: tpc reads F32, F16 and "
+             "BF16 weights. transformers dequantizes them on load with from_pretrained(..., "
+             "quantization_config=Mxfp4Config(dequantize=True)); a save_pretrained of that "
+             "model loads";
+    else
+      c.error("quantization_config") << "quantized checkpoints are not supported (tpc reads "
+                                        "F32, F16 and BF16 weights)";
+  }
 
-  const json *a = c.get(arch.activationKey);
-  // Gemma2 reads hidden_activation alone (default tanh GELU); a hidden_act beside it is
-  // carried in the config and never read by transformers 5.17's forward.
-  if (std::string(arch.activationKey) != "hidden_act" && c.get("hidden_act"))
-    emitWarning(c.doc.keyLoc({"hidden_act"}))
-        << "'hidden_act' is not read by " << arch.causalLM << " (it reads '"
-        << arch.activationKey << "', default " << arch.defaultActivation << "); ignored";
-  if (a && !a->is_string())
-    c.error(arch.activationKey) << "the activation must be a name, got " << a->dump();
-  act = a && a->is_string() ? a->get<std::string>() : arch.defaultActivation;
-  if (act != "silu" && act != "gelu_pytorch_tanh" && act != "gelu" && act != "gelu_new")
-    c.error(arch.activationKey) << "activation '" << act
-                                << "' is not supported (silu, gelu, gelu_pytorch_tanh, "
-                                   "gelu_new are)";
+  if (arch.gptOss) {
+    // GptOssExperts hardcodes its clamped SwiGLU (alpha 1.702, limit 7) and reads neither
+    // hidden_act nor swiglu_limit; the released config.json says swiglu_limit 7.0.
+    c.get("hidden_act");
+    if (const json *limit = c.get("swiglu_limit");
+        limit && (!limit->is_number() || limit->get<double>() != 7.0))
+      c.error("swiglu_limit") << "swiglu_limit " << limit->dump()
+                              << " is not the 7.0 that transformers 5.17's GptOssExperts "
+                                 "clamps at (it does not read this field)";
+  } else {
+    const json *a = c.get(arch.activationKey);
+    // Gemma2 reads hidden_activation alone (default tanh GELU); a hidden_act beside it is
+    // carried in the config and never read by transformers 5.17's forward.
+    if (std::string(arch.activationKey) != "hidden_act" && c.get("hidden_act"))
+      emitWarning(c.doc.keyLoc({"hidden_act"}))
+          << "'hidden_act' is not read by " << arch.causalLM << " (it reads '" << arch.activationKey
+          << "', default " << arch.defaultActivation << "); ignored";
+    if (a && !a->is_string())
+      c.error(arch.activationKey) << "the activation must be a name, got " << a->dump();
+    act = a && a->is_string() ? a->get<std::string>() : arch.defaultActivation;
+    if (act != "silu" && act != "gelu_pytorch_tanh" && act != "gelu" && act != "gelu_new")
+      c.error(arch.activationKey) << "activation '" << act
+                                  << "' is not supported (silu, gelu, gelu_pytorch_tanh, "
+                                     "gelu_new are)";
+  }
   if (arch.moe && !arch.qwenMoe) {
     experts = c.integer("num_local_experts", std::nullopt, 1, kMaxRepeats).value_or(0);
     topK = get("num_experts_per_tok");
     if (!c.failed && topK > experts)
-      c.error("num_experts_per_tok") << "num_experts_per_tok " << topK << " exceeds the "
-                                     << experts << " experts";
+      c.error("num_experts_per_tok")
+          << "num_experts_per_tok " << topK << " exceeds the " << experts << " experts";
     expertInter = inter;
     sparseLayers.assign(layers, true);
   }
@@ -409,8 +479,8 @@ bool Importer::readShape() {
     attnSoftcap = c.number("attn_logit_softcapping", std::nullopt);
     finalSoftcap = c.number("final_logit_softcapping", std::nullopt);
   } else {
-    for (const char *key : {"attn_logit_softcapping", "final_logit_softcapping",
-                            "query_pre_attn_scalar"})
+    for (const char *key :
+         {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"})
       if (c.get(key))
         c.error(key) << "'" << key << "' is not part of " << arch.causalLM
                      << "'s forward; tpc will not guess what it means here";
@@ -461,8 +531,8 @@ bool Importer::readMla() {
   if (c.failed)
     return false;
   if (topK > experts) {
-    c.error("num_experts_per_tok") << "num_experts_per_tok " << topK << " exceeds the "
-                                   << experts << " routed experts";
+    c.error("num_experts_per_tok")
+        << "num_experts_per_tok " << topK << " exceeds the " << experts << " routed experts";
     return false;
   }
   const json *method = c.get("topk_method");
@@ -474,9 +544,8 @@ bool Importer::readMla() {
       return false;
     if (experts % groups != 0 || topGroups > groups || topK > topGroups * (experts / groups)) {
       c.error("n_group") << "group_limited_greedy needs the " << experts
-                         << " routed experts in n_group " << groups
-                         << " equal groups, topk_group " << topGroups
-                         << " of them, holding at least num_experts_per_tok " << topK;
+                         << " routed experts in n_group " << groups << " equal groups, topk_group "
+                         << topGroups << " of them, holding at least num_experts_per_tok " << topK;
       return false;
     }
   } else if (how != "greedy") {
@@ -542,7 +611,8 @@ void Importer::readQwenMoe() {
     sparseLayers[i] = !dense[i] && experts > 0 && (i + 1) % step == 0;
 }
 
-std::optional<Rope> Importer::readRope(const json *parameters, const std::string &where) {
+std::optional<Rope> Importer::readRope(const json *parameters, const std::string &where,
+                                       const std::string &layerType) {
   Rope rope;
   rope.theta = arch.defaultTheta;
   if (const json *theta = c.get("rope_theta"); theta && theta->is_number())
@@ -611,14 +681,134 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
         }
       return rope;
     }
+    if (type == "yarn")
+      return readYarn(rope, *parameters, where, layerType);
   }
   if (type != "default") {
     c.error(where) << "RoPE type '" << type
-                   << "' is not supported (default and llama3 are); it changes the frequencies";
+                   << "' is not supported (default, llama3 and yarn are); it changes the "
+                      "frequencies";
     return std::nullopt;
   }
   if (rope.theta <= 0) {
     c.error(where) << "rope_theta must be positive";
+    return std::nullopt;
+  }
+  return rope;
+}
+
+std::optional<Rope> Importer::readYarn(Rope rope, const json &parameters, const std::string &where,
+                                       const std::string &layerType) {
+  // As transformers' _compute_yarn_parameters; an error points at the field's own line.
+  std::vector<std::string> at = {where};
+  if (!layerType.empty())
+    at.push_back(layerType);
+  auto fail = [&](const std::string &key) {
+    c.failed = true;
+    std::vector<std::string> path = at;
+    path.push_back(key);
+    return emitError(c.doc.keyLoc(path)) << "yarn RoPE scaling: ";
+  };
+  auto number = [&](const std::string &key) -> std::optional<double> {
+    auto it = parameters.find(key);
+    if (it == parameters.end() || it->is_null())
+      return std::nullopt;
+    if (!it->is_number()) {
+      fail(key) << "'" << key << "' must be a number, got " << it->dump();
+      return std::nullopt;
+    }
+    return it->get<double>();
+  };
+  // standardize_rope_params: a top-level original_max_position_embeddings wins (one RoPE for
+  // every layer), else the rope's own, else max_position_embeddings.
+  std::optional<double> original;
+  if (layerType.empty() && c.get("original_max_position_embeddings")) {
+    const json *v = c.get("original_max_position_embeddings");
+    if (!v->is_number() || !(v->get<double>() > 0)) {
+      c.error("original_max_position_embeddings")
+          << "'original_max_position_embeddings' must be a positive number, got " << v->dump();
+      return std::nullopt;
+    }
+    original = v->get<double>();
+  } else {
+    original = number("original_max_position_embeddings");
+    if (c.failed)
+      return std::nullopt;
+    if (!original) {
+      const json *v = c.get("max_position_embeddings");
+      if (!v || !v->is_number()) {
+        c.error(where) << "yarn RoPE scaling needs 'original_max_position_embeddings' (or the "
+                          "config's max_position_embeddings)";
+        return std::nullopt;
+      }
+      original = v->get<double>();
+    }
+    if (!(*original > 0)) {
+      fail("original_max_position_embeddings")
+          << "'original_max_position_embeddings' must be positive, got " << *original;
+      return std::nullopt;
+    }
+  }
+  std::optional<double> factor = number("factor"), attentionFactor = number("attention_factor"),
+                        mscale = number("mscale"), mscaleAllDim = number("mscale_all_dim"),
+                        betaFast = number("beta_fast"), betaSlow = number("beta_slow");
+  if (c.failed)
+    return std::nullopt;
+  if (!factor) { // DeepSeek-V3's convention: the ratio of the two context lengths
+    const json *v = c.get("max_position_embeddings");
+    if (!v || !v->is_number()) {
+      c.error(where) << "yarn RoPE scaling needs 'factor' (or the config's "
+                        "max_position_embeddings)";
+      return std::nullopt;
+    }
+    factor = v->get<double>() / *original;
+  }
+  if (!(*factor > 0)) {
+    fail("factor") << "'factor' must be positive, got " << *factor;
+    return std::nullopt;
+  }
+  if (attentionFactor && !(*attentionFactor > 0)) {
+    fail("attention_factor") << "'attention_factor' must be positive, got " << *attentionFactor;
+    return std::nullopt;
+  }
+  // Python's `x or default`: 0 counts as absent.
+  double fast = betaFast && *betaFast != 0 ? *betaFast : 32;
+  double slow = betaSlow && *betaSlow != 0 ? *betaSlow : 1;
+  for (auto [key, value] : {std::pair("beta_fast", fast), std::pair("beta_slow", slow)})
+    if (!(value > 0)) {
+      fail(key) << "'" << key << "' must be positive, got " << value;
+      return std::nullopt;
+    }
+  if (!(rope.theta > 0) || rope.theta == 1) {
+    c.error(where) << "yarn RoPE scaling needs a rope_theta that is positive and not 1";
+    return std::nullopt;
+  }
+  // transformers reads truncate from config.rope_parameters itself: with a rope per layer
+  // type that is the outer object, which has no 'truncate', so it is true.
+  bool truncate = true;
+  if (layerType.empty())
+    if (auto it = parameters.find("truncate"); it != parameters.end() && !it->is_null()) {
+      if (!it->is_boolean()) {
+        fail("truncate") << "'truncate' must be true or false, got " << it->dump();
+        return std::nullopt;
+      }
+      truncate = it->get<bool>();
+    }
+  if (attentionFactor)
+    rope.scaling = *attentionFactor;
+  else if (mscale && *mscale != 0 && mscaleAllDim && *mscaleAllDim != 0)
+    rope.scaling = yarnGetMscale(*factor, *mscale) / yarnGetMscale(*factor, *mscaleAllDim);
+  else
+    rope.scaling = yarnGetMscale(*factor);
+  rope.invFreq = yarnInvFreq(rope.theta, arch.mla ? ropeDim : headDim, *factor, fast, slow,
+                             *original, truncate);
+  for (double f : rope.invFreq)
+    if (!std::isfinite(f) || f <= 0) {
+      c.error(where) << "yarn RoPE scaling gives a frequency of " << f;
+      return std::nullopt;
+    }
+  if (!std::isfinite(rope.scaling) || rope.scaling <= 0) {
+    c.error(where) << "yarn RoPE scaling gives an attention factor of " << rope.scaling;
     return std::nullopt;
   }
   return rope;
@@ -633,20 +823,22 @@ bool Importer::readLayerTypes() {
   }
   if (window)
     slidingWindow = window->get<int64_t>();
+  else if (arch.gptOss && !c.doc.value().contains("sliding_window"))
+    slidingWindow = 128; // GptOssConfig's default
   layerTypes.assign(layers, "full_attention");
   if (arch.slidingNeedsFlag && !c.boolean("use_sliding_window", false))
     slidingWindow.reset();
   if (arch.slidingEveryLayer && slidingWindow)
     layerTypes.assign(layers, "sliding_attention");
   if (arch.hasLayerTypes) {
-    bool useSliding = std::string(arch.modelType) == "gemma2" ||
-                      c.boolean("use_sliding_window", false);
+    // Gemma2 and GPT-OSS always use their window; Qwen2 and Qwen3 only when told to.
+    bool alwaysSliding = std::string(arch.modelType) == "gemma2" || arch.gptOss;
+    bool useSliding = alwaysSliding || c.boolean("use_sliding_window", false);
     if (!useSliding)
       slidingWindow.reset();
     if (const json *types = c.get("layer_types")) {
       if (!types->is_array() || int64_t(types->size()) != layers) {
-        c.error("layer_types") << "'layer_types' must list one type per layer (" << layers
-                               << ")";
+        c.error("layer_types") << "'layer_types' must list one type per layer (" << layers << ")";
         return false;
       }
       for (int64_t i = 0; i < layers; ++i) {
@@ -658,7 +850,7 @@ bool Importer::readLayerTypes() {
         }
         layerTypes[i] = t.get<std::string>();
       }
-    } else if (std::string(arch.modelType) == "gemma2") {
+    } else if (alwaysSliding) {
       for (int64_t i = 0; i < layers; ++i)
         layerTypes[i] = (i + 1) % 2 ? "sliding_attention" : "full_attention";
     } else if (slidingWindow) {
@@ -669,8 +861,9 @@ bool Importer::readLayerTypes() {
     if (!slidingWindow)
       for (std::string &t : layerTypes)
         if (t == "sliding_attention") {
-          if (std::string(arch.modelType) == "gemma2") {
-            c.error("sliding_window") << "gemma2 needs a sliding_window for its sliding layers";
+          if (alwaysSliding) {
+            c.error("sliding_window")
+                << arch.modelType << " needs a sliding_window for its sliding layers";
             return false;
           }
           t = "full_attention"; // transformers: no window, plain causal
@@ -687,16 +880,16 @@ std::string Importer::linear(const std::string &name, const std::string &module,
   return w.op(name, "linear", module, operands, "", w.act(out));
 }
 
-std::string Importer::norm(const std::string &name, const std::string &module,
-                           const std::string &x, int64_t width, std::optional<int64_t> perHead,
+std::string Importer::norm(const std::string &name, const std::string &module, const std::string &x,
+                           int64_t width, std::optional<int64_t> perHead,
                            std::optional<double> epsilon) {
   std::string attrs = "epsilon = " + f64(epsilon.value_or(eps));
   if (perHead)
     attrs += ", head_dim = " + i64(*perHead);
   if (arch.gemma)
     attrs += ", weight_offset = " + f64(1.0);
-  return w.op(name, "rms_norm", module, {x, w.weight(module + ".weight", {perHead ? *perHead : width})},
-              attrs, w.act(width));
+  return w.op(name, "rms_norm", module,
+              {x, w.weight(module + ".weight", {perHead ? *perHead : width})}, attrs, w.act(width));
 }
 
 std::string Importer::activation(const std::string &name, const std::string &module,
@@ -710,7 +903,7 @@ std::string Importer::activation(const std::string &name, const std::string &mod
 }
 
 std::string Importer::selfAttention(int64_t i, const std::string &v, const std::string &attn,
-                                   const std::string &x) {
+                                    const std::string &x) {
   int64_t qWidth = heads * headDim, kvWidth = kvHeads * headDim;
   std::string q, k, val;
   if (arch.fused) {
@@ -745,6 +938,8 @@ std::string Importer::selfAttention(int64_t i, const std::string &v, const std::
       ropeAttrs += (j ? ", " : "") + llvm::formatv("{0:e17}", rope.invFreq[j]).str();
     ropeAttrs += ">";
   }
+  if (rope.scaling != 1.0)
+    ropeAttrs += ", scaling = " + f64(rope.scaling);
   std::string qr = w.op(v + "qr", "rotary", attn, {q, "%positions"}, ropeAttrs, w.act(qWidth));
   std::string kr = w.op(v + "kr", "rotary", attn, {k, "%positions"}, ropeAttrs, w.act(kvWidth));
   std::string attrs = "head_dim = " + i64(headDim) + ", num_heads = " + i64(heads) +
@@ -755,7 +950,10 @@ std::string Importer::selfAttention(int64_t i, const std::string &v, const std::
     attrs += ", sliding_window = " + i64(*slidingWindow);
   if (attnSoftcap)
     attrs += ", softcap = " + f64(*attnSoftcap);
-  std::string o = w.op(v + "attn", "attention", attn, {qr, kr, val}, attrs, w.act(qWidth));
+  std::vector<std::string> attnOperands = {qr, kr, val};
+  if (arch.gptOss) // a learned logit per head that joins each row's softmax
+    attnOperands.push_back(w.weight(attn + ".sinks", {heads}));
+  std::string o = w.op(v + "attn", "attention", attn, attnOperands, attrs, w.act(qWidth));
   o = linear(v + "o", attn + ".o_proj", o, qWidth, hidden, attentionBias);
   return o;
 }
@@ -778,8 +976,8 @@ std::string Importer::mlaAttention(int64_t i, const std::string &v, const std::s
   } else {
     q = linear(v + "q", attn + ".q_proj", x, hidden, qWidth, false);
   }
-  std::string kva = linear(v + "kva", attn + ".kv_a_proj_with_mqa", x, hidden, kvLora + ropeDim,
-                           attentionBias);
+  std::string kva =
+      linear(v + "kva", attn + ".kv_a_proj_with_mqa", x, hidden, kvLora + ropeDim, attentionBias);
   auto slice = [&](const std::string &n, int64_t offset, int64_t size) {
     return w.op(v + n, "slice", attn, {kva},
                 "dim = " + i64(1) + ", offset = " + i64(offset) + ", size = " + i64(size),
@@ -797,8 +995,8 @@ std::string Importer::mlaAttention(int64_t i, const std::string &v, const std::s
   std::string knope = headSlice("knope", 0, nopeDim), val = headSlice("v", nopeDim, valueDim);
   const Rope &rope = ropes.count(layerTypes[i]) ? ropes.at(layerTypes[i]) : ropes.at("");
   auto ropeAttrs = [&](int64_t width, int64_t unrotated) {
-    std::string attrs = "head_dim = " + i64(width) + ", interleaved = true, theta = " +
-                        f64(rope.theta);
+    std::string attrs =
+        "head_dim = " + i64(width) + ", interleaved = true, theta = " + f64(rope.theta);
     if (unrotated)
       attrs += ", unrotated = " + i64(unrotated);
     if (!rope.invFreq.empty()) {
@@ -807,14 +1005,16 @@ std::string Importer::mlaAttention(int64_t i, const std::string &v, const std::s
         attrs += (j ? ", " : "") + llvm::formatv("{0:e17}", rope.invFreq[j]).str();
       attrs += ">";
     }
+    if (rope.scaling != 1.0) // YaRN's attention factor on cos and sin
+      attrs += ", scaling = " + f64(rope.scaling);
     return attrs;
   };
-  std::string qr = w.op(v + "qr", "rotary", attn, {q, "%positions"}, ropeAttrs(headDim, nopeDim),
-                        w.act(qWidth));
-  std::string kr = w.op(v + "kr", "rotary", attn, {kpe, "%positions"}, ropeAttrs(ropeDim, 0),
-                        w.act(ropeDim));
-  std::string k = w.op(v + "k", "concat_heads", attn, {knope, kr}, "head_dim = " + i64(nopeDim),
-                       w.act(qWidth));
+  std::string qr =
+      w.op(v + "qr", "rotary", attn, {q, "%positions"}, ropeAttrs(headDim, nopeDim), w.act(qWidth));
+  std::string kr =
+      w.op(v + "kr", "rotary", attn, {kpe, "%positions"}, ropeAttrs(ropeDim, 0), w.act(ropeDim));
+  std::string k =
+      w.op(v + "k", "concat_heads", attn, {knope, kr}, "head_dim = " + i64(nopeDim), w.act(qWidth));
   std::string attrs = "head_dim = " + i64(headDim) + ", num_heads = " + i64(heads) +
                       ", num_kv_heads = " + i64(heads) + ", scale = " + f64(*mlaScale) +
                       ", value_head_dim = " + i64(valueDim);
@@ -844,8 +1044,8 @@ std::string Importer::layer(int64_t i, const std::string &h) {
   if (arch.postNormsOnly)
     x = h1;
   else
-    x = norm(v + "norm2", p + (arch.sandwichNorms ? ".pre_feedforward_layernorm"
-                                                  : ".post_attention_layernorm"),
+    x = norm(v + "norm2",
+             p + (arch.sandwichNorms ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"),
              h1, hidden);
   std::string out;
   if (arch.mla && i < denseLayers) {
@@ -875,10 +1075,26 @@ std::string Importer::layer(int64_t i, const std::string &h) {
     out = w.op(v + "moe", "experts", mlp + ".experts", {x, routing, gateUp, down},
                act == "silu" ? "" : "activation = \"gelu_tanh\"", w.act(hidden));
     if (sharedExperts) {
-      std::string shared = this->mlp(v + "shared_", mlp + ".shared_experts", x,
-                                     sharedExperts * moeInter);
+      std::string shared =
+          this->mlp(v + "shared_", mlp + ".shared_experts", x, sharedExperts * moeInter);
       out = w.op(v + "moe_sum", "add", mlp, {out, shared}, "", w.act(hidden));
     }
+  } else if (arch.gptOss) {
+    // As GptOssMLP holds and save_pretrained writes them: a router with a bias that picks the
+    // top k logits before its softmax; experts as [E, in, out] with gate and up interleaved.
+    std::string router = mlp + ".router", ex = mlp + ".experts";
+    std::string routing = w.op(
+        v + "routing", "router", router,
+        {x, w.weight(router + ".weight", {experts, hidden}), w.weight(router + ".bias", {experts})},
+        "top_k = " + i64(topK) + ", softmax_after_top_k = true", w.act(experts));
+    out = w.op(v + "moe", "experts", ex,
+               {x, routing, w.weight(ex + ".gate_up_proj", {experts, hidden, 2 * inter}),
+                w.weight(ex + ".down_proj", {experts, inter, hidden}),
+                w.weight(ex + ".gate_up_proj_bias", {experts, 2 * inter}),
+                w.weight(ex + ".down_proj_bias", {experts, hidden})},
+               "activation = \"clamped_swiglu\", layout = \"in_out_interleaved\", alpha = " +
+                   f64(1.702) + ", limit = " + f64(7.0),
+               w.act(hidden));
   } else if (arch.moe && sparseLayers[i]) {
     // transformers fuses the experts on load; save_pretrained (and the Hub) keep the
     // original per-expert tensors: Mixtral's w1 = gate, w3 = up, w2 = down, Qwen3-MoE's
@@ -916,9 +1132,9 @@ std::string Importer::layer(int64_t i, const std::string &h) {
     std::string gate, up;
     if (arch.fused) {
       std::string gu = linear(v + "gate_up", mlp + ".gate_up_proj", x, hidden, 2 * inter, false);
-      gate = w.op(v + "gate", "slice", mlp, {gu},
-                  "dim = " + i64(1) + ", offset = " + i64(0) + ", size = " + i64(inter),
-                  w.act(inter));
+      gate =
+          w.op(v + "gate", "slice", mlp, {gu},
+               "dim = " + i64(1) + ", offset = " + i64(0) + ", size = " + i64(inter), w.act(inter));
       up = w.op(v + "up", "slice", mlp, {gu},
                 "dim = " + i64(1) + ", offset = " + i64(inter) + ", size = " + i64(inter),
                 w.act(inter));
@@ -945,16 +1161,22 @@ std::optional<std::string> Importer::run() {
     parameters = c.get("rope_scaling");
     where = "rope_scaling";
   }
-  bool perType = parameters && parameters->is_object() &&
-                 (parameters->contains("sliding_attention") ||
-                  parameters->contains("full_attention"));
+  // GptOssConfig's default when config.json has none.
+  static const json gptOssRope = {
+      {"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
+      {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
+  if (!parameters && arch.gptOss)
+    parameters = &gptOssRope;
+  bool perType =
+      parameters && parameters->is_object() &&
+      (parameters->contains("sliding_attention") || parameters->contains("full_attention"));
   if (perType) {
     for (const std::string &type : layerTypes) {
       if (ropes.count(type))
         continue;
       auto it = parameters->find(type);
       std::optional<Rope> rope =
-          readRope(it == parameters->end() || it->is_null() ? nullptr : &*it, where);
+          readRope(it == parameters->end() || it->is_null() ? nullptr : &*it, where, type);
       if (!rope)
         return std::nullopt;
       ropes[type] = *rope;
@@ -1019,8 +1241,8 @@ std::optional<std::string> Importer::run() {
                           : w.weight("lm_head.weight", {vocab, hidden});
   std::string logits = w.op("logits", "linear", "lm_head", {h, head}, "", w.act(vocab));
   if (finalSoftcap)
-    logits = w.op("capped", "softcap", "lm_head", {logits}, "cap = " + f64(*finalSoftcap),
-                  w.act(vocab));
+    logits =
+        w.op("capped", "softcap", "lm_head", {logits}, "cap = " + f64(*finalSoftcap), w.act(vocab));
   if (!w.oversized.empty()) {
     emitError(c.doc.locAt(0)) << "this config.json makes parameter " << w.oversized
                               << ", more than the 2^40 elements tpc handles in one tensor";
@@ -1029,16 +1251,16 @@ std::optional<std::string> Importer::run() {
 
   std::ostringstream text;
   text << "// Imported by `tpc import` from " << llvm::sys::path::filename(c.doc.path()).str()
-       << " (" << arch.causalLM << "): " << layers << " layers, hidden " << hidden << ", "
-       << heads << " heads of " << headDim << ", " << kvHeads << " KV heads, intermediate "
-       << inter << ", vocab " << vocab;
+       << " (" << arch.causalLM << "): " << layers << " layers, hidden " << hidden << ", " << heads
+       << " heads of " << headDim << ", " << kvHeads << " KV heads, intermediate " << inter
+       << ", vocab " << vocab;
   if (arch.moe)
     text << ", " << experts << " experts (top " << topK << ")";
   if (arch.mla)
     text << ", latent attention (q rank " << qLora << ", kv rank " << kvLora << ", heads of "
          << nopeDim << " + " << ropeDim << " and values of " << valueDim << "), " << experts
-         << " routed experts (top " << topK << ") and " << sharedExperts
-         << " shared from layer " << denseLayers;
+         << " routed experts (top " << topK << ") and " << sharedExperts << " shared from layer "
+         << denseLayers;
   if (arch.qwenMoe)
     text << " of intermediate " << expertInter << " in "
          << std::count(sparseLayers.begin(), sparseLayers.end(), true) << " of the layers";
@@ -1064,8 +1286,8 @@ std::optional<std::string> Importer::run() {
     text << ", tp.hf_tp_plan = \"" << escaped << "\"";
   }
   text << "} {\n" << w.params.str() << "\n";
-  text << "  func.func @forward(%ids: tensor<?xi64>, %positions: tensor<?xi64>) -> "
-       << w.act(vocab) << " {\n"
+  text << "  func.func @forward(%ids: tensor<?xi64>, %positions: tensor<?xi64>) -> " << w.act(vocab)
+       << " {\n"
        << w.body.str() << "    return " << logits << " : " << w.act(vocab) << "\n  }\n}\n";
   return text.str();
 }
@@ -1112,8 +1334,8 @@ FailureOr<std::string> importConfig(StringRef configPath, MLIRContext *context) 
     for (const json &name : names->is_array() ? *names : json::array({*names}))
       if (name != arch->causalLM) {
         config.error("architectures")
-            << "architecture " << name.dump() << " is not supported: tpc imports "
-            << arch->causalLM << " for model_type '" << arch->modelType << "'";
+            << "architecture " << name.dump() << " is not supported: tpc imports " << arch->causalLM
+            << " for model_type '" << arch->modelType << "'";
         return failure();
       }
   }

@@ -181,6 +181,8 @@ private:
   /// The most specific rule (fewest `*`, then earliest) that matches `name` among those
   /// whose matches are in `matched`; -1 if none.
   int ruleFor(StringRef name, bool asModule) const;
+  /// Whether `name` is an attention's sinks whose heads the plan splits.
+  bool sinksSplitWithHeads(StringRef name) const;
   void checkStrategyNames();
   void matchRules();
   void placeModules();
@@ -297,6 +299,37 @@ void PlanApplier::placeModules() {
   }
 }
 
+bool PlanApplier::sinksSplitWithHeads(StringRef name) const {
+  // local_params leaves a parameter to its own rule: attention sinks, one per query head,
+  // follow the heads, which are split where the query's projection keeps its output split
+  // (colwise), through the per-head ops between it and the attention.
+  for (OpOperand *use : index.uses.lookup(name)) {
+    auto attention = dyn_cast<tp::AttentionOp>(use->getOwner());
+    if (!attention || use->get() != attention.getSinks())
+      continue;
+    Value q = attention.getQuery();
+    while (Operation *def = q.getDefiningOp()) {
+      if (!isa<tp::RotaryOp, tp::RMSNormOp>(def))
+        break;
+      q = def->getOperand(0);
+    }
+    auto linear = q.getDefiningOp<tp::LinearOp>();
+    auto weight = linear ? linear.getWeight().getDefiningOp<tp::WeightOp>() : tp::WeightOp();
+    if (!weight)
+      return false;
+    StringRef projection = weight.getParam();
+    int r = ruleFor(projection, /*asModule=*/false);
+    if (r < 0)
+      r = ruleFor(parentModule(projection), /*asModule=*/true);
+    if (r < 0 || !strategies[r] || !strategies[r]->output)
+      return false;
+    const PlacementSpec &out = *strategies[r]->output;
+    return out.kind != PlacementSpec::Kind::Replicate && out.kind != PlacementSpec::Kind::Partial &&
+           out.dim == -1;
+  }
+  return false;
+}
+
 void PlanApplier::placeParams() {
   // Uncovered parameters are reported once per generic name (all layers together).
   struct Uncovered {
@@ -326,6 +359,8 @@ void PlanApplier::placeParams() {
       }
       const std::optional<PlacementSpec> &spec =
           shape.size() == 1 ? s.vector : isTable ? s.embeddingWeight : s.weight;
+      if (!spec && sinksSplitWithHeads(name))
+        return tp::PlacementAttr(tp::ShardAttr::get(context, 0));
       if (!spec)
         return tp::PlacementAttr(tp::ReplicateAttr::get(context));
       return spec->resolve(shape, context, [&] {
@@ -493,6 +528,23 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
     source = "config.json's base_model_tp_plan";
   } else if (const nlohmann::ordered_json *table =
                  defaultPlan(modelType.getValue(), expertParallel)) {
+    // A plan of the head alone (GPT-OSS: no base_model_tp_plan) would run every layer
+    // replicated: not what a user asking for tensor parallelism means.
+    bool headOnly = !expertParallel && llvm::all_of(table->items(), [](const auto &item) {
+      return !llvm::StringRef(item.key()).starts_with("model.");
+    });
+    if (headOnly) {
+      InFlightDiagnostic diag = emitError(module.getLoc());
+      diag << option << ": transformers 5.17 has no tensor-parallel plan for model_type '"
+           << modelType.getValue() << "' (its config class has no base_model_tp_plan; only "
+           << "lm_head has one)";
+      if (defaultPlan(modelType.getValue(), true))
+        diag << "; use --plan auto-ep (its expert-parallel plan, as transformers runs it), or "
+                "a plan file";
+      else
+        diag << "; use a plan file";
+      return failure();
+    }
     plan = *table;
     fromTable = true;
     source = "transformers 5.17's " + modelType.getValue().str() +

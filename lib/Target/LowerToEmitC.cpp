@@ -318,10 +318,13 @@ private:
           .integer(columns(rotary.getInput()))
           .integer(rotary.getHeadDim())
           .real(rotary.getTheta().convertToDouble());
-      (freq ? a.value(freq) : a.text("nullptr")).value(positionsOf(rotary.getInput()));
-      if (rotary.getInterleaved() || rotary.getUnrotated()) // DeepSeek's MLA
+      (freq ? a.value(freq) : a.text("nullptr")).value(positionsOf(rotary.getInput())).value(*out);
+      std::optional<APFloat> scaling = rotary.getScaling();
+      bool mla = rotary.getInterleaved() || rotary.getUnrotated(); // DeepSeek's MLA
+      if (scaling || mla)
+        a.real(scaling ? scaling->convertToDouble() : 1.0);
+      if (mla)
         a.boolean(rotary.getInterleaved()).integer(rotary.getUnrotated().value_or(0));
-      a.value(*out);
       call(loc, callee("rotary"), a);
       return success();
     }
@@ -347,6 +350,8 @@ private:
           .integer(attentionIndex++);
       if (std::optional<int64_t> group = attention.getKvGroup()) // heads split unevenly
         a.integer(*group).text(braced(*attention.getRankHeads()));
+      if (Value sinks = attention.getSinks())
+        a.value(ref(sinks));
       a.value(*out);
       call(loc, callee("attention"), a);
       return success();
@@ -362,12 +367,21 @@ private:
           .value(ref(router.getWeight()))
           .integer(typeOf(router.getWeight()).getDimSize(0))
           .integer(router.getTopK())
-          .boolean(router.getNormalize());
-      if (router.getScale() || router.getGroups()) // DeepSeek's
+          .boolean(router.getNormalize())
+          .value(*out);
+      bool deepseek = router.getScale() || router.getGroups();
+      if (router.getBias() || router.getSoftmaxAfterTopK() || deepseek) {
+        Value bias = router.getBias();
+        if (bias)
+          a.value(ref(bias));
+        else
+          a.text("nullptr");
+        a.boolean(router.getSoftmaxAfterTopK());
+      }
+      if (deepseek)
         a.real(router.getScale() ? router.getScale()->convertToDouble() : 1.0)
             .integer(router.getGroups().value_or(0))
             .integer(router.getTopGroups().value_or(0));
-      a.value(*out);
       call(loc, callee("router"), a);
       return success();
     }
@@ -412,10 +426,23 @@ private:
           .value(ref(moe.getRouting()))
           .integer(typeOf(moe.getGateUp()).getDimSize(0))
           .value(ref(moe.getGateUp()))
-          .value(ref(moe.getDown()))
-          .integer(typeOf(moe.getDown()).getDimSize(2))
+          .value(ref(moe.getDown()));
+      bool inOut = moe.getLayout() == "in_out_interleaved";
+      a.integer(typeOf(moe.getDown()).getDimSize(inOut ? 1 : 2))
           .boolean(moe.getActivation() == "gelu_tanh")
           .value(*out);
+      if (inOut || moe.getGateUpBias() || moe.getAlpha()) { // GPT-OSS's form
+        Value gateUpBias = moe.getGateUpBias(), downBias = moe.getDownBias();
+        a.boolean(inOut);
+        for (Value bias : {gateUpBias, downBias}) {
+          if (bias)
+            a.value(ref(bias));
+          else
+            a.text("nullptr");
+        }
+        a.real(moe.getAlpha() ? moe.getAlpha()->convertToDouble() : 0.0)
+            .real(moe.getLimit() ? moe.getLimit()->convertToDouble() : 0.0);
+      }
       call(loc, callee("experts"), a);
       return success();
     }
@@ -743,8 +770,9 @@ private:
     if (int64_t(frequencies.size()) != half)
       return first.emitError() << "rotary inv_freq has " << frequencies.size()
                                << " values for a head_dim of " << headDim;
+    double scaling = first.getScaling() ? first.getScaling()->convertToDouble() : 1.0;
     addKernel(spelling.rotaryKernel(name, headDim, columns(first.getInput()) / headDim,
-                                    columns(second.getInput()) / headDim, frequencies));
+                                    columns(second.getInput()) / headDim, frequencies, scaling));
     FailureOr<Value> aOut = define(fused, fused.getResult(0), 0);
     FailureOr<Value> bOut = define(fused, fused.getResult(1), 1);
     if (failed(aOut) || failed(bOut))
@@ -1035,7 +1063,8 @@ std::string tpc::target::floatLiteral(double v) {
 }
 
 std::vector<std::string> tpc::target::rotaryPairCode(int64_t headDim, int64_t aHeads,
-                                                     int64_t bHeads, StringRef frequencies) {
+                                                     int64_t bHeads, StringRef frequencies,
+                                                     StringRef scaling) {
   std::string half = std::to_string(headDim / 2), heads = std::to_string(aHeads + bHeads);
   std::string a = std::to_string(aHeads), d = std::to_string(headDim);
   return {
@@ -1047,7 +1076,9 @@ std::vector<std::string> tpc::target::rotaryPairCode(int64_t headDim, int64_t aH
       "const auto *x = (inA ? a : b) + at;",
       "auto *y = (inA ? aOut : bOut) + at;",
       "const acc angle = acc(positions[r]) * " + frequencies.str() + "[f];",
-      "const acc c = cosine(angle), s = sine(angle);",
+      scaling.empty() ? "const acc c = cosine(angle), s = sine(angle);"
+                      : "const acc c = cosine(angle) * " + scaling.str() + ", s = sine(angle) * " +
+                            scaling.str() + ";",
       "const acc u = load(x, f), v = load(x, f + " + half + ");",
       "store(y, f, u * c - v * s);",
       "store(y, f + " + half + ", v * c + u * s);",

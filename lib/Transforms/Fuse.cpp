@@ -101,8 +101,8 @@ struct TPFusePass : tpc::tp::impl::TPFuseBase<TPFusePass> {
         auto k = attention.getKey().getDefiningOp<RotaryOp>();
         if (!q || !k || q == k || !q->hasOneUse() || !k->hasOneUse() ||
             q.getHeadDim() != k.getHeadDim() || q.getTheta() != k.getTheta() ||
-            q.getInvFreq() != k.getInvFreq() || q.getPositions() != k.getPositions() ||
-            !sameRows(q.getInput(), k.getInput()))
+            q.getInvFreq() != k.getInvFreq() || q.getScalingAttr() != k.getScalingAttr() ||
+            q.getPositions() != k.getPositions() || !sameRows(q.getInput(), k.getInput()))
           continue;
         rotaries.push_back(q->isBeforeInBlock(k) ? std::pair(q, k) : std::pair(k, q));
       }

@@ -171,11 +171,17 @@ FailureOr<OpLayout> LayoutRules::rotary(Operation *op, ArrayRef<PlacementAttr> i
 FailureOr<OpLayout> LayoutRules::attention(Operation *op, ArrayRef<PlacementAttr> in) {
   auto attention = cast<AttentionOp>(op);
   int64_t heads = attention.getNumHeads(), kvHeads = attention.getNumKvHeads();
-  bool sharded = llvm::any_of(in, [](PlacementAttr p) { return !isR(p) && !isP(p); });
-  if (!sharded || llvm::any_of(in, [](PlacementAttr p) { return shardDim(p) == 0; })) {
+  // The sinks (one logit per head) are split with the heads; q, k and v decide.
+  bool hasSinks = static_cast<bool>(attention.getSinks());
+  ArrayRef<PlacementAttr> qkv = in.take_front(3);
+  bool sharded = llvm::any_of(qkv, [](PlacementAttr p) { return !isR(p) && !isP(p); });
+  if (!sharded || llvm::any_of(qkv, [](PlacementAttr p) { return shardDim(p) == 0; })) {
     // Replicated heads, or tokens split: every rank needs every key, so gather.
     PlacementAttr r = replicate();
-    return OpLayout{{r, r, r}, r};
+    OpLayout layout{{r, r, r}, r};
+    if (hasSinks)
+      layout.operands.push_back(r);
+    return layout;
   }
   if (heads % tp != 0)
     return LogicalResult(moduleError(op) << "num_heads " << heads << " (q dim 1 of size "
@@ -188,12 +194,15 @@ FailureOr<OpLayout> LayoutRules::attention(Operation *op, ArrayRef<PlacementAttr
                    << (tp % kvHeads == 0
                            ? "; virtual KV heads need k_proj and v_proj sharded colwise"
                            : ", nor does tp divide by it"));
-  for (PlacementAttr p : in)
+  for (PlacementAttr p : qkv)
     if (p != shard(1) && !isR(p))
       return LogicalResult(moduleError(op) << "q, k and v must be split on whole heads, got "
                                      << p.str());
   // Heads are independent: a replicated operand is sliced to this rank's heads.
-  return OpLayout{{shard(1), shard(1), shard(1)}, shard(1)};
+  OpLayout layout{{shard(1), shard(1), shard(1)}, shard(1)};
+  if (hasSinks)
+    layout.operands.push_back(shard(0));
+  return layout;
 }
 
 FailureOr<OpLayout> LayoutRules::headNorm(Operation *op, ArrayRef<PlacementAttr> in) {
@@ -239,20 +248,44 @@ FailureOr<OpLayout> LayoutRules::router(Operation *op, ArrayRef<PlacementAttr> i
                                             "needs every expert's score), got "
                                          << in[1].str());
   PlacementAttr x = shardDim(in[0]) == 0 ? in[0] : replicate();
-  return OpLayout{{x, replicate()}, x};
+  OpLayout layout{{x, replicate()}, x};
+  if (cast<RouterOp>(op).getBias()) // with the weight: every expert's logit
+    layout.operands.push_back(replicate());
+  return layout;
 }
 
 FailureOr<OpLayout> LayoutRules::experts(Operation *op, ArrayRef<PlacementAttr> in) {
   auto moe = cast<ExpertsOp>(op);
   PlacementAttr gateUp = in[2], down = in[3];
-  int64_t inter = cast<RankedTensorType>(moe.getDown().getType()).getDimSize(2);
+  bool biases = static_cast<bool>(moe.getGateUpBias());
+  bool inOut = moe.getLayout() == "in_out_interleaved";
+  int64_t inter = cast<RankedTensorType>(moe.getDown().getType()).getDimSize(inOut ? 1 : 2);
   if (isR(gateUp) && isR(down)) {
     // Every expert everywhere: tokens may be split, the routing follows the input.
     PlacementAttr x = shardDim(in[0]) == 0 ? in[0] : replicate();
-    return OpLayout{{x, x, gateUp, down}, x};
+    OpLayout layout{{x, x, gateUp, down}, x};
+    if (biases)
+      layout.operands.append({replicate(), replicate()});
+    return layout;
   }
-  if (shardDim(gateUp) == 0 && shardDim(down) == 0) // expert parallel: local experts' sum
-    return OpLayout{{replicate(), shard(1), gateUp, down}, partial()};
+  if (shardDim(gateUp) == 0 && shardDim(down) == 0) { // expert parallel: local experts' sum
+    // An expert's biases are part of its output, weighted with it: split with the experts.
+    OpLayout layout{{replicate(), shard(1), gateUp, down}, partial()};
+    if (biases)
+      layout.operands.append({shard(0), shard(0)});
+    return layout;
+  }
+  if (inOut || biases)
+    return LogicalResult(moduleError(op)
+                         << "experts split as gate_up " << gateUp.str() << " and down "
+                         << down.str() << " do not compute: "
+                         << (inOut ? "gate and up are interleaved column by column in gate_up "
+                                     "(layout in_out_interleaved), so a split of inter is no "
+                                     "packed_colwise split;"
+                                   : "the experts have biases, which a split of inter would "
+                                     "add on every rank;")
+                         << " split the experts' parameters on the expert dim (grouped_gemm), "
+                            "or replicate them");
   auto packed = dyn_cast<StridedShardAttr>(gateUp);
   if (packed && packed.getDim() == 1 && packed.getBlocks().size() == 2 &&
       packed.getBlocks()[0] == inter && packed.getBlocks()[1] == inter && shardDim(down) == 2)

@@ -235,6 +235,10 @@ LogicalResult rewriteUnevenHeads(ModuleOp module, int64_t tp) {
     };
     if (projections.size() != 3)
       return fail("needs q_proj, k_proj and v_proj all colwise");
+    if (attention.getSinks())
+      return fail("tpc does not do with attention sinks yet (the sinks would have to be "
+                  "split into the same uneven runs of heads); use a tp that divides the heads "
+                  "and KV heads, or keep the attention replicated");
     // The attention's output must go, alone, into a rowwise o_proj.
     Value result = attention.getResult();
     auto out = result.hasOneUse() ? dyn_cast<LinearOp>(*result.getUsers().begin()) : LinearOp();

@@ -193,8 +193,8 @@ void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int6
 }
 
 void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *givenInvFreq, const int64_t *positions, bool interleaved,
-            int64_t unrotated, float *out) {
+            const double *givenInvFreq, const int64_t *positions, float *out, double scaling,
+            bool interleaved, int64_t unrotated) {
   int64_t rotated = headDim - unrotated, half = rotated / 2;
   std::vector<double> invFreq(half);
   for (int64_t i = 0; i < half; ++i)
@@ -206,8 +206,8 @@ void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, d
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < half; ++i) {
       double angle = positions[r] * invFreq[i];
-      cosines[i] = std::cos(angle);
-      sines[i] = std::sin(angle);
+      cosines[i] = std::cos(angle) * scaling;
+      sines[i] = std::sin(angle) * scaling;
     }
     for (int64_t h = 0; h < cols / headDim; ++h) {
       const float *in = x + r * cols + h * headDim;
@@ -246,9 +246,11 @@ void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t h
 }
 
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
-               int64_t kvHeads, int64_t headDim, int64_t valueHeadDim, double scale,
-               int64_t slidingWindow, double softcap, const HeadSplit &split, KVCache &cache,
-               float *out) {
+               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
+               double softcap, const HeadSplit &split, KVCache &cache, float *out,
+               const float *sinks, int64_t valueHeadDim) {
+  if (valueHeadDim == 0)
+    valueHeadDim = headDim;
   int64_t start = cache.length, width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim;
   std::memcpy(cache.keys + start * width, k, rows * width * sizeof(float));
   std::memcpy(cache.values + start * vWidth, v, rows * vWidth * sizeof(float));
@@ -286,7 +288,7 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
       float *row = scores.data() + r * keys;
       int64_t position = start + r; // causal: keys 0 .. position
       int64_t first = slidingWindow > 0 ? std::max<int64_t>(0, position - slidingWindow + 1) : 0;
-      float best = -INFINITY;
+      float best = sinks ? sinks[h] : -INFINITY;
       for (int64_t t = first; t <= position; ++t) {
         if (softcap > 0)
           row[t] = float(softcap * std::tanh(row[t] / softcap));
@@ -297,6 +299,8 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
         row[t] = expApprox(row[t] - best);
       std::fill(row + position + 1, row + keys, 0.0f);
       double total = sum(row + first, position + 1 - first);
+      if (sinks) // the sink's share of the softmax, which no value receives
+        total += expApprox(sinks[h] - best);
       float inverse = float(1.0 / total);
       for (int64_t t = first; t <= position; ++t)
         row[t] *= inverse;
@@ -355,13 +359,27 @@ static void topIndices(const std::vector<double> &values, int64_t k, std::vector
 }
 
 void router(Host host, const float *x, int64_t rows, int64_t hidden, const float *w,
-            int64_t experts, int64_t topK, bool normalize, double scale, int64_t groups,
-            int64_t topGroups, float *out) {
-  linear(host, x, rows, hidden, w, experts, nullptr, out);
-  std::vector<int64_t> order, groupOrder;
+            int64_t experts, int64_t topK, bool normalize, float *out, const float *bias,
+            bool softmaxAfterTopK, double scale, int64_t groups, int64_t topGroups) {
+  linear(host, x, rows, hidden, w, experts, bias, out);
+  std::vector<int64_t> order(experts), groupOrder;
   std::vector<double> probs(experts), groupBest(size_t(std::max<int64_t>(groups, 0)));
   for (int64_t r = 0; r < rows; ++r) {
     float *row = out + r * experts;
+    if (softmaxAfterTopK) {
+      for (int64_t e = 0; e < experts; ++e)
+        order[e] = e;
+      std::partial_sort(
+          order.begin(), order.begin() + topK, order.end(),
+          [&](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      double best = row[order[0]], total = 0;
+      for (int64_t i = 0; i < topK; ++i)
+        total += probs[i] = std::exp(double(row[order[i]]) - best);
+      std::fill(row, row + experts, 0.0f);
+      for (int64_t i = 0; i < topK; ++i)
+        row[order[i]] = float(probs[i] / total);
+      continue;
+    }
     double best = *std::max_element(row, row + experts), total = 0;
     for (int64_t e = 0; e < experts; ++e)
       total += probs[e] = std::exp(double(row[e]) - best);
@@ -390,6 +408,59 @@ void router(Host host, const float *x, int64_t rows, int64_t hidden, const float
       row[e] = scale == 1.0 ? weight : float(weight * float(scale));
     }
   }
+}
+
+void experts(Host host, const float *x, int64_t rows, int64_t hidden, const float *routing,
+             int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
+             const ExpertsForm &form, float *out) {
+  if (!form.inOutInterleaved && !form.gateUpBias && !(form.alpha > 0))
+    return tpcrt::experts(host, x, rows, hidden, routing, experts, gateUp, down, inter, geluTanh,
+                          out);
+  std::fill(out, out + rows * hidden, 0.0f);
+  std::vector<float> gu(2 * inter), gate(inter), up(inter), act(inter), y(hidden);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t e = 0; e < experts; ++e) {
+      float weight = routing[t * experts + e];
+      if (weight == 0.0f)
+        continue;
+      const float *w = gateUp + e * 2 * inter * hidden, *d = down + e * hidden * inter;
+      if (form.inOutInterleaved) // x @ W, W [hidden, 2 * inter]
+        cblas_sgemv(CblasRowMajor, CblasTrans, int(hidden), int(2 * inter), 1.0f, w, int(2 * inter),
+                    x + t * hidden, 1, 0.0f, gu.data(), 1);
+      else
+        linear(host, x + t * hidden, 1, hidden, w, 2 * inter, nullptr, gu.data());
+      if (form.gateUpBias)
+        for (int64_t j = 0; j < 2 * inter; ++j)
+          gu[j] += form.gateUpBias[e * 2 * inter + j];
+      for (int64_t i = 0; i < inter; ++i) {
+        gate[i] = form.inOutInterleaved ? gu[2 * i] : gu[i];
+        up[i] = form.inOutInterleaved ? gu[2 * i + 1] : gu[inter + i];
+      }
+      if (form.alpha > 0) {
+        float limit = float(form.limit), alpha = float(form.alpha);
+        for (int64_t i = 0; i < inter; ++i) {
+          float g = std::min(gate[i], limit), u = std::min(std::max(up[i], -limit), limit);
+          float glu = g / (1.0f + std::exp(-g * alpha));
+          act[i] = (u + 1.0f) * glu;
+        }
+      } else {
+        if (geluTanh)
+          gelu(host, gate.data(), inter, true, act.data());
+        else
+          silu(host, gate.data(), inter, act.data());
+        mul(host, act.data(), up.data(), inter, act.data());
+      }
+      if (form.inOutInterleaved) // act @ D, D [inter, hidden]
+        cblas_sgemv(CblasRowMajor, CblasTrans, int(inter), int(hidden), 1.0f, d, int(hidden),
+                    act.data(), 1, 0.0f, y.data(), 1);
+      else
+        linear(host, act.data(), 1, inter, d, hidden, nullptr, y.data());
+      if (form.downBias)
+        for (int64_t h = 0; h < hidden; ++h)
+          y[h] += form.downBias[e * hidden + h];
+      for (int64_t h = 0; h < hidden; ++h)
+        out[t * hidden + h] += weight * y[h];
+    }
 }
 
 void experts(Host host, const float *x, int64_t rows, int64_t hidden, const float *routing,

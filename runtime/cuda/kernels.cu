@@ -60,7 +60,8 @@ __global__ void rmsNormOfTotalsKernel(const act *x, int64_t cols, const act *tot
 }
 
 __global__ void rotaryKernel(const act *x, int64_t rows, int64_t cols, int64_t headDim,
-                             const float *invFreq, const int64_t *positions, act *out) {
+                             const float *invFreq, const int64_t *positions, float scaling,
+                             act *out) {
   int64_t half = headDim / 2, pairs = rows * (cols / headDim) * half;
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs)
@@ -68,7 +69,8 @@ __global__ void rotaryKernel(const act *x, int64_t rows, int64_t cols, int64_t h
   int64_t f = i % half, head = (i / half) % (cols / headDim), r = i / half / (cols / headDim);
   int64_t base = r * cols + head * headDim;
   float angle = float(positions[r]) * invFreq[f];
-  float c = cosf(angle), s = sinf(angle), a = load(x, base + f), b = load(x, base + f + half);
+  float c = cosf(angle) * scaling, s = sinf(angle) * scaling, a = load(x, base + f),
+        b = load(x, base + f + half);
   out[base + f] = __float2bfloat16(a * c - b * s);
   out[base + f + half] = __float2bfloat16(b * c + a * s);
 }
@@ -231,7 +233,8 @@ void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const 
 }
 
 void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t headDim,
-            double theta, const double *invFreq, const int64_t *positions, act *out) {
+            double theta, const double *invFreq, const int64_t *positions, act *out,
+            double scaling) {
   int64_t half = headDim / 2;
   float *&frequencies = state.invFreqs[{invFreq, theta, headDim}];
   if (!frequencies) {
@@ -247,7 +250,7 @@ void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int6
   if (pairs == 0)
     return;
   rotaryKernel<<<blocksFor(pairs), kThreads, 0, state.stream>>>(x, rows, cols, headDim, frequencies,
-                                                                positions, out);
+                                                                positions, float(scaling), out);
   launched("rotary");
 }
 

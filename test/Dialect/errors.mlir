@@ -639,7 +639,7 @@ func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x3xf32>, %gu: tensor<4x256x64xf32
 // -----
 
 func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x256x64xf32>, %d: tensor<4x64x128xf32>) {
-  // expected-error @+1 {{mlp.experts (tp.experts): activation must be "silu" or "gelu_tanh", got "relu"}}
+  // expected-error @+1 {{mlp.experts (tp.experts): activation must be "silu", "gelu_tanh" or "clamped_swiglu", got "relu"}}
   %e = tp.experts "mlp.experts" %x, %r, %gu, %d {activation = "relu"} : (tensor<?x64xf32>, tensor<?x4xf32>, tensor<4x256x64xf32>, tensor<4x64x128xf32>) -> tensor<?x64xf32>
   return
 }
@@ -921,6 +921,71 @@ module {
   // expected-error @+1 {{'tp.sequence_parallel' must be a unit attribute, got true}}
   func.func @f() attributes {tp.sequence_parallel = true} { return }
 }
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %pos: tensor<?xi64>) {
+  // expected-error @+1 {{attn (tp.rotary): scaling must be a positive number, got 0}}
+  %r = tp.rotary "attn" %x, %pos {head_dim = 16 : i64, theta = 1.0e4 : f64, scaling = 0.0 : f64} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %s: tensor<3xf32>) {
+  // expected-error @+1 {{attn (tp.attention): sinks has 3 elements, but num_heads is 4}}
+  %a = tp.attention "attn" %q, %k, %k, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<3xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %w: tensor<4x16xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{router (tp.router): the bias has 3 elements, but the weight has 4 experts}}
+  %r = tp.router "router" %x, %w, %b {top_k = 2 : i64, softmax_after_top_k = true} : (tensor<?x16xf32>, tensor<4x16xf32>, tensor<3xf32>) -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x16x48xf32>, %d: tensor<4x24x16xf32>) {
+  // expected-error @+1 {{experts (tp.experts): alpha and limit come with activation "clamped_swiglu", and it needs both}}
+  %y = tp.experts "experts" %x, %r, %gu, %d {activation = "clamped_swiglu", layout = "in_out_interleaved", alpha = 1.702 : f64} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>) -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x16x48xf32>, %d: tensor<4x24x16xf32>) {
+  // expected-error @+1 {{experts (tp.experts): alpha and limit must be positive}}
+  %y = tp.experts "experts" %x, %r, %gu, %d {activation = "clamped_swiglu", layout = "in_out_interleaved", alpha = 1.702 : f64, limit = -7.0 : f64} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>) -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x16x48xf32>, %d: tensor<4x24x16xf32>) {
+  // expected-error @+1 {{experts (tp.experts): layout must be "out_in" or "in_out_interleaved", got "in_out"}}
+  %y = tp.experts "experts" %x, %r, %gu, %d {layout = "in_out"} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>) -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x48x16xf32>, %d: tensor<4x16x24xf32>) {
+  // expected-error @+1 {{experts (tp.experts): gate_up 4x48x16 and down 4x16x24 do not fit an input of 16 features}}
+  %y = tp.experts "experts" %x, %r, %gu, %d {layout = "in_out_interleaved"} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x48x16xf32>, tensor<4x16x24xf32>) -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x16x48xf32>, %d: tensor<4x24x16xf32>, %gb: tensor<4x48xf32>, %db: tensor<4x24xf32>) {
+  // expected-error @+1 {{experts (tp.experts): gate_up_bias 4x48 and down_bias 4x24 do not fit gate_up 4x16x48 and down 4x24x16}}
+  %y = tp.experts "experts" %x, %r, %gu, %d, %gb, %db {layout = "in_out_interleaved"} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>, tensor<4x48xf32>, tensor<4x24xf32>) -> tensor<?x16xf32>
+  return
+}
+
 
 // -----
 

@@ -74,6 +74,8 @@ module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
     %kn = tp.rms_norm "k_norm" %s, %nw2, %ss {epsilon = 1.0e-6 : f64, features = 128 : i64} : (tensor<?x64xf32>, tensor<64xf32>, tensor<?x1xf32>) -> tensor<?x64xf32>
     // CHECK: tp.rotary "attn" %{{.*}}, %{{.*}} {head_dim = 4 : i64, inv_freq = array<f64: 1.000000e+00, 1.250000e-03>, theta = 1.000000e+04 : f64}
     %r = tp.rotary "attn" %n, %pos {head_dim = 4 : i64, theta = 10000.0 : f64, inv_freq = array<f64: 1.0, 0.00125>} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
+    // CHECK: tp.rotary "attn" %{{.*}}, %{{.*}} {head_dim = 4 : i64, inv_freq = array<f64: 1.000000e+00, 1.250000e-03>, scaling = 1.250000e+00 : f64, theta = 1.000000e+04 : f64}
+    %ry = tp.rotary "attn" %n, %pos {head_dim = 4 : i64, theta = 10000.0 : f64, inv_freq = array<f64: 1.0, 0.00125>, scaling = 1.25 : f64} : (tensor<?x64xf32>, tensor<?xi64>) -> tensor<?x64xf32>
     // CHECK: tp.attention "attn" %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 4 : i64, softcap = 5.000000e+01 : f64}
     %a = tp.attention "attn" %r, %r, %r {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64, softcap = 50.0 : f64} : (tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
     // CHECK: tp.softcap "lm_head" %{{.*}} {cap = 3.000000e+01 : f64} : (tensor<?x64xf32>) -> tensor<?x64xf32>
@@ -85,6 +87,19 @@ module @ops attributes {tp.mesh = #tp.mesh<tp = 4>} {
     // CHECK: tp.identity "mlp.experts.zero" %{{.*}} : (tensor<?x64xf32>) -> tensor<?x64xf32>
     %i = tp.identity "mlp.experts.zero" %e : (tensor<?x64xf32>) -> tensor<?x64xf32>
     return %i : tensor<?x64xf32>
+  }
+
+  // GPT-OSS: attention sinks, a router with a bias and its softmax after the top k, experts
+  // in [E, in, out] with gate and up interleaved, their biases and the clamped SwiGLU.
+  // CHECK-LABEL: func.func @gpt_oss
+  func.func @gpt_oss(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %s: tensor<4xf32>, %x: tensor<?x16xf32>, %wr: tensor<4x16xf32>, %br: tensor<4xf32>, %gu: tensor<4x16x48xf32>, %d: tensor<4x24x16xf32>, %gb: tensor<4x48xf32>, %db: tensor<4x16xf32>) -> tensor<?x16xf32> {
+    // CHECK: tp.attention "attn" %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<4xf32>) -> tensor<?x64xf32>
+    %a = tp.attention "attn" %q, %k, %k, %s {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<4xf32>) -> tensor<?x64xf32>
+    // CHECK: tp.router "mlp.router" %{{.*}}, %{{.*}}, %{{.*}} {softmax_after_top_k = true, top_k = 2 : i64} : (tensor<?x16xf32>, tensor<4x16xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+    %r = tp.router "mlp.router" %x, %wr, %br {top_k = 2 : i64, softmax_after_top_k = true} : (tensor<?x16xf32>, tensor<4x16xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+    // CHECK: tp.experts "mlp.experts" %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {activation = "clamped_swiglu", alpha = 1.702000e+00 : f64, layout = "in_out_interleaved", limit = 7.000000e+00 : f64} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>, tensor<4x48xf32>, tensor<4x16xf32>) -> tensor<?x16xf32>
+    %e = tp.experts "mlp.experts" %x, %r, %gu, %d, %gb, %db {activation = "clamped_swiglu", layout = "in_out_interleaved", alpha = 1.702 : f64, limit = 7.0 : f64} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>, tensor<4x48xf32>, tensor<4x16xf32>) -> tensor<?x16xf32>
+    return %e : tensor<?x16xf32>
   }
 
   // CHECK-LABEL: func.func @communication

@@ -120,7 +120,7 @@ TEST(Kernels, RouterKeepsTopKRenormalized) {
   std::vector<float> x = {1.0f, 0.0f};
   std::vector<float> w = {0.5f, 0, 2.0f, 0, -1.0f, 0, 1.0f, 0}; // logits 0.5, 2, -1, 1
   std::vector<float> out(4);
-  router(Host{}, x.data(), 1, 2, w.data(), 4, 2, true, 1.0, 0, 0, out.data());
+  router(Host{}, x.data(), 1, 2, w.data(), 4, 2, true, out.data());
   double e1 = std::exp(2.0), e3 = std::exp(1.0);
   EXPECT_FLOAT_EQ(out[0], 0.0f);
   EXPECT_FLOAT_EQ(out[2], 0.0f);
@@ -135,7 +135,7 @@ TEST(Kernels, RouterLimitedToTheBestGroupAndScaled) {
   std::vector<float> x = {1.0f, 0.0f};
   std::vector<float> w = {0.5f, 0, 2.0f, 0, -1.0f, 0, 1.0f, 0}; // logits 0.5, 2, -1, 1
   std::vector<float> out(4);
-  router(Host{}, x.data(), 1, 2, w.data(), 4, 2, false, 1.5, 2, 1, out.data());
+  router(Host{}, x.data(), 1, 2, w.data(), 4, 2, false, out.data(), nullptr, false, 1.5, 2, 1);
   double total = std::exp(0.5) + std::exp(2.0) + std::exp(-1.0) + std::exp(1.0);
   EXPECT_NEAR(out[0], 1.5 * std::exp(0.5) / total, 1e-6);
   EXPECT_NEAR(out[1], 1.5 * std::exp(2.0) / total, 1e-6);
@@ -147,7 +147,7 @@ TEST(Kernels, InterleavedRotaryOfTheLastDimsOfEachHead) {
   // DeepSeek's query heads: 2 nope dims kept, then 4 rope dims rotated as complex pairs.
   std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, out(12);
   int64_t positions[] = {2};
-  rotary(Host{}, x.data(), 1, 12, 6, 10000.0, nullptr, positions, true, 2, out.data());
+  rotary(Host{}, x.data(), 1, 12, 6, 10000.0, nullptr, positions, out.data(), 1.0, true, 2);
   for (int64_t h = 0; h < 2; ++h) {
     const float *in = x.data() + 6 * h, *o = out.data() + 6 * h;
     EXPECT_EQ(o[0], in[0]);

@@ -16,6 +16,11 @@ namespace tpc::import {
 mlir::FailureOr<std::string> importConfig(llvm::StringRef configPath,
                                           mlir::MLIRContext *context);
 
+/// YaRN's get_mscale (transformers' modeling_rope_utils): 0.1 * mscale * ln(scale) + 1, or 1
+/// for a scale of at most 1. DeepSeek-V2 also scales its softmax by get_mscale(factor,
+/// mscale_all_dim)^2.
+double yarnGetMscale(double scale, double mscale = 1.0);
+
 /// The architectures importConfig knows, by model_type.
 const std::vector<std::string> &supportedModelTypes();
 

@@ -30,7 +30,7 @@ struct ChainCode {
 /// one row, of the query `a` or the key `b`): the same on every target. The heads of the
 /// first value come first; `frequencies` names the table of headDim / 2 inverse frequencies.
 std::vector<std::string> rotaryPairCode(int64_t headDim, int64_t aHeads, int64_t bHeads,
-                                        llvm::StringRef frequencies);
+                                        llvm::StringRef frequencies, llvm::StringRef scaling = "");
 
 /// The generated kernel of a tp.fused unit: its definition, placed before the function
 /// that calls it, and its signature, which every target shares:
@@ -63,8 +63,8 @@ public:
   /// Rotates heads of `headDim` of a [rows, aHeads * headDim] and a [rows, bHeads * headDim]
   /// value at `positions`, with `frequencies` (headDim / 2 of them).
   virtual std::string rotaryKernel(llvm::StringRef name, int64_t headDim, int64_t aHeads,
-                                   int64_t bHeads,
-                                   llvm::ArrayRef<double> frequencies) const = 0;
+                                   int64_t bHeads, llvm::ArrayRef<double> frequencies,
+                                   double scaling) const = 0;
 };
 
 std::unique_ptr<Spelling> makeCpuSpelling();

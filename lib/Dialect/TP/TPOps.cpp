@@ -235,6 +235,10 @@ LogicalResult RotaryOp::verify() {
                               << sizeStr(tensorOf(getInput()).getDimSize(0)) << " tokens";
   if (getTheta().convertToDouble() <= 0)
     return moduleError(*this) << "theta must be positive";
+  if (std::optional<APFloat> scaling = getScaling();
+      scaling && !(scaling->convertToDouble() > 0 && scaling->isFinite()))
+    return moduleError(*this) << "scaling must be a positive number, got "
+                              << scaling->convertToDouble();
   if (std::optional<ArrayRef<double>> invFreq = getInvFreq();
       invFreq && static_cast<int64_t>(invFreq->size()) != rotated / 2)
     return moduleError(*this) << "inv_freq has " << invFreq->size() << " frequencies, but "
@@ -283,6 +287,13 @@ LogicalResult AttentionOp::verify() {
                                 << sizeStr(seq) << " and " << sizeStr(tensorOf(v).getDimSize(0));
   if (std::optional<APFloat> softcap = getSoftcap(); softcap && softcap->convertToDouble() <= 0)
     return moduleError(*this) << "softcap must be positive";
+  if (Value sinks = getSinks()) {
+    if (failed(expectRank(*this, sinks, "sinks", 1)))
+      return failure();
+    if (!sameSize(tensorOf(sinks).getDimSize(0), heads))
+      return moduleError(*this) << "sinks has " << sizeStr(tensorOf(sinks).getDimSize(0))
+                                << " elements, but num_heads is " << heads;
+  }
   return expectResult(*this, getQuery(), heads * valueHeadDim);
 }
 
@@ -365,6 +376,14 @@ LogicalResult RouterOp::verify() {
   }
   if (std::optional<APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0))
     return moduleError(*this) << "scale must be positive";
+  if (Value bias = getBias()) {
+    if (failed(expectRank(*this, bias, "the bias", 1)))
+      return failure();
+    if (!sameSize(tensorOf(bias).getDimSize(0), experts))
+      return moduleError(*this) << "the bias has " << sizeStr(tensorOf(bias).getDimSize(0))
+                                << " elements, but the weight has " << sizeStr(experts)
+                                << " experts";
+  }
   return expectResult(*this, getInput(), experts);
 }
 
@@ -374,25 +393,60 @@ LogicalResult ExpertsOp::verify() {
       failed(expectRank(*this, getGateUp(), "gate_up", 3)) ||
       failed(expectRank(*this, getDown(), "down", 3)))
     return failure();
-  if (getActivation() != "silu" && getActivation() != "gelu_tanh")
-    return moduleError(*this) << "activation must be \"silu\" or \"gelu_tanh\", got \""
-                              << getActivation() << "\"";
+  StringRef activation = getActivation();
+  if (activation != "silu" && activation != "gelu_tanh" && activation != "clamped_swiglu")
+    return moduleError(*this) << "activation must be \"silu\", \"gelu_tanh\" or "
+                                 "\"clamped_swiglu\", got \""
+                              << activation << "\"";
+  bool clamped = activation == "clamped_swiglu";
+  if (clamped != (getAlpha() && getLimit()) || (!clamped && (getAlpha() || getLimit())))
+    return moduleError(*this) << "alpha and limit come with activation \"clamped_swiglu\", and "
+                                 "it needs both";
+  if (clamped && !(getAlpha()->convertToDouble() > 0 && getLimit()->convertToDouble() > 0))
+    return moduleError(*this) << "alpha and limit must be positive";
+  if (getLayout() != "out_in" && getLayout() != "in_out_interleaved")
+    return moduleError(*this) << "layout must be \"out_in\" or \"in_out_interleaved\", got \""
+                              << getLayout() << "\"";
+  bool inOut = getLayout() == "in_out_interleaved";
   RankedTensorType x = tensorOf(getInput()), gateUp = tensorOf(getGateUp()),
                    down = tensorOf(getDown());
+  // In "out_in" terms: gate_up [E, 2 * inter, hidden], down [E, hidden, inter].
+  auto outIn = [&](RankedTensorType t) {
+    return inOut ? RankedTensorType::get({t.getDimSize(0), t.getDimSize(2), t.getDimSize(1)},
+                                         t.getElementType())
+                 : t;
+  };
+  RankedTensorType given = gateUp, givenDown = down;
+  gateUp = outIn(gateUp);
+  down = outIn(down);
   int64_t experts = gateUp.getDimSize(0), hidden = x.getDimSize(1);
   int64_t inter = down.getDimSize(2);
+  if (bool(getGateUpBias()) != bool(getDownBias()))
+    return moduleError(*this) << "gate_up_bias and down_bias come together";
+  if (Value bias = getGateUpBias()) {
+    if (failed(expectRank(*this, bias, "gate_up_bias", 2)) ||
+        failed(expectRank(*this, getDownBias(), "down_bias", 2)))
+      return failure();
+    RankedTensorType gb = tensorOf(bias), db = tensorOf(getDownBias());
+    if (!sameSize(gb.getDimSize(0), experts) || !sameSize(gb.getDimSize(1), gateUp.getDimSize(1)) ||
+        !sameSize(db.getDimSize(0), experts) || !sameSize(db.getDimSize(1), hidden))
+      return moduleError(*this) << "gate_up_bias " << shapeStr(gb) << " and down_bias "
+                                << shapeStr(db) << " do not fit gate_up " << shapeStr(given)
+                                << " and down " << shapeStr(givenDown);
+  }
   if (!sameSize(down.getDimSize(0), experts) ||
       !sameSize(tensorOf(getRouting()).getDimSize(1), experts))
     return moduleError(*this) << "gate_up has " << sizeStr(experts) << " experts, down "
                               << sizeStr(down.getDimSize(0)) << " and the routing weights "
                               << sizeStr(tensorOf(getRouting()).getDimSize(1));
   if (!sameSize(gateUp.getDimSize(2), hidden) || !sameSize(down.getDimSize(1), hidden))
-    return moduleError(*this) << "gate_up " << shapeStr(gateUp) << " and down "
-                              << shapeStr(down) << " do not fit an input of "
+    return moduleError(*this) << "gate_up " << shapeStr(given) << " and down "
+                              << shapeStr(givenDown) << " do not fit an input of "
                               << sizeStr(hidden) << " features";
   if (!ShapedType::isDynamic(inter) && !sameSize(gateUp.getDimSize(1), 2 * inter))
-    return moduleError(*this) << "gate_up " << shapeStr(gateUp) << " must hold 2 x "
-                              << inter << " rows, the inter size of down " << shapeStr(down);
+    return moduleError(*this) << "gate_up " << shapeStr(given) << " must hold 2 x " << inter
+                              << (inOut ? " columns" : " rows") << ", the inter size of down "
+                              << shapeStr(givenDown);
   if (!sameSize(tensorOf(getRouting()).getDimSize(0), x.getDimSize(0)))
     return moduleError(*this) << "the routing weights and the input differ in tokens";
   return expectResult(*this, getInput(), hidden);

@@ -74,7 +74,7 @@ public:
   }
 
   std::string rotaryKernel(StringRef name, int64_t headDim, int64_t aHeads, int64_t bHeads,
-                           ArrayRef<double> frequencies) const override {
+                           ArrayRef<double> frequencies, double scaling) const override {
     std::string list;
     llvm::ListSeparator sep(", ");
     for (double f : frequencies)
@@ -90,7 +90,9 @@ public:
         "  }\n"
         "}",
         name, frequencies.size(), list, (aHeads + bHeads) * int64_t(frequencies.size()),
-        indentLines(rotaryPairCode(headDim, aHeads, bHeads, "frequencies"), "    "));
+        indentLines(rotaryPairCode(headDim, aHeads, bHeads, "frequencies",
+                                   scaling == 1.0 ? "" : doubleLiteral(scaling)),
+                    "    "));
   }
 };
 

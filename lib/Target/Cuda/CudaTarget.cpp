@@ -44,6 +44,11 @@ public:
                              << ": the CUDA target cannot run DeepSeek's multi-head latent "
                                 "attention yet (its attention kernels take one head_dim for "
                                 "keys and values); use --target cpu";
+    if (auto attention = dyn_cast<tpc::tp::AttentionOp>(op); attention && attention.getSinks())
+      return op->emitError() << attention.getModule()
+                             << ": attention sinks (GPT-OSS) run on the CPU target only for now "
+                                "(the CUDA attention kernels have no sink in their softmax); use "
+                                "--target cpu";
     if (auto attention = dyn_cast<tpc::tp::AttentionOp>(op); attention && attention.getKvGroup())
       return op->emitError()
              << attention.getModule()
@@ -117,7 +122,7 @@ public:
   }
 
   std::string rotaryKernel(StringRef name, int64_t headDim, int64_t aHeads, int64_t bHeads,
-                           ArrayRef<double> frequencies) const override {
+                           ArrayRef<double> frequencies, double scaling) const override {
     std::string list;
     llvm::ListSeparator sep(", ");
     for (double f : frequencies)
@@ -149,7 +154,9 @@ public:
         "  cx.launched(\"rotary (query and key)\");\n"
         "}",
         table, frequencies.size(), list, name, pairs,
-        indentLines(rotaryPairCode(headDim, aHeads, bHeads, table), "  "));
+        indentLines(rotaryPairCode(headDim, aHeads, bHeads, table,
+                                   scaling == 1.0 ? "" : floatLiteral(scaling)),
+                    "  "));
   }
 };
 

@@ -35,17 +35,13 @@ void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int6
             const float *bias, float *y);
 
 /// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`, with
-/// inverse frequencies theta^(-2i/headDim), or the headDim/2 of `invFreq` when not null.
-/// `interleaved`: pairs (2i, 2i+1), DeepSeek's complex form; `unrotated`: the first elements
-/// of each head left as they are, the rest rotated (frequencies over that many dims).
+/// inverse frequencies theta^(-2i/headDim), or the headDim/2 of `invFreq` when not null;
+/// cos and sin are multiplied by `scaling` (YaRN's attention factor). `interleaved`: pairs
+/// (2i, 2i+1), DeepSeek's complex form; `unrotated`: the first elements of each head left as
+/// they are, the rest rotated (frequencies over that many dims).
 void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *invFreq, const int64_t *positions, bool interleaved,
-            int64_t unrotated, float *out);
-
-inline void rotary(Host h, const float *x, int64_t rows, int64_t cols, int64_t headDim,
-                   double theta, const double *invFreq, const int64_t *positions, float *out) {
-  rotary(h, x, rows, cols, headDim, theta, invFreq, positions, false, 0, out);
-}
+            const double *invFreq, const int64_t *positions, float *out, double scaling = 1.0,
+            bool interleaved = false, int64_t unrotated = 0);
 
 /// Columns [offset, offset + size) of each head of `headDim` of a [rows, cols] matrix.
 void headSlice(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, int64_t offset,
@@ -74,32 +70,28 @@ struct HeadSplit {
 /// (split.firstHead + h) / split.group - split.firstKvHead, its heads from split.heads on
 /// being padding that comes out zero. Appends k and v to the cache first. A positive
 /// slidingWindow W limits each query to the W latest keys; a positive softcap c maps each
-/// scaled score s to c * tanh(s / c).
-/// Values (and so outputs) have heads of `valueHeadDim` (DeepSeek's MLA; headDim elsewhere).
+/// scaled score s to c * tanh(s / c). `sinks` (one logit per local head, or null) joins each
+/// row's softmax denominator and is then dropped. Values (and so outputs) have heads of
+/// `valueHeadDim` (DeepSeek's MLA; 0: headDim).
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
-               int64_t kvHeads, int64_t headDim, int64_t valueHeadDim, double scale,
-               int64_t slidingWindow, double softcap, const HeadSplit &split, KVCache &cache,
-               float *out);
-inline void attention(Host h, const float *q, const float *k, const float *v, int64_t rows,
-                      int64_t heads, int64_t kvHeads, int64_t headDim, double scale,
-                      int64_t slidingWindow, double softcap, const HeadSplit &split,
-                      KVCache &cache, float *out) {
-  attention(h, q, k, v, rows, heads, kvHeads, headDim, headDim, scale, slidingWindow, softcap,
-            split, cache, out);
-}
+               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
+               double softcap, const HeadSplit &split, KVCache &cache, float *out,
+               const float *sinks = nullptr, int64_t valueHeadDim = 0);
 
 void silu(Host, const float *x, int64_t n, float *out);
 void gelu(Host, const float *x, int64_t n, bool tanhApproximation, float *out);
 void scale(Host, const float *x, int64_t n, double factor, float *out);
 void softcap(Host, const float *x, int64_t n, double cap, float *out);
 
-/// MoE routing: logits = x @ w^T ([rows, experts]); softmax; the topK largest kept (divided by
-/// their sum when `normalize`), every other weight 0; kept weights times `scale`. With
-/// `groups` > 0 only experts of the `topGroups` groups with the largest best score compete.
-/// out is [rows, experts].
+/// MoE routing: logits = x @ w^T (+ bias) ([rows, experts]); softmax; the topK largest kept
+/// (divided by their sum when `normalize`), every other weight 0; kept weights times `scale`.
+/// With softmaxAfterTopK the topK largest logits are chosen first and the softmax runs over
+/// them alone (GPT-OSS). With `groups` > 0 only experts of the `topGroups` groups with the
+/// largest best score compete (DeepSeek). out is [rows, experts].
 void router(Host, const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
-            int64_t topK, bool normalize, double scale, int64_t groups, int64_t topGroups,
-            float *out);
+            int64_t topK, bool normalize, float *out, const float *bias = nullptr,
+            bool softmaxAfterTopK = false, double scale = 1.0, int64_t groups = 0,
+            int64_t topGroups = 0);
 
 /// MoE experts: out[t] = sum over local experts e with routing[t, e] != 0 of
 /// routing[t, e] * down[e] (act(gate) * up), where [gate | up] = gateUp[e] x[t].
@@ -107,6 +99,21 @@ void router(Host, const float *x, int64_t rows, int64_t hidden, const float *w, 
 void experts(Host, const float *x, int64_t rows, int64_t hidden, const float *routing,
              int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
              float *out);
+
+/// How an experts op's weights are laid out and what its activation is, beyond the above.
+struct ExpertsForm {
+  /// gateUp [experts, hidden, 2 * inter] with gate and up interleaved column by column, down
+  /// [experts, inter, hidden] (x @ W, GPT-OSS); else as above.
+  bool inOutInterleaved = false;
+  /// Per-expert biases [experts, 2 * inter] and [experts, hidden], or null.
+  const float *gateUpBias = nullptr, *downBias = nullptr;
+  /// A positive alpha: GPT-OSS's clamped SwiGLU, (clamp(up, -limit, limit) + 1) * g *
+  /// sigmoid(alpha * g) with g = min(gate, limit).
+  double alpha = 0, limit = 0;
+};
+void experts(Host, const float *x, int64_t rows, int64_t hidden, const float *routing,
+             int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
+             const ExpertsForm &form, float *out);
 
 void add(Host, const float *a, const float *b, int64_t n, float *out);
 void mul(Host, const float *a, const float *b, int64_t n, float *out);

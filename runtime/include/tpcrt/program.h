@@ -37,24 +37,19 @@ inline Host kernels(Context &) { return {}; }
 
 // Mixtures of experts: on the CPU target only.
 inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
-                   int64_t experts, int64_t topK, bool normalize, float *out) {
-  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, 1.0, 0, 0, out);
-}
-/// DeepSeek's router: kept weights times `scale`, experts from the `topGroups` best of
-/// `groups` groups (0: no groups).
-inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
-                   int64_t experts, int64_t topK, bool normalize, double scale, int64_t groups,
-                   int64_t topGroups, float *out) {
-  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, scale, groups, topGroups,
-         out);
+                   int64_t experts, int64_t topK, bool normalize, float *out,
+                   const float *bias = nullptr, bool softmaxAfterTopK = false, double scale = 1.0,
+                   int64_t groups = 0, int64_t topGroups = 0) {
+  router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, out, bias, softmaxAfterTopK,
+         scale, groups, topGroups);
 }
 
 // DeepSeek's multi-head latent attention: on the CPU target only.
 inline void rotary(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t headDim,
-                   double theta, const double *invFreq, const int64_t *positions,
-                   bool interleaved, int64_t unrotated, float *out) {
-  rotary(kernels(cx), x, rows, cols, headDim, theta, invFreq, positions, interleaved, unrotated,
-         out);
+                   double theta, const double *invFreq, const int64_t *positions, float *out,
+                   double scaling, bool interleaved, int64_t unrotated) {
+  rotary(kernels(cx), x, rows, cols, headDim, theta, invFreq, positions, out, scaling,
+         interleaved, unrotated);
 }
 inline void headSlice(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t headDim,
                       int64_t offset, int64_t size, float *out) {
@@ -69,13 +64,31 @@ inline void attention(Context &cx, const float *q, const float *k, const float *
                       int64_t heads, int64_t kvHeads, int64_t headDim, int64_t valueHeadDim,
                       double scale, int64_t slidingWindow, double softcap, int64_t layer,
                       float *out) {
-  attention(kernels(cx), q, k, v, n, heads, kvHeads, headDim, valueHeadDim, scale,
-            slidingWindow, softcap, HeadSplit{}, cx.caches[size_t(layer)], out);
+  attention(kernels(cx), q, k, v, n, heads, kvHeads, headDim, scale, slidingWindow, softcap,
+            HeadSplit{}, cx.caches[size_t(layer)], out, nullptr, valueHeadDim);
 }
 inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
                     int64_t count, const float *gateUp, const float *down, int64_t inter,
                     bool geluTanh, float *out) {
   experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh, out);
+}
+/// The same with GPT-OSS's form: interleaved [E, in, out] weights, biases (or null), and a
+/// clamped SwiGLU when alpha is positive.
+inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
+                    int64_t count, const float *gateUp, const float *down, int64_t inter,
+                    bool geluTanh, float *out, bool inOutInterleaved, const float *gateUpBias,
+                    const float *downBias, double alpha, double limit) {
+  experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh,
+          ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit}, out);
+}
+
+// Attention sinks (GPT-OSS): on the CPU target only.
+inline void attention(Context &cx, const float *q, const float *k, const float *v, int64_t n,
+                      int64_t heads, int64_t kvHeads, int64_t headDim, double scale,
+                      int64_t slidingWindow, double softcap, int64_t layer, const float *sinks,
+                      float *out) {
+  attention(kernels(cx), q, k, v, n, heads, kvHeads, headDim, scale, slidingWindow, softcap,
+            HeadSplit{}, cx.caches[size_t(layer)], out, sinks);
 }
 
 } // namespace tpcrt

@@ -24,7 +24,7 @@ import sys
 import warnings
 
 MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen3_moe",
-               "olmo2", "deepseek_v2"]
+               "olmo2", "deepseek_v2", "gpt_oss"]
 
 
 def expected_table(model_types=MODEL_TYPES, instantiate=True):

@@ -6,10 +6,10 @@
                                                        are imported once: ~7 s of the ~9 s)
 
 ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral, qwen3_moe, olmo2,
-deepseek_v2. The model is built with transformers' own class (LlamaForCausalLM, ...), fp32,
-eval mode, eager attention, weights drawn from torch's generator seeded with S (default 0),
-and saved with save_pretrained (config.json, generation_config.json, model.safetensors) into
-OUTDIR.
+deepseek_v2, gpt_oss. The model is built with transformers' own class (LlamaForCausalLM, ...),
+fp32, eval mode, eager attention, weights drawn from torch's generator seeded with S (default
+0), and saved with save_pretrained (config.json, generation_config.json, model.safetensors)
+into OUTDIR.
 
 Shapes (every arch): 2 layers, hidden 64, 4 attention heads, 2 KV heads, head_dim 16,
 intermediate 128, vocab 256, max_position_embeddings 256; bos 1, eos 2, pad 0. So tp 1, 2
@@ -48,11 +48,18 @@ exercises on top of that:
              (first_k_dense_replace 1), layer 1 MoE: 4 routed experts top 2 chosen
              group_limited_greedy (2 groups, the best 1), routed_scaling_factor 1.5, one shared
              expert of moe_intermediate_size 32
+    gpt_oss  4 local experts, 2 per token, router with a bias and its softmax over the top 2
+             logits; experts [E, hidden, 2 x inter] with gate and up interleaved, biases, the
+             clamped SwiGLU (limit 7: swiglu_limit 7.0); q/k/v/o biases; attention sinks;
+             layer_types [sliding_attention, full_attention] with sliding_window 8; YaRN RoPE
+             as GptOssConfig's default (factor 32, original 4096, truncate false)
 
 Weights: every matrix is redrawn N(0, X^2) (X from --std, default 0.15, rather than
 transformers' 0.02, which gives near-flat logits and greedy near-ties everywhere); every
 norm weight is its neutral value (1, or 0 for Gemma's 1 + w) plus N(0, 0.1^2); every bias is
-N(0, X^2). So swapped, missing or mis-offset norms and biases change the output. Gemma's
+N(0, X^2). So swapped, missing or mis-offset norms and biases change the output. GPT-OSS's
+attention sinks are N(0, 1) and its experts' gate_up_proj 5x larger, so the sinks take a
+visible share of each softmax and gate and up often pass the SwiGLU's clamps at +-7. Gemma's
 o_proj and down_proj are drawn 4x larger, and Gemma2's post_attention_layernorm and
 post_feedforward_layernorm are 6 + noise (w = 5 + noise): otherwise the tied, sqrt(hidden)-
 scaled embedding dominates the residual stream and greedy repeats the input token forever.
@@ -87,7 +94,7 @@ import transformers
 from transformers import GenerationConfig
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen3_moe",
-         "olmo2", "deepseek_v2"]
+         "olmo2", "deepseek_v2", "gpt_oss"]
 VOCAB, PROMPT_LEN, NEW_TOKENS = 256, 8, 16
 MAX_TRIES, MIN_DISTINCT, MIN_ROUTER_GAP = 20, 6, 1e-3
 COMMON = dict(
@@ -192,12 +199,29 @@ def arch_config(arch, std):
             topk_group=1,
         )
         return "DeepseekV2Config", "DeepseekV2ForCausalLM", kw
+    if arch == "gpt_oss":
+        # rope_parameters is left to GptOssConfig's default (yarn, factor 32, original 4096,
+        # truncate false); swiglu_limit is what the released config.json carries (transformers
+        # hardcodes the limit and does not read it).
+        kw.update(
+            head_dim=16,
+            tie_word_embeddings=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            swiglu_limit=7.0,
+        )
+        return "GptOssConfig", "GptOssForCausalLM", kw
     raise SystemExit(f"hf_model.py: unknown arch {arch!r}; one of {', '.join(ARCHS)}")
 
 
 # Tied embeddings times sqrt(hidden) (Gemma) dominate the residual stream at this size, and
 # greedy then repeats the input token forever; these gains make the layers' outputs larger.
 RESID_GAIN = {"gemma": 4.0, "gemma2": 6.0}
+# GPT-OSS's gate and up (before the clamped SwiGLU) then have a std of about 6: many values
+# pass the clamps at +-7.
+GPT_OSS_GATE_UP_GAIN = 5.0
 
 
 def randomize(model, arch, std, gen):
@@ -215,6 +239,10 @@ def randomize(model, arch, std, gen):
                 p.copy_(base + 0.1 * noise)
             elif arch == "gemma" and name.endswith(("o_proj.weight", "down_proj.weight")):
                 p.copy_(gain * std * noise)
+            elif arch == "gpt_oss" and name.endswith("experts.gate_up_proj"):
+                p.copy_(GPT_OSS_GATE_UP_GAIN * std * noise)  # so the SwiGLU's clamps at 7 bite
+            elif arch == "gpt_oss" and name.endswith("self_attn.sinks"):
+                p.copy_(noise)  # N(0, 1): a visible share of each softmax
             else:
                 p.copy_(std * noise)
 
@@ -279,7 +307,8 @@ def router_gaps(model):
     gaps, handles = [], []
     k = getattr(model.config, "num_experts_per_tok", None)
     for layer in model.model.layers:
-        gate = getattr(getattr(layer, "mlp", None), "gate", None)
+        mlp = getattr(layer, "mlp", None)
+        gate = getattr(mlp, "gate", None) or getattr(mlp, "router", None)  # GPT-OSS: router
         if k is None or gate is None or not hasattr(gate, "top_k"):
             continue
 
