@@ -97,11 +97,7 @@ const json &table() {
                           {"model.layers.*.mlp.up_proj", "colwise"},
                           {"model.layers.*.mlp.down_proj", "rowwise"},
                           {"lm_head", "colwise_gather_output"}}},
-                        {"ep",
-                         {{"model.layers.*.mlp.gate", "ep_router"},
-                          {"model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
-                          {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
-                          {"model.layers.*.mlp.experts", "moe_tp_experts"}}}};
+                        {"ep", t["mixtral"]["ep"]}};
     // GptOssConfig has no base_model_tp_plan: its tensor-parallel plan is the head's alone
     // (autoPlan refuses it as a plan for the model); its expert-parallel plan, as written.
     t["gpt_oss"] = {{"tp", {{"lm_head", "colwise_gather_output"}}},
