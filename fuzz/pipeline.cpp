@@ -6,6 +6,7 @@
 
 #include "tpc/Plan/Plan.h"
 #include "tpc/Target/Target.h"
+#include "tpc/Target/TargetInfo.h"
 #include "tpc/Transforms/Pipeline.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -27,14 +28,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   options.tpSize = 2;
   if (failed(tpc::plan::applyPlan(*module, options)))
     return 0;
-  for (const char *target : {"cpu", "cuda"}) {
+  for (const tpc::target::TargetInfo *target : tpc::target::allTargets()) {
     tpc::ProgramOptions program;
-    program.decisions = tpc::TargetDecisions::forTarget(target);
+    program.target = target->describe(&ctx);
     OwningOpRef<ModuleOp> decided = tpc::buildProgram(*module, program);
     if (!decided)
       continue;
     llvm::raw_null_ostream sink;
-    (void)tpc::target::emitSource(*decided, target, sink);
+    (void)tpc::target::emitSource(*decided, sink);
   }
   return 0;
 }

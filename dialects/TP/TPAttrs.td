@@ -117,4 +117,47 @@ def TP_ShardDescAttr : TP_Attr<"ShardDesc", "shard_desc"> {
   }];
 }
 
+def TP_GatherMode : I32EnumAttr<"GatherMode",
+    "how a gather of pieces that tp does not split evenly crosses the wire", [
+    I32EnumAttrCase<"padded", 0>,
+    I32EnumAttrCase<"variable", 1>
+  ]> {
+  let cppNamespace = "::tpc::tp";
+  let genSpecializedAttr = 0;
+}
+
+def TP_TargetAttr : TP_Attr<"Target", "target"> {
+  let summary = "The target a program is built for, and every fact that follows from it";
+  let description = [{
+    Set on the module (`tp.target`) by buildProgram from the target's own description
+    (lib/Target/Cpu, lib/Target/Cuda), so that what a target decides is read from the IR by
+    every pass, by the lowering, by `tpc analyze` and by the build driver, and decoded from a
+    name nowhere else.
+
+    - `name`: the target as the command line spells it (`cpu`, `cuda`).
+    - `activation`: the element type of activations in the binary (the arena, the
+      collectives' payloads): f32 on the CPU, bf16 on the GPU. The IR's tensors stay f32;
+      this is what the runtime stores them as.
+    - `fuse_elementwise`, `fuse_norm`, `fuse_rotary`: the chains tp-fuse makes into one
+      generated kernel.
+    - `group_linears`: whether tp-group-linears lays linears of one input one after the
+      other, so that their GEMM is one.
+    - `gather`: how a gather of pieces tp does not split evenly is sent: `variable` (each
+      rank's real columns only) or `padded` (every piece padded to the largest).
+  }];
+  let parameters = (ins StringRefParameter<"the target's name">:$name,
+                        "::mlir::Type":$activation,
+                        "bool":$fuse_elementwise, "bool":$fuse_norm, "bool":$fuse_rotary,
+                        "bool":$group_linears,
+                        EnumParameter<TP_GatherMode>:$gather);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Bytes of one activation element.
+    int64_t activationBytes() const;
+    /// Whether tp-fuse makes any chain into a kernel.
+    bool fusesAny() const { return getFuseElementwise() || getFuseNorm() || getFuseRotary(); }
+  }];
+}
+
 #endif // TPC_TP_ATTRS_TD

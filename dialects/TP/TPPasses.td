@@ -125,8 +125,10 @@ def TPElideCollectives : Pass<"tp-elide-collectives", "::mlir::ModuleOp"> {
 def TPFuse : Pass<"tp-fuse", "::mlir::ModuleOp"> {
   let summary = "Group ops that a target computes as one generated kernel into tp.fused";
   let description = [{
-    Which chains fuse is the target's choice, given by the options (the CUDA target takes
-    all three; the CPU target none, its runtime calls being BLAS and vectorized loops):
+    Which chains fuse is the target's choice, read from the module's `#tp.target` (the CUDA
+    target takes all three; the CPU target none, its runtime calls being BLAS and vectorized
+    loops); the options can only leave kinds out, and alone decide on a module without a
+    target:
     - `elementwise`: an elementwise op whose one user is an elementwise op of the same shape
       is computed inside that user's kernel, never stored;
     - `norm`: an rms_norm right after an elementwise chain (with only tp.weight ops in
@@ -153,7 +155,8 @@ def TPGroupLinears : Pass<"tp-group-linears", "::mlir::ModuleOp"> {
     unit: the target places their weights one after the other and their outputs one after
     the other, so a one-row input is one GEMM. A parameter belongs to one group at most, the
     same in every function of the module. Inputs split by tokens are left alone: their rows
-    are not the arena's row stride.
+    are not the arena's row stride. A module whose `#tp.target` does not group linears (the
+    CPU's: each weight has its own buffer) is left alone.
   }];
   let dependentDialects = ["::tpc::tp::TPDialect"];
 }

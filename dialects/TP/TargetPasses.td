@@ -8,7 +8,8 @@ def TPLowerToEmitC : Pass<"tp-lower-to-emitc", "::mlir::ModuleOp"> {
   let summary = "Spell a partitioned, decided tp program as EmitC calls into libtpcrt";
   let description = [{
     Reads the module after tp-partition and the decision passes (tp-elide-collectives,
-    tp-fuse, tp-group-linears, tp-plan-arena) and writes the program each rank runs, as
+    tp-fuse, tp-group-linears, tp-plan-arena), built for the target its `#tp.target`
+    names (tp-set-target, or buildProgram, sets it), and writes the program each rank runs, as
     EmitC: every forward becomes an `emitc.func` with one `emitc.call_opaque` per op, its
     placement spelled out in the arguments (which rank adds a rowwise bias, which vocab rows
     an embedding holds, how a gather puts pieces back) and its output at the offset
@@ -19,8 +20,20 @@ def TPLowerToEmitC : Pass<"tp-lower-to-emitc", "::mlir::ModuleOp"> {
     Upstream's C++ translator (`mlir-translate --mlir-to-cpp`) prints the result.
   }];
   let dependentDialects = ["::mlir::emitc::EmitCDialect"];
+}
+
+def TPSetTarget : Pass<"tp-set-target", "::mlir::ModuleOp"> {
+  let summary = "Record the target a program is built for (#tp.target) on the module";
+  let description = [{
+    Sets `tp.target` to the named target's description (lib/Target/Cpu, lib/Target/Cuda):
+    what buildProgram does before the sharding and decision passes, so that tp-fuse,
+    tp-group-linears and tp-lower-to-emitc, run alone in tpc-opt, read the same facts. The
+    target is the only place a target's name is turned into what follows from it.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
   let options = [
-    Option<"target", "target", "std::string", /*default=*/"\"cpu\"", "cpu or cuda">,
+    Option<"target", "target", "std::string", /*default=*/"\"\"",
+           "the target, as --target spells it (cpu, cuda)">,
   ];
 }
 

@@ -6,6 +6,7 @@
 #include "tpc/Dialect/TP/TPDialect.h"
 #include "tpc/Target/Passes.h"
 #include "tpc/Target/Target.h"
+#include "tpc/Target/TargetInfo.h"
 #include "tpc/Transforms/Fusion.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -23,6 +24,7 @@
 
 namespace tpc::target {
 #define GEN_PASS_DEF_TPLOWERTOEMITC
+#define GEN_PASS_DEF_TPSETTARGET
 #include "TP/TargetPasses.h.inc"
 } // namespace tpc::target
 
@@ -875,14 +877,22 @@ struct TPLowerToEmitCPass : tpc::target::impl::TPLowerToEmitCBase<TPLowerToEmitC
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::unique_ptr<Spelling> spelling = makeSpelling(target);
-    if (!spelling) {
-      module.emitError() << "unknown target '" << target << "'; the targets are cpu and cuda";
+    FailureOr<TargetAttr> target = requireTarget(module, "tp-lower-to-emitc");
+    if (failed(target))
+      return signalPassFailure();
+    const TargetInfo *info = targetOf(*target);
+    if (!info) {
+      module.emitError() << "tp.target names '" << target->getName()
+                         << "', which this tpc does not know; the targets are "
+                         << llvm::join(targetNames(), ", ");
       return signalPassFailure();
     }
-    if (failed(lower(module, *spelling)))
+    groupLinears = target->getGroupLinears();
+    if (failed(lower(module, *info->spelling())))
       signalPassFailure();
   }
+
+  bool groupLinears = false;
 
   LogicalResult lower(ModuleOp module, const Spelling &spelling) {
     MLIRContext *ctx = module.getContext();
@@ -1006,7 +1016,7 @@ struct TPLowerToEmitCPass : tpc::target::impl::TPLowerToEmitCBase<TPLowerToEmitC
       a.value(spec).integer(positions.getInt());
       callIn("tpcrt::setMaxPositions", a);
     }
-    if (spelling.groupsLinears()) {
+    if (groupLinears) {
       // The device lays these parameters' weights one after the other (tp-group-linears'
       // units; a parameter is in one group at most, the same in both forwards).
       llvm::DenseMap<StringAttr, int64_t> index;
@@ -1098,27 +1108,36 @@ std::string tpc::target::doubleLiteral(double v) {
   return buffer;
 }
 
-std::unique_ptr<Spelling> tpc::target::makeSpelling(StringRef target) {
-  if (target == "cpu")
-    return makeCpuSpelling();
-  if (target == "cuda")
-    return makeCudaSpelling();
-  return nullptr;
-}
-
-OwningOpRef<ModuleOp> tpc::target::lowerToEmitC(ModuleOp program, StringRef target) {
+OwningOpRef<ModuleOp> tpc::target::lowerToEmitC(ModuleOp program) {
   tp::RepeatedDiagnosticHandler onePerCause(program.getContext());
   OwningOpRef<ModuleOp> copy = program.clone();
   PassManager pm(program.getContext());
-  TPLowerToEmitCOptions options;
-  options.target = target.str();
-  pm.addPass(createTPLowerToEmitC(options));
+  pm.addPass(createTPLowerToEmitC());
   if (failed(pm.run(*copy)))
     return nullptr;
   return copy;
 }
 
-LogicalResult tpc::target::emitSource(ModuleOp program, StringRef target, raw_ostream &os) {
-  OwningOpRef<ModuleOp> lowered = lowerToEmitC(program, target);
+LogicalResult tpc::target::emitSource(ModuleOp program, raw_ostream &os) {
+  OwningOpRef<ModuleOp> lowered = lowerToEmitC(program);
   return success(lowered && succeeded(emitc::translateToCpp(*lowered, os)));
 }
+
+namespace {
+
+struct TPSetTargetPass : tpc::target::impl::TPSetTargetBase<TPSetTargetPass> {
+  using TPSetTargetBase::TPSetTargetBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    const TargetInfo *info = findTarget(target);
+    if (!info) {
+      module.emitError() << "unknown target '" << target << "'; the targets are "
+                         << llvm::join(targetNames(), ", ");
+      return signalPassFailure();
+    }
+    module->setAttr(kTargetAttrName, info->describe(module.getContext()));
+  }
+};
+
+} // namespace

@@ -1,8 +1,8 @@
 // tp-fuse: ops a target computes as one generated kernel become a tp.fused unit, so that the
 // lowering, the arena planner and a test all see the same units. Which chains fuse is the
-// target's choice (the pass options): the CUDA target fuses all three kinds below, because a
-// kernel launch and a round trip through HBM per elementwise op cost more than the math; the
-// CPU target none.
+// target's choice (the module's #tp.target; the pass options can only leave kinds out): the
+// CUDA target fuses all three kinds below, because a kernel launch and a round trip through
+// HBM per elementwise op cost more than the math; the CPU target none.
 #include "tpc/Transforms/Fusion.h"
 #include "tpc/Transforms/Passes.h"
 
@@ -48,17 +48,26 @@ struct TPFusePass : tpc::tp::impl::TPFuseBase<TPFusePass> {
   using TPFuseBase::TPFuseBase;
 
   void runOnOperation() override {
+    kinds = {elementwise, norm, rotary};
+    if (TargetAttr target = getTarget(getOperation()))
+      kinds = {kinds.elementwise && target.getFuseElementwise(),
+               kinds.norm && target.getFuseNorm(), kinds.rotary && target.getFuseRotary()};
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal())
         fuse(func.getBody().front());
   }
+
+  /// What this run fuses: the options, narrowed by the module's target where it has one.
+  struct {
+    bool elementwise, norm, rotary;
+  } kinds{};
 
   void fuse(Block &block) {
     // An elementwise op whose one user is an elementwise op of its type is computed in that
     // user's kernel: `into` maps it there. A unit is named by its root, the op not fused
     // into another.
     llvm::DenseMap<Operation *, Operation *> into;
-    if (elementwise)
+    if (kinds.elementwise)
       for (Operation &op : block) {
         if (!isElementwise(&op) || !op.getResult(0).hasOneUse())
           continue;
@@ -80,7 +89,7 @@ struct TPFusePass : tpc::tp::impl::TPFuseBase<TPFusePass> {
     // An rms_norm right after a chain (only weights in between, so the norm's output may
     // take its slot as early as the chain's) is computed by the chain's kernel.
     llvm::DenseMap<Operation *, RMSNormOp> normOf;
-    if (norm)
+    if (kinds.norm)
       for (RMSNormOp rms : block.getOps<RMSNormOp>()) {
         Operation *root = rms.getInput().getDefiningOp();
         if (!root || !chains.count(root) || !rms.getWeight().getDefiningOp<WeightOp>() ||
@@ -95,7 +104,7 @@ struct TPFusePass : tpc::tp::impl::TPFuseBase<TPFusePass> {
 
     // The rotaries of one attention's query and key, alike in all but their input.
     SmallVector<std::pair<RotaryOp, RotaryOp>> rotaries;
-    if (rotary)
+    if (kinds.rotary)
       for (AttentionOp attention : block.getOps<AttentionOp>()) {
         auto q = attention.getQuery().getDefiningOp<RotaryOp>();
         auto k = attention.getKey().getDefiningOp<RotaryOp>();

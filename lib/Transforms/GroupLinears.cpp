@@ -21,6 +21,10 @@ namespace {
 struct TPGroupLinearsPass : tpc::tp::impl::TPGroupLinearsBase<TPGroupLinearsPass> {
   void runOnOperation() override {
     groups.clear();
+    // Only a target whose runtime lays grouped weights one after the other groups them
+    // (tpc-opt runs the pass on modules without a target too).
+    if (TargetAttr target = getTarget(getOperation()); target && !target.getGroupLinears())
+      return;
     // A parameter's weights lie in one place in memory, shared by every function of the
     // module: it may belong to one group only, the same one wherever it is grouped.
     for (auto func : getOperation().getOps<func::FuncOp>())

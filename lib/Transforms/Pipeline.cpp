@@ -32,31 +32,15 @@ void tpc::buildShardingPipeline(OpPassManager &pm, const ShardingOptions &option
   pm.addPass(tp::createTPPartition());
 }
 
-SequenceParallelPolicy SequenceParallelPolicy::of(ModuleOp planned, bool requested) {
-  SequenceParallelPolicy policy;
-  policy.tp = tp::getMeshSize(planned).value_or(1);
-  policy.enabled = (requested || plan::namesSequenceParallel(planned)) && policy.tp > 1;
-  return policy;
+bool tpc::wantsSequenceParallel(ModuleOp planned, bool requested) {
+  return (requested || plan::namesSequenceParallel(planned)) &&
+         tp::getMeshSize(planned).value_or(1) > 1;
 }
 
-TargetDecisions TargetDecisions::forTarget(StringRef target) {
-  TargetDecisions d;
-  if (target == "cuda")
-    d.fuseElementwise = d.fuseNorm = d.fuseRotary = d.groupLinears = true;
-  return d;
-}
-
-void tpc::buildDecisionPipeline(OpPassManager &pm, const TargetDecisions &decisions) {
+void tpc::buildDecisionPipeline(OpPassManager &pm) {
   pm.addPass(tp::createTPElideCollectives());
-  if (decisions.fuseElementwise || decisions.fuseNorm || decisions.fuseRotary) {
-    tp::TPFuseOptions fuse;
-    fuse.elementwise = decisions.fuseElementwise;
-    fuse.norm = decisions.fuseNorm;
-    fuse.rotary = decisions.fuseRotary;
-    pm.addPass(tp::createTPFuse(fuse));
-  }
-  if (decisions.groupLinears)
-    pm.addPass(tp::createTPGroupLinears());
+  pm.addPass(tp::createTPFuse());
+  pm.addPass(tp::createTPGroupLinears());
   pm.addPass(tp::createTPPlanArena());
 }
 
@@ -86,20 +70,29 @@ LogicalResult addSequenceParallelForward(ModuleOp into, ModuleOp split) {
                            << "); its weights are loaded once, for both forwards";
   forward->moveAfter(plain);
   forward.setName("forward_sequence_parallel");
-  forward->setAttr(tp::kSequenceParallelAttrName, UnitAttr::get(into.getContext()));
+  // The rule that decides which forward runs a token count, decided here once: the split
+  // forward runs what divides evenly over the ranks.
+  forward->setAttr(tp::kSequenceParallelAttrName,
+                   IntegerAttr::get(IntegerType::get(into.getContext(), 64),
+                                    tp::getMeshSize(into).value_or(1)));
   return success();
 }
 
 } // namespace
 
 OwningOpRef<ModuleOp> tpc::buildProgram(ModuleOp planned, const ProgramOptions &options) {
-  SequenceParallelPolicy policy = SequenceParallelPolicy::of(planned, options.sequenceParallel);
+  bool sequenceParallel = wantsSequenceParallel(planned, options.sequenceParallel);
   MLIRContext *ctx = planned.getContext();
+  if (!options.target) {
+    planned.emitError() << "buildProgram needs a target";
+    return nullptr;
+  }
   // Both forwards run the sharding passes: what they find is said once, and once for all
   // layers.
   tp::RepeatedDiagnosticHandler onePerCause(ctx);
   auto shard = [&](StringRef sequence) -> OwningOpRef<ModuleOp> {
     OwningOpRef<ModuleOp> copy = planned.clone();
+    (*copy)->setAttr(tp::kTargetAttrName, options.target);
     PassManager pm(ctx);
     buildCollectivesPipeline(pm, sequence, options.fold);
     pm.addPass(tp::createTPPartition());
@@ -107,16 +100,16 @@ OwningOpRef<ModuleOp> tpc::buildProgram(ModuleOp planned, const ProgramOptions &
       return nullptr;
     return copy;
   };
-  OwningOpRef<ModuleOp> program = shard(policy.enabled ? "off" : "auto");
+  OwningOpRef<ModuleOp> program = shard(sequenceParallel ? "off" : "auto");
   if (!program)
     return nullptr;
-  if (policy.enabled) {
+  if (sequenceParallel) {
     OwningOpRef<ModuleOp> split = shard("on");
     if (!split || failed(addSequenceParallelForward(*program, *split)))
       return nullptr;
   }
   PassManager pm(ctx);
-  buildDecisionPipeline(pm, options.decisions);
+  buildDecisionPipeline(pm);
   if (failed(pm.run(*program)))
     return nullptr;
   return program;

@@ -1,10 +1,10 @@
 // What tp-lower-to-emitc refuses, each with the reason at the op: a program whose decisions
 // are missing, grouped linears on a target that keeps weights apart, experts on the GPU, an
 // unknown target.
-// RUN: tpc-opt %s -split-input-file --tp-lower-to-emitc=target=cpu -verify-diagnostics
-// RUN: tpc-opt %S/Inputs/moe-decided.mlir --tp-lower-to-emitc=target=cuda -verify-diagnostics
-// RUN: not tpc-opt %s -split-input-file --tp-lower-to-emitc=target=tpu 2>&1 | FileCheck %s --check-prefix=TARGET
-// TARGET: error: unknown target 'tpu'; the targets are cpu and cuda
+// RUN: tpc-opt %s -split-input-file --tp-set-target=target=cpu --tp-lower-to-emitc -verify-diagnostics
+// RUN: tpc-opt %S/Inputs/moe-decided.mlir --tp-set-target=target=cuda --tp-lower-to-emitc -verify-diagnostics
+// RUN: not tpc-opt %s -split-input-file --tp-set-target=target=tpu 2>&1 | FileCheck %s --check-prefix=TARGET
+// TARGET: error: unknown target 'tpu'; the targets are cpu, cuda
 
 module @noarena attributes {tp.mesh = #tp.mesh<tp = 1>} {
   tp.param @"embed.weight" : tensor<32x8xf32>

@@ -1,8 +1,8 @@
 // tp-lower-to-emitc alone: a decided program (after tp-partition and the decision passes) in,
 // EmitC out, for each target. Every op is one call, its output the arena slot tp-plan-arena
 // recorded; a fused unit is a generated kernel (the one emitc.verbatim) and its call.
-// RUN: tpc-opt %s --tp-lower-to-emitc=target=cpu | FileCheck %s --check-prefix=CPU
-// RUN: tpc-opt %s --tp-lower-to-emitc=target=cuda | FileCheck %s --check-prefix=CUDA
+// RUN: tpc-opt %s --tp-set-target=target=cpu --tp-lower-to-emitc | FileCheck %s --check-prefix=CPU
+// RUN: tpc-opt %s --tp-set-target=target=cuda --tp-lower-to-emitc | FileCheck %s --check-prefix=CUDA
 
 module @tiny attributes {tp.mesh = #tp.mesh<tp = 1>, tp.eos_token_ids = array<i64: 7>} {
   tp.param @"embed.weight" : tensor<32x8xf32>

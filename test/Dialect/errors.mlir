@@ -913,14 +913,40 @@ module {
 // -----
 
 // expected-error @+1 {{'tp.sequence_parallel' belongs on a function, not on builtin.module}}
-module attributes {tp.sequence_parallel} {}
+module attributes {tp.sequence_parallel = 2 : i64} {}
 
 // -----
 
 module {
-  // expected-error @+1 {{'tp.sequence_parallel' must be a unit attribute, got true}}
+  // expected-error @+1 {{'tp.sequence_parallel' must be a positive i64 (the token multiple it runs), got true}}
   func.func @f() attributes {tp.sequence_parallel = true} { return }
 }
+
+// -----
+
+module {
+  // expected-error @+1 {{'tp.sequence_parallel' must be a positive i64 (the token multiple it runs), got 0}}
+  func.func @f() attributes {tp.sequence_parallel = 0 : i64} { return }
+}
+
+// -----
+
+// The target: on the module, a #tp.target, whose activation is a float type of whole bytes.
+
+module {
+  // expected-error @+1 {{'tp.target' belongs on the module, not on func.func}}
+  func.func @f() attributes {tp.target = #tp.target<name = "cpu", activation = f32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable>} { return }
+}
+
+// -----
+
+// expected-error @+1 {{'tp.target' must be a #tp.target, got "cpu"}}
+module attributes {tp.target = "cpu"} {}
+
+// -----
+
+// expected-error @+1 {{a target's activation must be a float type of whole bytes, got 'i32'}}
+module attributes {tp.target = #tp.target<name = "cpu", activation = i32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable>} {}
 
 // -----
 

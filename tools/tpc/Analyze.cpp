@@ -6,6 +6,7 @@
 #include "tpc/Analysis/Report.h"
 #include "tpc/Dialect/TP/TPDialect.h"
 #include "tpc/Plan/Plan.h"
+#include "tpc/Target/TargetInfo.h"
 #include "tpc/Transforms/Passes.h"
 #include "tpc/Transforms/Pipeline.h"
 
@@ -162,7 +163,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
   cmd->add_option("--target", opts->target,
                   "the target whose binary is reported: its decisions lay out the activation "
                   "arena, its element type sizes it (cpu: fp32, cuda: bf16)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->check(CLI::IsMember(target::targetNames()));
   cmd->add_flag("--no-fold", opts->noFold,
                 "report the program compiled with --no-fold (tp-fold-redistribute left out)");
   cmd->add_flag("--json", opts->json, "print the report as JSON");
@@ -222,37 +223,35 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       if (failed(plan::applyPlan(*module, {o.plan, o.strategies, o.tp})))
         return 1;
 
-      // Which forward runs a token count is the policy compile and the runtime share:
-      // split by tokens where they split evenly, all_reduce where they do not.
-      SequenceParallelPolicy policy = SequenceParallelPolicy::of(*module, o.sequenceParallel);
-      bool prefillSplits = policy.splits(prefillLen);
-      if (policy.enabled && !prefillSplits)
-        notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
-                                    "prefill: {} tokens do not split evenly over tp {}",
-                                    prefillLen, o.tp));
-      if (policy.enabled && !policy.splits(1))
-        notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
-                        "(1 token does not split over tp " + std::to_string(o.tp) + ")");
-      if (o.sequenceParallel && !policy.enabled)
-        notes.push_back("--sequence-parallel does nothing on one rank");
       // The program the binary is built from, for this target: its forwards' collectives,
       // priced as the runtime's collective layer runs them, and the arena it allocates.
       ProgramOptions program;
       program.sequenceParallel = o.sequenceParallel;
       program.fold = !o.noFold;
-      program.decisions = TargetDecisions::forTarget(o.target);
+      program.target = target::findTarget(o.target)->describe(&session.context());
       OwningOpRef<ModuleOp> decided = buildProgram(*module, program);
       if (!decided)
         return 1;
-      auto forwardFor = [&](int64_t tokens) {
-        for (auto func : decided->getOps<func::FuncOp>())
-          if (func->hasAttr(tp::kSequenceParallelAttrName) == policy.splits(tokens))
-            return func;
-        return func::FuncOp();
+      // Which forward runs a token count is the program's rule (tp.sequence_parallel), the
+      // one the runtime obeys: split by tokens where they split evenly, all_reduce where not.
+      bool sequenceParallel = wantsSequenceParallel(*module, o.sequenceParallel);
+      auto splits = [&](int64_t tokens) {
+        return tp::sequenceParallelTokens(tp::forwardFor(*decided, tokens)).has_value();
       };
-      int64_t elementBytes = o.target == "cuda" ? 2 : 4;
-      // The CPU's Gloo gathers uneven pieces unpadded; NCCL has no such gather.
-      bool variableGather = o.target == "cpu";
+      bool prefillSplits = splits(prefillLen);
+      if (sequenceParallel && !prefillSplits)
+        notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
+                                    "prefill: {} tokens do not split evenly over tp {}",
+                                    prefillLen, o.tp));
+      if (sequenceParallel && !splits(1))
+        notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
+                        "(1 token does not split over tp " + std::to_string(o.tp) + ")");
+      if (o.sequenceParallel && !sequenceParallel)
+        notes.push_back("--sequence-parallel does nothing on one rank");
+      auto forwardFor = [&](int64_t tokens) { return tp::forwardFor(*decided, tokens); };
+      tp::TargetAttr target = tp::getTarget(*decided);
+      int64_t elementBytes = target.activationBytes();
+      bool variableGather = target.getGather() == tp::GatherMode::variable;
       // transformers' side: the collectives its hooks run, where its TP runs this at all.
       std::string transformersFails = transformersFailure(*module);
       auto transformersFor = [&](int64_t tokens) {
@@ -279,7 +278,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
           return success(d.getSeverity() != DiagnosticSeverity::Error);
         });
         prefill = session.runOnCopy(*module, [&](OpPassManager &pm) {
-          buildCollectivesPipeline(pm, prefillSplits ? "on" : policy.enabled ? "off" : "auto",
+          buildCollectivesPipeline(pm, prefillSplits ? "on" : sequenceParallel ? "off" : "auto",
                                    !o.noFold);
           pm.addPass(tp::createTPElideCollectives());
         });

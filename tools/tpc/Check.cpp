@@ -101,10 +101,10 @@ void addCheckCommand(CLI::App &app, CommandRunner &run) {
       const CheckOptions &o = *opts;
       if (!checkTpArg(o))
         return 1;
-      std::optional<ProgramOptions> program = programOptions(o);
+      Session session;
+      std::optional<ProgramOptions> program = programOptions(o, session.context());
       if (!program)
         return 1;
-      Session session;
       FrontHalf front;
       bool ok = runFrontHalf(session, o, *program, front,
                              [](llvm::StringRef, llvm::function_ref<bool()> step) {

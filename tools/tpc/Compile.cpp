@@ -3,6 +3,7 @@
 #include "FrontHalf.h"
 
 #include "tpc/Driver/Build.h"
+#include "tpc/Target/TargetInfo.h"
 
 #include "mlir/Target/Cpp/CppEmitter.h"
 #include "llvm/Support/FileSystem.h"
@@ -43,17 +44,15 @@ private:
 int compileModel(CompileArgs &o, llvm::raw_ostream &log) {
   if (!checkTpArg(o))
     return 1;
-  bool cuda = o.target == "cuda";
-  if (cuda && !o.emitOnly && !driver::hasCudaCompiler()) {
-    reportError("--target cuda: this tpc was built without nvcc (none was found at "
-                "configure time); rebuild with CUDA installed in /usr/local/cuda, or "
-                "pass --emit-only to write the source alone");
+  const target::TargetInfo &target = *target::findTarget(o.target);
+  if (std::string why; !o.emitOnly && !target.canBuild(why)) {
+    reportError(why);
     return 1;
   }
-  std::optional<ProgramOptions> program = programOptions(o);
+  Session session;
+  std::optional<ProgramOptions> program = programOptions(o, session.context());
   if (!program)
     return 1;
-  Session session;
   Stages stages(log);
   log << fmt::format("tpc compile {} --plan {} --tp {} --target {}\n", o.model, o.plan, o.tp,
                      o.target);
@@ -71,7 +70,7 @@ int compileModel(CompileArgs &o, llvm::raw_ostream &log) {
     return 1;
   }
   llvm::SmallString<256> source(o.output), binary(o.output);
-  llvm::sys::path::append(source, name + (cuda ? ".cu" : ".cpp"));
+  llvm::sys::path::append(source, name + target.sourceExtension());
   llvm::sys::path::append(binary, name);
   if (!stages.run("emit", [&] {
         std::string code;
@@ -90,7 +89,7 @@ int compileModel(CompileArgs &o, llvm::raw_ostream &log) {
   }
   driver::BuildFailure failure;
   if (!stages.run("build", [&] {
-        return driver::buildBinary(source, binary, o.target, failure);
+        return driver::buildBinary(source, binary, target, failure);
       })) {
     reportError(failure.error);
     if (!failure.note.empty())

@@ -2,6 +2,7 @@
 #include "FrontHalf.h"
 
 #include "tpc/Target/Target.h"
+#include "tpc/Target/TargetInfo.h"
 
 using namespace mlir;
 
@@ -9,9 +10,12 @@ namespace tpc {
 
 void addProgramArgs(CLI::App *cmd, ProgramArgs &args) {
   addPlanArgs(cmd, args);
-  cmd->add_option("--target", args.target,
-                  "cpu (C++, OpenBLAS, Gloo) or cuda (CUDA C++ for Hopper, cuBLASLt, NCCL)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  std::string targets;
+  for (const target::TargetInfo *target : target::allTargets())
+    targets += (targets.empty() ? "" : " or ") + target->name().str() + " (" +
+               target->summary().str() + ")";
+  cmd->add_option("--target", args.target, targets)
+      ->check(CLI::IsMember(target::targetNames()));
   cmd->add_flag("--sequence-parallel", args.sequenceParallel,
                 "split the residual stream by tokens where the token count divides by tp");
   cmd->add_flag("--no-fold", args.noFold,
@@ -22,33 +26,34 @@ void addProgramArgs(CLI::App *cmd, ProgramArgs &args) {
                   "cpu's none)");
 }
 
-std::optional<ProgramOptions> programOptions(const ProgramArgs &args) {
+std::optional<ProgramOptions> programOptions(const ProgramArgs &args, MLIRContext &ctx) {
   ProgramOptions options;
   options.sequenceParallel = args.sequenceParallel;
   options.fold = !args.noFold;
-  options.decisions = TargetDecisions::forTarget(args.target);
+  tp::TargetAttr target = target::findTarget(args.target)->describe(&ctx);
+  options.target = target;
   if (args.fuse.empty())
     return options;
-  TargetDecisions &d = options.decisions = TargetDecisions();
-  if (args.fuse == "none")
-    return options;
+  // --fuse replaces the target's choices, and the module's #tp.target says so.
+  bool elementwise = false, norm = false, rotary = false, linears = false;
   llvm::SmallVector<llvm::StringRef> names;
-  llvm::StringRef(args.fuse).split(names, ',');
+  if (args.fuse != "none")
+    llvm::StringRef(args.fuse).split(names, ',');
   for (llvm::StringRef name : names) {
-    if (name == "elementwise")
-      d.fuseElementwise = true;
-    else if (name == "norm")
-      d.fuseNorm = true;
-    else if (name == "rotary")
-      d.fuseRotary = true;
-    else if (name == "linears")
-      d.groupLinears = true;
-    else {
+    bool *kind = name == "elementwise" ? &elementwise
+                 : name == "norm"      ? &norm
+                 : name == "rotary"    ? &rotary
+                 : name == "linears"   ? &linears
+                                       : nullptr;
+    if (!kind) {
       reportError("--fuse: unknown '" + name +
                   "'; give none, or a list of elementwise, norm, rotary and linears");
       return std::nullopt;
     }
+    *kind = true;
   }
+  options.target = tp::TargetAttr::get(&ctx, target.getName(), target.getActivation(),
+                                       elementwise, norm, rotary, linears, target.getGather());
   return options;
 }
 
@@ -68,7 +73,7 @@ bool runFrontHalf(Session &session, const ProgramArgs &args, const ProgramOption
   if (!run("shard", [&] { return bool(out.program = buildProgram(*out.model, options)); }))
     return false;
   return run("lower",
-             [&] { return bool(out.lowered = target::lowerToEmitC(*out.program, args.target)); });
+             [&] { return bool(out.lowered = target::lowerToEmitC(*out.program)); });
 }
 
 } // namespace tpc

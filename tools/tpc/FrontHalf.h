@@ -21,8 +21,9 @@ struct ProgramArgs : PlanArgs {
 };
 void addProgramArgs(CLI::App *cmd, ProgramArgs &args);
 
-/// The pipeline's options for `args`; none, with a usage error reported, for a bad --fuse.
-std::optional<ProgramOptions> programOptions(const ProgramArgs &args);
+/// The pipeline's options for `args`: the target's #tp.target, with --fuse's choices where
+/// given; none, with a usage error reported, for a bad --fuse.
+std::optional<ProgramOptions> programOptions(const ProgramArgs &args, mlir::MLIRContext &ctx);
 
 /// What each step made; the steps after one that failed leave theirs empty.
 struct FrontHalf {

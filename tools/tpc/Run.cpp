@@ -6,6 +6,7 @@
 #include "Session.h"
 
 #include "tpc/Driver/Build.h"
+#include "tpc/Target/TargetInfo.h"
 #include "tpc/Import/Importer.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -63,7 +64,7 @@ std::string stamp(const std::string &path) {
 std::string cacheKey(const RunOptions &o, llvm::StringRef config, llvm::StringRef plan) {
   std::string key = "tpc 0.1.0\n";
   key += stamp(llvm::sys::fs::getMainExecutable(nullptr, nullptr)) + "\n";
-  for (const std::string &input : driver::buildInputs(o.target))
+  for (const std::string &input : target::findTarget(o.target)->runtimeLibraries())
     key += stamp(input) + "\n";
   key += fmt::format("tp {}\ntarget {}\nsequence parallel {}\n", o.tp, o.target,
                      o.sequenceParallel ? "on" : "off");
@@ -243,7 +244,7 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
       ->required();
   cmd->add_option("--tp", opts->tp, "tensor-parallel size: how many local ranks (default 1)");
   cmd->add_option("--target", opts->target, "cpu (default) or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->check(CLI::IsMember(target::targetNames()));
   cmd->add_option("--plan", opts->plan,
                   "a tp_plan JSON file, or auto for transformers' own plan (default)");
   cmd->add_flag("--sequence-parallel", opts->sequenceParallel,

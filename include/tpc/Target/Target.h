@@ -46,8 +46,8 @@ public:
   virtual llvm::StringRef ns() const = 0;        // where the program's calls live
   virtual llvm::StringRef context() const = 0;   // the C++ type of the forward's first argument
   virtual llvm::StringRef element() const = 0;   // the C++ type of an activation
-  /// Whether the runtime lays a "linears" unit's weights one after the other, so that a
-  /// one-row input is one GEMM over them.
+  /// Whether the runtime can lay a "linears" unit's weights one after the other, so that a
+  /// one-row input is one GEMM over them (the module's #tp.target says whether it does).
   virtual bool groupsLinears() const = 0;
   /// An error at `op` when the target cannot run it.
   virtual mlir::LogicalResult supports(mlir::Operation *op) const = 0;
@@ -69,8 +69,6 @@ public:
 
 std::unique_ptr<Spelling> makeCpuSpelling();
 std::unique_ptr<Spelling> makeCudaSpelling();
-/// The spelling of "cpu" or "cuda"; null for any other name.
-std::unique_ptr<Spelling> makeSpelling(llvm::StringRef target);
 
 /// A float literal that is exactly float(v), in hexadecimal (for generated kernels).
 std::string floatLiteral(double v);
@@ -80,14 +78,14 @@ std::string doubleLiteral(double v);
 std::string indentLines(const std::vector<std::string> &lines, llvm::StringRef prefix);
 
 /// A copy of a decided module (tpc::buildProgram's output) lowered by tp-lower-to-emitc for
-/// `target`: what upstream's C++ translator prints. Null, with an error at the op (one per
-/// cause, as RepeatedDiagnosticHandler says them), for what the target cannot run.
-mlir::OwningOpRef<mlir::ModuleOp> lowerToEmitC(mlir::ModuleOp program, llvm::StringRef target);
+/// the target its #tp.target names: what upstream's C++ translator prints. Null, with an
+/// error at the op (one per cause, as RepeatedDiagnosticHandler says them), for what the
+/// target cannot run.
+mlir::OwningOpRef<mlir::ModuleOp> lowerToEmitC(mlir::ModuleOp program);
 
 /// The source of the program for a decided module: lowerToEmitC, printed by upstream's C++
 /// translator.
-mlir::LogicalResult emitSource(mlir::ModuleOp program, llvm::StringRef target,
-                               llvm::raw_ostream &os);
+mlir::LogicalResult emitSource(mlir::ModuleOp program, llvm::raw_ostream &os);
 
 } // namespace tpc::target
 

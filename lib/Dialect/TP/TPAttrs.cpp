@@ -142,3 +142,18 @@ bool tpc::tp::samePlacement(PlacementAttr a, PlacementAttr b, int64_t rank) {
              sa.getBlocks() == sb.getBlocks();
   return false;
 }
+
+LogicalResult TargetAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                                 StringRef name, Type activation, bool, bool, bool, bool,
+                                 GatherMode) {
+  if (name.empty())
+    return emitError() << "a target needs a name";
+  if (!isa<FloatType>(activation) || activation.getIntOrFloatBitWidth() % 8 != 0)
+    return emitError() << "a target's activation must be a float type of whole bytes, got "
+                       << activation;
+  return success();
+}
+
+int64_t TargetAttr::activationBytes() const {
+  return getActivation().getIntOrFloatBitWidth() / 8;
+}

@@ -86,12 +86,25 @@ LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
     if (!isa<func::FuncOp>(op))
       return op->emitError() << "'" << name << "' belongs on a function, not on "
                              << op->getName();
-    bool ok = name == kArenaSizeAttrName ? isa<IntegerAttr>(attr.getValue())
-                                         : isa<UnitAttr>(attr.getValue());
+    auto value = dyn_cast<IntegerAttr>(attr.getValue());
+    bool ok = name == kArenaSizeAttrName
+                  ? bool(value)
+                  : value && value.getType().isSignlessInteger(64) && value.getInt() >= 1;
     if (!ok)
       return op->emitError() << "'" << name << "' must be "
-                             << (name == kArenaSizeAttrName ? "an integer" : "a unit attribute")
+                             << (name == kArenaSizeAttrName
+                                     ? "an integer"
+                                     : "a positive i64 (the token multiple it runs)")
                              << ", got " << attr.getValue();
+    return success();
+  }
+  if (name == kTargetAttrName) {
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << name << "' belongs on the module, not on "
+                             << op->getName();
+    if (!isa<TargetAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' must be a #tp.target, got "
+                             << attr.getValue();
     return success();
   }
   return op->emitError() << "unknown tp dialect attribute '" << name << "'";
@@ -121,6 +134,37 @@ PlacementAttr tpc::tp::getPlacement(Type type) {
 RankedTensorType tpc::tp::withPlacement(Type type, PlacementAttr placement) {
   auto tensor = cast<RankedTensorType>(type);
   return RankedTensorType::get(tensor.getShape(), tensor.getElementType(), placement);
+}
+
+TargetAttr tpc::tp::getTarget(ModuleOp module) {
+  return module->getAttrOfType<TargetAttr>(kTargetAttrName);
+}
+
+FailureOr<TargetAttr> tpc::tp::requireTarget(ModuleOp module, StringRef pass) {
+  if (TargetAttr target = getTarget(module))
+    return target;
+  module.emitError() << pass
+                     << " needs the module's target (tp.target = #tp.target<...>): build the "
+                        "program with tpc, or run tp-set-target first";
+  return failure();
+}
+
+std::optional<int64_t> tpc::tp::sequenceParallelTokens(func::FuncOp forward) {
+  if (auto multiple = forward->getAttrOfType<IntegerAttr>(kSequenceParallelAttrName))
+    return multiple.getInt();
+  return std::nullopt;
+}
+
+func::FuncOp tpc::tp::forwardFor(ModuleOp program, int64_t tokens) {
+  func::FuncOp plain;
+  for (auto forward : program.getOps<func::FuncOp>()) {
+    std::optional<int64_t> multiple = sequenceParallelTokens(forward);
+    if (!multiple)
+      plain = forward;
+    else if (tokens >= *multiple && tokens % *multiple == 0)
+      return forward;
+  }
+  return plain;
 }
 
 std::optional<int64_t> tpc::tp::getMeshSize(ModuleOp module) {

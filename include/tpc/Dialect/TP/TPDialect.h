@@ -47,9 +47,14 @@ inline constexpr llvm::StringLiteral kMaxPositionEmbeddingsAttrName =
 /// (`tp.arena_size`, elements per token).
 inline constexpr llvm::StringLiteral kArenaAttrName = "tp.arena";
 inline constexpr llvm::StringLiteral kArenaSizeAttrName = "tp.arena_size";
-/// Marks the forward that splits the residual stream by tokens (sequence parallelism), run
-/// for token counts tp divides; a module holds it beside the plain @forward.
+/// Marks the forward that splits the residual stream by tokens (sequence parallelism); a
+/// module holds it beside the plain @forward. Its value (an i64, the mesh size) is the
+/// dispatch rule, decided here once: that forward runs the token counts it divides evenly
+/// (and not zero); the plain forward runs every other count. forwardFor, `tpc analyze` and
+/// the runtime, which the lowering hands the number, all obey it.
 inline constexpr llvm::StringLiteral kSequenceParallelAttrName = "tp.sequence_parallel";
+/// The module's target (#tp.target), which buildProgram sets from the target's description.
+inline constexpr llvm::StringLiteral kTargetAttrName = "tp.target";
 
 /// The placement a value's type carries as its encoding; null when it has none.
 PlacementAttr getPlacement(mlir::Type type);
@@ -66,6 +71,19 @@ bool samePlacement(PlacementAttr a, PlacementAttr b, int64_t rank);
 
 /// The HF module name an op models (its `module` attribute), or "" when it has none.
 llvm::StringRef getModuleName(mlir::Operation *op);
+
+/// The target recorded on a module; null when it has none.
+TargetAttr getTarget(mlir::ModuleOp module);
+/// The target a pass that depends on one needs; an error on the module naming `pass` when
+/// none is set.
+mlir::FailureOr<TargetAttr> requireTarget(mlir::ModuleOp module, llvm::StringRef pass);
+
+/// The token counts a sequence-parallel forward runs: the positive multiples of this
+/// number; none for a plain forward.
+std::optional<int64_t> sequenceParallelTokens(mlir::func::FuncOp forward);
+/// The forward of a decided program that runs `tokens` tokens: the sequence-parallel one
+/// where its rule accepts them, else the plain one.
+mlir::func::FuncOp forwardFor(mlir::ModuleOp program, int64_t tokens);
 
 /// The mesh size recorded on a module, if any.
 std::optional<int64_t> getMeshSize(mlir::ModuleOp module);

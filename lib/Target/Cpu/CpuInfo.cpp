@@ -1,0 +1,70 @@
+// The CPU target: fp32 activations, C++ kernels and OpenBLAS, collectives over shared memory,
+// Gloo or MPI; its binaries are built by the system C++ compiler against this build's
+// libtpcrt. Where those are was fixed when tpc was configured (lib/Target/CMakeLists.txt).
+#include "tpc/Target/TargetInfo.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/Program.h"
+
+#include <cstdlib>
+
+using namespace mlir;
+using namespace tpc;
+using namespace tpc::target;
+
+llvm::SmallVector<llvm::StringRef> tpc::target::systemLibraries() {
+  llvm::SmallVector<llvm::StringRef> libraries;
+  llvm::StringRef(TPC_SYSTEM_LIBRARIES).split(libraries, ',', -1, /*KeepEmpty=*/false);
+  return libraries;
+}
+
+namespace {
+
+class CpuTarget : public TargetInfo {
+public:
+  StringRef name() const override { return "cpu"; }
+  StringRef summary() const override { return "C++, OpenBLAS, shared memory, Gloo or MPI"; }
+
+  tp::TargetAttr describe(MLIRContext *ctx) const override {
+    // The runtime's kernels call BLAS and vectorized loops and keep each weight in its own
+    // buffer: nothing to fuse or group. Every CPU transport gathers pieces of their own size.
+    return tp::TargetAttr::get(ctx, name(), Float32Type::get(ctx), /*fuseElementwise=*/false,
+                               /*fuseNorm=*/false, /*fuseRotary=*/false,
+                               /*groupLinears=*/false, tp::GatherMode::variable);
+  }
+  std::unique_ptr<Spelling> spelling() const override { return makeCpuSpelling(); }
+
+  StringRef sourceExtension() const override { return ".cpp"; }
+  bool canBuild(std::string &) const override { return true; }
+  std::vector<std::string> runtimeLibraries() const override { return {TPC_RUNTIME_LIBRARY}; }
+
+  SmallVector<std::string> buildCommand(StringRef source, StringRef output,
+                                        std::string &error) const override {
+    const char *cxxEnv = std::getenv("TPC_CXX");
+    llvm::ErrorOr<std::string> cxx =
+        llvm::sys::findProgramByName(cxxEnv && *cxxEnv ? cxxEnv : "c++");
+    if (!cxx) {
+      error = "no C++ compiler found (c++, or TPC_CXX)";
+      return {};
+    }
+    SmallVector<std::string> args = {*cxx, "-std=c++17", "-O2"};
+    // A sanitizer build's runtime needs its programs built the same way.
+    SmallVector<StringRef> sanitize;
+    StringRef(TPC_SANITIZE_FLAGS).split(sanitize, ' ', -1, /*KeepEmpty=*/false);
+    for (StringRef flag : sanitize)
+      args.push_back(flag.str());
+    args.append({"-I" TPC_RUNTIME_INCLUDE_DIR, source.str(), TPC_RUNTIME_LIBRARY,
+                 TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY});
+    for (StringRef library : systemLibraries())
+      args.push_back(library.str());
+    args.append({"-lpthread", "-o", output.str()});
+    return args;
+  }
+};
+
+} // namespace
+
+const TargetInfo &tpc::target::cpuTarget() {
+  static const CpuTarget target;
+  return target;
+}
