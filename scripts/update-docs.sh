@@ -18,6 +18,10 @@ case ${1:-} in
   # From inside a build (the lit suite), a nested one on the same tree must not run.
   --no-build) build_first=0; shift ;;
 esac
+if [[ ! -d ${1:-$root/build} ]]; then
+  echo "error: no build directory ${1:-$root/build} (configure one first: bash scripts/build.sh)" >&2
+  exit 1
+fi
 build=$(cd "${1:-$root/build}" && pwd)
 generated=$build/docs/reference
 reference=${TPC_DOCS_REFERENCE:-$root/docs/reference}
