@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check of the CUDA target, in two steps (design.md: the GPU machine has nvcc, PyTorch
-# and transformers with their NCCL and cuBLAS wheels, but no LLVM, Gloo or OpenBLAS, and no
-# network):
+# The GPU check of the CUDA target, in two steps (docs/gpu-check.md: the GPU machine has nvcc,
+# PyTorch and transformers with their NCCL and cuBLAS wheels, but no LLVM, Gloo or OpenBLAS,
+# and no network):
 #
 #   scripts/gpu-check.sh bundle [DIR]   on this (CPU) machine, after scripts/build.sh: compiles
 #                                       the example for --target cuda at tp 1, 2 and 4, runs

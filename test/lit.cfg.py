@@ -18,6 +18,8 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["tpc", "tpc-opt"], [config.tpc_tools_dir])
 config.substitutions.append(("%examples", os.path.join(config.tpc_src_root, "examples")))
+config.substitutions.append(("%tpc_src_root", config.tpc_src_root))
+config.substitutions.append(("%tpc_obj_root", config.tpc_obj_root))
 # The passes after tp-apply-plan up to explicit collectives (shapes still global).
 config.substitutions.append(
     ("%collectives",

@@ -1,4 +1,4 @@
-// Passes of the tpc pipeline (design.md, "Pipeline"), each runnable alone in tpc-opt.
+// Passes of the tpc pipeline (docs/architecture.md), each runnable alone in tpc-opt.
 #ifndef TPC_TP_PASSES_TD
 #define TPC_TP_PASSES_TD
 

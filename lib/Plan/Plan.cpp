@@ -1,4 +1,4 @@
-// Applying a tp_plan to a tp module, with transformers' semantics (design.md, "Plan files"):
+// Applying a tp_plan to a tp module, with transformers' semantics (docs/plans.md):
 // a parameter key places that parameter only and beats its module's key; a module key places
 // the module's parameters and constrains its input and output layouts.
 #include "tpc/Plan/Plan.h"

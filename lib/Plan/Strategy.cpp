@@ -191,7 +191,7 @@ static std::optional<PlacementSpec> spec(StringRef text) {
 }
 
 namespace {
-/// One row of design.md's tables, in DTensor spelling; "" means "none".
+/// One row of docs/plans.md's strategy table, in DTensor spelling; "" means "none".
 struct BuiltinRow {
   const char *name, *weight, *embeddingWeight, *vector, *input, *output;
   StrategyTarget target;

@@ -1,4 +1,4 @@
-// The sharding rule of every tp op (design.md, "Placements"). Partial passes through linear
+// The sharding rule of every tp op (docs/architecture.md). Partial passes through linear
 // maps and sums of Partials; anything non-linear, or a Partial meeting a Replicate in a sum,
 // needs the reduce first. A matmul's output placement follows from its weight's: sharded
 // output features give Shard(-1), a sharded contracted dim gives Partial.

@@ -56,8 +56,8 @@ std::vector<CollectiveEntry> programCollectives(mlir::func::FuncOp forward, int6
                                                 bool variableGather);
 
 /// transformers' count, from its module-boundary hooks before any folding: every module with
-/// a strategy whose forward hook communicates (design.md's module table) runs that collective
-/// once on its output: all_gather(-1) for colwise_gather_output, colwise_rep and
+/// a strategy whose forward hook communicates (the strategy table of docs/plans.md) runs that
+/// collective once on its output: all_gather(-1) for colwise_gather_output, colwise_rep and
 /// embedding_colwise; all_reduce for rowwise, rowwise_split_input, rowwise_rep,
 /// embedding_rowwise, all_reduce and moe_tp_experts. Bytes: the module output's size, for
 /// the last token only where generate computes only that (lm_head, logits_to_keep=1).

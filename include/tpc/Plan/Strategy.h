@@ -1,5 +1,5 @@
 // The strategy registry: every name a plan may use, what it does to parameters and, on a
-// module key, to the module's input and output layouts (design.md, "Strategies").
+// module key, to the module's input and output layouts (docs/plans.md, "Strategies").
 #ifndef TPC_PLAN_STRATEGY_H
 #define TPC_PLAN_STRATEGY_H
 
@@ -53,7 +53,7 @@ struct Strategy {
 
 class StrategyRegistry {
 public:
-  /// Exactly design.md's registry.
+  /// Exactly transformers' registry (docs/plans.md).
   static StrategyRegistry builtin();
 
   /// Adds the strategies of a custom strategies file (`{name: {weight, embedding_weight,

@@ -1,4 +1,4 @@
-// The pipeline as tpc runs it in-process (design.md, "Pipeline"); tpc-opt runs the same
+// The pipeline as tpc runs it in-process (docs/architecture.md); tpc-opt runs the same
 // passes one by one.
 #ifndef TPC_TRANSFORMS_PIPELINE_H
 #define TPC_TRANSFORMS_PIPELINE_H
