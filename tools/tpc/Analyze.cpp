@@ -1,7 +1,7 @@
 // tpc analyze: the collectives a plan costs, per layer, for a prefill and a decode step,
 // against transformers' count for the same plan, and memory per rank.
 #include "Commands.h"
-#include "Session.h"
+#include "tpc/Driver/Session.h"
 
 #include "tpc/Analysis/Report.h"
 #include "tpc/Dialect/TP/TPDialect.h"
@@ -24,6 +24,8 @@
 using namespace mlir;
 
 namespace tpc {
+
+using namespace driver;
 
 namespace {
 

@@ -1,6 +1,6 @@
-// tpc check: compile's front half (FrontHalf.h), without writing or building anything: it
-// refuses what compile would, with the same messages, and says what it found.
-#include "FrontHalf.h"
+// tpc check: compile's front half (tpc/Driver/Compile.h), without writing or building
+// anything: it refuses what compile would, with the same messages, and says what it found.
+#include "Commands.h"
 
 #include "tpc/Dialect/TP/TPDialect.h"
 
@@ -11,6 +11,8 @@
 #include <fmt/core.h>
 
 namespace tpc {
+
+using namespace driver;
 
 namespace {
 struct CheckOptions : ProgramArgs {

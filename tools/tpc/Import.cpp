@@ -1,7 +1,7 @@
 // tpc import: a Hugging Face config.json -> model.mlir, parsed and verified before it is
 // written. `--auto-plans` prints the table `--plan auto` uses instead.
 #include "Commands.h"
-#include "Session.h"
+#include "tpc/Driver/Session.h"
 
 #include "tpc/Dialect/TP/TPDialect.h"
 #include "tpc/Import/Importer.h"

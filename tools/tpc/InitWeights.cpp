@@ -1,7 +1,7 @@
 // tpc init-weights: a safetensors checkpoint of seeded random weights under the model's HF
 // names, the same values the binaries' --random-weights generate.
 #include "Commands.h"
-#include "Session.h"
+#include "tpc/Driver/Session.h"
 
 #include "tpc/Dialect/TP/TPDialect.h"
 #include "tpcrt/weights.h"

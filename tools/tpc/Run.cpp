@@ -2,19 +2,12 @@
 // config.json, apply the plan, compile (or take the binary from the cache), and launch the
 // ranks with the checkpoint's weights, rank 0's output streamed as it comes.
 #include "Commands.h"
-#include "FrontHalf.h"
-#include "Session.h"
 
-#include "tpc/Driver/Build.h"
+#include "tpc/Driver/Run.h"
 #include "tpc/Target/TargetInfo.h"
-#include "tpc/Import/Importer.h"
 
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Process.h"
-#include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/core.h>
@@ -22,158 +15,15 @@
 
 namespace tpc {
 
+using namespace driver;
+
 namespace {
 
-struct RunOptions {
-  std::string checkpoint, plan = "auto", target = "cpu";
+struct RunOptions : driver::RunBuild {
   std::string prompt, promptFile, promptIds, system;
-  int64_t tp = 1, maxNewTokens = 64;
-  bool chat = false, noCache = false, sequenceParallel = false;
+  int64_t maxNewTokens = 64;
+  bool chat = false;
 };
-
-/// Where compiled binaries are kept: TPC_CACHE_DIR, else $XDG_CACHE_HOME/tpc, else
-/// ~/.cache/tpc.
-std::string cacheRoot() {
-  if (std::optional<std::string> dir = llvm::sys::Process::GetEnv("TPC_CACHE_DIR"))
-    if (!dir->empty())
-      return *dir;
-  llvm::SmallString<256> root;
-  if (std::optional<std::string> xdg = llvm::sys::Process::GetEnv("XDG_CACHE_HOME");
-      xdg && !xdg->empty())
-    root = *xdg;
-  else if (std::optional<std::string> home = llvm::sys::Process::GetEnv("HOME"))
-    llvm::sys::path::append(root, *home, ".cache");
-  else
-    root = "/tmp";
-  llvm::sys::path::append(root, "tpc");
-  return root.str().str();
-}
-
-/// "path size mtime" of a file that makes the binary, or "path missing".
-std::string stamp(const std::string &path) {
-  llvm::sys::fs::file_status status;
-  if (llvm::sys::fs::status(path, status))
-    return path + " missing";
-  return fmt::format("{} {} {}", path, status.getSize(),
-                     status.getLastModificationTime().time_since_epoch().count());
-}
-
-/// Everything that decides the compiled binary, one fact per line: tpc itself and the
-/// runtime it links (by size and time, so a rebuilt tpc compiles again), the checkpoint's
-/// config.json, the plan, tp, target and sequence parallelism.
-std::string cacheKey(const RunOptions &o, llvm::StringRef config, llvm::StringRef plan) {
-  std::string key = "tpc 0.1.0\n";
-  key += stamp(llvm::sys::fs::getMainExecutable(nullptr, nullptr)) + "\n";
-  for (const std::string &input : target::findTarget(o.target)->runtimeLibraries())
-    key += stamp(input) + "\n";
-  key += fmt::format("tp {}\ntarget {}\nsequence parallel {}\n", o.tp, o.target,
-                     o.sequenceParallel ? "on" : "off");
-  key += "plan " + o.plan + "\n" + plan.str() + "\n";
-  key += "config.json\n" + config.str();
-  return key;
-}
-
-std::optional<std::string> readFile(const std::string &path, const char *what) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-      llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buffer) {
-    reportError(fmt::format("cannot read {} {}: {}", what, path, buffer.getError().message()));
-    return std::nullopt;
-  }
-  return (*buffer)->getBuffer().str();
-}
-
-/// Imports the checkpoint and compiles it into `dir`; the binary's path, or none (errors
-/// reported).
-std::optional<std::string> compileInto(const RunOptions &o, const std::string &configPath,
-                                       const std::string &dir) {
-  std::string modelPath;
-  {
-    Session session;
-    mlir::FailureOr<std::string> text = import::importConfig(configPath, &session.context());
-    if (mlir::failed(text))
-      return std::nullopt;
-    llvm::SmallString<256> path(dir);
-    llvm::sys::path::append(path, "model.mlir");
-    modelPath = path.str().str();
-    if (!writeAtomically(modelPath, *text))
-      return std::nullopt;
-  }
-  CompileArgs args;
-  args.model = modelPath;
-  args.plan = o.plan;
-  args.tp = o.tp;
-  args.target = o.target;
-  args.sequenceParallel = o.sequenceParallel;
-  args.output = dir;
-  if (compileModel(args, llvm::errs()) != 0)
-    return std::nullopt;
-  return args.binary;
-}
-
-/// The binary for `o`: from the cache when an identical run compiled it before, else
-/// compiled now (into the cache, or a temporary directory with --no-cache, removed by the
-/// caller through `scratch`).
-std::optional<std::string> binaryFor(const RunOptions &o, const std::string &configPath,
-                                     std::string &scratch) {
-  std::optional<std::string> config = readFile(configPath, "the checkpoint's config");
-  if (!config)
-    return std::nullopt;
-  std::string planText;
-  if (o.plan != "auto") {
-    std::optional<std::string> text = readFile(o.plan, "the plan");
-    if (!text)
-      return std::nullopt;
-    planText = *text;
-  }
-  if (o.noCache) {
-    llvm::SmallString<128> dir;
-    if (std::error_code ec = llvm::sys::fs::createUniqueDirectory("tpc-run", dir)) {
-      reportError("cannot create a directory to compile into: " + ec.message());
-      return std::nullopt;
-    }
-    scratch = dir.str().str();
-    llvm::errs() << "tpc run: compiling (--no-cache)\n";
-    return compileInto(o, configPath, scratch);
-  }
-  std::string key = cacheKey(o, *config, planText);
-  std::string digest = llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(key)),
-                                   /*LowerCase=*/true);
-  llvm::SmallString<256> entry(cacheRoot());
-  llvm::sys::path::append(entry, "run", digest.substr(0, 24));
-  llvm::SmallString<256> done(entry);
-  llvm::sys::path::append(done, "binary");
-  // An entry is complete once its "binary" file names the binary built inside it: it is the
-  // last thing written, atomically.
-  if (std::optional<std::string> binary = [&]() -> std::optional<std::string> {
-        auto buffer = llvm::MemoryBuffer::getFile(done);
-        if (!buffer)
-          return std::nullopt;
-        std::string path = llvm::StringRef((*buffer)->getBuffer()).trim().str();
-        return llvm::sys::fs::can_execute(path) ? std::optional<std::string>(path)
-                                                : std::nullopt;
-      }()) {
-    llvm::errs() << fmt::format("tpc run: compiled before, taken from the cache ({}); nothing "
-                                "to compile\n",
-                                entry.str());
-    return binary;
-  }
-  if (std::error_code ec = llvm::sys::fs::create_directories(entry)) {
-    reportError(fmt::format("cannot create the cache directory {}: {} (TPC_CACHE_DIR moves "
-                            "it; --no-cache compiles without it)",
-                            entry.str(), ec.message()));
-    return std::nullopt;
-  }
-  llvm::errs() << fmt::format("tpc run: compiling into the cache ({})\n", entry.str());
-  llvm::SmallString<256> keyPath(entry);
-  llvm::sys::path::append(keyPath, "key.txt");
-  if (!writeAtomically(keyPath.str().str(), key))
-    return std::nullopt;
-  std::optional<std::string> binary = compileInto(o, configPath, entry.str().str());
-  if (!binary || !writeAtomically(done.str().str(), *binary + "\n"))
-    return std::nullopt;
-  return binary;
-}
 
 int run(const RunOptions &o) {
   int given = !o.prompt.empty() + !o.promptFile.empty() + !o.promptIds.empty();
@@ -207,10 +57,10 @@ int run(const RunOptions &o) {
   llvm::SmallString<256> configPath(o.checkpoint);
   llvm::sys::path::append(configPath, "config.json");
   std::string scratch;
-  std::optional<std::string> binary = binaryFor(o, configPath.str().str(), scratch);
+  std::optional<std::string> binary = driver::binaryFor(o, configPath.str().str(), scratch);
   int status = 1;
   if (binary) {
-    LaunchOptions launch;
+    driver::LaunchOptions launch;
     launch.ranks = int(o.tp);
     launch.rankZeroRaw = true;
     launch.command = {*binary, "--weights", o.checkpoint, "--max-new-tokens",
@@ -225,7 +75,7 @@ int run(const RunOptions &o) {
     add("--system", o.system);
     if (o.chat)
       launch.command.push_back("--chat");
-    status = launchRanks(launch);
+    status = driver::launchRanks(launch);
   }
   if (!scratch.empty())
     llvm::sys::fs::remove_directories(scratch);

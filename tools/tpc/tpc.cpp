@@ -1,6 +1,6 @@
 // tpc: the command-line driver. Each subcommand lives in its own file (see Commands.h).
 #include "Commands.h"
-#include "Session.h"
+#include "tpc/Driver/Session.h"
 
 #include "llvm/Support/InitLLVM.h"
 

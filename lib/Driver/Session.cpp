@@ -1,7 +1,5 @@
-// The shared MLIR session of the tpc commands.
-#include "Session.h"
-
-#include "Commands.h"
+// The shared MLIR session of the tpc commands (include/tpc/Driver/Session.h).
+#include "tpc/Driver/Session.h"
 
 #include "tpc/Dialect/TP/TPDialect.h"
 
@@ -63,23 +61,6 @@ OwningOpRef<ModuleOp> Session::runOnCopy(ModuleOp module,
   if (failed(pm.run(*copy)))
     return nullptr;
   return copy;
-}
-
-void addPlanArgs(CLI::App *cmd, PlanArgs &args) {
-  cmd->add_option("model", args.model, "the model graph (tp dialect)")->required();
-  cmd->add_option("--plan", args.plan,
-                  "plan.json, a config.json with base_model_tp_plan, or auto / auto-ep "
-                  "(transformers' plan for an imported model)")
-      ->required();
-  cmd->add_option("--tp", args.tp, "ranks on the tp axis")->required();
-  cmd->add_option("--strategies", args.strategies, "a JSON file of custom strategies");
-}
-
-bool checkTpArg(const PlanArgs &args) {
-  if (args.tp >= 1)
-    return true;
-  reportError("--tp must be at least 1, got " + llvm::Twine(args.tp));
-  return false;
 }
 
 void reportError(const llvm::Twine &message) {

@@ -1,17 +1,26 @@
-// The steps of `tpc compile` before it writes anything, which `tpc check` runs whole: so check
-// refuses what compile would, with the same messages, and says nothing compile would not.
-#ifndef TPC_TOOLS_TPC_FRONTHALF_H
-#define TPC_TOOLS_TPC_FRONTHALF_H
+// Compile: a model and a plan to the per-rank binary. Its steps before it writes anything
+// (the front half) are what `tpc check` runs whole, so check refuses what compile would, with
+// the same messages, and says nothing compile would not.
+#ifndef TPC_DRIVER_COMPILE_H
+#define TPC_DRIVER_COMPILE_H
 
-#include "Commands.h"
-#include "Session.h"
+#include "tpc/Driver/Session.h"
 
 #include "tpc/Plan/Plan.h"
 #include "tpc/Transforms/Pipeline.h"
 
 #include <optional>
 
-namespace tpc {
+namespace tpc::driver {
+
+/// What every command that applies a plan takes: the model, --plan, --tp, --strategies.
+struct PlanArgs {
+  std::string model, plan, strategies;
+  int64_t tp = 0;
+};
+
+/// Reports a --tp below 1 (a usage error); true when the value is fine.
+bool checkTpArg(const PlanArgs &args);
 
 /// What says which program compile builds (and check checks): the plan's arguments and
 /// --target, --sequence-parallel, --no-fold and --fuse.
@@ -19,7 +28,6 @@ struct ProgramArgs : PlanArgs {
   std::string target = "cpu", fuse;
   bool sequenceParallel = false, noFold = false;
 };
-void addProgramArgs(CLI::App *cmd, ProgramArgs &args);
 
 /// The pipeline's options for `args`: the target's #tp.target, with --fuse's choices where
 /// given; none, with a usage error reported, for a bad --fuse.
@@ -55,6 +63,19 @@ struct CompileArgs : ProgramArgs {
 /// stage timed on `log`; the exit code (errors reported).
 int compileModel(CompileArgs &args, llvm::raw_ostream &log);
 
-} // namespace tpc
+/// What `tpc launch` takes: how many ranks, where they meet, the binary and its arguments.
+struct LaunchOptions {
+  int ranks = 0;
+  std::string rendezvous;
+  std::vector<std::string> command;
+  /// Rank 0's output as it comes, unprefixed (tpc run's streamed text); the others' prefixed.
+  bool rankZeroRaw = false;
+};
+/// Runs the ranks, each with torchrun's environment and a rendezvous directory (a fresh one
+/// under /tmp unless given), each's output prefixed "[rank R] " line by line; the first
+/// failure stops them all. The exit code.
+int launchRanks(const LaunchOptions &options);
 
-#endif // TPC_TOOLS_TPC_FRONTHALF_H
+} // namespace tpc::driver
+
+#endif // TPC_DRIVER_COMPILE_H

@@ -1,7 +1,7 @@
 // What every tpc command shares: an MLIR context with the tp dialect, MLIR-style diagnostics
 // (file:line:col: error: ...) on stderr with counts, and loading a model.mlir.
-#ifndef TPC_TOOLS_TPC_SESSION_H
-#define TPC_TOOLS_TPC_SESSION_H
+#ifndef TPC_DRIVER_SESSION_H
+#define TPC_DRIVER_SESSION_H
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -51,4 +51,4 @@ bool writeAtomically(const std::string &path, llvm::StringRef text);
 
 } // namespace tpc
 
-#endif // TPC_TOOLS_TPC_SESSION_H
+#endif // TPC_DRIVER_SESSION_H
