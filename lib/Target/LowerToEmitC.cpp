@@ -665,19 +665,19 @@ private:
   //===--------------------------------------------------------------------------------===//
 
   LogicalResult lowerFused(FusedOp fused) {
-    StringRef kind = fused.getKind();
-    if (kind == "linears")
+    FusedKind kind = fused.getKind();
+    if (kind == FusedKind::linears)
       return lowerLinears(fused);
     std::string name = (func.getSymName() + "_fused_" + Twine(kernels++)).str();
-    if (kind == "rotary")
+    if (kind == FusedKind::rotary)
       return lowerRotary(fused, name);
     SmallVector<Operation *> members(llvm::make_pointer_range(fused.getMembers()));
-    Operation *root = members[kind == "norm" ? members.size() - 2 : members.size() - 1];
+    Operation *root = members[kind == FusedKind::norm ? members.size() - 2 : members.size() - 1];
     llvm::SetVector<Value> inputs;
     ChainCode chain = chainCode(fused, root->getResult(0), inputs);
     Value stored = fused.getResult(0);
     std::string kernel;
-    RMSNormOp norm = kind == "norm" ? cast<RMSNormOp>(members.back()) : RMSNormOp();
+    RMSNormOp norm = kind == FusedKind::norm ? cast<RMSNormOp>(members.back()) : RMSNormOp();
     if (norm)
       kernel = spelling.normKernel(name, chain, columns(stored),
                                    norm.getHeadDim() ? *norm.getHeadDim() : columns(stored),
@@ -1020,7 +1020,7 @@ struct TPLowerToEmitCPass : tpc::target::impl::TPLowerToEmitCBase<TPLowerToEmitC
       for (func::FuncOp f : {plain, split})
         if (f)
           f.walk([&](FusedOp fused) {
-            if (fused.getKind() != "linears")
+            if (fused.getKind() != FusedKind::linears)
               return;
             SmallVector<int64_t> weights, biases;
             for (Operation &op : fused.getMembers()) {
