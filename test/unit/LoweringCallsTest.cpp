@@ -47,6 +47,10 @@ protected:
     lowering->builder.setInsertionPointToEnd(body);
     v = body->getArgument(0);
     lowering->cx = lowering->n = v;
+    ctx.getDiagEngine().registerHandler([&](Diagnostic &d) {
+      message = d.str();
+      return success();
+    });
   }
 
   /// The literal arguments of the call just emitted, as text (operands as "v").
@@ -72,6 +76,7 @@ protected:
   llvm::DenseMap<StringAttr, int64_t> params;
   std::unique_ptr<FunctionLowering> lowering;
   Value v;
+  std::string message; // the last diagnostic
 };
 
 } // namespace
@@ -89,11 +94,6 @@ TEST_F(LoweringCalls, SkippedOptionalArgumentsTakeTheTablesValues) {
 }
 
 TEST_F(LoweringCalls, AnArgumentOutOfOrderIsAnErrorAtTheOp) {
-  std::string message;
-  ScopedDiagnosticHandler capture(&ctx, [&](Diagnostic &d) {
-    message = d.str();
-    return success();
-  });
   Call c = lowering->call(func, "linear");
   c.value("x", v).integer("cols", 8);
   EXPECT_FALSE(c.emit());
@@ -103,11 +103,6 @@ TEST_F(LoweringCalls, AnArgumentOutOfOrderIsAnErrorAtTheOp) {
 }
 
 TEST_F(LoweringCalls, ARequiredArgumentLeftOutIsAnError) {
-  std::string message;
-  ScopedDiagnosticHandler capture(&ctx, [&](Diagnostic &d) {
-    message = d.str();
-    return success();
-  });
   Call c = lowering->call(func, "slot");
   c.integer("offset", 0);
   EXPECT_FALSE(c.emit(lowering->actPtr()));
