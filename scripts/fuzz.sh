@@ -47,7 +47,7 @@ done
 cp "$root"/examples/config.json "$root"/test/Import/Inputs/*.json "$root"/bench/*.json \
   "$root"/bench/gpu-check/*.json "$seeds/config/"
 cp "$root"/examples/model.mlir "$root"/test/Transforms/Inputs/*.mlir "$root"/test/Plan/Inputs/*.mlir \
-  "$root"/test/Codegen/Inputs/*.mlir "$seeds/pipeline/"
+  "$root"/test/Target/Inputs/*.mlir "$seeds/pipeline/"
 "$build/bin/tpc" init-weights "$root/examples/model.mlir" -o "$seeds/safetensors/example.safetensors" \
   --seed 1 --dtype bf16 > /dev/null
 printf '{"metadata": {}, "weight_map": {"w": "a.safetensors", "b": "a.safetensors"}}' \

@@ -13,6 +13,23 @@ def TP_ReduceKind : I32EnumAttr<"ReduceKind", "the reduction a Partial is waitin
 }
 def TP_ReduceKindAttr : EnumAttr<TP_Dialect, TP_ReduceKind, "reduce_kind">;
 
+// What a tp.fused unit is (TPOps.td says what each holds); an enum, so that the verifier,
+// the passes that make units and the lowering switch over it and a misspelled kind is a parse
+// error.
+def TP_FusedKind : I32EnumAttr<"FusedKind", "what a tp.fused unit holds", [
+    I32EnumAttrCase<"elementwise", 0>,
+    I32EnumAttrCase<"norm", 1>,
+    I32EnumAttrCase<"rotary", 2>,
+    I32EnumAttrCase<"linears", 3>
+  ]> {
+  let cppNamespace = "::tpc::tp";
+  let genSpecializedAttr = 0;
+}
+// Spelled bare in the op: `tp.fused norm -> ...`.
+def TP_FusedKindAttr : EnumAttr<TP_Dialect, TP_FusedKind, "fused_kind"> {
+  let assemblyFormat = "$value";
+}
+
 def TP_PlacementAttr : AttrInterface<"PlacementAttr"> {
   let cppNamespace = "::tpc::tp";
   let description = [{

@@ -454,14 +454,14 @@ def TP_FusedOp : TP_Op<"fused", [SingleBlock, RecursiveMemoryEffects]> {
       one after the other in memory and their results one after the other in the arena,
       so a one-row input is a single GEMM (yields each linear's result, in order).
     ```mlir
-    %r:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+    %r:2 = tp.fused norm -> tensor<?x64xf32>, tensor<?x64xf32> {
       %s = tp.add "model.layers.0" %a, %b : ...
       %n = tp.rms_norm "model.layers.0.post_attention_layernorm" %s, %w {epsilon = 1.0e-05} : ...
       tp.yield %s, %n : tensor<?x64xf32>, tensor<?x64xf32>
     }
     ```
   }];
-  let arguments = (ins StrAttr:$kind);
+  let arguments = (ins TP_FusedKindAttr:$kind);
   let results = (outs Variadic<TP_Tensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$kind (`->` type($results)^)? attr-dict-with-keyword $body";

@@ -148,7 +148,7 @@ def TPFuse : Pass<"tp-fuse", "::mlir::ModuleOp"> {
 }
 
 def TPGroupLinears : Pass<"tp-group-linears", "::mlir::ModuleOp"> {
-  let summary = "Group linears that read one input into a tp.fused \"linears\" unit";
+  let summary = "Group linears that read one input into a tp.fused linears unit";
   let description = [{
     Linears of one input (q, k and v; gate and up) whose weights are parameters, with biases
     on all or none (and none added on rank 0 only, as a Partial result's is), become one

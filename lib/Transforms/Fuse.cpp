@@ -21,7 +21,7 @@ bool tpc::tp::isElementwise(Operation *op) {
   return isa<SiluOp, GeluOp, ScaleOp, SoftcapOp, AddOp, MulOp>(op);
 }
 
-FusedOp tpc::tp::makeFused(StringRef kind, ArrayRef<Operation *> members,
+FusedOp tpc::tp::makeFused(FusedKind kind, ArrayRef<Operation *> members,
                            ArrayRef<Value> stored) {
   Operation *last = members.back();
   OpBuilder builder(last);
@@ -119,13 +119,13 @@ struct TPFusePass : tpc::tp::impl::TPFuseBase<TPFusePass> {
     for (auto &[root, members] : chains) {
       if (RMSNormOp rms = normOf.lookup(root)) {
         members.push_back(rms);
-        makeFused("norm", members, {root->getResult(0), rms.getResult()});
+        makeFused(FusedKind::norm, members, {root->getResult(0), rms.getResult()});
       } else if (members.size() > 1) {
-        makeFused("elementwise", members, {root->getResult(0)});
+        makeFused(FusedKind::elementwise, members, {root->getResult(0)});
       }
     }
     for (auto [first, second] : rotaries)
-      makeFused("rotary", {first, second}, {first.getResult(), second.getResult()});
+      makeFused(FusedKind::rotary, {first, second}, {first.getResult(), second.getResult()});
   }
 
   /// Two [tokens, features] values with the same rows on every rank.

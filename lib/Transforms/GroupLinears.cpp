@@ -1,5 +1,5 @@
 // tp-group-linears: linears that read one input (q, k and v; gate and up) become one
-// tp.fused "linears" unit. The target places their weights one after the other and their
+// tp.fused linears unit. The target places their weights one after the other and their
 // results one after the other in the arena, so the one-row input of a decode step is a single
 // GEMM over the concatenated weights.
 #include "tpc/Transforms/Fusion.h"
@@ -62,7 +62,7 @@ struct TPGroupLinearsPass : tpc::tp::impl::TPGroupLinearsBase<TPGroupLinearsPass
         ops.push_back(linear);
         results.push_back(linear.getResult());
       }
-      makeFused("linears", ops, results);
+      makeFused(FusedKind::linears, ops, results);
     }
   }
 

@@ -73,7 +73,7 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
       llvm::erase_if(live, [&](const Live &l) { return l.end < at; });
       SmallVector<int64_t> offsets;
       auto fused = dyn_cast<FusedOp>(op);
-      if (fused && fused.getKind() == "linears") {
+      if (fused && fused.getKind() == FusedKind::linears) {
         // One slot: each member's [n, columns] block after the other, so one row of all of
         // them is one row of the concatenated weights' GEMM.
         int64_t width = 0;

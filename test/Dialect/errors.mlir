@@ -678,7 +678,7 @@ module attributes {tp.max_position_embeddings = "2048"} {}
 
 func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{'tp.fused' op body must end in tp.yield}}
-  %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+  %f = tp.fused elementwise -> tensor<?x64xf32> {
     %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
     func.return %s : tensor<?x64xf32>
   }
@@ -689,7 +689,7 @@ func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
 
 func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{'tp.fused' op yields 'tensor<?x32xf32>', but its results are 'tensor<?x64xf32>'}}
-  %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+  %f = tp.fused elementwise -> tensor<?x64xf32> {
     %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
     %t = tp.slice "mlp" %s {dim = 1 : i64, offset = 0 : i64, size = 32 : i64} : (tensor<?x64xf32>) -> tensor<?x32xf32>
     tp.yield %t : tensor<?x32xf32>
@@ -701,7 +701,7 @@ func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
 
 func.func @f() {
   // expected-error @+1 {{'tp.fused' op has an empty body}}
-  tp.fused "elementwise" {
+  tp.fused elementwise {
     tp.yield
   }
   return
@@ -711,7 +711,7 @@ func.func @f() {
 
 func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{'tp.fused' op 'elementwise' holds elementwise ops only}}
-  %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+  %f = tp.fused elementwise -> tensor<?x64xf32> {
     %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
     %n = tp.rms_norm "ln" %s, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
     tp.yield %n : tensor<?x64xf32>
@@ -723,7 +723,7 @@ func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) -> tensor<?x64xf32> {
 
 func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
   // expected-error @+1 {{'tp.fused' op 'norm' holds an elementwise chain, then an rms_norm}}
-  %f:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+  %f:2 = tp.fused norm -> tensor<?x64xf32>, tensor<?x64xf32> {
     %s = tp.add "layer" %x, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
     %t = tp.silu "layer" %s : (tensor<?x64xf32>) -> tensor<?x64xf32>
     tp.yield %s, %t : tensor<?x64xf32>, tensor<?x64xf32>
@@ -735,7 +735,7 @@ func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> (tensor<?x64xf32>, t
 
 func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{'tp.fused' op 'norm' holds an elementwise chain, then an rms_norm}}
-  %f = tp.fused "norm" -> tensor<?x64xf32> {
+  %f = tp.fused norm -> tensor<?x64xf32> {
     %n = tp.rms_norm "ln" %x, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
     tp.yield %n : tensor<?x64xf32>
   }
@@ -746,7 +746,7 @@ func.func @f(%x: tensor<?x64xf32>, %w: tensor<64xf32>) -> tensor<?x64xf32> {
 
 func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{'tp.fused' op 'norm' yields 2 values}}
-  %f = tp.fused "norm" -> tensor<?x64xf32> {
+  %f = tp.fused norm -> tensor<?x64xf32> {
     %s = tp.add "layer" %x, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
     %n = tp.rms_norm "ln" %s, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
     tp.yield %n : tensor<?x64xf32>
@@ -758,7 +758,7 @@ func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> 
 
 func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
   // expected-error @+1 {{'tp.fused' op 'elementwise' yields 1 value}}
-  %f:2 = tp.fused "elementwise" -> tensor<?x64xf32>, tensor<?x64xf32> {
+  %f:2 = tp.fused elementwise -> tensor<?x64xf32>, tensor<?x64xf32> {
     %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
     %m = tp.mul "mlp" %s, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
     tp.yield %s, %m : tensor<?x64xf32>, tensor<?x64xf32>
@@ -770,7 +770,7 @@ func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> (tensor<?x64xf32>, t
 
 func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
   // expected-error @+1 {{'tp.fused' op 'norm' yields the chain's last value, then its rms_norm}}
-  %f:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+  %f:2 = tp.fused norm -> tensor<?x64xf32>, tensor<?x64xf32> {
     %s = tp.add "layer" %x, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
     %n = tp.rms_norm "ln" %s, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
     tp.yield %n, %s : tensor<?x64xf32>, tensor<?x64xf32>
@@ -782,7 +782,7 @@ func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> 
 
 func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
   // expected-error @+1 {{'tp.fused' op 'norm' yields the chain's last value, then its rms_norm}}
-  %f:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+  %f:2 = tp.fused norm -> tensor<?x64xf32>, tensor<?x64xf32> {
     %s = tp.add "layer" %x, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
     %n = tp.rms_norm "ln" %x, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
     tp.yield %s, %n : tensor<?x64xf32>, tensor<?x64xf32>
@@ -794,7 +794,7 @@ func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<64xf32>) -> 
 
 func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{'tp.fused' op 'elementwise' yields the chain's last value}}
-  %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+  %f = tp.fused elementwise -> tensor<?x64xf32> {
     %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
     %m = tp.mul "mlp" %s, %y : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
     tp.yield %s : tensor<?x64xf32>
@@ -806,7 +806,7 @@ func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> tensor<?x64xf32> {
 
 func.func @f(%q: tensor<?x32xf32>, %k: tensor<?x32xf32>, %pos: tensor<?xi64>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
   // expected-error @+1 {{'tp.fused' op 'rotary' yields its two rotaries' results in order}}
-  %f:2 = tp.fused "rotary" -> tensor<?x32xf32>, tensor<?x32xf32> {
+  %f:2 = tp.fused rotary -> tensor<?x32xf32>, tensor<?x32xf32> {
     %a = tp.rotary "attn" %q, %pos {head_dim = 16 : i64, theta = 1.0e+04 : f64} : (tensor<?x32xf32>, tensor<?xi64>) -> tensor<?x32xf32>
     %b = tp.rotary "attn" %k, %pos {head_dim = 16 : i64, theta = 1.0e+04 : f64} : (tensor<?x32xf32>, tensor<?xi64>) -> tensor<?x32xf32>
     tp.yield %b, %a : tensor<?x32xf32>, tensor<?x32xf32>
@@ -818,7 +818,7 @@ func.func @f(%q: tensor<?x32xf32>, %k: tensor<?x32xf32>, %pos: tensor<?xi64>) ->
 
 func.func @f(%q: tensor<?x32xf32>, %pos: tensor<?xi64>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
   // expected-error @+1 {{'tp.fused' op 'rotary' holds two tp.rotary ops and yields both}}
-  %f:2 = tp.fused "rotary" -> tensor<?x32xf32>, tensor<?x32xf32> {
+  %f:2 = tp.fused rotary -> tensor<?x32xf32>, tensor<?x32xf32> {
     %r = tp.rotary "attn" %q, %pos {head_dim = 16 : i64, theta = 1.0e+04 : f64} : (tensor<?x32xf32>, tensor<?xi64>) -> tensor<?x32xf32>
     %s = tp.silu "attn" %r : (tensor<?x32xf32>) -> tensor<?x32xf32>
     tp.yield %r, %s : tensor<?x32xf32>, tensor<?x32xf32>
@@ -830,7 +830,7 @@ func.func @f(%q: tensor<?x32xf32>, %pos: tensor<?xi64>) -> (tensor<?x32xf32>, te
 
 func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>) -> tensor<?x32xf32> {
   // expected-error @+1 {{'tp.fused' op 'linears' holds two or more tp.linear ops}}
-  %f = tp.fused "linears" -> tensor<?x32xf32> {
+  %f = tp.fused linears -> tensor<?x32xf32> {
     %q = tp.linear "q_proj" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
     tp.yield %q : tensor<?x32xf32>
   }
@@ -841,7 +841,7 @@ func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>) -> tensor<?x32xf32> {
 
 func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<32x64xf32>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
   // expected-error @+1 {{'tp.fused' op 'linears' yields each linear's result in order, all of one input}}
-  %f:2 = tp.fused "linears" -> tensor<?x32xf32>, tensor<?x32xf32> {
+  %f:2 = tp.fused linears -> tensor<?x32xf32>, tensor<?x32xf32> {
     %a = tp.linear "a" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
     %b = tp.linear "b" %y, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
     tp.yield %a, %b : tensor<?x32xf32>, tensor<?x32xf32>
@@ -853,7 +853,7 @@ func.func @f(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w: tensor<32x64xf32>) 
 
 func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>) -> (tensor<?x32xf32>, tensor<?x32xf32>) {
   // expected-error @+1 {{'tp.fused' op 'linears' yields each linear's result in order, all of one input}}
-  %f:2 = tp.fused "linears" -> tensor<?x32xf32>, tensor<?x32xf32> {
+  %f:2 = tp.fused linears -> tensor<?x32xf32>, tensor<?x32xf32> {
     %a = tp.linear "a" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
     %b = tp.linear "b" %x, %w : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
     tp.yield %b, %a : tensor<?x32xf32>, tensor<?x32xf32>
@@ -864,8 +864,10 @@ func.func @f(%x: tensor<?x64xf32>, %w: tensor<32x64xf32>) -> (tensor<?x32xf32>, 
 // -----
 
 func.func @f(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
-  // expected-error @+1 {{'tp.fused' op unknown kind 'softmax'; the kinds are elementwise, norm, rotary and linears}}
-  %f = tp.fused "softmax" -> tensor<?x64xf32> {
+  // A kind is one of the enum's: anything else does not parse.
+  // expected-error @+2 {{expected ::tpc::tp::FusedKind to be one of: elementwise, norm, rotary, linears}}
+  // expected-error @+1 {{failed to parse TP_FusedKindAttr parameter 'value'}}
+  %f = tp.fused softmax -> tensor<?x64xf32> {
     %s = tp.silu "mlp" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
     tp.yield %s : tensor<?x64xf32>
   }

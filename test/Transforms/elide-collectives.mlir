@@ -44,7 +44,7 @@ module attributes {tp.mesh = #tp.mesh<tp = 1>} {
 
 // Values inside a tp.fused unit lose their placements too, and so do the unit's results.
 // CHECK-LABEL: func.func @nested
-// CHECK-NEXT:    %[[F:.*]] = tp.fused "elementwise" -> tensor<?x64xf32> {
+// CHECK-NEXT:    %[[F:.*]] = tp.fused elementwise -> tensor<?x64xf32> {
 // CHECK-NEXT:      %[[S:.*]] = tp.silu "mlp" %arg0 : (tensor<?x64xf32>) -> tensor<?x64xf32>
 // CHECK-NEXT:      %[[M:.*]] = tp.mul "mlp" %[[S]], %arg0 : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
 // CHECK-NEXT:      tp.yield %[[M]] : tensor<?x64xf32>
@@ -52,7 +52,7 @@ module attributes {tp.mesh = #tp.mesh<tp = 1>} {
 // CHECK-NEXT:    return %[[F]] : tensor<?x64xf32>
 module attributes {tp.mesh = #tp.mesh<tp = 1>} {
   func.func @nested(%x: tensor<?x64xf32, #tp.shard<1>>) -> tensor<?x64xf32, #tp.replicate> {
-    %f = tp.fused "elementwise" -> tensor<?x64xf32, #tp.shard<1>> {
+    %f = tp.fused elementwise -> tensor<?x64xf32, #tp.shard<1>> {
       %s = tp.silu "mlp" %x : (tensor<?x64xf32, #tp.shard<1>>) -> tensor<?x64xf32, #tp.shard<1>>
       %m = tp.mul "mlp" %s, %x : (tensor<?x64xf32, #tp.shard<1>>, tensor<?x64xf32, #tp.shard<1>>) -> tensor<?x64xf32, #tp.shard<1>>
       tp.yield %m : tensor<?x64xf32, #tp.shard<1>>

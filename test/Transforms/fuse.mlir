@@ -7,7 +7,7 @@
 
 // SwiGLU: silu(gate) * up is one kernel that stores the product only.
 // CHECK-LABEL: func.func @swiglu
-// CHECK-NEXT:    %[[F:.*]] = tp.fused "elementwise" -> tensor<?x64xf32, #tp.shard<1>> {
+// CHECK-NEXT:    %[[F:.*]] = tp.fused elementwise -> tensor<?x64xf32, #tp.shard<1>> {
 // CHECK-NEXT:      %[[S:.*]] = tp.silu "mlp" %arg0
 // CHECK-NEXT:      %[[M:.*]] = tp.mul "mlp" %[[S]], %arg1
 // CHECK-NEXT:      tp.yield %[[M]] : tensor<?x64xf32, #tp.shard<1>>
@@ -17,9 +17,9 @@
 // NOEW-NOT:     tp.fused
 // NOEW:         return
 // NONORM-LABEL: func.func @swiglu
-// NONORM-NEXT:    tp.fused "elementwise"
+// NONORM-NEXT:    tp.fused elementwise
 // NOROT-LABEL: func.func @swiglu
-// NOROT-NEXT:    tp.fused "elementwise"
+// NOROT-NEXT:    tp.fused elementwise
 module attributes {tp.mesh = #tp.mesh<tp = 2>} {
   func.func @swiglu(%gate: tensor<?x64xf32, #tp.shard<1>>, %up: tensor<?x64xf32, #tp.shard<1>>) -> tensor<?x64xf32, #tp.shard<1>> {
     %s = tp.silu "mlp" %gate : (tensor<?x64xf32, #tp.shard<1>>) -> tensor<?x64xf32, #tp.shard<1>>
@@ -35,14 +35,14 @@ module attributes {tp.mesh = #tp.mesh<tp = 2>} {
 // the add is a chain of one, and still takes the norm.
 // CHECK-LABEL: func.func @residual_norm
 // CHECK-NEXT:    %[[W:.*]] = tp.weight @norm : tensor<64xf32>
-// CHECK-NEXT:    %[[F:.*]]:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+// CHECK-NEXT:    %[[F:.*]]:2 = tp.fused norm -> tensor<?x64xf32>, tensor<?x64xf32> {
 // CHECK-NEXT:      %[[S:.*]] = tp.add "model.layers.0" %arg0, %arg1
 // CHECK-NEXT:      %[[N:.*]] = tp.rms_norm "model.layers.1.input_layernorm" %[[S]], %[[W]]
 // CHECK-NEXT:      tp.yield %[[S]], %[[N]] : tensor<?x64xf32>, tensor<?x64xf32>
 // CHECK-NEXT:    }
 // CHECK-NEXT:    return %[[F]]#0, %[[F]]#1
 // NOEW-LABEL: func.func @residual_norm
-// NOEW:         tp.fused "norm"
+// NOEW:         tp.fused norm
 // NONORM-LABEL: func.func @residual_norm
 // NONORM-NOT:     tp.fused
 // NONORM:         return
@@ -61,13 +61,13 @@ module {
 // A chain of two before the norm: the kernel computes both and the norm; the scale is never
 // stored. With norm fusion off, the chain is an elementwise unit and the norm its own op.
 // CHECK-LABEL: func.func @chain_norm
-// CHECK:         %[[F:.*]]:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+// CHECK:         %[[F:.*]]:2 = tp.fused norm -> tensor<?x64xf32>, tensor<?x64xf32> {
 // CHECK-NEXT:      %[[C:.*]] = tp.scale "model" %arg0
 // CHECK-NEXT:      %[[S:.*]] = tp.add "model.layers.0" %[[C]], %arg1
 // CHECK-NEXT:      %[[N:.*]] = tp.rms_norm
 // CHECK-NEXT:      tp.yield %[[S]], %[[N]]
 // NONORM-LABEL: func.func @chain_norm
-// NONORM:         %[[E:.*]] = tp.fused "elementwise" -> tensor<?x64xf32> {
+// NONORM:         %[[E:.*]] = tp.fused elementwise -> tensor<?x64xf32> {
 // NONORM-NEXT:      tp.scale
 // NONORM-NEXT:      tp.add
 // NONORM-NEXT:      tp.yield
@@ -76,7 +76,7 @@ module {
 // NOEW-LABEL: func.func @chain_norm
 // NOEW:         tp.scale "model" %arg0
 // NOEW-NEXT:    %[[W:.*]] = tp.weight
-// NOEW-NEXT:    tp.fused "norm"
+// NOEW-NEXT:    tp.fused norm
 // NOEW-NEXT:      tp.add
 // NOEW-NEXT:      tp.rms_norm
 module {
@@ -95,14 +95,14 @@ module {
 // The query and key rotaries of one attention, at the same positions and frequencies, are
 // one kernel; the unit stands where the later one stood.
 // CHECK-LABEL: func.func @rotary
-// CHECK-NEXT:    %[[R:.*]]:2 = tp.fused "rotary" -> tensor<?x32xf32, #tp.shard<1>>, tensor<?x16xf32, #tp.shard<1>> {
+// CHECK-NEXT:    %[[R:.*]]:2 = tp.fused rotary -> tensor<?x32xf32, #tp.shard<1>>, tensor<?x16xf32, #tp.shard<1>> {
 // CHECK-NEXT:      %[[Q:.*]] = tp.rotary "attn" %arg0, %arg3
 // CHECK-NEXT:      %[[K:.*]] = tp.rotary "attn" %arg1, %arg3
 // CHECK-NEXT:      tp.yield %[[Q]], %[[K]]
 // CHECK-NEXT:    }
 // CHECK-NEXT:    tp.attention "attn" %[[R]]#0, %[[R]]#1, %arg2
 // NOEW-LABEL: func.func @rotary
-// NOEW-NEXT:    tp.fused "rotary"
+// NOEW-NEXT:    tp.fused rotary
 // NOROT-LABEL: func.func @rotary
 // NOROT-NOT:     tp.fused
 // NOROT:         return

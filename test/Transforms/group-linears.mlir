@@ -7,7 +7,7 @@
 // CHECK-NEXT:    %[[WQ:.*]] = tp.weight @q
 // CHECK-NEXT:    %[[WK:.*]] = tp.weight @k
 // CHECK-NEXT:    %[[WV:.*]] = tp.weight @v
-// CHECK-NEXT:    %[[U:.*]]:3 = tp.fused "linears" -> tensor<?x32xf32, #tp.shard<1>>, tensor<?x16xf32, #tp.shard<1>>, tensor<?x16xf32, #tp.shard<1>> {
+// CHECK-NEXT:    %[[U:.*]]:3 = tp.fused linears -> tensor<?x32xf32, #tp.shard<1>>, tensor<?x16xf32, #tp.shard<1>>, tensor<?x16xf32, #tp.shard<1>> {
 // CHECK-NEXT:      %[[Q:.*]] = tp.linear "q_proj" %arg0, %[[WQ]]
 // CHECK-NEXT:      %[[K:.*]] = tp.linear "k_proj" %arg0, %[[WK]]
 // CHECK-NEXT:      %[[V:.*]] = tp.linear "v_proj" %arg0, %[[WV]]
@@ -34,7 +34,7 @@ module attributes {tp.mesh = #tp.mesh<tp = 2>} {
 
 // Biases on every member (Qwen2's q, k, v): grouped, the biases with them.
 // CHECK-LABEL: func.func @biased
-// CHECK:         tp.fused "linears"
+// CHECK:         tp.fused linears
 // CHECK-NEXT:      tp.linear "q_proj" %arg0, %{{.*}}, %{{.*}}
 // CHECK-NEXT:      tp.linear "k_proj" %arg0, %{{.*}}, %{{.*}}
 module {
@@ -140,7 +140,7 @@ module {
 // The same, with the early reader inside a unit tp-fuse made (it runs before tp-group-linears
 // in the pipeline): still read early.
 // CHECK-LABEL: func.func @read_early_in_unit
-// CHECK:         tp.fused "elementwise"
+// CHECK:         tp.fused elementwise
 // CHECK-NOT:     tp.fused
 // CHECK:         return
 module {
@@ -149,7 +149,7 @@ module {
   func.func @read_early_in_unit(%x: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
     %wg = tp.weight @gate : tensor<64x64xf32>
     %g = tp.linear "gate_proj" %x, %wg : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
-    %f = tp.fused "elementwise" -> tensor<?x64xf32> {
+    %f = tp.fused elementwise -> tensor<?x64xf32> {
       %s = tp.silu "mlp" %g : (tensor<?x64xf32>) -> tensor<?x64xf32>
       %c = tp.scale "mlp" %s {factor = 2.0 : f64} : (tensor<?x64xf32>) -> tensor<?x64xf32>
       tp.yield %c : tensor<?x64xf32>
@@ -166,7 +166,7 @@ module {
 // input's pair shares @a with the first group and stays apart; in another function the same
 // group forms again.
 // CHECK-LABEL: func.func @forward
-// CHECK:         tp.fused "linears"
+// CHECK:         tp.fused linears
 // CHECK-NEXT:      tp.linear "a" %arg0
 // CHECK-NEXT:      tp.linear "b" %arg0
 // CHECK:         tp.linear "a" %arg1
@@ -174,7 +174,7 @@ module {
 // CHECK-NEXT:    tp.linear "c" %arg1
 // CHECK-NEXT:    return
 // CHECK-LABEL: func.func @again
-// CHECK:         tp.fused "linears"
+// CHECK:         tp.fused linears
 // CHECK-NEXT:      tp.linear "a" %arg0
 // CHECK-NEXT:      tp.linear "b" %arg0
 module {
@@ -205,7 +205,7 @@ module {
 // In the other order, the first function's group is the one that stands: @again's {a, c}
 // would overlap {a, b}.
 // CHECK-LABEL: func.func @first
-// CHECK:         tp.fused "linears"
+// CHECK:         tp.fused linears
 // CHECK-LABEL: func.func @second
 // CHECK-NOT:     tp.fused
 // CHECK:         return

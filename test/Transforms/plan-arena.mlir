@@ -58,7 +58,7 @@ module {
 // CHECK-LABEL: func.func @linears
 // CHECK-SAME:    attributes {tp.arena_size = 192 : i64}
 // CHECK:         tp.rms_norm {{.*}}tp.arena = array<i64: 0>
-// CHECK:         tp.fused "linears" -> {{.*}} attributes {tp.arena = array<i64: 64, 96, 112>}
+// CHECK:         tp.fused linears -> {{.*}} attributes {tp.arena = array<i64: 64, 96, 112>}
 // CHECK-NOT:       tp.arena
 // CHECK:         }
 // CHECK-NEXT:    tp.rotary {{.*}}tp.arena = array<i64: 128>
@@ -74,7 +74,7 @@ module {
     %wq = tp.weight @q : tensor<32x64xf32>
     %wk = tp.weight @k : tensor<16x64xf32>
     %wv = tp.weight @v : tensor<16x64xf32>
-    %u:3 = tp.fused "linears" -> tensor<?x32xf32>, tensor<?x16xf32>, tensor<?x16xf32> {
+    %u:3 = tp.fused linears -> tensor<?x32xf32>, tensor<?x16xf32>, tensor<?x16xf32> {
       %q = tp.linear "q_proj" %h, %wq : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
       %k = tp.linear "k_proj" %h, %wk : (tensor<?x64xf32>, tensor<16x64xf32>) -> tensor<?x16xf32>
       %v = tp.linear "v_proj" %h, %wv : (tensor<?x64xf32>, tensor<16x64xf32>) -> tensor<?x16xf32>
@@ -94,13 +94,13 @@ module {
 // CHECK-SAME:    attributes {tp.arena_size = 192 : i64}
 // CHECK-NEXT:    tp.silu "m" %arg0 {tp.arena = array<i64: 0>}
 // CHECK-NEXT:    tp.weight
-// CHECK-NEXT:    tp.fused "norm" -> {{.*}} attributes {tp.arena = array<i64: 64, 128>}
+// CHECK-NEXT:    tp.fused norm -> {{.*}} attributes {tp.arena = array<i64: 64, 128>}
 module {
   tp.param @norm : tensor<64xf32>
   func.func @units(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
     %a = tp.silu "m" %x : (tensor<?x64xf32>) -> tensor<?x64xf32>
     %w = tp.weight @norm : tensor<64xf32>
-    %r:2 = tp.fused "norm" -> tensor<?x64xf32>, tensor<?x64xf32> {
+    %r:2 = tp.fused norm -> tensor<?x64xf32>, tensor<?x64xf32> {
       %s = tp.add "layer" %y, %a : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
       %n = tp.rms_norm "ln" %s, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
       tp.yield %s, %n : tensor<?x64xf32>, tensor<?x64xf32>

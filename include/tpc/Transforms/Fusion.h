@@ -13,7 +13,7 @@ bool isElementwise(mlir::Operation *op);
 /// Moves `members` (in block order) into a new tp.fused of `kind` at the place of the last,
 /// yielding `stored`, which the rest of the function then reads from the unit's results.
 /// The caller makes sure no use of `stored` lies between the members.
-FusedOp makeFused(llvm::StringRef kind, llvm::ArrayRef<mlir::Operation *> members,
+FusedOp makeFused(FusedKind kind, llvm::ArrayRef<mlir::Operation *> members,
                   llvm::ArrayRef<mlir::Value> stored);
 
 } // namespace tpc::tp

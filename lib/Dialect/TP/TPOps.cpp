@@ -623,29 +623,32 @@ LogicalResult FusedOp::verify() {
   if (members.empty())
     return emitOpError() << "has an empty body";
   auto count = [&](auto isA) { return llvm::count_if(members, isA); };
-  StringRef kind = getKind();
-  if (kind == "elementwise" || kind == "norm") {
-    bool norm = kind == "norm";
+  FusedKind kind = getKind();
+  StringRef name = stringifyFusedKind(kind);
+  switch (kind) {
+  case FusedKind::elementwise:
+  case FusedKind::norm: {
+    bool norm = kind == FusedKind::norm;
     size_t chain = members.size() - (norm ? 1 : 0);
     if (size_t(count(isElementwiseMember)) != chain || chain == 0 ||
         (norm && !isa<RMSNormOp>(members.back())))
-      return emitOpError() << "'" << kind << "' holds "
+      return emitOpError() << "'" << name << "' holds "
                            << (norm ? "an elementwise chain, then an rms_norm"
                                     : "elementwise ops only");
     if (getNumResults() != (norm ? 2u : 1u))
-      return emitOpError() << "'" << kind << "' yields " << (norm ? "2 values" : "1 value");
+      return emitOpError() << "'" << name << "' yields " << (norm ? "2 values" : "1 value");
     // What the lowering reads: the chain's last value first, then the norm of it.
     Value root = members[chain - 1]->getResult(0);
     ValueRange yielded = yield.getValues();
     if (yielded[0] != root ||
         (norm && (yielded[1] != members.back()->getResult(0) ||
                   cast<RMSNormOp>(members.back()).getInput() != root)))
-      return emitOpError() << "'" << kind << "' yields "
+      return emitOpError() << "'" << name << "' yields "
                            << (norm ? "the chain's last value, then its rms_norm"
                                     : "the chain's last value");
     return success();
   }
-  if (kind == "rotary") {
+  case FusedKind::rotary:
     if (members.size() != 2 || !llvm::all_of(members, [](Operation *op) {
           return isa<RotaryOp>(op);
         }) || getNumResults() != 2)
@@ -654,8 +657,7 @@ LogicalResult FusedOp::verify() {
         yield.getValues()[1] != members[1]->getResult(0))
       return emitOpError() << "'rotary' yields its two rotaries' results in order";
     return success();
-  }
-  if (kind == "linears") {
+  case FusedKind::linears: {
     if (members.size() < 2 || !llvm::all_of(members, [](Operation *op) {
           return isa<LinearOp>(op);
         }))
@@ -670,6 +672,6 @@ LogicalResult FusedOp::verify() {
                               "input";
     return success();
   }
-  return emitOpError() << "unknown kind '" << kind
-                       << "'; the kinds are elementwise, norm, rotary and linears";
+  }
+  llvm_unreachable("a tp.fused kind the verifier does not know");
 }

@@ -23,6 +23,14 @@ std::pair<std::string, std::string> inputs(unsigned count) {
   return {params, names};
 }
 
+/// A fused chain's kernel up to its body: what it computes, its signature, the helpers.
+std::string chainKernelHead(StringRef what, StringRef name, StringRef params) {
+  return llvm::formatv("// {0}, as one kernel.\n"
+                       "__global__ void {1}_kernel({2}) {{\n"
+                       "  using namespace tpcrt::cuda::fused;\n",
+                       what, name, params);
+}
+
 class CudaSpelling : public Spelling {
 public:
   StringRef name() const override { return "CUDA"; }
@@ -61,10 +69,8 @@ public:
   std::string elementwiseKernel(StringRef name, const ChainCode &chain,
                                 int64_t width) const override {
     auto [params, names] = inputs(chain.inputs);
-    return llvm::formatv(
-        "// {0}, as one kernel.\n"
-        "__global__ void {1}_kernel(int64_t count, {2}tpcrt::cuda::act *out) {{\n"
-        "  using namespace tpcrt::cuda::fused;\n"
+    return chainKernelHead(chain.what, name, "int64_t count, " + params + "tpcrt::cuda::act *out") +
+           llvm::formatv(
         "  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
         "  if (i >= count)\n"
         "    return;\n"
@@ -77,10 +83,10 @@ public:
         "  if (count == 0)\n"
         "    return;\n"
         "  {1}_kernel<<<blocksFor(count), kThreads, 0, cx.stream()>>>(count, {6}out);\n"
-        "  cx.launched(\"{7}\");\n"
+        "  cx.launched(\"{0}\");\n"
         "}",
-        chain.what, name, params, indentLines(chain.lines, "  "), chain.result, width, names,
-        chain.what);
+        chain.what, name, params, indentLines(chain.lines, "  "), chain.result, width, names)
+        .str();
   }
 
   std::string normKernel(StringRef name, const ChainCode &chain, int64_t width,
@@ -89,11 +95,10 @@ public:
     auto [params, names] = inputs(chain.inputs);
     // One block per row: the chain's value is stored (the residual stream) and squared into
     // the row's sum, then the stored row is normalized.
-    return llvm::formatv(
-        "// {0}, as one kernel.\n"
-        "__global__ void {1}_kernel({2}const tpcrt::cuda::act *weight, tpcrt::cuda::act "
-        "*stored, tpcrt::cuda::act *out) {{\n"
-        "  using namespace tpcrt::cuda::fused;\n"
+    return chainKernelHead(chain.what, name,
+                           params + "const tpcrt::cuda::act *weight, tpcrt::cuda::act *stored, "
+                                    "tpcrt::cuda::act *out") +
+           llvm::formatv(
         "  __shared__ float partial[kThreads];\n"
         "  const int64_t width = {3}, base = int64_t(blockIdx.x) * width;\n"
         "  acc total = 0;\n"
@@ -118,7 +123,8 @@ public:
         "  cx.launched(\"{0}\");\n"
         "}",
         chain.what, name, params, normWidth, indentLines(chain.lines, "    "), chain.result,
-        floatLiteral(epsilon), floatLiteral(weightOffset), width / normWidth, names);
+        floatLiteral(epsilon), floatLiteral(weightOffset), width / normWidth, names)
+        .str();
   }
 
   std::string rotaryKernel(StringRef name, int64_t headDim, int64_t aHeads, int64_t bHeads,

@@ -35,21 +35,20 @@ using ProgramAct = float;
 inline Host kernels(Context &) { return {}; }
 #include "tpcrt/program_ops.inc"
 
-// Mixtures of experts: on the CPU target only.
+// What only the CPU target runs (TPC_CPU_CALL in tpcrt/calls.def): mixtures of experts and
+// DeepSeek's multi-head latent attention.
 inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
-                   int64_t experts, int64_t topK, bool normalize, float *out,
-                   const float *bias = nullptr, bool softmaxAfterTopK = false, double scale = 1.0,
-                   int64_t groups = 0, int64_t topGroups = 0) {
+                   int64_t experts, int64_t topK, bool normalize, float *out, const float *bias,
+                   bool softmaxAfterTopK, double scale, int64_t groups, int64_t topGroups) {
   router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, out, bias, softmaxAfterTopK,
          scale, groups, topGroups);
 }
-
-// DeepSeek's multi-head latent attention: on the CPU target only.
-inline void rotary(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t headDim,
-                   double theta, const double *invFreq, const int64_t *positions, float *out,
-                   double scaling, bool interleaved, int64_t unrotated) {
-  rotary(kernels(cx), x, rows, cols, headDim, theta, invFreq, positions, out, scaling,
-         interleaved, unrotated);
+inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
+                    int64_t count, const float *gateUp, const float *down, int64_t inter,
+                    bool geluTanh, float *out, bool inOutInterleaved, const float *gateUpBias,
+                    const float *downBias, double alpha, double limit) {
+  experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh,
+          ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit}, out);
 }
 inline void headSlice(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t headDim,
                       int64_t offset, int64_t size, float *out) {
@@ -58,37 +57,6 @@ inline void headSlice(Context &cx, const float *x, int64_t rows, int64_t cols, i
 inline void concatHeads(Context &cx, const float *heads, int64_t rows, int64_t cols,
                         int64_t headDim, const float *shared, int64_t sharedCols, float *out) {
   concatHeads(kernels(cx), heads, rows, cols, headDim, shared, sharedCols, out);
-}
-/// Attention whose value heads have `valueHeadDim` elements, not head_dim.
-inline void attention(Context &cx, const float *q, const float *k, const float *v, int64_t n,
-                      int64_t heads, int64_t kvHeads, int64_t headDim, int64_t valueHeadDim,
-                      double scale, int64_t slidingWindow, double softcap, int64_t layer,
-                      float *out) {
-  attention(kernels(cx), q, k, v, n, heads, kvHeads, headDim, scale, slidingWindow, softcap,
-            HeadSplit{}, cx.caches[size_t(layer)], out, nullptr, valueHeadDim);
-}
-inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
-                    int64_t count, const float *gateUp, const float *down, int64_t inter,
-                    bool geluTanh, float *out) {
-  experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh, out);
-}
-/// The same with GPT-OSS's form: interleaved [E, in, out] weights, biases (or null), and a
-/// clamped SwiGLU when alpha is positive.
-inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
-                    int64_t count, const float *gateUp, const float *down, int64_t inter,
-                    bool geluTanh, float *out, bool inOutInterleaved, const float *gateUpBias,
-                    const float *downBias, double alpha, double limit) {
-  experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh,
-          ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit}, out);
-}
-
-// Attention sinks (GPT-OSS): on the CPU target only.
-inline void attention(Context &cx, const float *q, const float *k, const float *v, int64_t n,
-                      int64_t heads, int64_t kvHeads, int64_t headDim, double scale,
-                      int64_t slidingWindow, double softcap, int64_t layer, const float *sinks,
-                      float *out) {
-  attention(kernels(cx), q, k, v, n, heads, kvHeads, headDim, scale, slidingWindow, softcap,
-            HeadSplit{}, cx.caches[size_t(layer)], out, sinks);
 }
 
 } // namespace tpcrt

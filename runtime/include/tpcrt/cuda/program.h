@@ -9,6 +9,8 @@
 #include "tpcrt/cuda/fused.h"
 #include "tpcrt/program.h"
 
+#include <stdexcept>
+
 namespace tpcrt::cuda {
 
 /// The parameters (by index) the device lays one after the other, so that linears reading
@@ -25,6 +27,31 @@ using ProgramContext = Device;
 using ProgramAct = act;
 /// The state the device's kernels take: the stream, cuBLASLt, their scratch.
 inline Device::State &kernels(Device &device) { return *device.state; }
+
+// What the device's kernels lack: attention sinks, value heads narrower or wider than the
+// keys' and DeepSeek's rotary forms. The lowering refuses them for this target
+// (CudaTarget.cpp), so these arrive as calls.def's defaults; anything else is a program not
+// made for this runtime.
+inline void attention(Device::State &state, const act *q, const act *k, const act *v,
+                      int64_t rows, int64_t heads, int64_t kvHeads, int64_t headDim, double scale,
+                      int64_t slidingWindow, double softcap, const HeadSplit &split,
+                      KVCache &cache, act *out, const act *sinks, int64_t valueHeadDim) {
+  if (sinks || valueHeadDim)
+    throw std::invalid_argument("the CUDA target runs no attention sinks or MLA value heads");
+  attention(state, q, k, v, rows, heads, kvHeads, headDim, scale, slidingWindow, softcap, split,
+            cache, out);
+}
+inline void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols,
+                   int64_t headDim, double theta, const double *invFreq,
+                   const int64_t *positions, act *out, double scaling, bool interleaved,
+                   int64_t unrotated) {
+  if (interleaved || unrotated)
+    throw std::invalid_argument("the CUDA target runs no interleaved or partial rotary");
+  rotary(state, x, rows, cols, headDim, theta, invFreq, positions, out, scaling);
+}
+
+// The CPU-only calls of tpcrt/calls.def are not declared here.
+#define TPC_CPU_CALL(result, name, args)
 #include "tpcrt/program_ops.inc"
 
 } // namespace tpcrt::cuda

@@ -40,7 +40,7 @@ module @grouped attributes {tp.mesh = #tp.mesh<tp = 1>} {
     %wa = tp.weight @"a.weight" : tensor<8x8xf32>
     %wb = tp.weight @"b.weight" : tensor<8x8xf32>
     // expected-error @+1 {{the CPU target keeps each weight in its own buffer: it runs no grouped linears (leave out tp-group-linears)}}
-    %r:2 = tp.fused "linears" -> tensor<?x8xf32>, tensor<?x8xf32> attributes {tp.arena = array<i64: 8, 16>} {
+    %r:2 = tp.fused linears -> tensor<?x8xf32>, tensor<?x8xf32> attributes {tp.arena = array<i64: 8, 16>} {
       %a = tp.linear "a" %h, %wa : (tensor<?x8xf32>, tensor<8x8xf32>) -> tensor<?x8xf32>
       %b = tp.linear "b" %h, %wb : (tensor<?x8xf32>, tensor<8x8xf32>) -> tensor<?x8xf32>
       tp.yield %a, %b : tensor<?x8xf32>, tensor<?x8xf32>

@@ -15,7 +15,7 @@ module @tiny attributes {tp.mesh = #tp.mesh<tp = 1>, tp.eos_token_ids = array<i6
     %wg = tp.weight @"gate.weight" : tensor<8x8xf32>
     %u = tp.linear "up" %h, %wu {tp.arena = array<i64: 8>} : (tensor<?x8xf32>, tensor<8x8xf32>) -> tensor<?x8xf32>
     %g = tp.linear "gate" %h, %wg {tp.arena = array<i64: 16>} : (tensor<?x8xf32>, tensor<8x8xf32>) -> tensor<?x8xf32>
-    %m = tp.fused "elementwise" -> tensor<?x8xf32> attributes {tp.arena = array<i64: 0>} {
+    %m = tp.fused elementwise -> tensor<?x8xf32> attributes {tp.arena = array<i64: 0>} {
       %s = tp.silu "mlp" %g : (tensor<?x8xf32>) -> tensor<?x8xf32>
       %p = tp.mul "mlp" %s, %u : (tensor<?x8xf32>, tensor<?x8xf32>) -> tensor<?x8xf32>
       tp.yield %p : tensor<?x8xf32>

@@ -13,7 +13,7 @@
 // CPU: module attributes {tp.mesh = #tp.mesh<tp = 2>, tp.target = #tp.target<name = "cpu", activation = f32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable>}
 
 // CUDA-DECIDED-LABEL: func.func @swiglu
-// CUDA-DECIDED-NEXT:    tp.fused "elementwise"
+// CUDA-DECIDED-NEXT:    tp.fused elementwise
 // CPU-DECIDED-LABEL:  func.func @swiglu
 // CPU-DECIDED-NOT:      tp.fused
 // CPU-DECIDED:          return
@@ -32,7 +32,7 @@ module attributes {tp.mesh = #tp.mesh<tp = 2>} {
 // -----
 
 // CUDA-DECIDED-LABEL: func.func @gate_up
-// CUDA-DECIDED:         tp.fused "linears"
+// CUDA-DECIDED:         tp.fused linears
 // CPU-DECIDED-LABEL:  func.func @gate_up
 // CPU-DECIDED-NOT:      tp.fused
 // CPU-DECIDED:          return
