@@ -1,0 +1,52 @@
+// tpc analyze as a library: what the binary compiled from a model, a plan and a target
+// will do (its collectives per layer for a prefill and a decode step, priced as the runtime
+// runs them, against transformers' count for the same plan; its memory per rank; what tp
+// splits unevenly), read from the same program compile builds, so what it reports is what
+// the binary does.
+#ifndef TPC_ANALYSIS_ANALYZE_H
+#define TPC_ANALYSIS_ANALYZE_H
+
+#include "tpc/Analysis/Report.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace tpc::analysis {
+
+struct AnalyzeOptions {
+  std::string model, plan, strategies; // the model's path is for the report's heading
+  int64_t tp = 0;
+  std::string target = "cpu";
+  int64_t prefillLen = 128, maxSeqLen = 2048;
+  bool maxSeqLenGiven = false, prefillLenGiven = false; // else the binary's defaults apply
+  bool sequenceParallel = false, noFold = false;
+};
+
+struct Analysis {
+  AnalyzeOptions options;
+  std::vector<PhaseReport> phases; // the prefill, then a decode step
+  MemoryReport memory;
+  RankShares shares;
+  std::vector<std::string> notes;
+  std::string maxSeqLenFrom, maxSeqLenWhy; // where the KV cache's length came from
+  int64_t positions = 0;                   // the model's max_position_embeddings; 0: unknown
+  mlir::OwningOpRef<mlir::ModuleOp> prefill; // the prefill's graph, collectives explicit (--dot)
+};
+
+/// Applies the plan to `module` and analyzes what the binary for `options` does. A usage
+/// problem (--prefill-len past --max-seq-len) fails with `error` set; a plan or pass that
+/// fails reports its diagnostics and fails with `error` empty.
+mlir::FailureOr<Analysis> analyze(mlir::ModuleOp module, const AnalyzeOptions &options,
+                                  std::string &error);
+
+/// The report as tpc analyze prints it, and as --json does.
+void printText(const Analysis &analysis, llvm::raw_ostream &os);
+void printJson(const Analysis &analysis, llvm::raw_ostream &os);
+
+} // namespace tpc::analysis
+
+#endif // TPC_ANALYSIS_ANALYZE_H

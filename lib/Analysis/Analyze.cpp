@@ -1,0 +1,382 @@
+// tpc analyze as a library (include/tpc/Analysis/Analyze.h): the program the binary is
+// built from, for the target, read back as collectives per phase, memory per rank and what is
+// split unevenly, beside transformers' count for the same plan; and the report's two forms.
+#include "tpc/Analysis/Analyze.h"
+
+#include "tpc/Dialect/TP/TPDialect.h"
+#include "tpc/Plan/Plan.h"
+#include "tpc/Target/TargetInfo.h"
+#include "tpc/Transforms/Passes.h"
+#include "tpc/Transforms/Pipeline.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "tpcrt/model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fmt/core.h>
+#include <map>
+
+using namespace mlir;
+
+namespace tpc::analysis {
+
+namespace {
+
+std::string countsOf(const std::vector<CollectiveEntry> &entries) {
+  std::map<std::string, int> counts;
+  for (const CollectiveEntry &e : entries)
+    ++counts[collectiveName(e.kind).str()];
+  std::string s;
+  for (auto &[name, n] : counts)
+    s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  return s.empty() ? "none" : s;
+}
+
+double totalBytes(const std::vector<CollectiveEntry> &entries) {
+  double total = 0;
+  for (const CollectiveEntry &e : entries)
+    total += e.bytes;
+  return total;
+}
+
+std::string describe(const CollectiveEntry &e) {
+  std::string s = collectiveName(e.kind).str();
+  if (e.dim >= 0)
+    s += " dim " + std::to_string(e.dim);
+  return s;
+}
+
+/// "2 all_reduce" when every decoder layer runs the same collectives; "" otherwise.
+std::string perLayer(const std::vector<CollectiveEntry> &entries) {
+  std::map<std::string, std::vector<CollectiveEntry>> layers;
+  for (const CollectiveEntry &e : entries)
+    if (llvm::StringRef(e.layer).starts_with("model.layers."))
+      layers[e.layer].push_back(e);
+  std::string pattern;
+  for (auto &[layer, list] : layers) {
+    std::string c = countsOf(list);
+    if (!pattern.empty() && c != pattern)
+      return "";
+    pattern = c;
+  }
+  return pattern;
+}
+
+nlohmann::ordered_json toJson(const std::vector<CollectiveEntry> &entries) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const CollectiveEntry &e : entries) {
+    nlohmann::ordered_json j;
+    j["layer"] = e.layer;
+    j["module"] = e.module;
+    j["kind"] = collectiveName(e.kind).str();
+    j["dim"] = e.dim >= 0 ? nlohmann::ordered_json(e.dim) : nlohmann::ordered_json();
+    j["bytes"] = e.bytes;
+    j["sent_bytes_per_rank"] = e.sentBytes;
+    if (e.paddedBytes > 0)
+      j["padded_bytes"] = e.paddedBytes;
+    list.push_back(j);
+  }
+  return list;
+}
+
+nlohmann::ordered_json summaryJson(const std::vector<CollectiveEntry> &entries) {
+  std::map<std::string, int> counts;
+  for (const CollectiveEntry &e : entries)
+    ++counts[collectiveName(e.kind).str()];
+  nlohmann::ordered_json j;
+  j["count"] = entries.size();
+  j["by_kind"] = counts;
+  j["bytes"] = totalBytes(entries);
+  double padded = 0;
+  for (const CollectiveEntry &e : entries)
+    padded += e.paddedBytes;
+  if (padded > 0)
+    j["padded_bytes"] = padded;
+  return j;
+}
+
+void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
+  os << fmt::format("\n{} ({} token{}{}):\n", phase.name, phase.tokens,
+                    phase.tokens == 1 ? "" : "s",
+                    phase.sequenceParallel ? ", sequence parallel" : "");
+  size_t layerWidth = 5, moduleWidth = 6;
+  for (const CollectiveEntry &e : phase.collectives) {
+    layerWidth = std::max(layerWidth, e.layer.size());
+    moduleWidth = std::max(moduleWidth, e.module.size());
+  }
+  if (!phase.collectives.empty())
+    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12}\n", "layer", layerWidth, "module",
+                      moduleWidth, "collective", "bytes");
+  for (const CollectiveEntry &e : phase.collectives)
+    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12.0f}\n", e.layer, layerWidth, e.module,
+                      moduleWidth, describe(e), e.bytes);
+  std::string layer = perLayer(phase.collectives);
+  if (!layer.empty())
+    os << "  per decoder layer: " << layer << "\n";
+  double padded = 0;
+  for (const CollectiveEntry &e : phase.collectives)
+    padded += e.paddedBytes;
+  os << fmt::format("  tpc:          {} collectives ({}), {:.0f} bytes{}\n",
+                    phase.collectives.size(), countsOf(phase.collectives),
+                    totalBytes(phase.collectives),
+                    padded > 0 ? fmt::format(", {:.0f} of them padding (pieces tp does not "
+                                             "divide, padded to equal counts on the wire)",
+                                             padded)
+                               : "");
+  if (!phase.transformersFails.empty())
+    os << "  transformers: " << phase.transformersFails << "\n";
+  else
+    os << fmt::format("  transformers: {} collectives ({}), {:.0f} bytes\n",
+                      phase.transformers.size(), countsOf(phase.transformers),
+                      totalBytes(phase.transformers));
+}
+
+/// A copy of `module` after the passes `build` adds; null (errors reported) if they fail.
+OwningOpRef<ModuleOp> runOnCopy(ModuleOp module,
+                                llvm::function_ref<void(OpPassManager &)> build) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  PassManager pm(module.getContext());
+  build(pm);
+  if (failed(pm.run(*copy)))
+    return nullptr;
+  return copy;
+}
+
+/// The largest rank against the even share, for what is split unevenly.
+struct Share {
+  const char *name, *what;
+  const std::vector<double> &perRank;
+};
+std::vector<Share> sharesOf(const RankShares &shares) {
+  return {{"weights_bytes", "weights", shares.weightBytes},
+          {"matmul_elements_per_token", "matmul work per token", shares.matmulElements},
+          {"query_heads", "attention heads", shares.queryHeads}};
+}
+
+} // namespace
+
+FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::string &error) {
+  Analysis a;
+  a.options = o;
+  // The KV cache holds what the binary's would: the same default, from the model's
+  // positions where import recorded them.
+  std::vector<std::string> &notes = a.notes;
+  auto recorded = module->getAttrOfType<IntegerAttr>(tp::kMaxPositionEmbeddingsAttrName);
+  int64_t positions = a.positions = recorded ? recorded.getInt() : 0;
+  std::string refused;
+  if (!tpcrt::chooseMaxSeqLen(o.maxSeqLenGiven ? std::optional(o.maxSeqLen) : std::nullopt,
+                              positions, refused))
+    notes.push_back(refused + ": the binary refuses it");
+  int64_t maxSeqLen = o.maxSeqLen;
+  std::string &maxSeqLenFrom = a.maxSeqLenFrom, &maxSeqLenWhy = a.maxSeqLenWhy;
+  maxSeqLenFrom = maxSeqLenWhy = "--max-seq-len";
+  if (!o.maxSeqLenGiven) {
+    maxSeqLen = tpcrt::defaultMaxSeqLen(positions);
+    bool fewer = positions && positions < tpcrt::kDefaultMaxSeqLen;
+    maxSeqLenFrom = fewer ? "max_position_embeddings" : "default";
+    maxSeqLenWhy = fewer      ? "the default: the model's max_position_embeddings"
+                   : positions ? fmt::format("the default; the model's "
+                                             "max_position_embeddings is {}",
+                                             positions)
+                               : "the default; the model records no "
+                                 "max_position_embeddings";
+  }
+  // A model made for fewer positions than the default prefill is analyzed at its whole
+  // context rather than refused.
+  int64_t prefillLen = o.prefillLenGiven ? o.prefillLen : std::min(o.prefillLen, maxSeqLen);
+  if (prefillLen > maxSeqLen) {
+    error = fmt::format("--prefill-len {} exceeds --max-seq-len {}{}", prefillLen, maxSeqLen,
+                        o.maxSeqLenGiven ? "" : " (" + maxSeqLenWhy + ")");
+    return failure();
+  }
+  MemoryReport &memory = a.memory;
+  memory.unshardedWeights = parameterBytes(module);
+  memory.maxSeqLen = maxSeqLen;
+  if (failed(plan::applyPlan(module, {o.plan, o.strategies, o.tp})))
+    return failure();
+
+  // The program the binary is built from, for this target: its forwards' collectives,
+  // priced as the runtime's collective layer runs them, and the arena it allocates.
+  ProgramOptions program;
+  program.sequenceParallel = o.sequenceParallel;
+  program.fold = !o.noFold;
+  program.target = target::findTarget(o.target)->describe(module.getContext());
+  OwningOpRef<ModuleOp> decided = buildProgram(module, program);
+  if (!decided)
+    return failure();
+  // Which forward runs a token count is the program's rule (tp.sequence_parallel), the
+  // one the runtime obeys: split by tokens where they split evenly, all_reduce where not.
+  bool sequenceParallel = wantsSequenceParallel(module, o.sequenceParallel);
+  auto splits = [&](int64_t tokens) {
+    return tp::sequenceParallelTokens(tp::forwardFor(*decided, tokens)).has_value();
+  };
+  bool prefillSplits = splits(prefillLen);
+  if (sequenceParallel && !prefillSplits)
+    notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
+                                "prefill: {} tokens do not split evenly over tp {}",
+                                prefillLen, o.tp));
+  if (sequenceParallel && !splits(1))
+    notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
+                    "(1 token does not split over tp " + std::to_string(o.tp) + ")");
+  if (o.sequenceParallel && !sequenceParallel)
+    notes.push_back("--sequence-parallel does nothing on one rank");
+  auto forwardFor = [&](int64_t tokens) { return tp::forwardFor(*decided, tokens); };
+  tp::TargetAttr target = tp::getTarget(*decided);
+  int64_t elementBytes = target.activationBytes();
+  bool variableGather = target.getGather() == tp::GatherMode::variable;
+  // transformers' side: the collectives its hooks run, where its TP runs this at all.
+  std::string transformersFails = transformersFailure(module);
+  auto transformersFor = [&](int64_t tokens) {
+    return transformersFails.empty() ? transformersCollectives(module, tokens)
+                                     : std::vector<CollectiveEntry>();
+  };
+  a.phases = {
+      {"prefill", prefillLen, prefillSplits,
+       programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes,
+                          variableGather),
+       transformersFor(prefillLen), transformersFails},
+      {"decode step", 1, false,
+       programCollectives(forwardFor(1), 1, o.tp, elementBytes, variableGather),
+       transformersFor(1), transformersFails}};
+  memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
+  memory.arena =
+      double(memory.arenaElementsPerToken) * double(maxSeqLen) * double(elementBytes);
+
+  // The per-rank weights and KV cache, and the graph --dot draws, from the prefill's
+  // collectives pipeline (its warnings were said once, building the program above).
+  OwningOpRef<ModuleOp> &prefill = a.prefill, partitioned;
+  {
+    ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &d) {
+      return success(d.getSeverity() != DiagnosticSeverity::Error);
+    });
+    prefill = runOnCopy(module, [&](OpPassManager &pm) {
+      buildCollectivesPipeline(pm, prefillSplits ? "on" : sequenceParallel ? "off" : "auto",
+                               !o.noFold);
+      pm.addPass(tp::createTPElideCollectives());
+    });
+    if (prefill)
+      partitioned = runOnCopy(
+          *prefill, [](OpPassManager &pm) { pm.addPass(tp::createTPPartition()); });
+  }
+  if (!prefill || !partitioned)
+    return failure();
+  memory.weights = parameterBytes(*partitioned);
+  memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
+  memory.mlaLatentCache = mlaLatentCacheBytes(*partitioned, maxSeqLen);
+  a.shares = rankShares(*partitioned);
+  return a;
+}
+
+static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
+  const AnalyzeOptions &o = a.options;
+  const MemoryReport &memory = a.memory;
+  const std::vector<PhaseReport> &phases = a.phases;
+  const RankShares &shares = a.shares;
+  const std::vector<std::string> &notes = a.notes;
+  const std::string &maxSeqLenFrom = a.maxSeqLenFrom, &maxSeqLenWhy = a.maxSeqLenWhy;
+  int64_t positions = a.positions;
+  std::vector<Share> shareList = sharesOf(shares);
+  double ratio = memory.unshardedWeights ? memory.weights / memory.unshardedWeights : 0;
+  if (json) {
+    nlohmann::ordered_json j;
+    j["model"] = o.model;
+    j["plan"] = o.plan;
+    j["tp"] = o.tp;
+    j["bytes"] = "tpc: what goes on the wire, the larger of one rank's buffers of the "
+                 "communicator call (padding included) in the target's element type; "
+                 "transformers: the module output's full tensor; sent_bytes_per_rank by "
+                 "ring algorithms: all_reduce 2(n-1)/n of it, the others (n-1)/n";
+    j["transformers_formula"] = "one collective per module whose strategy's forward hook "
+                                "communicates, on the module output, before any folding; "
+                                "lm_head on the last token (generate's logits_to_keep=1)";
+    for (const PhaseReport &phase : phases) {
+      nlohmann::ordered_json p;
+      p["tokens"] = phase.tokens;
+      p["sequence_parallel"] = phase.sequenceParallel;
+      p["collectives"] = toJson(phase.collectives);
+      p["total"] = summaryJson(phase.collectives);
+      if (!phase.transformersFails.empty())
+        p["transformers"] = {{"fails", phase.transformersFails}};
+      else
+        p["transformers"] = {{"collectives", toJson(phase.transformers)},
+                             {"total", summaryJson(phase.transformers)}};
+      j[phase.name == "prefill" ? "prefill" : "decode"] = p;
+    }
+    nlohmann::ordered_json imbalanceJson;
+    for (const Share &share : shareList) {
+      double total = 0;
+      for (double v : share.perRank)
+        total += v;
+      imbalanceJson[share.name] = {
+          {"by_rank", share.perRank},
+          {"largest", *std::max_element(share.perRank.begin(), share.perRank.end())},
+          {"even_share", total / double(share.perRank.size())},
+          {"ratio", imbalance(share.perRank)}};
+    }
+    j["imbalance"] = imbalanceJson;
+    j["memory_per_rank"] = {{"weights_bytes", memory.weights},
+                            {"weights_bytes_by_rank", shares.weightBytes},
+                            {"unsharded_weights_bytes", memory.unshardedWeights},
+                            {"weights_ratio", ratio},
+                            {"kv_cache_bytes", memory.kvCache},
+                            {"mla_latent_cache_bytes", memory.mlaLatentCache},
+                            {"max_seq_len", memory.maxSeqLen},
+                            {"max_seq_len_from", maxSeqLenFrom},
+                            {"max_position_embeddings",
+                             positions ? nlohmann::ordered_json(positions)
+                                       : nlohmann::ordered_json()},
+                            {"target", o.target},
+                            {"activation_arena_bytes", memory.arena},
+                            {"arena_elements_per_token", memory.arenaElementsPerToken}};
+    j["notes"] = notes;
+    os << j.dump(2) << "\n";
+    return;
+  }
+
+  os << fmt::format("tpc analyze: {} with plan {} at tp {}\n", o.model, o.plan, o.tp);
+  os << "bytes: tpc's on the wire (one rank's larger buffer of each call); transformers: "
+        "one collective per module whose strategy hook communicates, on its full output, "
+        "before folding\n";
+  for (const PhaseReport &phase : phases)
+    printPhase(phase, os);
+  os << "\nmemory per rank:\n";
+  os << fmt::format("  weights             {:>14.0f} bytes ({:.1f}% of the unsharded "
+                    "{:.0f})\n",
+                    memory.weights, 100 * ratio, memory.unshardedWeights);
+  os << fmt::format("  KV cache            {:>14.0f} bytes at {} tokens ({})\n",
+                    memory.kvCache, memory.maxSeqLen, maxSeqLenWhy);
+  if (memory.mlaLatentCache > 0)
+    os << fmt::format(
+        "                      (MLA: keys and values of this rank's heads, where the latent "
+        "and rope key transformers caches would take {:.0f} bytes on every rank; cached "
+        "per head, a decode step puts only its own token through kv_b_proj, not the "
+        "whole context)\n",
+        memory.mlaLatentCache);
+  os << fmt::format("  activation arena    {:>14.0f} bytes ({} elements per token x {} "
+                    "tokens, --target {}: what the binary allocates)\n",
+                    memory.arena, memory.arenaElementsPerToken, memory.maxSeqLen, o.target);
+  // Where tp splits something unevenly, the largest rank sets the pace.
+  std::string uneven;
+  auto number = [](double v) { // whole where it is large, a few digits where it is small
+    return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v);
+  };
+  for (const Share &share : shareList) {
+    double ratio = imbalance(share.perRank);
+    double largest = *std::max_element(share.perRank.begin(), share.perRank.end());
+    if (ratio > 1 + 1e-9)
+      uneven += fmt::format("  {:<22} largest rank {}, even share {} (+{:.1f}%)\n",
+                            share.what, number(largest), number(largest / ratio),
+                            100 * (ratio - 1));
+  }
+  os << (uneven.empty() ? "\nimbalance: none, every rank holds and computes an even share\n"
+                        : "\nimbalance (split unevenly; padding left out):\n" + uneven);
+  for (const std::string &note : notes)
+    os << "note: " << note << "\n";
+}
+
+void printJson(const Analysis &analysis, llvm::raw_ostream &os) { render(analysis, true, os); }
+void printText(const Analysis &analysis, llvm::raw_ostream &os) { render(analysis, false, os); }
+
+} // namespace tpc::analysis
