@@ -336,6 +336,14 @@ std::string tpc::target::indentLines(const std::vector<std::string> &lines, Stri
   return text;
 }
 
+std::string tpc::target::literalList(ArrayRef<double> values, std::string (*literal)(double)) {
+  std::string list;
+  llvm::ListSeparator sep(", ");
+  for (double v : values)
+    list += StringRef(sep).str() + literal(v);
+  return list;
+}
+
 std::string tpc::target::doubleLiteral(double v) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "%a", v);

@@ -39,16 +39,27 @@ std::vector<std::string> rotaryPairCode(int64_t headDim, int64_t aHeads, int64_t
 ///   rotary:      NAME(cx, rows, a, aOut, b, bOut, positions)
 class Spelling {
 public:
+  /// The names a target's program uses: facts, not behaviour.
+  struct Names {
+    llvm::StringRef name;    // for messages: "CPU", "CUDA"
+    llvm::StringRef include; // the runtime header the program includes
+    llvm::StringRef ns;      // where the program's calls live
+    llvm::StringRef context; // the C++ type of the forward's first argument
+    llvm::StringRef element; // the C++ type of an activation
+    /// Whether the runtime can lay a "linears" unit's weights one after the other, so that
+    /// a one-row input is one GEMM over them (the module's #tp.target says whether it does).
+    bool groupsLinears;
+  };
+
+  explicit Spelling(Names names) : names(names) {}
   virtual ~Spelling() = default;
 
-  virtual llvm::StringRef name() const = 0;      // for messages: "CPU", "CUDA"
-  virtual llvm::StringRef include() const = 0;   // the runtime header the program includes
-  virtual llvm::StringRef ns() const = 0;        // where the program's calls live
-  virtual llvm::StringRef context() const = 0;   // the C++ type of the forward's first argument
-  virtual llvm::StringRef element() const = 0;   // the C++ type of an activation
-  /// Whether the runtime can lay a "linears" unit's weights one after the other, so that a
-  /// one-row input is one GEMM over them (the module's #tp.target says whether it does).
-  virtual bool groupsLinears() const = 0;
+  llvm::StringRef name() const { return names.name; }
+  llvm::StringRef include() const { return names.include; }
+  llvm::StringRef ns() const { return names.ns; }
+  llvm::StringRef context() const { return names.context; }
+  llvm::StringRef element() const { return names.element; }
+  bool groupsLinears() const { return names.groupsLinears; }
   /// An error at `op` when the target cannot run it.
   virtual mlir::LogicalResult supports(mlir::Operation *op) const = 0;
 
@@ -65,6 +76,9 @@ public:
   virtual std::string rotaryKernel(llvm::StringRef name, int64_t headDim, int64_t aHeads,
                                    int64_t bHeads, llvm::ArrayRef<double> frequencies,
                                    double scaling) const = 0;
+
+private:
+  Names names;
 };
 
 std::unique_ptr<Spelling> makeCpuSpelling();
@@ -74,6 +88,8 @@ std::unique_ptr<Spelling> makeCudaSpelling();
 std::string floatLiteral(double v);
 /// A double literal that is exactly v, in hexadecimal.
 std::string doubleLiteral(double v);
+/// The values as a comma-separated list of `literal`'s (an array's initializer).
+std::string literalList(llvm::ArrayRef<double> values, std::string (*literal)(double));
 /// The lines, each after `prefix` and ending in a newline (a kernel body's indentation).
 std::string indentLines(const std::vector<std::string> &lines, llvm::StringRef prefix);
 

@@ -20,12 +20,9 @@ std::string inputs(unsigned count) {
 
 class CpuSpelling : public Spelling {
 public:
-  StringRef name() const override { return "CPU"; }
-  StringRef include() const override { return "tpcrt/program.h"; }
-  StringRef ns() const override { return "tpcrt"; }
-  StringRef context() const override { return "tpcrt::Context &"; }
-  StringRef element() const override { return "float"; }
-  bool groupsLinears() const override { return false; }
+  CpuSpelling()
+      : Spelling({"CPU", "tpcrt/program.h", "tpcrt", "tpcrt::Context &", "float",
+                  /*groupsLinears=*/false}) {}
   LogicalResult supports(Operation *) const override { return success(); }
 
   std::string elementwiseKernel(StringRef name, const ChainCode &chain,
@@ -75,10 +72,7 @@ public:
 
   std::string rotaryKernel(StringRef name, int64_t headDim, int64_t aHeads, int64_t bHeads,
                            ArrayRef<double> frequencies, double scaling) const override {
-    std::string list;
-    llvm::ListSeparator sep(", ");
-    for (double f : frequencies)
-      list += StringRef(sep).str() + doubleLiteral(f);
+    std::string list = literalList(frequencies, doubleLiteral);
     return llvm::formatv(
         "// The rotary embedding of an attention's query and key, as one loop.\n"
         "static void {0}(tpcrt::Context &, int64_t rows, const float *a, float *aOut, "

@@ -33,12 +33,9 @@ std::string chainKernelHead(StringRef what, StringRef name, StringRef params) {
 
 class CudaSpelling : public Spelling {
 public:
-  StringRef name() const override { return "CUDA"; }
-  StringRef include() const override { return "tpcrt/cuda/program.h"; }
-  StringRef ns() const override { return "tpcrt::cuda"; }
-  StringRef context() const override { return "tpcrt::cuda::Device &"; }
-  StringRef element() const override { return "tpcrt::cuda::act"; }
-  bool groupsLinears() const override { return true; }
+  CudaSpelling()
+      : Spelling({"CUDA", "tpcrt/cuda/program.h", "tpcrt::cuda", "tpcrt::cuda::Device &",
+                  "tpcrt::cuda::act", /*groupsLinears=*/true}) {}
 
   LogicalResult supports(Operation *op) const override {
     if (isa<tpc::tp::RouterOp, tpc::tp::ExpertsOp>(op))
@@ -129,10 +126,7 @@ public:
 
   std::string rotaryKernel(StringRef name, int64_t headDim, int64_t aHeads, int64_t bHeads,
                            ArrayRef<double> frequencies, double scaling) const override {
-    std::string list;
-    llvm::ListSeparator sep(", ");
-    for (double f : frequencies)
-      list += StringRef(sep).str() + floatLiteral(f);
+    std::string list = literalList(frequencies, floatLiteral);
     // The frequencies are constants of the kernel, rounded to float as the runtime's rotary
     // rounds them.
     std::string table = (name + "_frequencies").str();
