@@ -14,34 +14,6 @@ namespace tpcrt {
 
 namespace {
 
-const char *kUsage =
-    "usage: %s (--weights PATH | --random-weights SEED)\n"
-    "       (--prompt-ids 1,2,3 | --prompt TEXT | --prompt-file FILE) [--chat [--system TEXT]]\n"
-    "       [--max-new-tokens N] [--eos-id ID | --ignore-eos] [--max-seq-len S]\n"
-    "       [--force-ids 4,5,6] [--dump-logits FILE] [--trace FILE] [--host ADDRESS]\n"
-    "       [--timeout SECONDS] [--warmup]\n"
-    "--prompt and --prompt-file take text, tokenized with the checkpoint's own tokenizer.json\n"
-    "(beside --weights), and print the generated text as it comes; --chat renders the prompt\n"
-    "as a user message (after --system's, if given) through the checkpoint's chat template.\n"
-    "--max-seq-len defaults to 2048, or to the model's max_position_embeddings where fewer.\n"
-    "Generation stops at the model's end-of-sequence ids (config.json's eos_token_id, and\n"
-    "generation_config.json's beside --weights) unless\n"
-    "--eos-id or --ignore-eos says otherwise. --force-ids feeds these tokens to the decode\n"
-    "steps instead of the model's own (teacher forcing); the printed tokens stay its own.\n"
-    "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
-    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). Under mpirun they\n"
-    "come from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, and the ranks meet through MPI\n"
-    "(TPC_TRANSPORT=auto|shm|mpi; mpirun ends the job when a rank dies). --timeout bounds\n"
-    "both the rendezvous and each collective's wait for a peer (default 30 s); a rank alone\n"
-    "has no peer to wait for, and no deadline.\n"
-    "--warmup runs a throwaway prefill of the prompt and two decode steps first (lazy loading,\n"
-    "GEMM plans, the decode graph's capture), empties the KV cache, and times 3 prefills:\n"
-    "it prints their median and the median decode step. Tokens and logits are the same.\n"
-    "TPC_FAULT injects a fault, for tests of failure handling: kill:rank=R:step=S makes rank R\n"
-    "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step; --warmup's\n"
-    "forwards are not steps); device:rank=R:step=S makes rank R's device fault there (the CUDA\n"
-    "target); nostart:rank=R makes rank R exit (status 0) before the rendezvous.\n";
-
 bool parseInt(const char *text, int64_t &value) {
   char *end = nullptr;
   errno = 0;
@@ -52,91 +24,174 @@ bool parseInt(const char *text, int64_t &value) {
   return true;
 }
 
+/// One flag of the binary: its name, its value's placeholder (none for a switch), what it
+/// does, and how its value is read into Args (false, with `error` set, when it is wrong).
+/// The table is the parser and --help both, so they cannot disagree.
+struct Flag {
+  const char *name, *value, *help;
+  bool (*set)(Args &args, const char *flag, const char *value, std::string &error);
+};
+
+bool integerOf(const char *flag, const char *value, int64_t min, int64_t &into,
+               std::string &error) {
+  int64_t number = 0;
+  if (!parseInt(value, number) || number < min) {
+    error = std::string(flag) + " needs an integer of at least " + std::to_string(min) +
+            ", got '" + value + "'";
+    return false;
+  }
+  into = number;
+  return true;
+}
+
+bool idsOf(const char *flag, const char *value, std::vector<int64_t> &into,
+           std::string &error) {
+  std::stringstream in(value);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    int64_t id;
+    if (!parseInt(item.c_str(), id) || id < 0) {
+      error = std::string(flag) + ": '" + item + "' is not a token id";
+      return false;
+    }
+    into.push_back(id);
+  }
+  return true;
+}
+
+const Flag kFlags[] = {
+    {"--weights", "PATH", "the checkpoint: a .safetensors file or a directory of them",
+     [](Args &a, const char *, const char *v, std::string &) { return a.weights = v, true; }},
+    {"--random-weights", "SEED", "seeded random weights instead (tpc init-weights' values)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       int64_t seed;
+       if (!integerOf(f, v, 0, seed, e))
+         return false;
+       a.randomSeed = uint64_t(seed);
+       return true;
+     }},
+    {"--prompt-ids", "1,2,3", "the prompt as token ids (prints ids back)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return idsOf(f, v, a.prompt, e);
+     }},
+    {"--prompt", "TEXT", "the prompt as text, through the checkpoint's tokenizer.json",
+     [](Args &a, const char *, const char *v, std::string &) { return a.promptText = v, true; }},
+    {"--prompt-file", "FILE", "a file holding the prompt text",
+     [](Args &a, const char *, const char *v, std::string &) { return a.promptFile = v, true; }},
+    {"--chat", nullptr,
+     "render the prompt as a user message through the checkpoint's chat template",
+     [](Args &a, const char *, const char *, std::string &) { return a.chat = true; }},
+    {"--system", "TEXT", "with --chat: a system message first",
+     [](Args &a, const char *, const char *v, std::string &) { return a.system = v, true; }},
+    {"--max-new-tokens", "N", "the most tokens to generate (default 16)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerOf(f, v, 0, a.maxNewTokens, e);
+     }},
+    {"--eos-id", "ID", "stop at this id instead of the model's end-of-sequence ids",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       int64_t id;
+       if (!integerOf(f, v, 0, id, e))
+         return false;
+       a.eosId = id;
+       return true;
+     }},
+    {"--ignore-eos", nullptr, "generate --max-new-tokens whatever the model says",
+     [](Args &a, const char *, const char *, std::string &) { return a.ignoreEos = true; }},
+    {"--max-seq-len", "S",
+     "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
+     "fewer)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerOf(f, v, 1, a.maxSeqLen, e);
+     }},
+    {"--force-ids", "4,5,6",
+     "feed these tokens to the decode steps instead of the model's own (teacher forcing); "
+     "the printed tokens stay its own",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return idsOf(f, v, a.forced, e);
+     }},
+    {"--dump-logits", "FILE", "rank 0 writes the last token's logits of every step to FILE",
+     [](Args &a, const char *, const char *v, std::string &) { return a.dumpLogits = v, true; }},
+    {"--trace", "FILE", "write every collective this rank runs, with its bytes, to FILE",
+     [](Args &a, const char *, const char *v, std::string &) { return a.trace = v, true; }},
+    {"--host", "ADDRESS", "the address this rank's transport listens on (default 127.0.0.1)",
+     [](Args &a, const char *, const char *v, std::string &) { return a.host = v, true; }},
+    {"--timeout", "SECONDS",
+     "bound the rendezvous and each collective's wait for a peer (default 30)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       int64_t t;
+       if (!integerOf(f, v, 1, t, e))
+         return false;
+       a.timeoutSeconds = int(t);
+       return true;
+     }},
+    {"--warmup", nullptr,
+     "run a throwaway prefill and two decode steps first, then time 3 prefills (their "
+     "median is printed); tokens and logits are the same",
+     [](Args &a, const char *, const char *, std::string &) { return a.warmup = true; }},
+};
+
+const char *kUsageNotes =
+    "Give one of --weights and --random-weights, and one of --prompt-ids, --prompt and\n"
+    "--prompt-file. Text prompts print the generated text as it comes. Generation stops at the\n"
+    "model's end-of-sequence ids (config.json's eos_token_id, and generation_config.json's\n"
+    "beside --weights) unless --eos-id or --ignore-eos says otherwise.\n"
+    "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
+    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). Under mpirun they\n"
+    "come from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, and the ranks meet through MPI\n"
+    "(TPC_TRANSPORT=auto|shm|mpi; mpirun ends the job when a rank dies). --timeout bounds\n"
+    "both the rendezvous and each collective's wait for a peer; a rank alone has no peer to\n"
+    "wait for, and no deadline.\n"
+    "TPC_FAULT injects a fault, for tests of failure handling: kill:rank=R:step=S makes rank R\n"
+    "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step; --warmup's\n"
+    "forwards are not steps); device:rank=R:step=S makes rank R's device fault there (the CUDA\n"
+    "target); nostart:rank=R makes rank R exit (status 0) before the rendezvous.\n";
+
+/// The usage, from the flag table.
+void printUsage(std::FILE *to, const char *program) {
+  std::fprintf(to, "usage: %s [options]\n", program);
+  for (const Flag &flag : kFlags) {
+    std::string left = std::string(flag.name) + (flag.value ? std::string(" ") + flag.value : "");
+    // The help wrapped at 90 columns, under itself.
+    std::string help = flag.help, line;
+    std::stringstream words(help);
+    for (std::string word; words >> word;) {
+      if (!line.empty() && line.size() + 1 + word.size() > 63) {
+        std::fprintf(to, "  %-24s %s\n", left.c_str(), line.c_str());
+        left.clear();
+        line.clear();
+      }
+      line += (line.empty() ? "" : " ") + word;
+    }
+    std::fprintf(to, "  %-24s %s\n", left.c_str(), line.c_str());
+  }
+  std::fprintf(to, "  %-24s %s\n", "-h, --help", "print this and exit");
+  std::fputs(kUsageNotes, to);
+}
+
 std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
   Args args;
   for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::printf(kUsage, argv[0]);
+    std::string name = argv[i];
+    if (name == "--help" || name == "-h") {
+      printUsage(stdout, argv[0]);
       std::exit(0);
     }
-    if (flag == "--ignore-eos") {
-      args.ignoreEos = true;
-      continue;
-    }
-    if (flag == "--warmup") {
-      args.warmup = true;
-      continue;
-    }
-    if (flag == "--chat") {
-      args.chat = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      error = flag + " needs a value";
+    const Flag *flag = std::find_if(std::begin(kFlags), std::end(kFlags),
+                                    [&](const Flag &f) { return name == f.name; });
+    if (flag == std::end(kFlags)) {
+      error = "unknown option " + name;
       return std::nullopt;
     }
-    const char *value = argv[++i];
-    int64_t number = 0;
-    auto integer = [&](int64_t &into, int64_t min) {
-      if (!parseInt(value, number) || number < min) {
-        error = flag + " needs an integer of at least " + std::to_string(min) + ", got '" +
-                value + "'";
-        return false;
+    const char *value = nullptr;
+    if (flag->value) {
+      if (i + 1 >= argc) {
+        error = name + " needs a value";
+        return std::nullopt;
       }
-      into = number;
-      return true;
-    };
-    if (flag == "--weights") {
-      args.weights = value;
-    } else if (flag == "--prompt") {
-      args.promptText = value;
-    } else if (flag == "--prompt-file") {
-      args.promptFile = value;
-    } else if (flag == "--system") {
-      args.system = value;
-    } else if (flag == "--random-weights") {
-      int64_t seed;
-      if (!integer(seed, 0))
-        return std::nullopt;
-      args.randomSeed = uint64_t(seed);
-    } else if (flag == "--prompt-ids" || flag == "--force-ids") {
-      std::stringstream in(value);
-      std::string item;
-      while (std::getline(in, item, ',')) {
-        int64_t id;
-        if (!parseInt(item.c_str(), id) || id < 0) {
-          error = flag + ": '" + item + "' is not a token id";
-          return std::nullopt;
-        }
-        (flag == "--prompt-ids" ? args.prompt : args.forced).push_back(id);
-      }
-    } else if (flag == "--max-new-tokens") {
-      if (!integer(args.maxNewTokens, 0))
-        return std::nullopt;
-    } else if (flag == "--eos-id") {
-      int64_t id;
-      if (!integer(id, 0))
-        return std::nullopt;
-      args.eosId = id;
-    } else if (flag == "--max-seq-len") {
-      if (!integer(args.maxSeqLen, 1))
-        return std::nullopt;
-    } else if (flag == "--dump-logits") {
-      args.dumpLogits = value;
-    } else if (flag == "--trace") {
-      args.trace = value;
-    } else if (flag == "--host") {
-      args.host = value;
-    } else if (flag == "--timeout") {
-      int64_t t;
-      if (!integer(t, 1))
-        return std::nullopt;
-      args.timeoutSeconds = int(t);
-    } else {
-      error = "unknown option " + flag;
-      return std::nullopt;
+      value = argv[++i];
     }
+    if (!flag->set(args, flag->name, value, error))
+      return std::nullopt;
   }
   if (args.weights.empty() == !args.randomSeed) {
     error = "give exactly one of --weights PATH and --random-weights SEED";
@@ -269,7 +324,7 @@ std::optional<Request> readRequest(const ModelSpec &spec, int argc, char **argv,
   std::optional<Args> parsed = parseArgs(argc, argv, error);
   if (!parsed) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
-    std::fprintf(stderr, kUsage, argv[0]);
+    printUsage(stderr, argv[0]);
     status = 2;
     return std::nullopt;
   }
