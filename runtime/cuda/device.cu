@@ -7,9 +7,9 @@
 
 #include "state.h"
 
-#include "../comm/device_comm.h"
+#include "communicators.h"
 
-#include "../weights/slices.h"
+#include "tpcrt/slices.h"
 #include "tpcrt/random_weight.h"
 
 #include <chrono>

@@ -1,8 +1,9 @@
 // libtpcrt: kernels against naive references, safetensors slices against generated values,
-// Gloo collectives between forked ranks, the driver's choice of context length, and how a
-// failed forward is told and waited for.
+// Gloo collectives between forked ranks, the whole-file read, the driver's choice of context
+// length, and how a failed forward is told and waited for.
 #include "tpcrt/comm.h"
 #include "tpcrt/failure.h"
+#include "tpcrt/file.h"
 #include "tpcrt/kernels.h"
 #include "tpcrt/model.h"
 #include "tpcrt/weights.h"
@@ -684,6 +685,24 @@ TEST(Weights16, IndexAndShardsAndF16) {
   EXPECT_EQ(y[1], -2.0f);
   EXPECT_NEAR(y[2], 0.33325195, 1e-7);
   EXPECT_FALSE(Checkpoint::open(dir + "/missing", error));
+}
+
+// The runtime's one whole-file read: all of a regular file, an empty one too; nothing from a
+// missing file or a directory (which opens, but reads nothing), `out` then left as it was.
+TEST(Files, ReadFileReadsWholeRegularFilesOnly) {
+  std::string path = tempPath("whole.txt"), text = "before";
+  EXPECT_FALSE(readFile(path, text));
+  EXPECT_EQ(text, "before");
+  std::ofstream(path) << "two\nlines";
+  ASSERT_TRUE(readFile(path, text));
+  EXPECT_EQ(text, "two\nlines");
+  std::ofstream(path, std::ios::trunc).close();
+  ASSERT_TRUE(readFile(path, text));
+  EXPECT_EQ(text, "");
+  text = "kept";
+  EXPECT_FALSE(readFile(::testing::TempDir(), text));
+  EXPECT_EQ(text, "kept");
+  std::remove(path.c_str());
 }
 
 // --max-seq-len: 2048 by default, fewer where the model was made for fewer; a request
