@@ -20,17 +20,16 @@ bool tpc::driver::hasCudaCompiler() {
 }
 
 std::vector<std::string> tpc::driver::buildInputs(StringRef target) {
-  std::vector<std::string> inputs = {TPC_RUNTIME_LIBRARY};
 #ifdef TPC_NVCC
   if (target == "cuda")
-    inputs.push_back(TPC_CUDA_RUNTIME_LIBRARY);
+    return {TPC_CUDA_RUNTIME_LIBRARY, TPC_CORE_RUNTIME_LIBRARY};
 #endif
-  return inputs;
+  return {TPC_RUNTIME_LIBRARY, TPC_CORE_RUNTIME_LIBRARY};
 }
 
 namespace {
 
-/// The system libraries libtpcrt needs beyond Gloo and OpenBLAS: MPI's (the mpirun path) and
+/// The system libraries libtpcrt's core needs beyond Gloo: MPI's (the mpirun path) and
 /// PCRE2's and ICU's (the tokenizers), ','-separated.
 SmallVector<StringRef> systemLibraries() {
   SmallVector<StringRef> libraries;
@@ -46,11 +45,11 @@ SmallVector<std::string> commandFor(StringRef source, StringRef output, bool cud
   if (cuda) {
     // sm_90a, not -arch=sm_90a: that shorthand can add a plain sm_90 pass, which rejects
     // Hopper-only instructions. Libraries go to the linker as they are (nvcc only knows
-    // .a/.so by name).
+    // .a/.so by name): the CUDA backend, the core, no CPU backend and no BLAS.
     SmallVector<std::string> args = {
         TPC_NVCC, "-std=c++17", "-O2", "-gencode=arch=compute_90a,code=sm_90a", include,
-        source.str(), "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY, "-Xlinker", TPC_RUNTIME_LIBRARY,
-        "-Xlinker", TPC_GLOO_LIBRARY, "-Xlinker", TPC_OPENBLAS_LIBRARY};
+        source.str(), "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY, "-Xlinker", TPC_CORE_RUNTIME_LIBRARY,
+        "-Xlinker", TPC_GLOO_LIBRARY};
     for (StringRef library : systemLibraries())
       args.append({"-Xlinker", library.str()});
     args.append({"-L" TPC_CUDA_LIB_DIR, "-lcublasLt", "-lnccl", "-lpthread", "-Xlinker",
@@ -76,8 +75,9 @@ SmallVector<std::string> commandFor(StringRef source, StringRef output, bool cud
   StringRef(TPC_SANITIZE_FLAGS).split(sanitize, ' ', -1, /*KeepEmpty=*/false);
   for (StringRef flag : sanitize)
     args.push_back(flag.str());
-  args.append({include, source.str(), TPC_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY,
-               TPC_OPENBLAS_LIBRARY});
+  // The CPU backend, the core, and what they need.
+  args.append({include, source.str(), TPC_RUNTIME_LIBRARY, TPC_CORE_RUNTIME_LIBRARY,
+               TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY});
   for (StringRef library : systemLibraries())
     args.push_back(library.str());
   args.append({"-lpthread", "-o", output.str()});
