@@ -80,9 +80,6 @@ size_t elementCount(std::initializer_list<int64_t> factors) {
   return size_t(n);
 }
 
-/// The bytes one element of `type` takes.
-uint64_t elementBytes(DType type) { return type == DType::BF16 ? 2 : 4; }
-
 /// What --trace reports of the memory a run holds.
 struct Footprint {
   uint64_t weightBytes = 0; // as loaded (or generated)
@@ -118,7 +115,8 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       size_t elements = 1;
       for (int64_t d : weight.shape)
         elements = elementCount({int64_t(elements), d});
-      total += uint64_t(elements) * elementBytes(backend.weightType(weight));
+      weight.dtype = backend.weightType(weight);
+      total += weight.bytes();
       if (!checkpoint) // generated: what the rank holds (a checkpoint counts what it read)
         footprint.weightBytes += uint64_t(slice.heldElements(param.hfShape)) * 4;
       weights.push_back(std::move(weight));

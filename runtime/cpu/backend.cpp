@@ -46,7 +46,7 @@ public:
   DType weightType(const WeightDesc &) const override { return DType::F32; }
   void allocateWeights(const std::vector<WeightDesc> &weights) override {
     std::vector<size_t> counts;
-    for (const WeightDesc &weight : weights)
+    for (const WeightDesc &weight : weights) // all F32 (weightType)
       counts.push_back(size_t(weight.elements()));
     cx.weights.allocate(counts);
   }

@@ -740,8 +740,10 @@ public:
   void attach(const RankInfo &rank) override { tp = rank.tp; }
   DType weightType(const WeightDesc &) const override { return DType::BF16; }
   void allocateWeights(const std::vector<WeightDesc> &descs) override {
-    for (const WeightDesc &desc : descs)
+    for (const WeightDesc &desc : descs) {
       weights.emplace_back(size_t(desc.elements()), -100.0f);
+      bf16 = bf16 && desc.dtype == DType::BF16;
+    }
   }
   float *hostWeight(size_t) override { return nullptr; }
   void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) override {
@@ -770,7 +772,7 @@ public:
   bool injectFault() override { return false; }
 
   int tp = 0;
-  bool started = false;
+  bool bf16 = true, started = false;
   std::vector<std::vector<float>> weights;
   std::vector<size_t> writes;
   size_t cacheLayers = 0;
@@ -803,6 +805,7 @@ TEST(Driver, LoadsWeightsIntoTheBackendTensorByTensor) {
   std::string out = ::testing::internal::GetCapturedStdout();
   ASSERT_EQ(code, 0);
   EXPECT_EQ(backend.tp, 1);
+  EXPECT_TRUE(backend.bf16); // described in the type the backend asked for
   EXPECT_TRUE(backend.started);
   EXPECT_EQ(backend.writes, (std::vector<size_t>{0, 1}));
   for (size_t i = 0; i < spec.params.size(); ++i) {

@@ -17,20 +17,23 @@ namespace tpcrt {
 
 /// How a backend stores a weight's elements. The checkpoint's values reach it as fp32
 /// (Backend::writeWeight), converted as it stores them; block-quantized types join here,
-/// each with its own element count per block.
+/// with their bytes per block.
 enum class DType { F32, BF16 };
 
 /// One weight as a backend holds it: this rank's slice of parameter `param` (its index in
-/// ModelSpec::params), of the local `shape` (padding included).
+/// ModelSpec::params), of the local `shape` (padding included), stored as `dtype`.
 struct WeightDesc {
   size_t param = 0;
   std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+
   int64_t elements() const {
     int64_t n = 1;
     for (int64_t d : shape)
       n *= d;
     return n;
   }
+  uint64_t bytes() const { return uint64_t(elements()) * (dtype == DType::BF16 ? 2 : 4); }
 };
 
 /// One attention layer's KV cache: the keys' and the values' elements per token (local).
@@ -59,9 +62,10 @@ public:
   /// connects its own communicator here).
   virtual void start() {}
 
-  /// The type weight `desc` is stored in (the CPU's fp32, the GPU's bf16).
+  /// The type a weight of `desc`'s parameter and shape is stored in (the CPU's fp32, the
+  /// GPU's bf16); the core writes it into the descriptions allocateWeights is given.
   virtual DType weightType(const WeightDesc &desc) const = 0;
-  /// Room for every weight, in `weights` order (ModelSpec::params').
+  /// Room for every weight, in `weights` order (ModelSpec::params'), each of its dtype.
   virtual void allocateWeights(const std::vector<WeightDesc> &weights) = 0;
   /// Host fp32 memory that weight `i` lives in, which the loader writes straight into; null
   /// where it lives elsewhere or in another type, and the loader stages it (writeWeight).
