@@ -2,29 +2,14 @@
 #include "tpcrt/chat_template.h"
 
 #include "jinja.h"
+#include "tpcrt/file.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <sys/stat.h>
 
 namespace tpcrt {
 
 namespace {
-
-bool readFile(const std::string &path, std::string &out) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-    return false;
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::ostringstream ss;
-  if (st.st_size > 0 && !(ss << in.rdbuf()))
-    return false;
-  out = ss.str();
-  return true;
-}
 
 bool exists(const std::string &path) {
   struct stat st;

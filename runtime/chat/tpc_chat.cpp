@@ -4,27 +4,16 @@
 // MESSAGES_JSON is a file holding [{"role": ..., "content": ...}, ...]. The rendering goes to
 // stdout as it is (no newline added); an error to stderr, exit 1.
 #include "tpcrt/chat_template.h"
+#include "tpcrt/file.h"
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 static int usage() {
   std::fprintf(stderr, "usage: tpc-chat TEMPLATE_FILE MESSAGES_JSON [--no-generation-prompt] "
                        "[--bos X] [--eos Y]\n");
   return 2;
-}
-
-static bool readFile(const char *path, std::string &out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
 }
 
 int main(int argc, char **argv) {
@@ -45,11 +34,11 @@ int main(int argc, char **argv) {
   if (positional.size() != 2)
     return usage();
   std::string source, messagesText;
-  if (!readFile(positional[0], source)) {
+  if (!tpcrt::readFile(positional[0], source)) {
     std::fprintf(stderr, "tpc-chat: error: cannot read %s\n", positional[0]);
     return 1;
   }
-  if (!readFile(positional[1], messagesText)) {
+  if (!tpcrt::readFile(positional[1], messagesText)) {
     std::fprintf(stderr, "tpc-chat: error: cannot read %s\n", positional[1]);
     return 1;
   }

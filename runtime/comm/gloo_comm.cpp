@@ -1,10 +1,7 @@
-// A tp group through Gloo: a full mesh of TCP pairs set up through a FileStore, and Gloo's
-// collectives behind tpcrt::Communicator (the same-host transport where it can); and
-// Comm::connect, which sends a job mpirun started to MPI (mpi_comm.cpp) instead.
-#include "tpcrt/comm.h"
-
-#include "mpi_comm.h"
-#include "shm_comm.h"
+// A tp group through Gloo: a full mesh of TCP pairs set up through a FileStore in the
+// rendezvous directory, and Gloo's collectives behind tpcrt::Communicator (the same-host
+// transport where it can).
+#include "group.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -20,13 +17,9 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <csignal>
-#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
@@ -34,20 +27,6 @@
 namespace tpcrt {
 
 namespace {
-
-/// A rank with no peer: the tp group of one, or the per-rank view.
-class LocalComm : public Comm {
-public:
-  explicit LocalComm(const CommOptions &options)
-      : Comm(options), local(options.rank, options.world, memory, /*variableSizes=*/true) {}
-  Communicator &communicator() override { return local; }
-  void broadcast(void *, size_t, int) override {}
-  void barrier() override {}
-
-private:
-  HostMemory memory;
-  LocalCommunicator local;
-};
 
 /// Gloo's collectives on fp32 host buffers: its allreduce, allgather and alltoall, and the
 /// halving-doubling reduce-scatter of its older algorithm classes.
@@ -125,17 +104,11 @@ private:
   std::vector<ReduceScatter> reduceScatters;
 };
 
-/// A group connected through Gloo; its collectives go through shared memory instead where
-/// every rank is on this machine (`same`).
-class GlooComm : public Comm {
+/// A group connected through Gloo.
+class GlooComm : public ConnectedGroup {
 public:
   GlooComm(const CommOptions &options, std::shared_ptr<gloo::Context> context)
-      : Comm(options), context(context), gloo(context) {}
-
-  Communicator &communicator() override {
-    return same ? static_cast<Communicator &>(*same) : gloo;
-  }
-  void useSameHost(std::unique_ptr<ShmCommunicator> shm) { same = std::move(shm); }
+      : ConnectedGroup(options), context(context), gloo(context) {}
 
   void broadcast(void *data, size_t bytes, int root) override {
     gloo::BroadcastOptions opts(context);
@@ -149,54 +122,13 @@ public:
     gloo::barrier(opts);
   }
 
+protected:
+  Communicator &own() override { return gloo; }
+
 private:
   std::shared_ptr<gloo::Context> context;
   GlooCommunicator gloo;
-  std::unique_ptr<ShmCommunicator> same;
 };
-
-// What a rank leaves in the rendezvous directory: its claim ("host pid", written when it
-// joins) and, when it stops on an error, the reason.
-std::string claimPath(const std::string &dir, int rank) {
-  return dir + "/tpc.rank" + std::to_string(rank);
-}
-std::string exitPath(const std::string &dir, int rank) {
-  return dir + "/tpc.exit" + std::to_string(rank);
-}
-
-std::string joinList(const std::vector<std::string> &items, const char *separator) {
-  std::string out;
-  for (const std::string &item : items)
-    out += (out.empty() ? "" : separator) + item;
-  return out;
-}
-
-} // namespace
-
-namespace {
-
-/// One look at the rendezvous directory for `rank`'s peers: those whose process on this
-/// machine is gone, and those that left a reason for stopping.
-void lookForPeers(const CommOptions &options, std::vector<std::string> &lost,
-                  std::vector<std::string> &stopped) {
-  const std::string &dir = options.rendezvousDir;
-  std::string host = hostName();
-  for (int r = 0; r < options.world; ++r) {
-    if (r == options.rank)
-      continue;
-    std::string reason;
-    if (std::ifstream in(exitPath(dir, r)); in && std::getline(in, reason)) {
-      stopped.push_back("rank " + std::to_string(r) + " stopped: " + reason);
-      continue;
-    }
-    std::ifstream claim(claimPath(dir, r));
-    std::string peerHost;
-    long pid = 0;
-    if (claim >> peerHost >> pid && peerHost == host && processEnded(pid))
-      lost.push_back("rank " + std::to_string(r) + " (process " + std::to_string(pid) +
-                     " is gone)");
-  }
-}
 
 /// Whether every rank claimed its place from this machine.
 bool allOnThisHost(const CommOptions &options) {
@@ -210,137 +142,28 @@ bool allOnThisHost(const CommOptions &options) {
   return true;
 }
 
-/// TPC_TRANSPORT, or "auto"; "" for a value that is none of auto, shm, gloo and mpi.
-std::string transportFromEnv() {
-  const char *asked = std::getenv("TPC_TRANSPORT");
-  std::string transport = asked && *asked ? asked : "auto";
-  return transport == "auto" || transport == "shm" || transport == "gloo" || transport == "mpi"
-             ? transport
-             : "";
-}
-
 /// The collectives through shared memory where every rank is on this machine (TPC_TRANSPORT
-/// auto, the default, or shm); Gloo's TCP otherwise (TPC_TRANSPORT=gloo). Rank 0 makes the
-/// segment and tells the others its name; it is unlinked once all have mapped it, so nothing
-/// outlives the job. False, with `error`, where shm was asked for and cannot be had.
-bool chooseTransport(GlooComm &comm, const CommOptions &options, std::string &error) {
-  std::string transport = transportFromEnv();
+/// auto, the default, or shm); Gloo's TCP otherwise (TPC_TRANSPORT=gloo). False, with
+/// `error`, where shm was asked for and cannot be had.
+bool chooseTransport(GlooComm &comm, const CommOptions &options, const std::string &transport,
+                     std::string &error) {
   if (transport == "gloo")
     return true;
-  if (!allOnThisHost(options)) {
-    if (transport == "shm")
-      error = "TPC_TRANSPORT=shm needs every rank on one machine, and the ranks of " +
-              options.rendezvousDir + " are not";
-    return transport == "auto";
-  }
   CommOptions peers = options;
   auto gone = [peers] {
     std::vector<std::string> lost, stopped;
     lookForPeers(peers, lost, stopped);
     return joinList(lost.empty() ? stopped : lost, ", ");
   };
-  // Rank 0 makes and sizes the segment before the others learn its name ("" where it could
-  // not).
-  char name[64] = {};
-  std::string why;
-  std::unique_ptr<ShmCommunicator> shm;
-  if (options.rank == 0) {
-    std::snprintf(name, sizeof name, "/tpc-%ld-%lx", long(::getpid()),
-                  (unsigned long)std::chrono::steady_clock::now().time_since_epoch().count());
-    shm = ShmCommunicator::open(name, 0, options.world, options.timeoutSeconds, gone, why);
-    if (!shm)
-      name[0] = '\0';
-  }
-  comm.broadcast(name, sizeof name, 0);
-  if (options.rank != 0 && name[0])
-    shm = ShmCommunicator::open(name, options.rank, options.world, options.timeoutSeconds,
-                                gone, why);
-  else if (options.rank != 0)
-    why = "rank 0 could not make the shared-memory segment";
-  // Whether every rank has it: the group uses it only if all do.
-  float failed = shm ? 0.0f : 1.0f;
-  comm.communicator().allReduce(&failed, 1);
-  if (options.rank == 0 && name[0])
-    ::shm_unlink(name);
-  if (failed > 0) {
-    if (transport == "shm")
-      error = shm ? "another rank could not map the shared-memory segment" : why;
-    return transport == "auto";
-  }
-  comm.useSameHost(std::move(shm));
-  return true;
+  return comm.shareMemory(transport, allOnThisHost(options),
+                          "the ranks of " + options.rendezvousDir + " are not", "tpc", gone,
+                          error);
 }
 
 } // namespace
 
-std::string hostName() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
-bool processEnded(long pid) {
-  if (pid <= 0)
-    return false;
-  if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
-    return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  size_t paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() &&
-         (text[paren + 2] == 'Z' || text[paren + 2] == 'X');
-}
-
-std::string rendezvousDirFromEnv() {
-  if (const char *dir = std::getenv("TPC_RENDEZVOUS_DIR"); dir && *dir)
-    return dir;
-  if (const char *run = std::getenv("TORCHELASTIC_RUN_ID"); run && *run) {
-    const char *root = std::getenv("TPC_RENDEZVOUS_ROOT");
-    std::string dir = std::string(root && *root ? root : "/tmp") + "/tpc-rendezvous-" + run;
-    // torchrun's default run id is "none" for every job; its ranks share the agent process
-    // as their parent, which tells one job from the next on this machine.
-    if (std::string(run) == "none")
-      dir += "-" + std::to_string(getppid());
-    return dir;
-  }
-  return "";
-}
-
-std::unique_ptr<Comm> Comm::noop(int world) {
-  CommOptions options;
-  options.world = world;
-  return std::make_unique<LocalComm>(options);
-}
-
-std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &error) {
-  // The transport is checked before joining, so that no peer waits on this rank.
-  std::string transport = transportFromEnv();
-  bool mpirun = startedByMpirun();
-  if (transport.empty()) {
-    error = std::string("TPC_TRANSPORT must be auto, shm, gloo or mpi, not '") +
-            std::getenv("TPC_TRANSPORT") + "'";
-    return nullptr;
-  }
-  if (transport == "mpi" && !mpirun) {
-    error = "TPC_TRANSPORT=mpi needs a job started by mpirun (OMPI_COMM_WORLD_SIZE is not "
-            "set); tpc launch and torchrun jobs use auto, shm or gloo";
-    return nullptr;
-  }
-  if (transport == "gloo" && mpirun) {
-    error = "TPC_TRANSPORT=gloo needs a rendezvous directory (tpc launch, torchrun); under "
-            "mpirun the ranks meet through MPI: use auto, shm or mpi";
-    return nullptr;
-  }
-  if (options.world == 1)
-    return std::make_unique<LocalComm>(options);
-  if (mpirun)
-    return connectMpi(options, transport, error);
-  if (options.rendezvousDir.empty()) {
-    error = "no rendezvous directory: set TPC_RENDEZVOUS_DIR (tpc launch does) or run under "
-            "torchrun (TORCHELASTIC_RUN_ID)";
-    return nullptr;
-  }
+std::unique_ptr<Comm> connectGloo(const CommOptions &options, const std::string &transport,
+                                  std::string &error) {
   const std::string &dir = options.rendezvousDir;
   ::mkdir(dir.c_str(), 0700);
   if (::access((dir + "/tpc.retired").c_str(), F_OK) == 0) {
@@ -349,7 +172,7 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
     return nullptr;
   }
   // Each rank claims its place once; a claim already there is an earlier job's.
-  std::string claim = dir + "/tpc.rank" + std::to_string(options.rank);
+  std::string claim = claimPath(dir, options.rank);
   int fd = ::open(claim.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
   if (fd < 0) {
     error = errno == EEXIST ? "rendezvous directory " + dir + " is stale: rank " +
@@ -381,7 +204,7 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
     // connection error rather than the failure that follows.
     comm->barrier();
     // Every rank decides the same: chooseTransport's own collectives keep them together.
-    if (!chooseTransport(*comm, options, error))
+    if (!chooseTransport(*comm, options, transport, error))
       return nullptr;
     return comm;
   } catch (const std::exception &e) {
@@ -399,39 +222,6 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
       error = std::string("could not connect the ranks: ") + e.what();
     return nullptr;
   }
-}
-
-void Comm::retire() {
-  if (options.world > 1 && options.rank == 0) {
-    int fd = ::open((options.rendezvousDir + "/tpc.retired").c_str(), O_CREAT | O_WRONLY, 0600);
-    if (fd >= 0)
-      ::close(fd);
-  }
-}
-
-void Comm::recordExit(const std::string &reason) const {
-  if (options.world < 2 || options.rendezvousDir.empty())
-    return;
-  std::ofstream(exitPath(options.rendezvousDir, options.rank)) << reason << "\n";
-}
-
-std::string Comm::lostPeers() const {
-  if (options.world < 2 || options.rendezvousDir.empty())
-    return "";
-  std::vector<std::string> lost, stopped;
-  // A killed peer's sockets close a moment before its process is reaped: look for a second.
-  for (int attempt = 0; attempt < 20 && lost.empty() && stopped.empty(); ++attempt) {
-    if (attempt)
-      ::usleep(50000);
-    lookForPeers(options, lost, stopped);
-  }
-  if (!lost.empty())
-    return "lost " + joinList(lost, ", ");
-  if (!stopped.empty())
-    return joinList(stopped, "; ");
-  if (options.world == 2)
-    return "lost rank " + std::to_string(1 - options.rank) + " (it stopped answering)";
-  return "";
 }
 
 } // namespace tpcrt

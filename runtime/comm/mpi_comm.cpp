@@ -1,4 +1,4 @@
-// A tp group started by mpirun (mpi_comm.h): MPI starts it, with the ranks and the world
+// A tp group started by mpirun (connectMpi, group.h): MPI starts it, with the ranks and the world
 // mpirun gave, and either moves the collectives itself (MPI_Allreduce, ...) or only starts
 // the shared-memory transport where every rank is on this machine, as the measurements in
 // bench/results/comm-transport.txt favour.
@@ -7,31 +7,20 @@
 // waiting in MPI, and mpirun, which sees the process end, ends the job and names the rank.
 // So a rank that fails exits without MPI_Finalize (which would wait for every peer), and
 // only a clean exit (retire) finalizes.
-#include "mpi_comm.h"
-
-#include "shm_comm.h"
+#include "group.h"
 
 // MPI's C bindings only: its C++ ones would need libmpi_cxx.
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
-#include <chrono>
 #include <climits>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
 
 namespace tpcrt {
-
-bool startedByMpirun() {
-  const char *size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const char *rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  return size && *size && rank && *rank;
-}
 
 namespace {
 
@@ -128,20 +117,14 @@ struct Peer {
   char host[256];
 };
 
-/// A group mpirun started; its collectives go through shared memory instead where `same` is
-/// set.
-class MpiComm : public Comm {
+/// A group mpirun started.
+class MpiComm : public ConnectedGroup {
 public:
   MpiComm(const CommOptions &options, MPI_Comm comm, std::vector<Peer> peers)
-      : Comm(options), comm(comm), mpi(comm, options.rank, options.world),
+      : ConnectedGroup(options), comm(comm), mpi(comm, options.rank, options.world),
         peers(std::move(peers)) {}
   // The communicator is not freed: MPI_Comm_free may wait on peers where a rank leaves on an
   // error, and MPI_Finalize frees it at a clean exit.
-
-  Communicator &communicator() override {
-    return same ? static_cast<Communicator &>(*same) : mpi;
-  }
-  void useSameHost(std::unique_ptr<ShmCommunicator> shm) { same = std::move(shm); }
 
   void broadcast(void *data, size_t bytes, int root) override {
     check(MPI_Bcast(data, mpiCount(bytes), MPI_BYTE, root, comm), "MPI_Bcast");
@@ -184,61 +167,14 @@ public:
     return true;
   }
 
-  /// Whether every rank has `ok`: the group takes a path only where all can.
-  bool everyRank(bool ok) {
-    int mine = ok ? 1 : 0, all = 0;
-    check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-    return all == 1;
-  }
+protected:
+  Communicator &own() override { return mpi; }
 
 private:
   MPI_Comm comm;
   MpiCommunicator mpi;
-  std::unique_ptr<ShmCommunicator> same;
   std::vector<Peer> peers;
 };
-
-/// TPC_TRANSPORT auto or shm: the collectives through the shared-memory transport where
-/// every rank is on this machine, as chooseTransport does for the rendezvous (gloo_comm.cpp),
-/// MPI carrying the segment's name. False, with `error`, where shm was asked for and cannot
-/// be had.
-bool chooseSharedMemory(MpiComm &group, const CommOptions &options, const std::string &transport,
-                        std::string &error) {
-  if (!group.allOnThisHost()) {
-    if (transport == "shm")
-      error = "TPC_TRANSPORT=shm needs every rank on one machine, and mpirun placed them on "
-              "several";
-    return transport == "auto";
-  }
-  const MpiComm *peers = &group; // lives as long as the communicator it checks for
-  auto gone = [peers] { return peers->gone(); };
-  char name[64] = {};
-  std::string why;
-  std::unique_ptr<ShmCommunicator> shm;
-  if (options.rank == 0) {
-    std::snprintf(name, sizeof name, "/tpc-mpi-%ld-%lx", long(::getpid()),
-                  (unsigned long)std::chrono::steady_clock::now().time_since_epoch().count());
-    shm = ShmCommunicator::open(name, 0, options.world, options.timeoutSeconds, gone, why);
-    if (!shm)
-      name[0] = '\0';
-  }
-  group.broadcast(name, sizeof name, 0);
-  if (options.rank != 0 && name[0])
-    shm = ShmCommunicator::open(name, options.rank, options.world, options.timeoutSeconds,
-                                gone, why);
-  else if (options.rank != 0)
-    why = "rank 0 could not make the shared-memory segment";
-  bool all = group.everyRank(shm != nullptr);
-  if (options.rank == 0 && name[0]) // every rank has mapped it, or given up
-    ::shm_unlink(name);
-  if (!all) {
-    if (transport == "shm")
-      error = shm ? "another rank could not map the shared-memory segment" : why;
-    return transport == "auto";
-  }
-  group.useSameHost(std::move(shm));
-  return true;
-}
 
 } // namespace
 
@@ -271,7 +207,11 @@ std::unique_ptr<Comm> connectMpi(const CommOptions &options, const std::string &
     check(MPI_Allgather(&me, sizeof me, MPI_BYTE, peers.data(), sizeof me, MPI_BYTE, comm),
           "MPI_Allgather");
     auto group = std::make_unique<MpiComm>(options, comm, std::move(peers));
-    if (transport != "mpi" && !chooseSharedMemory(*group, options, transport, error))
+    // The segment's name travels through MPI; a peer is gone when its process is.
+    const MpiComm *self = group.get(); // lives as long as the communicator it checks for
+    if (transport != "mpi" &&
+        !group->shareMemory(transport, group->allOnThisHost(), "mpirun placed them on several",
+                            "tpc-mpi", [self] { return self->gone(); }, error))
       return nullptr;
     return group;
   } catch (const std::exception &e) {

@@ -1,9 +1,9 @@
 // The main of every emitted binary, runModel, and the steps it reads as a list of: the request
-// (request.cpp), joining the tp group, this rank's weights, the generation (generate.cpp),
-// the files it writes (--dump-logits, --trace), and leaving together.
+// (request.cpp), joining the tp group, this rank's weights loaded into the backend, the
+// generation (generate.cpp), the files it writes (--dump-logits, --trace), and leaving
+// together. Whatever the backend: it owns the buffers, this only says what they hold.
 #include "driver.h"
 
-#include <cblas.h>
 #include <nlohmann/json.hpp>
 
 #include <csignal>
@@ -49,10 +49,6 @@ std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request,
     status = 1;
     return std::nullopt;
   }
-  // One BLAS thread per rank unless asked otherwise: ranks share the machine's cores.
-  if (!std::getenv("OPENBLAS_NUM_THREADS"))
-    openblas_set_num_threads(1);
-
   if (request.fault.rank == group.rank && request.fault.kind == Fault::NoStart) {
     std::fprintf(stderr, "TPC_FAULT: rank %d exits before the rendezvous\n", group.rank);
     status = 0;
@@ -84,92 +80,96 @@ size_t elementCount(std::initializer_list<int64_t> factors) {
   return size_t(n);
 }
 
-/// What the Context's pointers lead into, held for the run.
-struct Storage {
-  uint64_t weightBytes = 0; // as loaded (or generated), for --trace
-  std::vector<std::vector<float>> caches;
-  std::vector<float> arena;
+/// What --trace reports of the memory a run holds.
+struct Footprint {
+  uint64_t weightBytes = 0; // as loaded (or generated)
+  uint64_t arenaBytes = 0;  // the backend's activation arena
 };
 
-/// Fills `cx` with this rank's weights (its slices of the checkpoint, or generated from
-/// --random-weights), its KV caches and its activation arena, held in `memory`, then hands
-/// them to the backend (spec.prepare). On failure says why in `error`.
-bool loadWeights(const ModelSpec &spec, const Args &args, Context &cx, Storage &memory,
-                 std::string &error) {
+/// Loads this rank's weights into `backend` (its slices of the checkpoint, or generated from
+/// --random-weights), one tensor at a time: straight into the backend's host memory where
+/// it has some, else through one staging buffer the size of the largest tensor, never a copy
+/// of the whole slice; then has it make its KV caches and activation arena, and start. On
+/// failure says why in `error`.
+bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
+                 Backend &backend, Footprint &footprint, std::string &error) {
   std::unique_ptr<Checkpoint> checkpoint;
   if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error)))
     return false;
   // What is being allocated, for the error when memory runs out.
   std::string allocating;
   try {
-    std::vector<size_t> counts;
-    for (const ParamDesc &param : spec.params) {
-      if (!param.slice.ranks.empty() && param.slice.ranks.size() != 2 * size_t(cx.tp)) {
-        error = std::string("parameter ") + param.name + " is split for " +
-                std::to_string(param.slice.ranks.size() / 2) + " ranks, not " +
-                std::to_string(cx.tp);
-        return false;
-      }
-      SliceSpec slice = param.slice.forRank(cx.rank, cx.tp);
-      size_t elements = 1;
-      for (int64_t d : slice.localShape(param.hfShape))
-        elements = elementCount({int64_t(elements), d});
-      cx.slices.push_back(slice);
-      // A device that generates its random weights where they will live needs no host copy.
-      bool onDevice = !checkpoint && spec.prepare;
-      counts.push_back(onDevice ? 0 : elements);
-      if (!checkpoint) // generated: what the rank holds (a checkpoint counts what it read)
-        memory.weightBytes += uint64_t(slice.heldElements(param.hfShape)) * 4;
-    }
-    if (!checkpoint && spec.prepare)
-      cx.randomSeed = args.randomSeed;
-    size_t total = 0;
-    for (size_t count : counts)
-      total += count;
-    allocating = "the weights (" + std::to_string(total * 4) + " bytes)";
-    cx.weights.allocate(counts);
+    std::vector<WeightDesc> weights;
+    std::vector<SliceSpec> slices;
+    uint64_t total = 0;
     for (size_t i = 0; i < spec.params.size(); ++i) {
       const ParamDesc &param = spec.params[i];
-      if (!counts[i])
+      if (!param.slice.ranks.empty() && param.slice.ranks.size() != 2 * size_t(rank.tp)) {
+        error = std::string("parameter ") + param.name + " is split for " +
+                std::to_string(param.slice.ranks.size() / 2) + " ranks, not " +
+                std::to_string(rank.tp);
+        return false;
+      }
+      SliceSpec slice = param.slice.forRank(rank.rank, rank.tp);
+      WeightDesc weight{i, slice.localShape(param.hfShape)};
+      size_t elements = 1;
+      for (int64_t d : weight.shape)
+        elements = elementCount({int64_t(elements), d});
+      weight.dtype = backend.weightType(weight);
+      total += weight.bytes();
+      if (!checkpoint) // generated: what the rank holds (a checkpoint counts what it read)
+        footprint.weightBytes += uint64_t(slice.heldElements(param.hfShape)) * 4;
+      weights.push_back(std::move(weight));
+      slices.push_back(slice);
+    }
+    allocating = "the weights (" + std::to_string(total) + " bytes)";
+    backend.allocateWeights(weights);
+    std::vector<float> staging;
+    for (size_t i = 0; i < spec.params.size(); ++i) {
+      const ParamDesc &param = spec.params[i];
+      if (!checkpoint && backend.generateWeight(i, *args.randomSeed, param, slices[i]))
         continue;
+      int64_t elements = weights[i].elements();
+      float *out = backend.hostWeight(i);
+      bool staged = !out;
+      if (staged) {
+        allocating = "the staging buffer of " + std::string(param.name);
+        staging.resize(size_t(elements));
+        out = staging.data();
+      }
       if (checkpoint) {
         uint64_t bytes = 0;
-        if (!checkpoint->read(param.name, param.hfShape, cx.slices[i], cx.weights.data(i), bytes,
-                              error, param.sources))
+        if (!checkpoint->read(param.name, param.hfShape, slices[i], out, bytes, error,
+                              param.sources))
           return false;
-        memory.weightBytes += bytes;
+        footprint.weightBytes += bytes;
       } else {
-        generateSlice(*args.randomSeed, param.name, param.hfShape, cx.slices[i],
-                      cx.weights.data(i));
+        generateSlice(*args.randomSeed, param.name, param.hfShape, slices[i], out);
       }
+      if (staged)
+        backend.writeWeight(i, 0, out, elements);
     }
+    staging = {};
     allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);
-    for (size_t i = 0; !spec.prepare && i < spec.kvWidths.size(); ++i) {
-      int64_t width = spec.kvWidths[i], valueWidth = spec.kvValueWidths[i];
-      memory.caches.emplace_back(elementCount({width + valueWidth, args.maxSeqLen}));
-      float *base = memory.caches.back().data();
-      cx.caches.push_back({base, base + width * args.maxSeqLen, args.maxSeqLen, width, 0});
+    std::vector<KVCacheDesc> layers;
+    for (size_t i = 0; i < spec.kvWidths.size(); ++i) {
+      elementCount({spec.kvWidths[i] + spec.kvValueWidths[i], args.maxSeqLen});
+      layers.push_back({spec.kvWidths[i], spec.kvValueWidths[i]});
     }
+    backend.allocateCaches(layers, args.maxSeqLen);
     allocating = "the activations for --max-seq-len " + std::to_string(args.maxSeqLen);
-    if (!spec.prepare)
-      memory.arena.resize(elementCount({spec.floatsPerToken, args.maxSeqLen}));
+    elementCount({spec.floatsPerToken, args.maxSeqLen});
+    footprint.arenaBytes = backend.allocateArena(spec.floatsPerToken, args.maxSeqLen);
+    backend.start();
   } catch (const std::bad_alloc &) {
     error = "out of memory allocating " + allocating;
     return false;
   } catch (const std::length_error &) {
     error = "cannot allocate " + allocating + ": its size overflows";
     return false;
-  }
-  cx.arena = memory.arena.data();
-  if (!spec.prepare)
-    cx.arenaBytes = uint64_t(memory.arena.size()) * sizeof(float);
-  if (spec.prepare) {
-    try {
-      spec.prepare(cx, spec);
-    } catch (const std::exception &e) {
-      error = e.what();
-      return false;
-    }
+  } catch (const std::exception &e) { // the backend's own (a device's)
+    error = e.what();
+    return false;
   }
   return true;
 }
@@ -198,15 +198,15 @@ std::string tracePath(const std::string &file, int rank, int world) {
 /// --trace: this rank's collectives as executed, the weight bytes it loaded and the bytes
 /// of its activation arena, as JSON that tests compare with what `tpc analyze` predicts.
 bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &group,
-                uint64_t weightBytes, const Context &cx) {
+                const Footprint &footprint, const std::vector<TraceEntry> &trace) {
   nlohmann::ordered_json j;
   j["model"] = spec.name;
   j["rank"] = group.rank;
   j["world"] = group.world;
-  j["weight_bytes_loaded"] = weightBytes;
-  j["arena_bytes"] = cx.arenaBytes;
+  j["weight_bytes_loaded"] = footprint.weightBytes;
+  j["arena_bytes"] = footprint.arenaBytes;
   j["collectives"] = nlohmann::ordered_json::array();
-  for (const TraceEntry &e : cx.trace)
+  for (const TraceEntry &e : trace)
     j["collectives"].push_back(
         {{"kind", e.kind}, {"module", e.module}, {"tokens", e.tokens}, {"bytes", e.bytes}});
   std::ofstream out(tracePath(file, group.rank, group.world));
@@ -247,7 +247,7 @@ std::string describeFailure(const std::exception &e, bool peers, const std::stri
          " failed: " + e.what();
 }
 
-int runModel(const ModelSpec &spec, int argc, char **argv) {
+int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   int status = 0;
   std::optional<Request> request = readRequest(spec, argc, argv, status);
   if (!request)
@@ -257,19 +257,29 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   if (!group)
     return status;
   // From here on the peers are connected: a rank that stops says why where they can read it.
-  Context cx;
-  cx.rank = group->rank;
-  cx.tp = group->world;
-  cx.localRank = group->localRank;
-  cx.maxTokens = args.maxSeqLen;
-  cx.timeoutSeconds = args.timeoutSeconds;
-  cx.attach(*group->comm);
-  Storage memory;
+  std::vector<TraceEntry> trace; // the collectives run, as each communicator recorded them
+  RankInfo rank;
+  rank.rank = group->rank;
+  rank.tp = group->world;
+  rank.localRank = group->localRank;
+  rank.maxTokens = args.maxSeqLen;
+  rank.timeoutSeconds = args.timeoutSeconds;
+  rank.comm = group->comm.get();
+  rank.trace = &trace;
+  // The group's host collectives are recorded whatever the backend (a device may move its
+  // own through them, TPC_CUDA_COMM=gloo's).
+  group->comm->communicator().traceInto(&trace);
+  Footprint footprint;
   std::string error;
-  if (!loadWeights(spec, args, cx, memory, error))
+  try {
+    backend.attach(rank);
+  } catch (const std::exception &e) {
+    return group->stop(e.what());
+  }
+  if (!loadWeights(spec, args, rank, backend, footprint, error))
     return group->stop(error);
 
-  Generator generator(spec, cx, request->fault);
+  Generator generator(spec, backend, rank, request->fault);
   try {
     if (args.warmup && args.maxNewTokens > 0)
       generator.warmUp(args.prompt);
@@ -303,7 +313,7 @@ int runModel(const ModelSpec &spec, int argc, char **argv) {
   if (!args.dumpLogits.empty() && group->rank == 0 &&
       !writeLogits(args.dumpLogits, generator.logits()))
     exitCode = 1;
-  if (!args.trace.empty() && !writeTrace(spec, args.trace, *group, memory.weightBytes, cx))
+  if (!args.trace.empty() && !writeTrace(spec, args.trace, *group, footprint, trace))
     exitCode = 1;
   return leave(*group, exitCode);
 }

@@ -4,6 +4,7 @@
 #ifndef TPCRT_CORE_DRIVER_H
 #define TPCRT_CORE_DRIVER_H
 
+#include "tpcrt/backend.h"
 #include "tpcrt/model.h"
 #include "tpcrt/tokenizer.h"
 
@@ -83,8 +84,8 @@ struct Timings {
 /// knows the phase under way, which a failure reports.
 class Generator {
 public:
-  Generator(const ModelSpec &spec, Context &cx, const Fault &fault)
-      : spec(spec), cx(cx), fault(fault) {}
+  Generator(const ModelSpec &spec, Backend &backend, const RankInfo &rank, const Fault &fault)
+      : spec(spec), backend(backend), rank(rank), fault(fault) {}
 
   /// --warmup: what only a process's first forwards pay, paid before the timed ones.
   void warmUp(const std::vector<int64_t> &prompt);
@@ -102,7 +103,8 @@ private:
   int64_t forward(const std::vector<int64_t> &ids, int64_t start);
 
   const ModelSpec &spec;
-  Context &cx;
+  Backend &backend;
+  const RankInfo &rank;
   Fault fault;
   int64_t step = 0;       // 0: the prefill; n: the n-th decode step
   bool warming = false;   // --warmup's forwards: not steps, nothing kept

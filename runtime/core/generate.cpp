@@ -28,30 +28,31 @@ double median(std::vector<double> values) {
 
 } // namespace
 
+int64_t argmax(const float *x, int64_t n) { return std::max_element(x, x + n) - x; }
+
 int64_t Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
-  if (!warming && fault.rank == cx.rank && step == fault.step) {
+  if (!warming && fault.rank == rank.rank && step == fault.step) {
     if (fault.kind == Fault::Kill) {
-      std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", cx.rank,
+      std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank.rank,
                    (long long)step);
       std::fflush(stderr);
       std::raise(SIGKILL);
     }
     if (fault.kind == Fault::Device) {
-      if (!cx.device)
+      // The fault surfaces when the forward below waits for the device.
+      if (!backend.injectFault())
         throw std::runtime_error("TPC_FAULT: device faults need a device (--target cuda)");
-      std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n", cx.rank,
-                   (long long)step);
-      cx.device->injectFault();
+      std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n",
+                   rank.rank, (long long)step);
     }
   }
   std::vector<int64_t> positions(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
     positions[i] = start + int64_t(i);
   int64_t n = int64_t(ids.size());
-  int world = cx.tp;
-  bool split = spec.forwardSequenceParallel && n % world == 0 && n >= world && world > 1;
-  const float *logits = (split ? spec.forwardSequenceParallel : spec.forward)(
-      cx, ids.data(), positions.data(), n);
+  int world = rank.tp;
+  bool split = backend.hasSequenceParallel() && n % world == 0 && n >= world && world > 1;
+  const float *logits = backend.forward(ids.data(), positions.data(), n, split);
   const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
   if (!warming)
     dumped.insert(dumped.end(), last, last + spec.vocab);
@@ -74,13 +75,13 @@ void Generator::warmUp(const std::vector<int64_t> &prompt) {
   times.warmupMs = millis(now() - t0);
   for (int i = 1; i <= 2; ++i) {
     current = "warm prefill " + std::to_string(i) + " of 3";
-    cx.resetCaches();
+    backend.resetCaches();
     t0 = now();
     forward(prompt, 0);
     times.prefillMs.push_back(millis(now() - t0));
   }
-  cx.resetCaches();
-  cx.trace.clear(); // the trace lists the generation's collectives, as without --warmup
+  backend.resetCaches();
+  rank.trace->clear(); // the trace lists the generation's collectives, as without --warmup
   warming = false;
 }
 

@@ -1,5 +1,6 @@
-// The model description an emitted program's main() builds, call by call (tpcrt/program.h).
-#include "tpcrt/program.h"
+// The model description an emitted program's main() builds, call by call (tpcrt/model.h),
+// whatever its target.
+#include "tpcrt/model.h"
 
 namespace tpcrt {
 
@@ -30,12 +31,5 @@ void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth) {
 void addEosId(ModelSpec *spec, int64_t id) { spec->eosIds.push_back(id); }
 
 void setMaxPositions(ModelSpec *spec, int64_t positions) { spec->maxPositions = positions; }
-
-void setForwards(ModelSpec *spec, ForwardFn forward, ForwardFn sequenceParallel) {
-  spec->forward = forward;
-  spec->forwardSequenceParallel = sequenceParallel;
-}
-
-int runModel(ModelSpec *spec, int argc, char **argv) { return runModel(*spec, argc, argv); }
 
 } // namespace tpcrt

@@ -4,12 +4,11 @@
 #include "driver.h"
 
 #include "tpcrt/chat_template.h"
+#include "tpcrt/file.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <sys/stat.h>
 
 namespace tpcrt {
@@ -25,22 +24,12 @@ std::string checkpointDir(const std::string &weights) {
   return slash == std::string::npos ? "." : weights.substr(0, slash == 0 ? 1 : slash);
 }
 
-bool readWhole(const std::string &path, std::string &text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  text = buffer.str();
-  return bool(in) || in.eof();
-}
-
 } // namespace
 
 bool tokenizePrompt(Args &args, std::shared_ptr<Tokenizer> &tokenizer, std::string &error) {
   if (!args.promptFile.empty()) {
     std::string text;
-    if (!readWhole(args.promptFile, text)) {
+    if (!readFile(args.promptFile, text)) {
       error = "cannot read --prompt-file " + args.promptFile;
       return false;
     }
@@ -96,7 +85,7 @@ bool readGenerationConfig(Args &args, int rank, std::string &error) {
   if (args.weights.empty())
     return true;
   std::string path = checkpointDir(args.weights) + "/generation_config.json", text;
-  if (!readWhole(path, text))
+  if (!readFile(path, text))
     return true; // a checkpoint without one: config.json's ids only
   nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) {

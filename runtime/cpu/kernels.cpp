@@ -1,5 +1,6 @@
-// CPU kernels of libtpcrt. linear goes to OpenBLAS; the rest are plain loops over rows.
-#include "tpcrt/kernels.h"
+// The CPU backend's kernels (tpcrt/cpu/kernels.h). linear goes to OpenBLAS; the rest are
+// plain loops over rows.
+#include "tpcrt/cpu/kernels.h"
 
 #include <cblas.h>
 
@@ -8,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-namespace tpcrt {
+namespace tpcrt::cpu {
 
 namespace {
 
@@ -414,8 +415,8 @@ void experts(Host host, const float *x, int64_t rows, int64_t hidden, const floa
              int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
              const ExpertsForm &form, float *out) {
   if (!form.inOutInterleaved && !form.gateUpBias && !(form.alpha > 0))
-    return tpcrt::experts(host, x, rows, hidden, routing, experts, gateUp, down, inter, geluTanh,
-                          out);
+    return cpu::experts(host, x, rows, hidden, routing, experts, gateUp, down, inter, geluTanh,
+                        out);
   std::fill(out, out + rows * hidden, 0.0f);
   std::vector<float> gu(2 * inter), gate(inter), up(inter), act(inter), y(hidden);
   for (int64_t t = 0; t < rows; ++t)
@@ -508,8 +509,4 @@ void sliceColumns(Host, const float *x, int64_t rows, int64_t cols, int64_t offs
     std::memcpy(out + r * size, x + r * cols + offset, size * sizeof(float));
 }
 
-int64_t argmax(const float *x, int64_t n) {
-  return std::max_element(x, x + n) - x;
-}
-
-} // namespace tpcrt
+} // namespace tpcrt::cpu

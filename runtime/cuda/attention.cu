@@ -1,7 +1,7 @@
 // Attention for the CUDA backend: the KV-cache append, a split-KV decode kernel for one query
 // row (fixed grid and no host work that varies per call, so a decode step can be captured in a
 // CUDA graph and replayed at any length), and a tensor-core flash-attention prefill kernel.
-// Semantics are those of tpcrt/kernels.h: causal over absolute positions, GQA (query head h
+// Semantics are those of tpcrt/cpu/kernels.h: causal over absolute positions, GQA (query head h
 // reads key/value head h / group), `scale` multiplies q.k, softcap > 0 applies
 // softcap * tanh(s / softcap) to the scaled score, slidingWindow > 0 lets position p see keys
 // t with p - window + 1 <= t <= p. bf16 in memory, fp32 math; softmax in base 2 (scores are

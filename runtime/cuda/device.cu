@@ -1,15 +1,15 @@
 // The CUDA backend's device: weights, arena, KV caches, cuBLASLt and the communicator.
 // Collectives: NCCL on the device's stream (so a captured decode step holds them), polled by a
 // watchdog that aborts the communicator when a peer stops answering; device copies for a rank
-// alone (tp 1, the per-rank view); under TPC_CUDA_COMM=gloo, the CPU Context's own
-// implementation on fp32 host copies.
+// alone (tp 1, the per-rank view); under TPC_CUDA_COMM=gloo, the group's host communicator
+// on fp32 host copies.
 #include "tpcrt/cuda/device.h"
 
 #include "state.h"
 
-#include "../comm/device_comm.h"
+#include "communicators.h"
 
-#include "../weights/slices.h"
+#include "tpcrt/slices.h"
 #include "tpcrt/random_weight.h"
 
 #include <chrono>
@@ -121,38 +121,50 @@ void launched(const char *what) {
                       cudaReason(e));
 }
 
-Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t maxHeadDim,
-               const std::vector<std::vector<int>> &weightGroups)
-    : rank(host.rank), tp(host.tp), state(std::make_unique<State>()), host(host), spec(spec) {
-  host.device = this;
-  state->timeoutSeconds = host.timeoutSeconds;
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0)
+Device::Device(const ModelSpec &spec, DeviceForwardFn forward, DeviceForwardFn sequenceParallel,
+               int64_t maxHeads, int64_t maxHeadDim,
+               std::vector<std::vector<int>> weightGroups)
+    : state(std::make_unique<State>()), spec(spec), forwardFn(forward),
+      sequenceParallelFn(sequenceParallel), maxHeads(maxHeads), maxHeadDim(maxHeadDim),
+      weightGroups(std::move(weightGroups)) {}
+
+void Device::fail(const std::string &message) const {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  if (info.comm)
+    info.comm->recordExit(message);
+  std::exit(1);
+}
+
+void Device::attach(const RankInfo &joined) {
+  info = joined;
+  rank = info.rank;
+  tp = info.tp;
+  state->timeoutSeconds = info.timeoutSeconds;
+  cudaError_t e = cudaGetDeviceCount(&visibleDevices);
+  if (e != cudaSuccess || visibleDevices == 0)
     throw std::runtime_error("no CUDA device is visible to this rank (" +
                              std::string(e == cudaSuccess ? "0 devices"
                                                           : cudaGetErrorString(e)) +
                              "); --target cuda binaries need one");
-  check(cudaSetDevice(host.localRank % count), "cudaSetDevice");
+  check(cudaSetDevice(info.localRank % visibleDevices), "cudaSetDevice");
   check(cudaStreamCreate(&state->stream), "cudaStreamCreate");
   if (cublasStatus_t s = cublasLtCreate(&state->lt); s != CUBLAS_STATUS_SUCCESS)
     throw DeviceError("cuBLASLt", "cublasLtCreate", cublasLtGetStatusString(s));
   state->workspaceBytes = 32 << 20;
   check(cudaMalloc(&state->workspace, state->workspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+  int64_t tokens = info.maxTokens;
+  check(cudaMalloc(&state->ids, tokens * sizeof(int64_t)), "cudaMalloc (ids)");
+  check(cudaMalloc(&state->positions, tokens * sizeof(int64_t)), "cudaMalloc (positions)");
+  check(cudaMalloc(&state->kvStart, sizeof(int64_t)), "cudaMalloc (KV length)");
+}
 
-  // Weights: parameters of a group share one allocation, one after the other (the emitted
-  // code runs linears of one input as one GEMM over them); the others get their own.
-  std::vector<int64_t> elements(spec.params.size());
-  for (size_t i = 0; i < spec.params.size(); ++i) {
-    if (host.randomSeed) {
-      elements[i] = 1;
-      for (int64_t d : host.slices[i].localShape(spec.params[i].hfShape))
-        elements[i] *= d;
-    } else {
-      elements[i] = int64_t(host.weights.size(i));
-    }
-  }
-  weights.assign(spec.params.size(), nullptr);
+void Device::allocateWeights(const std::vector<WeightDesc> &descs) {
+  // Parameters of a group share one allocation, one after the other (the emitted code runs
+  // linears of one input as one GEMM over them); the others get their own.
+  std::vector<int64_t> elements;
+  for (const WeightDesc &desc : descs)
+    elements.push_back(desc.elements());
+  weights.assign(descs.size(), nullptr);
   auto allocate = [&](int64_t count) {
     act *d = nullptr;
     check(cudaMalloc(&d, std::max<int64_t>(1, count) * sizeof(act)), "cudaMalloc (weights)");
@@ -172,41 +184,47 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
   for (size_t i = 0; i < weights.size(); ++i)
     if (!weights[i])
       weights[i] = allocate(elements[i]);
-  for (size_t i = 0; i < spec.params.size(); ++i) {
-    if (host.randomSeed) { // generated on the device, where they will live
-      generate(*host.randomSeed, spec.params[i], host.slices[i], weights[i], elements[i]);
-      continue;
-    }
-    // Loaded: fp32 as the loader read them, to bf16; the host copies go once all are here.
-    const float *w = host.weights.data(i);
-    std::vector<act> converted(host.weights.size(i));
-    for (size_t j = 0; j < converted.size(); ++j)
-      converted[j] = __float2bfloat16(w[j]);
-    check(cudaMemcpy(weights[i], converted.data(), converted.size() * sizeof(act),
-                     cudaMemcpyHostToDevice),
-          "cudaMemcpy (weights)");
-  }
-  host.weights.release();
-  int64_t tokens = host.maxTokens;
-  check(cudaMalloc(&arena, std::max<int64_t>(1, spec.floatsPerToken * tokens) * sizeof(act)),
-        "cudaMalloc (activations)");
-  host.arenaBytes = uint64_t(spec.floatsPerToken * tokens) * sizeof(act);
-  for (size_t i = 0; i < spec.kvWidths.size(); ++i) {
-    int64_t width = spec.kvWidths[i];
-    if (spec.kvValueWidths[i] != width) // the compiler refuses such attention for this target
+  weightElements = std::move(elements);
+}
+
+void Device::writeWeight(size_t i, int64_t offset, const float *values, int64_t count) {
+  // The loader's fp32 staging to bf16, a tensor (or a piece of one) at a time.
+  std::vector<act> converted(static_cast<size_t>(count));
+  for (size_t j = 0; j < converted.size(); ++j)
+    converted[j] = __float2bfloat16(values[j]);
+  check(cudaMemcpy(weights.at(i) + offset, converted.data(), converted.size() * sizeof(act),
+                   cudaMemcpyHostToDevice),
+        "cudaMemcpy (weights)");
+}
+
+bool Device::generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
+                            const SliceSpec &slice) {
+  generate(seed, param, slice, weights.at(i), weightElements.at(i));
+  return true;
+}
+
+void Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) {
+  for (const KVCacheDesc &layer : layers) {
+    int64_t width = layer.keyWidth;
+    if (layer.valueWidth != width) // the compiler refuses such attention for this target
       fail("a KV cache whose values are not as wide as its keys (MLA) is CPU-only");
     KVCache cache;
-    cache.capacity = tokens;
+    cache.capacity = capacity;
     cache.width = width;
-    check(cudaMalloc(&cache.keys, tokens * width * sizeof(act)), "cudaMalloc (KV cache)");
-    check(cudaMalloc(&cache.values, tokens * width * sizeof(act)), "cudaMalloc (KV cache)");
+    check(cudaMalloc(&cache.keys, capacity * width * sizeof(act)), "cudaMalloc (KV cache)");
+    check(cudaMalloc(&cache.values, capacity * width * sizeof(act)), "cudaMalloc (KV cache)");
     caches.push_back(cache);
   }
-  check(cudaMalloc(&state->ids, tokens * sizeof(int64_t)), "cudaMalloc (ids)");
-  check(cudaMalloc(&state->positions, tokens * sizeof(int64_t)), "cudaMalloc (positions)");
-  check(cudaMalloc(&state->kvStart, sizeof(int64_t)), "cudaMalloc (KV length)");
-  prepareAttention(*state, tokens, maxHeads, maxHeadDim);
+  prepareAttention(*state, capacity, maxHeads, maxHeadDim);
+}
 
+uint64_t Device::allocateArena(int64_t perToken, int64_t tokens) {
+  check(cudaMalloc(&arena, std::max<int64_t>(1, perToken * tokens) * sizeof(act)),
+        "cudaMalloc (activations)");
+  return uint64_t(perToken * tokens) * sizeof(act);
+}
+
+void Device::start() {
   // The collective layer on the device. A rank alone (the per-rank view, or tp 1) moves
   // nothing: its collectives are device copies (never the host path at tp 1, whose
   // synchronous copies a graph cannot hold).
@@ -219,30 +237,34 @@ Device::Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t m
     state->communicator = std::make_unique<LocalCommunicator>(rank, tp, *state->memory,
                                                               /*variableSizes=*/false);
   } else if (viaHost) {
-    // Its host communicator (the Context's, Gloo) records the trace.
+    // Its host communicator (the group's, Gloo) records the trace.
     state->communicator =
-        std::make_unique<HostStagedCommunicator>(host.comm->communicator(), state->stream);
+        std::make_unique<HostStagedCommunicator>(info.comm->communicator(), state->stream);
   } else {
-    if (host.localRank >= count)
+    if (info.localRank >= visibleDevices)
       throw std::runtime_error("NCCL needs a GPU per rank: local rank " +
-                               std::to_string(host.localRank) + " sees " +
-                               std::to_string(count) +
+                               std::to_string(info.localRank) + " sees " +
+                               std::to_string(visibleDevices) +
                                " GPU(s); TPC_CUDA_COMM=gloo lets ranks share one");
     Device::State *s = state.get();
-    auto nccl = std::make_unique<NcclCommunicator>(*host.comm, state->stream,
-                                                   host.timeoutSeconds,
+    auto nccl = std::make_unique<NcclCommunicator>(*info.comm, state->stream,
+                                                   info.timeoutSeconds,
                                                    [s] { releaseGraphs(*s); });
     state->nccl = nccl.get();
     state->communicator = std::move(nccl);
   }
   if (!viaHost)
-    state->communicator->traceInto(&host.trace);
+    state->communicator->traceInto(info.trace);
   state->collectives = std::make_unique<Collectives>(*state->communicator, *state->memory);
   // A graph replays device work only: collectives staged through the host cannot be in one.
   const char *graphs = std::getenv("TPC_CUDA_GRAPHS");
   state->graphsAllowed = !viaHost && !(graphs && std::string(graphs) == "0");
 }
 
+const float *Device::forward(const int64_t *ids, const int64_t *positions, int64_t tokens,
+                             bool sequenceParallel) {
+  return run(ids, positions, tokens, sequenceParallel ? sequenceParallelFn : forwardFn);
+}
 
 void releaseForRegrowth(Device::State &state, const char *what) {
   if (state.capturing) // the eager run before a capture sizes everything a capture needs
@@ -253,8 +275,8 @@ void releaseForRegrowth(Device::State &state, const char *what) {
 
 Device::~Device() {
   // Nothing here may throw: errors at the end are reported and the rank still exits. The
-  // Context this Device was built from is gone by now (runModel has returned): only state
-  // and members are used.
+  // group this Device joined is gone by now (runModel has returned): only state and members
+  // are used.
   releaseGraphs(*state);
   // NCCL finalizes together with the peers (its destructor never throws).
   state->collectives.reset();
@@ -293,9 +315,10 @@ void Device::resetCaches() {
     cache.length = 0; // run() sends the device its copy (State::kvStart) with each forward
 }
 
-void Device::injectFault() {
+bool Device::injectFault() {
   faultKernel<<<1, 1, 0, state->stream>>>(nullptr);
   launched("the injected fault (TPC_FAULT=device)");
+  return true;
 }
 
 void Device::wait(const char *what) {
@@ -348,7 +371,7 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     check(cudaStreamBeginCapture(state->stream, cudaStreamCaptureModeThreadLocal),
           "cudaStreamBeginCapture (the decode step)");
     state->capturing = graph;
-    size_t traced = host.trace.size();
+    size_t traced = info.trace->size();
     try {
       graph->logits = fn(*this, state->ids, state->positions, tokens);
     } catch (...) {
@@ -362,13 +385,13 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     cudaGraphDestroy(captured);
     // The communicator recorded the captured collectives, which have not run yet: the graph
     // keeps them, and each launch (the one below too) records them again.
-    graph->records.assign(host.trace.begin() + std::ptrdiff_t(traced), host.trace.end());
-    host.trace.resize(traced);
+    graph->records.assign(info.trace->begin() + std::ptrdiff_t(traced), info.trace->end());
+    info.trace->resize(traced);
   }
   if (graph && graph->exec) {
     check(cudaGraphLaunch(graph->exec, state->stream), "cudaGraphLaunch (the decode step)");
     for (const TraceEntry &entry : graph->records)
-      host.trace.push_back(entry);
+      info.trace->push_back(entry);
     logits = graph->logits;
   } else {
     logits = fn(*this, state->ids, state->positions, tokens);

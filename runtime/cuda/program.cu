@@ -1,40 +1,21 @@
-// The CUDA program's side of the driver: the host forwards the driver calls run the
-// generated device forwards through the one Device, made once the weights are loaded.
+// The CUDA program's side of the driver: what main() tells the runtime about the device, and
+// the Device (the CUDA backend) the core's driver runs it on.
 #include "tpcrt/cuda/program.h"
 
 namespace tpcrt::cuda {
 
 namespace {
 
-/// What main() told the runtime about the device, and the Device itself. One program per
-/// binary, so one of these.
+/// What main() told the runtime about the device. One program per binary, so one of these.
 struct Program {
   DeviceForwardFn forward = nullptr, sequenceParallel = nullptr;
   int64_t maxHeads = 0, maxHeadDim = 0;
   std::vector<std::vector<int>> weightGroups;
-  Device *device = nullptr;
 };
 
 Program &program() {
   static Program p;
   return p;
-}
-
-void prepare(Context &cx, const ModelSpec &spec) {
-  Program &p = program();
-  p.device = new Device(cx, spec, p.maxHeads, p.maxHeadDim, p.weightGroups);
-}
-
-// The Device returns the logits in its own host buffer, which the driver only reads.
-float *forwardOnDevice(Context &, const int64_t *ids, const int64_t *positions, int64_t n) {
-  Program &p = program();
-  return const_cast<float *>(p.device->run(ids, positions, n, p.forward));
-}
-
-float *sequenceParallelOnDevice(Context &, const int64_t *ids, const int64_t *positions,
-                                int64_t n) {
-  Program &p = program();
-  return const_cast<float *>(p.device->run(ids, positions, n, p.sequenceParallel));
 }
 
 } // namespace
@@ -48,21 +29,20 @@ void setAttentionBounds(ModelSpec *, int64_t maxHeads, int64_t maxHeadDim) {
   program().maxHeadDim = maxHeadDim;
 }
 
-void setForwards(ModelSpec *spec, DeviceForwardFn forward, DeviceForwardFn sequenceParallel) {
+void setForwards(ModelSpec *, DeviceForwardFn forward, DeviceForwardFn sequenceParallel) {
   program().forward = forward;
   program().sequenceParallel = sequenceParallel;
-  spec->forward = &forwardOnDevice;
-  spec->forwardSequenceParallel = sequenceParallel ? &sequenceParallelOnDevice : nullptr;
-  spec->prepare = &prepare;
 }
 
 int runModel(ModelSpec *spec, int argc, char **argv) {
-  int code = tpcrt::runModel(*spec, argc, argv);
-  // Every rank is done once runModel returns 0: NCCL is finalized together.
-  if (code == 0) {
-    delete program().device;
-    program().device = nullptr;
-  }
+  Program &p = program();
+  auto *device = new Device(*spec, p.forward, p.sequenceParallel, p.maxHeads, p.maxHeadDim,
+                            p.weightGroups);
+  int code = tpcrt::runModel(*spec, *device, argc, argv);
+  // Every rank is done once runModel returns 0: NCCL is finalized together. A rank that
+  // stopped leaves its Device as it is (finalizing would wait for the peers).
+  if (code == 0)
+    delete device;
   return code;
 }
 

@@ -37,8 +37,8 @@ struct Device::State {
   /// The copy into it follows a graph's launch, outside the capture: no graph holds it.
   act *hostLogits = nullptr;
   size_t hostLogitsCount = 0;
-  /// --timeout, kept here: the Device outlives the Context it was built from (it is deleted
-  /// after runModel returns, and finalizing NCCL is watched too).
+  /// --timeout, kept here: the Device outlives the group it joined (it is deleted after
+  /// runModel returns, and finalizing NCCL is watched too).
   int timeoutSeconds = 30;
   /// Device copies of rotary inverse frequencies, by what the program passes: its host
   /// array (one per call site), or null with theta and head_dim for the default ones.

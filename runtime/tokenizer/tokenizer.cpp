@@ -4,6 +4,8 @@
 // BOS/EOS. Decoding maps ids to token strings and runs the decoder chain over them.
 #include "tpcrt/tokenizer.h"
 
+#include "tpcrt/file.h"
+
 #include <nlohmann/json.hpp>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -13,10 +15,8 @@
 #include <unicode/unistr.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <queue>
-#include <sstream>
 #include <stdexcept>
 #include <tuple>
 #include <type_traits>
@@ -936,16 +936,13 @@ struct TokenizerImpl {
 namespace {
 
 json readJson(const std::string &path, bool required, bool &found) {
-  std::ifstream in(path, std::ios::binary);
-  found = static_cast<bool>(in);
+  std::string text;
+  found = readFile(path, text);
   if (!found) {
     if (required)
       throw LoadError(path + ": cannot be opened");
     return json();
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded())
     throw LoadError(path + ": not valid JSON");

@@ -4,7 +4,7 @@
 
 #include "tpcrt/random_weight.h"
 
-#include "slices.h"
+#include "tpcrt/slices.h"
 
 #include <cerrno>
 #include <cstdio>

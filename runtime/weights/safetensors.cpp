@@ -2,7 +2,9 @@
 // of each contiguous run, and converted to fp32.
 #include "tpcrt/weights.h"
 
-#include "slices.h"
+#include "tpcrt/file.h"
+
+#include "tpcrt/slices.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
@@ -196,16 +197,14 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::strin
     }
   }
   if (target.size() >= 5 && target.compare(target.size() - 5, 5, ".json") == 0) {
-    std::ifstream in(target, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) {
+    std::string text;
+    if (!readFile(target, text)) {
       error = "cannot read " + target;
       return nullptr;
     }
     nlohmann::json index;
     try {
-      index = parseUntrusted(text.str());
+      index = parseUntrusted(text);
     } catch (const std::exception &e) {
       error = target + ": not a safetensors index: " + e.what();
       return nullptr;

@@ -1,9 +1,12 @@
-// libtpcrt: kernels against naive references, safetensors slices against generated values,
-// Gloo collectives between forked ranks, the driver's choice of context length, and how a
-// failed forward is told and waited for.
+// libtpcrt: the CPU backend's kernels against naive references, safetensors slices against
+// generated values, Gloo collectives between forked ranks, the whole-file read, the driver's
+// choice of context length, how it loads weights into a backend, and how a failed forward is
+// told and waited for.
+#include "tpcrt/backend.h"
 #include "tpcrt/comm.h"
+#include "tpcrt/cpu/kernels.h"
 #include "tpcrt/failure.h"
-#include "tpcrt/kernels.h"
+#include "tpcrt/file.h"
 #include "tpcrt/model.h"
 #include "tpcrt/weights.h"
 
@@ -20,6 +23,7 @@
 #include <unistd.h>
 
 using namespace tpcrt;
+using namespace tpcrt::cpu;
 
 namespace {
 
@@ -686,6 +690,24 @@ TEST(Weights16, IndexAndShardsAndF16) {
   EXPECT_FALSE(Checkpoint::open(dir + "/missing", error));
 }
 
+// The runtime's one whole-file read: all of a regular file, an empty one too; nothing from a
+// missing file or a directory (which opens, but reads nothing), `out` then left as it was.
+TEST(Files, ReadFileReadsWholeRegularFilesOnly) {
+  std::string path = tempPath("whole.txt"), text = "before";
+  EXPECT_FALSE(readFile(path, text));
+  EXPECT_EQ(text, "before");
+  std::ofstream(path) << "two\nlines";
+  ASSERT_TRUE(readFile(path, text));
+  EXPECT_EQ(text, "two\nlines");
+  std::ofstream(path, std::ios::trunc).close();
+  ASSERT_TRUE(readFile(path, text));
+  EXPECT_EQ(text, "");
+  text = "kept";
+  EXPECT_FALSE(readFile(::testing::TempDir(), text));
+  EXPECT_EQ(text, "kept");
+  std::remove(path.c_str());
+}
+
 // --max-seq-len: 2048 by default, fewer where the model was made for fewer; a request
 // beyond the model's positions is refused with both numbers; 0 positions means unknown.
 TEST(Driver, MaxSeqLenDefaultsToModelPositions) {
@@ -704,6 +726,97 @@ TEST(Driver, MaxSeqLenBeyondModelPositionsIsRefused) {
   EXPECT_EQ(chooseMaxSeqLen(4096, 2048, error), std::nullopt);
   EXPECT_EQ(error, "--max-seq-len 4096 is more than the model's 2048 positions (config.json's "
                    "max_position_embeddings)");
+}
+
+namespace {
+
+/// A backend that holds its weights where the core cannot write (as a device does, in another
+/// type), so that the loader must stage each tensor; it records what the core asks of it.
+/// Each forward's logits make the next token the last id plus one.
+class RecordingBackend final : public Backend {
+public:
+  explicit RecordingBackend(int64_t vocab) : logits(size_t(vocab)) {}
+
+  void attach(const RankInfo &rank) override { tp = rank.tp; }
+  DType weightType(const WeightDesc &) const override { return DType::BF16; }
+  void allocateWeights(const std::vector<WeightDesc> &descs) override {
+    for (const WeightDesc &desc : descs) {
+      weights.emplace_back(size_t(desc.elements()), -100.0f);
+      bf16 = bf16 && desc.dtype == DType::BF16;
+    }
+  }
+  float *hostWeight(size_t) override { return nullptr; }
+  void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) override {
+    writes.push_back(i);
+    std::copy(values, values + count, weights[i].begin() + offset);
+  }
+  bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
+    return false;
+  }
+  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) override {
+    cacheLayers = layers.size();
+    cacheCapacity = capacity;
+  }
+  uint64_t allocateArena(int64_t perToken, int64_t tokens) override {
+    return uint64_t(perToken * tokens) * 2;
+  }
+  void start() override { started = true; }
+  bool hasSequenceParallel() const override { return false; }
+  const float *forward(const int64_t *ids, const int64_t *, int64_t tokens, bool) override {
+    forwards.push_back(tokens);
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    logits[size_t(ids[tokens - 1] + 1) % logits.size()] = 1.0f;
+    return logits.data();
+  }
+  void resetCaches() override {}
+  bool injectFault() override { return false; }
+
+  int tp = 0;
+  bool bf16 = true, started = false;
+  std::vector<std::vector<float>> weights;
+  std::vector<size_t> writes;
+  size_t cacheLayers = 0;
+  int64_t cacheCapacity = 0;
+  std::vector<int64_t> forwards;
+
+private:
+  std::vector<float> logits;
+};
+
+} // namespace
+
+// The core loads each weight into the backend's own memory once, through its staging buffer,
+// sizes the caches and arena as the spec says, starts the backend, and drives the forwards.
+TEST(Driver, LoadsWeightsIntoTheBackendTensorByTensor) {
+  ModelSpec spec{};
+  spec.name = "toy";
+  spec.tp = 1;
+  spec.vocab = 8;
+  spec.floatsPerToken = 16;
+  spec.params = {{"a", {2, 3}, {}, {}}, {"b", {4}, {}, {}}};
+  spec.kvWidths = {4};
+  spec.kvValueWidths = {4};
+  spec.lastTokenOnly = true;
+  RecordingBackend backend(spec.vocab);
+  const char *argv[] = {"toy",           "--random-weights", "5", "--prompt-ids", "3",
+                        "--max-new-tokens", "3",             "--max-seq-len", "16"};
+  ::testing::internal::CaptureStdout();
+  int code = runModel(spec, backend, 9, const_cast<char **>(argv));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(code, 0);
+  EXPECT_EQ(backend.tp, 1);
+  EXPECT_TRUE(backend.bf16); // described in the type the backend asked for
+  EXPECT_TRUE(backend.started);
+  EXPECT_EQ(backend.writes, (std::vector<size_t>{0, 1}));
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    std::vector<float> want(backend.weights[i].size());
+    generateSlice(5, spec.params[i].name, spec.params[i].hfShape, SliceSpec{}, want.data());
+    EXPECT_EQ(backend.weights[i], want) << spec.params[i].name;
+  }
+  EXPECT_EQ(backend.cacheLayers, 1u);
+  EXPECT_EQ(backend.cacheCapacity, 16);
+  EXPECT_EQ(backend.forwards, (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_NE(out.find("tokens: 4 5 6"), std::string::npos) << out;
 }
 
 // A device's fault is the device's at any tp; a peer is blamed only where there are peers.

@@ -1,6 +1,6 @@
 // The CPU target: fp32 activations, C++ kernels and OpenBLAS, collectives over shared memory,
 // Gloo or MPI; its binaries are built by the system C++ compiler against this build's
-// libtpcrt. Where those are was fixed when tpc was configured (lib/Target/CMakeLists.txt).
+// libtpcrt (the CPU backend) and libtpcrt_core. Where those are was fixed when tpc was configured (lib/Target/CMakeLists.txt).
 #include "tpc/Target/TargetInfo.h"
 
 #include "mlir/IR/Builders.h"
@@ -36,7 +36,9 @@ public:
 
   StringRef sourceExtension() const override { return ".cpp"; }
   bool canBuild(std::string &) const override { return true; }
-  std::vector<std::string> runtimeLibraries() const override { return {TPC_RUNTIME_LIBRARY}; }
+  std::vector<std::string> runtimeLibraries() const override {
+    return {TPC_RUNTIME_LIBRARY, TPC_CORE_RUNTIME_LIBRARY};
+  }
 
   SmallVector<std::string> buildCommand(StringRef source, StringRef output,
                                         std::string &error) const override {
@@ -53,8 +55,9 @@ public:
     StringRef(TPC_SANITIZE_FLAGS).split(sanitize, ' ', -1, /*KeepEmpty=*/false);
     for (StringRef flag : sanitize)
       args.push_back(flag.str());
+    // The CPU backend, the core, and what they need.
     args.append({"-I" TPC_RUNTIME_INCLUDE_DIR, source.str(), TPC_RUNTIME_LIBRARY,
-                 TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY});
+                 TPC_CORE_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY});
     for (StringRef library : systemLibraries())
       args.push_back(library.str());
     args.append({"-lpthread", "-o", output.str()});

@@ -1,12 +1,14 @@
 // What a program emitted by `tpc compile --target cpu` calls: the description of the model
-// (newSpec, addParam, ..., runModel) and one function per tp op, the rank's Context first and
-// the op's placement spelled out in the arguments. Each is a thin inline call into the
-// kernels (kernels.h) or the Context's collectives (model.h), so the program costs nothing
-// over calling those directly. The CUDA target's program calls the same names in
+// (newSpec, addParam, ... in tpcrt/model.h; setForwards and runModel here, which run it on the
+// CPU backend) and one function per tp op, the rank's Context first and the op's placement
+// spelled out in the arguments. Each is a thin inline call into the CPU kernels
+// (tpcrt/cpu/kernels.h) or the Context's collectives (tpcrt/cpu/context.h), so the program
+// costs nothing over calling those directly. The CUDA target's program calls the same names in
 // tpcrt::cuda (tpcrt/cuda/program.h).
 #ifndef TPCRT_PROGRAM_H
 #define TPCRT_PROGRAM_H
 
+#include "tpcrt/cpu/context.h"
 #include "tpcrt/fused.h"
 #include "tpcrt/model.h"
 
@@ -15,24 +17,15 @@
 
 namespace tpcrt {
 
-// The model, as main() describes it. The spec lives as long as the program.
-ModelSpec *newSpec(const char *name, int64_t tp, int64_t vocab, int64_t arenaPerToken,
-                   bool lastTokenOnly);
-void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, SliceSpec slice,
-              std::vector<std::string> sources);
-void addKvCache(ModelSpec *spec, int64_t width);
-/// A layer whose value heads are narrower or wider than its key heads (DeepSeek's MLA).
-void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth);
-void addEosId(ModelSpec *spec, int64_t id);
-/// config.json's max_position_embeddings: the default --max-seq-len is no more than that.
-void setMaxPositions(ModelSpec *spec, int64_t positions);
+/// The CPU program's forwards (null `sequenceParallel`: none).
 void setForwards(ModelSpec *spec, ForwardFn forward, ForwardFn sequenceParallel);
+/// runModel on the CPU backend (runtime/cpu).
 int runModel(ModelSpec *spec, int argc, char **argv);
 
 using ProgramContext = Context;
 using ProgramAct = float;
-/// The state the CPU kernels take: none (kernels.h).
-inline Host kernels(Context &) { return {}; }
+/// The state the CPU kernels take: none (tpcrt/cpu/kernels.h).
+inline cpu::Host kernels(Context &) { return {}; }
 #include "tpcrt/program_ops.inc"
 
 // What only the CPU target runs (TPC_CPU_CALL in tpcrt/calls.def): mixtures of experts and
@@ -48,7 +41,7 @@ inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, c
                     bool geluTanh, float *out, bool inOutInterleaved, const float *gateUpBias,
                     const float *downBias, double alpha, double limit) {
   experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh,
-          ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit}, out);
+          cpu::ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit}, out);
 }
 inline void headSlice(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t headDim,
                       int64_t offset, int64_t size, float *out) {

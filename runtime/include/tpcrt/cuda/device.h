@@ -1,11 +1,12 @@
 // libtpcrt's CUDA backend (--target cuda): bf16 weights and activations with fp32
 // accumulation, GEMMs through cuBLASLt, collectives through NCCL (or Gloo on host buffers).
-// The driver, loader, rendezvous and trace are the CPU target's (model.h): the emitted
-// program's prepare() builds a Device from the loaded Context, and its forward runs the
-// same op calls as the CPU program, on device pointers.
+// The Device is a Backend (tpcrt/backend.h) like the CPU's: the core's driver loads the
+// checkpoint into its device weights tensor by tensor and asks it for forwards, which run
+// the same op calls as the CPU program, on device pointers.
 #ifndef TPCRT_CUDA_DEVICE_H
 #define TPCRT_CUDA_DEVICE_H
 
+#include "tpcrt/backend.h"
 #include "tpcrt/model.h"
 
 #include <cuda_bf16.h>
@@ -31,22 +32,43 @@ class Device;
 using DeviceForwardFn = act *(*)(Device &, const int64_t *ids, const int64_t *positions,
                                        int64_t tokens);
 
-class Device : public DeviceHooks {
+class Device final : public Backend {
 public:
-  /// Picks the GPU (LOCAL_RANK modulo the visible devices), uploads `host`'s loaded fp32
-  /// weights as bf16, sizes the arena and KV caches for host.maxTokens tokens, and connects
-  /// the communicator: NCCL, its unique id sent through host's Gloo store, unless
-  /// TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU). Errors stop
-  /// the rank with a message naming the CUDA, cuBLASLt or NCCL call. Registers itself as
-  /// host.device (the driver's --warmup and TPC_FAULT=device reach it there). `maxHeads` and
-  /// `maxHeadDim` bound every attention layer's local query heads and head size (the decode
-  /// attention's scratch is sized by them). The parameters of each of `weightGroups` (by
-  /// index) lie one after the other in one allocation, in that order.
-  Device(Context &host, const ModelSpec &spec, int64_t maxHeads, int64_t maxHeadDim,
-         const std::vector<std::vector<int>> &weightGroups);
+  /// A Device for `spec`'s forwards (`forward`, and `sequenceParallel` or null), made before
+  /// the rank joins (attach). `maxHeads` and `maxHeadDim` bound every attention layer's local
+  /// query heads and head size (the decode attention's scratch is sized by them). The
+  /// parameters of each of `weightGroups` (by index) lie one after the other in one
+  /// allocation, in that order.
+  Device(const ModelSpec &spec, DeviceForwardFn forward, DeviceForwardFn sequenceParallel,
+         int64_t maxHeads, int64_t maxHeadDim, std::vector<std::vector<int>> weightGroups);
   /// Finalizes NCCL (aborting it if a peer does not answer within --timeout) and frees the
   /// device; the program deletes its Device once every rank is done.
   ~Device() override;
+
+  // The Backend. Errors throw, naming the CUDA, cuBLASLt or NCCL call.
+  /// Picks the GPU (LOCAL_RANK modulo the visible devices), makes the stream and cuBLASLt.
+  void attach(const RankInfo &rank) override;
+  /// bf16 weights, fp32 values converted as they are written.
+  DType weightType(const WeightDesc &) const override { return DType::BF16; }
+  void allocateWeights(const std::vector<WeightDesc> &weights) override;
+  float *hostWeight(size_t) override { return nullptr; }
+  void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) override;
+  /// Generated on the device, where they will live.
+  bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
+                      const SliceSpec &slice) override;
+  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) override;
+  uint64_t allocateArena(int64_t perToken, int64_t tokens) override;
+  /// Connects the communicator: NCCL, its unique id sent through the group's broadcast,
+  /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
+  void start() override;
+  bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
+  const float *forward(const int64_t *ids, const int64_t *positions, int64_t tokens,
+                       bool sequenceParallel) override;
+  /// Empties the KV caches (the driver's --warmup). Captured graphs stay valid: they read
+  /// the length from the device.
+  void resetCaches() override;
+  /// Launches a kernel that writes through a null pointer (TPC_FAULT=device).
+  bool injectFault() override;
 
   /// One forward: ids and positions to the device, `fn`, the logits back as fp32. A
   /// one-token forward is captured in a CUDA graph the second time it runs and replayed
@@ -61,14 +83,10 @@ public:
   /// Throws a DeviceError if the kernel just launched could not start (or an earlier one
   /// faulted).
   void launched(const char *what) const;
-  /// Empties the KV caches (the driver's --warmup). Captured graphs stay valid: they read
-  /// the length from the device.
-  void resetCaches() override;
-  /// Launches a kernel that writes through a null pointer (TPC_FAULT=device).
-  void injectFault() override;
 
   const act *weight(size_t i) const { return weights[i]; }
-  [[noreturn]] void fail(const std::string &message) const { host.fail(message); }
+  /// Stops this rank with an error (the others fail on their next collective).
+  [[noreturn]] void fail(const std::string &message) const;
 
   int rank = 0, tp = 1;
   act *arena = nullptr;
@@ -85,14 +103,19 @@ private:
   /// that stops answering makes it abort after --timeout), plainly for a rank alone.
   void wait(const char *what);
 
-  Context &host;
   const ModelSpec &spec;
+  DeviceForwardFn forwardFn, sequenceParallelFn;
+  int64_t maxHeads, maxHeadDim;
+  std::vector<std::vector<int>> weightGroups;
+  RankInfo info;                  // the rank, as the driver joined it
+  int visibleDevices = 0;
   std::vector<act *> weights;     // by parameter index
+  std::vector<int64_t> weightElements; // by parameter index
   std::vector<act *> allocations; // what holds them
 };
 
 // Kernels. Each takes first the state of the Device it runs for, and launches on its stream
-// with its cuBLASLt handle, plans and scratch. Other arguments as in tpcrt/kernels.h, on
+// with its cuBLASLt handle, plans and scratch. Other arguments as in tpcrt/cpu/kernels.h, on
 // device pointers; ids and positions are device arrays (ids were checked against the
 // vocabulary on the host).
 bool embedding(Device::State &state, const int64_t *ids, int64_t tokens, const act *table,

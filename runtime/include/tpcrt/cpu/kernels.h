@@ -1,10 +1,14 @@
-// libtpcrt's CPU kernels: fp32, row-major activations [tokens, features]. Plain C++17.
-#ifndef TPCRT_KERNELS_H
-#define TPCRT_KERNELS_H
+// The CPU backend's kernels: fp32, row-major activations [tokens, features], matrix products
+// through OpenBLAS. Only the CPU backend and the programs of the CPU target see them; the core
+// does not. Plain C++17.
+#ifndef TPCRT_CPU_KERNELS_H
+#define TPCRT_CPU_KERNELS_H
+
+#include "tpcrt/model.h"
 
 #include <cstdint>
 
-namespace tpcrt {
+namespace tpcrt::cpu {
 
 /// The CPU kernels' state, which is none today: they run on the calling thread with one
 /// OpenBLAS thread. Each kernel takes it first all the same, as the CUDA kernels take their
@@ -56,13 +60,6 @@ void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t h
 struct KVCache {
   float *keys = nullptr, *values = nullptr;
   int64_t capacity = 0, width = 0, length = 0;
-};
-
-/// Which heads a rank holds where tp does not divide them (the attention's rank_heads):
-/// `heads` query heads of the model from `firstHead`, and KV heads from `firstKvHead`, `group`
-/// query heads reading each KV head of the model. group 0: the even split.
-struct HeadSplit {
-  int64_t group = 0, firstHead = 0, heads = 0, firstKvHead = 0;
 };
 
 /// Causal attention of `rows` new tokens (at positions cache.length ..) with GQA: query head
@@ -126,9 +123,6 @@ void copyRows(Host, float *dst, int64_t dstStride, const float *src, int64_t src
 void sliceColumns(Host, const float *x, int64_t rows, int64_t cols, int64_t offset, int64_t size,
                   float *out);
 
-/// Index of the largest of n values (the first on ties).
-int64_t argmax(const float *x, int64_t n);
+} // namespace tpcrt::cpu
 
-} // namespace tpcrt
-
-#endif // TPCRT_KERNELS_H
+#endif // TPCRT_CPU_KERNELS_H

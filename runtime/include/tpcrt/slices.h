@@ -1,7 +1,8 @@
 // How a rank's slice of a tensor lies in the row-major HF tensor: a sequence of contiguous
-// runs, shared by the checkpoint reader and the weight generator.
-#ifndef TPCRT_WEIGHTS_SLICES_H
-#define TPCRT_WEIGHTS_SLICES_H
+// runs, shared by the checkpoint reader and the weight generators (the host's, and a
+// backend's that generates weights where they live).
+#ifndef TPCRT_SLICES_H
+#define TPCRT_SLICES_H
 
 #include "tpcrt/weights.h"
 
@@ -37,4 +38,4 @@ void forEachRun(const std::vector<int64_t> &shape, const SliceSpec &spec, Fn fn)
 
 } // namespace tpcrt
 
-#endif // TPCRT_WEIGHTS_SLICES_H
+#endif // TPCRT_SLICES_H

@@ -1,7 +1,7 @@
-// NCCL and host-staged Gloo behind tpcrt::Communicator (device_comm.h).
-#include "device_comm.h"
+// NCCL and host-staged Gloo behind tpcrt::Communicator (communicators.h).
+#include "communicators.h"
 
-#include "../cuda/state.h"
+#include "state.h"
 
 #include <algorithm>
 #include <cstdio>

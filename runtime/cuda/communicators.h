@@ -1,7 +1,8 @@
 // The CUDA target's communicators, behind tpcrt::Communicator like Gloo's: NCCL on bf16
-// device buffers, and the host group's Gloo reached through host copies. Private to libtpcrt.
-#ifndef TPCRT_COMM_DEVICE_COMM_H
-#define TPCRT_COMM_DEVICE_COMM_H
+// device buffers, and the host group's Gloo reached through host copies. Private to
+// runtime/cuda.
+#ifndef TPCRT_CUDA_COMMUNICATORS_H
+#define TPCRT_CUDA_COMMUNICATORS_H
 
 #include "tpcrt/comm.h"
 
@@ -75,4 +76,4 @@ private:
 
 } // namespace tpcrt::cuda
 
-#endif // TPCRT_COMM_DEVICE_COMM_H
+#endif // TPCRT_CUDA_COMMUNICATORS_H

@@ -1,0 +1,116 @@
+// The CPU backend: the rank's Context (tpcrt/cpu/context.h) holds its fp32 weights, which the
+// loader writes straight into, its KV caches and arena; the CPU program's forwards run on it,
+// the matrix products on one OpenBLAS thread per rank. Also the CPU program's setForwards and
+// runModel (tpcrt/program.h).
+#include "tpcrt/backend.h"
+#include "tpcrt/program.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tpcrt {
+
+void Context::fail(const std::string &message) const {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  if (comm)
+    comm->recordExit(message);
+  std::exit(1);
+}
+
+void Context::attach(Comm &group) {
+  comm = &group;
+  placement = std::make_unique<Collectives>(group.communicator(), memory);
+}
+
+namespace cpu {
+namespace {
+
+class CpuBackend final : public Backend {
+public:
+  /// The program's forwards: every token count, and token counts tp divides (or null).
+  CpuBackend(ForwardFn forwardFn, ForwardFn sequenceParallelFn)
+      : forwardFn(forwardFn), sequenceParallelFn(sequenceParallelFn) {}
+
+  void attach(const RankInfo &rank) override {
+    // One BLAS thread per rank unless asked otherwise: ranks share the machine's cores.
+    if (!std::getenv("OPENBLAS_NUM_THREADS"))
+      openblas_set_num_threads(1);
+    cx.rank = rank.rank;
+    cx.tp = rank.tp;
+    cx.attach(*rank.comm);
+  }
+
+  DType weightType(const WeightDesc &) const override { return DType::F32; }
+  void allocateWeights(const std::vector<WeightDesc> &weights) override {
+    std::vector<size_t> counts;
+    for (const WeightDesc &weight : weights) // all F32 (weightType)
+      counts.push_back(size_t(weight.elements()));
+    cx.weights.allocate(counts);
+  }
+  float *hostWeight(size_t i) override { return cx.weights.data(i); }
+  void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) override {
+    std::copy(values, values + count, cx.weights.data(i) + offset);
+  }
+  bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
+    return false; // the loader generates them into hostWeight, as it reads a checkpoint
+  }
+
+  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) override {
+    for (const KVCacheDesc &layer : layers) {
+      cacheMemory.emplace_back(size_t((layer.keyWidth + layer.valueWidth) * capacity));
+      float *base = cacheMemory.back().data();
+      cx.caches.push_back(
+          {base, base + layer.keyWidth * capacity, capacity, layer.keyWidth, 0});
+    }
+  }
+  uint64_t allocateArena(int64_t perToken, int64_t tokens) override {
+    arena.resize(size_t(perToken * tokens));
+    cx.arena = arena.data();
+    return uint64_t(arena.size()) * sizeof(float);
+  }
+
+  bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
+  const float *forward(const int64_t *ids, const int64_t *positions, int64_t tokens,
+                       bool sequenceParallel) override {
+    return (sequenceParallel ? sequenceParallelFn : forwardFn)(cx, ids, positions, tokens);
+  }
+  void resetCaches() override {
+    for (KVCache &cache : cx.caches)
+      cache.length = 0;
+  }
+  bool injectFault() override { return false; }
+
+private:
+  ForwardFn forwardFn, sequenceParallelFn;
+  Context cx;
+  std::vector<std::vector<float>> cacheMemory;
+  std::vector<float> arena;
+};
+
+/// What main() told the runtime of the forwards; one program per binary, so one of these.
+struct Forwards {
+  ForwardFn forward = nullptr, sequenceParallel = nullptr;
+};
+
+Forwards &forwards() {
+  static Forwards f;
+  return f;
+}
+
+} // namespace
+} // namespace cpu
+
+void setForwards(ModelSpec *, ForwardFn forward, ForwardFn sequenceParallel) {
+  cpu::forwards() = {forward, sequenceParallel};
+}
+
+int runModel(ModelSpec *spec, int argc, char **argv) {
+  // Static: a rank that stops exits with it in place, as its forwards may still point into it.
+  static cpu::CpuBackend backend(cpu::forwards().forward, cpu::forwards().sequenceParallel);
+  return runModel(*spec, backend, argc, argv);
+}
+
+} // namespace tpcrt

@@ -1,0 +1,105 @@
+// The line between libtpcrt's core and a backend. The core (runtime/core) reads the request,
+// connects the group, loads the weights and drives the generation; a backend (runtime/cpu,
+// runtime/cuda) owns every buffer a forward touches and runs the forwards. The core describes
+// what to allocate (each weight by storage type and shape, each layer's KV cache, the arena),
+// loads the checkpoint into the backend's weights one tensor at a time, and asks for
+// forwards, cache resets and injected faults; it holds no buffer of a backend's. Plain C++17.
+#ifndef TPCRT_BACKEND_H
+#define TPCRT_BACKEND_H
+
+#include "tpcrt/model.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpcrt {
+
+/// How a backend stores a weight's elements. The checkpoint's values reach it as fp32
+/// (Backend::writeWeight), converted as it stores them; block-quantized types join here,
+/// with their bytes per block.
+enum class DType { F32, BF16 };
+
+/// One weight as a backend holds it: this rank's slice of parameter `param` (its index in
+/// ModelSpec::params), of the local `shape` (padding included), stored as `dtype`.
+struct WeightDesc {
+  size_t param = 0;
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  uint64_t bytes() const { return uint64_t(elements()) * (dtype == DType::BF16 ? 2 : 4); }
+};
+
+/// One attention layer's KV cache: the keys' and the values' elements per token (local).
+struct KVCacheDesc {
+  int64_t keyWidth = 0, valueWidth = 0;
+};
+
+/// The rank a backend runs, as the core connected it.
+struct RankInfo {
+  int rank = 0, tp = 1;
+  int localRank = 0;       // LOCAL_RANK: which device the rank takes
+  int64_t maxTokens = 0;   // --max-seq-len: what the arena and KV caches hold
+  int timeoutSeconds = 30; // --timeout: how long a collective may wait for a peer
+  Comm *comm = nullptr;    // the group: host collectives (already traced), broadcast, why a
+                           // rank stopped
+  std::vector<TraceEntry> *trace = nullptr; // where a backend's own collectives are recorded
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+
+  /// Joins the rank (picks its device): the first call.
+  virtual void attach(const RankInfo &rank) = 0;
+  /// Once the weights, caches and arena are in place, before the first forward (a device
+  /// connects its own communicator here).
+  virtual void start() {}
+
+  /// The type a weight of `desc`'s parameter and shape is stored in (the CPU's fp32, the
+  /// GPU's bf16); the core writes it into the descriptions allocateWeights is given.
+  virtual DType weightType(const WeightDesc &desc) const = 0;
+  /// Room for every weight, in `weights` order (ModelSpec::params'), each of its dtype.
+  virtual void allocateWeights(const std::vector<WeightDesc> &weights) = 0;
+  /// Host fp32 memory that weight `i` lives in, which the loader writes straight into; null
+  /// where it lives elsewhere or in another type, and the loader stages it (writeWeight).
+  virtual float *hostWeight(size_t i) = 0;
+  /// Elements [offset, offset + count) of weight `i`, from fp32 `values` (the loader's
+  /// staging buffer, reused once this returns).
+  virtual void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) = 0;
+  /// --random-weights: generates weight `i` (parameter `param`, this rank's `slice`) from
+  /// `seed` where it lives, or returns false to be given the values like a checkpoint's.
+  virtual bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
+                              const SliceSpec &slice) = 0;
+
+  /// One cache per attention layer, each for `capacity` tokens, empty.
+  virtual void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) = 0;
+  /// The forwards' activation arena, `perToken` elements for each of `tokens`; returns its
+  /// bytes (--trace's arena_bytes).
+  virtual uint64_t allocateArena(int64_t perToken, int64_t tokens) = 0;
+
+  /// Whether the program has a sequence-parallel forward, which the core runs where tp
+  /// divides the tokens.
+  virtual bool hasSequenceParallel() const = 0;
+  /// One forward over `tokens` new tokens (`ids` at `positions`, after what the caches
+  /// hold): this rank's logits as fp32 on the host, [tokens, vocab] ([1, vocab] when the
+  /// model computes the last token only), valid until the next call. Throws on a device's or
+  /// a collective's failure.
+  virtual const float *forward(const int64_t *ids, const int64_t *positions, int64_t tokens,
+                               bool sequenceParallel) = 0;
+  /// Every KV cache empty again: the next forward starts a new sequence.
+  virtual void resetCaches() = 0;
+  /// TPC_FAULT=device: makes the device fault on purpose, so that the forward under way
+  /// fails with a device error. False where the backend has no device to fault.
+  virtual bool injectFault() = 0;
+};
+
+} // namespace tpcrt
+
+#endif // TPCRT_BACKEND_H
