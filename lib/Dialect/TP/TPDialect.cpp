@@ -120,6 +120,12 @@ bool tpc::tp::isSplitByTokens(Value value) {
   return shard && normalizeDim(shard.getDim(), rankOf(value)) == 0;
 }
 
+ParamOp tpc::tp::paramOf(Value value) {
+  auto weight = value.getDefiningOp<WeightOp>();
+  return weight ? SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr())
+                : ParamOp();
+}
+
 StringRef tpc::tp::getModuleName(Operation *op) {
   if (auto module = op->getAttrOfType<StringAttr>("module"))
     return module.getValue();

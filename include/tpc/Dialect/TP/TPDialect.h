@@ -107,6 +107,9 @@ inline int64_t rankOf(mlir::Value value) {
   return llvm::cast<mlir::RankedTensorType>(value.getType()).getRank();
 }
 
+/// The parameter a value is the tp.weight of; null where another op makes it.
+ParamOp paramOf(mlir::Value value);
+
 /// Whether a value is split by tokens: sharded on its first (token) dim, so that each rank
 /// holds tokens / tp rows of it (sequence parallelism).
 bool isSplitByTokens(mlir::Value value);
