@@ -153,7 +153,7 @@ private:
   /// How `linear`'s weight is split to keep its gathered output sharded: a strided shard of
   /// the blocks the gathered output is sliced into (gaps are blocks too), or a plain shard.
   FailureOr<PlacementAttr> blockedWeight(LinearOp linear, RedistributeOp gather) {
-    int64_t features = cast<RankedTensorType>(linear.getResult().getType()).getDimSize(1);
+    int64_t features = typeOf(linear.getResult()).getDimSize(1);
     SmallVector<std::pair<int64_t, int64_t>> ranges;
     for (Operation *user : gather->getUsers()) {
       auto slice = dyn_cast<SliceOp>(user);
@@ -374,7 +374,7 @@ private:
     weight.setPlacementAttr(weightSplit);
     norm.getWeight().setType(withPlacement(norm.getWeight().getType(), weightSplit));
     int64_t copies = weight.getHeadRepeat().value_or(1);
-    auto input = cast<RankedTensorType>(norm.getInput().getType());
+    auto input = typeOf(norm.getInput());
     int64_t features = input.getDimSize(1) / copies;
     OpBuilder builder(norm);
     auto totals = [&](PlacementAttr placement) {

@@ -253,7 +253,7 @@ LogicalResult rewriteUnevenHeads(ModuleOp module, int64_t tp) {
     }
 
     auto widen = [&](Value value, int64_t dim, int64_t size) {
-      auto type = cast<RankedTensorType>(value.getType());
+      auto type = typeOf(value);
       SmallVector<int64_t> shape(type.getShape());
       shape[dim] = size;
       value.setType(type.clone(shape));

@@ -28,7 +28,7 @@ void WideningLog::restore() {
 }
 
 void KVHeadWidener::widenValue(Value value, int64_t dim) {
-  auto type = cast<RankedTensorType>(value.getType());
+  auto type = typeOf(value);
   if (log)
     log->values.push_back({value, type});
   SmallVector<int64_t> shape(type.getShape());
