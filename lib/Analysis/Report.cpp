@@ -53,7 +53,7 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
   // tokens and `tokens` for any other dynamic dim.
   auto localBytes = [&](Value v) {
     double elements = 1;
-    for (int64_t d : cast<RankedTensorType>(v.getType()).getShape())
+    for (int64_t d : typeOf(v).getShape())
       elements *= ShapedType::isDynamic(d) ? (isSplitByTokens(v) ? tokens / tp : tokens) : d;
     return elements * double(elementBytes);
   };
@@ -139,7 +139,7 @@ std::vector<CollectiveEntry> tpc::transformersCollectives(ModuleOp planned, int6
     entry.layer = layerOf(module);
     entry.kind = *kind;
     entry.dim = *kind == CollectiveKind::AllGather
-                    ? cast<RankedTensorType>(result.getType()).getRank() - 1
+                    ? typeOf(result).getRank() - 1
                     : -1;
     entry.bytes = tensorBytes(result.getType(), lastOnly.contains(op) ? 1 : tokens);
     entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
@@ -208,7 +208,7 @@ double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
     int64_t valueHeadDim = attention.getValueHeadDim().value_or(attention.getHeadDim());
     bytes += double(maxSeqLen) * attention.getNumKvHeads() *
              (attention.getHeadDim() + valueHeadDim) *
-             elementBytes(cast<RankedTensorType>(attention.getKey().getType()));
+             elementBytes(typeOf(attention.getKey()));
   });
   return bytes;
 }
@@ -221,10 +221,10 @@ double tpc::mlaLatentCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
     auto kvB = value ? value.getInput().getDefiningOp<LinearOp>() : LinearOp();
     if (!attention.getValueHeadDim() || !key || !kvB)
       return;
-    int64_t latent = cast<RankedTensorType>(kvB.getInput().getType()).getDimSize(1);
-    int64_t rope = cast<RankedTensorType>(key.getShared().getType()).getDimSize(1);
+    int64_t latent = typeOf(kvB.getInput()).getDimSize(1);
+    int64_t rope = typeOf(key.getShared()).getDimSize(1);
     bytes += double(maxSeqLen) * (latent + rope) *
-             elementBytes(cast<RankedTensorType>(attention.getKey().getType()));
+             elementBytes(typeOf(attention.getKey()));
   });
   return bytes;
 }

@@ -46,13 +46,6 @@ int64_t splitDim(ParamOp param) {
   return -1;
 }
 
-/// The parameter a value reads, where it is one.
-ParamOp paramOf(Value v) {
-  auto weight = v.getDefiningOp<WeightOp>();
-  return weight ? SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr())
-                : ParamOp();
-}
-
 bool gathersColwise(StringRef strategy) {
   return strategy == "colwise_gather_output" || strategy == "colwise_rep";
 }

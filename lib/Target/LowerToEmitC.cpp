@@ -25,15 +25,9 @@ using namespace tpc::tp;
 using namespace tpc::target;
 using namespace tpc::target::lowering;
 
-RankedTensorType lowering::typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
-
 PlacementAttr lowering::placementOf(Value v) {
   PlacementAttr p = getPlacement(v);
   return p ? p : ReplicateAttr::get(v.getContext());
-}
-
-int64_t lowering::columns(Value v) {
-  return typeOf(v).getRank() == 2 ? typeOf(v).getDimSize(1) : 1;
 }
 
 std::string lowering::quoted(StringRef s) {

@@ -4,6 +4,7 @@
 #include "tpc/Analysis/Redistribute.h"
 #include "tpc/Transforms/LayoutRules.h"
 #include "tpc/Transforms/Passes.h"
+#include "tpc/Transforms/VirtualKVHeads.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -19,12 +20,6 @@ using namespace tpc;
 using namespace tpc::tp;
 
 namespace {
-
-ParamOp paramOf(Value v) {
-  auto weight = v.getDefiningOp<WeightOp>();
-  return weight ? SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr())
-                : ParamOp();
-}
 
 class Folder {
 public:
@@ -158,7 +153,7 @@ private:
   /// How `linear`'s weight is split to keep its gathered output sharded: a strided shard of
   /// the blocks the gathered output is sliced into (gaps are blocks too), or a plain shard.
   FailureOr<PlacementAttr> blockedWeight(LinearOp linear, RedistributeOp gather) {
-    int64_t features = cast<RankedTensorType>(linear.getResult().getType()).getDimSize(1);
+    int64_t features = typeOf(linear.getResult()).getDimSize(1);
     SmallVector<std::pair<int64_t, int64_t>> ranges;
     for (Operation *user : gather->getUsers()) {
       auto slice = dyn_cast<SliceOp>(user);
@@ -187,56 +182,16 @@ private:
     return rules.shard(0);
   }
 
-  /// Types and attributes changed while trying a rewrite, to put back when it does not work.
-  struct Undo {
-    SmallVector<std::pair<Value, Type>> values;
-    SmallVector<std::tuple<ParamOp, Type, std::optional<int64_t>>> params;
-    SmallVector<std::pair<AttentionOp, int64_t>> kvHeads;
-    void restore() {
-      for (auto [value, type] : values)
-        value.setType(type);
-      for (auto [param, type, repeat] : params) {
-        param.setType(cast<RankedTensorType>(type));
-        if (repeat)
-          param.setHeadRepeat(*repeat);
-        else
-          param.removeHeadRepeatAttr();
-      }
-      for (auto [attention, heads] : kvHeads)
-        attention.setNumKvHeads(heads);
-    }
-  };
-
   /// tp above the KV heads (a multiple of them): k and v, from their projections through the
   /// gathers, norms and rotaries to the attention, become tp virtual KV heads, each real one
   /// repeated tp / num_kv_heads times, as tp-propagate-layouts does for colwise k and v. A
   /// norm over the whole row (OLMo2's k_norm) has its weight repeated alike.
   bool widenToVirtualKVHeads(AttentionOp attention, const llvm::SetVector<Operation *> &linears,
-                             Undo &undo) {
-    int64_t kvHeads = attention.getNumKvHeads();
-    if (kvHeads >= tp || tp % kvHeads != 0 || attention.getNumHeads() % tp != 0)
+                             WideningLog &undo) {
+    std::optional<int64_t> repeat = virtualKVRepeat(attention, tp);
+    if (!repeat)
       return true; // nothing to widen (or heads the attention's rule refuses)
-    int64_t repeat = tp / kvHeads;
-    auto widenValue = [&](Value value, int64_t dim) {
-      auto type = cast<RankedTensorType>(value.getType());
-      undo.values.push_back({value, type});
-      SmallVector<int64_t> shape(type.getShape());
-      shape[dim] *= repeat;
-      value.setType(type.clone(shape));
-    };
-    auto widenParam = [&](Value use) {
-      ParamOp param = paramOf(use);
-      if (!param || !use.hasOneUse() || param.getHeadRepeat())
-        return false;
-      undo.params.push_back({param, param.getType(), param.getHeadRepeat()});
-      RankedTensorType type = param.getTensorType();
-      SmallVector<int64_t> shape(type.getShape());
-      shape[0] *= repeat;
-      param.setType(type.clone(shape));
-      param.setHeadRepeat(repeat);
-      widenValue(use, 0);
-      return true;
-    };
+    KVHeadWidener widener(*repeat, &undo);
     for (Value operand : {attention.getKey(), attention.getValue()}) {
       SmallVector<Operation *> chain;
       Value at = operand;
@@ -250,18 +205,17 @@ private:
       if (!linear || !linears.contains(linear))
         return false;
       for (Value param : {linear.getWeight(), linear.getBias()})
-        if (param && !widenParam(param))
+        if (param && !widener.widenParam(param))
           return false;
-      widenValue(linear.getResult(), 1);
+      widener.widenValue(linear.getResult(), 1);
       for (Operation *op : chain) {
         if (auto norm = dyn_cast<RMSNormOp>(op); norm && !norm.getHeadDim())
-          if (!widenParam(norm.getWeight()))
+          if (!widener.widenParam(norm.getWeight()))
             return false;
-        widenValue(op->getResult(0), 1);
+        widener.widenValue(op->getResult(0), 1);
       }
     }
-    undo.kvHeads.push_back({attention, kvHeads});
-    attention.setNumKvHeads(tp);
+    widener.widenAttention(attention, tp);
     return true;
   }
 
@@ -340,7 +294,7 @@ private:
 
     // Try it: every op of the region must take the sharded data as it comes. Virtual KV
     // heads widen types first; a failed try puts them back.
-    Undo undo;
+    WideningLog undo;
     auto fail = [&] { undo.restore(); };
     for (Operation *op : ordered)
       if (auto attention = dyn_cast<AttentionOp>(op))
@@ -420,7 +374,7 @@ private:
     weight.setPlacementAttr(weightSplit);
     norm.getWeight().setType(withPlacement(norm.getWeight().getType(), weightSplit));
     int64_t copies = weight.getHeadRepeat().value_or(1);
-    auto input = cast<RankedTensorType>(norm.getInput().getType());
+    auto input = typeOf(norm.getInput());
     int64_t features = input.getDimSize(1) / copies;
     OpBuilder builder(norm);
     auto totals = [&](PlacementAttr placement) {

@@ -130,7 +130,7 @@ struct TPFusePass : tpc::tp::impl::TPFuseBase<TPFusePass> {
 
   /// Two [tokens, features] values with the same rows on every rank.
   static bool sameRows(Value a, Value b) {
-    auto ta = cast<RankedTensorType>(a.getType()), tb = cast<RankedTensorType>(b.getType());
+    auto ta = typeOf(a), tb = typeOf(b);
     return ta.getDimSize(0) == tb.getDimSize(0) && isSplitByTokens(a) == isSplitByTokens(b);
   }
 };

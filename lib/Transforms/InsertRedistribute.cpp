@@ -47,7 +47,7 @@ struct TPInsertRedistributePass
         Value value = operand.get();
         auto need = cast<PlacementAttr>(required);
         PlacementAttr have = getPlacement(value);
-        int64_t rank = cast<RankedTensorType>(value.getType()).getRank();
+        int64_t rank = typeOf(value).getRank();
         if (!have || samePlacement(have, need, rank))
           continue;
         Value &to = converted[{value, need}];

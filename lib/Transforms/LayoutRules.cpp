@@ -30,7 +30,7 @@ InFlightDiagnostic moduleError(Operation *op) {
   return diag;
 }
 
-int64_t featuresOf(Value v) { return cast<RankedTensorType>(v.getType()).getDimSize(1); }
+int64_t featuresOf(Value v) { return typeOf(v).getDimSize(1); }
 
 } // namespace
 
@@ -53,7 +53,7 @@ FailureOr<OpLayout> LayoutRules::infer(Operation *op, ArrayRef<PlacementAttr> op
   // Rules compare placements with dims counted from the front.
   SmallVector<PlacementAttr> in;
   for (auto [p, v] : llvm::zip(operands, op->getOperands()))
-    in.push_back(normalizePlacement(p, cast<RankedTensorType>(v.getType()).getRank()));
+    in.push_back(normalizePlacement(p, typeOf(v).getRank()));
   if (auto weight = dyn_cast<WeightOp>(op)) {
     auto param = SymbolTable::lookupNearestSymbolFrom<ParamOp>(op, weight.getParamAttr());
     PlacementAttr placement = param ? param.getPlacementAttr() : PlacementAttr();
@@ -259,7 +259,7 @@ FailureOr<OpLayout> LayoutRules::experts(Operation *op, ArrayRef<PlacementAttr> 
   PlacementAttr gateUp = in[2], down = in[3];
   bool biases = static_cast<bool>(moe.getGateUpBias());
   bool inOut = moe.getLayout() == "in_out_interleaved";
-  int64_t inter = cast<RankedTensorType>(moe.getDown().getType()).getDimSize(inOut ? 1 : 2);
+  int64_t inter = typeOf(moe.getDown()).getDimSize(inOut ? 1 : 2);
   if (isR(gateUp) && isR(down)) {
     // Every expert everywhere: tokens may be split, the routing follows the input.
     PlacementAttr x = shardDim(in[0]) == 0 ? in[0] : replicate();
@@ -324,7 +324,7 @@ OpLayout LayoutRules::elementwise(Operation *op, ArrayRef<PlacementAttr> in) {
 OpLayout LayoutRules::slice(Operation *op, ArrayRef<PlacementAttr> in) {
   auto slice = cast<SliceOp>(op);
   PlacementAttr x = in[0];
-  int64_t rank = cast<RankedTensorType>(slice.getInput().getType()).getRank();
+  int64_t rank = typeOf(slice.getInput()).getRank();
   int64_t dim = normalizeDim(slice.getDim(), rank);
   if (isR(x) || isP(x) || (shardDim(x) >= 0 && shardDim(x) != dim))
     return OpLayout{{x}, x}; // a slice is linear, and leaves other dims' splits alone
@@ -382,7 +382,7 @@ OpLayout LayoutRules::concat(Operation *op, ArrayRef<PlacementAttr> in) {
     // Pieces split on the joined dim: each rank holds its chunk of each piece.
     SmallVector<int64_t> blocks;
     for (Value v : concat.getInputs())
-      blocks.push_back(cast<RankedTensorType>(v.getType()).getDimSize(dim));
+      blocks.push_back(typeOf(v).getDimSize(dim));
     if (llvm::none_of(blocks, ShapedType::isDynamic))
       return OpLayout{SmallVector<PlacementAttr>(in),
                       StridedShardAttr::get(context, dim, blocks)};

@@ -15,12 +15,6 @@ using namespace tpc::tp;
 
 namespace {
 
-int64_t dimOf(PlacementAttr p) {
-  if (auto shard = dyn_cast<ShardAttr>(p))
-    return shard.getDim();
-  return cast<StridedShardAttr>(p).getDim();
-}
-
 DenseI64ArrayAttr blocksOf(PlacementAttr p) {
   if (auto strided = dyn_cast<StridedShardAttr>(p))
     return DenseI64ArrayAttr::get(p.getContext(), strided.getBlocks());
@@ -55,15 +49,15 @@ struct TPLowerRedistributePass
           value = AllReduceOp::create(builder, loc, to, value, ReduceKind::sum, module);
           break;
         case CollectiveKind::AllGather:
-          value = AllGatherOp::create(builder, loc, to, value, dimOf(step.from),
+          value = AllGatherOp::create(builder, loc, to, value, splitDim(step.from),
                                       blocksOf(step.from), module);
           break;
         case CollectiveKind::ReduceScatter:
-          value = ReduceScatterOp::create(builder, loc, to, value, dimOf(step.to),
+          value = ReduceScatterOp::create(builder, loc, to, value, splitDim(step.to),
                                           ReduceKind::sum, blocksOf(step.to), module);
           break;
         case CollectiveKind::AllToAll:
-          value = AllToAllOp::create(builder, loc, to, value, dimOf(step.to), dimOf(step.from),
+          value = AllToAllOp::create(builder, loc, to, value, splitDim(step.to), splitDim(step.from),
                                      module);
           break;
         case CollectiveKind::Local:

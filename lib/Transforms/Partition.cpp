@@ -45,12 +45,7 @@ bool isSplit(Value v, int64_t dim) {
   PlacementAttr p = getPlacement(v);
   if (!p)
     return false;
-  p = normalizePlacement(p, cast<RankedTensorType>(v.getType()).getRank());
-  if (auto shard = dyn_cast<ShardAttr>(p))
-    return shard.getDim() == dim;
-  if (auto strided = dyn_cast<StridedShardAttr>(p))
-    return strided.getDim() == dim;
-  return false;
+  return splitDim(normalizePlacement(p, rankOf(v))) == dim;
 }
 
 struct TPPartitionPass : tpc::tp::impl::TPPartitionBase<TPPartitionPass> {

@@ -18,12 +18,6 @@ using namespace tpc::tp;
 
 namespace {
 
-/// Columns of a [tokens, features] value (1 for a vector of tokens).
-int64_t columns(Value v) {
-  auto type = cast<RankedTensorType>(v.getType());
-  return type.getRank() == 2 ? type.getDimSize(1) : 1;
-}
-
 /// A slot in the arena while its value lives: [offset, offset + size), until the op at
 /// position `end` has run.
 struct Live {

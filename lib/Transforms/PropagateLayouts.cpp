@@ -4,6 +4,7 @@
 #include "tpc/Analysis/Redistribute.h"
 #include "tpc/Transforms/LayoutRules.h"
 #include "tpc/Transforms/Passes.h"
+#include "tpc/Transforms/VirtualKVHeads.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -21,10 +22,6 @@ using namespace tpc;
 using namespace tpc::tp;
 
 namespace {
-
-ParamOp paramOf(WeightOp weight) {
-  return SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr());
-}
 
 /// What a parameter's placement splits over the ranks: the placement (dims from the front),
 /// the dim (-1 where none) and the sizes each rank takes a piece of (one per block of a
@@ -108,8 +105,7 @@ LogicalResult checkParams(ModuleOp module, int64_t tp) {
 
 /// Whether `linear`'s weight is split on its output features (colwise).
 bool isColwise(LinearOp linear) {
-  auto weight = linear.getWeight().getDefiningOp<WeightOp>();
-  ParamOp param = weight ? paramOf(weight) : ParamOp();
+  ParamOp param = paramOf(linear.getWeight());
   PlacementAttr p = param ? param.getPlacementAttr() : PlacementAttr();
   return p && normalizePlacement(p, 2) == ShardAttr::get(linear.getContext(), 0);
 }
@@ -117,8 +113,7 @@ bool isColwise(LinearOp linear) {
 /// The parameter whose value `operand` is, where nothing else uses it (one tp.weight of it,
 /// used once); null otherwise.
 ParamOp ownedParam(Value operand) {
-  auto weight = operand.getDefiningOp<WeightOp>();
-  ParamOp param = weight ? paramOf(weight) : ParamOp();
+  ParamOp param = paramOf(operand);
   if (!param || !operand.hasOneUse())
     return {};
   std::optional<SymbolTable::UseRange> uses =
@@ -147,9 +142,9 @@ SmallVector<std::pair<ParamOp, Value>> ownParams(LinearOp linear) {
 LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
   bool ok = true;
   module.walk([&](AttentionOp attention) {
-    int64_t kvHeads = attention.getNumKvHeads();
-    if (kvHeads >= tp || tp % kvHeads != 0 || attention.getNumHeads() % tp != 0)
-      return; // (query heads tp does not divide: rewriteUnevenHeads places both)
+    std::optional<int64_t> repeat = virtualKVRepeat(attention, tp);
+    if (!repeat)
+      return;
     // The per-head ops between k or v and its projection (rotary, Qwen3's k_norm) widen
     // with it.
     SmallVector<Operation *> between;
@@ -159,38 +154,22 @@ LogicalResult rewriteVirtualKVHeads(ModuleOp module, int64_t tp) {
       return;
     if (!isColwise(k) || !isColwise(v))
       return;
-    int64_t repeat = tp / kvHeads;
-    auto widen = [&](Value value, int64_t dim) {
-      auto type = cast<RankedTensorType>(value.getType());
-      SmallVector<int64_t> shape(type.getShape());
-      shape[dim] *= repeat;
-      value.setType(type.clone(shape));
-    };
+    KVHeadWidener widener(*repeat);
     for (LinearOp linear : {k, v}) {
       for (Value operand : {linear.getWeight(), linear.getBias()}) {
-        if (!operand)
-          continue;
-        auto weight = operand.getDefiningOp<WeightOp>();
-        ParamOp param = weight ? paramOf(weight) : ParamOp();
-        if (!param || !operand.hasOneUse()) {
+        if (operand && !widener.widenParam(operand)) {
           attention.emitError() << getModuleName(attention)
                                 << ": virtual KV heads need k_proj and v_proj to own their "
                                    "parameters";
           ok = false;
           return;
         }
-        RankedTensorType type = param.getTensorType();
-        SmallVector<int64_t> shape(type.getShape());
-        shape[0] *= repeat;
-        param.setType(type.clone(shape));
-        param.setHeadRepeat(repeat);
-        widen(operand, 0);
       }
-      widen(linear.getResult(), 1);
+      widener.widenValue(linear.getResult(), 1);
     }
     for (Operation *op : between)
-      widen(op->getResult(0), 1);
-    attention.setNumKvHeads(tp);
+      widener.widenValue(op->getResult(0), 1);
+    widener.widenAttention(attention, tp);
   });
   return success(ok);
 }
@@ -274,7 +253,7 @@ LogicalResult rewriteUnevenHeads(ModuleOp module, int64_t tp) {
     }
 
     auto widen = [&](Value value, int64_t dim, int64_t size) {
-      auto type = cast<RankedTensorType>(value.getType());
+      auto type = typeOf(value);
       SmallVector<int64_t> shape(type.getShape());
       shape[dim] = size;
       value.setType(type.clone(shape));

@@ -120,6 +120,20 @@ bool tpc::tp::isSplitByTokens(Value value) {
   return shard && normalizeDim(shard.getDim(), rankOf(value)) == 0;
 }
 
+ParamOp tpc::tp::paramOf(Value value) {
+  auto weight = value.getDefiningOp<WeightOp>();
+  return weight ? SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr())
+                : ParamOp();
+}
+
+int64_t tpc::tp::splitDim(PlacementAttr placement) {
+  if (auto shard = dyn_cast_or_null<ShardAttr>(placement))
+    return shard.getDim();
+  if (auto strided = dyn_cast_or_null<StridedShardAttr>(placement))
+    return strided.getDim();
+  return -1;
+}
+
 StringRef tpc::tp::getModuleName(Operation *op) {
   if (auto module = op->getAttrOfType<StringAttr>("module"))
     return module.getValue();
@@ -190,12 +204,12 @@ SmallVector<Operation *> tpc::tp::lastTokenChain(func::FuncOp forward) {
   Value at = ret.getOperand(0);
   while (Operation *op = at.getDefiningOp()) {
     if (!isa<LinearOp, RMSNormOp, SiluOp, GeluOp, SoftcapOp, ScaleOp, IdentityOp>(op) || !at.hasOneUse() ||
-        cast<RankedTensorType>(at.getType()).getRank() != 2)
+        typeOf(at).getRank() != 2)
       break;
     chain.push_back(op);
     at = op->getOperand(0);
   }
-  if (cast<RankedTensorType>(at.getType()).getRank() != 2)
+  if (typeOf(at).getRank() != 2)
     chain.clear();
   return chain;
 }

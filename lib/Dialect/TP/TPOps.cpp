@@ -41,18 +41,16 @@ std::string shapeStr(ShapedType type) {
   return type.getRank() == 0 ? "scalar" : s;
 }
 
-RankedTensorType tensorOf(Value v) { return cast<RankedTensorType>(v.getType()); }
-
 LogicalResult expectRank(Operation *op, Value v, StringRef what, int64_t rank) {
-  if (tensorOf(v).getRank() == rank)
+  if (typeOf(v).getRank() == rank)
     return success();
   return moduleError(op) << what << " must have rank " << rank << ", got "
-                         << shapeStr(tensorOf(v));
+                         << shapeStr(typeOf(v));
 }
 
 /// Activations and the result share one element type.
 LogicalResult expectElementType(Operation *op, Value v, StringRef what, Type expected) {
-  Type actual = tensorOf(v).getElementType();
+  Type actual = typeOf(v).getElementType();
   if (actual == expected)
     return success();
   return moduleError(op) << what << " has element type " << actual << ", expected " << expected;
@@ -60,7 +58,7 @@ LogicalResult expectElementType(Operation *op, Value v, StringRef what, Type exp
 
 /// The result of a [seq, features] op: rank 2, the input's seq, and `features`.
 LogicalResult expectResult(Operation *op, Value input, int64_t features) {
-  RankedTensorType in = tensorOf(input), out = tensorOf(op->getResult(0));
+  RankedTensorType in = typeOf(input), out = typeOf(op->getResult(0));
   if (failed(expectRank(op, op->getResult(0), "the result", 2)))
     return failure();
   if (!sameSize(in.getDimSize(0), out.getDimSize(0)) || !sameSize(features, out.getDimSize(1)))
@@ -73,7 +71,7 @@ LogicalResult expectResult(Operation *op, Value input, int64_t features) {
 LogicalResult verifyElementwise(Operation *op) {
   Value first = op->getOperand(0);
   for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults())) {
-    RankedTensorType a = tensorOf(first), b = tensorOf(v);
+    RankedTensorType a = typeOf(first), b = typeOf(v);
     bool same = a.getRank() == b.getRank() && a.getElementType() == b.getElementType();
     for (int64_t i = 0; same && i < a.getRank(); ++i)
       same = sameSize(a.getDimSize(i), b.getDimSize(i));
@@ -86,9 +84,9 @@ LogicalResult verifyElementwise(Operation *op) {
 
 /// A dim attribute must name a dim of the tensor.
 LogicalResult expectDim(Operation *op, Value v, int64_t dim) {
-  if (normalizeDim(dim, tensorOf(v).getRank()) >= 0)
+  if (normalizeDim(dim, typeOf(v).getRank()) >= 0)
     return success();
-  return moduleError(op) << "dim " << dim << " is out of range for " << shapeStr(tensorOf(v));
+  return moduleError(op) << "dim " << dim << " is out of range for " << shapeStr(typeOf(v));
 }
 
 } // namespace
@@ -132,8 +130,8 @@ LogicalResult WeightOp::verifySymbolUses(SymbolTableCollection &symbols) {
 LogicalResult EmbeddingOp::verify() {
   if (failed(expectRank(*this, getTable(), "the table", 2)))
     return failure();
-  RankedTensorType table = tensorOf(getTable()), ids = tensorOf(getIds());
-  RankedTensorType out = tensorOf(getResult());
+  RankedTensorType table = typeOf(getTable()), ids = typeOf(getIds());
+  RankedTensorType out = typeOf(getResult());
   if (out.getRank() != 2 || !sameSize(out.getDimSize(0), ids.getDimSize(0)) ||
       !sameSize(out.getDimSize(1), table.getDimSize(1)))
     return moduleError(*this) << "the result should be " << sizeStr(ids.getDimSize(0)) << "x"
@@ -146,8 +144,8 @@ LogicalResult RMSNormOp::verify() {
   if (failed(expectRank(*this, getInput(), "the input", 2)) ||
       failed(expectRank(*this, getWeight(), "the weight", 1)))
     return failure();
-  int64_t hidden = tensorOf(getInput()).getDimSize(1);
-  int64_t weight = tensorOf(getWeight()).getDimSize(0);
+  int64_t hidden = typeOf(getInput()).getDimSize(1);
+  int64_t weight = typeOf(getWeight()).getDimSize(0);
   if (std::optional<int64_t> headDim = getHeadDim()) {
     if (!sameSize(weight, *headDim))
       return moduleError(*this) << "the weight has " << sizeStr(weight)
@@ -170,10 +168,10 @@ LogicalResult RMSNormOp::verify() {
       return moduleError(*this) << "a norm given sum_squares needs the row's width as `features`";
     if (failed(expectRank(*this, totals, "sum_squares", 2)))
       return failure();
-    RankedTensorType t = tensorOf(totals);
-    if (!sameSize(t.getDimSize(0), tensorOf(getInput()).getDimSize(0)) ||
+    RankedTensorType t = typeOf(totals);
+    if (!sameSize(t.getDimSize(0), typeOf(getInput()).getDimSize(0)) ||
         !sameSize(t.getDimSize(1), 1))
-      return moduleError(*this) << "sum_squares should be " << sizeStr(tensorOf(getInput()).getDimSize(0))
+      return moduleError(*this) << "sum_squares should be " << sizeStr(typeOf(getInput()).getDimSize(0))
                                 << "x1, got " << shapeStr(t);
   } else if (getFeatures()) {
     return moduleError(*this) << "`features` is the width of a row split by features: it "
@@ -192,7 +190,7 @@ LogicalResult LinearOp::verify() {
   if (failed(expectRank(*this, getInput(), "the input", 2)) ||
       failed(expectRank(*this, getWeight(), "the weight", 2)))
     return failure();
-  RankedTensorType in = tensorOf(getInput()), weight = tensorOf(getWeight());
+  RankedTensorType in = typeOf(getInput()), weight = typeOf(getWeight());
   if (!sameSize(weight.getDimSize(1), in.getDimSize(1)))
     return moduleError(*this) << "the weight is " << shapeStr(weight) << " [out x in] and expects "
                               << sizeStr(weight.getDimSize(1))
@@ -203,8 +201,8 @@ LogicalResult LinearOp::verify() {
   if (Value bias = getBias()) {
     if (failed(expectRank(*this, bias, "the bias", 1)))
       return failure();
-    if (!sameSize(tensorOf(bias).getDimSize(0), weight.getDimSize(0)))
-      return moduleError(*this) << "the bias has " << sizeStr(tensorOf(bias).getDimSize(0))
+    if (!sameSize(typeOf(bias).getDimSize(0), weight.getDimSize(0)))
+      return moduleError(*this) << "the bias has " << sizeStr(typeOf(bias).getDimSize(0))
                                 << " elements, but the weight has "
                                 << sizeStr(weight.getDimSize(0)) << " output features";
   }
@@ -214,7 +212,7 @@ LogicalResult LinearOp::verify() {
 LogicalResult RotaryOp::verify() {
   if (failed(expectRank(*this, getInput(), "the input", 2)))
     return failure();
-  int64_t headDim = getHeadDim(), features = tensorOf(getInput()).getDimSize(1);
+  int64_t headDim = getHeadDim(), features = typeOf(getInput()).getDimSize(1);
   int64_t rotated = headDim - getUnrotated().value_or(0);
   if (rotated <= 0)
     return moduleError(*this) << "unrotated " << *getUnrotated()
@@ -229,10 +227,10 @@ LogicalResult RotaryOp::verify() {
     return moduleError(*this) << "the input has " << features
                               << " features, not a whole number of heads of head_dim "
                               << headDim;
-  if (!sameSize(tensorOf(getPositions()).getDimSize(0), tensorOf(getInput()).getDimSize(0)))
-    return moduleError(*this) << "positions has " << sizeStr(tensorOf(getPositions()).getDimSize(0))
+  if (!sameSize(typeOf(getPositions()).getDimSize(0), typeOf(getInput()).getDimSize(0)))
+    return moduleError(*this) << "positions has " << sizeStr(typeOf(getPositions()).getDimSize(0))
                               << " entries, but the input has "
-                              << sizeStr(tensorOf(getInput()).getDimSize(0)) << " tokens";
+                              << sizeStr(typeOf(getInput()).getDimSize(0)) << " tokens";
   if (getTheta().convertToDouble() <= 0)
     return moduleError(*this) << "theta must be positive";
   if (std::optional<APFloat> scaling = getScaling();
@@ -250,7 +248,7 @@ LogicalResult RotaryOp::verify() {
 LogicalResult AttentionOp::verify() {
   for (auto [v, what] : {std::pair{getQuery(), "q"}, {getKey(), "k"}, {getValue(), "v"}})
     if (failed(expectRank(*this, v, what, 2)) ||
-        failed(expectElementType(*this, v, what, tensorOf(getQuery()).getElementType())))
+        failed(expectElementType(*this, v, what, typeOf(getQuery()).getElementType())))
       return failure();
   int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
   int64_t valueHeadDim = getValueHeadDim().value_or(headDim);
@@ -267,7 +265,7 @@ LogicalResult AttentionOp::verify() {
                               << kvHeads;
   auto expectFeatures = [&](Value v, StringRef what, int64_t n, StringRef count,
                             int64_t width, StringRef widthName) -> LogicalResult {
-    int64_t features = tensorOf(v).getDimSize(1);
+    int64_t features = typeOf(v).getDimSize(1);
     if (sameSize(features, n * width))
       return success();
     return moduleError(*this) << what << " has " << sizeStr(features) << " features, but "
@@ -280,18 +278,18 @@ LogicalResult AttentionOp::verify() {
       failed(expectFeatures(getValue(), "v", kvHeads, "num_kv_heads", valueHeadDim,
                             valueWidthName)))
     return failure();
-  int64_t seq = tensorOf(getQuery()).getDimSize(0);
+  int64_t seq = typeOf(getQuery()).getDimSize(0);
   for (Value v : {getKey(), getValue()})
-    if (!sameSize(tensorOf(v).getDimSize(0), seq))
+    if (!sameSize(typeOf(v).getDimSize(0), seq))
       return moduleError(*this) << "q, k and v must have the same number of tokens, got "
-                                << sizeStr(seq) << " and " << sizeStr(tensorOf(v).getDimSize(0));
+                                << sizeStr(seq) << " and " << sizeStr(typeOf(v).getDimSize(0));
   if (std::optional<APFloat> softcap = getSoftcap(); softcap && softcap->convertToDouble() <= 0)
     return moduleError(*this) << "softcap must be positive";
   if (Value sinks = getSinks()) {
     if (failed(expectRank(*this, sinks, "sinks", 1)))
       return failure();
-    if (!sameSize(tensorOf(sinks).getDimSize(0), heads))
-      return moduleError(*this) << "sinks has " << sizeStr(tensorOf(sinks).getDimSize(0))
+    if (!sameSize(typeOf(sinks).getDimSize(0), heads))
+      return moduleError(*this) << "sinks has " << sizeStr(typeOf(sinks).getDimSize(0))
                                 << " elements, but num_heads is " << heads;
   }
   return expectResult(*this, getQuery(), heads * valueHeadDim);
@@ -300,7 +298,7 @@ LogicalResult AttentionOp::verify() {
 LogicalResult HeadSliceOp::verify() {
   if (failed(expectRank(*this, getInput(), "the input", 2)))
     return failure();
-  int64_t headDim = getHeadDim(), features = tensorOf(getInput()).getDimSize(1);
+  int64_t headDim = getHeadDim(), features = typeOf(getInput()).getDimSize(1);
   if (!ShapedType::isDynamic(features) && features % headDim != 0)
     return moduleError(*this) << "the input has " << features
                               << " features, not a whole number of heads of head_dim " << headDim;
@@ -316,12 +314,12 @@ LogicalResult ConcatHeadsOp::verify() {
   if (failed(expectRank(*this, getHeads(), "the heads", 2)) ||
       failed(expectRank(*this, getShared(), "the shared part", 2)))
     return failure();
-  int64_t headDim = getHeadDim(), features = tensorOf(getHeads()).getDimSize(1);
-  int64_t shared = tensorOf(getShared()).getDimSize(1);
+  int64_t headDim = getHeadDim(), features = typeOf(getHeads()).getDimSize(1);
+  int64_t shared = typeOf(getShared()).getDimSize(1);
   if (!ShapedType::isDynamic(features) && features % headDim != 0)
     return moduleError(*this) << "the heads have " << features
                               << " features, not a whole number of heads of head_dim " << headDim;
-  if (!sameSize(tensorOf(getShared()).getDimSize(0), tensorOf(getHeads()).getDimSize(0)))
+  if (!sameSize(typeOf(getShared()).getDimSize(0), typeOf(getHeads()).getDimSize(0)))
     return moduleError(*this) << "the heads and the shared part must have the same tokens";
   if (ShapedType::isDynamic(features) || ShapedType::isDynamic(shared))
     return expectResult(*this, getHeads(), ShapedType::kDynamic);
@@ -350,7 +348,7 @@ LogicalResult RouterOp::verify() {
   if (failed(expectRank(*this, getInput(), "the input", 2)) ||
       failed(expectRank(*this, getWeight(), "the weight", 2)))
     return failure();
-  RankedTensorType in = tensorOf(getInput()), weight = tensorOf(getWeight());
+  RankedTensorType in = typeOf(getInput()), weight = typeOf(getWeight());
   if (!sameSize(weight.getDimSize(1), in.getDimSize(1)))
     return moduleError(*this) << "the weight is " << shapeStr(weight)
                               << " [experts x hidden], but the input has "
@@ -379,8 +377,8 @@ LogicalResult RouterOp::verify() {
   if (Value bias = getBias()) {
     if (failed(expectRank(*this, bias, "the bias", 1)))
       return failure();
-    if (!sameSize(tensorOf(bias).getDimSize(0), experts))
-      return moduleError(*this) << "the bias has " << sizeStr(tensorOf(bias).getDimSize(0))
+    if (!sameSize(typeOf(bias).getDimSize(0), experts))
+      return moduleError(*this) << "the bias has " << sizeStr(typeOf(bias).getDimSize(0))
                                 << " elements, but the weight has " << sizeStr(experts)
                                 << " experts";
   }
@@ -408,8 +406,8 @@ LogicalResult ExpertsOp::verify() {
     return moduleError(*this) << "layout must be \"out_in\" or \"in_out_interleaved\", got \""
                               << getLayout() << "\"";
   bool inOut = getLayout() == "in_out_interleaved";
-  RankedTensorType x = tensorOf(getInput()), gateUp = tensorOf(getGateUp()),
-                   down = tensorOf(getDown());
+  RankedTensorType x = typeOf(getInput()), gateUp = typeOf(getGateUp()),
+                   down = typeOf(getDown());
   // In "out_in" terms: gate_up [E, 2 * inter, hidden], down [E, hidden, inter].
   auto outIn = [&](RankedTensorType t) {
     return inOut ? RankedTensorType::get({t.getDimSize(0), t.getDimSize(2), t.getDimSize(1)},
@@ -427,7 +425,7 @@ LogicalResult ExpertsOp::verify() {
     if (failed(expectRank(*this, bias, "gate_up_bias", 2)) ||
         failed(expectRank(*this, getDownBias(), "down_bias", 2)))
       return failure();
-    RankedTensorType gb = tensorOf(bias), db = tensorOf(getDownBias());
+    RankedTensorType gb = typeOf(bias), db = typeOf(getDownBias());
     if (!sameSize(gb.getDimSize(0), experts) || !sameSize(gb.getDimSize(1), gateUp.getDimSize(1)) ||
         !sameSize(db.getDimSize(0), experts) || !sameSize(db.getDimSize(1), hidden))
       return moduleError(*this) << "gate_up_bias " << shapeStr(gb) << " and down_bias "
@@ -435,10 +433,10 @@ LogicalResult ExpertsOp::verify() {
                                 << " and down " << shapeStr(givenDown);
   }
   if (!sameSize(down.getDimSize(0), experts) ||
-      !sameSize(tensorOf(getRouting()).getDimSize(1), experts))
+      !sameSize(typeOf(getRouting()).getDimSize(1), experts))
     return moduleError(*this) << "gate_up has " << sizeStr(experts) << " experts, down "
                               << sizeStr(down.getDimSize(0)) << " and the routing weights "
-                              << sizeStr(tensorOf(getRouting()).getDimSize(1));
+                              << sizeStr(typeOf(getRouting()).getDimSize(1));
   if (!sameSize(gateUp.getDimSize(2), hidden) || !sameSize(down.getDimSize(1), hidden))
     return moduleError(*this) << "gate_up " << shapeStr(given) << " and down "
                               << shapeStr(givenDown) << " do not fit an input of "
@@ -447,7 +445,7 @@ LogicalResult ExpertsOp::verify() {
     return moduleError(*this) << "gate_up " << shapeStr(given) << " must hold 2 x " << inter
                               << (inOut ? " columns" : " rows") << ", the inter size of down "
                               << shapeStr(givenDown);
-  if (!sameSize(tensorOf(getRouting()).getDimSize(0), x.getDimSize(0)))
+  if (!sameSize(typeOf(getRouting()).getDimSize(0), x.getDimSize(0)))
     return moduleError(*this) << "the routing weights and the input differ in tokens";
   return expectResult(*this, getInput(), hidden);
 }
@@ -458,7 +456,7 @@ LogicalResult AddOp::verify() { return verifyElementwise(*this); }
 LogicalResult LastTokenOp::verify() {
   if (failed(expectRank(*this, getInput(), "the input", 2)))
     return failure();
-  RankedTensorType in = tensorOf(getInput()), out = tensorOf(getResult());
+  RankedTensorType in = typeOf(getInput()), out = typeOf(getResult());
   if (out.getRank() != 2 || out.getDimSize(0) != 1 ||
       !sameSize(out.getDimSize(1), in.getDimSize(1)) ||
       out.getElementType() != in.getElementType())
@@ -470,7 +468,7 @@ LogicalResult LastTokenOp::verify() {
 LogicalResult SliceOp::verify() {
   if (failed(expectDim(*this, getInput(), getDim())))
     return failure();
-  RankedTensorType in = tensorOf(getInput()), out = tensorOf(getResult());
+  RankedTensorType in = typeOf(getInput()), out = typeOf(getResult());
   int64_t dim = normalizeDim(getDim(), in.getRank());
   int64_t size = in.getDimSize(dim);
   if (!ShapedType::isDynamic(size) && getOffset() + getSize() > size)
@@ -488,14 +486,14 @@ LogicalResult SliceOp::verify() {
 LogicalResult ConcatOp::verify() {
   if (getInputs().empty())
     return moduleError(*this) << "needs at least one input";
-  RankedTensorType first = tensorOf(getInputs().front());
+  RankedTensorType first = typeOf(getInputs().front());
   if (failed(expectDim(*this, getInputs().front(), getDim())))
     return failure();
   int64_t dim = normalizeDim(getDim(), first.getRank());
   SmallVector<int64_t> expected(first.getShape());
   expected[dim] = 0;
   for (Value v : getInputs()) {
-    RankedTensorType t = tensorOf(v);
+    RankedTensorType t = typeOf(v);
     if (t.getRank() != first.getRank() || t.getElementType() != first.getElementType())
       return moduleError(*this) << "inputs must share rank and element type, got " << first
                                 << " and " << t;
@@ -507,7 +505,7 @@ LogicalResult ConcatOp::verify() {
                         ? ShapedType::kDynamic
                         : expected[dim] + t.getDimSize(dim);
   }
-  RankedTensorType out = tensorOf(getResult());
+  RankedTensorType out = typeOf(getResult());
   bool ok = out.getRank() == first.getRank();
   for (int64_t i = 0; ok && i < out.getRank(); ++i)
     ok = sameSize(out.getDimSize(i), expected[i]);
@@ -523,7 +521,7 @@ LogicalResult ConcatOp::verify() {
 
 /// Redistributions and local reshards carry their placements as type encodings.
 static LogicalResult verifyPlacedPair(Operation *op, bool sameShape) {
-  RankedTensorType in = tensorOf(op->getOperand(0)), out = tensorOf(op->getResult(0));
+  RankedTensorType in = typeOf(op->getOperand(0)), out = typeOf(op->getResult(0));
   PlacementAttr src = getPlacement(in), dst = getPlacement(out);
   if (!src || !dst)
     return moduleError(op) << "the operand and result types must carry placements, got " << in
@@ -565,7 +563,7 @@ LogicalResult LocalReshardOp::verify() {
 }
 
 LogicalResult AllReduceOp::verify() {
-  RankedTensorType a = tensorOf(getInput()), b = tensorOf(getResult());
+  RankedTensorType a = typeOf(getInput()), b = typeOf(getResult());
   if (a.getShape() != b.getShape() || a.getElementType() != b.getElementType())
     return moduleError(*this) << "the sum keeps the shape, got " << a << " -> " << b;
   return success();
@@ -576,7 +574,7 @@ static LogicalResult verifyResizesOneDim(Operation *op, int64_t dim) {
   Value in = op->getOperand(0), out = op->getResult(0);
   if (failed(expectDim(op, in, dim)))
     return failure();
-  RankedTensorType a = tensorOf(in), b = tensorOf(out);
+  RankedTensorType a = typeOf(in), b = typeOf(out);
   int64_t d = normalizeDim(dim, a.getRank());
   bool ok = a.getRank() == b.getRank() && a.getElementType() == b.getElementType();
   for (int64_t i = 0; ok && i < a.getRank(); ++i)
@@ -593,7 +591,7 @@ LogicalResult AllToAllOp::verify() {
   if (failed(expectDim(*this, getInput(), getSplitDim())) ||
       failed(expectDim(*this, getInput(), getConcatDim())))
     return failure();
-  RankedTensorType a = tensorOf(getInput()), b = tensorOf(getResult());
+  RankedTensorType a = typeOf(getInput()), b = typeOf(getResult());
   if (normalizeDim(getSplitDim(), a.getRank()) == normalizeDim(getConcatDim(), a.getRank()))
     return moduleError(*this) << "split_dim and concat_dim must differ";
   if (a.getRank() != b.getRank() || a.getElementType() != b.getElementType())

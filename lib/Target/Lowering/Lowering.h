@@ -17,10 +17,10 @@
 
 namespace tpc::target::lowering {
 
-mlir::RankedTensorType typeOf(mlir::Value v);
+// The dialect's own helpers, so that the lowering keeps calling them unqualified.
+using tp::columns;
+using tp::typeOf;
 tp::PlacementAttr placementOf(mlir::Value v);
-/// Columns of a [tokens, features] value (1 for a vector of tokens).
-int64_t columns(mlir::Value v);
 /// `s` as a C++ string literal.
 std::string quoted(llvm::StringRef s);
 /// `{1, 2, 3}`.

@@ -102,10 +102,23 @@ llvm::SmallVector<mlir::Operation *> lastTokenChain(mlir::func::FuncOp forward);
 LinearOp headProjection(mlir::Value operand,
                         llvm::SmallVectorImpl<mlir::Operation *> *between = nullptr);
 
-/// The rank of a ranked tensor value.
-inline int64_t rankOf(mlir::Value value) {
-  return llvm::cast<mlir::RankedTensorType>(value.getType()).getRank();
+/// The type of a ranked tensor value (every value of the tp ops is one).
+inline mlir::RankedTensorType typeOf(mlir::Value value) {
+  return llvm::cast<mlir::RankedTensorType>(value.getType());
 }
+/// The rank of a ranked tensor value.
+inline int64_t rankOf(mlir::Value value) { return typeOf(value).getRank(); }
+/// Columns of a [tokens, features] value (1 for a vector of tokens).
+inline int64_t columns(mlir::Value value) {
+  return rankOf(value) == 2 ? typeOf(value).getDimSize(1) : 1;
+}
+
+/// The dim a Shard or a StridedShard splits, as written (normalize the placement first for
+/// a dim counted from the front); -1 for a placement that splits none.
+int64_t splitDim(PlacementAttr placement);
+
+/// The parameter a value is the tp.weight of; null where another op makes it.
+ParamOp paramOf(mlir::Value value);
 
 /// Whether a value is split by tokens: sharded on its first (token) dim, so that each rank
 /// holds tokens / tp rows of it (sequence parallelism).
