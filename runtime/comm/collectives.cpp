@@ -149,6 +149,16 @@ void Collectives::allReduce(const void *in, int64_t rows, int64_t cols, void *ou
   comm.allReduce(out, size_t(rows * cols));
 }
 
+Collectives::Collectives(Communicator &comm, Memory &memory, bool variableGathers)
+    : comm(comm), memory(memory), rank(comm.rank), tp(comm.world),
+      variableGathers(variableGathers) {
+  if (variableGathers && !comm.gathersVariableSizes())
+    throw std::runtime_error(
+        "this program was compiled to gather uneven pieces unpadded (its target's gather mode "
+        "is variable), which this communicator cannot do; compile it for the target it runs "
+        "on");
+}
+
 void Collectives::allGatherColumns(const void *in, int64_t rows,
                                    const std::vector<int64_t> &blocks, void *out,
                                    const char *module) {
@@ -160,7 +170,7 @@ void Collectives::allGatherColumns(const void *in, int64_t rows,
     comm.allGather(in, size_t(local), out);
     return;
   }
-  if (!even && comm.gathersVariableSizes()) {
+  if (!even && variableGathers) {
     // Only the real columns on the wire: each rank's [rows, real] after the gathered rows.
     std::vector<size_t> counts(static_cast<size_t>(tp));
     std::vector<int64_t> real(static_cast<size_t>(tp), 0);

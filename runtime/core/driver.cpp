@@ -266,6 +266,7 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   rank.timeoutSeconds = args.timeoutSeconds;
   rank.comm = group->comm.get();
   rank.trace = &trace;
+  rank.variableGathers = spec.variableGathers;
   // The group's host collectives are recorded whatever the backend (a device may move its
   // own through them, TPC_CUDA_COMM=gloo's).
   group->comm->communicator().traceInto(&trace);

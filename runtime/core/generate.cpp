@@ -50,8 +50,9 @@ int64_t Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
   for (size_t i = 0; i < ids.size(); ++i)
     positions[i] = start + int64_t(i);
   int64_t n = int64_t(ids.size());
-  int world = rank.tp;
-  bool split = backend.hasSequenceParallel() && n % world == 0 && n >= world && world > 1;
+  // The program's rule (tp.sequence_parallel), as the compiler decided it.
+  int64_t multiple = spec.sequenceParallelTokens;
+  bool split = backend.hasSequenceParallel() && multiple > 0 && n >= multiple && n % multiple == 0;
   const float *logits = backend.forward(ids.data(), positions.data(), n, split);
   const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
   if (!warming)

@@ -31,5 +31,9 @@ void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth) {
 void addEosId(ModelSpec *spec, int64_t id) { spec->eosIds.push_back(id); }
 
 void setMaxPositions(ModelSpec *spec, int64_t positions) { spec->maxPositions = positions; }
+void setSequenceParallelTokens(ModelSpec *spec, int64_t tokens) {
+  spec->sequenceParallelTokens = tokens;
+}
+void setVariableGathers(ModelSpec *spec, bool variable) { spec->variableGathers = variable; }
 
 } // namespace tpcrt

@@ -20,9 +20,9 @@ void Context::fail(const std::string &message) const {
   std::exit(1);
 }
 
-void Context::attach(Comm &group) {
+void Context::attach(Comm &group, bool variableGathers) {
   comm = &group;
-  placement = std::make_unique<Collectives>(group.communicator(), memory);
+  placement = std::make_unique<Collectives>(group.communicator(), memory, variableGathers);
 }
 
 namespace cpu {
@@ -40,7 +40,7 @@ public:
       openblas_set_num_threads(1);
     cx.rank = rank.rank;
     cx.tp = rank.tp;
-    cx.attach(*rank.comm);
+    cx.attach(*rank.comm, rank.variableGathers);
   }
 
   DType weightType(const WeightDesc &) const override { return DType::F32; }

@@ -255,7 +255,8 @@ void Device::start() {
   }
   if (!viaHost)
     state->communicator->traceInto(info.trace);
-  state->collectives = std::make_unique<Collectives>(*state->communicator, *state->memory);
+  state->collectives =
+      std::make_unique<Collectives>(*state->communicator, *state->memory, info.variableGathers);
   // A graph replays device work only: collectives staged through the host cannot be in one.
   const char *graphs = std::getenv("TPC_CUDA_GRAPHS");
   state->graphsAllowed = !viaHost && !(graphs && std::string(graphs) == "0");

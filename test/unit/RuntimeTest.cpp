@@ -576,6 +576,21 @@ std::vector<float> numbered(int64_t rows, int64_t cols, float factor = 1) {
   return m;
 }
 
+TEST(Collectives, RefusesVariableGathersItsCommunicatorCannotDo) {
+  // The program's gather mode is the compiler's decision (#tp.target); a communicator that
+  // pads (NCCL's) cannot run a program compiled for unpadded gathers, and says so at start.
+  HostMemory memory;
+  LocalCommunicator padded(0, 1, memory, /*variableSizes=*/false);
+  try {
+    Collectives cx(padded, memory, /*variableGathers=*/true);
+    FAIL() << "a padding communicator took a program of variable gathers";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("gather mode is variable"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(Collectives(padded, memory, /*variableGathers=*/false));
+}
+
 TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
   // A feature dim of two strided blocks, 5 and 4 wide, over 3 ranks: pieces of 2 (the last
   // rank's piece of the first block holds 1 real column, padding after it) and 2 (the last
@@ -589,7 +604,8 @@ TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
       std::vector<TraceEntry> trace;
       group->communicator().traceInto(&trace);
       HostMemory memory;
-      Collectives cx(group->communicator(), memory);
+      // The CPU target's gather mode: every CPU transport gathers pieces of their own size.
+      Collectives cx(group->communicator(), memory, /*variableGathers=*/true);
       const std::vector<int64_t> blocks = {5, 4};
       const int64_t rows = 3, global = 9, local = 4;
       std::vector<float> whole = numbered(rows, global), mine(size_t(rows * local));

@@ -158,6 +158,15 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
     m.onSpec(inTarget("setAttentionBounds"),
              [&](Args &a) { a.integer(maxHeads).integer(maxHeadDim); });
   }
+  // What the compiler decided and the runtime obeys: the sequence-parallel forward's rule
+  // and how uneven gathers cross the wire.
+  if (split)
+    m.onSpec("tpcrt::setSequenceParallelTokens", [&](Args &a) {
+      a.integer(*sequenceParallelTokens(split));
+    });
+  m.onSpec("tpcrt::setVariableGathers", [&](Args &a) {
+    a.boolean(getTarget(module).getGather() == GatherMode::variable);
+  });
   m.onSpec(inTarget("setForwards"), [&](Args &a) {
     a.text(plain.getSymName()).text(split ? split.getSymName() : "nullptr");
   });

@@ -50,6 +50,7 @@ struct RankInfo {
   Comm *comm = nullptr;    // the group: host collectives (already traced), broadcast, why a
                            // rank stopped
   std::vector<TraceEntry> *trace = nullptr; // where a backend's own collectives are recorded
+  bool variableGathers = false; // the program's gather mode (ModelSpec::variableGathers)
 };
 
 class Backend {
@@ -84,8 +85,8 @@ public:
   /// bytes (--trace's arena_bytes).
   virtual uint64_t allocateArena(int64_t perToken, int64_t tokens) = 0;
 
-  /// Whether the program has a sequence-parallel forward, which the core runs where tp
-  /// divides the tokens.
+  /// Whether the program has a sequence-parallel forward, which the core runs for the token
+  /// counts the program's rule gives (ModelSpec::sequenceParallelTokens).
   virtual bool hasSequenceParallel() const = 0;
   /// One forward over `tokens` new tokens (`ids` at `positions`, after what the caches
   /// hold): this rank's logits as fp32 on the host, [tokens, vocab] ([1, vocab] when the

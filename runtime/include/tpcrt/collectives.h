@@ -163,13 +163,14 @@ void forEachPiece(const std::vector<int64_t> &blocks, int tp, int rank, Fn fn) {
 /// Memory's elements. `blocks` are the global sizes of the strided blocks of a feature dim (one
 /// block: a plain Shard); a local matrix holds this rank's ceil(size / tp) piece of each
 /// block, padded with zeros. Token (row) splits happen only where tp divides the tokens. A
-/// gather of pieces tp does not divide moves only the real columns where the communicator
-/// gathers variable sizes, and pads them otherwise.
+/// gather of pieces tp does not divide moves only the real columns where the program says so
+/// (`variableGathers`, its #tp.target's gather mode), and pads them otherwise; a program that
+/// asks for variable gathers on a communicator that cannot do them is refused.
 /// `module` labels the collective in the trace.
 class Collectives {
 public:
-  Collectives(Communicator &comm, Memory &memory)
-      : comm(comm), memory(memory), rank(comm.rank), tp(comm.world) {}
+  /// Throws when `variableGathers` is asked of a communicator without them.
+  Collectives(Communicator &comm, Memory &memory, bool variableGathers);
 
   // Partial or sharded in, one communicator call each.
   void allReduce(const void *in, int64_t rows, int64_t cols, void *out, const char *module);
@@ -204,6 +205,7 @@ private:
   Communicator &comm;
   Memory &memory;
   const int rank, tp;
+  const bool variableGathers;
 };
 
 } // namespace tpcrt

@@ -40,6 +40,12 @@ struct ModelSpec {
   /// bounds --max-seq-len; 0 where unknown. Last, so that specs written without it still
   /// initialize every other field.
   int64_t maxPositions = 0;
+  /// The program's rule for its sequence-parallel forward (tp.sequence_parallel): it runs
+  /// the token counts that are positive multiples of this; 0: the program has none.
+  int64_t sequenceParallelTokens = 0;
+  /// The program's #tp.target gather mode: a gather of pieces tp does not split evenly sends
+  /// only the real columns (true) or pieces padded to the largest (false).
+  bool variableGathers = false;
 };
 
 // The model, as main() describes it. The spec lives as long as the program.
@@ -53,6 +59,10 @@ void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth);
 void addEosId(ModelSpec *spec, int64_t id);
 /// config.json's max_position_embeddings: the default --max-seq-len is no more than that.
 void setMaxPositions(ModelSpec *spec, int64_t positions);
+/// What the compiler decided, which the runtime obeys: the token counts the
+/// sequence-parallel forward runs (multiples of `tokens`), and the gather mode.
+void setSequenceParallelTokens(ModelSpec *spec, int64_t tokens);
+void setVariableGathers(ModelSpec *spec, bool variable);
 
 /// --max-seq-len when none is given: 2048 tokens, or the model's max_position_embeddings
 /// where that is fewer (`maxPositions` 0: unknown). `tpc analyze` reports with it too.

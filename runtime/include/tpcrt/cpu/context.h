@@ -73,7 +73,7 @@ struct Context {
   [[noreturn]] void fail(const std::string &message) const;
 
   /// Joins `comm`'s group: collectives go through its host communicator.
-  void attach(Comm &comm);
+  void attach(Comm &comm, bool variableGathers);
   /// The placement changes the CPU program calls.
   Collectives &collectives() { return *placement; }
 
