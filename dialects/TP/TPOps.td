@@ -158,6 +158,12 @@ def TP_RotaryOp : TP_LayerOp<"rotary"> {
   let assemblyFormat = [{
     $module $input `,` $positions attr-dict `:` functional-type(operands, results)
   }];
+  let extraClassDeclaration = [{
+    /// The inverse frequencies of the rotated dims, computed here once for every target:
+    /// `inv_freq` where given, else theta^(-2i/d) over the d = head_dim - unrotated dims.
+    /// The lowering hands them to the runtime as a table; no kernel computes them again.
+    ::llvm::SmallVector<double> getFrequencies();
+  }];
 }
 
 def TP_AttentionOp : TP_LayerOp<"attention"> {

@@ -199,15 +199,17 @@ Value FunctionLowering::positionsOf(Operation *op, Value input) {
 }
 
 Value FunctionLowering::invFreqOf(RotaryOp rotary) {
-  std::optional<ArrayRef<double>> given = rotary.getInvFreq();
-  if (!given)
-    return Value();
-  std::string name = (func.getSymName() + "_inv_freq_" + Twine(globals++)).str();
-  auto type = emitc::ArrayType::get({int64_t(given->size())}, builder.getF64Type());
+  SmallVector<double> frequencies = rotary.getFrequencies();
+  int64_t count = int64_t(frequencies.size());
+  auto type = emitc::ArrayType::get({count}, builder.getF64Type());
+  std::string &name = frequencyTables[std::vector<double>(frequencies.begin(), frequencies.end())];
+  if (!name.empty())
+    return emitc::GetGlobalOp::create(builder, rotary.getLoc(), type, name);
+  name = (func.getSymName() + "_inv_freq_" + Twine(frequencyTables.size() - 1)).str();
   OpBuilder::InsertionGuard guard(moduleBuilder);
   moduleBuilder.setInsertionPoint(kernelPoint);
-  auto values = DenseElementsAttr::get(
-      RankedTensorType::get({int64_t(given->size())}, builder.getF64Type()), *given);
+  auto values = DenseElementsAttr::get(RankedTensorType::get({count}, builder.getF64Type()),
+                                       ArrayRef<double>(frequencies));
   emitc::GlobalOp::create(moduleBuilder, rotary.getLoc(), name, type, values,
                           /*externSpecifier=*/false, /*staticSpecifier=*/true,
                           /*constSpecifier=*/true);

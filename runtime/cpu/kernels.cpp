@@ -193,13 +193,10 @@ void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int6
                 int(in), w, int(in), beta, y, int(out));
 }
 
-void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
-            const double *givenInvFreq, const int64_t *positions, float *out, double scaling,
+void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim,
+            const double *invFreq, const int64_t *positions, float *out, double scaling,
             bool interleaved, int64_t unrotated) {
   int64_t rotated = headDim - unrotated, half = rotated / 2;
-  std::vector<double> invFreq(half);
-  for (int64_t i = 0; i < half; ++i)
-    invFreq[i] = givenInvFreq ? givenInvFreq[i] : std::pow(theta, -2.0 * i / rotated);
   // Element i of a pair and its partner: halves (rotate_half), or neighbours (complex form).
   int64_t first = interleaved ? 2 : 1, second = interleaved ? 1 : half;
   // The angles depend on the position only: computed once per row, for every head.

@@ -233,15 +233,14 @@ void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const 
 }
 
 void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t headDim,
-            double theta, const double *invFreq, const int64_t *positions, act *out,
-            double scaling) {
+            const double *invFreq, const int64_t *positions, act *out, double scaling) {
   int64_t half = headDim / 2;
-  float *&frequencies = state.invFreqs[{invFreq, theta, headDim}];
+  // The program's table (one per rotary, static), copied to the device once.
+  float *&frequencies = state.invFreqs[{invFreq, headDim}];
   if (!frequencies) {
     std::vector<float> values(half);
     for (int64_t i = 0; i < half; ++i)
-      values[i] = invFreq ? float(invFreq[i])
-                          : float(std::pow(theta, -2.0 * double(i) / double(headDim)));
+      values[i] = float(invFreq[i]);
     check(cudaMalloc(&frequencies, half * sizeof(float)), "cudaMalloc (rotary)");
     check(cudaMemcpy(frequencies, values.data(), half * sizeof(float), cudaMemcpyHostToDevice),
           "cudaMemcpy (rotary)");

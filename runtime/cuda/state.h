@@ -42,7 +42,7 @@ struct Device::State {
   int timeoutSeconds = 30;
   /// Device copies of rotary inverse frequencies, by what the program passes: its host
   /// array (one per call site), or null with theta and head_dim for the default ones.
-  std::map<std::tuple<const double *, double, int64_t>, float *> invFreqs;
+  std::map<std::pair<const double *, int64_t>, float *> invFreqs;
   /// Staging for collectives that move pieces of strided feature dims (DeviceMemory's), grown
   /// as needed (a decode graph holds it: growing it goes through releaseForRegrowth).
   act *scratch = nullptr;

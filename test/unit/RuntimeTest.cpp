@@ -93,7 +93,8 @@ TEST(Kernels, RotaryRotatesHalvesAndKeepsNorms) {
   auto x = randomVector(2 * 8, 4);
   std::vector<float> y(16);
   int64_t positions[] = {0, 5};
-  rotary(Host{}, x.data(), 2, 8, 4, 10000.0, nullptr, positions, y.data());
+  double invFreq[] = {1.0, 0.01}; // theta 10^4 over head_dim 4
+  rotary(Host{}, x.data(), 2, 8, 4, invFreq, positions, y.data());
   for (int i = 0; i < 8; ++i)
     EXPECT_FLOAT_EQ(y[i], x[i]); // position 0 is the identity
   for (int h = 0; h < 2; ++h) {
@@ -108,15 +109,19 @@ TEST(Kernels, RotaryRotatesHalvesAndKeepsNorms) {
   EXPECT_NEAR(y[8], x[8] * std::cos(5.0) - x[10] * std::sin(5.0), 1e-5);
 }
 
-TEST(Kernels, RotaryTakesGivenFrequencies) {
+TEST(Kernels, RotaryRotatesEachPairByItsGivenFrequency) {
+  // The frequencies are the compiler's table (a scaled RoPE's as much as theta's): pair i
+  // turns by position * invFreq[i], whatever they are.
   auto x = randomVector(8, 14);
-  std::vector<float> a(8), b(8);
+  std::vector<float> y(8);
   int64_t positions[] = {3};
-  double invFreq[] = {1.0, 0.1, 0.01, 0.001}; // theta 10^4 with head_dim 8
-  rotary(Host{}, x.data(), 1, 8, 8, 10000.0, nullptr, positions, a.data());
-  rotary(Host{}, x.data(), 1, 8, 8, 1.0, invFreq, positions, b.data());
-  for (int i = 0; i < 8; ++i)
-    EXPECT_NEAR(a[i], b[i], 1e-6);
+  double invFreq[] = {0.7, 0.2, 0.05, 0.003};
+  rotary(Host{}, x.data(), 1, 8, 8, invFreq, positions, y.data());
+  for (int i = 0; i < 4; ++i) {
+    double angle = 3 * invFreq[i];
+    EXPECT_NEAR(y[i], x[i] * std::cos(angle) - x[i + 4] * std::sin(angle), 1e-5);
+    EXPECT_NEAR(y[i + 4], x[i + 4] * std::cos(angle) + x[i] * std::sin(angle), 1e-5);
+  }
 }
 
 TEST(Kernels, RouterKeepsTopKRenormalized) {
@@ -151,7 +156,8 @@ TEST(Kernels, InterleavedRotaryOfTheLastDimsOfEachHead) {
   // DeepSeek's query heads: 2 nope dims kept, then 4 rope dims rotated as complex pairs.
   std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, out(12);
   int64_t positions[] = {2};
-  rotary(Host{}, x.data(), 1, 12, 6, 10000.0, nullptr, positions, out.data(), 1.0, true, 2);
+  double invFreq[] = {1.0, 0.01}; // theta 10^4 over the 4 rope dims
+  rotary(Host{}, x.data(), 1, 12, 6, invFreq, positions, out.data(), 1.0, true, 2);
   for (int64_t h = 0; h < 2; ++h) {
     const float *in = x.data() + 6 * h, *o = out.data() + 6 * h;
     EXPECT_EQ(o[0], in[0]);

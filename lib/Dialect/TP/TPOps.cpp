@@ -673,3 +673,14 @@ LogicalResult FusedOp::verify() {
   }
   llvm_unreachable("a tp.fused kind the verifier does not know");
 }
+
+SmallVector<double> RotaryOp::getFrequencies() {
+  if (std::optional<ArrayRef<double>> given = getInvFreq())
+    return SmallVector<double>(given->begin(), given->end());
+  int64_t rotated = getHeadDim() - getUnrotated().value_or(0);
+  SmallVector<double> frequencies;
+  for (int64_t i = 0; i < rotated / 2; ++i)
+    frequencies.push_back(
+        std::pow(getTheta().convertToDouble(), -2.0 * double(i) / double(rotated)));
+  return frequencies;
+}

@@ -100,13 +100,7 @@ LogicalResult lowerRotaryPair(FunctionLowering &l, FusedOp fused, StringRef name
   SmallVector<Operation *> members(llvm::make_pointer_range(fused.getMembers()));
   auto first = cast<RotaryOp>(members[0]), second = cast<RotaryOp>(members[1]);
   int64_t headDim = first.getHeadDim(), half = headDim / 2;
-  SmallVector<double> frequencies;
-  if (std::optional<ArrayRef<double>> given = first.getInvFreq())
-    frequencies.assign(given->begin(), given->end());
-  else
-    for (int64_t i = 0; i < half; ++i)
-      frequencies.push_back(
-          std::pow(first.getTheta().convertToDouble(), -2.0 * double(i) / double(headDim)));
+  SmallVector<double> frequencies = first.getFrequencies();
   if (int64_t(frequencies.size()) != half)
     return first.emitError() << "rotary inv_freq has " << frequencies.size()
                              << " values for a head_dim of " << headDim;

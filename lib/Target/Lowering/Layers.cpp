@@ -85,7 +85,6 @@ LogicalResult lower(FunctionLowering &l, RotaryOp rotary) {
     Value freq = l.invFreqOf(rotary);
     c.input(rotary.getInput())
         .integer("headDim", rotary.getHeadDim())
-        .real("theta", rotary.getTheta().convertToDouble())
         .pointer("invFreq", freq)
         .value("positions", l.positionsOf(rotary, rotary.getInput()))
         .value("out", out);

@@ -13,7 +13,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <map>
 #include <optional>
+#include <vector>
 
 namespace tpc::target::lowering {
 
@@ -167,7 +169,7 @@ public:
   mlir::Value biasOf(tp::LinearOp linear);
   /// The positions of a value's rows: this rank's slice of them where tokens are split.
   mlir::Value positionsOf(mlir::Operation *op, mlir::Value input);
-  /// The scaled RoPE frequencies of a rotary, as a static array; null for theta's own.
+  /// A rotary's inverse frequencies (RotaryOp::getFrequencies), as a static array.
   mlir::Value invFreqOf(tp::RotaryOp rotary);
   /// A generated kernel's definition, before the function.
   void addKernel(const std::string &text);
@@ -191,7 +193,10 @@ private:
   mlir::OpBuilder &moduleBuilder;
   mlir::Operation *kernelPoint = nullptr;
   llvm::DenseMap<mlir::Value, mlir::Value> values;
-  int kernels = 0, globals = 0;
+  int kernels = 0;
+  /// The frequency tables emitted so far, by their values: rotaries of the same frequencies
+  /// (q and k, every layer) share one.
+  std::map<std::vector<double>, std::string> frequencyTables;
 };
 
 // The patterns, by family: each lowers `op` if it is one of its family's, and says nothing

@@ -39,11 +39,11 @@ void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int6
             const float *bias, float *y);
 
 /// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`, with
-/// inverse frequencies theta^(-2i/headDim), or the headDim/2 of `invFreq` when not null;
+/// the inverse frequencies of `invFreq` (the compiler's table: tp.rotary's getFrequencies);
 /// cos and sin are multiplied by `scaling` (YaRN's attention factor). `interleaved`: pairs
 /// (2i, 2i+1), DeepSeek's complex form; `unrotated`: the first elements of each head left as
 /// they are, the rest rotated (frequencies over that many dims).
-void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim, double theta,
+void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim,
             const double *invFreq, const int64_t *positions, float *out, double scaling = 1.0,
             bool interleaved = false, int64_t unrotated = 0);
 

@@ -132,8 +132,7 @@ void rmsNorm(Device::State &state, const act *x, int64_t rows, int64_t cols, con
 void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const act *w, int64_t out,
             const act *bias, act *y);
 void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t headDim,
-            double theta, const double *invFreq, const int64_t *positions, act *out,
-            double scaling = 1.0);
+            const double *invFreq, const int64_t *positions, act *out, double scaling = 1.0);
 void attention(Device::State &state, const act *q, const act *k, const act *v, int64_t rows,
                int64_t heads, int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
                double softcap, const HeadSplit &split, KVCache &cache, act *out);

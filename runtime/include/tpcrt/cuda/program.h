@@ -46,12 +46,11 @@ inline void attention(Device::State &state, const act *q, const act *k, const ac
             cache, out);
 }
 inline void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols,
-                   int64_t headDim, double theta, const double *invFreq,
-                   const int64_t *positions, act *out, double scaling, bool interleaved,
-                   int64_t unrotated) {
+                   int64_t headDim, const double *invFreq, const int64_t *positions,
+                   act *out, double scaling, bool interleaved, int64_t unrotated) {
   if (interleaved || unrotated)
     throw std::invalid_argument("the CUDA target runs no interleaved or partial rotary");
-  rotary(state, x, rows, cols, headDim, theta, invFreq, positions, out, scaling);
+  rotary(state, x, rows, cols, headDim, invFreq, positions, out, scaling);
 }
 
 // The CPU-only calls of tpcrt/calls.def are not declared here.
