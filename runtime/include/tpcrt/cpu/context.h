@@ -7,50 +7,50 @@
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/model.h"
 
+#include <cstdint>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace tpcrt {
 
-/// An allocator on cache-line boundaries: a weight's rows start where whole vector loads do
-/// not straddle two lines (the CPU's one-row matrix-vector product reads them so).
-template <typename T> struct CacheLineAllocator {
-  using value_type = T;
-  static constexpr std::align_val_t kAlign{64};
-  CacheLineAllocator() = default;
-  template <typename U> CacheLineAllocator(const CacheLineAllocator<U> &) {}
-  T *allocate(size_t n) { return static_cast<T *>(::operator new(n * sizeof(T), kAlign)); }
-  void deallocate(T *p, size_t) { ::operator delete(p, kAlign); }
-  bool operator==(const CacheLineAllocator &) const { return true; }
-  bool operator!=(const CacheLineAllocator &) const { return false; }
-};
-
 /// Every parameter's slice of this rank, in fp32, one after the other in one allocation,
 /// each from a cache line: a decode step streams them in about this order, and one stretch
 /// of memory streams faster than the same bytes in many allocations (measured in
-/// bench/results/cpu-vs-transformers.txt).
+/// bench/results/cpu-vs-transformers.txt). A weight's rows start where whole vector loads do
+/// not straddle two lines (the CPU's one-row matrix-vector product reads them so).
 class HostWeights {
 public:
-  /// Room for `counts[i]` elements of parameter i, zeroed.
+  /// Room for `counts[i]` elements of parameter i. Not zeroed: the loader writes every
+  /// element of every weight, a short piece's padding included (Checkpoint::read,
+  /// generateSlice), and a zero fill first would stream the whole slice through memory once
+  /// more at load; the gaps to the next cache line are never read.
   void allocate(const std::vector<size_t> &counts) {
     offsets.clear();
     sizes = counts;
     size_t total = 0;
     for (size_t count : counts) {
       offsets.push_back(total);
+      if (count > kMaxFloats - kLineFloats || total > kMaxFloats - count - kLineFloats)
+        throw std::length_error("the weights' size overflows");
       total += (count + kLineFloats - 1) / kLineFloats * kLineFloats;
     }
-    storage.assign(total, 0.0f);
+    storage.reset(static_cast<float *>(::operator new(total * sizeof(float), kAlign)));
   }
-  float *data(size_t i) { return storage.data() + offsets[i]; }
-  const float *data(size_t i) const { return storage.data() + offsets[i]; }
+  float *data(size_t i) { return storage.get() + offsets[i]; }
+  const float *data(size_t i) const { return storage.get() + offsets[i]; }
   size_t size(size_t i) const { return sizes[i]; }
 
 private:
+  static constexpr std::align_val_t kAlign{64};
   static constexpr size_t kLineFloats = 64 / sizeof(float);
-  std::vector<float, CacheLineAllocator<float>> storage;
+  static constexpr size_t kMaxFloats = SIZE_MAX / sizeof(float);
+  struct Free {
+    void operator()(float *p) const { ::operator delete(p, kAlign); }
+  };
+  std::unique_ptr<float[], Free> storage;
   std::vector<size_t> offsets, sizes;
 };
 
