@@ -22,6 +22,9 @@ using namespace mlir;
 
 namespace tpc::analysis {
 
+static_assert(tpcrt::kDefaultMaxSeqLen == 2048,
+              "AnalyzeOptions::maxSeqLen defaults to the binary's --max-seq-len");
+
 namespace {
 
 std::string countsOf(const std::vector<CollectiveEntry> &entries) {

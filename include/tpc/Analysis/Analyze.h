@@ -21,7 +21,7 @@ struct AnalyzeOptions {
   std::string model, plan, strategies; // the model's path is for the report's heading
   int64_t tp = 0;
   std::string target = "cpu";
-  int64_t prefillLen = 128, maxSeqLen = 2048;
+  int64_t prefillLen = 128, maxSeqLen = 2048; // the binary's default (checked in Analyze.cpp)
   bool maxSeqLenGiven = false, prefillLenGiven = false; // else the binary's defaults apply
   bool sequenceParallel = false, noFold = false;
 };
