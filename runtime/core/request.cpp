@@ -44,6 +44,16 @@ bool integerOf(const char *flag, const char *value, int64_t min, int64_t &into,
   return true;
 }
 
+/// integerOf into a field of another type (an int, an optional id or seed).
+template <typename T>
+bool integerInto(const char *flag, const char *value, int64_t min, T &into, std::string &error) {
+  int64_t number = 0;
+  if (!integerOf(flag, value, min, number, error))
+    return false;
+  into = T(number);
+  return true;
+}
+
 bool idsOf(const char *flag, const char *value, std::vector<int64_t> &into,
            std::string &error) {
   std::stringstream in(value);
@@ -64,11 +74,7 @@ const Flag kFlags[] = {
      [](Args &a, const char *, const char *v, std::string &) { return a.weights = v, true; }},
     {"--random-weights", "SEED", "seeded random weights instead (tpc init-weights' values)",
      [](Args &a, const char *f, const char *v, std::string &e) {
-       int64_t seed;
-       if (!integerOf(f, v, 0, seed, e))
-         return false;
-       a.randomSeed = uint64_t(seed);
-       return true;
+       return integerInto(f, v, 0, a.randomSeed, e);
      }},
     {"--prompt-ids", "1,2,3", "the prompt as token ids (prints ids back)",
      [](Args &a, const char *f, const char *v, std::string &e) {
@@ -89,11 +95,7 @@ const Flag kFlags[] = {
      }},
     {"--eos-id", "ID", "stop at this id instead of the model's end-of-sequence ids",
      [](Args &a, const char *f, const char *v, std::string &e) {
-       int64_t id;
-       if (!integerOf(f, v, 0, id, e))
-         return false;
-       a.eosId = id;
-       return true;
+       return integerInto(f, v, 0, a.eosId, e);
      }},
     {"--ignore-eos", nullptr, "generate --max-new-tokens whatever the model says",
      [](Args &a, const char *, const char *, std::string &) { return a.ignoreEos = true; }},
@@ -118,11 +120,7 @@ const Flag kFlags[] = {
     {"--timeout", "SECONDS",
      "bound the rendezvous and each collective's wait for a peer (default 30)",
      [](Args &a, const char *f, const char *v, std::string &e) {
-       int64_t t;
-       if (!integerOf(f, v, 1, t, e))
-         return false;
-       a.timeoutSeconds = int(t);
-       return true;
+       return integerInto(f, v, 1, a.timeoutSeconds, e);
      }},
     {"--warmup", nullptr,
      "run a throwaway prefill and two decode steps first, then time 3 prefills (their "

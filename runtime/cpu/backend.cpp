@@ -108,7 +108,8 @@ void setForwards(ModelSpec *, ForwardFn forward, ForwardFn sequenceParallel) {
 }
 
 int runModel(ModelSpec *spec, int argc, char **argv) {
-  // Static: a rank that stops exits with it in place, as its forwards may still point into it.
+  // The process's one backend. A rank that stops (Context::fail) calls exit from inside a
+  // forward; exit's destructors then free these buffers, which nothing reads after.
   static cpu::CpuBackend backend(cpu::forwards().forward, cpu::forwards().sequenceParallel);
   return runModel(*spec, backend, argc, argv);
 }
