@@ -24,6 +24,12 @@ std::vector<std::string> tpc::target::targetNames() {
   return names;
 }
 
+llvm::SmallVector<llvm::StringRef> tpc::target::systemLibraries() {
+  llvm::SmallVector<llvm::StringRef> libraries;
+  llvm::StringRef(TPC_SYSTEM_LIBRARIES).split(libraries, ',', -1, /*KeepEmpty=*/false);
+  return libraries;
+}
+
 const TargetInfo *tpc::target::targetOf(tp::TargetAttr attr) {
   return attr ? findTarget(attr.getName()) : nullptr;
 }

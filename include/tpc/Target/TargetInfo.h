@@ -59,8 +59,8 @@ const TargetInfo *targetOf(tp::TargetAttr attr);
 const TargetInfo &cpuTarget();
 const TargetInfo &cudaTarget();
 
-/// The system libraries libtpcrt needs beyond Gloo and OpenBLAS (MPI's for the mpirun path,
-/// PCRE2's and ICU's for the tokenizers), as this tpc was configured: every target links them.
+/// The system libraries libtpcrt_core needs beyond Gloo (MPI's for the mpirun path, PCRE2's
+/// and ICU's for the tokenizers), as this tpc was configured: every target links them.
 llvm::SmallVector<llvm::StringRef> systemLibraries();
 
 } // namespace tpc::target

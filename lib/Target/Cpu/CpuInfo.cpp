@@ -1,6 +1,7 @@
 // The CPU target: fp32 activations, C++ kernels and OpenBLAS, collectives over shared memory,
 // Gloo or MPI; its binaries are built by the system C++ compiler against this build's
-// libtpcrt (the CPU backend) and libtpcrt_core. Where those are was fixed when tpc was configured (lib/Target/CMakeLists.txt).
+// libtpcrt (the CPU backend) and libtpcrt_core. Where those are was fixed when tpc was
+// configured (lib/Target/CMakeLists.txt).
 #include "tpc/Target/TargetInfo.h"
 
 #include "mlir/IR/Builders.h"
@@ -11,12 +12,6 @@
 using namespace mlir;
 using namespace tpc;
 using namespace tpc::target;
-
-llvm::SmallVector<llvm::StringRef> tpc::target::systemLibraries() {
-  llvm::SmallVector<llvm::StringRef> libraries;
-  llvm::StringRef(TPC_SYSTEM_LIBRARIES).split(libraries, ',', -1, /*KeepEmpty=*/false);
-  return libraries;
-}
 
 namespace {
 
