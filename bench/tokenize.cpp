@@ -6,8 +6,11 @@
 //                                             that became final), then finish()'s
 //   tpc-tokenize DIR id TOKEN                 the id of a token string
 //   tpc-tokenize DIR batch                    JSON lines in, JSON lines out, one load for all:
-//     {"encode": TEXT, "special": B} -> [ids]; {"decode": [ids], "skip": B} -> TEXT;
+//     {"encode": TEXT, "special": B} -> [ids] (or {"error": MESSAGE});
+//     {"decode": [ids], "skip": B} -> TEXT;
 //     {"stream": [ids], "skip": B} -> [chunk per id pushed, then finish()'s]
+// Text that cannot be encoded (not valid UTF-8, a regex limit) is an error: exit status 1
+// with the message on stderr, or, in batch mode, its {"error": ...} line.
 #include "tpcrt/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -15,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 namespace {
@@ -53,8 +57,13 @@ int main(int argc, char **argv) {
                            std::strcmp(argv[3], "--skip-special") == 0);
   if (cmd == "encode") {
     std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    std::optional<std::vector<int64_t>> ids = tok->encode(text, !flag, error);
+    if (!ids) {
+      std::cerr << "tpc-tokenize: the text: " << error << "\n";
+      return 1;
+    }
     const char *sep = "";
-    for (int64_t id : tok->encode(text, !flag)) {
+    for (int64_t id : *ids) {
       std::cout << sep << id;
       sep = " ";
     }
@@ -77,9 +86,9 @@ int main(int argc, char **argv) {
       for (std::string line; std::getline(std::cin, line);) {
         json req = json::parse(line);
         if (req.contains("encode")) {
-          std::cout << json(tok->encode(req["encode"].get<std::string>(),
-                                        req.value("special", true)))
-                           .dump();
+          std::optional<std::vector<int64_t>> ids =
+              tok->encode(req["encode"].get<std::string>(), req.value("special", true), error);
+          std::cout << (ids ? json(*ids) : json{{"error", error}}).dump();
         } else if (req.contains("decode")) {
           std::cout << json(tok->decode(req["decode"].get<std::vector<int64_t>>(),
                                         req.value("skip", false)))

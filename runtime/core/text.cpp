@@ -73,7 +73,12 @@ bool tokenizePrompt(Args &args, std::shared_ptr<Tokenizer> &tokenizer, std::stri
     // template that writes the BOS gets one BOS, not two.
     addSpecial = false;
   }
-  args.prompt = tokenizer->encode(text, addSpecial);
+  std::optional<std::vector<int64_t>> ids = tokenizer->encode(text, addSpecial, error);
+  if (!ids) {
+    error = "the prompt: " + error;
+    return false;
+  }
+  args.prompt = std::move(*ids);
   if (args.prompt.empty()) {
     error = "the prompt is no tokens at all";
     return false;

@@ -5,6 +5,11 @@
 // tokenizer_config.json names a tokenizer class that transformers rebuilds from vocab and
 // merges alone (LlamaTokenizer, GemmaTokenizer, Qwen2Tokenizer, GPT2Tokenizer), the
 // components are that class's, as in transformers; otherwise tokenizer.json's.
+//
+// A checkpoint's tokenizer files come from the internet and a prompt from any user: neither
+// is trusted. load() refuses a file past any of the TokenizerLimits, encode() refuses text
+// that is not valid UTF-8 or that runs into a limit, each with an error naming what is at
+// fault; nothing either holds makes them crash, hang or grow without bound.
 #ifndef TPCRT_TOKENIZER_H
 #define TPCRT_TOKENIZER_H
 
@@ -17,6 +22,48 @@
 namespace tpcrt {
 
 struct TokenizerImpl;
+struct DecodeStream;
+
+/// Bounds on what tokenizer.json (and tokenizer_config.json) may make the tokenizer spend.
+/// The defaults are generous for every real tokenizer the conformance tests know; past one,
+/// load() (or encode(), for the regex limits) fails with an error that names the limit, e.g.
+/// "tokenizer.json: model.vocab: more than 4194304 entries (limit maxVocab)".
+struct TokenizerLimits {
+  /// Bytes of tokenizer.json, and of tokenizer_config.json.
+  uint64_t maxFileBytes = uint64_t(128) << 20;
+  /// Nesting of JSON arrays and objects, checked before parsing (Sequence components nest).
+  uint32_t maxJsonDepth = 64;
+  /// Entries of model.vocab.
+  uint64_t maxVocab = uint64_t(1) << 22;
+  /// Entries of model.merges.
+  uint64_t maxMerges = uint64_t(1) << 22;
+  /// Added tokens: added_tokens and the special tokens tokenizer_config.json names.
+  uint64_t maxAddedTokens = uint64_t(1) << 16;
+  /// Bytes of all added tokens together (what the added-token matcher holds).
+  uint64_t maxAddedTokenBytes = uint64_t(4) << 20;
+  /// Bytes of one token (a vocabulary entry, an added token) and of one string of a component
+  /// (a Replace pattern or content, a Prepend, a Split pattern, a regex).
+  uint64_t maxTokenBytes = 4096;
+  /// Normalizers, pre-tokenizers and decoders, each chain on its own; post-processor items
+  /// and the ids they add.
+  uint64_t maxComponents = 256;
+  /// How much longer the normalizers and pre-tokenizers may make a text, and the decoders a
+  /// token's text, in the worst case: an n-byte text at most maxTextGrowth * (n + 1) bytes.
+  /// Checked at load from the components (a Replace whose content is longer than its pattern,
+  /// a Prepend, NFC, the byte-level alphabet...), so that encode() and decode() cannot fail.
+  uint64_t maxTextGrowth = 64;
+  /// PCRE2's match limit for one match of a pre-tokenizer regex: its backtracking steps.
+  uint32_t regexMatchLimit = 1000000;
+  /// PCRE2's depth limit for one match: how deep its backtracking nests.
+  uint32_t regexDepthLimit = 100000;
+  /// PCRE2's heap limit for one match, in bytes: the memory its backtracking keeps.
+  uint64_t regexHeapLimit = uint64_t(64) << 20;
+  /// Regex steps one encode() may spend per byte of its text, all matches together, beyond
+  /// three times regexMatchLimit (what one match may be charged): the regexes' work stays
+  /// linear in the text. (PCRE2 tells only whether a match ran out of its limit, so each match
+  /// starts with a limit of 32 that doubles while it runs out, and is charged the limits it tried.)
+  uint64_t regexStepsPerByte = 256;
+};
 
 class Tokenizer {
 public:
@@ -24,39 +71,55 @@ public:
   /// the named special tokens, add_prefix_space, legacy; like transformers, not add_bos_token
   /// or add_eos_token, which it ignores when there is a tokenizer.json: BOS comes from the
   /// file's post-processor). Null, with `error` naming the file and the thing at fault, when
-  /// it cannot.
-  static std::unique_ptr<Tokenizer> load(const std::string &dir, std::string &error);
+  /// it cannot or when the files exceed `limits`. Ids are integers in [0, 2^32), one string
+  /// each; an added token has the id transformers gives it (its vocabulary entry's, or the
+  /// next after the vocabulary), or the file is refused.
+  static std::unique_ptr<Tokenizer> load(const std::string &dir, std::string &error,
+                                         const TokenizerLimits &limits = TokenizerLimits());
   ~Tokenizer();
 
   /// Text to ids; `addSpecial` applies the post-processor (BOS etc.) as transformers'
-  /// tokenizer(text) does by default.
-  std::vector<int64_t> encode(const std::string &text, bool addSpecial) const;
-  /// Ids to text, as tokenizer.decode(ids, skip_special_tokens=skipSpecial).
+  /// tokenizer(text) does by default. Null, with `error` saying why, when the text is not
+  /// valid UTF-8 (transformers only ever sees Python strings; the error gives the byte offset
+  /// of the first invalid byte) or a pre-tokenizer regex runs into its limits.
+  std::optional<std::vector<int64_t>> encode(const std::string &text, bool addSpecial,
+                                             std::string &error) const;
+  /// Ids to text, as tokenizer.decode(ids, skip_special_tokens=skipSpecial): ids that name no
+  /// token (negative, past the vocabulary) are skipped, as the tokenizers library does. Always
+  /// valid UTF-8: bytes that are not become U+FFFD, as Rust's String::from_utf8_lossy does.
   std::string decode(const std::vector<int64_t> &ids, bool skipSpecial) const;
 
-  /// Incremental decode for streaming: push ids one at a time; each call returns the text that
-  /// is now final (never half a UTF-8 character: bytes of an unfinished character are held
-  /// back), finish() returns the rest. The concatenation is decode(ids, skipSpecial).
+  /// Incremental decode for streaming: push ids one at a time; each call returns the text
+  /// that no later id can change, finish() the rest. For every sequence of ids the
+  /// concatenation is decode(ids, skipSpecial), every piece is valid UTF-8, and the work is
+  /// linear in the ids. What push() holds back: the bytes of a character not yet complete; a
+  /// run of byte-fallback tokens (<0xNN>) until a token that is not one ends it, since one
+  /// invalid byte anywhere in a run turns each byte of the run into U+FFFD (tokenizers'
+  /// ByteFallback) -- unless the run is invalid already, when each byte's U+FFFD comes at
+  /// once; characters a Strip decoder may still remove from the end; the beginning of a
+  /// Replace pattern that may still complete. finish() renders what is held as decode()
+  /// would: bytes of an incomplete character become U+FFFD. Pushing after finish() begins a
+  /// new text, as a fresh stream would. A stream must not outlive its tokenizer.
   class Stream {
   public:
+    Stream(Stream &&) noexcept;
+    Stream &operator=(Stream &&) noexcept;
+    ~Stream();
     std::string push(int64_t id);
     std::string finish();
 
   private:
     friend class Tokenizer;
-    Stream(const Tokenizer &tok, bool skipSpecial) : tok_(&tok), skipSpecial_(skipSpecial) {}
-    const Tokenizer *tok_;
-    bool skipSpecial_;
-    std::vector<int64_t> ids_;
-    // The text of ids_[prefix_, read_) is already returned; ids_[prefix_, ...) is decoded
-    // again with each new id, so that the decoder sees its context (a leading space stripped
-    // once, the bytes of one character together).
-    size_t prefix_ = 0, read_ = 0;
+    explicit Stream(std::unique_ptr<DecodeStream> state);
+    std::unique_ptr<DecodeStream> state_;
   };
-  Stream stream(bool skipSpecial) const { return Stream(*this, skipSpecial); }
+  Stream stream(bool skipSpecial) const;
 
   /// The id of a token string (added/special tokens included), if any: "<|im_end|>" -> 2.
   std::optional<int64_t> id(const std::string &token) const;
+  /// One past the largest id encode() can give: of the vocabulary, the added tokens and the
+  /// post-processor's special tokens (a model's embedding must hold [0, idEnd())).
+  int64_t idEnd() const;
   /// bos/eos token strings from tokenizer_config.json when given, else the named class's
   /// defaults as transformers' tokenizer.bos_token has them ("" where neither says).
   const std::string &bosToken() const;
