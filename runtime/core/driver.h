@@ -121,8 +121,10 @@ void printTextSummary(const Args &args, const std::vector<int64_t> &tokens,
 
 /// A text request's prompt as ids (text.cpp): the checkpoint's tokenizer (beside --weights)
 /// encodes --prompt or --prompt-file, after --chat's chat template with --system, into
-/// `args.prompt`; the tokenizer is kept for the output. False with `error` on failure.
-bool tokenizePrompt(Args &args, std::shared_ptr<Tokenizer> &tokenizer, std::string &error);
+/// `args.prompt`; the tokenizer is kept for the output. A tokenizer that can give an id past
+/// the model's `vocab` embedding rows is refused. False with `error` on failure.
+bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &tokenizer,
+                    std::string &error);
 /// generation_config.json beside --weights, where there is one: its eos_token_id (one or a
 /// list) into `args.moreEos`; a warning on rank 0 when it asks for sampling.
 bool readGenerationConfig(Args &args, int rank, std::string &error);

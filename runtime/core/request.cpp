@@ -361,7 +361,7 @@ std::optional<Request> readRequest(const ModelSpec &spec, int argc, char **argv,
   }
   request.fault = *fault;
   if ((args.promptText || !args.promptFile.empty()) &&
-      !tokenizePrompt(args, request.tokenizer, error)) {
+      !tokenizePrompt(args, spec.vocab, request.tokenizer, error)) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     status = 1;
     return std::nullopt;

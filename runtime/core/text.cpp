@@ -26,7 +26,8 @@ std::string checkpointDir(const std::string &weights) {
 
 } // namespace
 
-bool tokenizePrompt(Args &args, std::shared_ptr<Tokenizer> &tokenizer, std::string &error) {
+bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &tokenizer,
+                    std::string &error) {
   if (!args.promptFile.empty()) {
     std::string text;
     if (!readFile(args.promptFile, text)) {
@@ -44,6 +45,14 @@ bool tokenizePrompt(Args &args, std::shared_ptr<Tokenizer> &tokenizer, std::stri
   std::unique_ptr<Tokenizer> loaded = Tokenizer::load(dir, error);
   if (!loaded) {
     error = "a text prompt needs the checkpoint's tokenizer: " + error;
+    return false;
+  }
+  // Refused when loaded, not when the id first comes up: an embedding lookup past its rows
+  // would read another tensor's memory, and a prompt that happens to avoid the id is luck.
+  if (loaded->idEnd() > vocab) {
+    error = dir + "/tokenizer.json: id " + std::to_string(loaded->idEnd() - 1) +
+            " is outside the model's vocabulary of " + std::to_string(vocab) +
+            " (config.json's vocab_size)";
     return false;
   }
   tokenizer = std::move(loaded);
