@@ -470,9 +470,8 @@ TEST(ChatTemplateHostile, EachLimitIsNamedWhenExceeded) {
   // Checked when a namespace changes, not only when it is built.
   EXPECT_EQ(renderError(three + "{% set ns = namespace(x=1) %}\n{% set ns.x = c %}", o),
             "chat template line 2: values nested deeper than 3 levels (limit maxNesting)");
-  o.limits.maxNesting = 1001;
-  EXPECT_EQ(renderError("x", o),
-            "ChatTemplateLimits::maxNesting is 1001: it must be from 1 to 1000");
+  o.limits.maxNesting = 501;
+  EXPECT_EQ(renderError("x", o), "ChatTemplateLimits::maxNesting is 501: it must be from 1 to 500");
   o = ChatOptions();
   o.limits.maxTemplateBytes = 4;
   EXPECT_EQ(renderError("hello", o),
@@ -555,4 +554,8 @@ TEST(ChatTemplateHostile, StringOperationsKeepWholeCharacters) {
                            "{{ 'héllo'.find('l') }}|{{ '✓é'|tojson }}");
   EXPECT_EQ(out, "rld|döoé|low|é|x✓é|a|é✓|['a', 'b', 'c']|-h-é-llo|2|\"✓é\"");
   EXPECT_TRUE(validUtf8(out));
+  // Indexing text that is not ASCII walks from a mark every 64 characters, not from the start.
+  EXPECT_EQ(render("{% set s = 'é✓' * 1000 %}{{ s[1999] }}{{ s[-2000] }}{{ s[1000] }}{{ s[63] }}"
+                   "{{ s[64] }}{{ s[-1] }}{{ s[2000] is defined }}"),
+            "✓éé✓é✓False");
 }
