@@ -2861,7 +2861,8 @@ private:
     int64_t done = 0;
     auto more = [&]() { return limit < 0 || done < limit; };
     if (from.empty()) {
-      uint64_t inserts = uint64_t(length(Value::str(s), line)) + 1, size = 0;
+      work(line, s.size());
+      uint64_t inserts = uint64_t(countCodePoints(s)) + 1, size = 0;
       if (limit >= 0)
         inserts = std::min(inserts, uint64_t(limit));
       if (__builtin_mul_overflow(inserts, uint64_t(to.size()), &size) ||
