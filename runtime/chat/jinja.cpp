@@ -2,9 +2,19 @@
 // (trim_blocks, lstrip_blocks, keep_trailing_newline off), a parser to a small tree and an
 // interpreter with Jinja's default Undefined. What real chat templates use is here; anything
 // else is an error naming the construct and its line, never output that differs silently.
+//
+// The template and the messages are untrusted, so the interpreter is bounded by the caller's
+// ChatTemplateLimits: every expression, statement, loop iteration and item visited is a render
+// step; every byte of text built or scanned is text work; strings, lists, dicts, the output and
+// nesting have maximum sizes, checked wherever one is built or changed. Integer arithmetic is
+// checked. Inputs are valid UTF-8 and every operation keeps text whole characters, so the
+// output is valid UTF-8 too.
 #include "jinja.h"
 
 #include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +23,8 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace tpcrt::jinja {
 namespace {
@@ -25,47 +37,247 @@ struct TemplateError {
   throw TemplateError{"chat template line " + std::to_string(line) + ": " + message};
 }
 
-// Nesting deeper than this (brackets, operators, blocks) is refused rather than recursed into,
-// so that no template can overflow the stack; real templates nest a handful of levels.
-constexpr int kMaxDepth = 200;
+// A limit of ChatTemplateLimits exceeded: `what` says what went over it.
+[[noreturn]] void overLimit(int line, const std::string &what, const char *limit) {
+  fail(line, what + " (limit " + limit + ")");
+}
+
+// Deeper than this, maxNesting is refused: each level is a dozen stack frames of the parser, the
+// evaluator or printing a value, up to 13 KB of stack a level under AddressSanitizer (1000
+// levels overflowed its 8 MB main stack; 600 did not), a tenth of that in an optimized build.
+constexpr int kMaxNestingCeiling = 500;
 
 struct DepthGuard {
-  DepthGuard(int &depth, int line) : depth(depth) {
-    if (++depth > kMaxDepth)
-      fail(line, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+  DepthGuard(int &depth, int maxDepth, int line) : depth(depth) {
+    if (++depth > maxDepth) {
+      --depth;
+      overLimit(line, "nesting deeper than " + std::to_string(maxDepth) + " levels", "maxNesting");
+    }
   }
   ~DepthGuard() { --depth; }
   int &depth;
 };
 
 // ---------------------------------------------------------------------------------------
-// Values: Python's types as templates see them.
+// UTF-8. Inputs are validated once; after that every string is valid UTF-8 and the helpers
+// below step through it by code points (Python's characters), never cutting one.
 
+// The offset of the first byte of `s` that does not begin a valid UTF-8 character (as Python's
+// strict decoder sees it: no overlong forms, surrogates, code points past U+10FFFF or
+// truncated sequences), or npos when all of `s` is valid.
+size_t invalidUtf8(const std::string &s) {
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF; // the second byte's range
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2;
+    else if (c == 0xE0)
+      len = 3, lo = 0xA0;
+    else if (c == 0xED)
+      len = 3, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF)
+      len = 3;
+    else if (c == 0xF0)
+      len = 4, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3)
+      len = 4;
+    else if (c == 0xF4)
+      len = 4, hi = 0x8F;
+    else
+      return i;
+    if (i + 1 >= n || (unsigned char)s[i + 1] < lo || (unsigned char)s[i + 1] > hi)
+      return i;
+    for (size_t k = 2; k < len; ++k)
+      if (i + k >= n || ((unsigned char)s[i + k] & 0xC0) != 0x80)
+        return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+size_t utf8Length(unsigned char lead) {
+  return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+}
+
+// The code point at `i` of valid UTF-8, and its length in `len`.
+uint32_t decodeAt(const std::string &s, size_t i, size_t &len) {
+  unsigned char c = (unsigned char)s[i];
+  len = utf8Length(c);
+  if (len == 1)
+    return c;
+  uint32_t cp = c & (0xFF >> (len + 1));
+  for (size_t k = 1; k < len; ++k)
+    cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3F);
+  return cp;
+}
+
+// The start of the code point that ends just before `i` (> 0) in valid UTF-8.
+size_t previousStart(const std::string &s, size_t i) {
+  do
+    --i;
+  while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80);
+  return i;
+}
+
+void appendUtf8(std::string &out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += char(cp);
+  } else if (cp < 0x800) {
+    out += char(0xC0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += char(0xE0 | (cp >> 12));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  } else {
+    out += char(0xF0 | (cp >> 18));
+    out += char(0x80 | ((cp >> 12) & 0x3F));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  }
+}
+
+int64_t countCodePoints(const std::string &s) {
+  int64_t n = 0;
+  for (char c : s)
+    n += ((unsigned char)c & 0xC0) != 0x80;
+  return n;
+}
+
+// Python's str.isspace() for one code point (what strip() and split() drop).
+bool isSpaceCodePoint(uint32_t c) {
+  if (c < 0x80)
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+bool isSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// Python's str.strip family: drops the code points in `chars` (whitespace when null) from the
+// ends chosen. Linear in the text and the set.
+std::string strip(const std::string &s, const std::string *chars, bool left, bool right) {
+  std::vector<uint32_t> set; // the non-ASCII ones, sorted; the ASCII ones in a bitmap
+  bool ascii[128] = {};
+  if (chars) {
+    for (size_t i = 0, n; i < chars->size(); i += n) {
+      uint32_t cp = decodeAt(*chars, i, n);
+      if (cp < 128)
+        ascii[cp] = true;
+      else
+        set.push_back(cp);
+    }
+    std::sort(set.begin(), set.end());
+  }
+  auto drop = [&](uint32_t cp) {
+    if (!chars)
+      return isSpaceCodePoint(cp);
+    return cp < 128 ? ascii[cp] : std::binary_search(set.begin(), set.end(), cp);
+  };
+  size_t b = 0, e = s.size(), n;
+  while (left && b < e && drop(decodeAt(s, b, n)))
+    b += n;
+  while (right && e > b) {
+    size_t start = previousStart(s, e);
+    if (!drop(decodeAt(s, start, n)))
+      break;
+    e = start;
+  }
+  return s.substr(b, e - b);
+}
+
+// `needle` in `hay` from `from`: glibc's memmem is linear in the worst case (two-way search),
+// where std::string::find can take the product of the lengths.
+size_t findText(const std::string &hay, const std::string &needle, size_t from = 0) {
+  if (from > hay.size())
+    return std::string::npos;
+  if (needle.empty())
+    return from;
+  if (needle.size() == 1) { // the common case, without memmem's setup
+    const void *hit = std::memchr(hay.data() + from, needle[0], hay.size() - from);
+    return hit ? size_t(static_cast<const char *>(hit) - hay.data()) : std::string::npos;
+  }
+  const void *hit = memmem(hay.data() + from, hay.size() - from, needle.data(), needle.size());
+  return hit ? size_t(static_cast<const char *>(hit) - hay.data()) : std::string::npos;
+}
+
+// ASCII case mapping, whatever the process's locale: 0 lower, 1 upper, 2 title, 3 capitalize.
+std::string caseMap(std::string s, int mode) {
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; };
+  auto upper = [](char c) { return c >= 'a' && c <= 'z' ? char(c - 'a' + 'A') : c; };
+  auto alnum = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  };
+  bool start = true;
+  for (size_t k = 0; k < s.size(); ++k) {
+    char c = s[k];
+    if (mode == 0)
+      s[k] = lower(c);
+    else if (mode == 1)
+      s[k] = upper(c);
+    else if (mode == 2)
+      s[k] = start ? upper(c) : lower(c);
+    else
+      s[k] = k == 0 ? upper(c) : lower(c);
+    start = !alnum(c);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Values: Python's types as templates see them. Copies are cheap (templates copy values
+// freely: every variable read, every loop item): strings, lists and dicts are shared, and
+// immutable except a namespace's attributes.
+
+// A string value's bytes, with its length in code points once something has counted it, and
+// for text that is not ASCII, once something indexes it, where every kMarkEvery-th code point
+// starts: s[i] walks less than kMarkEvery characters, not i.
+struct Text {
+  explicit Text(std::string bytes) : bytes(std::move(bytes)) {}
+  static constexpr int64_t kMarkEvery = 64;
+  std::string bytes;
+  mutable int64_t codePoints = -1;
+  mutable std::vector<size_t> marks;
+};
+
+struct ListBox;
+struct DictBox;
+class Dict;
 struct Value;
 using List = std::vector<Value>;
-using Dict = std::vector<std::pair<std::string, Value>>; // insertion order, as Python's dict
 
 struct Value {
   enum Kind { Undefined, None, Bool, Int, Float, String, ListV, DictV, NamespaceV, Function };
   Kind kind = Undefined;
   bool b = false;
+  bool tuple = false; // a ListV that Python would hold as a tuple: printed (a, b)
+  int nesting = 0;    // lists and dicts inside, when it was built
   int64_t i = 0;
   double f = 0;
-  std::string s; // a String's text; an Undefined's hint, as Jinja words it
-  std::shared_ptr<List> list;
-  std::shared_ptr<Dict> dict; // DictV and NamespaceV
-  bool tuple = false;         // a ListV that Python would hold as a tuple: printed (a, b)
-  int nesting = 0;            // lists and dicts inside: printing, comparing and freeing recurse
+  std::shared_ptr<const Text> text; // a String's; an Undefined's hint; a Function's name
+  std::shared_ptr<ListBox> list;
+  std::shared_ptr<DictBox> dict; // DictV and NamespaceV
+
+  const std::string &s() const;
+  const List &seq() const;
+  Dict &map() const;
 
   static Value undefined(std::string hint) {
     Value v;
-    v.s = std::move(hint);
+    v.text = std::make_shared<const Text>(std::move(hint));
     return v;
   }
   static Value function(std::string name) {
-    Value v;
+    Value v = undefined(std::move(name));
     v.kind = Function;
-    v.s = std::move(name);
     return v;
   }
   static Value none() {
@@ -91,55 +303,140 @@ struct Value {
     v.f = x;
     return v;
   }
+  // Unchecked: the renderer's own constructors check the limits of what a template builds.
   static Value str(std::string x) {
     Value v;
     v.kind = String;
-    v.s = std::move(x);
+    if (!x.empty())
+      v.text = std::make_shared<const Text>(std::move(x));
     return v;
   }
-  static int nestingOf(const Value &inner) {
-    if (inner.nesting >= kMaxDepth) // a loop wrapping a list in a list, ...
-      throw TemplateError{"chat template: values nested deeper than " + std::to_string(kMaxDepth) +
-                          " levels"};
-    return inner.nesting + 1;
-  }
-  static Value makeList(List x, bool tuple = false) {
-    Value v;
-    v.kind = ListV;
-    v.tuple = tuple;
-    for (const Value &item : x)
-      v.nesting = std::max(v.nesting, nestingOf(item));
-    v.list = std::make_shared<List>(std::move(x));
-    return v;
-  }
-  static Value makeDict(Dict x, Kind kind = DictV) {
-    Value v;
-    v.kind = kind;
-    for (const auto &kv : x)
-      v.nesting = std::max(v.nesting, nestingOf(kv.second));
-    v.dict = std::make_shared<Dict>(std::move(x));
-    return v;
-  }
+  static Value makeList(List x, bool tuple = false);
+  static Value makeDict(Dict x, Kind kind = DictV);
+
   bool isNumber() const { return kind == Bool || kind == Int || kind == Float; }
+  bool isInt() const { return kind == Int || kind == Bool; }
   bool isMapping() const { return kind == DictV || kind == NamespaceV; }
   double asDouble() const { return kind == Float ? f : kind == Bool ? (b ? 1 : 0) : double(i); }
   int64_t asInt() const { return kind == Bool ? (b ? 1 : 0) : i; }
 };
 
-const Value *findKey(const Dict &d, const std::string &key) {
-  for (const auto &[k, v] : d)
-    if (k == key)
-      return &v;
-  return nullptr;
+// A dict's entries in insertion order, as Python's dict keeps them, with an index by key once
+// there are enough of them for a linear search to cost more than hashing.
+class Dict {
+public:
+  using Entry = std::pair<std::string, Value>;
+
+  const Value *find(const std::string &key) const {
+    size_t at = position(key);
+    return at == npos ? nullptr : &entries[at].second;
+  }
+  // Sets `key`; true when it is new.
+  bool set(const std::string &key, Value v) {
+    size_t at = position(key);
+    if (at != npos) {
+      entries[at].second = std::move(v);
+      return false;
+    }
+    entries.emplace_back(key, std::move(v));
+    if (!index.empty()) {
+      index.emplace(key, entries.size() - 1);
+    } else if (entries.size() > kIndexFrom) {
+      for (size_t k = 0; k < entries.size(); ++k)
+        index.emplace(entries[k].first, k);
+    }
+    return true;
+  }
+  size_t size() const { return entries.size(); }
+  bool empty() const { return entries.empty(); }
+  Value &valueAt(size_t k) { return entries[k].second; }
+  std::vector<Entry>::const_iterator begin() const { return entries.begin(); }
+  std::vector<Entry>::const_iterator end() const { return entries.end(); }
+
+private:
+  static constexpr size_t npos = std::string::npos;
+  static constexpr size_t kIndexFrom = 32;
+  size_t position(const std::string &key) const {
+    if (!index.empty()) {
+      auto hit = index.find(key);
+      return hit == index.end() ? npos : hit->second;
+    }
+    for (size_t k = 0; k < entries.size(); ++k)
+      if (entries[k].first == key)
+        return k;
+    return npos;
+  }
+  std::vector<Entry> entries;
+  std::unordered_map<std::string, size_t> index;
+};
+
+// Freeing a value frees what it holds, and a chain of namespaces built by setting attributes
+// can be any number of levels deep: freeing it recursively would overflow the stack. So lists
+// and dicts are freed through a queue instead, one level at a time: a container whose last
+// reference goes is queued, and the outermost release frees the queue (what freeing one
+// container releases is queued behind it). The queue is intrusive, so freeing never allocates.
+struct Container {
+  Container() = default;
+  Container(const Container &) = delete;
+  Container &operator=(const Container &) = delete;
+  virtual ~Container() = default;
+  Container *nextDead = nullptr;
+};
+
+struct ListBox : Container {
+  explicit ListBox(List items) : items(std::move(items)) {}
+  List items;
+};
+
+struct DictBox : Container {
+  explicit DictBox(Dict entries) : entries(std::move(entries)) {}
+  Dict entries;
+};
+
+thread_local Container *deadHead = nullptr;
+thread_local bool freeing = false;
+
+void release(Container *c) noexcept {
+  c->nextDead = deadHead;
+  deadHead = c;
+  if (freeing)
+    return;
+  freeing = true;
+  while (Container *dead = deadHead) {
+    deadHead = dead->nextDead;
+    delete dead;
+  }
+  freeing = false;
 }
 
-void setKey(Dict &d, const std::string &key, Value v) {
-  for (auto &[k, old] : d)
-    if (k == key) {
-      old = std::move(v);
-      return;
-    }
-  d.emplace_back(key, std::move(v));
+template <class Box, class Contents> std::shared_ptr<Box> boxed(Contents contents) {
+  return std::shared_ptr<Box>(new Box(std::move(contents)), [](Box *b) { release(b); });
+}
+
+const std::string &Value::s() const {
+  static const std::string empty;
+  return text ? text->bytes : empty;
+}
+const List &Value::seq() const { return list->items; }
+Dict &Value::map() const { return dict->entries; }
+
+Value Value::makeList(List x, bool tuple) {
+  Value v;
+  v.kind = ListV;
+  v.tuple = tuple;
+  for (const Value &item : x)
+    v.nesting = std::max(v.nesting, item.nesting + 1);
+  v.list = boxed<ListBox>(std::move(x));
+  return v;
+}
+
+Value Value::makeDict(Dict x, Kind kind) {
+  Value v;
+  v.kind = kind;
+  for (const auto &kv : x)
+    v.nesting = std::max(v.nesting, kv.second.nesting + 1);
+  v.dict = boxed<DictBox>(std::move(x));
+  return v;
 }
 
 const char *typeName(const Value &v) {
@@ -157,7 +454,7 @@ const char *typeName(const Value &v) {
   case Value::String:
     return "str";
   case Value::ListV:
-    return "list";
+    return v.tuple ? "tuple" : "list";
   case Value::DictV:
     return "dict";
   case Value::NamespaceV:
@@ -180,29 +477,16 @@ bool truthy(const Value &v) {
   case Value::Float:
     return v.f != 0;
   case Value::String:
-    return !v.s.empty();
+    return !v.s().empty();
   case Value::ListV:
-    return !v.list->empty();
+    return !v.seq().empty();
   case Value::DictV:
-    return !v.dict->empty();
+    return !v.map().empty();
   case Value::NamespaceV:
   case Value::Function:
     return true;
   }
   return false;
-}
-
-// Code points of UTF-8 text, each as its bytes: len(), indexing and slicing count these.
-std::vector<std::string> codePoints(const std::string &s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = s[i];
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    n = std::min(n, s.size() - i);
-    out.push_back(s.substr(i, n));
-    i += n;
-  }
-  return out;
 }
 
 std::string pyFloat(double x) {
@@ -225,254 +509,6 @@ std::string pyFloat(double x) {
     s += ".0";
   return s;
 }
-
-std::string repr(const Value &v);
-
-std::string toStr(const Value &v) {
-  switch (v.kind) {
-  case Value::Undefined:
-    return "";
-  case Value::None:
-    return "None";
-  case Value::Bool:
-    return v.b ? "True" : "False";
-  case Value::Int:
-    return std::to_string(v.i);
-  case Value::Float:
-    return pyFloat(v.f);
-  case Value::String:
-    return v.s;
-  case Value::ListV: {
-    std::string out = v.tuple ? "(" : "[";
-    for (size_t k = 0; k < v.list->size(); ++k)
-      out += (k ? ", " : "") + repr((*v.list)[k]);
-    return out + (!v.tuple ? "]" : v.list->size() == 1 ? ",)" : ")");
-  }
-  case Value::DictV: {
-    std::string out = "{";
-    bool first = true;
-    for (const auto &[key, val] : *v.dict) {
-      out += (first ? "" : ", ") + repr(Value::str(key)) + ": " + repr(val);
-      first = false;
-    }
-    return out + "}";
-  }
-  case Value::NamespaceV:
-    return "<Namespace>";
-  case Value::Function:
-    return "<built-in function " + v.s + ">";
-  }
-  return "";
-}
-
-std::string repr(const Value &v) {
-  if (v.kind != Value::String)
-    return toStr(v);
-  char quote =
-      v.s.find('\'') != std::string::npos && v.s.find('"') == std::string::npos ? '"' : '\'';
-  std::string out(1, quote);
-  for (char c : v.s) {
-    if (c == quote || c == '\\')
-      out += '\\', out += c;
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\r')
-      out += "\\r";
-    else if (c == '\t')
-      out += "\\t";
-    else
-      out += c;
-  }
-  return out + quote;
-}
-
-// json.dumps(x, ensure_ascii=False, indent=indent), transformers' tojson.
-void toJson(const Value &v, int indent, int depth, std::string &out, int line) {
-  auto newline = [&](int d) {
-    out += '\n';
-    out.append(size_t(indent) * d, ' ');
-  };
-  switch (v.kind) {
-  case Value::Undefined:
-  case Value::NamespaceV:
-  case Value::Function:
-    fail(line, std::string("tojson: a value of type ") + typeName(v) + " is not JSON serializable");
-  case Value::None:
-    out += "null";
-    return;
-  case Value::Bool:
-    out += v.b ? "true" : "false";
-    return;
-  case Value::Int:
-    out += std::to_string(v.i);
-    return;
-  case Value::Float:
-    out += std::isnan(v.f)   ? "NaN"
-           : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity")
-                             : pyFloat(v.f);
-    return;
-  case Value::String:
-    out += '"';
-    for (unsigned char c : v.s) {
-      switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += char(c);
-        }
-      }
-    }
-    out += '"';
-    return;
-  case Value::ListV:
-    if (v.list->empty()) {
-      out += "[]";
-      return;
-    }
-    out += '[';
-    for (size_t k = 0; k < v.list->size(); ++k) {
-      if (k)
-        out += indent >= 0 ? "," : ", ";
-      if (indent >= 0)
-        newline(depth + 1);
-      toJson((*v.list)[k], indent, depth + 1, out, line);
-    }
-    if (indent >= 0)
-      newline(depth);
-    out += ']';
-    return;
-  case Value::DictV: {
-    if (v.dict->empty()) {
-      out += "{}";
-      return;
-    }
-    out += '{';
-    bool first = true;
-    for (const auto &[key, val] : *v.dict) {
-      if (!first)
-        out += indent >= 0 ? "," : ", ";
-      first = false;
-      if (indent >= 0)
-        newline(depth + 1);
-      toJson(Value::str(key), indent, depth + 1, out, line);
-      out += ": ";
-      toJson(val, indent, depth + 1, out, line);
-    }
-    if (indent >= 0)
-      newline(depth);
-    out += '}';
-    return;
-  }
-  }
-}
-
-bool equal(const Value &a, const Value &b) {
-  if (a.isNumber() && b.isNumber())
-    return a.kind == Value::Float || b.kind == Value::Float ? a.asDouble() == b.asDouble()
-                                                            : a.asInt() == b.asInt();
-  if (a.kind != b.kind)
-    return false;
-  switch (a.kind) {
-  case Value::Undefined:
-  case Value::None:
-    return true;
-  case Value::String:
-    return a.s == b.s;
-  case Value::ListV:
-    if (a.tuple != b.tuple || a.list->size() != b.list->size())
-      return false;
-    for (size_t k = 0; k < a.list->size(); ++k)
-      if (!equal((*a.list)[k], (*b.list)[k]))
-        return false;
-    return true;
-  case Value::DictV:
-    if (a.dict->size() != b.dict->size())
-      return false;
-    for (const auto &[key, val] : *a.dict) {
-      const Value *other = findKey(*b.dict, key);
-      if (!other || !equal(val, *other))
-        return false;
-    }
-    return true;
-  default:
-    return a.dict == b.dict;
-  }
-}
-
-bool less(const Value &a, const Value &b, const std::string &op, int line) {
-  if (a.isNumber() && b.isNumber())
-    return a.asDouble() < b.asDouble();
-  if (a.kind == Value::String && b.kind == Value::String)
-    return a.s < b.s;
-  if (a.kind == Value::ListV && b.kind == Value::ListV) {
-    size_t n = std::min(a.list->size(), b.list->size());
-    for (size_t k = 0; k < n; ++k)
-      if (!equal((*a.list)[k], (*b.list)[k]))
-        return less((*a.list)[k], (*b.list)[k], op, line);
-    return a.list->size() < b.list->size();
-  }
-  fail(line, "'" + op + "' not supported between instances of '" + typeName(a) + "' and '" +
-                 typeName(b) + "'");
-}
-
-bool isSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-// Python's str.isspace() for one code point in UTF-8 (what strip() and split() drop).
-bool isSpaceCodePoint(const std::string &c) {
-  if (c.size() == 1)
-    return isSpace(c[0]) || (c[0] >= 0x1c && c[0] <= 0x1f);
-  static const char *const kWide[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001",
-                                      "\u2002", "\u2003", "\u2004", "\u2005", "\u2006",
-                                      "\u2007", "\u2008", "\u2009", "\u200a", "\u2028",
-                                      "\u2029", "\u202f", "\u205f", "\u3000"};
-  return std::any_of(std::begin(kWide), std::end(kWide), [&](const char *w) { return c == w; });
-}
-
-std::string strip(const std::string &s, const Value *chars, bool left, bool right) {
-  std::vector<std::string> cps = codePoints(s), set;
-  if (chars && chars->kind == Value::String)
-    set = codePoints(chars->s);
-  auto drop = [&](const std::string &c) {
-    return chars && chars->kind == Value::String ? std::find(set.begin(), set.end(), c) != set.end()
-                                                 : isSpaceCodePoint(c);
-  };
-  size_t b = 0, e = cps.size();
-  while (left && b < e && drop(cps[b]))
-    ++b;
-  while (right && e > b && drop(cps[e - 1]))
-    --e;
-  std::string out;
-  for (size_t k = b; k < e; ++k)
-    out += cps[k];
-  return out;
-}
-
 // ---------------------------------------------------------------------------------------
 // Lexing: the template into text and tags, each tag into tokens.
 
@@ -493,6 +529,102 @@ struct Piece {
 
 const char *const kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
                             ">",  "=",  "(",  ")",  "[",  "]",  "{", "}", ".", ",", ":", "|"};
+
+// Python's unicode-escape decoding of the escape at src[q] (a backslash) into `out`, as Jinja
+// decodes string literals; returns the escape's last offset. What would make text that is not
+// UTF-8 (a surrogate) is an error, as are malformed escapes, with Python's words.
+size_t unescape(const std::string &src, size_t q, std::string &out, int &line) {
+  char e = src[++q];
+  auto hexDigits = [&](size_t n, const char *form) {
+    uint32_t cp = 0;
+    for (size_t k = 1; k <= n; ++k) {
+      char h = q + k < src.size() ? src[q + k] : '\0';
+      int d = h >= '0' && h <= '9'   ? h - '0'
+              : h >= 'a' && h <= 'f' ? h - 'a' + 10
+              : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                     : -1;
+      if (d < 0)
+        fail(line, std::string("truncated ") + form + " escape in a string literal");
+      cp = cp * 16 + uint32_t(d);
+    }
+    std::string escape = src.substr(q - 1, n + 2);
+    q += n;
+    if (cp > 0x10FFFF)
+      fail(line, "illegal Unicode character " + escape + " in a string literal");
+    if (cp >= 0xD800 && cp <= 0xDFFF)
+      fail(line, "the escape " + escape + " in a string literal is a lone surrogate, which " +
+                     "has no UTF-8 form");
+    appendUtf8(out, cp);
+  };
+  switch (e) {
+  case '\n': // a continued line
+    ++line;
+    break;
+  case '\\':
+  case '\'':
+  case '"':
+    out += e;
+    break;
+  case 'a':
+    out += '\a';
+    break;
+  case 'b':
+    out += '\b';
+    break;
+  case 'f':
+    out += '\f';
+    break;
+  case 'n':
+    out += '\n';
+    break;
+  case 'r':
+    out += '\r';
+    break;
+  case 't':
+    out += '\t';
+    break;
+  case 'v':
+    out += '\v';
+    break;
+  case 'x':
+    hexDigits(2, "\\xXX");
+    break;
+  case 'u':
+    hexDigits(4, "\\uXXXX");
+    break;
+  case 'U':
+    hexDigits(8, "\\UXXXXXXXX");
+    break;
+  case 'N':
+    fail(line, "\\N{...} escapes are outside the supported Jinja subset");
+  default:
+    if (e >= '0' && e <= '7') { // up to three octal digits
+      uint32_t cp = 0;
+      size_t k = 0;
+      for (; k < 3 && q + k < src.size() && src[q + k] >= '0' && src[q + k] <= '7'; ++k)
+        cp = cp * 8 + uint32_t(src[q + k] - '0');
+      q += k - 1;
+      appendUtf8(out, cp);
+    } else if ((unsigned char)e >= 0x80) {
+      // Jinja escapes the literal to ASCII first ('\xe9' for 'é'), so a backslash before a
+      // non-ASCII character escapes that escape's own backslash: '\é' is '\xe9'.
+      size_t len;
+      uint32_t cp = decodeAt(src, q, len);
+      char buf[16];
+      std::snprintf(buf, sizeof buf,
+                    cp < 0x100     ? "\\x%02x"
+                    : cp < 0x10000 ? "\\u%04x"
+                                   : "\\U%08x",
+                    unsigned(cp));
+      out += buf;
+      q += len - 1;
+    } else { // not an escape: kept as it is
+      out += '\\';
+      out += e;
+    }
+  }
+  return q;
+}
 
 std::vector<Piece> lex(std::string src) {
   // Jinja's newline normalization, then keep_trailing_newline=False.
@@ -583,55 +715,10 @@ std::vector<Piece> lex(std::string src) {
           for (; q < src.size() && src[q] != c; ++q) {
             if (src[q] == '\n')
               ++line;
-            if (src[q] != '\\' || q + 1 >= src.size()) {
+            if (src[q] != '\\' || q + 1 >= src.size())
               value += src[q];
-              continue;
-            }
-            char e = src[++q];
-            switch (e) {
-            case 'n':
-              value += '\n';
-              break;
-            case 't':
-              value += '\t';
-              break;
-            case 'r':
-              value += '\r';
-              break;
-            case '0':
-              value += '\0';
-              break;
-            case '\\':
-            case '\'':
-            case '"':
-              value += e;
-              break;
-            case '\n':
-              ++line;
-              break;
-            case 'u':
-            case 'x': {
-              size_t n = e == 'u' ? 4 : 2;
-              if (q + n >= src.size())
-                fail(line, "truncated \\" + std::string(1, e) + " escape in a string");
-              unsigned cp = unsigned(std::stoul(src.substr(q + 1, n), nullptr, 16));
-              q += n;
-              if (cp < 0x80) {
-                value += char(cp);
-              } else if (cp < 0x800) {
-                value += char(0xC0 | (cp >> 6));
-                value += char(0x80 | (cp & 0x3F));
-              } else {
-                value += char(0xE0 | (cp >> 12));
-                value += char(0x80 | ((cp >> 6) & 0x3F));
-                value += char(0x80 | (cp & 0x3F));
-              }
-              break;
-            }
-            default:
-              value += '\\';
-              value += e;
-            }
+            else
+              q = unescape(src, q, value, line);
           }
           if (q >= src.size())
             fail(line, "unterminated string literal");
@@ -791,12 +878,13 @@ bool known(const char *const *begin, const char *const *end, const std::string &
 
 class ExprParser {
 public:
-  ExprParser(const std::vector<Tok> &toks, size_t start, int line)
-      : toks(toks), at(start), line(line) {}
+  ExprParser(const std::vector<Tok> &toks, size_t start, int line, int maxNesting)
+      : toks(toks), at(start), line(line), maxNesting(maxNesting) {}
 
   const std::vector<Tok> &toks;
   size_t at;
   int line;
+  int maxNesting;
 
   const Tok *peek(size_t ahead = 0) const {
     return at + ahead < toks.size() ? &toks[at + ahead] : nullptr;
@@ -833,28 +921,30 @@ public:
     e->kind = kind;
     e->line = l;
     e->args = std::move(args);
-    seal(*e);
+    for (const ExprP &a : e->args)
+      if (a)
+        grew(*e, *a);
     return e;
   }
   // Left-deep chains (a + b + c ..., x.a.b ..., f|g|h ...) are built by loops, not recursion:
-  // their height is checked here, so that evaluating (and freeing) a tree never recurses
-  // deeper than kMaxDepth.
-  static void seal(Expr &e) {
-    int h = 0;
-    for (const ExprP &a : e.args)
-      if (a)
-        h = std::max(h, a->height);
-    for (const auto &kv : e.kwargs)
-      h = std::max(h, kv.second->height);
-    e.height = h + 1;
-    if (e.height > kMaxDepth)
-      fail(e.line, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+  // their height is checked here, as each operand is added, so that evaluating (and freeing)
+  // a tree never recurses deeper than maxNesting.
+  void grew(Expr &e, const Expr &child) {
+    e.height = std::max(e.height, child.height + 1);
+    if (e.height > maxNesting)
+      overLimit(e.line, "nesting deeper than " + std::to_string(maxNesting) + " levels",
+                "maxNesting");
+  }
+  void addArg(const ExprP &e, ExprP arg) {
+    grew(*e, *arg);
+    e->args.push_back(std::move(arg));
   }
 
+  // Brackets, 'not' and unary signs: what the parser recurses into, one level each.
   int depth = 0;
 
   ExprP expr(bool withCond = true) {
-    DepthGuard guard(depth, curLine());
+    DepthGuard guard(depth, maxNesting, curLine());
     ExprP a = orExpr();
     while (withCond && isName("if")) {
       int l = curLine();
@@ -888,8 +978,8 @@ public:
     return a;
   }
   ExprP notExpr() {
-    DepthGuard guard(depth, curLine());
     if (isName("not")) {
+      DepthGuard guard(depth, maxNesting, curLine());
       int l = curLine();
       ++at;
       return make(Expr::Not, l, {notExpr()});
@@ -917,8 +1007,7 @@ public:
       if (!cmp)
         cmp = make(Expr::Cmp, l, {a});
       cmp->ops.push_back(op);
-      cmp->args.push_back(math1());
-      seal(*cmp);
+      addArg(cmp, math1());
     }
     return cmp ? cmp : a;
   }
@@ -966,15 +1055,13 @@ public:
     return a;
   }
   ExprP unary(bool withFilter = true) {
-    DepthGuard guard(depth, curLine());
     int l = curLine();
     ExprP e;
-    if (isOp("-")) {
+    if (isOp("-") || isOp("+")) {
+      DepthGuard guard(depth, maxNesting, l);
+      bool neg = isOp("-");
       ++at;
-      e = make(Expr::Neg, l, {unary(false)});
-    } else if (isOp("+")) {
-      ++at;
-      e = make(Expr::Pos, l, {unary(false)});
+      e = make(neg ? Expr::Neg : Expr::Pos, l, {unary(false)});
     } else {
       e = primary();
     }
@@ -1036,8 +1123,7 @@ public:
           ++at;
           if (isOp(")"))
             break;
-          tuple->args.push_back(expr());
-          seal(*tuple);
+          addArg(tuple, expr());
         }
         e = tuple;
       }
@@ -1048,8 +1134,7 @@ public:
       ++at;
       ExprP e = make(Expr::ListE, l);
       while (!isOp("]")) {
-        e->args.push_back(expr());
-        seal(*e);
+        addArg(e, expr());
         if (!isOp(","))
           break;
         ++at;
@@ -1061,10 +1146,9 @@ public:
       ++at;
       ExprP e = make(Expr::DictE, l);
       while (!isOp("}")) {
-        e->args.push_back(expr());
+        addArg(e, expr());
         expectOp(":");
-        e->args.push_back(expr());
-        seal(*e);
+        addArg(e, expr());
         if (!isOp(","))
           break;
         ++at;
@@ -1080,11 +1164,12 @@ public:
       if (peek() && peek()->kind == Tok::Name && isOp("=", 1)) {
         std::string key = toks[at].text;
         at += 2;
-        e->kwargs.emplace_back(key, expr());
+        ExprP value = expr();
+        grew(*e, *value);
+        e->kwargs.emplace_back(key, std::move(value));
       } else {
-        e->args.push_back(expr());
+        addArg(e, expr());
       }
-      seal(*e);
       if (!isOp(","))
         break;
       ++at;
@@ -1167,8 +1252,7 @@ public:
                                                known(std::begin(kStop), std::end(kStop), t->text))
                                            : (t->text == "[" || t->text == "{" || t->text == "-");
           if (starts) {
-            e->args.push_back(postfix(primary()));
-            seal(*e);
+            addArg(e, postfix(primary()));
           }
         }
       } else {
@@ -1180,7 +1264,8 @@ public:
 
 class Parser {
 public:
-  explicit Parser(std::vector<Piece> pieces) : pieces(std::move(pieces)) {}
+  Parser(std::vector<Piece> pieces, int maxNesting)
+      : pieces(std::move(pieces)), maxNesting(maxNesting) {}
 
   std::vector<Node> parse() {
     std::string endKw;
@@ -1190,6 +1275,7 @@ public:
 
 private:
   std::vector<Piece> pieces;
+  int maxNesting;
   size_t at = 0;
   int loopDepth = 0;
   int blockDepth = 0;
@@ -1206,7 +1292,7 @@ private:
         nodes.push_back(std::move(n));
         continue;
       }
-      ExprParser ep(p.toks, 0, p.line);
+      ExprParser ep(p.toks, 0, p.line, maxNesting);
       if (p.kind == Piece::Output) {
         Node n{Node::Output, p.line};
         n.expr = ep.expr();
@@ -1220,7 +1306,7 @@ private:
       ep.at = 1;
       if (std::find(ends.begin(), ends.end(), kw) != ends.end()) {
         endKw = kw;
-        current = std::make_unique<ExprParser>(p.toks, 1, p.line);
+        current = std::make_unique<ExprParser>(p.toks, 1, p.line, maxNesting);
         return nodes;
       }
       if (kw == "if") {
@@ -1248,6 +1334,7 @@ private:
         ep.expectEnd();
         nodes.push_back(Node{kw == "break" ? Node::Break : Node::Continue, p.line});
       } else if (kw == "generation") { // transformers' assistant-mask marker: no output
+        DepthGuard guard(blockDepth, maxNesting, p.line);
         ep.expectEnd();
         std::string end;
         std::vector<Node> inner = body({"endgeneration"}, end, p.line, "generation");
@@ -1274,7 +1361,7 @@ private:
   }
 
   Node parseIf(ExprParser &ep, int line) {
-    DepthGuard guard(blockDepth, line);
+    DepthGuard guard(blockDepth, maxNesting, line);
     Node n{Node::If, line};
     ExprP cond = ep.expr();
     ep.expectEnd();
@@ -1297,7 +1384,7 @@ private:
   }
 
   Node parseFor(ExprParser &ep, int line) {
-    DepthGuard guard(blockDepth, line);
+    DepthGuard guard(blockDepth, maxNesting, line);
     Node n{Node::For, line};
     n.targets.push_back(ep.expectName());
     while (ep.isOp(",")) {
@@ -1341,7 +1428,21 @@ struct Raised {
 
 class Renderer {
 public:
-  explicit Renderer(std::map<std::string, Value> globals) { scopes.push_back(std::move(globals)); }
+  Renderer(std::map<std::string, Value> globals, const ChatTemplateLimits &limits)
+      : limits(limits) {
+    scopes.push_back(std::move(globals));
+  }
+
+  // Namespaces are the only values a template can change, so every reference cycle (a
+  // namespace holding itself, through lists perhaps) goes through one: emptying them all when
+  // the rendering ends frees the cycles that Python's garbage collector would.
+  ~Renderer() {
+    for (const std::weak_ptr<DictBox> &weak : namespaces)
+      if (std::shared_ptr<DictBox> ns = weak.lock()) {
+        Dict attributes = std::move(ns->entries);
+        ns->entries = Dict();
+      }
+  }
 
   std::string out;
 
@@ -1355,7 +1456,468 @@ public:
   }
 
 private:
+  const ChatTemplateLimits &limits;
+  uint64_t steps = 0, textWork = 0;
+  int valueDepth = 0; // of printing, comparing or hashing a value, which recurse into it
   std::vector<std::map<std::string, Value>> scopes;
+  std::vector<std::weak_ptr<DictBox>> namespaces;
+
+  // ---- The limits.
+
+  // What a search that finds something costs besides the bytes it scans, in bytes of text
+  // work: a text with a hit every other byte costs about this much per hit.
+  static constexpr uint64_t kSearchCost = 8;
+
+  void step(int line, uint64_t n = 1) {
+    steps += n;
+    if (steps > limits.maxRenderSteps)
+      overLimit(line, "more than " + std::to_string(limits.maxRenderSteps) + " render steps",
+                "maxRenderSteps");
+  }
+  void work(int line, uint64_t bytes) {
+    textWork += bytes;
+    if (textWork > limits.maxTextWork)
+      overLimit(line,
+                "more than " + std::to_string(limits.maxTextWork) +
+                    " bytes of text built or scanned",
+                "maxTextWork");
+  }
+  void checkLength(int line, uint64_t bytes) {
+    if (bytes > limits.maxStringBytes)
+      overLimit(line, "a string of more than " + std::to_string(limits.maxStringBytes) + " bytes",
+                "maxStringBytes");
+  }
+  void checkItems(int line, uint64_t n, const char *what) {
+    if (n > limits.maxItems)
+      overLimit(line,
+                std::string("a ") + what + " of more than " + std::to_string(limits.maxItems) +
+                    " items",
+                "maxItems");
+  }
+  void checkNesting(int line, const Value &inner) {
+    if (inner.nesting >= limits.maxNesting)
+      overLimit(line, "values nested deeper than " + std::to_string(limits.maxNesting) + " levels",
+                "maxNesting");
+  }
+
+  // What the template builds, within the limits.
+  Value newStr(std::string s, int line) {
+    checkLength(line, s.size());
+    work(line, s.size());
+    return Value::str(std::move(s));
+  }
+  Value newList(List items, int line, bool tuple = false) {
+    checkItems(line, items.size(), tuple ? "tuple" : "list");
+    step(line, items.size());
+    for (const Value &item : items)
+      checkNesting(line, item);
+    return Value::makeList(std::move(items), tuple);
+  }
+  Value newDict(Dict d, int line, Value::Kind kind = Value::DictV) {
+    checkItems(line, d.size(), kind == Value::DictV ? "dict" : "namespace");
+    step(line, d.size());
+    for (const auto &kv : d)
+      checkNesting(line, kv.second);
+    Value v = Value::makeDict(std::move(d), kind);
+    if (kind == Value::NamespaceV)
+      namespaces.push_back(v.dict);
+    return v;
+  }
+
+  // ---- Strings by code points.
+
+  int64_t length(const Value &str, int line) {
+    if (!str.text)
+      return 0;
+    if (str.text->codePoints < 0) {
+      work(line, str.s().size());
+      str.text->codePoints = countCodePoints(str.s());
+    }
+    return str.text->codePoints;
+  }
+  // The byte offset of code point `index` (in [0, length)) of `str`.
+  size_t offsetOf(const Value &str, int64_t index, int line) {
+    const std::string &s = str.s();
+    if (length(str, line) == int64_t(s.size())) // ASCII
+      return size_t(index);
+    const Text &text = *str.text;
+    if (text.marks.empty()) {
+      work(line, s.size());
+      for (size_t at = 0, k = 0; at < s.size(); at += utf8Length((unsigned char)s[at]), ++k)
+        if (k % Text::kMarkEvery == 0)
+          text.marks.push_back(at);
+    }
+    size_t at = text.marks[size_t(index / Text::kMarkEvery)];
+    for (int64_t k = 0; k < index % Text::kMarkEvery; ++k)
+      at += utf8Length((unsigned char)s[at]);
+    return at;
+  }
+  std::string codePointAt(const Value &str, int64_t index, int line) {
+    size_t at = offsetOf(str, index, line);
+    return str.s().substr(at, utf8Length((unsigned char)str.s()[at]));
+  }
+  // The characters of a string, each a string value.
+  List characters(const Value &str, int line) {
+    checkItems(line, uint64_t(length(str, line)), "list of characters");
+    step(line, uint64_t(length(str, line)));
+    List chars;
+    const std::string &s = str.s();
+    for (size_t i = 0, n; i < s.size(); i += n)
+      chars.push_back(Value::str(s.substr(i, n = utf8Length((unsigned char)s[i]))));
+    return chars;
+  }
+
+  // ---- Printing, comparing and hashing values, which recurse into lists and dicts.
+
+  // str(v), or repr(v) when `asRepr`, appended to `out` as Python prints them.
+  void print(const Value &v, bool asRepr, std::string &out, int line) {
+    step(line);
+    switch (v.kind) {
+    case Value::Undefined:
+      if (asRepr)
+        out += "Undefined";
+      return;
+    case Value::None:
+      out += "None";
+      return;
+    case Value::Bool:
+      out += v.b ? "True" : "False";
+      return;
+    case Value::Int:
+      out += std::to_string(v.i);
+      return;
+    case Value::Float:
+      out += pyFloat(v.f);
+      return;
+    case Value::String:
+      work(line, v.s().size());
+      if (asRepr)
+        quote(v.s(), out);
+      else
+        out += v.s();
+      break;
+    case Value::ListV: {
+      DepthGuard guard(valueDepth, limits.maxNesting, line);
+      out += v.tuple ? "(" : "[";
+      for (size_t k = 0; k < v.seq().size(); ++k) {
+        if (k)
+          out += ", ";
+        print(v.seq()[k], true, out, line);
+      }
+      out += !v.tuple ? "]" : v.seq().size() == 1 ? ",)" : ")";
+      break;
+    }
+    case Value::DictV:
+    case Value::NamespaceV: { // jinja2's Namespace prints as <Namespace {attributes}>
+      DepthGuard guard(valueDepth, limits.maxNesting, line);
+      out += v.kind == Value::NamespaceV ? "<Namespace {" : "{";
+      bool first = true;
+      for (const auto &[key, val] : v.map()) {
+        out += first ? "" : ", ";
+        first = false;
+        quote(key, out);
+        out += ": ";
+        print(val, true, out, line);
+      }
+      out += v.kind == Value::NamespaceV ? "}>" : "}";
+      break;
+    }
+    case Value::Function:
+      out += "<built-in function " + v.s() + ">";
+      return;
+    }
+    checkLength(line, out.size());
+  }
+
+  // Python's repr of a string: quoted, with \\, the quote and ASCII's control characters
+  // escaped (\n, \r, \t, else \xNN).
+  static void quote(const std::string &s, std::string &out) {
+    static const auto escapes = [] {
+      std::array<std::array<char, 8>, 128> table{};
+      for (int c = 0; c < 0x20; ++c)
+        std::snprintf(table[size_t(c)].data(), 8, "\\x%02x", c);
+      std::snprintf(table[0x7f].data(), 8, "\\x7f");
+      for (auto [c, e] : {std::pair<char, const char *>{'\\', "\\\\"},
+                          {'\n', "\\n"},
+                          {'\r', "\\r"},
+                          {'\t', "\\t"},
+                          {'\'', "\\'"},
+                          {'"', "\\\""}})
+        std::snprintf(table[size_t(c)].data(), 8, "%s", e);
+      return table;
+    }();
+    char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+    escapeInto(s, out, q, [q](unsigned char c) -> const char * {
+      if (c >= 128 || ((c == '\'' || c == '"') && c != (unsigned char)q))
+        return nullptr;
+      return escapes[c][0] ? escapes[c].data() : nullptr;
+    });
+  }
+
+  // `s` between `q`s, each byte that `escape` gives an escape for replaced by it: sized first,
+  // then written, as long texts of short escapes are what a hostile template would build.
+  template <class Escape>
+  static void escapeInto(const std::string &s, std::string &out, char q, Escape escape) {
+    size_t size = s.size() + 2;
+    for (unsigned char c : s)
+      if (const char *e = escape(c))
+        size += std::strlen(e) - 1;
+    size_t at = out.size();
+    out.resize(at + size);
+    char *w = &out[at];
+    *w++ = q;
+    size_t plain = 0; // the bytes not yet written, written in runs
+    for (size_t k = 0; k < s.size(); ++k) {
+      const char *e = escape((unsigned char)s[k]);
+      if (!e)
+        continue;
+      std::memcpy(w, s.data() + plain, k - plain);
+      w += k - plain;
+      while (*e)
+        *w++ = *e++;
+      plain = k + 1;
+    }
+    std::memcpy(w, s.data() + plain, s.size() - plain);
+    w[s.size() - plain] = q;
+  }
+
+  // str(v): a string value's own text, else it printed.
+  std::string str(const Value &v, int line) {
+    if (v.kind == Value::String) {
+      work(line, v.s().size());
+      return v.s();
+    }
+    std::string out;
+    print(v, false, out, line);
+    work(line, out.size());
+    return out;
+  }
+
+  // json.dumps(x, ensure_ascii=False, indent=indent), transformers' tojson; `indent` null for
+  // none (one line).
+  void toJson(const Value &v, const std::string *indent, int depth, std::string &out, int line) {
+    step(line);
+    auto newline = [&](int d) {
+      uint64_t size;
+      if (__builtin_mul_overflow(uint64_t(indent->size()), uint64_t(d), &size) ||
+          __builtin_add_overflow(size, uint64_t(out.size()) + 1, &size))
+        size = UINT64_MAX;
+      checkLength(line, size);
+      out += '\n';
+      for (int k = 0; k < d; ++k)
+        out += *indent;
+    };
+    switch (v.kind) {
+    case Value::Undefined:
+    case Value::NamespaceV:
+    case Value::Function:
+      fail(line,
+           std::string("tojson: a value of type ") + typeName(v) + " is not JSON serializable");
+    case Value::None:
+      out += "null";
+      return;
+    case Value::Bool:
+      out += v.b ? "true" : "false";
+      return;
+    case Value::Int:
+      out += std::to_string(v.i);
+      return;
+    case Value::Float:
+      out += std::isnan(v.f)   ? "NaN"
+             : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity")
+                               : pyFloat(v.f);
+      return;
+    case Value::String:
+      work(line, v.s().size());
+      jsonString(v.s(), out);
+      break;
+    case Value::ListV: {
+      if (v.seq().empty()) {
+        out += "[]";
+        return;
+      }
+      DepthGuard guard(valueDepth, limits.maxNesting, line);
+      out += '[';
+      for (size_t k = 0; k < v.seq().size(); ++k) {
+        if (k)
+          out += indent ? "," : ", ";
+        if (indent)
+          newline(depth + 1);
+        toJson(v.seq()[k], indent, depth + 1, out, line);
+      }
+      if (indent)
+        newline(depth);
+      out += ']';
+      break;
+    }
+    case Value::DictV: {
+      if (v.map().empty()) {
+        out += "{}";
+        return;
+      }
+      DepthGuard guard(valueDepth, limits.maxNesting, line);
+      out += '{';
+      bool first = true;
+      for (const auto &[key, val] : v.map()) {
+        if (!first)
+          out += indent ? "," : ", ";
+        first = false;
+        if (indent)
+          newline(depth + 1);
+        jsonString(key, out);
+        out += ": ";
+        toJson(val, indent, depth + 1, out, line);
+      }
+      if (indent)
+        newline(depth);
+      out += '}';
+      break;
+    }
+    }
+    checkLength(line, out.size());
+  }
+
+  // A JSON string, as json.dumps(ensure_ascii=False) writes it.
+  static void jsonString(const std::string &s, std::string &out) {
+    static const auto escapes = [] {
+      std::array<std::array<char, 8>, 128> table{};
+      for (int c = 0; c < 0x20; ++c)
+        std::snprintf(table[size_t(c)].data(), 8, "\\u%04x", c);
+      for (auto [c, e] : {std::pair<char, const char *>{'"', "\\\""},
+                          {'\\', "\\\\"},
+                          {'\n', "\\n"},
+                          {'\r', "\\r"},
+                          {'\t', "\\t"},
+                          {'\b', "\\b"},
+                          {'\f', "\\f"}})
+        std::snprintf(table[size_t(c)].data(), 8, "%s", e);
+      return table;
+    }();
+    escapeInto(s, out, '"', [](unsigned char c) -> const char * {
+      return c < 128 && escapes[c][0] ? escapes[c].data() : nullptr;
+    });
+  }
+
+  bool equal(const Value &a, const Value &b, int line) {
+    step(line);
+    if (a.isNumber() && b.isNumber())
+      return a.kind == Value::Float || b.kind == Value::Float ? a.asDouble() == b.asDouble()
+                                                              : a.asInt() == b.asInt();
+    if (a.kind != b.kind)
+      return false;
+    switch (a.kind) {
+    case Value::Undefined:
+    case Value::None:
+      return true;
+    case Value::String:
+      if (a.text != b.text)
+        work(line, std::min(a.s().size(), b.s().size()));
+      return a.s() == b.s();
+    case Value::ListV: {
+      if (a.tuple != b.tuple || a.seq().size() != b.seq().size())
+        return false;
+      DepthGuard guard(valueDepth, limits.maxNesting, line);
+      for (size_t k = 0; k < a.seq().size(); ++k)
+        if (!equal(a.seq()[k], b.seq()[k], line))
+          return false;
+      return true;
+    }
+    case Value::DictV: {
+      if (a.map().size() != b.map().size())
+        return false;
+      DepthGuard guard(valueDepth, limits.maxNesting, line);
+      for (const auto &[key, val] : a.map()) {
+        const Value *other = b.map().find(key);
+        if (!other || !equal(val, *other, line))
+          return false;
+      }
+      return true;
+    }
+    default: // namespaces and functions: the same one
+      return a.dict == b.dict && a.s() == b.s();
+    }
+  }
+
+  bool less(const Value &a, const Value &b, const std::string &op, int line) {
+    step(line);
+    if (a.kind == Value::Int && b.kind == Value::Int)
+      return a.i < b.i;
+    if (a.isNumber() && b.isNumber())
+      return a.asDouble() < b.asDouble();
+    if (a.kind == Value::String && b.kind == Value::String) {
+      work(line, std::min(a.s().size(), b.s().size()));
+      return a.s() < b.s(); // UTF-8's byte order is its code points' order, as Python compares
+    }
+    if (a.kind == Value::ListV && b.kind == Value::ListV) {
+      DepthGuard guard(valueDepth, limits.maxNesting, line);
+      size_t n = std::min(a.seq().size(), b.seq().size());
+      for (size_t k = 0; k < n; ++k)
+        if (!equal(a.seq()[k], b.seq()[k], line))
+          return less(a.seq()[k], b.seq()[k], op, line);
+      return a.seq().size() < b.seq().size();
+    }
+    fail(line, "'" + op + "' not supported between instances of '" + typeName(a) + "' and '" +
+                   typeName(b) + "'");
+  }
+
+  // A key equal for values Python's set would take as equal (1, 1.0 and True; strings ignoring
+  // ASCII case unless `caseSensitive`, as jinja2's unique does), for hashing.
+  void hashKey(const Value &v, bool caseSensitive, std::string &key, int line) {
+    step(line);
+    switch (v.kind) {
+    case Value::Undefined:
+      key += 'U';
+      break;
+    case Value::None:
+      key += 'N';
+      break;
+    case Value::Bool:
+    case Value::Int:
+      key += 'I' + std::to_string(v.asInt()) + ';';
+      break;
+    case Value::Float:
+      if (v.f == std::floor(v.f) && std::fabs(v.f) < 9.2e18) {
+        key += 'I' + std::to_string(int64_t(v.f)) + ';';
+      } else {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "F%a;", v.f);
+        key += buf;
+      }
+      break;
+    case Value::String: {
+      work(line, 2 * v.s().size()); // copied into the key, then hashed
+      key += 'S' + std::to_string(v.s().size()) + ':';
+      size_t at = key.size();
+      key += v.s();
+      if (!caseSensitive)
+        for (size_t k = at; k < key.size(); ++k)
+          key[k] = key[k] >= 'A' && key[k] <= 'Z' ? char(key[k] - 'A' + 'a') : key[k];
+      break;
+    }
+    case Value::ListV:
+      if (v.tuple) {
+        DepthGuard guard(valueDepth, limits.maxNesting, line);
+        key += 'T' + std::to_string(v.seq().size()) + ':';
+        for (const Value &item : v.seq())
+          hashKey(item, caseSensitive, key, line);
+        break;
+      }
+      [[fallthrough]];
+    case Value::DictV:
+      fail(line, std::string("unhashable type: '") + typeName(v) + "'");
+    case Value::NamespaceV:
+    case Value::Function: {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "P%p;", static_cast<const void *>(v.dict.get()));
+      key += buf;
+      key += v.s();
+      break;
+    }
+    }
+    checkLength(line, key.size());
+  }
+
+  // ---- Statements.
 
   Value lookup(const std::string &name) {
     for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
@@ -1366,14 +1928,31 @@ private:
     return Value::undefined("'" + name + "' is undefined");
   }
 
+  void emit(const std::string &text, int line) {
+    if (text.size() > limits.maxOutputBytes - out.size())
+      overLimit(line, "output of more than " + std::to_string(limits.maxOutputBytes) + " bytes",
+                "maxOutputBytes");
+    work(line, text.size());
+    out += text;
+  }
+
   Flow exec(const Node &n) {
+    step(n.line);
     switch (n.kind) {
     case Node::Text:
-      out += n.text;
+      emit(n.text, n.line);
       return Flow::Next;
-    case Node::Output:
-      out += toStr(eval(*n.expr));
+    case Node::Output: {
+      Value v = eval(*n.expr);
+      if (v.kind == Value::String) {
+        emit(v.s(), n.line);
+      } else {
+        std::string text;
+        print(v, false, text, n.line);
+        emit(text, n.line);
+      }
       return Flow::Next;
+    }
     case Node::If:
       for (const auto &[cond, body] : n.branches)
         if (truthy(eval(*cond)))
@@ -1389,7 +1968,15 @@ private:
       if (ns.kind != Value::NamespaceV)
         fail(n.line, "cannot assign attribute '" + n.attr + "' on '" + n.targets[0] +
                          "', which is not a namespace");
-      setKey(*ns.dict, n.attr, std::move(v));
+      // A namespace is the one value that changes after it is built, so what is set into it
+      // is checked here as what it was built with was. (Containers that already hold it keep
+      // the nesting they recorded, so a chain of namespaces can grow deeper than the limit;
+      // nothing relies on that record: printing and comparing count their own depth, and
+      // values are freed without recursion.)
+      checkNesting(n.line, v);
+      if (!ns.map().find(n.attr))
+        checkItems(n.line, ns.map().size() + 1, "namespace");
+      ns.map().set(n.attr, std::move(v));
       return Flow::Next;
     }
     case Node::Break:
@@ -1402,24 +1989,22 @@ private:
     return Flow::Next;
   }
 
-  List iterate(const Value &v, int line) {
+  // What `for` iterates, and the filters that take a sequence: a list as it is (values do
+  // not change), a dict's keys, a string's characters.
+  Value sequence(const Value &v, int line) {
     switch (v.kind) {
     case Value::Undefined:
-      return {};
+      return Value::makeList({});
     case Value::ListV:
-      return *v.list;
+      return v;
     case Value::DictV: {
       List keys;
-      for (const auto &kv : *v.dict)
+      for (const auto &kv : v.map())
         keys.push_back(Value::str(kv.first));
-      return keys;
+      return newList(std::move(keys), line);
     }
-    case Value::String: {
-      List chars;
-      for (std::string &c : codePoints(v.s))
-        chars.push_back(Value::str(std::move(c)));
-      return chars;
-    }
+    case Value::String:
+      return Value::makeList(characters(v, line));
     default:
       fail(line, std::string("'") + typeName(v) + "' object is not iterable");
     }
@@ -1430,61 +2015,85 @@ private:
       scopes.back()[n.targets[0]] = item;
       return;
     }
-    List parts = iterate(item, n.line);
-    if (parts.size() != n.targets.size())
-      fail(n.line, "cannot unpack " + std::to_string(parts.size()) + " values into " +
+    Value parts = sequence(item, n.line);
+    if (parts.seq().size() != n.targets.size())
+      fail(n.line, "cannot unpack " + std::to_string(parts.seq().size()) + " values into " +
                        std::to_string(n.targets.size()) + " loop variables");
-    for (size_t k = 0; k < parts.size(); ++k)
-      scopes.back()[n.targets[k]] = parts[k];
+    for (size_t k = 0; k < parts.seq().size(); ++k)
+      scopes.back()[n.targets[k]] = parts.seq()[k];
+  }
+
+  // jinja2's loop object. It is one object that advances, as jinja2's LoopContext does: it is
+  // updated in place unless something besides the loop's scope holds it.
+  static void advanceLoop(Value &loop, const List &items, size_t k) {
+    if (!loop.dict || loop.dict.use_count() > 2) {
+      Dict d;
+      for (const char *key : {"index", "index0", "revindex", "revindex0", "first", "last", "length",
+                              "depth", "depth0", "previtem", "nextitem"})
+        d.set(key, Value());
+      loop = Value::makeDict(std::move(d));
+    }
+    int64_t len = int64_t(items.size()), idx = int64_t(k);
+    Dict &d = loop.map();
+    d.valueAt(0) = Value::integer(idx + 1);
+    d.valueAt(1) = Value::integer(idx);
+    d.valueAt(2) = Value::integer(len - idx);
+    d.valueAt(3) = Value::integer(len - idx - 1);
+    d.valueAt(4) = Value::boolean(k == 0);
+    d.valueAt(5) = Value::boolean(k + 1 == items.size());
+    d.valueAt(6) = Value::integer(len);
+    d.valueAt(7) = Value::integer(1);
+    d.valueAt(8) = Value::integer(0);
+    d.valueAt(9) = k > 0 ? items[k - 1] : Value::undefined("there is no previous item");
+    d.valueAt(10) = k + 1 < items.size() ? items[k + 1] : Value::undefined("there is no next item");
+    int nesting = 0;
+    for (const auto &kv : d)
+      nesting = std::max(nesting, kv.second.nesting + 1);
+    loop.nesting = nesting;
   }
 
   Flow execFor(const Node &n) {
-    List items = iterate(eval(*n.expr), n.line);
+    Value all = sequence(eval(*n.expr), n.line);
     scopes.emplace_back();
+    const List *items = &all.seq();
+    List kept;
     if (n.cond) {
-      List kept;
-      for (const Value &item : items) {
+      for (const Value &item : *items) {
+        step(n.line);
         bindTargets(n, item);
         if (truthy(eval(*n.cond)))
           kept.push_back(item);
       }
-      items = std::move(kept);
+      items = &kept;
     }
-    for (size_t k = 0; k < items.size(); ++k) {
+    Value loop;
+    for (size_t k = 0; k < items->size(); ++k) {
+      step(n.line); // an iteration, whatever its body: nested loops count every inner one
       // What the body sets lasts one iteration: the next one sees the outer values again.
-      scopes.back().clear();
-      bindTargets(n, items[k]);
-      int64_t len = int64_t(items.size()), idx = int64_t(k);
-      Dict loop = {{"index", Value::integer(idx + 1)},
-                   {"index0", Value::integer(idx)},
-                   {"revindex", Value::integer(len - idx)},
-                   {"revindex0", Value::integer(len - idx - 1)},
-                   {"first", Value::boolean(k == 0)},
-                   {"last", Value::boolean(k + 1 == items.size())},
-                   {"length", Value::integer(len)},
-                   {"depth", Value::integer(1)},
-                   {"depth0", Value::integer(0)}};
-      if (k > 0)
-        loop.emplace_back("previtem", items[k - 1]);
-      if (k + 1 < items.size())
-        loop.emplace_back("nextitem", items[k + 1]);
-      scopes.back()["loop"] = Value::makeDict(std::move(loop));
+      // (The loop's own names are set anew each time.)
+      if (scopes.back().size() > n.targets.size() + 1)
+        scopes.back().clear();
+      bindTargets(n, (*items)[k]);
+      advanceLoop(loop, *items, k);
+      scopes.back()["loop"] = loop;
       if (exec(n.body) == Flow::Break)
         break;
     }
     scopes.pop_back();
-    if (items.empty())
+    if (items->empty())
       return exec(n.elseBody);
     return Flow::Next;
   }
 
-  [[noreturn]] void undefinedError(const Value &v, int line) { fail(line, v.s); }
+  // ---- Expressions.
+
+  [[noreturn]] void undefinedError(const Value &v, int line) { fail(line, v.s()); }
 
   Value getAttr(const Value &obj, const std::string &name, int line) {
     if (obj.kind == Value::Undefined)
       undefinedError(obj, line);
     if (obj.isMapping()) {
-      if (const Value *v = findKey(*obj.dict, name))
+      if (const Value *v = obj.map().find(name))
         return *v;
       return Value::undefined("'dict object' has no attribute '" + name + "'");
     }
@@ -1492,36 +2101,32 @@ private:
                             name + "'");
   }
 
-  static int64_t normIndex(int64_t i, size_t n) { return i < 0 ? i + int64_t(n) : i; }
-
   Value getItem(const Value &obj, const Value &key, int line) {
     if (obj.kind == Value::Undefined)
       undefinedError(obj, line);
     if (obj.isMapping()) {
       if (key.kind == Value::String)
-        if (const Value *v = findKey(*obj.dict, key.s))
+        if (const Value *v = obj.map().find(key.s()))
           return *v;
-      return Value::undefined("'dict object' has no attribute " + repr(key));
+      std::string shown;
+      print(key, true, shown, line);
+      return Value::undefined("'dict object' has no attribute " + shown);
     }
-    if ((obj.kind == Value::ListV || obj.kind == Value::String) &&
-        (key.kind == Value::Int || key.kind == Value::Bool)) {
-      if (obj.kind == Value::ListV) {
-        int64_t i = normIndex(key.asInt(), obj.list->size());
-        if (i >= 0 && i < int64_t(obj.list->size()))
-          return (*obj.list)[size_t(i)];
-      } else {
-        std::vector<std::string> cps = codePoints(obj.s);
-        int64_t i = normIndex(key.asInt(), cps.size());
-        if (i >= 0 && i < int64_t(cps.size()))
-          return Value::str(cps[size_t(i)]);
-      }
+    if ((obj.kind == Value::ListV || obj.kind == Value::String) && key.isInt()) {
+      int64_t n = obj.kind == Value::ListV ? int64_t(obj.seq().size()) : length(obj, line);
+      int64_t i = key.asInt() < 0 ? key.asInt() + n : key.asInt(); // no overflow: n >= 0
+      if (i >= 0 && i < n)
+        return obj.kind == Value::ListV ? obj.seq()[size_t(i)]
+                                        : Value::str(codePointAt(obj, i, line));
       return Value::undefined(std::string("'") + typeName(obj) + " object' has no element " +
-                              toStr(key));
+                              std::to_string(key.asInt()));
     }
     if (obj.kind == Value::ListV || obj.kind == Value::String)
       fail(line, std::string(typeName(obj)) + " indices must be integers, not " + typeName(key));
+    std::string shown;
+    print(key, true, shown, line);
     return Value::undefined(std::string("'") + typeName(obj) + " object' has no attribute " +
-                            repr(key));
+                            shown);
   }
 
   Value slice(const Value &obj, const Expr &e) {
@@ -1532,7 +2137,7 @@ private:
       Value v = eval(*x);
       if (v.kind == Value::None)
         return 0;
-      if (v.kind != Value::Int && v.kind != Value::Bool)
+      if (!v.isInt())
         fail(e.line, "slice indices must be integers or None");
       present = true;
       return v.asInt();
@@ -1544,19 +2149,16 @@ private:
       step = 1;
     if (step == 0)
       fail(e.line, "slice step cannot be zero");
-    std::vector<std::string> cps;
-    size_t n;
-    if (obj.kind == Value::ListV) {
-      n = obj.list->size();
-    } else if (obj.kind == Value::String) {
-      cps = codePoints(obj.s);
-      n = cps.size();
-    } else if (obj.kind == Value::Undefined) {
+    int64_t len;
+    if (obj.kind == Value::ListV)
+      len = int64_t(obj.seq().size());
+    else if (obj.kind == Value::String)
+      len = length(obj, e.line);
+    else if (obj.kind == Value::Undefined)
       undefinedError(obj, e.line);
-    } else {
+    else
       fail(e.line, std::string("'") + typeName(obj) + "' object cannot be sliced");
-    }
-    int64_t len = int64_t(n);
+    // Python's PySlice_AdjustIndices: the bounds clamped into [-1, len].
     auto adjust = [&](int64_t v, bool present, bool isStart) {
       int64_t lower = step > 0 ? 0 : -1, upper = step > 0 ? len : len - 1;
       if (!present)
@@ -1569,102 +2171,191 @@ private:
     };
     start = adjust(start, hasStart, true);
     stop = adjust(stop, hasStop, false);
-    List items;
-    std::string text;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (obj.kind == Value::ListV)
-        items.push_back((*obj.list)[size_t(i)]);
-      else
-        text += cps[size_t(i)];
+    // How many items, without stepping past the bounds (a step near INT64_MAX would overflow).
+    uint64_t count = 0;
+    if (step > 0 && start < stop)
+      count = (uint64_t(stop - start) - 1) / uint64_t(step) + 1;
+    else if (step < 0 && start > stop)
+      count = (uint64_t(start - stop) - 1) / (uint64_t(0) - uint64_t(step)) + 1;
+    if (obj.kind == Value::ListV) {
+      List items;
+      items.reserve(count);
+      for (uint64_t k = 0, i = uint64_t(start); k < count; ++k, i += uint64_t(step))
+        items.push_back(obj.seq()[size_t(i)]);
+      return newList(std::move(items), e.line);
     }
-    return obj.kind == Value::ListV ? Value::makeList(std::move(items)) : Value::str(text);
+    const std::string &s = obj.s();
+    if (len == int64_t(s.size())) { // ASCII: characters are bytes
+      if (step == 1)
+        return newStr(s.substr(size_t(start), count), e.line);
+      std::string text;
+      text.reserve(count);
+      for (uint64_t k = 0, i = uint64_t(start); k < count; ++k, i += uint64_t(step))
+        text += s[size_t(i)];
+      return newStr(std::move(text), e.line);
+    }
+    // Walk the UTF-8 to each character taken: the walk is at most the text, once.
+    std::string text;
+    size_t at = count ? offsetOf(obj, start, e.line) : 0, walked = 0;
+    for (uint64_t k = 0; k < count; ++k) {
+      size_t n = utf8Length((unsigned char)s[at]);
+      text.append(s, at, n);
+      if (k + 1 == count)
+        break;
+      size_t from = at;
+      if (step > 0)
+        for (int64_t j = 0; j < step; ++j)
+          at += utf8Length((unsigned char)s[at]);
+      else
+        for (int64_t j = 0; j > step; --j)
+          at = previousStart(s, at);
+      walked += at > from ? at - from : from - at;
+    }
+    work(e.line, walked);
+    return newStr(std::move(text), e.line);
   }
 
   Value arith(const std::string &op, const Value &a, const Value &b, int line) {
+    if (op == "~" && a.kind == Value::String && b.kind == Value::String)
+      return concat(a.s(), b.s(), line);
     if (op == "~")
-      return Value::str(toStr(a) + toStr(b));
+      return concat(str(a, line), str(b, line), line);
     if (a.kind == Value::Undefined)
       undefinedError(a, line);
     if (b.kind == Value::Undefined)
       undefinedError(b, line);
-    if (a.isNumber() && b.isNumber()) {
-      bool flt = a.kind == Value::Float || b.kind == Value::Float;
-      double x = a.asDouble(), y = b.asDouble();
-      int64_t p = a.asInt(), q = b.asInt(), r = 0;
-      // Python's integers do not overflow; tpc's are 64 bits and say so rather than wrap.
-      auto checked = [&](bool overflow) {
-        if (overflow)
-          fail(line, "integer overflow in '" + op + "' (beyond 64 bits)");
-        return Value::integer(r);
-      };
-      if (op == "+")
-        return flt ? Value::number(x + y) : checked(__builtin_add_overflow(p, q, &r));
-      if (op == "-")
-        return flt ? Value::number(x - y) : checked(__builtin_sub_overflow(p, q, &r));
-      if (op == "*")
-        return flt ? Value::number(x * y) : checked(__builtin_mul_overflow(p, q, &r));
-      if (!flt && q == -1 && p == INT64_MIN && (op == "//" || op == "%"))
-        return op == "%" ? Value::integer(0) : checked(true);
-      if ((op == "/" || op == "//" || op == "%") && (flt ? y == 0 : q == 0))
-        fail(line, "division by zero");
-      if (op == "/")
-        return Value::number(x / y);
-      if (op == "//") {
-        if (flt)
-          return Value::number(std::floor(x / y));
-        int64_t d = p / q;
-        return Value::integer((p % q != 0 && ((p < 0) != (q < 0))) ? d - 1 : d);
-      }
-      if (op == "%") {
-        if (flt) {
-          double m = std::fmod(x, y);
-          return Value::number(m != 0 && ((m < 0) != (y < 0)) ? m + y : m);
-        }
-        int64_t m = p % q;
-        return Value::integer(m != 0 && ((m < 0) != (q < 0)) ? m + q : m);
-      }
-      if (op == "**") {
-        if (flt || q < 0)
-          return Value::number(std::pow(x, y));
-        int64_t acc = 1;
-        for (int64_t k = 0; k < q && acc != 0 && !(p == 1 || (p == -1 && k > 1)); ++k)
-          if (__builtin_mul_overflow(acc, p, &acc))
-            return checked(true);
-        if (p == -1)
-          acc = q % 2 ? -1 : 1;
-        return Value::integer(p == 1 ? 1 : acc);
-      }
-    }
+    if (a.isNumber() && b.isNumber())
+      return number(op, a, b, line);
     if (op == "+" && a.kind == Value::String && b.kind == Value::String)
-      return Value::str(a.s + b.s);
+      return concat(a.s(), b.s(), line);
     if (op == "+" && a.kind == Value::ListV && b.kind == Value::ListV) {
-      List l = *a.list;
-      l.insert(l.end(), b.list->begin(), b.list->end());
-      return Value::makeList(std::move(l));
+      checkItems(line, uint64_t(a.seq().size()) + b.seq().size(), "list");
+      List l = a.seq();
+      l.insert(l.end(), b.seq().begin(), b.seq().end());
+      return newList(std::move(l), line, a.tuple && b.tuple);
     }
-    if (op == "*" && (b.kind == Value::String || b.kind == Value::ListV) &&
-        (a.kind == Value::Int || a.kind == Value::Bool))
+    if (op == "*" && (b.kind == Value::String || b.kind == Value::ListV) && a.isInt())
       return arith(op, b, a, line);
-    if (op == "*" && (a.kind == Value::String || a.kind == Value::ListV) &&
-        (b.kind == Value::Int || b.kind == Value::Bool)) {
-      int64_t times = b.asInt();
-      size_t unit = a.kind == Value::String ? a.s.size() : a.list->size();
-      if (times > 0 && unit > 0 && uint64_t(times) > (uint64_t(1) << 24) / unit)
-        fail(line, "repetition makes a value too large");
-      Value r = a.kind == Value::String ? Value::str("") : Value::makeList({});
-      r.nesting = a.nesting;
-      for (int64_t k = 0; k < times; ++k) {
-        if (a.kind == Value::String)
-          r.s += a.s;
-        else
-          r.list->insert(r.list->end(), a.list->begin(), a.list->end());
-      }
-      return r;
-    }
+    if (op == "*" && (a.kind == Value::String || a.kind == Value::ListV) && b.isInt())
+      return repeat(a, b.asInt(), line);
     if (op == "%" && a.kind == Value::String)
       fail(line, "string formatting with '%' is outside the supported Jinja subset");
     fail(line, "unsupported operand type(s) for " + op + ": '" + typeName(a) + "' and '" +
                    typeName(b) + "'");
+  }
+
+  Value concat(const std::string &a, const std::string &b, int line) {
+    checkLength(line, uint64_t(a.size()) + b.size());
+    return newStr(a + b, line);
+  }
+
+  // s * n and l * n: Python's repetition, within the limits before anything is built.
+  Value repeat(const Value &a, int64_t times, int line) {
+    bool isStr = a.kind == Value::String;
+    uint64_t unit = isStr ? a.s().size() : a.seq().size(), n = times > 0 ? uint64_t(times) : 0;
+    uint64_t total = 0;
+    if (__builtin_mul_overflow(unit, n, &total))
+      total = UINT64_MAX;
+    if (isStr)
+      checkLength(line, total);
+    else
+      checkItems(line, total, a.tuple ? "tuple" : "list");
+    if (isStr) { // the first copy, then doubling what is there
+      std::string s(total, '\0');
+      if (total) {
+        std::memcpy(&s[0], a.s().data(), unit);
+        for (size_t done = unit; done < total; done *= 2)
+          std::memcpy(&s[done], s.data(), std::min(done, total - done));
+      }
+      return newStr(std::move(s), line);
+    }
+    List l;
+    l.reserve(total);
+    for (uint64_t k = 0; unit && k < n; ++k)
+      l.insert(l.end(), a.seq().begin(), a.seq().end());
+    return newList(std::move(l), line, a.tuple);
+  }
+
+  // Python's arithmetic on numbers. Its integers do not overflow; tpc's are 64 bits, and a
+  // result beyond them is an error naming the operation rather than a wrapped value.
+  static Value number(const std::string &op, const Value &a, const Value &b, int line) {
+    auto overflow = [&]() -> Value {
+      fail(line, "integer overflow in '" + op + "' (beyond 64 bits)");
+    };
+    if (a.kind == Value::Float || b.kind == Value::Float) {
+      double x = a.asDouble(), y = b.asDouble();
+      if (op == "+")
+        return Value::number(x + y);
+      if (op == "-")
+        return Value::number(x - y);
+      if (op == "*")
+        return Value::number(x * y);
+      if (op == "**") {
+        if (x == 0 && y < 0)
+          fail(line, "0.0 cannot be raised to a negative power");
+        if (x < 0 && y != std::floor(y))
+          fail(line, "a negative number to a fractional power (a complex number) is outside "
+                     "the supported Jinja subset");
+        return Value::number(std::pow(x, y));
+      }
+      if (y == 0)
+        fail(line, op == "/" ? "division by zero" : "float division or modulo by zero");
+      if (op == "/")
+        return Value::number(x / y);
+      // CPython's float divmod: the remainder takes y's sign, the quotient rounds to nearest.
+      double mod = std::fmod(x, y), div = (x - mod) / y;
+      if (mod != 0) {
+        if ((y < 0) != (mod < 0)) {
+          mod += y;
+          div -= 1.0;
+        }
+      } else {
+        mod = std::copysign(0.0, y);
+      }
+      if (op == "%")
+        return Value::number(mod);
+      double floorDiv = std::copysign(0.0, x / y);
+      if (div != 0) {
+        floorDiv = std::floor(div);
+        if (div - floorDiv > 0.5)
+          floorDiv += 1.0;
+      }
+      return Value::number(floorDiv);
+    }
+    int64_t p = a.asInt(), q = b.asInt(), r;
+    if (op == "+")
+      return __builtin_add_overflow(p, q, &r) ? overflow() : Value::integer(r);
+    if (op == "-")
+      return __builtin_sub_overflow(p, q, &r) ? overflow() : Value::integer(r);
+    if (op == "*")
+      return __builtin_mul_overflow(p, q, &r) ? overflow() : Value::integer(r);
+    if (op == "**") {
+      if (q < 0) {
+        if (p == 0)
+          fail(line, "0.0 cannot be raised to a negative power");
+        return Value::number(std::pow(double(p), double(q)));
+      }
+      int64_t acc = 1, base = p;
+      for (uint64_t e = uint64_t(q); e; e >>= 1) { // by squaring: at most 63 rounds
+        if ((e & 1) && __builtin_mul_overflow(acc, base, &acc))
+          return overflow();
+        if (e > 1 && __builtin_mul_overflow(base, base, &base))
+          return overflow();
+      }
+      return Value::integer(acc);
+    }
+    if (q == 0)
+      fail(line, op == "/" ? "division by zero" : "integer division or modulo by zero");
+    if (op == "/")
+      return Value::number(double(p) / double(q));
+    if (q == -1) // INT64_MIN / -1 traps in C++; in Python it is just -p
+      return op == "%" ? Value::integer(0) : p == INT64_MIN ? overflow() : Value::integer(-p);
+    int64_t d = p / q, m = p % q;
+    if (m != 0 && ((m < 0) != (q < 0))) { // Python floors: the remainder has q's sign
+      d -= 1;
+      m += q;
+    }
+    return Value::integer(op == "%" ? m : d);
   }
 
   bool contains(const Value &container, const Value &item, int line) {
@@ -1675,13 +2366,14 @@ private:
       if (item.kind != Value::String)
         fail(line,
              "'in <string>' requires string as left operand, not " + std::string(typeName(item)));
-      return container.s.find(item.s) != std::string::npos;
+      work(line, container.s().size());
+      return findText(container.s(), item.s()) != std::string::npos;
     case Value::ListV:
-      return std::any_of(container.list->begin(), container.list->end(),
-                         [&](const Value &v) { return equal(v, item); });
+      return std::any_of(container.seq().begin(), container.seq().end(),
+                         [&](const Value &v) { return equal(v, item, line); });
     case Value::DictV:
     case Value::NamespaceV:
-      return item.kind == Value::String && findKey(*container.dict, item.s);
+      return item.kind == Value::String && container.map().find(item.s());
     default:
       fail(line, std::string("argument of type '") + typeName(container) + "' is not iterable");
     }
@@ -1689,9 +2381,9 @@ private:
 
   bool compare(const std::string &op, const Value &a, const Value &b, int line) {
     if (op == "==")
-      return equal(a, b);
+      return equal(a, b, line);
     if (op == "!=")
-      return !equal(a, b);
+      return !equal(a, b, line);
     if (op == "in")
       return contains(b, a, line);
     if (op == "not in")
@@ -1727,10 +2419,22 @@ private:
     return a;
   }
 
-  std::string requireString(const Value *v, const std::string &what, int line) {
+  static const std::string &requireString(const Value *v, const std::string &what, int line) {
     if (!v || v->kind != Value::String)
       fail(line, what + " expects a string argument");
-    return v->s;
+    return v->s();
+  }
+
+  // Python's str.islower/isupper, for ASCII letters: some cased letter, none of the other case.
+  static bool isCase(const std::string &s, bool lower) {
+    bool cased = false;
+    for (char c : s) {
+      bool l = c >= 'a' && c <= 'z', u = c >= 'A' && c <= 'Z';
+      if (lower ? u : l)
+        return false;
+      cased = cased || l || u;
+    }
+    return cased;
   }
 
   bool test(const std::string &name, const Value &v, const Args &args, int line) {
@@ -1768,28 +2472,30 @@ private:
     if (name == "callable")
       return v.kind == Value::Function;
     if (name == "lower" || name == "upper") {
-      if (v.kind != Value::String)
-        return false;
-      std::string t = v.s;
-      for (char &c : t)
-        c = char(name == "lower" ? std::tolower((unsigned char)c) : std::toupper((unsigned char)c));
-      return t == v.s;
+      if (v.kind == Value::String)
+        work(line, v.s().size());
+      return v.kind == Value::String && isCase(v.s(), name == "lower");
     }
     if (name == "even" || name == "odd" || name == "divisibleby") {
-      if (v.kind != Value::Int && v.kind != Value::Bool)
+      if (!v.isInt())
         fail(line, "test '" + name + "' needs an integer");
-      int64_t d = name == "divisibleby" ? needArg().asInt() : 2;
+      int64_t d = 2;
+      if (name == "divisibleby") {
+        if (!needArg().isInt())
+          fail(line, "test 'divisibleby' needs an integer");
+        d = arg->asInt();
+      }
       if (d == 0)
-        fail(line, "division by zero");
-      bool divisible = v.asInt() % d == 0;
+        fail(line, "integer division or modulo by zero");
+      bool divisible = d == -1 || v.asInt() % d == 0; // INT64_MIN % -1 traps in C++
       return name == "odd" ? !divisible : divisible;
     }
     if (name == "eq" || name == "equalto")
-      return equal(v, needArg());
+      return equal(v, needArg(), line);
     if (name == "ne")
-      return !equal(v, needArg());
+      return !equal(v, needArg(), line);
     if (name == "sameas")
-      return v.kind == needArg().kind && equal(v, *arg);
+      return v.kind == needArg().kind && equal(v, *arg, line);
     if (name == "lt" || name == "gt" || name == "le" || name == "ge") {
       static const std::map<std::string, std::string> ops = {
           {"lt", "<"}, {"gt", ">"}, {"le", "<="}, {"ge", ">="}};
@@ -1800,42 +2506,26 @@ private:
     fail(line, "test '" + name + "' is outside the supported Jinja subset");
   }
 
-  Value length(const Value &v, int line) {
+  Value len(const Value &v, int line) {
     switch (v.kind) {
     case Value::Undefined:
       return Value::integer(0);
     case Value::String:
-      return Value::integer(int64_t(codePoints(v.s).size()));
+      return Value::integer(length(v, line));
     case Value::ListV:
-      return Value::integer(int64_t(v.list->size()));
+      return Value::integer(int64_t(v.seq().size()));
     case Value::DictV:
-      return Value::integer(int64_t(v.dict->size()));
+      return Value::integer(int64_t(v.map().size()));
     default:
       fail(line, std::string("object of type '") + typeName(v) + "' has no len()");
     }
-  }
-
-  static std::string caseMap(std::string s, int mode) { // 0 lower, 1 upper, 2 title, 3 capitalize
-    bool start = true;
-    for (char &c : s) {
-      unsigned char u = (unsigned char)c;
-      if (mode == 0)
-        c = char(std::tolower(u));
-      else if (mode == 1)
-        c = char(std::toupper(u));
-      else if (mode == 2)
-        c = char(start ? std::toupper(u) : std::tolower(u));
-      else
-        c = char(&c == &s[0] ? std::toupper(u) : std::tolower(u));
-      start = !std::isalnum(u);
-    }
-    return s;
   }
 
   Value attrPath(const Value &item, const std::string &path, int line) {
     Value v = item;
     size_t b = 0;
     while (b <= path.size()) {
+      step(line);
       size_t e = path.find('.', b);
       std::string part = path.substr(b, e == std::string::npos ? std::string::npos : e - b);
       v = v.kind == Value::Undefined ? v : getAttr(v, part, line);
@@ -1846,29 +2536,107 @@ private:
     return v;
   }
 
+  // Longer text is not taken as a number by the int and float filters (Python's int() refuses
+  // more than 4300 digits), rather than parsed at length.
+  static constexpr size_t kMaxNumberText = 4300;
+
+  // Python's float() of a string: decimal digits (an underscore between two), a point, an
+  // exponent, or inf, infinity and nan; strtod alone would take hexadecimal too.
+  static std::optional<double> parseFloat(const std::string &text) {
+    if (text.size() > kMaxNumberText)
+      return std::nullopt;
+    std::string t = strip(text, nullptr, true, true), plain;
+    auto digit = [&](size_t k) { return k < t.size() && t[k] >= '0' && t[k] <= '9'; };
+    for (size_t k = 0; k < t.size(); ++k) {
+      if (t[k] == '_' && k > 0 && digit(k - 1) && digit(k + 1))
+        continue;
+      plain += t[k];
+    }
+    if (plain.empty())
+      return std::nullopt;
+    std::string word = caseMap(plain[0] == '+' || plain[0] == '-' ? plain.substr(1) : plain, 0);
+    bool special = word == "inf" || word == "infinity" || word == "nan";
+    if (!special && plain.find_first_not_of("0123456789+-.eE") != std::string::npos)
+      return std::nullopt;
+    char *end = nullptr;
+    double f = std::strtod(plain.c_str(), &end);
+    if (end != plain.c_str() + plain.size())
+      return std::nullopt;
+    return f;
+  }
+
+  // jinja2's int filter on a string: Python's int() of it (decimal, an underscore between two
+  // digits), else int(float()) of it; null where both fail.
+  static std::optional<Value> parseInt(const std::string &text, int line) {
+    if (text.size() > kMaxNumberText)
+      return std::nullopt;
+    std::string t = strip(text, nullptr, true, true), plain;
+    for (size_t k = 0; k < t.size(); ++k) {
+      bool between = k > 0 && k + 1 < t.size() && std::isdigit((unsigned char)t[k - 1]) &&
+                     std::isdigit((unsigned char)t[k + 1]);
+      if (t[k] == '_' && between)
+        continue;
+      plain += t[k];
+    }
+    if (plain.empty())
+      return std::nullopt;
+    size_t digits = plain[0] == '+' || plain[0] == '-' ? 1 : 0;
+    if (plain.size() > digits &&
+        plain.find_first_not_of("0123456789", digits) == std::string::npos) {
+      errno = 0;
+      long long i = std::strtoll(plain.c_str(), nullptr, 10);
+      if (errno == ERANGE)
+        fail(line, "filter 'int': " + t + " does not fit in 64 bits");
+      return Value::integer(i);
+    }
+    std::optional<double> f = parseFloat(t);
+    if (!f || std::isnan(*f))
+      return std::nullopt;
+    if (!(std::fabs(*f) < 9.2e18))
+      fail(line, "filter 'int': " + t + " does not fit in 64 bits");
+    return Value::integer(int64_t(*f));
+  }
+
   Value filter(const std::string &name, const Value &v, const Args &args, int line) {
-    auto str = [&]() { return toStr(v); };
+    step(line);
+    auto text = [&]() { return str(v, line); };
     if (name == "safe")
       return v;
-    if (name == "trim")
-      return Value::str(strip(str(), args.get(0, "chars"), true, true));
+    if (name == "trim") {
+      const Value *chars = args.get(0, "chars");
+      return newStr(
+          strip(text(), chars && chars->kind == Value::String ? &chars->s() : nullptr, true, true),
+          line);
+    }
     if (name == "length" || name == "count")
-      return length(v, line);
+      return len(v, line);
     if (name == "upper")
-      return Value::str(caseMap(str(), 1));
+      return newStr(caseMap(text(), 1), line);
     if (name == "lower")
-      return Value::str(caseMap(str(), 0));
+      return newStr(caseMap(text(), 0), line);
     if (name == "title")
-      return Value::str(caseMap(str(), 2));
+      return newStr(caseMap(text(), 2), line);
     if (name == "capitalize")
-      return Value::str(caseMap(str(), 3));
+      return newStr(caseMap(text(), 3), line);
     if (name == "string")
-      return Value::str(str());
+      return newStr(text(), line);
     if (name == "tojson") {
+      // json.dumps's indent: a number of spaces (none for 0 or less, yet a newline per item)
+      // or a string; none for one line.
       const Value *indent = args.get(0, "indent");
+      std::string unit;
+      bool indented = indent && indent->kind != Value::None;
+      if (indented && indent->isInt()) {
+        checkLength(line, uint64_t(std::max<int64_t>(indent->asInt(), 0)));
+        unit.assign(size_t(std::max<int64_t>(indent->asInt(), 0)), ' ');
+      } else if (indented && indent->kind == Value::String) {
+        unit = indent->s();
+      } else if (indented) {
+        fail(line, "tojson: indent must be an integer or a string");
+      }
       std::string out;
-      toJson(v, indent && indent->kind == Value::Int ? int(indent->i) : -1, 0, out, line);
-      return Value::str(out);
+      toJson(v, indented ? &unit : nullptr, 0, out, line);
+      return newStr(std::move(out), line);
     }
     if (name == "default" || name == "d") {
       const Value *def = args.get(0, "default_value");
@@ -1877,43 +2645,38 @@ private:
       return useDefault ? (def ? *def : Value::str("")) : v;
     }
     if (name == "replace") {
-      std::string s = str(), from = requireString(args.get(0, "old"), "replace", line),
-                  to = requireString(args.get(1, "new"), "replace", line);
-      return Value::str(replaceAll(s, from, to, args.get(2, "count"), line));
+      return replaceAll(text(), requireString(args.get(0, "old"), "replace", line),
+                        requireString(args.get(1, "new"), "replace", line), args.get(2, "count"),
+                        line);
     }
-    if (name == "wordcount") {
-      Value parts = split(str(), nullptr, -1);
-      return Value::integer(int64_t(parts.list->size()));
-    }
+    if (name == "wordcount")
+      return Value::integer(int64_t(split(text(), nullptr, -1, line).seq().size()));
     if (name == "int") {
-      if (v.isNumber()) {
-        if (v.kind == Value::Float && !(std::fabs(v.f) < 9.2e18))
+      const Value *def = args.get(0, "default");
+      Value fallback = def ? *def : Value::integer(0);
+      if (v.kind == Value::Float) { // int(nan) fails and jinja2 gives the default
+        if (std::isnan(v.f))
+          return fallback;
+        if (!(std::fabs(v.f) < 9.2e18))
           fail(line, "filter 'int': " + pyFloat(v.f) + " does not fit in 64 bits");
-        return Value::integer(v.kind == Value::Float ? int64_t(v.f) : v.asInt());
+        return Value::integer(int64_t(v.f));
       }
-      try {
-        return Value::integer(std::stoll(strip(str(), nullptr, true, true)));
-      } catch (const std::exception &) {
-        const Value *def = args.get(0, "default");
-        return def ? *def : Value::integer(0);
-      }
+      if (v.isNumber())
+        return Value::integer(v.asInt());
+      return parseInt(text(), line).value_or(fallback);
     }
     if (name == "float") {
       if (v.isNumber())
         return Value::number(v.asDouble());
-      try {
-        return Value::number(std::stod(strip(str(), nullptr, true, true)));
-      } catch (const std::exception &) {
-        const Value *def = args.get(0, "default");
-        return def ? *def : Value::number(0);
-      }
+      const Value *def = args.get(0, "default");
+      std::optional<double> f = parseFloat(text());
+      return f ? Value::number(*f) : def ? *def : Value::number(0);
     }
     if (name == "abs") {
       if (v.kind == Value::Float)
         return Value::number(std::fabs(v.f));
       if (v.isNumber())
-        return v.asInt() == INT64_MIN ? arith("-", Value::integer(0), v, line)
-                                      : Value::integer(std::llabs(v.asInt()));
+        return v.asInt() < 0 ? number("-", Value::integer(0), v, line) : Value::integer(v.asInt());
       fail(line, std::string("bad operand type for abs(): '") + typeName(v) + "'");
     }
     if (name == "items") {
@@ -1922,47 +2685,62 @@ private:
       if (!v.isMapping())
         fail(line, "filter 'items' expects a mapping");
       List items;
-      for (const auto &[k, val] : *v.dict)
+      for (const auto &[k, val] : v.map())
         items.push_back(Value::makeList({Value::str(k), val}, true));
-      return Value::makeList(std::move(items));
+      return newList(std::move(items), line);
+    }
+    // A string's first, last and reverse, without a value per character.
+    if (v.kind == Value::String && (name == "first" || name == "last" || name == "reverse")) {
+      const std::string &s = v.s();
+      if (name != "reverse") {
+        if (s.empty())
+          return Value::undefined("No " + name + " item, sequence was empty.");
+        size_t at = name == "first" ? 0 : previousStart(s, s.size());
+        return Value::str(s.substr(at, utf8Length((unsigned char)s[at])));
+      }
+      std::string r(s.size(), '\0');
+      for (size_t e = s.size(), w = 0; e > 0;) {
+        size_t b = previousStart(s, e);
+        for (size_t k = b; k < e; ++k)
+          r[w++] = s[k];
+        e = b;
+      }
+      return newStr(std::move(r), line);
     }
     // The rest take a sequence.
-    List items = iterate(v, line);
+    Value all = sequence(v, line);
+    const List &items = all.seq();
     if (name == "list")
-      return Value::makeList(std::move(items));
+      return all;
     if (name == "first" || name == "last") {
       if (items.empty())
         return Value::undefined("No " + name + " item, sequence was empty.");
       return name == "first" ? items.front() : items.back();
     }
-    if (name == "reverse") {
-      if (v.kind == Value::String) {
-        std::vector<std::string> cps = codePoints(v.s);
-        std::string r;
-        for (auto it = cps.rbegin(); it != cps.rend(); ++it)
-          r += *it;
-        return Value::str(r);
-      }
-      std::reverse(items.begin(), items.end());
-      return Value::makeList(std::move(items));
-    }
+    if (name == "reverse")
+      return newList(List(items.rbegin(), items.rend()), line);
     if (name == "join") {
       const Value *sep = args.get(0, "d");
       const Value *attribute = args.get(1, "attribute");
-      std::string out;
+      std::string glue = sep ? str(*sep, line) : "", out;
       for (size_t k = 0; k < items.size(); ++k) {
+        step(line);
         if (k)
-          out += sep ? toStr(*sep) : "";
-        out += toStr(attribute ? attrPath(items[k], toStr(*attribute), line) : items[k]);
+          out += glue;
+        out += str(attribute ? attrPath(items[k], str(*attribute, line), line) : items[k], line);
+        checkLength(line, out.size());
       }
-      return Value::str(out);
+      return newStr(std::move(out), line);
     }
     if (name == "sum") {
       const Value *attribute = args.get(0, "attribute");
       const Value *start = args.get(1, "start");
       Value total = start ? *start : Value::integer(0);
-      for (const Value &item : items)
-        total = arith("+", total, attribute ? attrPath(item, toStr(*attribute), line) : item, line);
+      for (const Value &item : items) {
+        step(line);
+        total =
+            arith("+", total, attribute ? attrPath(item, str(*attribute, line), line) : item, line);
+      }
       return total;
     }
     if (name == "map") {
@@ -1971,14 +2749,14 @@ private:
       if (attribute) {
         const Value *def = args.get(99, "default");
         for (const Value &item : items) {
-          Value x = attrPath(item, toStr(*attribute), line);
+          Value x = attrPath(item, str(*attribute, line), line);
           out.push_back(x.kind == Value::Undefined && def ? *def : x);
         }
-        return Value::makeList(std::move(out));
+        return newList(std::move(out), line);
       }
       if (args.pos.empty() || args.pos[0].kind != Value::String)
         fail(line, "filter 'map' needs a filter name or attribute=");
-      std::string inner = args.pos[0].s;
+      std::string inner = args.pos[0].s();
       if (!known(std::begin(kFilters), std::end(kFilters), inner))
         fail(line, "filter '" + inner + "' is outside the supported Jinja subset");
       Args rest;
@@ -1986,7 +2764,7 @@ private:
       rest.kw = args.kw;
       for (const Value &item : items)
         out.push_back(filter(inner, item, rest, line));
-      return Value::makeList(std::move(out));
+      return newList(std::move(out), line);
     }
     if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
       bool byAttr = name == "selectattr" || name == "rejectattr";
@@ -1998,7 +2776,7 @@ private:
       if (args.pos.size() > first) {
         if (args.pos[first].kind != Value::String)
           fail(line, "filter '" + name + "' needs a test name");
-        testName = args.pos[first].s;
+        testName = args.pos[first].s();
         if (!known(std::begin(kTests), std::end(kTests), testName))
           fail(line, "test '" + testName + "' is outside the supported Jinja subset");
       }
@@ -2007,140 +2785,194 @@ private:
         testArgs.pos.assign(args.pos.begin() + long(first) + 1, args.pos.end());
       List out;
       for (const Value &item : items) {
-        Value x = byAttr ? attrPath(item, args.pos[0].s, line) : item;
+        step(line);
+        Value x = byAttr ? attrPath(item, args.pos[0].s(), line) : item;
         bool t = testName.empty() ? truthy(x) : test(testName, x, testArgs, line);
         if (t == keep)
           out.push_back(item);
       }
-      return Value::makeList(std::move(out));
+      return newList(std::move(out), line);
     }
-    if (name == "unique") {
+    if (name == "unique") { // jinja2's: the first of each, strings compared ignoring case
+      const Value *caseSensitive = args.get(0, "case_sensitive");
+      const Value *attribute = args.get(1, "attribute");
+      std::unordered_set<std::string> seen;
+      seen.reserve(items.size());
       List out;
-      for (const Value &item : items)
-        if (std::none_of(out.begin(), out.end(), [&](const Value &o) { return equal(o, item); }))
+      std::string key;
+      for (const Value &item : items) {
+        key.clear();
+        hashKey(attribute ? attrPath(item, str(*attribute, line), line) : item,
+                caseSensitive && truthy(*caseSensitive), key, line);
+        if (seen.insert(key).second)
           out.push_back(item);
-      return Value::makeList(std::move(out));
+      }
+      return newList(std::move(out), line);
     }
-    if (name == "sort" || name == "min" || name == "max" || name == "dictsort") {
-      if (name == "dictsort")
-        fail(line, "filter 'dictsort' is outside the supported Jinja subset");
-      const Value *reverse = name == "sort" ? args.get(0, "reverse") : nullptr;
-      const Value *attribute = args.get(name == "sort" ? 2 : 1, "attribute");
-      auto key = [&](const Value &x) {
-        Value k = attribute ? attrPath(x, toStr(*attribute), line) : x;
-        return k;
-      };
-      std::stable_sort(items.begin(), items.end(), [&](const Value &a, const Value &b) {
-        return less(key(a), key(b), "<", line);
+    if (name == "sort" || name == "min" || name == "max") {
+      // jinja2's: strings compared ignoring case unless case_sensitive; sort is stable, also
+      // reversed (as Python's sorted(reverse=True) is); min and max give the first of equals.
+      bool isSort = name == "sort";
+      const Value *reverse = isSort ? args.get(0, "reverse") : nullptr;
+      const Value *caseSensitive = args.get(isSort ? 1 : 0, "case_sensitive");
+      const Value *attribute = args.get(isSort ? 2 : 1, "attribute");
+      bool ignoreCase = !(caseSensitive && truthy(*caseSensitive));
+      List keys;
+      for (const Value &item : items) {
+        step(line);
+        Value k = attribute ? attrPath(item, str(*attribute, line), line) : item;
+        if (ignoreCase && k.kind == Value::String)
+          k = newStr(caseMap(k.s(), 0), line);
+        keys.push_back(std::move(k));
+      }
+      std::vector<size_t> order(items.size());
+      for (size_t k = 0; k < order.size(); ++k)
+        order[k] = k;
+      if (!isSort) {
+        if (items.empty())
+          return Value::undefined("No aggregated item, sequence was empty.");
+        size_t best = 0;
+        for (size_t k = 1; k < items.size(); ++k)
+          if (name == "min" ? less(keys[k], keys[best], "<", line)
+                            : less(keys[best], keys[k], "<", line))
+            best = k;
+        return items[best];
+      }
+      bool descending = reverse && truthy(*reverse);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return descending ? less(keys[b], keys[a], "<", line) : less(keys[a], keys[b], "<", line);
       });
-      if (name == "min")
-        return items.empty() ? Value::undefined("No aggregated item, sequence was empty.")
-                             : items.front();
-      if (name == "max")
-        return items.empty() ? Value::undefined("No aggregated item, sequence was empty.")
-                             : items.back();
-      if (reverse && truthy(*reverse))
-        std::reverse(items.begin(), items.end());
-      return Value::makeList(std::move(items));
+      List sorted;
+      for (size_t k : order)
+        sorted.push_back(items[k]);
+      return newList(std::move(sorted), line);
     }
+    if (name == "dictsort")
+      fail(line, "filter 'dictsort' is outside the supported Jinja subset");
     fail(line, "filter '" + name + "' is outside the supported Jinja subset");
   }
 
-  static std::string replaceAll(const std::string &s, const std::string &from,
-                                const std::string &to, const Value *count, int line) {
-    int64_t limit = count && count->kind == Value::Int ? count->i : -1;
+  // str.replace(from, to, count): Python inserts `to` around every character for an empty
+  // `from`. Built within maxStringBytes as it grows.
+  Value replaceAll(const std::string &s, const std::string &from, const std::string &to,
+                   const Value *count, int line) {
+    int64_t limit = count && count->isInt() ? count->asInt() : -1;
     std::string out;
-    if (from.empty()) { // Python inserts `to` around every code point
-      std::vector<std::string> cps = codePoints(s);
-      int64_t done = 0;
-      for (const std::string &c : cps) {
-        if (limit < 0 || done < limit)
-          out += to, ++done;
-        out += c;
-      }
-      if (limit < 0 || done < limit)
-        out += to;
-      return out;
-    }
-    size_t pos = 0;
     int64_t done = 0;
-    for (;;) {
-      size_t hit = s.find(from, pos);
-      if (hit == std::string::npos || (limit >= 0 && done >= limit))
-        break;
-      out += s.substr(pos, hit - pos) + to;
-      pos = hit + from.size();
-      ++done;
+    auto more = [&]() { return limit < 0 || done < limit; };
+    if (from.empty()) {
+      work(line, s.size());
+      uint64_t inserts = uint64_t(countCodePoints(s)) + 1, size = 0;
+      if (limit >= 0)
+        inserts = std::min(inserts, uint64_t(limit));
+      if (__builtin_mul_overflow(inserts, uint64_t(to.size()), &size) ||
+          __builtin_add_overflow(size, uint64_t(s.size()), &size))
+        size = UINT64_MAX;
+      checkLength(line, size);
+      out.resize(size);
+      char *w = &out[0];
+      for (size_t i = 0, n; i <= s.size(); i += n) {
+        if (more()) {
+          std::memcpy(w, to.data(), to.size());
+          w += to.size();
+          ++done;
+        }
+        n = i < s.size() ? utf8Length((unsigned char)s[i]) : 1;
+        if (i < s.size()) {
+          std::memcpy(w, s.data() + i, n);
+          w += n;
+        }
+      }
+      return newStr(std::move(out), line);
     }
-    return out + s.substr(pos);
+    work(line, s.size());
+    size_t pos = 0;
+    for (size_t hit; more() && (hit = findText(s, from, pos)) != std::string::npos; ++done) {
+      work(line, kSearchCost); // each search that finds something costs a call
+      out.append(s, pos, hit - pos);
+      out += to;
+      checkLength(line, out.size());
+      pos = hit + from.size();
+    }
+    out.append(s, pos, std::string::npos);
+    return newStr(std::move(out), line);
   }
 
-  static Value split(const std::string &s, const Value *sep, int64_t maxsplit) {
+  // str.split(sep, maxsplit): on runs of whitespace for no separator.
+  Value split(const std::string &s, const std::string *sep, int64_t maxsplit, int line) {
+    work(line, s.size());
     List parts;
-    if (!sep || sep->kind == Value::None) {
-      std::vector<std::string> cps = codePoints(s);
-      auto join = [&](size_t b, size_t e) {
-        std::string out;
-        for (size_t k = b; k < e; ++k)
-          out += cps[k];
-        return out;
-      };
-      size_t k = 0;
-      while (true) {
-        while (k < cps.size() && isSpaceCodePoint(cps[k]))
-          ++k;
-        if (k >= cps.size())
+    auto add = [&](size_t b, size_t e) {
+      checkItems(line, parts.size() + 1, "list");
+      step(line);
+      parts.push_back(Value::str(s.substr(b, e - b)));
+    };
+    if (!sep) {
+      size_t k = 0, n;
+      auto spaceAt = [&](size_t at) { return isSpaceCodePoint(decodeAt(s, at, n)); };
+      for (;;) {
+        while (k < s.size() && spaceAt(k))
+          k += n;
+        if (k >= s.size())
           break;
         if (maxsplit >= 0 && int64_t(parts.size()) == maxsplit) {
-          parts.push_back(Value::str(join(k, cps.size())));
+          add(k, s.size()); // the rest as it is, trailing whitespace and all
           break;
         }
         size_t e = k;
-        while (e < cps.size() && !isSpaceCodePoint(cps[e]))
-          ++e;
-        parts.push_back(Value::str(join(k, e)));
+        while (e < s.size() && !spaceAt(e))
+          e += n;
+        add(k, e);
         k = e;
       }
-      return Value::makeList(std::move(parts));
+      return newList(std::move(parts), line);
     }
     size_t pos = 0;
-    for (;;) {
-      size_t hit = s.find(sep->s, pos);
-      if (hit == std::string::npos || (maxsplit >= 0 && int64_t(parts.size()) == maxsplit))
-        break;
-      parts.push_back(Value::str(s.substr(pos, hit - pos)));
-      pos = hit + sep->s.size();
+    for (size_t hit; (maxsplit < 0 || int64_t(parts.size()) < maxsplit) &&
+                     (hit = findText(s, *sep, pos)) != std::string::npos;
+         pos = hit + sep->size()) {
+      work(line, kSearchCost);
+      add(pos, hit);
     }
-    parts.push_back(Value::str(s.substr(pos)));
-    return Value::makeList(std::move(parts));
+    add(pos, s.size());
+    return newList(std::move(parts), line);
   }
 
   Value method(const Value &obj, const std::string &name, const Args &args, int line) {
+    step(line);
     if (obj.kind == Value::Undefined)
       undefinedError(obj, line);
     if (obj.kind == Value::String) {
-      const std::string &s = obj.s;
-      if (name == "strip" || name == "lstrip" || name == "rstrip")
-        return Value::str(strip(s, args.get(0, "chars"), name != "rstrip", name != "lstrip"));
+      const std::string &s = obj.s();
+      if (name == "strip" || name == "lstrip" || name == "rstrip") {
+        const Value *chars = args.get(0, "chars");
+        work(line, s.size());
+        return newStr(strip(s, chars && chars->kind == Value::String ? &chars->s() : nullptr,
+                            name != "rstrip", name != "lstrip"),
+                      line);
+      }
       if (name == "upper")
-        return Value::str(caseMap(s, 1));
+        return newStr(caseMap(s, 1), line);
       if (name == "lower")
-        return Value::str(caseMap(s, 0));
+        return newStr(caseMap(s, 0), line);
       if (name == "title")
-        return Value::str(caseMap(s, 2));
+        return newStr(caseMap(s, 2), line);
       if (name == "capitalize")
-        return Value::str(caseMap(s, 3));
+        return newStr(caseMap(s, 3), line);
       if (name == "startswith" || name == "endswith") {
         const Value *arg = args.get(0, "prefix");
         if (!arg)
           fail(line, name + "() takes at least 1 argument");
-        List candidates = arg->kind == Value::ListV ? *arg->list : List{*arg};
+        List candidates = arg->kind == Value::ListV ? arg->seq() : List{*arg};
         for (const Value &c : candidates) {
+          step(line);
           if (c.kind != Value::String)
             fail(line, name + "() expects a string or a tuple of strings");
-          if (c.s.size() <= s.size() &&
-              (name == "startswith" ? s.compare(0, c.s.size(), c.s) == 0
-                                    : s.compare(s.size() - c.s.size(), c.s.size(), c.s) == 0))
+          const std::string &t = c.s();
+          work(line, t.size());
+          if (t.size() <= s.size() &&
+              (name == "startswith" ? s.compare(0, t.size(), t) == 0
+                                    : s.compare(s.size() - t.size(), t.size(), t) == 0))
             return Value::boolean(true);
         }
         return Value::boolean(false);
@@ -2148,58 +2980,67 @@ private:
       if (name == "split") {
         const Value *sep = args.get(0, "sep");
         const Value *maxsplit = args.get(1, "maxsplit");
-        if (sep && sep->kind == Value::String && sep->s.empty())
+        if (sep && sep->kind == Value::String && sep->s().empty())
           fail(line, "empty separator");
         if (sep && sep->kind != Value::String && sep->kind != Value::None)
           fail(line, "split() expects a string separator");
-        return split(s, sep, maxsplit && maxsplit->kind == Value::Int ? maxsplit->i : -1);
+        return split(s, sep && sep->kind == Value::String ? &sep->s() : nullptr,
+                     maxsplit && maxsplit->isInt() ? maxsplit->asInt() : -1, line);
       }
       if (name == "replace")
-        return Value::str(replaceAll(s, requireString(args.get(0, "old"), "replace()", line),
-                                     requireString(args.get(1, "new"), "replace()", line),
-                                     args.get(2, "count"), line));
+        return replaceAll(s, requireString(args.get(0, "old"), "replace()", line),
+                          requireString(args.get(1, "new"), "replace()", line),
+                          args.get(2, "count"), line);
       if (name == "find") {
-        size_t hit = s.find(requireString(args.get(0, "sub"), "find()", line));
-        return Value::integer(
-            hit == std::string::npos ? -1 : int64_t(codePoints(s.substr(0, hit)).size()));
+        work(line, s.size());
+        size_t hit = findText(s, requireString(args.get(0, "sub"), "find()", line));
+        return Value::integer(hit == std::string::npos ? -1 : countCodePoints(s.substr(0, hit)));
       }
       if (name == "count") {
-        std::string sub = requireString(args.get(0, "sub"), "count()", line);
+        const std::string &sub = requireString(args.get(0, "sub"), "count()", line);
         if (sub.empty())
-          return Value::integer(int64_t(codePoints(s).size()) + 1);
+          return Value::integer(length(obj, line) + 1);
+        work(line, s.size());
         int64_t n = 0;
-        for (size_t pos = s.find(sub); pos != std::string::npos;
-             pos = s.find(sub, pos + sub.size()))
+        for (size_t pos = findText(s, sub); pos != std::string::npos;
+             pos = findText(s, sub, pos + sub.size())) {
+          work(line, kSearchCost);
           ++n;
+        }
         return Value::integer(n);
       }
       if (name == "join") {
         const Value *seq = args.get(0, "iterable");
         if (!seq)
           fail(line, "join() takes exactly one argument");
+        Value all = sequence(*seq, line);
         std::string out;
-        List items = iterate(*seq, line);
-        for (size_t k = 0; k < items.size(); ++k) {
-          if (items[k].kind != Value::String)
+        for (size_t k = 0; k < all.seq().size(); ++k) {
+          step(line);
+          const Value &item = all.seq()[k];
+          if (item.kind != Value::String)
             fail(line, "join() expects strings");
-          out += (k ? s : "") + items[k].s;
+          if (k)
+            out += s;
+          out += item.s();
+          checkLength(line, out.size());
         }
-        return Value::str(out);
+        return newStr(std::move(out), line);
       }
     } else if (obj.isMapping()) {
       if (name == "items" || name == "keys" || name == "values") {
         List out;
-        for (const auto &[k, v] : *obj.dict)
+        for (const auto &[k, v] : obj.map())
           out.push_back(name == "items"  ? Value::makeList({Value::str(k), v}, true)
                         : name == "keys" ? Value::str(k)
                                          : v);
-        return Value::makeList(std::move(out));
+        return newList(std::move(out), line);
       }
       if (name == "get") {
         const Value *key = args.get(0, "key");
         const Value *def = args.get(1, "default");
         if (key && key->kind == Value::String)
-          if (const Value *v = findKey(*obj.dict, key->s))
+          if (const Value *v = obj.map().find(key->s()))
             return *v;
         return def ? *def : Value::none();
       }
@@ -2222,58 +3063,88 @@ private:
            "'" + callee.name + "' is undefined (not a function of the supported Jinja subset)");
     if (fn.kind != Value::Function)
       fail(e.line, "'" + callee.name + "' is not callable");
-    const std::string &name = fn.s;
+    const std::string &name = fn.s();
     Args args = evalArgs(e, 1);
     if (name == "raise_exception") {
       const Value *msg = args.get(0, "message");
-      throw Raised{msg ? toStr(*msg) : std::string()};
+      throw Raised{msg ? str(*msg, e.line) : std::string()};
     }
-    if (name == "strftime_now") {
-      std::string format = requireString(args.get(0, "format"), "strftime_now()", e.line);
-      std::time_t now = std::time(nullptr);
-      std::tm local{};
-      localtime_r(&now, &local);
-      char buf[256];
-      size_t n = std::strftime(buf, sizeof buf, format.c_str(), &local);
-      return Value::str(std::string(buf, n));
-    }
-    if (name == "range") {
-      std::vector<int64_t> a;
-      for (const Value &v : args.pos) {
-        if (v.kind != Value::Int && v.kind != Value::Bool)
-          fail(e.line, "range() expects integers");
-        a.push_back(v.asInt());
-      }
-      if (a.empty() || a.size() > 3)
-        fail(e.line, "range() takes 1 to 3 arguments");
-      int64_t start = a.size() > 1 ? a[0] : 0, stop = a.size() > 1 ? a[1] : a[0],
-              step = a.size() > 2 ? a[2] : 1;
-      if (step == 0)
-        fail(e.line, "range() arg 3 must not be zero");
-      List out;
-      for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-        if (out.size() >= 100000) // the sandbox's MAX_RANGE
-          fail(e.line, "range too big");
-        out.push_back(Value::integer(k));
-      }
-      return Value::makeList(std::move(out));
-    }
+    if (name == "strftime_now")
+      return strftimeNow(requireString(args.get(0, "format"), "strftime_now()", e.line), e.line);
+    if (name == "range")
+      return range(args, e.line);
     if (name == "namespace" || name == "dict") {
       Dict d;
       for (const Value &p : args.pos) {
         if (!p.isMapping())
           fail(e.line, name + "() takes keyword arguments or a mapping");
-        for (const auto &kv : *p.dict)
-          setKey(d, kv.first, kv.second);
+        for (const auto &kv : p.map()) {
+          step(e.line);
+          d.set(kv.first, kv.second);
+        }
       }
       for (auto &[k, v] : args.kw)
-        setKey(d, k, v);
-      return Value::makeDict(std::move(d), name == "namespace" ? Value::NamespaceV : Value::DictV);
+        d.set(k, v);
+      return newDict(std::move(d), e.line, name == "namespace" ? Value::NamespaceV : Value::DictV);
     }
     fail(e.line, "'" + name + "' is not callable");
   }
 
+  Value strftimeNow(const std::string &format, int line) {
+    step(line, 1 + uint64_t(std::count(format.begin(), format.end(), '%'))); // each conversion
+    std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    // strftime says 0 both for an empty result and for a buffer too small: grow it to what
+    // the longest conversion (a few dozen bytes per directive) could need, then give up.
+    std::vector<char> buf;
+    size_t n = 0;
+    for (size_t size = 256; n == 0 && !format.empty(); size *= 4) {
+      checkLength(line, size / 4);
+      buf.resize(size);
+      n = std::strftime(buf.data(), buf.size(), format.c_str(), &local);
+      if (size > 64 * format.size() + 256)
+        break;
+    }
+    step(line, n / 8); // and for what it writes: a conversion can take a few hundred ns
+    std::string text(buf.data(), n);
+    if (invalidUtf8(text) != std::string::npos) // a locale's names, say
+      fail(line, "strftime_now() made text that is not UTF-8");
+    return newStr(std::move(text), line);
+  }
+
+  // Python's range within transformers' sandbox, which refuses more than MAX_RANGE items. The
+  // count is found first, so that no step can run past the bounds.
+  Value range(const Args &args, int line) {
+    std::vector<int64_t> a;
+    for (const Value &v : args.pos) {
+      if (!v.isInt())
+        fail(line, "range() expects integers");
+      a.push_back(v.asInt());
+    }
+    if (a.empty() || a.size() > 3)
+      fail(line, "range() takes 1 to 3 arguments");
+    int64_t start = a.size() > 1 ? a[0] : 0, stop = a.size() > 1 ? a[1] : a[0],
+            step = a.size() > 2 ? a[2] : 1;
+    if (step == 0)
+      fail(line, "range() arg 3 must not be zero");
+    uint64_t count = 0;
+    if (step > 0 && start < stop)
+      count = (uint64_t(stop) - uint64_t(start) - 1) / uint64_t(step) + 1;
+    else if (step < 0 && start > stop)
+      count = (uint64_t(start) - uint64_t(stop) - 1) / (uint64_t(0) - uint64_t(step)) + 1;
+    constexpr uint64_t kMaxRange = 100000; // jinja2.sandbox.MAX_RANGE
+    if (count > kMaxRange)
+      fail(line, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    List out;
+    out.reserve(count);
+    for (uint64_t k = 0, v = uint64_t(start); k < count; ++k, v += uint64_t(step))
+      out.push_back(Value::integer(int64_t(v))); // v wraps as unsigned; its value is in range
+    return newList(std::move(out), line);
+  }
+
   Value eval(const Expr &e) {
+    step(e.line);
     switch (e.kind) {
     case Expr::Lit:
       return e.lit;
@@ -2283,7 +3154,7 @@ private:
       List items;
       for (const ExprP &a : e.args)
         items.push_back(eval(*a));
-      return Value::makeList(std::move(items), e.tuple);
+      return newList(std::move(items), e.line, e.tuple);
     }
     case Expr::DictE: {
       Dict d;
@@ -2291,9 +3162,9 @@ private:
         Value key = eval(*e.args[k]);
         if (key.kind != Value::String)
           fail(e.line, "dict keys other than strings are outside the supported Jinja subset");
-        setKey(d, key.s, eval(*e.args[k + 1]));
+        d.set(key.s(), eval(*e.args[k + 1]));
       }
-      return Value::makeDict(std::move(d));
+      return newDict(std::move(d), e.line);
     }
     case Expr::Attr:
       return getAttr(eval(*e.args[0]), e.name, e.line);
@@ -2322,7 +3193,7 @@ private:
       if (e.kind == Expr::Pos)
         return v.kind == Value::Bool ? Value::integer(v.asInt()) : v;
       return v.kind == Value::Float ? Value::number(-v.f)
-                                    : arith("-", Value::integer(0), v, e.line);
+                                    : number("-", Value::integer(0), v, e.line);
     }
     case Expr::Not:
       return Value::boolean(!truthy(eval(*e.args[0])));
@@ -2357,17 +3228,65 @@ private:
   }
 };
 
+// "NAME: not valid UTF-8 (...)" when `text` is not, naming its first invalid byte.
+std::string utf8Problem(const std::string &text) {
+  size_t at = invalidUtf8(text);
+  if (at == std::string::npos)
+    return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf,
+                "not valid UTF-8 (the byte at offset %zu, 0x%02x, begins no "
+                "character)",
+                at, unsigned((unsigned char)text[at]));
+  return buf;
+}
+
 } // namespace
 
 std::optional<std::string> render(const std::string &source,
                                   const std::vector<ChatMessage> &messages,
                                   const ChatOptions &options, std::string &error) {
+  const ChatTemplateLimits &limits = options.limits;
+  if (limits.maxNesting < 1 || limits.maxNesting > kMaxNestingCeiling) {
+    error = "ChatTemplateLimits::maxNesting is " + std::to_string(limits.maxNesting) +
+            ": it must be from 1 to " + std::to_string(kMaxNestingCeiling);
+    return std::nullopt;
+  }
+  if (source.size() > limits.maxTemplateBytes) {
+    error = "the chat template is " + std::to_string(source.size()) + " bytes, more than " +
+            std::to_string(limits.maxTemplateBytes) + " (limit maxTemplateBytes)";
+    return std::nullopt;
+  }
+  // The template and every text given to it are UTF-8 (as Python's str is), so that what the
+  // template makes of them is too.
+  if (std::string problem = utf8Problem(source); !problem.empty()) {
+    size_t at = invalidUtf8(source);
+    error = "chat template line " +
+            std::to_string(1 + std::count(source.begin(), source.begin() + long(at), '\n')) + ": " +
+            problem;
+    return std::nullopt;
+  }
+  auto invalidInput = [&](const std::string &name, const std::string &text) {
+    std::string problem = utf8Problem(text);
+    if (!problem.empty())
+      error = name + ": " + problem;
+    return !problem.empty();
+  };
+  for (size_t k = 0; k < messages.size(); ++k)
+    if (invalidInput("messages[" + std::to_string(k) + "].role", messages[k].role) ||
+        invalidInput("messages[" + std::to_string(k) + "].content", messages[k].content))
+      return std::nullopt;
+  if (invalidInput("bos_token", options.bosToken) || invalidInput("eos_token", options.eosToken))
+    return std::nullopt;
   try {
-    std::vector<Node> tree = Parser(lex(source)).parse();
+    std::vector<Node> tree = Parser(lex(source), limits.maxNesting).parse();
     List msgs;
-    for (const ChatMessage &m : messages)
-      msgs.push_back(
-          Value::makeDict({{"role", Value::str(m.role)}, {"content", Value::str(m.content)}}));
+    for (const ChatMessage &m : messages) {
+      Dict d;
+      d.set("role", Value::str(m.role));
+      d.set("content", Value::str(m.content));
+      msgs.push_back(Value::makeDict(std::move(d)));
+    }
     // transformers passes tools and documents, None when not given: defined, and none.
     std::map<std::string, Value> globals = {
         {"messages", Value::makeList(std::move(msgs))},
@@ -2379,7 +3298,7 @@ std::optional<std::string> render(const std::string &source,
     // Jinja's globals, and transformers' raise_exception and strftime_now.
     for (const char *fn : {"raise_exception", "strftime_now", "range", "namespace", "dict"})
       globals[fn] = Value::function(fn);
-    Renderer r(std::move(globals));
+    Renderer r(std::move(globals), limits);
     r.exec(tree);
     return std::move(r.out);
   } catch (const TemplateError &e) {

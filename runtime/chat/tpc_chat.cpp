@@ -1,19 +1,50 @@
 // tpc-chat: renders a chat template as tpcrt does, for the conformance test against
 // transformers' apply_chat_template (test/conformance/chat-template.test).
 //   tpc-chat TEMPLATE_FILE MESSAGES_JSON [--no-generation-prompt] [--bos X] [--eos Y]
-// MESSAGES_JSON is a file holding [{"role": ..., "content": ...}, ...]. The rendering goes to
-// stdout as it is (no newline added); an error to stderr, exit 1.
+//            [--limit NAME=N]...
+// MESSAGES_JSON is a file holding [{"role": ..., "content": ...}, ...]. --limit sets one of
+// ChatTemplateLimits (maxRenderSteps=1000, ...). The rendering goes to stdout as it is (no
+// newline added); an error to stderr, exit 1.
 #include "tpcrt/chat_template.h"
 #include "tpcrt/file.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <string>
 
 static int usage() {
   std::fprintf(stderr, "usage: tpc-chat TEMPLATE_FILE MESSAGES_JSON [--no-generation-prompt] "
-                       "[--bos X] [--eos Y]\n");
+                       "[--bos X] [--eos Y] [--limit NAME=N]...\n");
   return 2;
+}
+
+// NAME=N into the limit it names; false for an unknown name or a value that is not a number.
+static bool setLimit(tpcrt::ChatTemplateLimits &limits, const std::string &arg) {
+  size_t eq = arg.find('=');
+  std::string name = arg.substr(0, eq == std::string::npos ? 0 : eq);
+  std::string digits = eq == std::string::npos ? "" : arg.substr(eq + 1);
+  if (digits.empty() || digits.size() > 19 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  uint64_t n = std::stoull(digits);
+  if (name == "maxNesting") {
+    if (n > 1000000)
+      return false;
+    limits.maxNesting = int(n);
+    return true;
+  }
+  uint64_t *field = name == "maxTemplateBytes" ? &limits.maxTemplateBytes
+                    : name == "maxRenderSteps" ? &limits.maxRenderSteps
+                    : name == "maxTextWork"    ? &limits.maxTextWork
+                    : name == "maxOutputBytes" ? &limits.maxOutputBytes
+                    : name == "maxStringBytes" ? &limits.maxStringBytes
+                    : name == "maxItems"       ? &limits.maxItems
+                                               : nullptr;
+  if (field)
+    *field = n;
+  return field != nullptr;
 }
 
 int main(int argc, char **argv) {
@@ -26,7 +57,15 @@ int main(int argc, char **argv) {
       options.bosToken = argv[++k];
     else if (!std::strcmp(argv[k], "--eos") && k + 1 < argc)
       options.eosToken = argv[++k];
-    else if (argv[k][0] == '-' && argv[k][1] != '\0')
+    else if (!std::strcmp(argv[k], "--limit") && k + 1 < argc) {
+      if (!setLimit(options.limits, argv[++k])) {
+        std::fprintf(stderr,
+                     "tpc-chat: error: --limit %s: expected NAME=N with NAME one of "
+                     "ChatTemplateLimits' fields\n",
+                     argv[k]);
+        return 2;
+      }
+    } else if (argv[k][0] == '-' && argv[k][1] != '\0')
       return usage();
     else
       positional.push_back(argv[k]);
