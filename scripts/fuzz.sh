@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Fuzzes tpc's readers with libFuzzer (issue 7): builds the fuzz/ targets with clang into
-# build-fuzz/ (ASan and UBSan on, coverage on tpc's own code) and runs each from seed corpora
-# made of examples/ and the tests' inputs:
+# Fuzzes tpc's readers with libFuzzer (issues 7 and 26): builds the fuzz/ targets with clang
+# into build-fuzz/ (ASan and UBSan on, coverage on tpc's own code) and runs each from seed
+# corpora made of examples/ and the tests' inputs:
 #
 #   scripts/fuzz.sh [READER_RUNS [PIPELINE_RUNS]]    defaults: 1000000 and 100000
 #
-# The readers (plan, config, safetensors) get READER_RUNS executions, the pipeline target
-# PIPELINE_RUNS. A target stops at its first crash, leaving the input in
-# build-fuzz/crashes/TARGET/; each such input becomes a fix and a regression test. The table
-# of executions, crashes and time per target goes to bench/results/fuzz.txt (FUZZ_RESULTS
-# overrides); FUZZ_TARGETS="config pipeline" reruns only those, keeping the others' rows.
+# The readers get READER_RUNS executions, the pipeline target PIPELINE_RUNS:
+#   plan, config, safetensors  the plan, config.json and checkpoint readers
+#   tokenizer                  tokenizer.json (and tokenizer_config.json) load
+#   text                       encode, decode and stream with real vocabularies (SmolLM2's and
+#                              the conformance test's), with an oracle: streaming equals decode
+#                              and every chunk is well-formed UTF-8
+#   template                   chat-template rendering (seeds: the real templates)
+#   pipeline                   model.mlir through the compiler's passes
+# The text targets need the test venv (scripts/venv.sh) for their seeds and vocabularies. PCRE2,
+# which the tokenizer hands every prompt, is built from Debian's source of it with the same
+# sanitizers into build-fuzz/pcre2/ (ICU is Debian's, not instrumented).
+#
+# A target stops at its first crash, leaving the input in build-fuzz/crashes/TARGET/; each
+# such input becomes a fix and a regression test. The table of executions, crashes and time
+# per target goes to bench/results/fuzz.txt (FUZZ_RESULTS overrides); FUZZ_TARGETS="config
+# pipeline" reruns only those, keeping the others' rows.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 readers=${1:-1000000}
@@ -25,19 +36,44 @@ if [[ -z $clang || ! -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.
   clang=$(command -v clang++-14 || command -v clang++)
 fi
 
+
+# PCRE2 10.42 as Debian 12 ships it (the orig tarball of Debian's source package, checksum
+# pinned), with ASan and UBSan, so that the fuzzers see a read past the text inside PCRE2 too.
+pcre2=$build/pcre2
+pcre2_version=10.42
+if [[ ! -f $pcre2/lib/libpcre2-8.a ]]; then
+  tarball=$build/pcre2_$pcre2_version.orig.tar.gz
+  mkdir -p "$build"
+  [[ -f $tarball ]] || curl -fsSL -o "$tarball" \
+    "http://deb.debian.org/debian/pool/main/p/pcre2/pcre2_$pcre2_version.orig.tar.gz"
+  echo "c33b418e3b936ee3153de2c61cc638e7e4fe3156022a5c77d0711bcbb9d64f1f  $tarball" \
+    | sha256sum -c --quiet
+  rm -rf "$build/pcre2-src" && mkdir -p "$build/pcre2-src"
+  tar xzf "$tarball" -C "$build/pcre2-src" --strip-components=1
+  cmake -G Ninja -S "$build/pcre2-src" -B "$build/pcre2-build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="${clang%++*}" -DCMAKE_C_FLAGS="-fsanitize=address,undefined" \
+    -DCMAKE_INSTALL_PREFIX="$pcre2" -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+    -DPCRE2_SUPPORT_UNICODE=ON -DPCRE2_BUILD_TESTS=OFF -DPCRE2_BUILD_PCRE2GREP=OFF > /dev/null
+  cmake --build "$build/pcre2-build" --target install > /dev/null
+fi
+
 if [[ ! -f $build/build.ninja ]]; then
   cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER="${clang%++*}" -DCMAKE_CXX_COMPILER="$clang" -DTPC_FUZZ=ON -DTPC_CUDA=OFF \
+    -DPCRE2_LIBRARY="$pcre2/lib/libpcre2-8.a" -DPCRE2_INCLUDE_DIR="$pcre2/include" \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit > /dev/null
 fi
-all=(plan config safetensors pipeline)
+all=(plan config safetensors tokenizer text template pipeline)
 # FUZZ_TARGETS="config pipeline" reruns some; the table keeps the others' last rows.
 read -r -a targets <<< "${FUZZ_TARGETS:-${all[*]}}"
-cmake --build "$build" --target "${all[@]/#/tpc-fuzz-}" tpc
+# Only what the chosen targets need: the MLIR-based ones take long to build with clang.
+needs=("${targets[@]/#/tpc-fuzz-}")
+[[ " ${targets[*]} " == *" safetensors "* ]] && needs+=(tpc) # makes its seed checkpoint
+cmake --build "$build" --target "${needs[@]}"
 
 # Seeds: what the tests already feed each reader.
 seeds=$build/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,pipeline}
+rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,tokenizer,text,template,pipeline}
 cp "$root"/examples/plan.json "$root"/test/Plan/Inputs/*.json "$root"/test/Transforms/Inputs/*.json \
   "$seeds/plan/"
 for strategies in "$root"/test/Plan/Inputs/custom-*.json; do # plan NUL strategies
@@ -48,27 +84,63 @@ cp "$root"/examples/config.json "$root"/test/Import/Inputs/*.json "$root"/bench/
   "$root"/bench/gpu-check/*.json "$seeds/config/"
 cp "$root"/examples/model.mlir "$root"/test/Transforms/Inputs/*.mlir "$root"/test/Plan/Inputs/*.mlir \
   "$root"/test/Target/Inputs/*.mlir "$seeds/pipeline/"
-"$build/bin/tpc" init-weights "$root/examples/model.mlir" -o "$seeds/safetensors/example.safetensors" \
-  --seed 1 --dtype bf16 > /dev/null
+if [[ " ${targets[*]} " == *" safetensors "* ]]; then
+  "$build/bin/tpc" init-weights "$root/examples/model.mlir" \
+    -o "$seeds/safetensors/example.safetensors" --seed 1 --dtype bf16 > /dev/null
+fi
 printf '{"metadata": {}, "weight_map": {"w": "a.safetensors", "b": "a.safetensors"}}' \
   > "$seeds/safetensors/index.json"
 
+# The text targets' vocabularies and seeds: SmolLM2's tokenizer and the ones the tokenizer
+# conformance test trains (one of each kind transformers has), the real chat templates.
+venv=$("$root/scripts/venv.sh")
+smollm2=$("$root/scripts/smollm2.sh")
+tokenizers=$build/tokenizers
+rm -rf "$tokenizers"
+"$venv/bin/python" "$root/test/conformance/Inputs/tokenizers_oracle.py" make "$tokenizers" > /dev/null
+mkdir -p "$tokenizers/example" && cp "$root/examples/tokenizer.json" "$tokenizers/example/"
+export TPC_FUZZ_TOKENIZERS=$smollm2
+for dir in "$tokenizers"/*/; do
+  dir=${dir%/}
+  TPC_FUZZ_TOKENIZERS+=:$dir
+  # tokenizer.json, compact, then NUL and tokenizer_config.json when there is one
+  { "$venv/bin/python" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1])),
+      ensure_ascii=False, separators=(",", ":")), end="")' "$dir/tokenizer.json"
+    if [[ -f $dir/tokenizer_config.json ]]; then printf '\0'; cat "$dir/tokenizer_config.json"; fi
+  } > "$seeds/tokenizer/$(basename "$dir")"
+done
+# text: a first byte (tokenizer << 2 | special << 1 | ids) and a prompt, or 16-bit ids
+sample=$'Hello  world\t<s> caf\xc3\xa9 e\xcc\x81 \xed\x95\x9c\xea\xb5\xad \xf0\x9f\x98\x80 12345 <|im_end|>\n\n x'
+count=$(tr ':' '\n' <<< "$TPC_FUZZ_TOKENIZERS" | wc -l)
+for ((t = 0; t < count; t++)); do
+  printf "\\x$(printf %02x $((t << 2)))%s" "$sample" > "$seeds/text/prompt-$t"
+  printf "\\x$(printf %02x $((t << 2 | 2)))%s" "$sample" > "$seeds/text/special-$t"
+  { printf "\\x$(printf %02x $((t << 2 | 1)))"; head -c 64 /dev/urandom; } > "$seeds/text/ids-$t"
+done
+cp "$root"/test/conformance/Inputs/chat_templates/*.jinja "$seeds/template/"
+
 # fuzz TARGET: one target's run; its row of the table goes to build-fuzz/TARGET.row.
 fuzz() {
-  local target=$1 runs=$readers
+  local target=$1 runs=$readers dict=json.dict max_len=16384 timeout=20 rss=4096
   [[ $target == pipeline ]] && runs=$pipeline
+  # The text targets' bar (issue 26): no input may take a second or 2 GB.
+  case $target in
+    tokenizer) dict=tokenizer.dict max_len=32768 timeout=1 rss=2048 ;;
+    text) dict=text.dict timeout=1 rss=2048 ;;
+    template) dict=jinja.dict timeout=1 rss=2048 ;;
+  esac
   local corpus=$build/corpus/$target crashes=$build/crashes/$target
   rm -rf "$crashes" && mkdir -p "$corpus" "$crashes"
   local start code=0
   start=$(date +%s)
-  "$build/bin/tpc-fuzz-$target" -runs="$runs" -max_len=16384 -timeout=20 -rss_limit_mb=4096 \
-    -dict="$root/fuzz/json.dict" -artifact_prefix="$crashes/" -print_final_stats=1 \
+  "$build/bin/tpc-fuzz-$target" -runs="$runs" -max_len=$max_len -timeout=$timeout \
+    -rss_limit_mb=$rss -dict="$root/fuzz/$dict" -artifact_prefix="$crashes/" -print_final_stats=1 \
     "$corpus" "$seeds/$target" > "$build/$target.log" 2>&1 || code=$?
   local seconds=$(($(date +%s) - start)) done_runs crashed
   done_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/$target.log" | tail -n 1)
   crashed=$(find "$crashes" -type f | wc -l)
   printf '%-12s %12s %8s %8s %5s  %s\n' "$target" "${done_runs:-?}" "$crashed" "$seconds" "$code" \
-    "tpc-fuzz-$target -runs=$runs -max_len=16384 -timeout=20 -rss_limit_mb=4096 -dict=fuzz/json.dict" \
+    "tpc-fuzz-$target -runs=$runs -max_len=$max_len -timeout=$timeout -rss_limit_mb=$rss -dict=fuzz/$dict" \
     > "$build/$target.row"
   if ((code != 0 || crashed > 0)); then
     echo "== $target: FAILED (exit $code): $build/$target.log, inputs in $crashes"
