@@ -11,6 +11,8 @@
 // output is valid UTF-8 too.
 #include "jinja.h"
 
+#include "tpcrt/utf8.h"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -62,45 +64,6 @@ struct DepthGuard {
 // UTF-8. Inputs are validated once; after that every string is valid UTF-8 and the helpers
 // below step through it by code points (Python's characters), never cutting one.
 
-// The offset of the first byte of `s` that does not begin a valid UTF-8 character (as Python's
-// strict decoder sees it: no overlong forms, surrogates, code points past U+10FFFF or
-// truncated sequences), or npos when all of `s` is valid.
-size_t invalidUtf8(const std::string &s) {
-  size_t i = 0, n = s.size();
-  while (i < n) {
-    unsigned char c = (unsigned char)s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF; // the second byte's range
-    if (c >= 0xC2 && c <= 0xDF)
-      len = 2;
-    else if (c == 0xE0)
-      len = 3, lo = 0xA0;
-    else if (c == 0xED)
-      len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF)
-      len = 3;
-    else if (c == 0xF0)
-      len = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3)
-      len = 4;
-    else if (c == 0xF4)
-      len = 4, hi = 0x8F;
-    else
-      return i;
-    if (i + 1 >= n || (unsigned char)s[i + 1] < lo || (unsigned char)s[i + 1] > hi)
-      return i;
-    for (size_t k = 2; k < len; ++k)
-      if (i + k >= n || ((unsigned char)s[i + k] & 0xC0) != 0x80)
-        return i;
-    i += len;
-  }
-  return std::string::npos;
-}
-
 size_t utf8Length(unsigned char lead) {
   return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
 }
@@ -123,24 +86,6 @@ size_t previousStart(const std::string &s, size_t i) {
     --i;
   while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80);
   return i;
-}
-
-void appendUtf8(std::string &out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
 }
 
 int64_t countCodePoints(const std::string &s) {
@@ -3108,7 +3053,7 @@ private:
     }
     step(line, n / 8); // and for what it writes: a conversion can take a few hundred ns
     std::string text(buf.data(), n);
-    if (invalidUtf8(text) != std::string::npos) // a locale's names, say
+    if (firstInvalidUtf8(text) != std::string::npos) // a locale's names, say
       fail(line, "strftime_now() made text that is not UTF-8");
     return newStr(std::move(text), line);
   }
@@ -3230,7 +3175,7 @@ private:
 
 // "NAME: not valid UTF-8 (...)" when `text` is not, naming its first invalid byte.
 std::string utf8Problem(const std::string &text) {
-  size_t at = invalidUtf8(text);
+  size_t at = firstInvalidUtf8(text);
   if (at == std::string::npos)
     return "";
   char buf[96];
@@ -3260,7 +3205,7 @@ std::optional<std::string> render(const std::string &source,
   // The template and every text given to it are UTF-8 (as Python's str is), so that what the
   // template makes of them is too.
   if (std::string problem = utf8Problem(source); !problem.empty()) {
-    size_t at = invalidUtf8(source);
+    size_t at = firstInvalidUtf8(source);
     error = "chat template line " +
             std::to_string(1 + std::count(source.begin(), source.begin() + long(at), '\n')) + ": " +
             problem;

@@ -12,6 +12,7 @@
 #include "tpcrt/tokenizer.h"
 
 #include "tpcrt/file.h"
+#include "tpcrt/utf8.h"
 
 #include <nlohmann/json.hpp>
 
@@ -94,24 +95,6 @@ std::vector<std::string> utf8Chars(const std::string &s) {
   return out;
 }
 
-void appendUtf8(std::string &out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 /// Bytes to text as Rust's String::from_utf8_lossy does it, a byte at a time: each maximal
 /// invalid subsequence becomes one U+FFFD. Bytes that may still begin a valid character are
 /// held until a later byte settles them; finish() turns them into one U+FFFD.
@@ -179,22 +162,6 @@ std::string utf8Lossy(const std::string &s) {
     d.push(c, out);
   d.finish(out);
   return out;
-}
-
-/// Where the first byte is that begins no valid UTF-8 character (a character cut short
-/// included), or npos when `s` is valid.
-size_t firstInvalidUtf8(const std::string &s) {
-  Utf8Lossy d;
-  std::string scratch;
-  size_t start = 0; // where the character being read began
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (d.held() == 0)
-      start = i;
-    scratch.clear();
-    if (!d.push(static_cast<unsigned char>(s[i]), scratch))
-      return start;
-  }
-  return d.held() ? start : std::string::npos;
 }
 
 /// Whether a code point is whitespace as Rust's char::is_whitespace says (added tokens'
