@@ -7,6 +7,7 @@
 #ifndef TPCRT_BACKEND_H
 #define TPCRT_BACKEND_H
 
+#include "tpcrt/dtype.h"
 #include "tpcrt/model.h"
 
 #include <cstdint>
@@ -14,11 +15,6 @@
 #include <vector>
 
 namespace tpcrt {
-
-/// How a backend stores a weight's elements. The checkpoint's values reach it as fp32
-/// (Backend::writeWeight), converted as it stores them; block-quantized types join here,
-/// with their bytes per block.
-enum class DType { F32, BF16 };
 
 /// One weight as a backend holds it: this rank's slice of parameter `param` (its index in
 /// ModelSpec::params), of the local `shape` (padding included), stored as `dtype`.
@@ -33,7 +29,7 @@ struct WeightDesc {
       n *= d;
     return n;
   }
-  uint64_t bytes() const { return uint64_t(elements()) * (dtype == DType::BF16 ? 2 : 4); }
+  uint64_t bytes() const { return uint64_t(elements()) * dtypeBytes(dtype); }
 };
 
 /// One attention layer's KV cache: the keys' and the values' elements per token (local).

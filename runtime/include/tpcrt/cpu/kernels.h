@@ -4,6 +4,7 @@
 #ifndef TPCRT_CPU_KERNELS_H
 #define TPCRT_CPU_KERNELS_H
 
+#include "tpcrt/dtype.h"
 #include "tpcrt/model.h"
 
 #include <cstdint>
@@ -15,10 +16,20 @@ namespace tpcrt::cpu {
 /// Device's state, so that the generated program calls both targets' kernels alike.
 struct Host {};
 
+/// A weight matrix as the rank holds it: row-major elements of `type` from `data`. An fp32
+/// pointer converts to one, so kernels that take a Matrix take the fp32 weights as before.
+struct Matrix {
+  const void *data = nullptr;
+  DType type = DType::F32;
+  Matrix() = default;
+  Matrix(const float *values) : data(values) {} // NOLINT: implicit, an fp32 weight
+  Matrix(const void *data, DType type) : data(data), type(type) {}
+};
+
 /// Rows of `table` for each id. The table holds rows [rowOffset, rowOffset + rows) of the
 /// vocabulary (a vocab-split embedding): ids outside that range give zero rows, so summing
 /// the ranks' outputs gives the full lookup. Ids outside [0, vocab) are an error (false).
-bool embedding(Host, const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
+bool embedding(Host, const int64_t *ids, int64_t tokens, Matrix table, int64_t rowOffset,
                int64_t rows, int64_t vocab, int64_t width, float *out);
 
 /// out = x / rms(x) * (weight + weightOffset), per row of `cols`.
@@ -34,8 +45,10 @@ void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const flo
                      int64_t features, const float *weight, double epsilon, double weightOffset,
                      float *out);
 
-/// y[rows, out] = x[rows, in] @ w[out, in]^T (+ bias[out] when bias is not null).
-void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
+/// y[rows, out] = x[rows, in] @ w[out, in]^T (+ bias[out] when bias is not null), in fp32
+/// arithmetic whatever w's type: a bf16 or f16 w is widened in registers (one row of x) or a
+/// panel at a time (several rows), never rounding x.
+void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y);
 
 /// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`, with
