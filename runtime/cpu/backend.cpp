@@ -3,6 +3,7 @@
 // the matrix products on one OpenBLAS thread per rank. Also the CPU program's setForwards and
 // runModel (tpcrt/program.h).
 #include "tpcrt/backend.h"
+#include "tpcrt/cpu/blas.h"
 #include "tpcrt/program.h"
 
 #include <cblas.h>
@@ -108,6 +109,9 @@ void setForwards(ModelSpec *, ForwardFn forward, ForwardFn sequenceParallel) {
 }
 
 int runModel(ModelSpec *spec, int argc, char **argv) {
+  // Before anything else (no thread, no connection yet): OpenBLAS on the kernels this CPU
+  // runs best, which may execute the program again (tpcrt/cpu/blas.h).
+  cpu::chooseBlasCore(argv);
   // The process's one backend. A rank that stops (Context::fail) calls exit from inside a
   // forward; exit's destructors then free these buffers, which nothing reads after.
   static cpu::CpuBackend backend(cpu::forwards().forward, cpu::forwards().sequenceParallel);

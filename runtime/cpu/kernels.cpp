@@ -1,5 +1,5 @@
-// The CPU backend's kernels (tpcrt/cpu/kernels.h). linear goes to OpenBLAS; the rest are
-// plain loops over rows.
+// The CPU backend's kernels (tpcrt/cpu/kernels.h) but linear and embedding (matmul.cpp):
+// plain loops over rows, attention's products through OpenBLAS.
 #include "tpcrt/cpu/kernels.h"
 
 #include <cblas.h>
@@ -73,74 +73,7 @@ float dot(const float *a, const float *b, int64_t n) {
   return total;
 }
 
-#if defined(__x86_64__)
-using Floats8 = float __attribute__((vector_size(32)));
-
-/// y = W x (+ bias) for one row x and W [out, in], row-major, with AVX2 and FMA: eight rows
-/// of W at a time, each in its own running sum, so that eight streams of loads are in
-/// flight. Measured on a decode step's shapes, with weights on cache-line boundaries as the
-/// driver allocates them, it reads faster than OpenBLAS's sgemv here
-/// (bench/results/cpu-vs-transformers.txt).
-__attribute__((target("avx2,fma"))) void gemvAvx2(const float *w, const float *x, int64_t out,
-                                                   int64_t in, const float *bias, float *y) {
-  constexpr int64_t kRows = 8;
-  int64_t r = 0;
-  for (; r + kRows <= out; r += kRows) {
-    const float *rows = w + r * in;
-    Floats8 acc[kRows] = {};
-    int64_t c = 0;
-    for (; c + 8 <= in; c += 8) {
-      Floats8 xs;
-      std::memcpy(&xs, x + c, sizeof xs);
-      for (int64_t k = 0; k < kRows; ++k) {
-        Floats8 ws;
-        std::memcpy(&ws, rows + k * in + c, sizeof ws);
-        acc[k] += ws * xs;
-      }
-    }
-    for (int64_t k = 0; k < kRows; ++k) {
-      float total = 0;
-      for (int j = 0; j < 8; ++j)
-        total += acc[k][j];
-      for (int64_t tail = c; tail < in; ++tail)
-        total += rows[k * in + tail] * x[tail];
-      y[r + k] = bias ? total + bias[r + k] : total;
-    }
-  }
-  for (; r < out; ++r) {
-    float total = 0;
-    for (int64_t c = 0; c < in; ++c)
-      total += w[r * in + c] * x[c];
-    y[r] = bias ? total + bias[r] : total;
-  }
-}
-
-bool hasAvx2Fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-#else
-void gemvAvx2(const float *, const float *, int64_t, int64_t, const float *, float *) {}
-bool hasAvx2Fma() { return false; }
-#endif
-
 } // namespace
-
-bool embedding(Host, const int64_t *ids, int64_t tokens, const float *table, int64_t rowOffset,
-               int64_t rows, int64_t vocab, int64_t width, float *out) {
-  for (int64_t t = 0; t < tokens; ++t) {
-    int64_t id = ids[t];
-    if (id < 0 || id >= vocab)
-      return false;
-    float *row = out + t * width;
-    int64_t local = id - rowOffset;
-    if (local >= 0 && local < rows)
-      std::memcpy(row, table + local * width, width * sizeof(float));
-    else
-      std::fill(row, row + width, 0.0f); // another rank's row: this summand is zero
-  }
-  return true;
-}
 
 void rmsNorm(Host, const float *x, int64_t rows, int64_t cols, const float *weight, double epsilon,
              double weightOffset, float *out) {
@@ -173,24 +106,6 @@ void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const flo
     for (int64_t c = 0; c < cols; ++c)
       out[r * cols + c] = float(x[r * cols + c] * scale * (weight[c] + weightOffset));
   }
-}
-
-void linear(Host, const float *x, int64_t rows, int64_t in, const float *w, int64_t out,
-            const float *bias, float *y) {
-  if (rows == 1 && hasAvx2Fma()) { // a decode step: W read once, as fast as it streams
-    gemvAvx2(w, x, out, in, bias, y);
-    return;
-  }
-  if (bias)
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(y + r * out, bias, out * sizeof(float));
-  float beta = bias ? 1.0f : 0.0f;
-  if (rows == 1) // without AVX2, OpenBLAS's matrix-vector product: no packing
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(out), int(in), 1.0f, w, int(in), x, 1, beta,
-                y, 1);
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.0f, x,
-                int(in), w, int(in), beta, y, int(out));
 }
 
 void rotary(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim,

@@ -51,6 +51,16 @@ void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const flo
 void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y);
 
+/// Switches for tests and benchmarks, not for programs.
+namespace detail {
+/// linear and embedding without the AVX2 kernels (as on a CPU without them) while `scalar`.
+void forceScalarKernels(bool scalar);
+/// Whether linear reads a W of `type` with the AVX2 kernels now.
+bool vectorKernelsFor(DType type);
+/// The size of the fp32 panel a several-row linear widens a 16-bit W into (256 KiB).
+void setPanelBytes(size_t bytes);
+} // namespace detail
+
 /// Rotary embedding of each head of `headDim` (HF's rotate_half layout) at `positions`, with
 /// the inverse frequencies of `invFreq` (the compiler's table: tp.rotary's getFrequencies);
 /// cos and sin are multiplied by `scaling` (YaRN's attention factor). `interleaved`: pairs

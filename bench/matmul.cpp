@@ -1,0 +1,165 @@
+// linear's rates per weight type (fp32, bf16, f16) on one thread, as the CPU backend runs it.
+// A decode step's matrix-vector product is memory-bound: each shape is timed over enough
+// copies of W (256 MiB of weights, eight times the L3 of the machine it was written on, on
+// cache-line boundaries as the driver allocates them) that every product streams W from
+// memory, and the rate is the weight bytes read per second, to compare with
+// bench/read_bandwidth.cpp's. A prefill (128 rows) is compute-bound: GFLOP/s on one W.
+// Best of RUNS. Built with the project (build/bin/tpc-matmul-bench, runtime/CMakeLists.txt).
+//
+//   tpc-matmul-bench [RUNS]          decode and prefill rates
+//   tpc-matmul-bench panels [RUNS]   prefill rates of bf16 and f16 per panel size
+//   tpc-matmul-bench scalar [RUNS]   decode and prefill without the AVX2 kernels
+#include "tpcrt/cpu/kernels.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace tpcrt;
+using namespace tpcrt::cpu;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kStreamBytes = size_t(256) << 20;
+
+struct Shape {
+  int64_t out, in;
+};
+constexpr Shape kShapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {8192, 2048}};
+constexpr DType kTypes[] = {DType::F32, DType::BF16, DType::F16};
+
+/// `count` weights of `type`, values uniform in [-1, 1), on a cache-line boundary.
+void *randomWeights(DType type, size_t count, unsigned seed) {
+  size_t bytes = (count * dtypeBytes(type) + 63) / 64 * 64;
+  void *data = std::aligned_alloc(64, bytes);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> values(count);
+  for (float &v : values)
+    v = dist(gen);
+  narrow(values.data(), type, data, count);
+  return data;
+}
+
+std::vector<float> randomFloats(size_t count, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> values(count);
+  for (float &v : values)
+    v = dist(gen);
+  return values;
+}
+
+double seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+void decode(int runs) {
+  std::printf("== decode: one row, ms per product and weight GB/s (best of %d)\n", runs);
+  std::printf("%-12s %5s %10s %8s\n", "out x in", "type", "ms", "GB/s");
+  for (Shape shape : kShapes) {
+    for (DType type : kTypes) {
+      size_t count = size_t(shape.out * shape.in), bytes = count * dtypeBytes(type);
+      size_t copies = std::max<size_t>(2, kStreamBytes / bytes);
+      std::vector<void *> weights;
+      for (size_t i = 0; i < copies; ++i)
+        weights.push_back(randomWeights(type, count, unsigned(i)));
+      std::vector<float> x = randomFloats(size_t(shape.in), 7), y(size_t(shape.out));
+      double best = 1e30;
+      for (int run = 0; run < runs + 1; ++run) { // the first run warms the pages up
+        auto start = Clock::now();
+        for (void *w : weights)
+          linear(Host{}, x.data(), 1, shape.in, Matrix(w, type), shape.out, nullptr, y.data());
+        if (run > 0)
+          best = std::min(best, seconds(start) / double(copies));
+      }
+      std::printf("%5lldx%-6lld %5s %10.4f %8.2f\n", (long long)shape.out, (long long)shape.in,
+                  dtypeName(type), best * 1e3, double(bytes) / best / 1e9);
+      for (void *w : weights)
+        std::free(w);
+    }
+  }
+}
+
+/// The best prefill rate, GFLOP/s, of 128 rows by W of `type` and `shape`.
+double prefillRate(Shape shape, DType type, int runs) {
+  constexpr int64_t kRows = 128;
+  void *w = randomWeights(type, size_t(shape.out * shape.in), 1);
+  std::vector<float> x = randomFloats(size_t(kRows * shape.in), 7),
+                     y(size_t(kRows * shape.out));
+  double flops = 2.0 * kRows * double(shape.out) * double(shape.in), best = 1e30;
+  // Enough repetitions of a product for about 0.2 s at 50 GFLOP/s.
+  int repeats = std::max(1, int(1e10 / flops));
+  for (int run = 0; run < runs + 1; ++run) {
+    auto start = Clock::now();
+    for (int i = 0; i < repeats; ++i)
+      linear(Host{}, x.data(), kRows, shape.in, Matrix(w, type), shape.out, nullptr, y.data());
+    if (run > 0)
+      best = std::min(best, seconds(start) / repeats);
+  }
+  std::free(w);
+  return flops / best / 1e9;
+}
+
+void prefill(int runs) {
+  std::printf("== prefill: 128 rows, GFLOP/s (best of %d)\n", runs);
+  std::printf("%-12s %8s %8s %8s\n", "out x in", "f32", "bf16", "f16");
+  for (Shape shape : kShapes) {
+    std::printf("%5lldx%-6lld", (long long)shape.out, (long long)shape.in);
+    for (DType type : kTypes)
+      std::printf(" %8.1f", prefillRate(shape, type, runs));
+    std::printf("\n");
+  }
+}
+
+void panels(int runs) {
+  std::printf("== prefill: 128 rows, GFLOP/s per fp32 panel size (best of %d)\n", runs);
+  for (DType type : {DType::BF16, DType::F16}) {
+    std::printf("%s\n%-12s", dtypeName(type), "out x in");
+    constexpr size_t kKiB[] = {64, 128, 256, 384, 512, 768, 1024, 2048};
+    for (size_t kib : kKiB)
+      std::printf(" %6zuK", kib);
+    std::printf("\n");
+    for (Shape shape : kShapes) {
+      std::printf("%5lldx%-6lld", (long long)shape.out, (long long)shape.in);
+      for (size_t kib : kKiB) {
+        detail::setPanelBytes(kib << 10);
+        std::printf(" %7.1f", prefillRate(shape, type, runs));
+        std::fflush(stdout);
+      }
+      std::printf("\n");
+    }
+  }
+  detail::setPanelBytes(size_t(256) << 10);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string mode = argc > 1 && !std::isdigit(argv[1][0]) ? argv[1] : "";
+  int runs = argc > (mode.empty() ? 1 : 2) ? std::atoi(argv[mode.empty() ? 1 : 2]) : 5;
+  if (mode == "panels") {
+    panels(runs);
+    return 0;
+  }
+  if (mode == "scalar")
+    detail::forceScalarKernels(true);
+  else if (!mode.empty()) {
+    std::fprintf(stderr, "usage: tpc-matmul-bench [panels|scalar] [RUNS]\n");
+    return 2;
+  }
+  std::printf("AVX2 kernels: f32 %s, bf16 %s, f16 %s\n",
+              detail::vectorKernelsFor(DType::F32) ? "yes" : "no",
+              detail::vectorKernelsFor(DType::BF16) ? "yes" : "no",
+              detail::vectorKernelsFor(DType::F16) ? "yes" : "no");
+  decode(runs);
+  prefill(runs);
+  return 0;
+}

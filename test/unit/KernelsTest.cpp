@@ -1,0 +1,426 @@
+// Weight element types and the CPU kernels that read them: every bf16 and f16 widens exactly
+// and fp32 narrows to the nearest (against the hardware's F16C conversions where the CPU has
+// them, and always against an oracle computed in double); linear over fp32, bf16 and f16
+// weights against a double reference, through the AVX2 kernels and without them; embedding of
+// 16-bit tables; which OpenBLAS core the CPU backend asks for.
+#include "tpcrt/cpu/blas.h"
+#include "tpcrt/cpu/kernels.h"
+#include "tpcrt/dtype.h"
+
+#include <gtest/gtest.h>
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+using namespace tpcrt;
+using namespace tpcrt::cpu;
+
+namespace {
+
+float fromBits(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+uint32_t toBits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+/// The value of a finite 16-bit float with `mantissaBits` and an exponent of `exponentBits`
+/// (bias 2^(e-1) - 1), by its definition, in double: (-1)^s 2^(e - bias) (1 + m / 2^M), or
+/// 2^(1 - bias) m / 2^M for e = 0. Infinity for the all-ones exponent (NaNs are not asked).
+double definedValue(uint16_t bits, int exponentBits, int mantissaBits) {
+  int bias = (1 << (exponentBits - 1)) - 1;
+  int exponent = (bits >> mantissaBits) & ((1 << exponentBits) - 1);
+  double mantissa = bits & ((1 << mantissaBits) - 1);
+  double sign = bits & 0x8000 ? -1 : 1;
+  if (exponent == (1 << exponentBits) - 1)
+    return sign * INFINITY;
+  if (exponent == 0)
+    return sign * std::ldexp(mantissa, 1 - bias - mantissaBits);
+  return sign * std::ldexp(1 + std::ldexp(mantissa, -mantissaBits), exponent - bias);
+}
+double bf16Value(uint16_t bits) { return definedValue(bits, 8, 7); }
+double f16Value(uint16_t bits) { return definedValue(bits, 5, 10); }
+
+/// The 16-bit pattern nearest `x` (ties to the even pattern; overflow to infinity), by a
+/// search over the positive patterns' defined values: the patterns are ordered as their values,
+/// and x is compared with the midpoints between neighbours, which double holds exactly. For
+/// overflow the pattern after the largest finite one counts as 2^(emax + 1), so that x from
+/// the midpoint between them up rounds to infinity (that pattern, which is even).
+uint16_t nearestOracle(float x, uint16_t infinity, double (*value)(uint16_t)) {
+  uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  double magnitude = std::fabs(double(x));
+  auto at = [&](uint16_t bits) {
+    return bits == infinity ? 2 * value(uint16_t(infinity - 1)) - value(uint16_t(infinity - 2))
+                            : value(bits);
+  };
+  if (magnitude >= at(infinity))
+    return uint16_t(sign | infinity);
+  uint16_t low = 0, high = infinity; // value(low) <= magnitude < at(high)
+  while (high - low > 1) {
+    uint16_t middle = uint16_t((low + high) / 2);
+    (at(middle) <= magnitude ? low : high) = middle;
+  }
+  double midpoint = (at(low) + at(high)) / 2;
+  uint16_t nearest = magnitude < midpoint   ? low
+                     : magnitude > midpoint ? high
+                     : (low & 1)            ? high
+                                            : low;
+  return uint16_t(sign | nearest);
+}
+
+#if defined(__x86_64__)
+bool hasF16c() { return __builtin_cpu_supports("f16c"); }
+__attribute__((target("f16c"))) float hardwareF16ToFloat(uint16_t bits) {
+  return _cvtsh_ss(bits);
+}
+__attribute__((target("f16c"))) uint16_t hardwareFloatToF16(float value) {
+  return uint16_t(_cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT));
+}
+#else
+bool hasF16c() { return false; }
+float hardwareF16ToFloat(uint16_t) { return 0; }
+uint16_t hardwareFloatToF16(float) { return 0; }
+#endif
+
+/// Float bit patterns for the narrowing tests: a third uniform over all 2^32, a third with
+/// exponents around f16's range, a third at or next to a 16-bit tie (the dropped bits exactly
+/// half, or one off).
+std::vector<float> testFloats(size_t count, int mantissaBits) {
+  std::mt19937 gen(12345);
+  std::vector<float> values;
+  values.reserve(count);
+  int dropped = 23 - mantissaBits;
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t bits = uint32_t(gen());
+    switch (i % 3) {
+    case 0:
+      break;
+    case 1: // exponents 2^-30 .. 2^17
+      bits = (bits & 0x807fffffu) | (uint32_t(97 + gen() % 48) << 23);
+      break;
+    case 2: { // a tie, or one ulp either side of one
+      uint32_t half = 1u << (dropped - 1);
+      bits = (bits & ~((1u << dropped) - 1)) | half;
+      bits += uint32_t(int(gen() % 3) - 1);
+      break;
+    }
+    }
+    values.push_back(fromBits(bits));
+  }
+  // Edges: zeros, the extremes of each format, their neighbours and halfway points.
+  for (uint32_t bits : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu,
+                        0x00000001u, 0x00800000u, 0x477fe000u, 0x477fefffu, 0x477ff000u,
+                        0x477fffffu, 0x47800000u, 0x33000000u, 0x33000001u, 0x32ffffffu,
+                        0x387fc000u, 0x387fe000u, 0x38800000u, 0x7f7f8000u, 0x7f7f7fffu})
+    values.push_back(fromBits(bits));
+  return values;
+}
+
+bool isNan16(uint16_t bits, uint16_t infinity) {
+  return (bits & infinity) == infinity && (bits & ~infinity & 0x7fff) != 0;
+}
+
+} // namespace
+
+TEST(DType, EveryBf16WidensToItsValue) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t bits = 0; bits < 65536; ++bits)
+    all[bits] = uint16_t(bits);
+  std::vector<float> widened(65536);
+  widen(all.data(), DType::BF16, widened.data(), all.size());
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    float value = bf16ToFloat(uint16_t(bits));
+    ASSERT_EQ(toBits(value), bits << 16) << bits; // the top half of the fp32
+    ASSERT_EQ(toBits(widened[bits]), bits << 16) << bits;
+    if (!std::isnan(value)) {
+      ASSERT_EQ(double(value), bf16Value(uint16_t(bits))) << bits;
+    }
+  }
+}
+
+TEST(DType, EveryF16WidensToItsValue) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t bits = 0; bits < 65536; ++bits)
+    all[bits] = uint16_t(bits);
+  std::vector<float> widened(65536);
+  widen(all.data(), DType::F16, widened.data(), all.size());
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    float value = f16ToFloat(uint16_t(bits));
+    ASSERT_EQ(toBits(widened[bits]), toBits(value)) << bits;
+    if (isNan16(uint16_t(bits), 0x7c00)) {
+      // A NaN stays one, with its sign and payload (the hardware also sets the quiet bit).
+      ASSERT_TRUE(std::isnan(value)) << bits;
+      ASSERT_EQ(toBits(value) & 0x803fe000u,
+                ((bits & 0x8000u) << 16) | ((bits & 0x1ffu) << 13))
+          << bits;
+    } else {
+      ASSERT_EQ(double(value), f16Value(uint16_t(bits))) << bits;
+    }
+    if (hasF16c() && !isNan16(uint16_t(bits), 0x7c00)) {
+      ASSERT_EQ(toBits(value), toBits(hardwareF16ToFloat(uint16_t(bits)))) << bits;
+    }
+  }
+}
+
+TEST(DType, FloatToBf16IsNearestEven) {
+  std::vector<float> values = testFloats(3000000, 7);
+  std::vector<uint16_t> narrowed(values.size());
+  narrow(values.data(), DType::BF16, narrowed.data(), values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    float x = values[i];
+    uint16_t got = floatToBf16(x);
+    ASSERT_EQ(narrowed[i], got);
+    if (std::isnan(x)) {
+      ASSERT_TRUE(isNan16(got, 0x7f80)) << toBits(x);
+      ASSERT_EQ(got & 0x8000, (toBits(x) >> 16) & 0x8000);
+      continue;
+    }
+    ASSERT_EQ(got, nearestOracle(x, 0x7f80, bf16Value)) << std::hex << toBits(x);
+  }
+}
+
+TEST(DType, FloatToF16IsNearestEven) {
+  std::vector<float> values = testFloats(3000000, 10);
+  std::vector<uint16_t> narrowed(values.size());
+  narrow(values.data(), DType::F16, narrowed.data(), values.size());
+  bool hardware = hasF16c();
+  for (size_t i = 0; i < values.size(); ++i) {
+    float x = values[i];
+    uint16_t got = floatToF16(x);
+    ASSERT_EQ(narrowed[i], got);
+    if (hardware) { // NaNs included: quiet, sign and the payload's top bits kept
+      ASSERT_EQ(got, hardwareFloatToF16(x)) << std::hex << toBits(x);
+    }
+    if (std::isnan(x)) {
+      ASSERT_TRUE(isNan16(got, 0x7c00)) << toBits(x);
+      continue;
+    }
+    ASSERT_EQ(got, nearestOracle(x, 0x7c00, f16Value)) << std::hex << toBits(x);
+  }
+}
+
+TEST(DType, NamesRoundTrip) {
+  for (DType type : {DType::F32, DType::BF16, DType::F16})
+    EXPECT_EQ(parseDType(dtypeName(type)), type);
+  EXPECT_EQ(parseDType("BF16"), DType::BF16);
+  EXPECT_EQ(parseDType("F8_E4M3"), std::nullopt);
+}
+
+namespace {
+
+/// Weights of `type` for random values in [-1, 1), and those weights widened.
+struct Weights {
+  std::vector<uint8_t> stored;
+  std::vector<float> widened;
+  DType type;
+  Weights(DType type, size_t count, unsigned seed) : stored(count * dtypeBytes(type)),
+                                                     widened(count), type(type) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    std::vector<float> values(count);
+    for (float &v : values)
+      v = dist(gen);
+    narrow(values.data(), type, stored.data(), count);
+    widen(stored.data(), type, widened.data(), count);
+  }
+  Matrix matrix() const { return Matrix(stored.data(), type); }
+};
+
+std::vector<float> randomFloats(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gen);
+  return v;
+}
+
+/// linear against sum_c x[r, c] w[o, c] (+ bias[o]) in double, within 1e-5 of the sum of the
+/// terms' magnitudes.
+void checkLinear(DType type, int64_t rows, int64_t out, int64_t in, bool withBias) {
+  SCOPED_TRACE(std::string(dtypeName(type)) + " rows " + std::to_string(rows) + " out " +
+               std::to_string(out) + " in " + std::to_string(in) +
+               (withBias ? " bias" : "") +
+               (detail::vectorKernelsFor(type) ? " avx2" : " scalar"));
+  Weights w(type, size_t(out * in), unsigned(out * 31 + in));
+  // x is not a 16-bit value anywhere: a kernel that rounded it would miss by ~1e-3.
+  std::vector<float> x = randomFloats(size_t(rows * in), 3), bias = randomFloats(size_t(out), 4);
+  std::vector<float> y(size_t(rows * out), NAN);
+  linear(Host{}, x.data(), rows, in, w.matrix(), out, withBias ? bias.data() : nullptr, y.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double expected = withBias ? bias[size_t(o)] : 0, magnitude = std::fabs(expected);
+      for (int64_t c = 0; c < in; ++c) {
+        double term = double(x[size_t(r * in + c)]) * w.widened[size_t(o * in + c)];
+        expected += term;
+        magnitude += std::fabs(term);
+      }
+      ASSERT_NEAR(y[size_t(r * out + o)], expected, 1e-5 * magnitude + 1e-30)
+          << "row " << r << " column " << o;
+    }
+}
+
+struct ScalarKernels {
+  explicit ScalarKernels(bool scalar) { detail::forceScalarKernels(scalar); }
+  ~ScalarKernels() { detail::forceScalarKernels(false); }
+};
+
+} // namespace
+
+TEST(Linear, ForcingScalarKernelsTurnsTheVectorOnesOff) {
+  ScalarKernels scalar(true);
+  for (DType type : {DType::F32, DType::BF16, DType::F16})
+    EXPECT_FALSE(detail::vectorKernelsFor(type));
+}
+
+TEST(Linear, EveryTypeAndShapeMatchesDouble) {
+  struct Shape {
+    int64_t rows, out, in;
+  };
+  // Tails in both directions (out % 8, in % 16 and in % 8), a decode step's shapes, and
+  // prefills over several panels.
+  const Shape shapes[] = {{1, 13, 37}, {1, 8, 16}, {1, 21, 40}, {1, 7, 5},    {1, 576, 1536},
+                          {1, 1536, 576}, {3, 13, 37}, {8, 64, 24}, {7, 576, 1536}};
+  for (bool scalar : {false, true}) {
+    ScalarKernels forced(scalar);
+    for (DType type : {DType::F32, DType::BF16, DType::F16})
+      for (const Shape &shape : shapes)
+        for (bool bias : {false, true})
+          checkLinear(type, shape.rows, shape.out, shape.in, bias);
+  }
+}
+
+TEST(Linear, PanelsOfEightRowsAndTheirTail) {
+  detail::setPanelBytes(1); // eight rows a panel, whatever `in` is
+  for (bool scalar : {false, true}) {
+    ScalarKernels forced(scalar);
+    for (DType type : {DType::BF16, DType::F16}) {
+      checkLinear(type, 5, 13, 37, true);
+      checkLinear(type, 2, 40, 100, false);
+    }
+  }
+  detail::setPanelBytes(size_t(256) << 10);
+}
+
+TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
+  // On an x86-64 CPU with AVX2, FMA and F16C the tests above ran the AVX2 kernels too.
+#if defined(__x86_64__)
+  bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  EXPECT_EQ(detail::vectorKernelsFor(DType::BF16), has);
+  EXPECT_EQ(detail::vectorKernelsFor(DType::F16), has && __builtin_cpu_supports("f16c"));
+#endif
+}
+
+TEST(Embedding, SixteenBitTablesWidenTheirRows) {
+  // The rank holds vocabulary rows [3, 7) of 10; other rows are zero, ids outside [0, 10) fail.
+  const int64_t width = 37, rowOffset = 3, rows = 4, vocab = 10;
+  for (DType type : {DType::F32, DType::BF16, DType::F16}) {
+    Weights table(type, size_t(rows * width), 9);
+    const int64_t ids[] = {3, 6, 0, 9, 5, 2, 7};
+    const int64_t tokens = 7;
+    std::vector<float> out(size_t(tokens * width), NAN);
+    ASSERT_TRUE(embedding(Host{}, ids, tokens, table.matrix(), rowOffset, rows, vocab, width,
+                          out.data()));
+    for (int64_t t = 0; t < tokens; ++t) {
+      int64_t local = ids[t] - rowOffset;
+      for (int64_t c = 0; c < width; ++c) {
+        float expected =
+            local >= 0 && local < rows ? table.widened[size_t(local * width + c)] : 0.0f;
+        ASSERT_EQ(toBits(out[size_t(t * width + c)]), toBits(expected))
+            << dtypeName(type) << " token " << t << " column " << c;
+      }
+    }
+    const int64_t bad[] = {4, 10};
+    EXPECT_FALSE(embedding(Host{}, bad, 2, table.matrix(), rowOffset, rows, vocab, width,
+                           out.data()));
+    const int64_t negative[] = {-1};
+    EXPECT_FALSE(embedding(Host{}, negative, 1, table.matrix(), rowOffset, rows, vocab, width,
+                           out.data()));
+  }
+}
+
+namespace {
+CpuFeatures sse() { return {}; }
+CpuFeatures avx() {
+  CpuFeatures f;
+  f.avx = true;
+  return f;
+}
+CpuFeatures avx2() {
+  CpuFeatures f = avx();
+  f.avx2 = f.fma = true;
+  return f;
+}
+CpuFeatures avx512() {
+  CpuFeatures f = avx2();
+  f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = true;
+  return f;
+}
+} // namespace
+
+TEST(Blas, CoreForTheCpuAndTheLibrarysGuess) {
+  struct Case {
+    CpuFeatures cpu;
+    const char *library;
+    std::optional<std::string> expected;
+  };
+  CpuFeatures avx512WithoutVl = avx512();
+  avx512WithoutVl.avx512vl = false;
+  CpuFeatures avx2WithoutFma = avx2();
+  avx2WithoutFma.fma = false;
+  const Case cases[] = {
+      {avx512(), "Prescott", "SkylakeX"},    // Zen 4 or Sapphire Rapids on 0.3.21
+      {avx512(), "Haswell", "SkylakeX"},     // AVX2 kernels on an AVX-512 CPU
+      {avx512(), "Zen", "SkylakeX"},         //
+      {avx512(), "SkylakeX", std::nullopt},  // already the best
+      {avx512(), "Cooperlake", std::nullopt},
+      {avx512(), "SapphireRapids", std::nullopt},
+      {avx512(), "SKYLAKEX", std::nullopt},  // a single-core build's name
+      {avx512WithoutVl, "Prescott", "Haswell"},
+      {avx2(), "Zen", std::nullopt},         // this machine (Zen 3)
+      {avx2(), "Haswell", std::nullopt},
+      {avx2(), "Prescott", "Haswell"},
+      {avx2(), "Nehalem", "Haswell"},
+      {avx2(), "Sandybridge", "Haswell"},
+      {avx2(), "Excavator", "Haswell"},
+      {avx2(), "Unknown", "Haswell"},
+      {avx2(), "SkylakeX", std::nullopt},    // a user's choice is not ours to lower
+      {avx2(), "Neoverse2", std::nullopt},   // a name tpc does not know: the library's stands
+      {avx2WithoutFma, "Prescott", "Sandybridge"},
+      {avx(), "Prescott", "Sandybridge"},
+      {avx(), "Bulldozer", std::nullopt},
+      {sse(), "Prescott", std::nullopt},
+      {sse(), "Katmai", std::nullopt},
+  };
+  for (const Case &c : cases)
+    EXPECT_EQ(betterBlasCore(c.cpu, c.library), c.expected) << c.library;
+}
+
+TEST(Blas, CoreIsas) {
+  EXPECT_EQ(blasCoreIsa("Prescott"), BlasIsa::Sse);
+  EXPECT_EQ(blasCoreIsa("sandybridge"), BlasIsa::Avx);
+  EXPECT_EQ(blasCoreIsa("Zen"), BlasIsa::Avx2);
+  EXPECT_EQ(blasCoreIsa("HASWELL"), BlasIsa::Avx2);
+  EXPECT_EQ(blasCoreIsa("Cooperlake"), BlasIsa::Avx512);
+  EXPECT_EQ(blasCoreIsa("Zen5"), std::nullopt);
+}
+
+TEST(Blas, DescriptionNamesTheLibrarysCore) {
+  std::string description = blasDescription();
+  EXPECT_EQ(description.rfind("OpenBLAS ", 0), 0u) << description;
+  EXPECT_NE(description.find(std::string("core ") + openblas_get_corename() + " ("),
+            std::string::npos)
+      << description;
+}
