@@ -137,7 +137,7 @@ void panels(int runs) {
       std::printf("\n");
     }
   }
-  detail::setPanelBytes(size_t(256) << 10);
+  detail::setPanelBytes(size_t(1) << 20);
 }
 
 } // namespace

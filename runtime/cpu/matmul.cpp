@@ -4,7 +4,7 @@
 // One row of x (a decode step) is memory-bound: the product must stream W once at the
 // machine's read bandwidth, so a 16-bit W is read as it is and widened in registers (half the
 // bytes of fp32). Several rows (a prefill) are compute-bound: W is widened a panel of rows at
-// a time into an fp32 scratch that stays in L2, and OpenBLAS's fp32 GEMM multiplies x by it,
+// a time into an fp32 scratch that stays in cache, and OpenBLAS's fp32 GEMM multiplies x by it,
 // so x is never rounded and the arithmetic is the same as for fp32 weights.
 #include "tpcrt/cpu/kernels.h"
 
@@ -24,9 +24,11 @@ namespace tpcrt::cpu {
 namespace {
 
 std::atomic<bool> forcedScalar{false};
-// The fp32 panel a prefill widens W into: 256 KiB measured best on the decode shapes of
-// bench/results/matmul.txt (between 128 KiB and 1 MiB the prefill rate moves by a few percent).
-std::atomic<size_t> panelBytes{size_t(256) << 10};
+// The fp32 panel a prefill widens W into. Each panel is one sgemm call, which packs all of x
+// again, so small panels lose: measured on Zen 3 (512 KiB L2) from 64 KiB to 2 MiB
+// (bench/results/matmul.txt, `tpc-matmul-bench panels`), 128 rows of x ran at 10-25 GFLOP/s
+// with 64-128 KiB panels, ~30 at 256-512 KiB and 34-44 at 768 KiB-1 MiB, about fp32's rate.
+std::atomic<size_t> panelBytes{size_t(1) << 20};
 
 /// The dot product of two rows of `n` floats, eight running sums wide (so it vectorizes).
 float dot(const float *a, const float *b, int64_t n) {
@@ -101,7 +103,8 @@ TPC_AVX2 inline __m256 sumEach(const __m256 *a) {
   __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
   // u0's low 128 bits are the low halves' sums of a[0..3], its high 128 bits the high halves'.
   __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                       _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
 /// Sixteen elements of a row of T from `index` as fp32, in two vectors to multiply by
@@ -292,8 +295,8 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
                 int(in), static_cast<const float *>(w.data), int(in), beta, y, int(out));
     return;
   }
-  // A panel of W's rows at a time, widened into fp32 that stays in L2 while OpenBLAS multiplies
-  // x by it: output columns [first, first + count) of y (leading dimension out).
+  // A panel of W's rows at a time, widened into fp32 that stays in cache while OpenBLAS
+  // multiplies x by it: output columns [first, first + count) of y (leading dimension out).
   int64_t panelRows = int64_t(panelBytes.load(std::memory_order_relaxed) / (size_t(in) * 4));
   panelRows = std::min(std::max<int64_t>(panelRows / 8 * 8, 8), out);
   thread_local std::vector<float> panel;

@@ -311,7 +311,7 @@ TEST(Linear, PanelsOfEightRowsAndTheirTail) {
       checkLinear(type, 2, 40, 100, false);
     }
   }
-  detail::setPanelBytes(size_t(256) << 10);
+  detail::setPanelBytes(size_t(1) << 20);
 }
 
 TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {

@@ -57,7 +57,7 @@ namespace detail {
 void forceScalarKernels(bool scalar);
 /// Whether linear reads a W of `type` with the AVX2 kernels now.
 bool vectorKernelsFor(DType type);
-/// The size of the fp32 panel a several-row linear widens a 16-bit W into (256 KiB).
+/// The size of the fp32 panel a several-row linear widens a 16-bit W into (1 MiB).
 void setPanelBytes(size_t bytes);
 } // namespace detail
 
