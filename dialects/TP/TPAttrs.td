@@ -134,6 +134,21 @@ def TP_ShardDescAttr : TP_Attr<"ShardDesc", "shard_desc"> {
   }];
 }
 
+// How a parameter's elements are stored: in the checkpoint (tpc import reads it off the
+// tensors), and, after tp-weight-storage, in the binary. Block-quantized types join here.
+def TP_WeightType : I32EnumAttr<"WeightType", "the element type a weight is stored in", [
+    I32EnumAttrCase<"f32", 0>,
+    I32EnumAttrCase<"bf16", 1>,
+    I32EnumAttrCase<"f16", 2>
+  ]> {
+  let cppNamespace = "::tpc::tp";
+  let genSpecializedAttr = 0;
+}
+
+def TP_StorageAttr : EnumAttr<TP_Dialect, TP_WeightType, "storage"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
 def TP_GatherMode : I32EnumAttr<"GatherMode",
     "how a gather of pieces that tp does not split evenly crosses the wire", [
     I32EnumAttrCase<"padded", 0>,

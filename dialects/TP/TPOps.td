@@ -37,6 +37,12 @@ def TP_ParamOp : TP_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     `sources` names the checkpoint tensors the parameter stacks along dim 0 when a checkpoint
     saves it in pieces (Mixtral's experts.E.w1/w3/w2): the loader reads the parameter's own
     name when present, else these.
+
+    `storage` is how its elements are stored, where that is not the type's element type:
+    `tpc import` sets it from the checkpoint's tensors (`#tp.storage<bf16>`), and
+    `tp-weight-storage` sets it to what the target's binary holds, which the loader, `tpc
+    analyze` (weight bytes, bytes a step reads) and the lowering read. The tensor type stays
+    the type of the arithmetic.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<AnyRankedTensor>:$type,
@@ -44,13 +50,16 @@ def TP_ParamOp : TP_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<StrAttr>:$strategy,
                        OptionalAttr<TP_I64Attr>:$head_repeat,
                        OptionalAttr<TP_ShardDescAttr>:$shard,
-                       OptionalAttr<StrArrayAttr>:$sources);
+                       OptionalAttr<StrArrayAttr>:$sources,
+                       OptionalAttr<TP_StorageAttr>:$storage);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::RankedTensorType getTensorType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getType());
     }
+    /// How the elements are stored: `storage`, or else the type's element type.
+    WeightType getWeightType();
   }];
 }
 

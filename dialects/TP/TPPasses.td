@@ -161,6 +161,28 @@ def TPGroupLinears : Pass<"tp-group-linears", "::mlir::ModuleOp"> {
   let dependentDialects = ["::tpc::tp::TPDialect"];
 }
 
+def TPWeightStorage : Pass<"tp-weight-storage", "::mlir::ModuleOp"> {
+  let summary = "Decide the type each weight is held in by the target's binary";
+  let description = [{
+    Sets every parameter's `storage` to what the binary holds, from its stored type (the
+    checkpoint's, which `tpc import` recorded) and the module's `#tp.target`:
+    - a target whose activations are not f32 (the GPU's bf16) holds every weight in the
+      activation type;
+    - the CPU target keeps a matrix in its stored type (f32, bf16 or f16) where every use of
+      it is a `tp.linear` weight or a `tp.embedding` table, the kernels that read those types
+      and widen them to fp32 in registers; every other parameter (norms, biases, routers,
+      experts) is held in f32.
+    `weights` asks for a type instead of the stored one (`f32`: today's fp32 weights;
+    `bf16`, `f16`: rounded to nearest even at load), for the matrices the target can hold so.
+    The attribute is left off where the held type is the tensor's element type.
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+  let options = [
+    Option<"weights", "weights", "std::string", /*default=*/"\"stored\"",
+           "the type of the matrices: stored (the checkpoint's), f32, bf16 or f16">,
+  ];
+}
+
 def TPPlanArena : Pass<"tp-plan-arena", "::mlir::ModuleOp"> {
   let summary = "Give every stored value an offset in the activation arena, by lifetime";
   let description = [{

@@ -37,8 +37,9 @@ bool tpc::wantsSequenceParallel(ModuleOp planned, bool requested) {
          tp::getMeshSize(planned).value_or(1) > 1;
 }
 
-void tpc::buildDecisionPipeline(OpPassManager &pm) {
+void tpc::buildDecisionPipeline(OpPassManager &pm, StringRef weights) {
   pm.addPass(tp::createTPElideCollectives());
+  pm.addPass(tp::createTPWeightStorage({weights.str()}));
   pm.addPass(tp::createTPFuse());
   pm.addPass(tp::createTPGroupLinears());
   pm.addPass(tp::createTPPlanArena());
@@ -109,7 +110,7 @@ OwningOpRef<ModuleOp> tpc::buildProgram(ModuleOp planned, const ProgramOptions &
       return nullptr;
   }
   PassManager pm(ctx);
-  buildDecisionPipeline(pm);
+  buildDecisionPipeline(pm, options.weights);
   if (failed(pm.run(*program)))
     return nullptr;
   return program;

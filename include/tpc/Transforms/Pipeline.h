@@ -35,14 +35,16 @@ void buildShardingPipeline(mlir::OpPassManager &pm, const ShardingOptions &optio
 /// a token count is the program's to say (tp::forwardFor), not this function's.
 bool wantsSequenceParallel(mlir::ModuleOp planned, bool requested);
 
-/// tp-elide-collectives, tp-fuse, tp-group-linears and tp-plan-arena, on a partitioned
-/// module: what tp-fuse and tp-group-linears do is the module's #tp.target's to say.
-void buildDecisionPipeline(mlir::OpPassManager &pm);
+/// tp-elide-collectives, tp-weight-storage (`weights`: its option, --weights-dtype),
+/// tp-fuse, tp-group-linears and tp-plan-arena, on a partitioned module: what
+/// tp-weight-storage, tp-fuse and tp-group-linears do is the module's #tp.target's to say.
+void buildDecisionPipeline(mlir::OpPassManager &pm, llvm::StringRef weights = "stored");
 
 struct ProgramOptions {
   bool sequenceParallel = false; // --sequence-parallel
   bool fold = true;
   tp::TargetAttr target; // set on the program as tp.target; the passes read it there
+  std::string weights = "stored"; // --weights-dtype: tp-weight-storage's choice of types
 };
 
 /// The module a target lowers, from a module the plan has been applied to: `tp.target` set

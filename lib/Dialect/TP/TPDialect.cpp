@@ -181,6 +181,27 @@ func::FuncOp tpc::tp::forwardFor(ModuleOp program, int64_t tokens) {
   return plain;
 }
 
+std::optional<WeightType> tpc::tp::weightTypeOf(Type elementType) {
+  if (elementType.isF32())
+    return WeightType::f32;
+  if (elementType.isBF16())
+    return WeightType::bf16;
+  if (elementType.isF16())
+    return WeightType::f16;
+  return std::nullopt;
+}
+
+double tpc::tp::bytesPerElement(WeightType type) {
+  switch (type) {
+  case WeightType::f32:
+    return 4;
+  case WeightType::bf16:
+  case WeightType::f16:
+    return 2;
+  }
+  llvm_unreachable("a weight type without a size");
+}
+
 std::optional<int64_t> tpc::tp::getMeshSize(ModuleOp module) {
   if (auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttrName))
     return mesh.getSize();

@@ -95,6 +95,12 @@ LogicalResult expectDim(Operation *op, Value v, int64_t dim) {
 // Parameters
 //===----------------------------------------------------------------------===//
 
+WeightType ParamOp::getWeightType() {
+  if (std::optional<WeightType> storage = getStorage())
+    return *storage;
+  return weightTypeOf(getTensorType().getElementType()).value_or(WeightType::f32);
+}
+
 LogicalResult ParamOp::verify() {
   // Once partitioned (a shard descriptor is set) the type is local and the placement global.
   if (auto placement = getPlacementAttr(); placement && !getShardAttr())

@@ -85,6 +85,11 @@ std::optional<int64_t> sequenceParallelTokens(mlir::func::FuncOp forward);
 /// where its rule accepts them, else the plain one.
 mlir::func::FuncOp forwardFor(mlir::ModuleOp program, int64_t tokens);
 
+/// The storage type of a float element type (f32, bf16, f16); none for others.
+std::optional<WeightType> weightTypeOf(mlir::Type elementType);
+/// Bytes per element a weight of `type` takes (fractional for block types, scales included).
+double bytesPerElement(WeightType type);
+
 /// The mesh size recorded on a module, if any.
 std::optional<int64_t> getMeshSize(mlir::ModuleOp module);
 /// The mesh size the sharding passes need; an error on the module when tp-apply-plan has
