@@ -107,6 +107,15 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
     auto index = paramIndex.find(weight.getParamAttr().getAttr());
     if (index == paramIndex.end())
       return op->emitError() << "reads no tp.param";
+    // A weight held in another type than the activations' (tp-weight-storage: the CPU's
+    // bf16 and f16 matrices) is handed over with its type, to the kernels that read it so.
+    auto param = SymbolTable::lookupNearestSymbolFrom<ParamOp>(op, weight.getParamAttr());
+    if (param && weightTypeOf(getTarget(op->getParentOfType<ModuleOp>()).getActivation()) !=
+                     param.getWeightType()) {
+      Type matrix = opaque((spelling.ns() + "::ProgramMatrix").str());
+      bind(weight.getResult(), call(op, "matrix").integer("i", index->second).emit(matrix));
+      return success();
+    }
     bind(weight.getResult(), call(op, "weight").integer("i", index->second).emit(constActPtr()));
     return success();
   }

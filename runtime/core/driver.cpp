@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 
 namespace tpcrt {
@@ -84,6 +85,8 @@ size_t elementCount(std::initializer_list<int64_t> factors) {
 struct Footprint {
   uint64_t weightBytes = 0; // as loaded (or generated)
   uint64_t arenaBytes = 0;  // the backend's activation arena
+  uint64_t heldBytes = 0;   // the weights as the backend holds them, padding included
+  std::map<std::string, int> held; // parameters held in each type ("bf16": 211)
 };
 
 /// Loads this rank's weights into `backend` (its slices of the checkpoint, or generated from
@@ -111,17 +114,20 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
         return false;
       }
       SliceSpec slice = param.slice.forRank(rank.rank, rank.tp);
-      WeightDesc weight{i, slice.localShape(param.hfShape)};
+      WeightDesc weight{i, slice.localShape(param.hfShape), param.dtype};
       size_t elements = 1;
       for (int64_t d : weight.shape)
         elements = elementCount({int64_t(elements), d});
       weight.dtype = backend.weightType(weight);
       total += weight.bytes();
+      ++footprint.held[dtypeName(weight.dtype)];
       if (!checkpoint) // generated: what the rank holds (a checkpoint counts what it read)
-        footprint.weightBytes += uint64_t(slice.heldElements(param.hfShape)) * 4;
+        footprint.weightBytes +=
+            uint64_t(slice.heldElements(param.hfShape)) * dtypeBytes(weight.dtype);
       weights.push_back(std::move(weight));
       slices.push_back(slice);
     }
+    footprint.heldBytes = total;
     allocating = "the weights (" + std::to_string(total) + " bytes)";
     backend.allocateWeights(weights);
     std::vector<float> staging;
@@ -204,6 +210,7 @@ bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &gro
   j["rank"] = group.rank;
   j["world"] = group.world;
   j["weight_bytes_loaded"] = footprint.weightBytes;
+  j["weight_bytes_held"] = footprint.heldBytes;
   j["arena_bytes"] = footprint.arenaBytes;
   j["collectives"] = nlohmann::ordered_json::array();
   for (const TraceEntry &e : trace)
@@ -279,6 +286,15 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   }
   if (!loadWeights(spec, args, rank, backend, footprint, error))
     return group->stop(error);
+  if (args.verbose && group->rank == 0) {
+    std::string types;
+    for (const auto &[type, count] : footprint.held)
+      types += (types.empty() ? "" : ", ") + type + " " + std::to_string(count);
+    if (std::string how = backend.describe(); !how.empty())
+      std::fprintf(stderr, "tpc: %s\n", how.c_str());
+    std::fprintf(stderr, "tpc: weights held as %s (parameters per type); %.1f MB on rank 0\n",
+                 types.c_str(), double(footprint.heldBytes) / 1e6);
+  }
 
   Generator generator(spec, backend, rank, request->fault);
   try {

@@ -30,7 +30,7 @@ struct Args {
   std::optional<uint64_t> randomSeed;
   std::vector<int64_t> prompt, forced;
   std::optional<int64_t> eosId; // overrides the model's end-of-sequence ids
-  bool ignoreEos = false, warmup = false;
+  bool ignoreEos = false, warmup = false, verbose = false;
   int64_t maxNewTokens = 16, maxSeqLen = 0; // maxSeqLen 0: not given, see chooseMaxSeqLen
   int timeoutSeconds = 30;
 };

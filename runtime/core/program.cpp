@@ -17,8 +17,8 @@ ModelSpec *newSpec(const char *name, int64_t tp, int64_t vocab, int64_t arenaPer
 }
 
 void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, SliceSpec slice,
-              std::vector<std::string> sources) {
-  spec->params.push_back({name, std::move(hfShape), std::move(slice), std::move(sources)});
+              std::vector<std::string> sources, DType dtype) {
+  spec->params.push_back({name, std::move(hfShape), std::move(slice), std::move(sources), dtype});
 }
 
 void addKvCache(ModelSpec *spec, int64_t width) { addKvCache(spec, width, width); }

@@ -126,6 +126,10 @@ const Flag kFlags[] = {
      "run a throwaway prefill and two decode steps first, then time 3 prefills (their "
      "median is printed); tokens and logits are the same",
      [](Args &a, const char *, const char *, std::string &) { return a.warmup = true; }},
+    {"--verbose", nullptr,
+     "rank 0 says how it computes: the matrix kernels and BLAS core the backend chose, and "
+     "the types its weights are held in",
+     [](Args &a, const char *, const char *, std::string &) { return a.verbose = true; }},
 };
 
 const char *kUsageNotes =

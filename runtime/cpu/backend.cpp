@@ -1,5 +1,5 @@
-// The CPU backend: the rank's Context (tpcrt/cpu/context.h) holds its fp32 weights, which the
-// loader writes straight into, its KV caches and arena; the CPU program's forwards run on it,
+// The CPU backend: the rank's Context (tpcrt/cpu/context.h) holds its weights (fp32, which the
+// loader writes straight into, or matrices in bf16 or f16, which it narrows to), its KV caches and arena; the CPU program's forwards run on it,
 // the matrix products on one OpenBLAS thread per rank. Also the CPU program's setForwards and
 // runModel (tpcrt/program.h).
 #include "tpcrt/backend.h"
@@ -9,6 +9,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 
@@ -44,16 +45,24 @@ public:
     cx.attach(*rank.comm, rank.variableGathers);
   }
 
-  DType weightType(const WeightDesc &) const override { return DType::F32; }
+  /// What the program says (tp-weight-storage's choice): fp32, or a matrix kept in bf16 or
+  /// f16.
+  DType weightType(const WeightDesc &desc) const override { return desc.dtype; }
   void allocateWeights(const std::vector<WeightDesc> &weights) override {
     std::vector<size_t> counts;
-    for (const WeightDesc &weight : weights) // all F32 (weightType)
+    std::vector<DType> types;
+    for (const WeightDesc &weight : weights) {
       counts.push_back(size_t(weight.elements()));
-    cx.weights.allocate(counts);
+      types.push_back(weight.dtype);
+    }
+    cx.weights.allocate(counts, types);
   }
+  /// fp32 weights are read straight into place; the others are staged and narrowed.
   float *hostWeight(size_t i) override { return cx.weights.data(i); }
   void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) override {
-    std::copy(values, values + count, cx.weights.data(i) + offset);
+    DType type = cx.weights.type(i);
+    narrow(values, type, static_cast<std::byte *>(cx.weights.raw(i)) + offset * dtypeBytes(type),
+           size_t(count));
   }
   bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
     return false; // the loader generates them into hostWeight, as it reads a checkpoint
@@ -83,6 +92,7 @@ public:
       cache.length = 0;
   }
   bool injectFault() override { return false; }
+  std::string describe() const override { return "CPU: " + matrixKernels(); }
 
 private:
   ForwardFn forwardFn, sequenceParallelFn;

@@ -7,6 +7,7 @@
 // a time into an fp32 scratch that stays in cache, and OpenBLAS's fp32 GEMM multiplies x by it,
 // so x is never rounded and the arithmetic is the same as for fp32 weights.
 #include "tpcrt/cpu/kernels.h"
+#include "tpcrt/cpu/blas.h"
 
 #include <cblas.h>
 
@@ -323,6 +324,15 @@ bool embedding(Host, const int64_t *ids, int64_t tokens, Matrix table, int64_t r
       std::fill(row, row + width, 0.0f); // another rank's row: this summand is zero
   }
   return true;
+}
+
+std::string matrixKernels() {
+  std::string vector;
+  for (DType type : {DType::F32, DType::BF16, DType::F16})
+    vector += std::string(vector.empty() ? "" : ", ") + dtypeName(type) +
+              (vectorKernels(type) ? " AVX2" : " scalar");
+  return "one-row linear: " + vector + "; matrix products: " + blasDescription() +
+         " sgemm (bf16 and f16 widened a panel at a time)";
 }
 
 } // namespace tpcrt::cpu

@@ -127,11 +127,17 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
     SmallVector<int64_t> hfShape(param.getTensorType().getShape());
     if (ShardDescAttr shard = param.getShardAttr())
       hfShape.assign(shard.getHfShape().begin(), shard.getHfShape().end());
+    // How the rank holds it, where that is not the activation type (the CPU's bf16 and f16
+    // matrices; tp-weight-storage decided).
+    WeightType held = param.getWeightType();
+    bool ownType = weightTypeOf(getTarget(module).getActivation()) != held;
     m.onSpec("tpcrt::addParam", [&](Args &a) {
       a.string(param.getSymName())
           .text("std::vector<int64_t>" + braced(hfShape))
           .text(sliceOf(param))
           .text(sourcesOf(param));
+      if (ownType)
+        a.text("tpcrt::DType::" + llvm::StringRef(stringifyWeightType(held)).upper());
     });
   }
   // One KV cache per attention layer (the plain forward's; the other has the same layers).

@@ -92,6 +92,8 @@ public:
                                bool sequenceParallel) = 0;
   /// Every KV cache empty again: the next forward starts a new sequence.
   virtual void resetCaches() = 0;
+  /// How it computes, for --verbose: its kernels and libraries, as chosen on this machine.
+  virtual std::string describe() const { return ""; }
   /// TPC_FAULT=device: makes the device fault on purpose, so that the forward under way
   /// fails with a device error. False where the backend has no device to fault.
   virtual bool injectFault() = 0;

@@ -7,6 +7,7 @@
 #define TPCRT_MODEL_H
 
 #include "tpcrt/comm.h"
+#include "tpcrt/dtype.h"
 #include "tpcrt/failure.h"
 #include "tpcrt/weights.h"
 
@@ -24,6 +25,7 @@ struct ParamDesc {
   std::vector<int64_t> hfShape; // as in the checkpoint
   SliceSpec slice;              // piece left 0: the driver sets rank * chunks / tp
   std::vector<std::string> sources; // checkpoint tensors it stacks, when saved in pieces
+  DType dtype = DType::F32;         // how the rank holds it (the program's tp-weight-storage)
 };
 
 struct ModelSpec {
@@ -52,7 +54,7 @@ struct ModelSpec {
 ModelSpec *newSpec(const char *name, int64_t tp, int64_t vocab, int64_t arenaPerToken,
                    bool lastTokenOnly);
 void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, SliceSpec slice,
-              std::vector<std::string> sources);
+              std::vector<std::string> sources, DType dtype = DType::F32);
 void addKvCache(ModelSpec *spec, int64_t width);
 /// A layer whose value heads are narrower or wider than its key heads (DeepSeek's MLA).
 void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth);

@@ -24,12 +24,15 @@ int runModel(ModelSpec *spec, int argc, char **argv);
 
 using ProgramContext = Context;
 using ProgramAct = float;
+/// A weight matrix as the rank holds it (fp32, bf16 or f16): what linear and embedding take.
+using ProgramMatrix = cpu::Matrix;
 /// The state the CPU kernels take: none (tpcrt/cpu/kernels.h).
 inline cpu::Host kernels(Context &) { return {}; }
 #include "tpcrt/program_ops.inc"
 
 // What only the CPU target runs (TPC_CPU_CALL in tpcrt/calls.def): mixtures of experts and
 // DeepSeek's multi-head latent attention.
+inline ProgramMatrix matrix(Context &cx, int64_t i) { return cx.matrix(size_t(i)); }
 inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
                    int64_t experts, int64_t topK, bool normalize, float *out, const float *bias,
                    bool softmaxAfterTopK, double scale, int64_t groups, int64_t topGroups) {

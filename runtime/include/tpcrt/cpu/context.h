@@ -7,6 +7,7 @@
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/model.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -16,42 +17,53 @@
 
 namespace tpcrt {
 
-/// Every parameter's slice of this rank, in fp32, one after the other in one allocation,
-/// each from a cache line: a decode step streams them in about this order, and one stretch
-/// of memory streams faster than the same bytes in many allocations (measured in
-/// bench/results/cpu-vs-transformers.txt). A weight's rows start where whole vector loads do
-/// not straddle two lines (the CPU's one-row matrix-vector product reads them so).
+/// Every parameter's slice of this rank, each in its own type (fp32, or a matrix kept in the
+/// checkpoint's bf16 or f16), one after the other in one allocation, each from a cache line:
+/// a decode step streams them in about this order, and one stretch of memory streams faster
+/// than the same bytes in many allocations (measured in bench/results/cpu-vs-transformers.txt).
+/// A weight's rows start where whole vector loads do not straddle two lines (the CPU's
+/// one-row matrix-vector product reads them so).
 class HostWeights {
 public:
-  /// Room for `counts[i]` elements of parameter i. Not zeroed: the loader writes every
-  /// element of every weight, a short piece's padding included (Checkpoint::read,
-  /// generateSlice), and a zero fill first would stream the whole slice through memory once
-  /// more at load; the gaps to the next cache line are never read.
-  void allocate(const std::vector<size_t> &counts) {
+  /// Room for `counts[i]` elements of `types[i]` for parameter i. Not zeroed: the loader
+  /// writes every element of every weight, a short piece's padding included
+  /// (Checkpoint::read, generateSlice), and a zero fill first would stream the whole slice
+  /// through memory once more at load; the gaps to the next cache line are never read.
+  void allocate(const std::vector<size_t> &counts, const std::vector<DType> &types) {
     offsets.clear();
     sizes = counts;
+    dtypes = types;
     size_t total = 0;
-    for (size_t count : counts) {
+    for (size_t i = 0; i < counts.size(); ++i) {
       offsets.push_back(total);
-      if (count > kMaxFloats - kLineFloats || total > kMaxFloats - count - kLineFloats)
+      size_t width = dtypeBytes(types[i]);
+      if (counts[i] > (SIZE_MAX - kLine) / width || total > SIZE_MAX - counts[i] * width - kLine)
         throw std::length_error("the weights' size overflows");
-      total += (count + kLineFloats - 1) / kLineFloats * kLineFloats;
+      total += (counts[i] * width + kLine - 1) / kLine * kLine;
     }
-    storage.reset(static_cast<float *>(::operator new(total * sizeof(float), kAlign)));
+    storage.reset(static_cast<std::byte *>(::operator new(total, kAlign)));
   }
-  float *data(size_t i) { return storage.get() + offsets[i]; }
-  const float *data(size_t i) const { return storage.get() + offsets[i]; }
+  /// Weight i's fp32 elements: null where it is held in another type.
+  float *data(size_t i) {
+    return dtypes[i] == DType::F32 ? reinterpret_cast<float *>(storage.get() + offsets[i])
+                                   : nullptr;
+  }
+  const float *data(size_t i) const { return const_cast<HostWeights *>(this)->data(i); }
+  /// Weight i's bytes, whatever its type.
+  void *raw(size_t i) { return storage.get() + offsets[i]; }
+  const void *raw(size_t i) const { return storage.get() + offsets[i]; }
+  DType type(size_t i) const { return dtypes[i]; }
   size_t size(size_t i) const { return sizes[i]; }
 
 private:
   static constexpr std::align_val_t kAlign{64};
-  static constexpr size_t kLineFloats = 64 / sizeof(float);
-  static constexpr size_t kMaxFloats = SIZE_MAX / sizeof(float);
+  static constexpr size_t kLine = 64;
   struct Free {
-    void operator()(float *p) const { ::operator delete(p, kAlign); }
+    void operator()(std::byte *p) const { ::operator delete(p, kAlign); }
   };
-  std::unique_ptr<float[], Free> storage;
+  std::unique_ptr<std::byte[], Free> storage;
   std::vector<size_t> offsets, sizes;
+  std::vector<DType> dtypes;
 };
 
 /// One forward of the CPU program over `tokens` new tokens; returns this rank's [tokens,
@@ -68,7 +80,16 @@ struct Context {
   std::vector<cpu::KVCache> caches;
   float *arena = nullptr;
 
-  const float *weight(size_t i) const { return weights.data(i); }
+  /// Weight i, held in fp32 (tp-weight-storage holds in fp32 every weight a kernel reads as
+  /// floats; the lowering asks for matrix() where it did not).
+  const float *weight(size_t i) const {
+    if (weights.type(i) != DType::F32)
+      fail("internal error: weight " + std::to_string(i) + " is held as " +
+           dtypeName(weights.type(i)) + ", but read as f32");
+    return weights.data(i);
+  }
+  /// Weight i as the linear and embedding kernels take it, in the type it is held in.
+  cpu::Matrix matrix(size_t i) const { return {weights.raw(i), weights.type(i)}; }
   /// Stops this rank with an error (the others fail on their next collective).
   [[noreturn]] void fail(const std::string &message) const;
 

@@ -8,6 +8,7 @@
 #include "tpcrt/model.h"
 
 #include <cstdint>
+#include <string>
 
 namespace tpcrt::cpu {
 
@@ -50,6 +51,10 @@ void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const flo
 /// panel at a time (several rows), never rounding x.
 void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y);
+
+/// How linear computes on this CPU, for --verbose: the matrix-vector kernels of each type and
+/// the BLAS behind the matrix products.
+std::string matrixKernels();
 
 /// Switches for tests and benchmarks, not for programs.
 namespace detail {

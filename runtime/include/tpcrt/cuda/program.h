@@ -29,6 +29,8 @@ int runModel(ModelSpec *spec, int argc, char **argv);
 
 using ProgramContext = Device;
 using ProgramAct = act;
+/// Every weight is held in the activation type on the device: a matrix is a pointer.
+using ProgramMatrix = const act *;
 /// The state the device's kernels take: the stream, cuBLASLt, their scratch.
 inline Device::State &kernels(Device &device) { return *device.state; }
 
