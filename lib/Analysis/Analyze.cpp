@@ -195,7 +195,6 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
     return failure();
   }
   MemoryReport &memory = a.memory;
-  memory.unshardedWeights = parameterBytes(module);
   memory.maxSeqLen = maxSeqLen;
   if (failed(plan::applyPlan(module, {o.plan, o.strategies, o.tp})))
     return failure();
@@ -205,6 +204,7 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   ProgramOptions program;
   program.sequenceParallel = o.sequenceParallel;
   program.fold = !o.noFold;
+  program.weights = o.weights;
   program.target = target::findTarget(o.target)->describe(module.getContext());
   OwningOpRef<ModuleOp> decided = buildProgram(module, program);
   if (!decided)
@@ -259,13 +259,21 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
                                !o.noFold);
       pm.addPass(tp::createTPElideCollectives());
     });
-    if (prefill)
-      partitioned = runOnCopy(
-          *prefill, [](OpPassManager &pm) { pm.addPass(tp::createTPPartition()); });
+    // The weights as the binary holds them: the target's types (tp-weight-storage).
+    if (prefill) {
+      (*prefill)->setAttr(tp::kTargetAttrName, program.target);
+      partitioned = runOnCopy(*prefill, [&](OpPassManager &pm) {
+        pm.addPass(tp::createTPPartition());
+        pm.addPass(tp::createTPWeightStorage({o.weights}));
+      });
+    }
   }
   if (!prefill || !partitioned)
     return failure();
   memory.weights = parameterBytes(*partitioned);
+  memory.unshardedWeights = unshardedParameterBytes(*partitioned);
+  memory.decodeReads = decodeWeightReads(*partitioned);
+  memory.heldTypes = heldTypes(*partitioned);
   memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
   memory.mlaLatentCache = mlaLatentCacheBytes(*partitioned, maxSeqLen);
   a.shares = rankShares(*partitioned);
@@ -322,6 +330,8 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
     j["memory_per_rank"] = {{"weights_bytes", memory.weights},
                             {"weights_bytes_by_rank", shares.weightBytes},
                             {"unsharded_weights_bytes", memory.unshardedWeights},
+                            {"weights_held_as", memory.heldTypes},
+                            {"decode_step_weight_bytes_read", memory.decodeReads},
                             {"weights_ratio", ratio},
                             {"kv_cache_bytes", memory.kvCache},
                             {"mla_latent_cache_bytes", memory.mlaLatentCache},
@@ -348,6 +358,9 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
   os << fmt::format("  weights             {:>14.0f} bytes ({:.1f}% of the unsharded "
                     "{:.0f})\n",
                     memory.weights, 100 * ratio, memory.unshardedWeights);
+  os << fmt::format("                      held as {}; a decode step reads {:.0f} bytes of "
+                    "them (the largest rank's)\n",
+                    memory.heldTypes, memory.decodeReads);
   os << fmt::format("  KV cache            {:>14.0f} bytes at {} tokens ({})\n",
                     memory.kvCache, memory.maxSeqLen, maxSeqLenWhy);
   if (memory.mlaLatentCache > 0)

@@ -8,6 +8,8 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace tpc;
 using namespace tpc::tp;
@@ -148,11 +150,71 @@ std::vector<CollectiveEntry> tpc::transformersCollectives(ModuleOp planned, int6
   return entries;
 }
 
+/// Bytes of a parameter's `elements` in the type it is stored in.
+static double storedBytes(ParamOp param, double elements) {
+  return elements * bytesPerElement(param.getWeightType());
+}
+
 double tpc::parameterBytes(ModuleOp module) {
   double bytes = 0;
   for (ParamOp param : module.getOps<ParamOp>())
-    bytes += tensorBytes(param.getTensorType(), 0);
+    bytes += storedBytes(param, double(param.getTensorType().getNumElements()));
   return bytes;
+}
+
+double tpc::unshardedParameterBytes(ModuleOp partitioned) {
+  double bytes = 0;
+  for (ParamOp param : partitioned.getOps<ParamOp>()) {
+    double elements = 1;
+    if (ShardDescAttr shard = param.getShardAttr())
+      for (int64_t d : shard.getHfShape())
+        elements *= double(d);
+    else
+      elements = double(param.getTensorType().getNumElements());
+    bytes += storedBytes(param, elements);
+  }
+  return bytes;
+}
+
+double tpc::decodeWeightReads(ModuleOp partitioned) {
+  int64_t tp = getMeshSize(partitioned).value_or(1);
+  // Tables that only embeddings read: a token reads one row of them.
+  llvm::DenseMap<StringAttr, bool> lookupOnly;
+  partitioned.walk([&](WeightOp weight) {
+    StringAttr name = weight.getParamAttr().getAttr();
+    bool lookup = llvm::all_of(weight->getUses(), [&](OpOperand &use) {
+      auto embedding = dyn_cast<EmbeddingOp>(use.getOwner());
+      return embedding && use.get() == embedding.getTable();
+    });
+    auto [it, inserted] = lookupOnly.try_emplace(name, lookup);
+    if (!inserted)
+      it->second = it->second && lookup;
+  });
+  double largest = 0;
+  for (int64_t r = 0; r < tp; ++r) {
+    double bytes = 0;
+    for (ParamOp param : partitioned.getOps<ParamOp>()) {
+      RankedTensorType type = param.getTensorType();
+      ShardDescAttr shard = param.getShardAttr();
+      double held = shard ? double(shard.heldElements(r, tp)) : double(type.getNumElements());
+      if (lookupOnly.lookup(param.getSymNameAttr()) && type.getRank() == 2)
+        held = std::min(held, double(type.getDimSize(1)));
+      bytes += storedBytes(param, held);
+    }
+    largest = std::max(largest, bytes);
+  }
+  return largest;
+}
+
+std::string tpc::heldTypes(ModuleOp module) {
+  std::map<std::string, int64_t> counts;
+  for (ParamOp param : module.getOps<ParamOp>())
+    ++counts[stringifyWeightType(param.getWeightType()).str()];
+  std::string out;
+  for (const auto &[type, count] : counts)
+    out += (out.empty() ? "" : ", ") + type + ": " + std::to_string(count) +
+           (out.empty() ? (count == 1 ? " parameter" : " parameters") : "");
+  return out;
 }
 
 RankShares tpc::rankShares(ModuleOp partitioned) {
@@ -180,7 +242,7 @@ RankShares tpc::rankShares(ModuleOp partitioned) {
     bool matmul = matmuls.contains(param.getSymNameAttr());
     for (int64_t r = 0; r < tp; ++r) {
       double held = shard ? double(shard.heldElements(r, tp)) : whole;
-      shares.weightBytes[r] += held * elementBytes(type);
+      shares.weightBytes[r] += storedBytes(param, held);
       if (matmul)
         shares.matmulElements[r] += held;
     }

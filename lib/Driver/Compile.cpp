@@ -30,6 +30,7 @@ std::optional<ProgramOptions> programOptions(const ProgramArgs &args, MLIRContex
   ProgramOptions options;
   options.sequenceParallel = args.sequenceParallel;
   options.fold = !args.noFold;
+  options.weights = args.weights;
   tp::TargetAttr target = target::findTarget(args.target)->describe(&ctx);
   options.target = target;
   if (args.fuse.empty())

@@ -5,6 +5,8 @@
 #include "tpc/Driver/Compile.h"
 #include "tpc/Import/Importer.h"
 #include "tpc/Target/TargetInfo.h"
+#include "tpcrt/dtype.h"
+#include "tpcrt/weights.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -49,14 +51,18 @@ std::string stamp(const std::string &path) {
 
 /// Everything that decides the compiled binary, one fact per line: tpc itself and the
 /// runtime it links (by size and time, so a rebuilt tpc compiles again), the checkpoint's
-/// config.json, the plan, tp, target and sequence parallelism.
-std::string cacheKey(const RunBuild &o, llvm::StringRef config, llvm::StringRef plan) {
+/// config.json and the types it stores its tensors in, the plan, tp, target, sequence
+/// parallelism and --weights-dtype.
+std::string cacheKey(const RunBuild &o, llvm::StringRef config, llvm::StringRef plan,
+                     const import::StoredTypes &stored) {
   std::string key = "tpc 0.1.0\n";
   key += stamp(llvm::sys::fs::getMainExecutable(nullptr, nullptr)) + "\n";
   for (const std::string &input : target::findTarget(o.target)->runtimeLibraries())
     key += stamp(input) + "\n";
-  key += fmt::format("tp {}\ntarget {}\nsequence parallel {}\n", o.tp, o.target,
-                     o.sequenceParallel ? "on" : "off");
+  key += fmt::format("tp {}\ntarget {}\nsequence parallel {}\nweights {}\n", o.tp, o.target,
+                     o.sequenceParallel ? "on" : "off", o.weights);
+  for (const auto &[name, type] : stored)
+    key += "stored " + name + " " + type + "\n";
   key += "plan " + o.plan + "\n" + plan.str() + "\n";
   key += "config.json\n" + config.str();
   return key;
@@ -75,11 +81,13 @@ std::optional<std::string> readFile(const std::string &path, const char *what) {
 /// Imports the checkpoint and compiles it into `dir`; the binary's path, or none (errors
 /// reported).
 std::optional<std::string> compileInto(const RunBuild &o, const std::string &configPath,
+                                       const import::StoredTypes &stored,
                                        const std::string &dir) {
   std::string modelPath;
   {
     Session session;
-    mlir::FailureOr<std::string> text = import::importConfig(configPath, &session.context());
+    mlir::FailureOr<std::string> text =
+        import::importConfig(configPath, &session.context(), &stored);
     if (mlir::failed(text))
       return std::nullopt;
     llvm::SmallString<256> path(dir);
@@ -94,6 +102,7 @@ std::optional<std::string> compileInto(const RunBuild &o, const std::string &con
   args.tp = o.tp;
   args.target = o.target;
   args.sequenceParallel = o.sequenceParallel;
+  args.weights = o.weights;
   args.output = dir;
   if (compileModel(args, llvm::errs()) != 0)
     return std::nullopt;
@@ -102,11 +111,29 @@ std::optional<std::string> compileInto(const RunBuild &o, const std::string &con
 
 } // namespace
 
+import::StoredTypes storedTypes(const std::string &configPath) {
+  llvm::SmallString<256> dir(configPath);
+  llvm::sys::path::remove_filename(dir);
+  if (dir.empty())
+    dir = ".";
+  std::string error;
+  std::unique_ptr<tpcrt::Checkpoint> checkpoint = tpcrt::Checkpoint::open(dir.str().str(), error);
+  import::StoredTypes stored;
+  if (!checkpoint)
+    return stored;
+  for (const std::string &name : checkpoint->names())
+    if (std::optional<tpcrt::DType> type = tpcrt::parseDType(checkpoint->find(name)->dtype);
+        type && *type != tpcrt::DType::F32)
+      stored[name] = tpcrt::dtypeName(*type);
+  return stored;
+}
+
 std::optional<std::string> binaryFor(const RunBuild &o, const std::string &configPath,
                                      std::string &scratch) {
   std::optional<std::string> config = readFile(configPath, "the checkpoint's config");
   if (!config)
     return std::nullopt;
+  import::StoredTypes stored = storedTypes(configPath);
   std::string planText;
   if (o.plan != "auto") {
     std::optional<std::string> text = readFile(o.plan, "the plan");
@@ -122,9 +149,9 @@ std::optional<std::string> binaryFor(const RunBuild &o, const std::string &confi
     }
     scratch = dir.str().str();
     llvm::errs() << "tpc run: compiling (--no-cache)\n";
-    return compileInto(o, configPath, scratch);
+    return compileInto(o, configPath, stored, scratch);
   }
-  std::string key = cacheKey(o, *config, planText);
+  std::string key = cacheKey(o, *config, planText, stored);
   std::string digest = llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(key)),
                                    /*LowerCase=*/true);
   llvm::SmallString<256> entry(cacheRoot());
@@ -157,7 +184,7 @@ std::optional<std::string> binaryFor(const RunBuild &o, const std::string &confi
   llvm::sys::path::append(keyPath, "key.txt");
   if (!writeAtomically(keyPath.str().str(), key))
     return std::nullopt;
-  std::optional<std::string> binary = compileInto(o, configPath, entry.str().str());
+  std::optional<std::string> binary = compileInto(o, configPath, stored, entry.str().str());
   if (!binary || !writeAtomically(done.str().str(), *binary + "\n"))
     return std::nullopt;
   return binary;

@@ -259,6 +259,9 @@ std::vector<double> yarnInvFreq(double theta, int64_t dim, double factor, double
 /// The model.mlir text under construction.
 class Writer {
 public:
+  /// How the checkpoint stores each tensor, by name, where it is not f32 ("bf16", "f16").
+  const StoredTypes *stored = nullptr;
+
   std::string type(std::vector<int64_t> dims) {
     std::string s = "tensor<";
     for (int64_t d : dims)
@@ -280,12 +283,26 @@ public:
       if ((overflow || elements > kMaxParamElements) && oversized.empty())
         oversized = name + " " + type(shape);
       params << "  tp.param @\"" << name << "\"";
-      if (!sources.empty()) {
-        params << " {sources = [";
-        for (size_t i = 0; i < sources.size(); ++i)
-          params << (i ? ", " : "") << "\"" << sources[i] << "\"";
-        params << "]}";
+      // The checkpoint's type, by the tensor's name or (stacked) its first piece's.
+      std::string storage;
+      if (stored) {
+        auto it = stored->find(sources.empty() ? name : sources.front());
+        if (it != stored->end())
+          storage = it->second;
       }
+      std::vector<std::string> attrs;
+      if (!sources.empty()) {
+        std::string list = "sources = [";
+        for (size_t i = 0; i < sources.size(); ++i)
+          list += (i ? ", \"" : "\"") + sources[i] + "\"";
+        attrs.push_back(list + "]");
+      }
+      if (!storage.empty())
+        attrs.push_back("storage = #tp.storage<" + storage + ">");
+      for (size_t i = 0; i < attrs.size(); ++i)
+        params << (i ? ", " : " {") << attrs[i];
+      if (!attrs.empty())
+        params << "}";
       params << " : " << type(shape) << "\n";
     }
     std::string value = "%w" + std::to_string(++weights);
@@ -330,7 +347,10 @@ std::string i64(int64_t v) { return std::to_string(v) + " : i64"; }
 
 class Importer {
 public:
-  Importer(Config &config, const Architecture &arch) : c(config), arch(arch) {}
+  Importer(Config &config, const Architecture &arch, const StoredTypes *stored)
+      : c(config), arch(arch) {
+    w.stored = stored;
+  }
 
   std::optional<std::string> run();
 
@@ -1304,7 +1324,8 @@ const std::vector<std::string> &supportedModelTypes() {
   return types;
 }
 
-FailureOr<std::string> importConfig(StringRef configPath, MLIRContext *context) {
+FailureOr<std::string> importConfig(StringRef configPath, MLIRContext *context,
+                                    const StoredTypes *stored) {
   FailureOr<plan::JsonDocument> doc = plan::JsonDocument::read(configPath, context);
   if (failed(doc))
     return failure();
@@ -1339,7 +1360,7 @@ FailureOr<std::string> importConfig(StringRef configPath, MLIRContext *context) 
         return failure();
       }
   }
-  Importer importer(config, *arch);
+  Importer importer(config, *arch, stored);
   std::optional<std::string> text = importer.run();
   if (!text)
     return failure();

@@ -44,6 +44,7 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                   "the target whose binary is reported: its decisions lay out the activation "
                   "arena, its element type sizes it (cpu: fp32, cuda: bf16)")
       ->check(CLI::IsMember(target::targetNames()));
+  addWeightsDtype(cmd, opts->analysis.weights);
   cmd->add_flag("--no-fold", opts->analysis.noFold,
                 "report the program compiled with --no-fold (tp-fold-redistribute left out)");
   cmd->add_flag("--json", opts->json, "print the report as JSON");

@@ -18,8 +18,10 @@ using CommandRunner = std::function<int()>;
 
 /// --plan, --tp, --strategies and the model: what every command that applies a plan takes.
 void addPlanArgs(CLI::App *cmd, driver::PlanArgs &args);
-/// addPlanArgs, and --target, --sequence-parallel, --no-fold and --fuse.
+/// addPlanArgs, and --target, --sequence-parallel, --no-fold, --fuse and --weights-dtype.
 void addProgramArgs(CLI::App *cmd, driver::ProgramArgs &args);
+/// --weights-dtype: the type the binary holds its matrices in (tp-weight-storage's option).
+void addWeightsDtype(CLI::App *cmd, std::string &weights);
 
 void addCheckCommand(CLI::App &app, CommandRunner &run);
 void addAnalyzeCommand(CLI::App &app, CommandRunner &run);

@@ -33,6 +33,15 @@ void addProgramArgs(CLI::App *cmd, ProgramArgs &args) {
                   "what the decision passes fuse, instead of the target's choice: none, or a "
                   "list of elementwise, norm, rotary and linears (cuda's default is all, "
                   "cpu's none)");
+  addWeightsDtype(cmd, args.weights);
+}
+
+void addWeightsDtype(CLI::App *cmd, std::string &weights) {
+  cmd->add_option("--weights-dtype", weights,
+                   "the type the CPU binary holds its weight matrices in: stored (default: the "
+                   "checkpoint's, f32, bf16 or f16; the arithmetic is fp32 either way), f32, "
+                   "bf16 or f16 (rounded at load); the GPU holds bf16")
+      ->check(CLI::IsMember({"stored", "f32", "fp32", "bf16", "f16", "fp16"}));
 }
 
 void addCompileCommand(CLI::App &app, CommandRunner &run) {

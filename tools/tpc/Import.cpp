@@ -1,6 +1,7 @@
 // tpc import: a Hugging Face config.json -> model.mlir, parsed and verified before it is
 // written. `--auto-plans` prints the table `--plan auto` uses instead.
 #include "Commands.h"
+#include "tpc/Driver/Run.h"
 #include "tpc/Driver/Session.h"
 
 #include "tpc/Dialect/TP/TPDialect.h"
@@ -45,7 +46,10 @@ void addImportCommand(CLI::App &app, CommandRunner &run) {
         return 2;
       }
       Session session;
-      FailureOr<std::string> text = import::importConfig(opts->config, &session.context());
+      // The checkpoint beside config.json says how its tensors are stored.
+      import::StoredTypes stored = driver::storedTypes(opts->config);
+      FailureOr<std::string> text =
+          import::importConfig(opts->config, &session.context(), &stored);
       if (failed(text))
         return 1;
       // What was written must be a valid model: parse and verify it before anyone sees it.

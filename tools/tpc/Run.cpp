@@ -99,6 +99,7 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
                   "a tp_plan JSON file, or auto for transformers' own plan (default)");
   cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
                 "split norms and residuals by tokens between the collectives");
+  addWeightsDtype(cmd, opts->weights);
   cmd->add_option("--prompt", opts->prompt, "the prompt, as text");
   cmd->add_option("--prompt-file", opts->promptFile, "a file holding the prompt text");
   cmd->add_option("--prompt-ids", opts->promptIds,

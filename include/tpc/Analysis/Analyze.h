@@ -24,6 +24,7 @@ struct AnalyzeOptions {
   int64_t prefillLen = 128, maxSeqLen = 2048; // the binary's default (checked in Analyze.cpp)
   bool maxSeqLenGiven = false, prefillLenGiven = false; // else the binary's defaults apply
   bool sequenceParallel = false, noFold = false;
+  std::string weights = "stored"; // --weights-dtype
 };
 
 struct Analysis {

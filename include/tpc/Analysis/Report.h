@@ -39,6 +39,11 @@ struct PhaseReport {
 
 struct MemoryReport {
   double weights = 0, unshardedWeights = 0, kvCache = 0, arena = 0;
+  /// The weight bytes one decode step reads on the rank that reads most (each matrix once,
+  /// an embedding table's one row), and the types the weights are held in ("bf16: 211
+  /// parameters, f32: 61").
+  double decodeReads = 0;
+  std::string heldTypes;
   double mlaLatentCache = 0; // the latent cache transformers keeps for MLA layers instead
   int64_t maxSeqLen = 0, arenaElementsPerToken = 0;
 };
@@ -84,8 +89,16 @@ std::vector<CollectiveEntry> transformersCollectives(mlir::ModuleOp planned, int
 /// it are the same torch.chunk pieces (an intermediate size tp does not divide).
 std::string transformersFailure(mlir::ModuleOp planned);
 
-/// Bytes of every tp.param as typed (global before tp-partition, local after).
+/// Bytes of every tp.param as stored (its `storage`, else its element type), as typed:
+/// global before tp-partition, local after.
 double parameterBytes(mlir::ModuleOp module);
+/// Bytes of every tp.param of a partitioned module at its HF shape, as stored.
+double unshardedParameterBytes(mlir::ModuleOp partitioned);
+/// The weight bytes a one-token forward reads on the rank that reads most: every element of
+/// every parameter it holds, but one row of a table only an embedding reads.
+double decodeWeightReads(mlir::ModuleOp partitioned);
+/// How many parameters are held in each type, "bf16: 211 parameters, f32: 61".
+std::string heldTypes(mlir::ModuleOp module);
 
 /// What each rank of a partitioned module holds and computes, padding left out, read off the
 /// shard descriptors and the attentions' rank_heads: uneven where tp does not divide a head

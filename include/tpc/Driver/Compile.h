@@ -23,9 +23,9 @@ struct PlanArgs {
 bool checkTpArg(const PlanArgs &args);
 
 /// What says which program compile builds (and check checks): the plan's arguments and
-/// --target, --sequence-parallel, --no-fold and --fuse.
+/// --target, --sequence-parallel, --no-fold, --fuse and --weights-dtype.
 struct ProgramArgs : PlanArgs {
-  std::string target = "cpu", fuse;
+  std::string target = "cpu", fuse, weights = "stored";
   bool sequenceParallel = false, noFold = false;
 };
 
