@@ -361,6 +361,11 @@ def main():
     ap.add_argument("--std", type=float, default=0.15, help="std of matrices and biases")
     ap.add_argument("--min-margin", type=float, default=0.02,
                     help="redraw the prompt while some greedy step's top-2 margin is smaller")
+    ap.add_argument("--weights-dtype", choices=["float32", "bfloat16", "float16"],
+                    default="float32",
+                    help="save the weights in this type: every parameter is rounded to it "
+                    "(nearest even, torch's .to) and the reference is transformers' fp32 run "
+                    "on those values upcast, as from_pretrained(dtype=torch.float32) loads them")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config keyword argument (VALUE as JSON if it parses, "
                     "else a string); repeatable")
@@ -383,7 +388,16 @@ def make(arch, outdir, args):
     """Saves ARCH's model and reference into OUTDIR."""
     model = build(arch, args.seed, args.std, args.overrides)
     os.makedirs(outdir, exist_ok=True)
-    model.save_pretrained(outdir)
+    if args.weights_dtype == "float32":
+        model.save_pretrained(outdir)
+    else:
+        # Parameters only: buffers (RoPE's inv_freq) are not saved and stay fp32.
+        stored = getattr(torch, args.weights_dtype)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(stored).to(torch.float32))
+        model.save_pretrained(
+            outdir, state_dict={k: v.to(stored) for k, v in model.state_dict().items()})
 
     best, best_key = None, None
     for attempt in range(MAX_TRIES):
