@@ -22,7 +22,7 @@ namespace {
 struct RunOptions : driver::RunBuild {
   std::string prompt, promptFile, promptIds, system;
   int64_t maxNewTokens = 64;
-  bool chat = false;
+  bool chat = false, ignoreEos = false, warmup = false, verbose = false;
 };
 
 int run(const RunOptions &o) {
@@ -73,8 +73,10 @@ int run(const RunOptions &o) {
     add("--prompt-file", o.promptFile);
     add("--prompt-ids", o.promptIds);
     add("--system", o.system);
-    if (o.chat)
-      launch.command.push_back("--chat");
+    for (auto [flag, on] : {std::pair{"--chat", o.chat}, {"--ignore-eos", o.ignoreEos},
+                            {"--warmup", o.warmup}, {"--verbose", o.verbose}})
+      if (on)
+        launch.command.push_back(flag);
     status = driver::launchRanks(launch);
   }
   if (!scratch.empty())
@@ -111,6 +113,13 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
                 "render the prompt as a user message through the checkpoint's chat template, "
                 "with the generation prompt (apply_chat_template)");
   cmd->add_option("--system", opts->system, "with --chat: a system message first");
+  cmd->add_flag("--ignore-eos", opts->ignoreEos,
+                "generate --max-new-tokens whatever the model says (for benchmarks)");
+  cmd->add_flag("--warmup", opts->warmup,
+                "a throwaway prefill and two decode steps first, then the median of three "
+                "warm prefills and the median decode step are reported (for benchmarks)");
+  cmd->add_flag("--verbose", opts->verbose,
+                "say how rank 0 computes: its kernels, BLAS core and weight types");
   cmd->add_flag("--no-cache", opts->noCache,
                 "compile into a temporary directory, removed afterwards, instead of the "
                 "cache (TPC_CACHE_DIR, else $XDG_CACHE_HOME/tpc, else ~/.cache/tpc)");

@@ -3,8 +3,10 @@
 
 Every rank ran the prefill's collectives and then each decode step's, in order, the same
 kinds, modules and bytes analyze lists; loaded exactly the weight bytes analyze says that rank
-holds (a replicated run cannot pass as a sharded one); and allocated the activation arena
-analyze reports (run analyze with the binary's --target and --max-seq-len).
+holds (a replicated run cannot pass as a sharded one); held the weight bytes analyze reports
+per rank (in the types the binary holds them, padding included); and allocated the activation
+arena analyze reports (run analyze with the binary's --target, --max-seq-len and
+--weights-dtype).
 """
 import json
 import sys
@@ -37,6 +39,10 @@ for path in traces:
     if trace["weight_bytes_loaded"] != weights:
         failed = True
         print(f"{path}: loaded {trace['weight_bytes_loaded']} weight bytes, a rank holds {weights}")
+    held = report["memory_per_rank"]["weights_bytes"]
+    if trace["weight_bytes_held"] != held:
+        failed = True
+        print(f"{path}: holds {trace['weight_bytes_held']} weight bytes, analyze says {held:.0f}")
     arena = report["memory_per_rank"]["activation_arena_bytes"]
     if trace["arena_bytes"] != arena:
         failed = True
