@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Decode and prefill of one model stored in several weight formats, in one run on this machine:
+# tpc at tp 1 and tp 2 (one rank per thread) and llama.cpp (bench/llama_cpp.sh's build, -t 1 and
+# -t 2, the same cores) on GGUF files with the same weights (bench/make_bench_models.sh), each
+# decode against its bandwidth floor: the weight bytes one decode step reads over the read
+# bandwidth of as many threads (bench/read_bandwidth.cpp, measured before and after the runs,
+# the better taken: this shared virtual machine drifts by 10-20% within minutes).
+#
+# Bytes a step reads (bench/bench_models.py): every matrix and norm once, one row of the input
+# embedding table, the lm_head whole (the embedding table once more when tied). tpc's from its
+# checkpoint's shapes at the format's width; llama.cpp's from the GGUF's own tensor sizes (its
+# BF16 files keep the norms f32; its Q8_0 and Q4_1 ones carry the blocks' scales).
+#
+# tpc: import, compile --plan auto --tp N, launch with --warmup (prefill: the median of 3 warm
+# prefills; decode: the median step) and --ignore-eos, best of RUNS. A format runs on tpc when
+# tpc can read it: f32 always; bf16 when `tpc compile` offers --weights-dtype; q8_0 and q4_1 not
+# yet (their rows show llama.cpp alone).
+# llama.cpp: llama-bench, RUNS repetitions each: prefill = -p PROMPT -n 0; decode = -p 0 -n NEW
+# -d PROMPT (decoding after a PROMPT-token context, as tpc's steps do); its mean.
+#
+# Usage: bench/weights.sh [smollm2|llama1b] [FORMATS]   FORMATS: comma-separated, from
+#        f32,bf16,q8_0,q4_1 (default f32,bf16,q8_0; q4_1 exists for smollm2 only)
+# Environment: TPC (default build/bin/tpc), RUNS (3), PROMPT_TOKENS (128), NEW_TOKENS (32).
+# Not a test: it takes minutes (the 1B model's f32 runs alone read 4.7 GB a step).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tpc=${TPC:-$root/build/bin/tpc}
+model=${1:-smollm2}
+IFS=, read -r -a formats <<< "${2:-f32,bf16,q8_0}"
+runs=${RUNS:-3}
+prompt_len=${PROMPT_TOKENS:-128}
+new_tokens=${NEW_TOKENS:-32}
+die() { echo "weights.sh: $*" >&2; exit 1; }
+
+case $model in smollm2 | llama1b) ;; *) die "no model '$model': smollm2 or llama1b" ;; esac
+for f in "${formats[@]}"; do
+  case $f in
+    f32 | bf16 | q8_0) ;;
+    q4_1) [[ $model == smollm2 ]] || die "q4_1 exists for smollm2 only" ;;
+    *) die "no format '$f': f32, bf16, q8_0 or q4_1" ;;
+  esac
+done
+[[ -x $tpc ]] || die "no tpc at $tpc (build it, or set TPC)"
+for tool in python3 g++; do command -v "$tool" > /dev/null || die "$tool is not installed"; done
+
+venv=$("$root/scripts/venv.sh")
+bin=$("$root/bench/llama_cpp.sh")
+src=$("$root/bench/llama_cpp.sh" --src)
+cache=$("$root/bench/make_bench_models.sh")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# FORMAT: tpc's checkpoint directory, and the GGUF file.
+checkpoint() {
+  case $model:$1 in
+    smollm2:f32) echo "${TPC_SMOLLM2_CACHE:-$HOME/.cache/tpc-smollm2}/ckpt" ;;
+    *) echo "$cache/$model-$1" ;;
+  esac
+}
+gguf_file() { echo "$cache/$model-$1.gguf"; }
+
+# Only a tpc whose compile offers --weights-dtype stores weights in anything but f32.
+has_weights_dtype=no
+if "$tpc" compile --help 2>&1 | grep -q -- '--weights-dtype'; then has_weights_dtype=yes; fi
+tpc_reads() {
+  case $1 in f32) return 0 ;; bf16) [[ $has_weights_dtype == yes ]] ;; *) return 1 ;; esac
+}
+
+echo "machine: $(nproc) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1);" \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "tpc $(git -C "$root" rev-parse --short HEAD) ($tpc); llama.cpp: $("$bin/llama-bench" \
+  --version 2>&1 | grep -m1 -i version || echo unknown)"
+echo "model $model; prompt $prompt_len tokens, $new_tokens new tokens; best of $runs"
+echo
+
+g++ -O3 -march=native -pthread -o "$work/read_bandwidth" "$root/bench/read_bandwidth.cpp"
+declare -A bw
+measure_bandwidth() {
+  local threads line value
+  for threads in 1 2; do
+    line=$("$work/read_bandwidth" "$threads" 5)
+    echo "$line"
+    value=$(sed -n 's/.*: \([0-9.]*\) GB\/s.*/\1/p' <<< "$line")
+    [[ -n $value ]] || die "read_bandwidth printed no GB/s: $line"
+    if [[ -z ${bw[$threads]:-} ]] || python3 -c "import sys; sys.exit(not $value > ${bw[$threads]})"; then
+      bw[$threads]=$value
+    fi
+  done
+}
+echo "== read bandwidth, before the runs"
+measure_bandwidth
+echo
+
+min() { python3 -c "import sys; print(min(float(x) for x in sys.argv[1:]))" "$@"; }
+declare -A decode prefill lc_decode lc_prefill bytes lc_bytes
+prompt=$(python3 -c "print(','.join(str((7 * i + 3) % 250) for i in range($prompt_len)))")
+"$tpc" import "$(checkpoint f32)/config.json" -o "$work/model.mlir" > /dev/null ||
+  die "tpc import failed"
+
+echo "== tpc"
+for f in "${formats[@]}"; do
+  if ! tpc_reads "$f"; then
+    echo "tpc $f: not run (tpc stores no $f weights yet)"
+    continue
+  fi
+  ckpt=$(checkpoint "$f")
+  bytes[$f]=$("$venv/bin/python" "$root/bench/bench_models.py" step-bytes "$ckpt" "$f")
+  dtype_flag=()
+  [[ $has_weights_dtype == yes ]] && dtype_flag=(--weights-dtype "$f")
+  for tp in 1 2; do
+    out_dir=$work/$f-tp$tp
+    "$tpc" compile "$work/model.mlir" --plan auto --tp "$tp" "${dtype_flag[@]}" -o "$out_dir" \
+      > "$out_dir.log" 2>&1 || { cat "$out_dir.log" >&2; die "tpc compile ($f, tp $tp) failed"; }
+    binary=$(find "$out_dir" -maxdepth 1 -type f -perm -u+x | head -1)
+    [[ -n $binary ]] || die "tpc compile wrote no binary into $out_dir"
+    ds=() ps=()
+    for run in $(seq "$runs"); do
+      out=$("$tpc" launch -n "$tp" "$binary" --weights "$ckpt" --prompt-ids "$prompt" \
+        --max-new-tokens "$new_tokens" --ignore-eos --warmup 2>&1 | sed 's/\[rank 0\] //') ||
+        { echo "$out" >&2; die "tpc launch ($f, tp $tp) failed"; }
+      d=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
+      p=$(sed -n 's/^prefill: \([0-9.]*\) ms.*/\1/p' <<< "$out")
+      [[ -n $d && -n $p ]] || { echo "$out" >&2; die "no prefill or decode line from tpc"; }
+      echo "tpc $f tp $tp, run $run: prefill $p ms; decode $d ms per token"
+      ds+=("$d") ps+=("$p")
+    done
+    decode[$f$tp]=$(min "${ds[@]}")
+    prefill[$f$tp]=$(min "${ps[@]}")
+  done
+done
+echo
+
+# llama-bench's JSON: a list of tests, each with n_prompt, n_gen and avg_ns (per repetition).
+llama_bench() { # FILE THREADS ARGS... -> avg ms of the one test
+  local file=$1 threads=$2
+  shift 2
+  "$bin/llama-bench" -m "$file" -t "$threads" -r "$runs" -o json "$@" > "$work/lb.json" \
+    2> "$work/lb.log" || { tail -20 "$work/lb.log" >&2; die "llama-bench failed on $file"; }
+  python3 -c "import json, sys; t = json.load(open(sys.argv[1])); assert len(t) == 1, t;
+print(t[0]['avg_ns'] / 1e6)" "$work/lb.json"
+}
+echo "== llama.cpp"
+for f in "${formats[@]}"; do
+  file=$(gguf_file "$f")
+  [[ -e $file ]] || die "no $file (bench/make_bench_models.sh makes it)"
+  lc_bytes[$f]=$(PYTHONPATH=$src/gguf-py "$venv/bin/python" "$root/bench/bench_models.py" \
+    gguf-step-bytes "$file")
+  for threads in 1 2; do
+    p=$(llama_bench "$file" "$threads" -p "$prompt_len" -n 0)
+    g=$(llama_bench "$file" "$threads" -p 0 -n "$new_tokens" -d "$prompt_len")
+    lc_prefill[$f$threads]=$p
+    lc_decode[$f$threads]=$(python3 -c "print($g / $new_tokens)")
+    printf 'llama.cpp %s -t %d: prefill %.3f ms; decode %.3f ms per token (mean of %d)\n' \
+      "$f" "$threads" "$p" "${lc_decode[$f$threads]}" "$runs"
+  done
+done
+echo
+echo "== read bandwidth, after the runs"
+measure_bandwidth
+echo
+
+echo "== decode ms per token against the floor (bytes a step reads / read bandwidth)," \
+  "prefill of $prompt_len tokens"
+python3 - "$model" "${bw[1]}" "${bw[2]}" "${formats[@]}" << EOF
+import sys
+model, bw = sys.argv[1], {1: float(sys.argv[2]), 2: float(sys.argv[3])}
+formats = sys.argv[4:]
+def d(s): return dict(kv.split("=", 1) for kv in s.split() if kv)
+decode, prefill = d("""$(for k in "${!decode[@]}"; do echo "$k=${decode[$k]}"; done)"""), \
+    d("""$(for k in "${!prefill[@]}"; do echo "$k=${prefill[$k]}"; done)""")
+lc_decode, lc_prefill = d("""$(for k in "${!lc_decode[@]}"; do echo "$k=${lc_decode[$k]}"; done)"""), \
+    d("""$(for k in "${!lc_prefill[@]}"; do echo "$k=${lc_prefill[$k]}"; done)""")
+nbytes = d("""$(for k in "${!bytes[@]}"; do echo "$k=${bytes[$k]}"; done)""")
+lc_nbytes = d("""$(for k in "${!lc_bytes[@]}"; do echo "$k=${lc_bytes[$k]}"; done)""")
+def num(x, fmt="%.2f"): return "-" if x is None else fmt % x
+print("%-5s %2s %9s %9s %6s %9s %9s %6s %7s %10s %10s" % (
+    "fmt", "tp", "tpc ms", "floor ms", "x", "llama ms", "floor ms", "x", "tpc/ll",
+    "tpc pre", "llama pre"))
+for f in formats:
+    for tp in (1, 2):
+        k = f + str(tp)
+        t = float(decode[k]) if k in decode else None
+        floor = int(nbytes[f]) / (bw[tp] * 1e6) if f in nbytes else None
+        l = float(lc_decode[k])
+        lfloor = int(lc_nbytes[f]) / (bw[tp] * 1e6)
+        print("%-5s %2d %9s %9s %6s %9s %9s %6s %7s %10s %10s" % (
+            f, tp, num(t), num(floor), num(t / floor if t else None),
+            num(l), num(lfloor), num(l / lfloor), num(t / l if t else None),
+            num(float(prefill[k]) if k in prefill else None, "%.1f"),
+            num(float(lc_prefill[k]), "%.1f")))
+print()
+for f in formats:
+    print("%s: tpc reads %s MB a step, llama.cpp %s MB" % (
+        f, num(int(nbytes[f]) / 1e6, "%.1f") if f in nbytes else "-",
+        num(int(lc_nbytes[f]) / 1e6, "%.1f")))
+print("bandwidth: %.1f GB/s (1 thread), %.1f GB/s (2 threads), the better of before and after"
+      % (bw[1], bw[2]))
+EOF
