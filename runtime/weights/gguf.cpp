@@ -1,7 +1,8 @@
-// GGUF reading (llama.cpp's format): a file from elsewhere, so every count, length, offset and
-// size in it is checked against the limits and the file's size before anything is allocated
-// or read by it, and errors name the field. The header, metadata and tensor table are read
-// through a small buffer with pread (a file may be many gigabytes); tensor data by rows.
+// GGUF reading (llama.cpp's format): a file from elsewhere, so every count,
+// length, offset and size in it is checked against the limits and the file's
+// size before anything is allocated or read by it, and errors name the field.
+// The header, metadata and tensor table are read through a small buffer with
+// pread (a file may be many gigabytes); tensor data by rows.
 #include "tpcrt/gguf.h"
 
 #include "tpcrt/dtype.h"
@@ -75,9 +76,12 @@ bool preadAll(int fd, void *into, size_t bytes, uint64_t at) {
 
 uint16_t load16(const uint8_t *p) { return uint16_t(p[0] | p[1] << 8); }
 uint32_t load32(const uint8_t *p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
+         uint32_t(p[3]) << 24;
 }
-uint64_t load64(const uint8_t *p) { return uint64_t(load32(p)) | uint64_t(load32(p + 4)) << 32; }
+uint64_t load64(const uint8_t *p) {
+  return uint64_t(load32(p)) | uint64_t(load32(p + 4)) << 32;
+}
 float half(const uint8_t *p) { return f16ToFloat(load16(p)); }
 
 /// Bytes one scalar of `type` takes; 0 for strings, arrays and unknown ids.
@@ -104,17 +108,20 @@ uint64_t scalarBytes(GgufValueType type) {
 }
 
 bool isSigned(GgufValueType t) {
-  return t == GgufValueType::I8 || t == GgufValueType::I16 || t == GgufValueType::I32 ||
-         t == GgufValueType::I64;
+  return t == GgufValueType::I8 || t == GgufValueType::I16 ||
+         t == GgufValueType::I32 || t == GgufValueType::I64;
 }
 bool isUnsigned(GgufValueType t) {
-  return t == GgufValueType::U8 || t == GgufValueType::U16 || t == GgufValueType::U32 ||
-         t == GgufValueType::U64;
+  return t == GgufValueType::U8 || t == GgufValueType::U16 ||
+         t == GgufValueType::U32 || t == GgufValueType::U64;
 }
-bool isFloat(GgufValueType t) { return t == GgufValueType::F32 || t == GgufValueType::F64; }
+bool isFloat(GgufValueType t) {
+  return t == GgufValueType::F32 || t == GgufValueType::F64;
+}
 
-/// A scalar's little-endian bytes as a 64-bit word: unsigned and bool zero-extended, signed
-/// as int64_t's bits, floats as double's bits (f32 widened exactly).
+/// A scalar's little-endian bytes as a 64-bit word: unsigned and bool
+/// zero-extended, signed as int64_t's bits, floats as double's bits (f32
+/// widened exactly).
 uint64_t scalarWord(GgufValueType type, const uint8_t *p) {
   switch (type) {
   case GgufValueType::U8:
@@ -176,29 +183,32 @@ const GgmlTypeInfo *ggmlTypeInfo(uint32_t id) {
 
 std::string ggmlDequantizableTypes() {
   // In the order a reader thinks of them: plain floats, then the block types.
-  static const GgmlType order[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,
-                                   GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
-                                   GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
-                                   GgmlType::Q5_K, GgmlType::Q6_K};
+  static const GgmlType order[] = {
+      GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+      GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+      GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   std::string names;
   for (GgmlType type : order)
-    names += (names.empty() ? "" : ", ") + std::string(ggmlTypeInfo(type)->name);
+    names +=
+        (names.empty() ? "" : ", ") + std::string(ggmlTypeInfo(type)->name);
   return names;
 }
 
 const char *ggufValueTypeName(GgufValueType type) {
-  static const char *names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
-                                "bool", "string", "array", "u64", "i64", "f64"};
+  static const char *names[] = {"u8",  "i8",  "u16",  "i16",    "u32",
+                                "i32", "f32", "bool", "string", "array",
+                                "u64", "i64", "f64"};
   return uint32_t(type) <= 12 ? names[uint32_t(type)] : "unknown";
 }
 
-// Dequantization. Each formula is gguf-py's, in its order of fp32 operations (a product, then
-// a sum or difference, each rounded; this file is compiled without contraction into fused
-// multiply-adds), so that the results are bit for bit the same.
+// Dequantization. Each formula is gguf-py's, in its order of fp32 operations (a
+// product, then a sum or difference, each rounded; this file is compiled
+// without contraction into fused multiply-adds), so that the results are bit
+// for bit the same.
 namespace {
 
-// Q4_0: f16 d, 16 bytes of nibbles (low nibbles are elements 0..15, high 16..31);
-// d * (q - 8).
+// Q4_0: f16 d, 16 bytes of nibbles (low nibbles are elements 0..15,
+// high 16..31); d * (q - 8).
 void dequantQ4_0(const uint8_t *b, float *out) {
   float d = half(b);
   for (int j = 0; j < 16; ++j) {
@@ -216,8 +226,8 @@ void dequantQ4_1(const uint8_t *b, float *out) {
   }
 }
 
-// Q5_0: f16 d, 32 high bits (bit j of a little-endian u32 for element j), nibbles as Q4_0;
-// d * (q - 16).
+// Q5_0: f16 d, 32 high bits (bit j of a little-endian u32 for element j),
+// nibbles as Q4_0; d * (q - 16).
 void dequantQ5_0(const uint8_t *b, float *out) {
   float d = half(b);
   uint32_t qh = load32(b + 2);
@@ -248,9 +258,10 @@ void dequantQ8_0(const uint8_t *b, float *out) {
     out[j] = float(int8_t(b[2 + j])) * d;
 }
 
-// The K-quants' eight 6-bit scales and mins in 12 bytes: bytes 0..3 hold scales 0..3 in
-// their low 6 bits (and the top 2 bits of scales 4..7), bytes 4..7 the mins 0..3 likewise,
-// bytes 8..11 the low 4 bits of scales 4..7 (low nibble) and mins 4..7 (high nibble).
+// The K-quants' eight 6-bit scales and mins in 12 bytes: bytes 0..3 hold scales
+// 0..3 in their low 6 bits (and the top 2 bits of scales 4..7), bytes 4..7 the
+// mins 0..3 likewise, bytes 8..11 the low 4 bits of scales 4..7 (low nibble)
+// and mins 4..7 (high nibble).
 void kScaleMin(const uint8_t *s, uint8_t scale[8], uint8_t min[8]) {
   for (int j = 0; j < 4; ++j) {
     scale[j] = s[j] & 0x3f;
@@ -260,9 +271,9 @@ void kScaleMin(const uint8_t *s, uint8_t scale[8], uint8_t min[8]) {
   }
 }
 
-// Q4_K: f16 d, f16 dmin, 12 bytes of scales, 128 bytes of nibbles: sub-block 2c takes the
-// low nibbles of bytes 32c..32c+31, sub-block 2c+1 their high nibbles; (d * scale) * q -
-// (dmin * min).
+// Q4_K: f16 d, f16 dmin, 12 bytes of scales, 128 bytes of nibbles: sub-block 2c
+// takes the low nibbles of bytes 32c..32c+31, sub-block 2c+1 their high
+// nibbles; (d * scale) * q - (dmin * min).
 void dequantQ4_K(const uint8_t *b, float *out) {
   float d = half(b), dmin = half(b + 2);
   uint8_t scale[8], min[8];
@@ -277,8 +288,8 @@ void dequantQ4_K(const uint8_t *b, float *out) {
   }
 }
 
-// Q5_K: as Q4_K with 32 bytes of high bits before the nibbles: bit `sub` of byte l is the
-// fifth bit of element l of sub-block `sub`.
+// Q5_K: as Q4_K with 32 bytes of high bits before the nibbles: bit `sub` of
+// byte l is the fifth bit of element l of sub-block `sub`.
 void dequantQ5_K(const uint8_t *b, float *out) {
   float d = half(b), dmin = half(b + 2);
   uint8_t scale[8], min[8];
@@ -295,10 +306,10 @@ void dequantQ5_K(const uint8_t *b, float *out) {
   }
 }
 
-// Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 signed scales, f16 d. In each
-// half h of 128 elements, element 64s + i (s = 0, 1; i < 64) has low nibble s of byte
-// 64h + i, and element 32t + i (t < 4; i < 32) has bits 2t..2t+1 of high byte 32h + i;
-// (d * scale[e / 16]) * (q - 32).
+// Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 signed scales,
+// f16 d. In each half h of 128 elements, element 64s + i (s = 0, 1; i < 64) has
+// low nibble s of byte 64h + i, and element 32t + i (t < 4; i < 32) has bits
+// 2t..2t+1 of high byte 32h + i; (d * scale[e / 16]) * (q - 32).
 void dequantQ6_K(const uint8_t *b, float *out) {
   const uint8_t *ql = b, *qh = b + 128, *scales = b + 192;
   float d = half(b + 208);
@@ -321,13 +332,13 @@ bool dequantize(GgmlType type, const void *blocks, int64_t elements, float *out,
     return false;
   }
   if (!info->dequantizable) {
-    error = std::string("type ") + info->name + " is not one tpc reads (it reads " +
-            ggmlDequantizableTypes() + ")";
+    error = std::string("type ") + info->name +
+            " is not one tpc reads (it reads " + ggmlDequantizableTypes() + ")";
     return false;
   }
   if (elements < 0 || elements % info->blockElements) {
-    error = std::to_string(elements) + " elements are not whole " + info->name + " blocks of " +
-            std::to_string(info->blockElements);
+    error = std::to_string(elements) + " elements are not whole " + info->name +
+            " blocks of " + std::to_string(info->blockElements);
     return false;
   }
   const uint8_t *b = static_cast<const uint8_t *>(blocks);
@@ -345,14 +356,30 @@ bool dequantize(GgmlType type, const void *blocks, int64_t elements, float *out,
     for (int64_t i = 0; i < elements; ++i)
       out[i] = bf16ToFloat(load16(b + 2 * i));
     return true;
-  case GgmlType::Q4_0: block = dequantQ4_0; break;
-  case GgmlType::Q4_1: block = dequantQ4_1; break;
-  case GgmlType::Q5_0: block = dequantQ5_0; break;
-  case GgmlType::Q5_1: block = dequantQ5_1; break;
-  case GgmlType::Q8_0: block = dequantQ8_0; break;
-  case GgmlType::Q4_K: block = dequantQ4_K; break;
-  case GgmlType::Q5_K: block = dequantQ5_K; break;
-  case GgmlType::Q6_K: block = dequantQ6_K; break;
+  case GgmlType::Q4_0:
+    block = dequantQ4_0;
+    break;
+  case GgmlType::Q4_1:
+    block = dequantQ4_1;
+    break;
+  case GgmlType::Q5_0:
+    block = dequantQ5_0;
+    break;
+  case GgmlType::Q5_1:
+    block = dequantQ5_1;
+    break;
+  case GgmlType::Q8_0:
+    block = dequantQ8_0;
+    break;
+  case GgmlType::Q4_K:
+    block = dequantQ4_K;
+    break;
+  case GgmlType::Q5_K:
+    block = dequantQ5_K;
+    break;
+  case GgmlType::Q6_K:
+    block = dequantQ6_K;
+    break;
   default:
     error = std::string("type ") + info->name + " has no dequantization";
     return false;
@@ -377,12 +404,13 @@ private:
     return false;
   }
   uint64_t remaining() const { return file.fileSize_ - pos; }
-  /// `bytes` more bytes of the file exist, or an error says `what` runs past its end.
+  /// `bytes` more bytes of the file exist, or an error says `what` runs past
+  /// its end.
   bool need(uint64_t bytes, const std::string &what) {
     if (bytes <= remaining())
       return true;
-    return fail(what + " runs past the end of the file (" + std::to_string(file.fileSize_) +
-                " bytes)");
+    return fail(what + " runs past the end of the file (" +
+                std::to_string(file.fileSize_) + " bytes)");
   }
   /// The next `bytes` bytes (checked with need first) into `into`.
   bool take(void *into, uint64_t bytes);
@@ -402,7 +430,8 @@ private:
   }
   /// A length-prefixed string of at most `limit` bytes.
   bool string(std::string &out, uint64_t limit, const std::string &what);
-  bool value(GgufValue &out, GgufValueType type, uint32_t depth, const std::string &what);
+  bool value(GgufValue &out, GgufValueType type, uint32_t depth,
+             const std::string &what);
   bool array(GgufValue &out, uint32_t depth, const std::string &what);
   bool tensorInfo(GgufTensor &tensor, uint64_t index);
 
@@ -422,14 +451,16 @@ bool GgufParser::take(void *into, uint64_t bytes) {
     if (pos < bufferStart || pos >= bufferStart + buffer.size()) {
       if (bytes >= kBufferBytes) { // large reads bypass the buffer
         if (!preadAll(file.fd_, p, size_t(bytes), pos))
-          return fail("read failed at byte " + std::to_string(pos) + ": " + std::strerror(errno));
+          return fail("read failed at byte " + std::to_string(pos) + ": " +
+                      std::strerror(errno));
         pos += bytes;
         return true;
       }
       buffer.resize(size_t(std::min<uint64_t>(kBufferBytes, remaining())));
       bufferStart = pos;
       if (!preadAll(file.fd_, buffer.data(), buffer.size(), pos))
-        return fail("read failed at byte " + std::to_string(pos) + ": " + std::strerror(errno));
+        return fail("read failed at byte " + std::to_string(pos) + ": " +
+                    std::strerror(errno));
     }
     uint64_t offset = pos - bufferStart;
     uint64_t n = std::min<uint64_t>(bytes, buffer.size() - offset);
@@ -441,15 +472,16 @@ bool GgufParser::take(void *into, uint64_t bytes) {
   return true;
 }
 
-bool GgufParser::string(std::string &out, uint64_t limit, const std::string &what) {
+bool GgufParser::string(std::string &out, uint64_t limit,
+                        const std::string &what) {
   uint64_t length = 0;
   if (!u64(length, what + ": the string length"))
     return false;
   if (!need(length, what + ": string of " + std::to_string(length) + " bytes"))
     return false;
   if (length > limit)
-    return fail(what + ": string of " + std::to_string(length) + " bytes exceeds the limit of " +
-                std::to_string(limit));
+    return fail(what + ": string of " + std::to_string(length) +
+                " bytes exceeds the limit of " + std::to_string(limit));
   out.resize(size_t(length));
   return take(out.data(), length);
 }
@@ -463,7 +495,8 @@ bool GgufParser::value(GgufValue &out, GgufValueType type, uint32_t depth,
     return array(out, depth, what);
   uint64_t bytes = scalarBytes(type);
   if (!bytes)
-    return fail(what + ": unknown value type " + std::to_string(uint32_t(type)));
+    return fail(what + ": unknown value type " +
+                std::to_string(uint32_t(type)));
   uint8_t b[8];
   if (!need(bytes, what + ": " + ggufValueTypeName(type)) || !take(b, bytes))
     return false;
@@ -471,7 +504,8 @@ bool GgufParser::value(GgufValue &out, GgufValueType type, uint32_t depth,
   return true;
 }
 
-bool GgufParser::array(GgufValue &out, uint32_t depth, const std::string &what) {
+bool GgufParser::array(GgufValue &out, uint32_t depth,
+                       const std::string &what) {
   if (depth >= limits.maxNesting)
     return fail(what + ": arrays nested deeper than the limit of " +
                 std::to_string(limits.maxNesting));
@@ -482,17 +516,19 @@ bool GgufParser::array(GgufValue &out, uint32_t depth, const std::string &what) 
     return false;
   GgufValueType type = GgufValueType(element);
   out.elementType = type;
-  // Every element takes at least this many bytes of the file: a count it cannot hold is
-  // damage, found before anything is sized by it.
+  // Every element takes at least this many bytes of the file: a count it cannot
+  // hold is damage, found before anything is sized by it.
   uint64_t least = type == GgufValueType::String  ? 8
                    : type == GgufValueType::Array ? 12
                                                   : scalarBytes(type);
   if (!least)
-    return fail(what + ": unknown array element type " + std::to_string(element));
+    return fail(what + ": unknown array element type " +
+                std::to_string(element));
   if (count > remaining() / least)
-    return fail(what + ": array of " + std::to_string(count) + " " + ggufValueTypeName(type) +
-                " elements runs past the end of the file (" + std::to_string(file.fileSize_) +
-                " bytes)");
+    return fail(what + ": array of " + std::to_string(count) + " " +
+                ggufValueTypeName(type) +
+                " elements runs past the end of the file (" +
+                std::to_string(file.fileSize_) + " bytes)");
   if (count > limits.maxArrayElements - arrayElements)
     return fail(what + ": array of " + std::to_string(count) +
                 " elements takes the metadata past the limit of " +
@@ -501,12 +537,14 @@ bool GgufParser::array(GgufValue &out, uint32_t depth, const std::string &what) 
   if (type == GgufValueType::String) {
     out.strings.resize(size_t(count));
     for (uint64_t i = 0; i < count; ++i)
-      if (!string(out.strings[i], limits.maxStringBytes, what + " element " + std::to_string(i)))
+      if (!string(out.strings[i], limits.maxStringBytes,
+                  what + " element " + std::to_string(i)))
         return false;
   } else if (type == GgufValueType::Array) {
     out.items.resize(size_t(count));
     for (uint64_t i = 0; i < count; ++i)
-      if (!value(out.items[i], type, depth + 1, what + " element " + std::to_string(i)))
+      if (!value(out.items[i], type, depth + 1,
+                 what + " element " + std::to_string(i)))
         return false;
   } else {
     std::vector<uint8_t> raw(size_t(count * least));
@@ -526,14 +564,14 @@ bool GgufParser::tensorInfo(GgufTensor &t, uint64_t index) {
   what = "tensor " + t.name;
   if (file.tensorIndex_.count(t.name))
     return fail(what + ": the name is given twice (tensors " +
-                std::to_string(file.tensorIndex_[t.name]) + " and " + std::to_string(index) +
-                ")");
+                std::to_string(file.tensorIndex_[t.name]) + " and " +
+                std::to_string(index) + ")");
   uint32_t dims = 0;
   if (!u32(dims, what + ": n_dims"))
     return false;
   if (dims < 1 || dims > kMaxDims)
-    return fail(what + ": n_dims " + std::to_string(dims) + " is not between 1 and " +
-                std::to_string(kMaxDims));
+    return fail(what + ": n_dims " + std::to_string(dims) +
+                " is not between 1 and " + std::to_string(kMaxDims));
   t.elements = 1;
   for (uint32_t d = 0; d < dims; ++d) {
     uint64_t size = 0;
@@ -543,7 +581,8 @@ bool GgufParser::tensorInfo(GgufTensor &t, uint64_t index) {
     if (size == 0)
       return fail(dim + " is 0");
     if (size > uint64_t(INT64_MAX) / uint64_t(t.elements))
-      return fail(dim + " of " + std::to_string(size) + " makes the element count overflow");
+      return fail(dim + " of " + std::to_string(size) +
+                  " makes the element count overflow");
     t.ne.push_back(int64_t(size));
     t.elements *= int64_t(size);
   }
@@ -556,9 +595,11 @@ bool GgufParser::tensorInfo(GgufTensor &t, uint64_t index) {
     return fail(what + ": unknown ggml type id " + std::to_string(typeId));
   t.type = info->type;
   if (t.ne[0] % info->blockElements)
-    return fail(what + ": ne[0] " + std::to_string(t.ne[0]) + " is not a multiple of " +
-                info->name + "'s block of " + std::to_string(info->blockElements));
-  // A type of one-element blocks of 8 bytes can take an element count near 2^63 past 2^64.
+    return fail(what + ": ne[0] " + std::to_string(t.ne[0]) +
+                " is not a multiple of " + info->name + "'s block of " +
+                std::to_string(info->blockElements));
+  // A type of one-element blocks of 8 bytes can take an element count near 2^63
+  // past 2^64.
   uint64_t blocks = uint64_t(t.elements) / info->blockElements;
   if (blocks > uint64_t(INT64_MAX) / info->blockBytes)
     return fail(what + ": " + std::to_string(t.elements) + " " + info->name +
@@ -569,8 +610,9 @@ bool GgufParser::tensorInfo(GgufTensor &t, uint64_t index) {
   if (!u64(t.offset, what + ": the offset"))
     return false;
   if (t.offset % file.alignment_)
-    return fail(what + ": offset " + std::to_string(t.offset) + " is not a multiple of the " +
-                "alignment " + std::to_string(file.alignment_));
+    return fail(what + ": offset " + std::to_string(t.offset) +
+                " is not a multiple of the " + "alignment " +
+                std::to_string(file.alignment_));
   file.tensorIndex_[t.name] = size_t(index);
   return true;
 }
@@ -584,24 +626,27 @@ bool GgufParser::parse() {
   if (!u32(version, "the version"))
     return false;
   if ((version & 0xffff) == 0 && version)
-    return fail("a big-endian GGUF file (version word " + std::to_string(version) +
-                "); tpc reads little-endian ones");
+    return fail("a big-endian GGUF file (version word " +
+                std::to_string(version) + "); tpc reads little-endian ones");
   if (version != 2 && version != 3)
-    return fail("version " + std::to_string(version) + " is not one tpc reads (2 and 3)");
+    return fail("version " + std::to_string(version) +
+                " is not one tpc reads (2 and 3)");
   file.version_ = version;
   uint64_t tensorCount = 0, metadataCount = 0;
-  if (!u64(tensorCount, "the tensor count") || !u64(metadataCount, "the metadata count"))
+  if (!u64(tensorCount, "the tensor count") ||
+      !u64(metadataCount, "the metadata count"))
     return false;
   if (tensorCount > limits.maxTensors)
-    return fail("tensor count " + std::to_string(tensorCount) + " exceeds the limit of " +
-                std::to_string(limits.maxTensors));
+    return fail("tensor count " + std::to_string(tensorCount) +
+                " exceeds the limit of " + std::to_string(limits.maxTensors));
   if (metadataCount > limits.maxMetadata)
-    return fail("metadata count " + std::to_string(metadataCount) + " exceeds the limit of " +
-                std::to_string(limits.maxMetadata));
+    return fail("metadata count " + std::to_string(metadataCount) +
+                " exceeds the limit of " + std::to_string(limits.maxMetadata));
 
   for (uint64_t i = 0; i < metadataCount; ++i) {
     std::string key;
-    if (!string(key, limits.maxNameBytes, "metadata " + std::to_string(i) + ": the key"))
+    if (!string(key, limits.maxNameBytes,
+                "metadata " + std::to_string(i) + ": the key"))
       return false;
     std::string what = "metadata '" + key + "'";
     if (file.metadata_.count(key))
@@ -633,7 +678,8 @@ bool GgufParser::parse() {
     file.tensors_.push_back(std::move(tensor));
   }
   // The data section starts at the next multiple of the alignment.
-  uint64_t padding = (file.alignment_ - pos % file.alignment_) % file.alignment_;
+  uint64_t padding =
+      (file.alignment_ - pos % file.alignment_) % file.alignment_;
   file.dataOffset_ = pos + padding;
   for (GgufTensor &t : file.tensors_) {
     uint64_t begin, end;
@@ -641,14 +687,16 @@ bool GgufParser::parse() {
         __builtin_add_overflow(begin, t.bytes, &end) || end > file.fileSize_)
       return fail("tensor " + t.name + ": its " + std::to_string(t.bytes) +
                   " bytes at data offset " + std::to_string(t.offset) +
-                  " run past the end of the file (" + std::to_string(file.fileSize_) +
-                  " bytes, data from byte " + std::to_string(file.dataOffset_) + ")");
+                  " run past the end of the file (" +
+                  std::to_string(file.fileSize_) + " bytes, data from byte " +
+                  std::to_string(file.dataOffset_) + ")");
     t.offset = begin;
   }
   return true;
 }
 
-std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, std::string &error,
+std::unique_ptr<GgufFile> GgufFile::open(const std::string &path,
+                                         std::string &error,
                                          const GgufLimits &limits) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
@@ -687,26 +735,28 @@ const GgufTensor *GgufFile::tensor(const std::string &name) const {
 namespace {
 
 /// The value of `key`, or null with an error (missing; not of the wanted kind).
-const GgufValue *lookup(const GgufFile &file, const std::string &key, std::string &error) {
+const GgufValue *lookup(const GgufFile &file, const std::string &key,
+                        std::string &error) {
   const GgufValue *value = file.find(key);
   if (!value)
     error = "GGUF file " + file.path() + ": no metadata '" + key + "'";
   return value;
 }
 
-bool wrongType(const GgufFile &file, const std::string &key, const GgufValue &value,
-               const char *wanted, std::string &error) {
+bool wrongType(const GgufFile &file, const std::string &key,
+               const GgufValue &value, const char *wanted, std::string &error) {
   std::string held = ggufValueTypeName(value.type);
   if (value.type == GgufValueType::Array)
     held = std::string("array of ") + ggufValueTypeName(value.elementType);
-  error = "GGUF file " + file.path() + ": metadata '" + key + "' is a " + held + ", not " +
-          wanted;
+  error = "GGUF file " + file.path() + ": metadata '" + key + "' is a " + held +
+          ", not " + wanted;
   return false;
 }
 
 } // namespace
 
-bool GgufFile::getString(const std::string &key, std::string &out, std::string &error) const {
+bool GgufFile::getString(const std::string &key, std::string &out,
+                         std::string &error) const {
   const GgufValue *value = lookup(*this, key, error);
   if (!value)
     return false;
@@ -716,8 +766,8 @@ bool GgufFile::getString(const std::string &key, std::string &out, std::string &
   return true;
 }
 
-bool GgufFile::getInt(const std::string &key, int64_t &out, std::string &error, int64_t min,
-                      int64_t max) const {
+bool GgufFile::getInt(const std::string &key, int64_t &out, std::string &error,
+                      int64_t min, int64_t max) const {
   const GgufValue *value = lookup(*this, key, error);
   if (!value)
     return false;
@@ -727,21 +777,24 @@ bool GgufFile::getInt(const std::string &key, int64_t &out, std::string &error, 
     inRange = value->i >= min && value->i <= max;
     text = std::to_string(value->i);
   } else if (isUnsigned(value->type)) {
-    inRange = max >= 0 && value->u <= uint64_t(max) && (min <= 0 || value->u >= uint64_t(min));
+    inRange = max >= 0 && value->u <= uint64_t(max) &&
+              (min <= 0 || value->u >= uint64_t(min));
     text = std::to_string(value->u);
   } else {
     return wrongType(*this, key, *value, "an integer", error);
   }
   if (!inRange) {
-    error = "GGUF file " + path_ + ": metadata '" + key + "' is " + text + ", outside [" +
-            std::to_string(min) + ", " + std::to_string(max) + "]";
+    error = "GGUF file " + path_ + ": metadata '" + key + "' is " + text +
+            ", outside [" + std::to_string(min) + ", " + std::to_string(max) +
+            "]";
     return false;
   }
   out = isSigned(value->type) ? value->i : int64_t(value->u);
   return true;
 }
 
-bool GgufFile::getFloat(const std::string &key, double &out, std::string &error) const {
+bool GgufFile::getFloat(const std::string &key, double &out,
+                        std::string &error) const {
   const GgufValue *value = lookup(*this, key, error);
   if (!value)
     return false;
@@ -751,7 +804,8 @@ bool GgufFile::getFloat(const std::string &key, double &out, std::string &error)
   return true;
 }
 
-bool GgufFile::getBool(const std::string &key, bool &out, std::string &error) const {
+bool GgufFile::getBool(const std::string &key, bool &out,
+                       std::string &error) const {
   const GgufValue *value = lookup(*this, key, error);
   if (!value)
     return false;
@@ -766,7 +820,8 @@ bool GgufFile::getStrings(const std::string &key, std::vector<std::string> &out,
   const GgufValue *value = lookup(*this, key, error);
   if (!value)
     return false;
-  if (value->type != GgufValueType::Array || value->elementType != GgufValueType::String)
+  if (value->type != GgufValueType::Array ||
+      value->elementType != GgufValueType::String)
     return wrongType(*this, key, *value, "an array of strings", error);
   out = value->strings;
   return true;
@@ -783,9 +838,11 @@ bool GgufFile::getInts(const std::string &key, std::vector<int64_t> &out,
   out.clear();
   for (size_t i = 0; i < value->words.size(); ++i) {
     uint64_t word = value->words[i];
-    if (value->elementType == GgufValueType::U64 && word > uint64_t(INT64_MAX)) {
-      error = "GGUF file " + path_ + ": metadata '" + key + "' element " + std::to_string(i) +
-              " is " + std::to_string(word) + ", past the int64 range";
+    if (value->elementType == GgufValueType::U64 &&
+        word > uint64_t(INT64_MAX)) {
+      error = "GGUF file " + path_ + ": metadata '" + key + "' element " +
+              std::to_string(i) + " is " + std::to_string(word) +
+              ", past the int64 range";
       return false;
     }
     out.push_back(int64_t(word));
@@ -806,42 +863,50 @@ bool GgufFile::getFloats(const std::string &key, std::vector<double> &out,
   return true;
 }
 
-bool GgufFile::readRows(const std::string &name, int64_t firstRow, int64_t rowCount,
-                        std::vector<uint8_t> &out, std::string &error) const {
+bool GgufFile::readRows(const std::string &name, int64_t firstRow,
+                        int64_t rowCount, std::vector<uint8_t> &out,
+                        std::string &error) const {
   const GgufTensor *t = tensor(name);
   if (!t) {
     error = "GGUF file " + path_ + ": no tensor " + name;
     return false;
   }
-  if (firstRow < 0 || rowCount < 0 || firstRow > t->rows || rowCount > t->rows - firstRow) {
-    error = "GGUF file " + path_ + ": tensor " + name + ": rows [" + std::to_string(firstRow) +
-            ", +" + std::to_string(rowCount) + ") are not inside its " + std::to_string(t->rows);
+  if (firstRow < 0 || rowCount < 0 || firstRow > t->rows ||
+      rowCount > t->rows - firstRow) {
+    error = "GGUF file " + path_ + ": tensor " + name + ": rows [" +
+            std::to_string(firstRow) + ", +" + std::to_string(rowCount) +
+            ") are not inside its " + std::to_string(t->rows);
     return false;
   }
   // Inside the tensor, which open checked lies inside the file: no overflow.
   uint64_t bytes = uint64_t(rowCount) * t->rowBytes;
   out.resize(size_t(bytes));
-  if (!preadAll(fd_, out.data(), size_t(bytes), t->offset + uint64_t(firstRow) * t->rowBytes)) {
-    error = "GGUF file " + path_ + ": tensor " + name + ": read failed (truncated since open?)";
+  if (!preadAll(fd_, out.data(), size_t(bytes),
+                t->offset + uint64_t(firstRow) * t->rowBytes)) {
+    error = "GGUF file " + path_ + ": tensor " + name +
+            ": read failed (truncated since open?)";
     return false;
   }
   return true;
 }
 
-bool GgufFile::readRowsF32(const std::string &name, int64_t firstRow, int64_t rowCount,
-                           std::vector<float> &out, std::string &error) const {
+bool GgufFile::readRowsF32(const std::string &name, int64_t firstRow,
+                           int64_t rowCount, std::vector<float> &out,
+                           std::string &error) const {
   const GgufTensor *t = tensor(name);
   if (t && !ggmlTypeInfo(t->type)->dequantizable) {
     error = "GGUF file " + path_ + ": tensor " + name + " has type " +
-            ggmlTypeInfo(t->type)->name + ", which tpc does not read (it reads " +
-            ggmlDequantizableTypes() + ")";
+            ggmlTypeInfo(t->type)->name +
+            ", which tpc does not read (it reads " + ggmlDequantizableTypes() +
+            ")";
     return false;
   }
   std::vector<uint8_t> raw;
   if (!readRows(name, firstRow, rowCount, raw, error))
     return false;
   out.resize(size_t(rowCount * t->ne[0]));
-  if (!dequantize(t->type, raw.data(), rowCount * t->ne[0], out.data(), error)) {
+  if (!dequantize(t->type, raw.data(), rowCount * t->ne[0], out.data(),
+                  error)) {
     error = "GGUF file " + path_ + ": tensor " + name + ": " + error;
     return false;
   }

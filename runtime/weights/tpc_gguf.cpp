@@ -1,10 +1,12 @@
-// tpc-gguf: what tpcrt reads of a GGUF file, for people and for the tests that compare its
-// dequantization with gguf-py's.
+// tpc-gguf: what tpcrt reads of a GGUF file, for people and for the tests that
+// compare its dequantization with gguf-py's.
 //
-//   tpc-gguf info FILE                      metadata (long strings cut, arrays summarized)
+//   tpc-gguf info FILE                      metadata (long strings cut, arrays
+//   summarized)
 //                                           and the tensor table
-//   tpc-gguf dequant FILE TENSOR OUT.bin    the tensor as fp32 (little-endian, row-major)
-//   tpc-gguf blocks TYPE IN.bin OUT.bin     raw blocks of ggml type TYPE (a name: Q4_K) as
+//   tpc-gguf dequant FILE TENSOR OUT.bin    the tensor as fp32 (little-endian,
+//   row-major) tpc-gguf blocks TYPE IN.bin OUT.bin     raw blocks of ggml type
+//   TYPE (a name: Q4_K) as
 //                                           fp32
 #include "tpcrt/gguf.h"
 
@@ -105,7 +107,8 @@ bool writeFloats(const std::string &path, const std::vector<float> &values) {
   FILE *f = std::fopen(path.c_str(), "wb");
   if (!f)
     return false;
-  bool ok = std::fwrite(values.data(), sizeof(float), values.size(), f) == values.size();
+  bool ok = std::fwrite(values.data(), sizeof(float), values.size(), f) ==
+            values.size();
   return std::fclose(f) == 0 && ok;
 }
 
@@ -131,12 +134,15 @@ int main(int argc, char **argv) {
       return 1;
     }
     if (raw.size() % info->blockBytes) {
-      std::fprintf(stderr, "tpc-gguf: %s: %zu bytes are not whole %s blocks of %u bytes\n",
-                   argv[3], raw.size(), info->name, info->blockBytes);
+      std::fprintf(
+          stderr,
+          "tpc-gguf: %s: %zu bytes are not whole %s blocks of %u bytes\n",
+          argv[3], raw.size(), info->name, info->blockBytes);
       return 1;
     }
     std::vector<float> out(raw.size() / info->blockBytes * info->blockElements);
-    if (!dequantize(info->type, raw.data(), int64_t(out.size()), out.data(), error)) {
+    if (!dequantize(info->type, raw.data(), int64_t(out.size()), out.data(),
+                    error)) {
       std::fprintf(stderr, "tpc-gguf: %s\n", error.c_str());
       return 1;
     }
@@ -152,17 +158,22 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (command == "info" && argc == 3) {
-    std::printf("GGUF version %u, alignment %llu, data from byte %llu of %llu\n",
-                file->version(), (unsigned long long)file->alignment(),
-                (unsigned long long)file->dataOffset(), (unsigned long long)file->fileSize());
+    std::printf(
+        "GGUF version %u, alignment %llu, data from byte %llu of %llu\n",
+        file->version(), (unsigned long long)file->alignment(),
+        (unsigned long long)file->dataOffset(),
+        (unsigned long long)file->fileSize());
     std::printf("%zu metadata:\n", file->keys().size());
     for (const std::string &key : file->keys())
-      std::printf("  %s: %s\n", key.c_str(), describe(*file->find(key)).c_str());
-    std::printf("%zu tensors (name, type, ne in ggml order, shape, offset, bytes):\n",
-                file->tensors().size());
+      std::printf("  %s: %s\n", key.c_str(),
+                  describe(*file->find(key)).c_str());
+    std::printf(
+        "%zu tensors (name, type, ne in ggml order, shape, offset, bytes):\n",
+        file->tensors().size());
     for (const GgufTensor &t : file->tensors())
-      std::printf("  %s %s ne=%s shape=%s offset=%llu bytes=%llu\n", t.name.c_str(),
-                  ggmlTypeInfo(t.type)->name, dims(t.ne).c_str(), dims(t.shape).c_str(),
+      std::printf("  %s %s ne=%s shape=%s offset=%llu bytes=%llu\n",
+                  t.name.c_str(), ggmlTypeInfo(t.type)->name,
+                  dims(t.ne).c_str(), dims(t.shape).c_str(),
                   (unsigned long long)t.offset, (unsigned long long)t.bytes);
     return 0;
   }
