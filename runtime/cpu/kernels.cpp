@@ -2,6 +2,8 @@
 // plain loops over rows, attention's products through OpenBLAS.
 #include "tpcrt/cpu/kernels.h"
 
+#include "rows.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -55,21 +57,6 @@ double sum(const float *x, int64_t n) {
     total += lane;
   for (; i < n; ++i)
     total += x[i];
-  return total;
-}
-
-/// The dot product of two rows of `n` floats, eight running sums wide.
-float dot(const float *a, const float *b, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j)
-      lanes[j] += a[i + j] * b[i + j];
-  float total = 0;
-  for (float lane : lanes)
-    total += lane;
-  for (; i < n; ++i)
-    total += a[i] * b[i];
   return total;
 }
 

@@ -9,6 +9,8 @@
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/cpu/blas.h"
 
+#include "rows.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -30,21 +32,6 @@ std::atomic<bool> forcedScalar{false};
 // (bench/results/matmul.txt, `tpc-matmul-bench panels`), 128 rows of x ran at 10-25 GFLOP/s
 // with 64-128 KiB panels, ~30 at 256-512 KiB and 34-44 at 768 KiB-1 MiB, about fp32's rate.
 std::atomic<size_t> panelBytes{size_t(1) << 20};
-
-/// The dot product of two rows of `n` floats, eight running sums wide (so it vectorizes).
-float dot(const float *a, const float *b, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j)
-      lanes[j] += a[i + j] * b[i + j];
-  float total = 0;
-  for (float lane : lanes)
-    total += lane;
-  for (; i < n; ++i)
-    total += a[i] * b[i];
-  return total;
-}
 
 /// Element `index` of a row of `type` as fp32.
 inline float elementAt(const void *row, DType type, int64_t index) {
