@@ -51,22 +51,12 @@ Split splitOf(ParamOp param) {
 /// Whether `param` belongs to a linear whose output is only cut into pieces (tp.slice): what
 /// mla_kv_a_proj, which keeps it replicated, is for.
 bool isLatentProjection(ParamOp param) {
-  std::optional<SymbolTable::UseRange> uses =
-      SymbolTable::getSymbolUses(param, param->getParentOp());
-  if (!uses)
-    return false;
-  for (const SymbolTable::SymbolUse &use : *uses) {
-    auto weight = dyn_cast<WeightOp>(use.getUser());
-    if (!weight)
-      return false;
-    for (Operation *user : weight->getUsers()) {
-      auto linear = dyn_cast<LinearOp>(user);
-      if (!linear || linear.getResult().use_empty() ||
-          !llvm::all_of(linear.getResult().getUsers(), [](Operation *op) { return isa<SliceOp>(op); }))
-        return false;
-    }
-  }
-  return true;
+  return allReadsOf(param, [](OpOperand &read) {
+    auto linear = dyn_cast<LinearOp>(read.getOwner());
+    return linear && !linear.getResult().use_empty() &&
+           llvm::all_of(linear.getResult().getUsers(),
+                        [](Operation *op) { return isa<SliceOp>(op); });
+  });
 }
 
 /// Parameter-level checks before any value is placed: strategies tpc cannot run yet, and

@@ -6,8 +6,6 @@
 // lowering and `tpc analyze` read it.
 #include "tpc/Transforms/Passes.h"
 
-#include "mlir/IR/SymbolTable.h"
-
 namespace tpc::tp {
 #define GEN_PASS_DEF_TPWEIGHTSTORAGE
 #include "TP/TPPasses.h.inc"
@@ -20,24 +18,13 @@ namespace {
 
 /// Whether every use of the parameter `param` (through its tp.weight ops) is one that a
 /// matrix kernel reads in its stored type: a linear's weight or an embedding's table.
-bool readAsMatrix(ParamOp param, ModuleOp module) {
-  std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(param, module);
-  if (!uses)
-    return false;
-  for (const SymbolTable::SymbolUse &use : *uses) {
-    auto weight = dyn_cast<WeightOp>(use.getUser());
-    if (!weight)
-      return false;
-    for (OpOperand &read : weight->getUses()) {
-      Operation *user = read.getOwner();
-      auto linear = dyn_cast<LinearOp>(user);
-      auto embedding = dyn_cast<EmbeddingOp>(user);
-      if (!(linear && read.get() == linear.getWeight()) &&
-          !(embedding && read.get() == embedding.getTable()))
-        return false;
-    }
-  }
-  return true;
+bool readAsMatrix(ParamOp param) {
+  return allReadsOf(param, [](OpOperand &read) {
+    auto linear = dyn_cast<LinearOp>(read.getOwner());
+    auto embedding = dyn_cast<EmbeddingOp>(read.getOwner());
+    return (linear && read.get() == linear.getWeight()) ||
+           (embedding && read.get() == embedding.getTable());
+  });
 }
 
 struct TPWeightStoragePass : tpc::tp::impl::TPWeightStorageBase<TPWeightStoragePass> {
@@ -63,7 +50,7 @@ struct TPWeightStoragePass : tpc::tp::impl::TPWeightStorageBase<TPWeightStorageP
       WeightType held = WeightType::f32;
       if (activation != WeightType::f32)
         held = activation.value_or(WeightType::f32);
-      else if (readAsMatrix(param, module))
+      else if (readAsMatrix(param))
         held = asked.value_or(param.getWeightType());
       std::optional<WeightType> element = weightTypeOf(param.getTensorType().getElementType());
       if (element == held)

@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -179,6 +180,19 @@ func::FuncOp tpc::tp::forwardFor(ModuleOp program, int64_t tokens) {
       return forward;
   }
   return plain;
+}
+
+bool tpc::tp::allReadsOf(ParamOp param, llvm::function_ref<bool(OpOperand &)> pred) {
+  std::optional<SymbolTable::UseRange> uses =
+      SymbolTable::getSymbolUses(param, param->getParentOp());
+  if (!uses)
+    return false;
+  for (const SymbolTable::SymbolUse &use : *uses) {
+    auto weight = dyn_cast<WeightOp>(use.getUser());
+    if (!weight || !llvm::all_of(weight->getUses(), pred))
+      return false;
+  }
+  return true;
 }
 
 std::optional<WeightType> tpc::tp::weightTypeOf(Type elementType) {

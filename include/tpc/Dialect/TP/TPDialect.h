@@ -85,6 +85,10 @@ std::optional<int64_t> sequenceParallelTokens(mlir::func::FuncOp forward);
 /// where its rule accepts them, else the plain one.
 mlir::func::FuncOp forwardFor(mlir::ModuleOp program, int64_t tokens);
 
+/// Whether every read of `param`, each use of each tp.weight op of it, satisfies `pred`;
+/// false where something other than a tp.weight uses the parameter.
+bool allReadsOf(ParamOp param, llvm::function_ref<bool(mlir::OpOperand &)> pred);
+
 /// The storage type of a float element type (f32, bf16, f16); none for others.
 std::optional<WeightType> weightTypeOf(mlir::Type elementType);
 /// Bytes per element a weight of `type` takes (fractional for block types, scales included).
