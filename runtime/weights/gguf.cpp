@@ -7,8 +7,10 @@
 
 #include "tpcrt/dtype.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -911,6 +913,37 @@ bool GgufFile::readRowsF32(const std::string &name, int64_t firstRow,
     return false;
   }
   return true;
+}
+
+std::string ggufPathOf(const std::string &weights, std::string &error) {
+  auto endsWith = [](const std::string &s, const char *suffix) {
+    size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+  };
+  struct stat st;
+  if (::stat(weights.c_str(), &st) != 0)
+    return "";
+  if (!S_ISDIR(st.st_mode))
+    return endsWith(weights, ".gguf") ? weights : "";
+  for (const char *safetensors : {"/model.safetensors", "/model.safetensors.index.json"})
+    if (::stat((weights + safetensors).c_str(), &st) == 0)
+      return "";
+  std::vector<std::string> found;
+  if (DIR *dir = ::opendir(weights.c_str())) {
+    while (const dirent *entry = ::readdir(dir))
+      if (std::string name = entry->d_name; endsWith(name, ".gguf"))
+        found.push_back(name);
+    ::closedir(dir);
+  }
+  if (found.size() > 1) {
+    std::sort(found.begin(), found.end());
+    error = weights + " holds " + std::to_string(found.size()) + " GGUF files (";
+    for (size_t i = 0; i < found.size(); ++i)
+      error += (i ? ", " : "") + found[i];
+    error += "): name the one to use";
+    return "";
+  }
+  return found.empty() ? "" : weights + "/" + found[0];
 }
 
 } // namespace tpcrt

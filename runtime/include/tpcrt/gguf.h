@@ -212,6 +212,13 @@ private:
   std::map<std::string, size_t> tensorIndex_;
 };
 
+/// Where a checkpoint is a GGUF file: `weights` itself when it names a file
+/// ending in .gguf, or the one .gguf file of a directory that holds no
+/// model.safetensors (nor its index); "" otherwise (a safetensors checkpoint,
+/// or no such path). A directory holding several .gguf files is an error,
+/// naming them, since which one is meant cannot be guessed.
+std::string ggufPathOf(const std::string &weights, std::string &error);
+
 } // namespace tpcrt
 
 #endif // TPCRT_GGUF_H
