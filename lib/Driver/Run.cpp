@@ -6,6 +6,8 @@
 #include "tpc/Import/Importer.h"
 #include "tpc/Target/TargetInfo.h"
 #include "tpcrt/dtype.h"
+#include "tpcrt/gguf.h"
+#include "tpcrt/gguf_model.h"
 #include "tpcrt/weights.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -80,14 +82,13 @@ std::optional<std::string> readFile(const std::string &path, const char *what) {
 
 /// Imports the checkpoint and compiles it into `dir`; the binary's path, or none (errors
 /// reported).
-std::optional<std::string> compileInto(const RunBuild &o, const std::string &configPath,
-                                       const import::StoredTypes &stored,
+std::optional<std::string> compileInto(const RunBuild &o, const CheckpointConfig &config,
                                        const std::string &dir) {
   std::string modelPath;
   {
     Session session;
-    mlir::FailureOr<std::string> text =
-        import::importConfig(configPath, &session.context(), &stored);
+    mlir::FailureOr<std::string> text = import::importConfigText(
+        config.name, config.text, &session.context(), &config.stored);
     if (mlir::failed(text))
       return std::nullopt;
     llvm::SmallString<256> path(dir);
@@ -111,29 +112,51 @@ std::optional<std::string> compileInto(const RunBuild &o, const std::string &con
 
 } // namespace
 
-import::StoredTypes storedTypes(const std::string &configPath) {
-  llvm::SmallString<256> dir(configPath);
-  llvm::sys::path::remove_filename(dir);
-  if (dir.empty())
-    dir = ".";
+std::optional<CheckpointConfig> readCheckpointConfig(const std::string &path) {
   std::string error;
-  std::unique_ptr<tpcrt::Checkpoint> checkpoint = tpcrt::Checkpoint::open(dir.str().str(), error);
-  import::StoredTypes stored;
-  if (!checkpoint)
-    return stored;
-  for (const std::string &name : checkpoint->names())
-    if (std::optional<tpcrt::DType> type = tpcrt::parseDType(checkpoint->find(name)->dtype);
-        type && *type != tpcrt::DType::F32)
-      stored[name] = tpcrt::dtypeName(*type);
-  return stored;
+  std::string gguf = tpcrt::ggufPathOf(path, error);
+  if (!error.empty()) {
+    reportError(error);
+    return std::nullopt;
+  }
+  CheckpointConfig config;
+  std::string checkpoint; // what holds the tensors
+  if (!gguf.empty()) {
+    std::unique_ptr<tpcrt::GgufModel> model = tpcrt::GgufModel::open(gguf, error);
+    if (!model) {
+      reportError(error);
+      return std::nullopt;
+    }
+    config.name = gguf + " (its metadata as config.json)";
+    config.text = model->configJson();
+    checkpoint = gguf;
+  } else {
+    config.name = path;
+    if (llvm::sys::fs::is_directory(path)) {
+      llvm::SmallString<256> file(path);
+      llvm::sys::path::append(file, "config.json");
+      config.name = file.str().str();
+    }
+    std::optional<std::string> text = readFile(config.name, "the checkpoint's config");
+    if (!text)
+      return std::nullopt;
+    config.text = std::move(*text);
+    llvm::SmallString<256> dir(config.name);
+    llvm::sys::path::remove_filename(dir);
+    checkpoint = dir.empty() ? "." : dir.str().str();
+  }
+  // The types the tensors are stored in; none where there is no checkpoint beside a
+  // config.json, or it cannot be read (the loader says why then).
+  if (std::unique_ptr<tpcrt::Checkpoint> opened = tpcrt::Checkpoint::open(checkpoint, error))
+    for (const std::string &name : opened->names())
+      if (std::optional<tpcrt::DType> type = tpcrt::parseDType(opened->find(name)->dtype);
+          type && *type != tpcrt::DType::F32)
+        config.stored[name] = tpcrt::dtypeName(*type);
+  return config;
 }
 
-std::optional<std::string> binaryFor(const RunBuild &o, const std::string &configPath,
+std::optional<std::string> binaryFor(const RunBuild &o, const CheckpointConfig &config,
                                      std::string &scratch) {
-  std::optional<std::string> config = readFile(configPath, "the checkpoint's config");
-  if (!config)
-    return std::nullopt;
-  import::StoredTypes stored = storedTypes(configPath);
   std::string planText;
   if (o.plan != "auto") {
     std::optional<std::string> text = readFile(o.plan, "the plan");
@@ -149,9 +172,9 @@ std::optional<std::string> binaryFor(const RunBuild &o, const std::string &confi
     }
     scratch = dir.str().str();
     llvm::errs() << "tpc run: compiling (--no-cache)\n";
-    return compileInto(o, configPath, stored, scratch);
+    return compileInto(o, config, scratch);
   }
-  std::string key = cacheKey(o, *config, planText, stored);
+  std::string key = cacheKey(o, config.text, planText, config.stored);
   std::string digest = llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(key)),
                                    /*LowerCase=*/true);
   llvm::SmallString<256> entry(cacheRoot());
@@ -184,7 +207,7 @@ std::optional<std::string> binaryFor(const RunBuild &o, const std::string &confi
   llvm::sys::path::append(keyPath, "key.txt");
   if (!writeAtomically(keyPath.str().str(), key))
     return std::nullopt;
-  std::optional<std::string> binary = compileInto(o, configPath, stored, entry.str().str());
+  std::optional<std::string> binary = compileInto(o, config, entry.str().str());
   if (!binary || !writeAtomically(done.str().str(), *binary + "\n"))
     return std::nullopt;
   return binary;

@@ -1324,9 +1324,10 @@ const std::vector<std::string> &supportedModelTypes() {
   return types;
 }
 
-FailureOr<std::string> importConfig(StringRef configPath, MLIRContext *context,
-                                    const StoredTypes *stored) {
-  FailureOr<plan::JsonDocument> doc = plan::JsonDocument::read(configPath, context);
+namespace {
+
+FailureOr<std::string> importDocument(FailureOr<plan::JsonDocument> doc, MLIRContext *context,
+                                      const StoredTypes *stored) {
   if (failed(doc))
     return failure();
   if (!doc->value().is_object()) {
@@ -1365,6 +1366,19 @@ FailureOr<std::string> importConfig(StringRef configPath, MLIRContext *context,
   if (!text)
     return failure();
   return *text;
+}
+
+} // namespace
+
+FailureOr<std::string> importConfig(StringRef configPath, MLIRContext *context,
+                                    const StoredTypes *stored) {
+  return importDocument(plan::JsonDocument::read(configPath, context), context, stored);
+}
+
+FailureOr<std::string> importConfigText(StringRef name, std::string text, MLIRContext *context,
+                                        const StoredTypes *stored) {
+  return importDocument(plan::JsonDocument::parse(name, std::move(text), context), context,
+                        stored);
 }
 
 } // namespace tpc::import

@@ -1,6 +1,8 @@
 // Weight element types and their conversions (tpcrt/dtype.h).
 #include "tpcrt/dtype.h"
 
+#include "tpcrt/gguf.h"
+
 namespace tpcrt {
 
 const char *dtypeName(DType type) {
@@ -11,6 +13,14 @@ const char *dtypeName(DType type) {
     return "bf16";
   case DType::F16:
     return "f16";
+  case DType::Q8_0:
+    return "q8_0";
+  case DType::Q4_0:
+    return "q4_0";
+  case DType::Q4_1:
+    return "q4_1";
+  case DType::Q4_K:
+    return "q4_k";
   }
   return "?";
 }
@@ -22,6 +32,13 @@ std::optional<DType> parseDType(const std::string &name) {
     return DType::BF16;
   if (name == "f16" || name == "F16")
     return DType::F16;
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+    std::string upper = dtypeName(type);
+    for (char &c : upper)
+      c = char(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+    if (name == dtypeName(type) || name == upper)
+      return type;
+  }
   return std::nullopt;
 }
 
@@ -77,6 +94,11 @@ uint16_t floatToF16(float value) {
 void widen(const void *in, DType type, float *out, size_t count) {
   if (type == DType::F32) {
     std::memcpy(out, in, count * sizeof(float));
+    return;
+  }
+  if (isQuantized(type)) {
+    std::string error; // none: the four types are all dequantizable, counts whole blocks
+    dequantize(ggmlTypeOf(type), in, int64_t(count), out, error);
     return;
   }
   const auto *halves = static_cast<const uint16_t *>(in);

@@ -915,6 +915,34 @@ bool GgufFile::readRowsF32(const std::string &name, int64_t firstRow,
   return true;
 }
 
+GgmlType ggmlTypeOf(DType type) {
+  switch (type) {
+  case DType::F32:
+    return GgmlType::F32;
+  case DType::BF16:
+    return GgmlType::BF16;
+  case DType::F16:
+    return GgmlType::F16;
+  case DType::Q8_0:
+    return GgmlType::Q8_0;
+  case DType::Q4_0:
+    return GgmlType::Q4_0;
+  case DType::Q4_1:
+    return GgmlType::Q4_1;
+  case DType::Q4_K:
+    return GgmlType::Q4_K;
+  }
+  return GgmlType::F32;
+}
+
+std::optional<DType> dtypeOf(GgmlType type) {
+  for (DType d : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                  DType::Q4_K})
+    if (ggmlTypeOf(d) == type)
+      return d;
+  return std::nullopt;
+}
+
 std::string ggufPathOf(const std::string &weights, std::string &error) {
   auto endsWith = [](const std::string &s, const char *suffix) {
     size_t n = std::strlen(suffix);

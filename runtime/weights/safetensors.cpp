@@ -3,6 +3,7 @@
 #include "tpcrt/weights.h"
 
 #include "tpcrt/file.h"
+#include "tpcrt/gguf_model.h"
 
 #include "tpcrt/slices.h"
 
@@ -185,6 +186,22 @@ std::vector<int64_t> SliceSpec::localShape(const std::vector<int64_t> &shape) co
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::string &error) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  if (std::string gguf = ggufPathOf(path, error); !gguf.empty()) {
+    ckpt->gguf_ = GgufModel::open(gguf, error);
+    if (!ckpt->gguf_)
+      return nullptr;
+    for (const auto &[name, mapped] : ckpt->gguf_->tensors()) {
+      TensorInfo &info = ckpt->tensors[name];
+      info.dtype = ggmlTypeInfo(mapped.tensor->type)->name;
+      info.shape = mapped.tensor->shape;
+      info.begin = mapped.tensor->offset;
+      info.end = mapped.tensor->offset + mapped.tensor->bytes;
+      info.file = gguf;
+    }
+    return ckpt;
+  }
+  if (!error.empty())
+    return nullptr;
   std::string target = path;
   if (isDirectory(path)) {
     if (exists(path + "/model.safetensors.index.json"))
@@ -192,7 +209,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::strin
     else if (exists(path + "/model.safetensors"))
       target = path + "/model.safetensors";
     else {
-      error = path + ": no model.safetensors or model.safetensors.index.json in this directory";
+      error = path + ": no model.safetensors, model.safetensors.index.json or .gguf file in "
+                     "this directory";
       return nullptr;
     }
   }
@@ -437,6 +455,8 @@ bool Checkpoint::checkData(const std::string &name, const TensorInfo &info,
 bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape,
                       const SliceSpec &spec, float *out, uint64_t &bytesRead,
                       std::string &error, const std::vector<std::string> &sources) {
+  if (gguf_)
+    return gguf_->read(name, shape, spec, out, bytesRead, error);
   uint64_t elements = uint64_t(product(shape, 0, shape.size()));
   // The pieces the tensor is stored in: itself, or the sources it stacks.
   std::vector<std::pair<std::string, const TensorInfo *>> parts;

@@ -30,8 +30,10 @@ struct ImportOptions {
 void addImportCommand(CLI::App &app, CommandRunner &run) {
   auto opts = std::make_shared<ImportOptions>();
   CLI::App *cmd = app.add_subcommand(
-      "import", "Turn a Hugging Face config.json into a model graph (model.mlir)");
-  cmd->add_option("config", opts->config, "the checkpoint's config.json");
+      "import", "Turn a Hugging Face config.json, or a GGUF file's metadata, into a model "
+                "graph (model.mlir)");
+  cmd->add_option("config", opts->config,
+                  "the checkpoint's config.json (or its directory), or a .gguf file");
   cmd->add_option("-o,--output", opts->output, "the model.mlir to write (default: stdout)");
   cmd->add_flag("--auto-plans", opts->autoPlans,
                 "print transformers 5.17's default plans that --plan auto uses, as JSON");
@@ -42,14 +44,16 @@ void addImportCommand(CLI::App &app, CommandRunner &run) {
         return 0;
       }
       if (opts->config.empty()) {
-        reportError("tpc import: give the config.json to import");
+        reportError("tpc import: give the config.json or .gguf file to import");
         return 2;
       }
       Session session;
-      // The checkpoint beside config.json says how its tensors are stored.
-      import::StoredTypes stored = driver::storedTypes(opts->config);
-      FailureOr<std::string> text =
-          import::importConfig(opts->config, &session.context(), &stored);
+      // The checkpoint beside config.json (or the GGUF file) says how its tensors are stored.
+      std::optional<driver::CheckpointConfig> config = driver::readCheckpointConfig(opts->config);
+      if (!config)
+        return 1;
+      FailureOr<std::string> text = import::importConfigText(config->name, config->text,
+                                                             &session.context(), &config->stored);
       if (failed(text))
         return 1;
       // What was written must be a valid model: parse and verify it before anyone sees it.

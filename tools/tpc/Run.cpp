@@ -48,16 +48,17 @@ int run(const RunOptions &o) {
     reportError("tpc run: --system is the system message of a --chat conversation");
     return 2;
   }
-  if (!llvm::sys::fs::is_directory(o.checkpoint)) {
-    reportError(fmt::format("tpc run: {} is not a checkpoint directory (config.json and "
-                            "*.safetensors)",
+  if (!llvm::sys::fs::exists(o.checkpoint)) {
+    reportError(fmt::format("tpc run: {} does not exist: give a checkpoint directory "
+                            "(config.json, *.safetensors, tokenizer.json) or a .gguf file",
                             o.checkpoint));
     return 2;
   }
-  llvm::SmallString<256> configPath(o.checkpoint);
-  llvm::sys::path::append(configPath, "config.json");
+  std::optional<driver::CheckpointConfig> config = driver::readCheckpointConfig(o.checkpoint);
+  if (!config)
+    return 1;
   std::string scratch;
-  std::optional<std::string> binary = driver::binaryFor(o, configPath.str().str(), scratch);
+  std::optional<std::string> binary = driver::binaryFor(o, *config, scratch);
   int status = 1;
   if (binary) {
     driver::LaunchOptions launch;
@@ -89,10 +90,11 @@ int run(const RunOptions &o) {
 void addRunCommand(CLI::App &app, CommandRunner &runner) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App *cmd = app.add_subcommand(
-      "run", "Import, compile (once; cached) and run a checkpoint directory on local ranks: "
-             "a prompt in, generated text out");
+      "run", "Import, compile (once; cached) and run a checkpoint on local ranks: a prompt "
+             "in, generated text out");
   cmd->add_option("checkpoint", opts->checkpoint,
-                  "the checkpoint directory: config.json, *.safetensors, tokenizer.json")
+                  "the checkpoint: a directory (config.json, *.safetensors, tokenizer.json), "
+                  "or a .gguf file (or a directory holding one)")
       ->required();
   cmd->add_option("--tp", opts->tp, "tensor-parallel size: how many local ranks (default 1)");
   cmd->add_option("--target", opts->target, "cpu (default) or cuda")

@@ -21,15 +21,24 @@ struct RunBuild {
   bool noCache = false, sequenceParallel = false;
 };
 
-/// How the checkpoint beside `configPath` (its safetensors headers) stores each tensor, where
-/// not in f32; empty where there is none or it cannot be read (the loader says why then).
-import::StoredTypes storedTypes(const std::string &configPath);
+/// A checkpoint's config.json and how it stores its tensors, from the path a user gives.
+struct CheckpointConfig {
+  std::string name;           // what diagnostics call the config: its path, or the GGUF's
+  std::string text;           // config.json
+  import::StoredTypes stored; // each tensor's type, where not f32
+};
 
-/// The binary for `o`, whose checkpoint's config.json is `configPath`: from the cache when an
+/// The config of PATH: a config.json (the checkpoint beside it says the types), a checkpoint
+/// directory (its config.json), or a GGUF file or a directory holding one (its metadata as
+/// transformers' GGUF loader reads it, GgufModel). None, with the error reported, when it
+/// cannot be read.
+std::optional<CheckpointConfig> readCheckpointConfig(const std::string &path);
+
+/// The binary for `o`, whose checkpoint's config is `config`: from the cache when an
 /// identical run compiled it before, else compiled now (into the cache, or with --no-cache
 /// into a temporary directory that the caller removes: `scratch` names it). None, with the
 /// error reported, when it cannot be had.
-std::optional<std::string> binaryFor(const RunBuild &o, const std::string &configPath,
+std::optional<std::string> binaryFor(const RunBuild &o, const CheckpointConfig &config,
                                      std::string &scratch);
 
 } // namespace tpc::driver

@@ -22,6 +22,12 @@ mlir::FailureOr<std::string> importConfig(llvm::StringRef configPath,
                                           mlir::MLIRContext *context,
                                           const StoredTypes *stored = nullptr);
 
+/// importConfig of config.json text that did not come from a file of its own (a GGUF file's
+/// metadata, as transformers reads it); `name` is what diagnostics call it.
+mlir::FailureOr<std::string> importConfigText(llvm::StringRef name, std::string text,
+                                              mlir::MLIRContext *context,
+                                              const StoredTypes *stored = nullptr);
+
 /// YaRN's get_mscale (transformers' modeling_rope_utils): 0.1 * mscale * ln(scale) + 1, or 1
 /// for a scale of at most 1. DeepSeek-V2 also scales its softmax by get_mscale(factor,
 /// mscale_all_dim)^2.

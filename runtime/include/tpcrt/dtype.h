@@ -12,14 +12,49 @@
 
 namespace tpcrt {
 
-/// A weight's element type as stored. Block-quantized types join here, with their bytes per
-/// block.
-enum class DType { F32, BF16, F16 };
+/// A weight's element type as stored: a float type, or one of ggml's block-quantized types
+/// kept as the GGUF file stores them (runs of `dtypeBlockElements` elements in
+/// `dtypeBlockBytes` bytes, laid out as ggml's block_q8_0, block_q4_0, block_q4_1 and
+/// block_q4_K; a row of a matrix is whole blocks).
+enum class DType { F32, BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K };
 
-inline size_t dtypeBytes(DType type) { return type == DType::F32 ? 4 : 2; }
-/// "f32", "bf16", "f16": the names the compiler's `storage` attribute and --weights-dtype use.
+inline bool isQuantized(DType type) {
+  return type != DType::F32 && type != DType::BF16 && type != DType::F16;
+}
+/// Elements per block: 1 for the float types, 32 for Q8_0, Q4_0 and Q4_1, 256 for Q4_K.
+inline int64_t dtypeBlockElements(DType type) {
+  return !isQuantized(type) ? 1 : type == DType::Q4_K ? 256 : 32;
+}
+/// Bytes per block (of one element for the float types).
+inline size_t dtypeBlockBytes(DType type) {
+  switch (type) {
+  case DType::F32:
+    return 4;
+  case DType::BF16:
+  case DType::F16:
+    return 2;
+  case DType::Q8_0:
+    return 34; // f16 scale, 32 int8
+  case DType::Q4_0:
+    return 18; // f16 scale, 32 nibbles
+  case DType::Q4_1:
+    return 20; // f16 scale and min, 32 nibbles
+  case DType::Q4_K:
+    return 144; // f16 d and dmin, 12 bytes of 6-bit scales and mins, 256 nibbles
+  }
+  return 0;
+}
+/// The bytes of one element of a float type (of a quantized type: of its block).
+inline size_t dtypeBytes(DType type) { return dtypeBlockBytes(type); }
+/// The bytes of `count` elements, `count` a multiple of the block size.
+inline uint64_t dtypeBytesFor(DType type, int64_t count) {
+  return uint64_t(count / dtypeBlockElements(type)) * dtypeBlockBytes(type);
+}
+/// "f32", "bf16", "f16", "q8_0", "q4_0", "q4_1", "q4_k": the names the compiler's `storage`
+/// attribute and --weights-dtype use.
 const char *dtypeName(DType type);
-/// The type a name spells (as dtypeName, or safetensors' F32, BF16, F16); none for others.
+/// The type a name spells (as dtypeName, or safetensors' and GGUF's F32, BF16, F16, Q8_0,
+/// Q4_0, Q4_1, Q4_K); none for others.
 std::optional<DType> parseDType(const std::string &name);
 
 /// bf16 is the top half of an fp32: widening is exact.
@@ -43,9 +78,11 @@ float f16ToFloat(uint16_t bits);
 /// fp32 to IEEE half, round to nearest even (overflow to infinity), as torch's .half().
 uint16_t floatToF16(float value);
 
-/// `count` values of `type` at `in` as fp32 (exact).
+/// `count` values of `type` at `in` as fp32 (exact; a quantized type's blocks dequantized bit
+/// for bit as gguf-py does, `count` a multiple of its block size).
 void widen(const void *in, DType type, float *out, size_t count);
-/// `count` fp32 values stored as `type` at `out` (rounded to nearest even).
+/// `count` fp32 values stored as `type` at `out` (rounded to nearest even). Float types only:
+/// quantized weights are loaded as their file stores them, never quantized here.
 void narrow(const float *in, DType type, void *out, size_t count);
 
 } // namespace tpcrt

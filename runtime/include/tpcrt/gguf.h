@@ -6,8 +6,11 @@
 #ifndef TPCRT_GGUF_H
 #define TPCRT_GGUF_H
 
+#include "tpcrt/dtype.h"
+
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +70,11 @@ const GgmlTypeInfo *ggmlTypeInfo(uint32_t id);
 inline const GgmlTypeInfo *ggmlTypeInfo(GgmlType type) {
   return ggmlTypeInfo(uint32_t(type));
 }
+/// The ggml type of a weight type tpc holds (dtype.h), and back (none for a type tpc does
+/// not hold as it is stored).
+GgmlType ggmlTypeOf(DType type);
+std::optional<DType> dtypeOf(GgmlType type);
+
 /// "F32, F16, BF16, Q8_0, ...": the types dequantize accepts, for error
 /// messages.
 std::string ggmlDequantizableTypes();

@@ -35,16 +35,19 @@ struct SliceSpec {
 };
 
 struct TensorInfo {
-  std::string dtype; // F32, F16 or BF16
+  std::string dtype; // F32, F16 or BF16; for a GGUF file its ggml type (Q4_1, ...)
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0; // byte offsets in `file`, from its start
   std::string file;
 };
 
+class GgufModel;
+
 class Checkpoint {
 public:
-  /// Opens PATH: a .safetensors file, a model.safetensors.index.json, or a directory holding
-  /// either. On failure returns null and says why in `error`.
+  /// Opens PATH: a .safetensors file, a model.safetensors.index.json, a .gguf file, or a
+  /// directory holding one of them (ggufPathOf). A GGUF file's tensors go by their Hugging
+  /// Face names (GgufModel). On failure returns null and says why in `error`.
   static std::unique_ptr<Checkpoint> open(const std::string &path, std::string &error);
   ~Checkpoint();
 
@@ -65,6 +68,9 @@ public:
             float *out, uint64_t &bytesRead, std::string &error,
             const std::vector<std::string> &sources = {});
 
+  /// The GGUF file this checkpoint is, or null for safetensors.
+  const GgufModel *gguf() const { return gguf_.get(); }
+
 private:
   Checkpoint() = default;
   bool addFile(const std::string &path, std::string &error);
@@ -76,6 +82,7 @@ private:
   std::map<std::string, TensorInfo> tensors;
   std::map<std::string, int> fds;
   std::map<std::string, uint64_t> sizes;
+  std::shared_ptr<GgufModel> gguf_;
 };
 
 /// The value of element `index` (row-major, in the HF tensor) of parameter `name` for `seed`:

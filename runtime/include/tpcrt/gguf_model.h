@@ -1,0 +1,60 @@
+// A GGUF file as a Hugging Face checkpoint: the config.json transformers 5.17 builds from its
+// metadata (load_gguf_checkpoint), and its tensors under the Hugging Face names the plans use,
+// with what llama.cpp's converter did to them undone (the q/k row permutation for RoPE of
+// the llama architecture, the +1 of Gemma 2's norms). Plain C++17, shared by the compiler
+// (tpc import and tpc run read the config) and the loader (which reads the tensors).
+#ifndef TPCRT_GGUF_MODEL_H
+#define TPCRT_GGUF_MODEL_H
+
+#include "tpcrt/gguf.h"
+#include "tpcrt/weights.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tpcrt {
+
+/// One tensor of the model: where it is in the file and how it becomes the Hugging Face one.
+struct GgufModelTensor {
+  const GgufTensor *tensor = nullptr;
+  /// The heads of the converter's RoPE permutation of rows (0: none): row h*D + i*D/2 + j of
+  /// the Hugging Face tensor is row h*D + 2j + i of the file (D: rows / heads).
+  int64_t permutedHeads = 0;
+  /// Gemma's norms are stored as 1 + w; transformers subtracts the 1.
+  bool minusOne = false;
+};
+
+class GgufModel {
+public:
+  /// Opens PATH and maps it. Null, with `error` naming the file and the key or tensor at
+  /// fault, for an architecture tpc does not import, a missing or malformed hyperparameter, a
+  /// tensor with no Hugging Face counterpart, or a type tpc does not read.
+  static std::unique_ptr<GgufModel> open(const std::string &path, std::string &error);
+
+  const GgufFile &file() const { return *file_; }
+  /// model_type as transformers names it ("llama", "mistral", "qwen2", ...).
+  const std::string &modelType() const { return modelType_; }
+  /// The config.json transformers 5.17 builds from the metadata, as JSON text.
+  const std::string &configJson() const { return config_; }
+  /// The tensors by Hugging Face name.
+  const std::map<std::string, GgufModelTensor> &tensors() const { return tensors_; }
+  const GgufModelTensor *find(const std::string &name) const;
+
+  /// Reads this rank's slice of `name` (Hugging Face shape `shape`) as fp32, dequantized
+  /// (bit for bit as gguf-py) and with the converter's changes undone, as
+  /// Checkpoint::read does for safetensors; `bytesRead` counts the file bytes read.
+  bool read(const std::string &name, const std::vector<int64_t> &shape, const SliceSpec &spec,
+            float *out, uint64_t &bytesRead, std::string &error) const;
+
+private:
+  GgufModel() = default;
+  std::unique_ptr<GgufFile> file_;
+  std::string modelType_, config_;
+  std::map<std::string, GgufModelTensor> tensors_;
+};
+
+} // namespace tpcrt
+
+#endif // TPCRT_GGUF_MODEL_H

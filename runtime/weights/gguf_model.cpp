@@ -1,0 +1,341 @@
+// GGUF files as Hugging Face checkpoints (tpcrt/gguf_model.h). What is mapped follows
+// transformers 5.17's GGUF loader (integrations/ggml.py's GGUF_CONFIG_MAPPING and
+// modeling_gguf_pytorch_utils.py), the oracle the conformance tests compare with, for the
+// architectures that tpc imports and that loader knows.
+#include "tpcrt/gguf_model.h"
+
+#include "tpcrt/slices.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace tpcrt {
+
+namespace {
+
+/// What differs between the architectures: the model_type, and what llama.cpp's converter
+/// did that reading must undo.
+struct GgufArchitecture {
+  const char *gguf;      // general.architecture
+  const char *modelType; // transformers' model_type
+  bool permuteQK = false;   // llama's RoPE row permutation of attn_q and attn_k
+  bool normMinusOne = false; // Gemma's norms stored as 1 + w
+  bool ropeDimIsHeadDim = false; // rope.dimension_count is head_dim (llama, mistral)
+  bool keyLengthIsHeadDim = false; // attention.key_length is head_dim (gemma2)
+  bool slidingWindow = false;      // attention.sliding_window is sliding_window
+};
+
+const GgufArchitecture kArchitectures[] = {
+    {"llama", "llama", true, false, true, false, false},
+    {"qwen2", "qwen2"},
+    {"qwen3", "qwen3"},
+    {"phi3", "phi3"},
+    {"gemma2", "gemma2", false, true, false, true, true},
+};
+
+std::string supportedArchitectures() {
+  std::string names;
+  for (const GgufArchitecture &a : kArchitectures)
+    names += (names.empty() ? "" : ", ") + std::string(a.gguf);
+  return names;
+}
+
+/// The Hugging Face name of a layer tensor's module ("attn_q" -> "self_attn.q_proj").
+const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
+  std::string type = arch.modelType;
+  if (type == "phi3") {
+    if (part == "attn_qkv")
+      return "self_attn.qkv_proj";
+    if (part == "ffn_up")
+      return "mlp.gate_up_proj";
+  }
+  if (type == "gemma2") {
+    if (part == "ffn_norm")
+      return "pre_feedforward_layernorm";
+    if (part == "post_attention_norm")
+      return "post_attention_layernorm";
+    if (part == "post_ffw_norm")
+      return "post_feedforward_layernorm";
+  }
+  static const std::pair<const char *, const char *> common[] = {
+      {"attn_norm", "input_layernorm"},
+      {"attn_q", "self_attn.q_proj"},
+      {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},
+      {"attn_output", "self_attn.o_proj"},
+      {"attn_q_norm", "self_attn.q_norm"},
+      {"attn_k_norm", "self_attn.k_norm"},
+      {"ffn_norm", "post_attention_layernorm"},
+      {"ffn_gate", "mlp.gate_proj"},
+      {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"},
+  };
+  for (const auto &[gguf, hf] : common)
+    if (part == gguf)
+      return hf;
+  return nullptr;
+}
+
+/// "blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight"; "" for a name with no
+/// counterpart. `module` gets the GGUF module ("attn_q").
+std::string hfName(const std::string &name, const GgufArchitecture &arch, std::string &module) {
+  size_t dot = name.rfind('.');
+  if (dot == std::string::npos)
+    return "";
+  std::string stem = name.substr(0, dot), suffix = name.substr(dot);
+  if (suffix != ".weight" && suffix != ".bias")
+    return "";
+  module = stem;
+  if (stem == "token_embd")
+    return "model.embed_tokens" + suffix;
+  if (stem == "output_norm")
+    return "model.norm" + suffix;
+  if (stem == "output")
+    return "lm_head" + suffix;
+  if (stem.compare(0, 4, "blk.") != 0)
+    return "";
+  size_t end = stem.find('.', 4);
+  if (end == std::string::npos || end == 4 || end - 4 > 6)
+    return "";
+  std::string layer = stem.substr(4, end - 4);
+  if (!std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      (layer.size() > 1 && layer[0] == '0'))
+    return "";
+  module = stem.substr(end + 1);
+  const char *hf = layerModule(module, arch);
+  return hf ? "model.layers." + layer + "." + hf + suffix : "";
+}
+
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+} // namespace
+
+std::unique_ptr<GgufModel> GgufModel::open(const std::string &path, std::string &error) {
+  std::unique_ptr<GgufModel> model(new GgufModel());
+  model->file_ = GgufFile::open(path, error);
+  if (!model->file_)
+    return nullptr;
+  const GgufFile &file = *model->file_;
+  const std::string where = "GGUF file " + path;
+  std::string architecture;
+  if (!file.getString("general.architecture", architecture, error))
+    return nullptr;
+  const GgufArchitecture *arch = nullptr;
+  for (const GgufArchitecture &a : kArchitectures)
+    if (architecture == a.gguf)
+      arch = &a;
+  if (!arch) {
+    error = where + ": general.architecture '" + architecture +
+            "' is not one tpc imports from GGUF (it imports " + supportedArchitectures() + ")";
+    return nullptr;
+  }
+  model->modelType_ = arch->modelType;
+  // transformers calls a llama file mistral when general.name is exactly "mistral" (it tests
+  // membership in the list of the field's values); its keys stay llama.*.
+  if (architecture == "llama") {
+    std::string name, ignored;
+    if (file.find("general.name") && file.getString("general.name", name, ignored) &&
+        name == "mistral")
+      model->modelType_ = "mistral";
+  }
+
+  nlohmann::ordered_json config;
+  config["model_type"] = model->modelType_;
+  auto key = [&](const char *suffix) { return architecture + "." + suffix; };
+  // Hyperparameters every architecture has; transformers leaves out what the file does not
+  // hold (the config class's default applies), and so does this.
+  struct Field {
+    const char *gguf, *hf;
+    bool isFloat;
+  };
+  std::vector<Field> fields = {
+      {"context_length", "max_position_embeddings", false},
+      {"block_count", "num_hidden_layers", false},
+      {"feed_forward_length", "intermediate_size", false},
+      {"embedding_length", "hidden_size", false},
+      {"rope.freq_base", "rope_theta", true},
+      {"attention.head_count", "num_attention_heads", false},
+      {"attention.head_count_kv", "num_key_value_heads", false},
+      {"attention.layer_norm_rms_epsilon", "rms_norm_eps", true},
+      {"vocab_size", "vocab_size", false},
+  };
+  if (arch->ropeDimIsHeadDim)
+    fields.push_back({"rope.dimension_count", "head_dim", false});
+  if (arch->keyLengthIsHeadDim)
+    fields.push_back({"attention.key_length", "head_dim", false});
+  if (arch->slidingWindow)
+    fields.push_back({"attention.sliding_window", "sliding_window", false});
+  for (const Field &field : fields) {
+    std::string k = key(field.gguf);
+    if (!file.find(k))
+      continue;
+    if (field.isFloat) {
+      double value = 0;
+      if (!file.getFloat(k, value, error))
+        return nullptr;
+      config[field.hf] = value;
+    } else {
+      int64_t value = 0;
+      if (!file.getInt(k, value, error, 0, int64_t(1) << 40))
+        return nullptr;
+      config[field.hf] = value;
+    }
+  }
+  for (const char *required : {"block_count", "embedding_length", "attention.head_count"})
+    if (!file.find(key(required))) {
+      error = where + ": no metadata '" + key(required) + "', which a " + architecture +
+              " model needs";
+      return nullptr;
+    }
+  for (auto [gguf, hf] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
+                          {"tokenizer.ggml.eos_token_id", "eos_token_id"},
+                          {"tokenizer.ggml.padding_token_id", "pad_token_id"}}) {
+    int64_t id = 0;
+    if (file.find(gguf)) {
+      if (!file.getInt(gguf, id, error, 0, UINT32_MAX))
+        return nullptr;
+      config[hf] = id;
+    }
+  }
+  // transformers takes the vocabulary's size from the tokens when the file does not say it.
+  if (!config.contains("vocab_size")) {
+    const GgufValue *tokens = file.find("tokenizer.ggml.tokens");
+    if (!tokens || tokens->type != GgufValueType::Array) {
+      error = where + ": no " + key("vocab_size") + " and no tokenizer.ggml.tokens to count";
+      return nullptr;
+    }
+    config["vocab_size"] = tokens->size();
+  }
+  bool hasOutput = file.tensor("output.weight") != nullptr;
+  config["tie_word_embeddings"] = !hasOutput;
+
+  int64_t heads = config.value("num_attention_heads", int64_t(0));
+  int64_t kvHeads = config.value("num_key_value_heads", heads);
+  for (const GgufTensor &t : file.tensors()) {
+    // llama.cpp keeps rope scaling factors as tensors; transformers' loader ignores them and
+    // its config has no rope_scaling, so the two would compute different models.
+    if (t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
+        t.name == "rope_factors_short.weight") {
+      error = where + ": tensor " + t.name +
+              " holds RoPE scaling factors, which tpc does not read from GGUF yet (transformers "
+              "5.17's GGUF loader ignores them, so neither would compute this model as "
+              "llama.cpp does)";
+      return nullptr;
+    }
+    std::string module;
+    std::string name = hfName(t.name, *arch, module);
+    if (name.empty()) {
+      error = where + ": tensor " + t.name + " has no counterpart in a Hugging Face " +
+              model->modelType_ + " model that tpc knows";
+      return nullptr;
+    }
+    const GgmlTypeInfo *info = ggmlTypeInfo(t.type);
+    if (!info || !info->dequantizable) {
+      error = where + ": tensor " + t.name + " has type " + (info ? info->name : "unknown") +
+              ", which tpc does not read (it reads " + ggmlDequantizableTypes() + ")";
+      return nullptr;
+    }
+    GgufModelTensor mapped;
+    mapped.tensor = &t;
+    if (arch->permuteQK && (module == "attn_q" || module == "attn_k")) {
+      mapped.permutedHeads = module == "attn_q" ? heads : kvHeads;
+      int64_t rows = t.shape.size() == 2 ? t.shape[0] : 0;
+      if (t.shape.size() != 2) {
+        error = where + ": tensor " + t.name + " has shape " + shapeText(t.shape) +
+                "; tpc undoes the converter's RoPE permutation of matrices only";
+        return nullptr;
+      }
+      if (mapped.permutedHeads <= 0 || rows % (2 * mapped.permutedHeads) != 0) {
+        error = where + ": tensor " + t.name + " has " + std::to_string(rows) +
+                " rows, which do not split into " + std::to_string(mapped.permutedHeads) +
+                " heads of pairs (the converter's RoPE permutation)";
+        return nullptr;
+      }
+    }
+    mapped.minusOne = arch->normMinusOne && t.name.find("norm.weight") != std::string::npos;
+    if (!model->tensors_.emplace(name, mapped).second) {
+      error = where + ": two tensors map to " + name;
+      return nullptr;
+    }
+  }
+  model->config_ = config.dump(2) + "\n";
+  return model;
+}
+
+const GgufModelTensor *GgufModel::find(const std::string &name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
+                     const SliceSpec &spec, float *out, uint64_t &bytesRead,
+                     std::string &error) const {
+  const GgufModelTensor *mapped = find(name);
+  if (!mapped) {
+    error = "tensor " + name + " is missing from " + file_->path();
+    return false;
+  }
+  const GgufTensor &t = *mapped->tensor;
+  if (t.shape != shape) {
+    error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") has shape " +
+            shapeText(t.shape) + ", the model expects " + shapeText(shape);
+    return false;
+  }
+  const int64_t rowElements = t.ne.empty() ? 1 : t.ne[0];
+  // The file is read in chunks of whole rows, about 4 MiB each, a multiple of a head's rows
+  // where rows are permuted (so a head's permutation never leaves its chunk), and the chunk
+  // last read is kept: a slice's runs visit rows in order.
+  int64_t headRows = mapped->permutedHeads ? t.rows / mapped->permutedHeads : 1;
+  int64_t chunkRows = std::max<int64_t>(1, (int64_t(4) << 20) / int64_t(std::max<uint64_t>(t.rowBytes, 1)));
+  chunkRows = std::max<int64_t>(headRows, chunkRows / headRows * headRows);
+  int64_t cached = -1;
+  std::vector<float> chunk;
+  auto row = [&](int64_t hfRow) -> const float * {
+    int64_t fileRow = hfRow;
+    if (mapped->permutedHeads) {
+      int64_t half = headRows / 2, h = hfRow / headRows, r = hfRow % headRows;
+      fileRow = h * headRows + 2 * (r % half) + r / half;
+    }
+    int64_t index = fileRow / chunkRows;
+    if (index != cached) {
+      int64_t first = index * chunkRows, count = std::min(chunkRows, t.rows - first);
+      if (!file_->readRowsF32(t.name, first, count, chunk, error))
+        return nullptr;
+      bytesRead += uint64_t(count) * t.rowBytes;
+      if (mapped->minusOne)
+        for (float &v : chunk)
+          v = v - 1.0f;
+      cached = index;
+    }
+    return chunk.data() + (fileRow - index * chunkRows) * rowElements;
+  };
+  bool ok = true;
+  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
+    for (int64_t done = 0; ok && done < count;) {
+      uint64_t at = first + uint64_t(done);
+      int64_t r = int64_t(at / uint64_t(rowElements)), col = int64_t(at % uint64_t(rowElements));
+      int64_t take = std::min(count - done, rowElements - col);
+      const float *from = row(r);
+      if (!from) {
+        ok = false;
+        return;
+      }
+      std::memcpy(out + done, from + col, size_t(take) * sizeof(float));
+      done += take;
+    }
+    if (!ok)
+      return;
+    std::fill(out + count, out + padded, 0.0f);
+    out += padded;
+  });
+  return ok;
+}
+
+} // namespace tpcrt
