@@ -135,11 +135,21 @@ def TP_ShardDescAttr : TP_Attr<"ShardDesc", "shard_desc"> {
 }
 
 // How a parameter's elements are stored: in the checkpoint (tpc import reads it off the
-// tensors), and, after tp-weight-storage, in the binary. Block-quantized types join here.
+// tensors), and, after tp-weight-storage, in the binary. The q types are ggml's block formats
+// (a GGUF file's): the CPU target holds q8_0, q4_0, q4_1 and q4_k as they are; q5_0, q5_1,
+// q5_k and q6_k only ever describe a file.
 def TP_WeightType : I32EnumAttr<"WeightType", "the element type a weight is stored in", [
     I32EnumAttrCase<"f32", 0>,
     I32EnumAttrCase<"bf16", 1>,
-    I32EnumAttrCase<"f16", 2>
+    I32EnumAttrCase<"f16", 2>,
+    I32EnumAttrCase<"q8_0", 3>,
+    I32EnumAttrCase<"q4_0", 4>,
+    I32EnumAttrCase<"q4_1", 5>,
+    I32EnumAttrCase<"q4_k", 6>,
+    I32EnumAttrCase<"q5_0", 7>,
+    I32EnumAttrCase<"q5_1", 8>,
+    I32EnumAttrCase<"q5_k", 9>,
+    I32EnumAttrCase<"q6_k", 10>
   ]> {
   let cppNamespace = "::tpc::tp";
   let genSpecializedAttr = 0;

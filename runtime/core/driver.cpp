@@ -122,8 +122,7 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       total += weight.bytes();
       ++footprint.held[dtypeName(weight.dtype)];
       if (!checkpoint) // generated: what the rank holds (a checkpoint counts what it read)
-        footprint.weightBytes +=
-            uint64_t(slice.heldElements(param.hfShape)) * dtypeBytes(weight.dtype);
+        footprint.weightBytes += dtypeBytesFor(weight.dtype, slice.heldElements(param.hfShape));
       weights.push_back(std::move(weight));
       slices.push_back(slice);
     }
@@ -136,6 +135,20 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       if (!checkpoint && backend.generateWeight(i, *args.randomSeed, param, slices[i]))
         continue;
       int64_t elements = weights[i].elements();
+      if (void *blocks = backend.hostBlocks(i)) { // held as the file's blocks
+        uint64_t bytes = 0;
+        if (!checkpoint) {
+          error = std::string("parameter ") + param.name + " is held as " +
+                  dtypeName(weights[i].dtype) +
+                  ", blocks that only a GGUF file gives; --random-weights cannot";
+          return false;
+        }
+        if (!checkpoint->readBlocks(param.name, param.hfShape, slices[i], weights[i].dtype,
+                                    blocks, bytes, error))
+          return false;
+        footprint.weightBytes += bytes;
+        continue;
+      }
       float *out = backend.hostWeight(i);
       bool staged = !out;
       if (staged) {

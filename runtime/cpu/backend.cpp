@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 
 namespace tpcrt {
 
@@ -59,8 +60,17 @@ public:
   }
   /// fp32 weights are read straight into place; the others are staged and narrowed.
   float *hostWeight(size_t i) override { return cx.weights.data(i); }
+  /// Block-quantized weights are read as the file stores them.
+  void *hostBlocks(size_t i) override {
+    return isQuantized(cx.weights.type(i)) ? cx.weights.raw(i) : nullptr;
+  }
   void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) override {
     DType type = cx.weights.type(i);
+    if (isQuantized(type))
+      throw std::runtime_error(std::string("weight ") + std::to_string(i) + " is held as " +
+                               dtypeName(type) +
+                               ": its blocks come from a GGUF file, not from fp32 values "
+                               "(random weights cannot be held quantized)");
     narrow(values, type, static_cast<std::byte *>(cx.weights.raw(i)) + offset * dtypeBytes(type),
            size_t(count));
   }

@@ -115,6 +115,26 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
+/// The file's row that holds row `hfRow` of the Hugging Face tensor.
+int64_t fileRowOf(const GgufModelTensor &mapped, int64_t hfRow) {
+  if (!mapped.permutedHeads)
+    return hfRow;
+  int64_t headRows = mapped.tensor->rows / mapped.permutedHeads, half = headRows / 2;
+  int64_t h = hfRow / headRows, r = hfRow % headRows;
+  return h * headRows + 2 * (r % half) + r / half;
+}
+
+/// The file is read in chunks of whole rows, about 4 MiB each, a multiple of a head's rows
+/// where rows are permuted (so a head's permutation never leaves its chunk), and the chunk
+/// last read is kept: a slice's runs visit rows in order.
+int64_t rowsPerChunk(const GgufModelTensor &mapped) {
+  const GgufTensor &t = *mapped.tensor;
+  int64_t headRows = mapped.permutedHeads ? t.rows / mapped.permutedHeads : 1;
+  int64_t rows = std::max<int64_t>(1, (int64_t(4) << 20) /
+                                          int64_t(std::max<uint64_t>(t.rowBytes, 1)));
+  return std::max<int64_t>(headRows, rows / headRows * headRows);
+}
+
 } // namespace
 
 std::unique_ptr<GgufModel> GgufModel::open(const std::string &path, std::string &error) {
@@ -289,20 +309,11 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
     return false;
   }
   const int64_t rowElements = t.ne.empty() ? 1 : t.ne[0];
-  // The file is read in chunks of whole rows, about 4 MiB each, a multiple of a head's rows
-  // where rows are permuted (so a head's permutation never leaves its chunk), and the chunk
-  // last read is kept: a slice's runs visit rows in order.
-  int64_t headRows = mapped->permutedHeads ? t.rows / mapped->permutedHeads : 1;
-  int64_t chunkRows = std::max<int64_t>(1, (int64_t(4) << 20) / int64_t(std::max<uint64_t>(t.rowBytes, 1)));
-  chunkRows = std::max<int64_t>(headRows, chunkRows / headRows * headRows);
+  int64_t chunkRows = rowsPerChunk(*mapped);
   int64_t cached = -1;
   std::vector<float> chunk;
   auto row = [&](int64_t hfRow) -> const float * {
-    int64_t fileRow = hfRow;
-    if (mapped->permutedHeads) {
-      int64_t half = headRows / 2, h = hfRow / headRows, r = hfRow % headRows;
-      fileRow = h * headRows + 2 * (r % half) + r / half;
-    }
+    int64_t fileRow = fileRowOf(*mapped, hfRow);
     int64_t index = fileRow / chunkRows;
     if (index != cached) {
       int64_t first = index * chunkRows, count = std::min(chunkRows, t.rows - first);
@@ -334,6 +345,66 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
       return;
     std::fill(out + count, out + padded, 0.0f);
     out += padded;
+  });
+  return ok;
+}
+
+bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &shape,
+                           const SliceSpec &spec, DType type, void *out, uint64_t &bytesRead,
+                           std::string &error) const {
+  const GgufModelTensor *mapped = find(name);
+  if (!mapped) {
+    error = "tensor " + name + " is missing from " + file_->path();
+    return false;
+  }
+  const GgufTensor &t = *mapped->tensor;
+  if (t.shape != shape || t.type != ggmlTypeOf(type) || mapped->minusOne) {
+    error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") is " +
+            ggmlTypeInfo(t.type)->name + " " + shapeText(t.shape) + ", but the program holds " +
+            dtypeName(type) + " " + shapeText(shape) +
+            " as the file stores it (compiled for another file?)";
+    return false;
+  }
+  const int64_t rowElements = t.ne[0], block = dtypeBlockElements(type);
+  const size_t blockBytes = dtypeBlockBytes(type);
+  int64_t chunkRows = rowsPerChunk(*mapped), cached = -1;
+  std::vector<uint8_t> chunk;
+  auto* to = static_cast<uint8_t *>(out);
+  bool ok = true;
+  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
+    if (!ok)
+      return;
+    if (first % uint64_t(block) || count % block || padded % block) {
+      error = "tensor " + name + ": this rank's piece cuts its " + dtypeName(type) +
+              " blocks of " + std::to_string(block) +
+              " elements (elements " + std::to_string(first) + " to " +
+              std::to_string(first + uint64_t(count)) + ")";
+      ok = false;
+      return;
+    }
+    for (int64_t done = 0; done < count;) {
+      uint64_t at = first + uint64_t(done);
+      int64_t r = int64_t(at / uint64_t(rowElements)), col = int64_t(at % uint64_t(rowElements));
+      int64_t take = std::min(count - done, rowElements - col);
+      int64_t fileRow = fileRowOf(*mapped, r), index = fileRow / chunkRows;
+      if (index != cached) {
+        int64_t firstRow = index * chunkRows, rows = std::min(chunkRows, t.rows - firstRow);
+        if (!file_->readRows(t.name, firstRow, rows, chunk, error)) {
+          ok = false;
+          return;
+        }
+        bytesRead += uint64_t(rows) * t.rowBytes;
+        cached = index;
+      }
+      const uint8_t *from = chunk.data() + size_t(fileRow - index * chunkRows) * t.rowBytes +
+                            size_t(col / block) * blockBytes;
+      std::memcpy(to, from, size_t(take / block) * blockBytes);
+      to += size_t(take / block) * blockBytes;
+      done += take;
+    }
+    size_t pad = size_t((padded - count) / block) * blockBytes;
+    std::memset(to, 0, pad);
+    to += pad;
   });
   return ok;
 }

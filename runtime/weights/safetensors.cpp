@@ -552,4 +552,15 @@ bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape
   return ok;
 }
 
+bool Checkpoint::readBlocks(const std::string &name, const std::vector<int64_t> &shape,
+                            const SliceSpec &spec, DType type, void *out, uint64_t &bytesRead,
+                            std::string &error) {
+  if (!gguf_) {
+    error = "tensor " + name + " is held as " + dtypeName(type) +
+            ", blocks only a GGUF file holds, but the checkpoint is safetensors";
+    return false;
+  }
+  return gguf_->readBlocks(name, shape, spec, type, out, bytesRead, error);
+}
+
 } // namespace tpcrt

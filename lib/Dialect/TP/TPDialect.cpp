@@ -205,16 +205,43 @@ std::optional<WeightType> tpc::tp::weightTypeOf(Type elementType) {
   return std::nullopt;
 }
 
-double tpc::tp::bytesPerElement(WeightType type) {
+/// Elements and bytes of one block of `type` (of one element for the float types): ggml's
+/// block_q8_0, block_q4_0, ... (a f16 scale, and a min or 6-bit sub-block scales for some).
+static std::pair<int64_t, int64_t> blockOf(WeightType type) {
   switch (type) {
   case WeightType::f32:
-    return 4;
+    return {1, 4};
   case WeightType::bf16:
   case WeightType::f16:
-    return 2;
+    return {1, 2};
+  case WeightType::q8_0:
+    return {32, 34};
+  case WeightType::q4_0:
+    return {32, 18};
+  case WeightType::q4_1:
+    return {32, 20};
+  case WeightType::q4_k:
+    return {256, 144};
+  case WeightType::q5_0:
+    return {32, 22};
+  case WeightType::q5_1:
+    return {32, 24};
+  case WeightType::q5_k:
+    return {256, 176};
+  case WeightType::q6_k:
+    return {256, 210};
   }
   llvm_unreachable("a weight type without a size");
 }
+
+double tpc::tp::bytesPerElement(WeightType type) {
+  auto [elements, bytes] = blockOf(type);
+  return double(bytes) / double(elements);
+}
+
+int64_t tpc::tp::blockElements(WeightType type) { return blockOf(type).first; }
+
+bool tpc::tp::isQuantized(WeightType type) { return blockElements(type) > 1; }
 
 std::optional<int64_t> tpc::tp::getMeshSize(ModuleOp module) {
   if (auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttrName))

@@ -29,7 +29,7 @@ struct WeightDesc {
       n *= d;
     return n;
   }
-  uint64_t bytes() const { return uint64_t(elements()) * dtypeBytes(dtype); }
+  uint64_t bytes() const { return dtypeBytesFor(dtype, elements()); }
 };
 
 /// One attention layer's KV cache: the keys' and the values' elements per token (local).
@@ -67,6 +67,9 @@ public:
   /// Host fp32 memory that weight `i` lives in, which the loader writes straight into; null
   /// where it lives elsewhere or in another type, and the loader stages it (writeWeight).
   virtual float *hostWeight(size_t i) = 0;
+  /// Host memory of weight `i` held in a block type (Q4_1, ...), which the loader reads the
+  /// file's blocks straight into; null where the backend holds no block types.
+  virtual void *hostBlocks(size_t i) { return nullptr; }
   /// Elements [offset, offset + count) of weight `i`, from fp32 `values` (the loader's
   /// staging buffer, reused once this returns).
   virtual void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) = 0;

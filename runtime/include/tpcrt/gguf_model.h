@@ -48,6 +48,14 @@ public:
   bool read(const std::string &name, const std::vector<int64_t> &shape, const SliceSpec &spec,
             float *out, uint64_t &bytesRead, std::string &error) const;
 
+  /// Reads this rank's slice of `name` as the file's blocks, into `out` (zero bytes for
+  /// padding, which a block reads as zeros): every run of the slice must be whole blocks
+  /// (tp-weight-storage holds a weight quantized only where its split keeps them whole), and
+  /// the tensor's type must be `type`.
+  bool readBlocks(const std::string &name, const std::vector<int64_t> &shape,
+                  const SliceSpec &spec, DType type, void *out, uint64_t &bytesRead,
+                  std::string &error) const;
+
 private:
   GgufModel() = default;
   std::unique_ptr<GgufFile> file_;

@@ -3,6 +3,8 @@
 #ifndef TPCRT_WEIGHTS_H
 #define TPCRT_WEIGHTS_H
 
+#include "tpcrt/dtype.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -67,6 +69,12 @@ public:
   bool read(const std::string &name, const std::vector<int64_t> &shape, const SliceSpec &spec,
             float *out, uint64_t &bytesRead, std::string &error,
             const std::vector<std::string> &sources = {});
+
+  /// Reads this rank's slice of `name` as the blocks of `type` a GGUF file stores it in
+  /// (GgufModel::readBlocks); an error for a safetensors checkpoint.
+  bool readBlocks(const std::string &name, const std::vector<int64_t> &shape,
+                  const SliceSpec &spec, DType type, void *out, uint64_t &bytesRead,
+                  std::string &error);
 
   /// The GGUF file this checkpoint is, or null for safetensors.
   const GgufModel *gguf() const { return gguf_.get(); }

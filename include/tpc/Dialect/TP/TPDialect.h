@@ -93,6 +93,9 @@ bool allReadsOf(ParamOp param, llvm::function_ref<bool(mlir::OpOperand &)> pred)
 std::optional<WeightType> weightTypeOf(mlir::Type elementType);
 /// Bytes per element a weight of `type` takes (fractional for block types, scales included).
 double bytesPerElement(WeightType type);
+/// Elements per block: 1 for the float types, 32 or 256 for ggml's block types.
+int64_t blockElements(WeightType type);
+bool isQuantized(WeightType type);
 
 /// The mesh size recorded on a module, if any.
 std::optional<int64_t> getMeshSize(mlir::ModuleOp module);

@@ -36,10 +36,10 @@ public:
     size_t total = 0;
     for (size_t i = 0; i < counts.size(); ++i) {
       offsets.push_back(total);
-      size_t width = dtypeBytes(types[i]);
-      if (counts[i] > (SIZE_MAX - kLine) / width || total > SIZE_MAX - counts[i] * width - kLine)
+      size_t width = dtypeBlockBytes(types[i]), blocks = counts[i] / size_t(dtypeBlockElements(types[i]));
+      if (blocks > (SIZE_MAX - kLine) / width || total > SIZE_MAX - blocks * width - kLine)
         throw std::length_error("the weights' size overflows");
-      total += (counts[i] * width + kLine - 1) / kLine * kLine;
+      total += (blocks * width + kLine - 1) / kLine * kLine;
     }
     storage.reset(static_cast<std::byte *>(::operator new(total, kAlign)));
   }
