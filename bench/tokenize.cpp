@@ -5,12 +5,16 @@
 //   tpc-tokenize DIR stream [--skip-special] ids -> one JSON string per id pushed (the text
 //                                             that became final), then finish()'s
 //   tpc-tokenize DIR id TOKEN                 the id of a token string
+//   tpc-tokenize DIR special-tokens           {"bos": bosToken(), "eos": eosToken()}
 //   tpc-tokenize DIR batch                    JSON lines in, JSON lines out, one load for all:
 //     {"encode": TEXT, "special": B} -> [ids] (or {"error": MESSAGE});
 //     {"decode": [ids], "skip": B} -> TEXT;
 //     {"stream": [ids], "skip": B} -> [chunk per id pushed, then finish()'s]
+// DIR may also be a GGUF file, or a directory holding one and no safetensors (ggufPathOf): the
+// tokenizer is then its metadata's (Tokenizer::fromGguf).
 // Text that cannot be encoded (not valid UTF-8, a regex limit) is an error: exit status 1
 // with the message on stderr, or, in batch mode, its {"error": ...} line.
+#include "tpcrt/gguf.h"
 #include "tpcrt/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -24,7 +28,7 @@
 namespace {
 
 int usage() {
-  std::cerr << "usage: tpc-tokenize DIR (encode [--no-special] | decode [--skip-special] | "
+  std::cerr << "usage: tpc-tokenize DIR|GGUF (encode [--no-special] | decode [--skip-special] | "
                "stream [--skip-special] | id TOKEN)\n";
   return 2;
 }
@@ -47,7 +51,15 @@ int main(int argc, char **argv) {
   if (argc < 3)
     return usage();
   std::string error;
-  auto tok = tpcrt::Tokenizer::load(argv[1], error);
+  std::string ggufPath = tpcrt::ggufPathOf(argv[1], error);
+  std::unique_ptr<tpcrt::Tokenizer> tok;
+  if (!error.empty()) {
+  } else if (!ggufPath.empty()) {
+    if (auto file = tpcrt::GgufFile::open(ggufPath, error))
+      tok = tpcrt::Tokenizer::fromGguf(*file, error);
+  } else {
+    tok = tpcrt::Tokenizer::load(argv[1], error);
+  }
   if (!tok) {
     std::cerr << "tpc-tokenize: " << error << "\n";
     return 1;
@@ -107,6 +119,8 @@ int main(int argc, char **argv) {
       std::cerr << "tpc-tokenize: " << e.what() << "\n";
       return 1;
     }
+  } else if (cmd == "special-tokens") {
+    std::cout << nlohmann::json{{"bos", tok->bosToken()}, {"eos", tok->eosToken()}}.dump() << "\n";
   } else if (cmd == "id" && argc == 4) {
     auto id = tok->id(argv[3]);
     if (!id) {

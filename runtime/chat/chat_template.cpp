@@ -3,6 +3,7 @@
 
 #include "jinja.h"
 #include "tpcrt/file.h"
+#include "tpcrt/gguf.h"
 
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
@@ -63,6 +64,13 @@ std::optional<std::string> loadChatTemplate(const std::string &dir, std::string 
   }
   error = configPath + ": \"chat_template\" is neither a string nor a list of templates";
   return std::nullopt;
+}
+
+std::optional<std::string> loadChatTemplateGguf(const GgufFile &file, std::string &error) {
+  std::string text;
+  if (!file.getString("tokenizer.chat_template", text, error))
+    return std::nullopt;
+  return text;
 }
 
 std::optional<std::string> renderChatTemplate(const std::string &source,

@@ -2,11 +2,13 @@
 // transformers' apply_chat_template (test/conformance/chat-template.test).
 //   tpc-chat TEMPLATE_FILE MESSAGES_JSON [--no-generation-prompt] [--bos X] [--eos Y]
 //            [--limit NAME=N]...
+// TEMPLATE_FILE may be a GGUF file (ending in .gguf): its metadata's tokenizer.chat_template.
 // MESSAGES_JSON is a file holding [{"role": ..., "content": ...}, ...]. --limit sets one of
 // ChatTemplateLimits (maxRenderSteps=1000, ...). The rendering goes to stdout as it is (no
 // newline added); an error to stderr, exit 1.
 #include "tpcrt/chat_template.h"
 #include "tpcrt/file.h"
+#include "tpcrt/gguf.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -72,8 +74,19 @@ int main(int argc, char **argv) {
   }
   if (positional.size() != 2)
     return usage();
-  std::string source, messagesText;
-  if (!tpcrt::readFile(positional[0], source)) {
+  std::string source, messagesText, error;
+  std::string templatePath = positional[0];
+  if (templatePath.size() > 5 && templatePath.compare(templatePath.size() - 5, 5, ".gguf") == 0) {
+    std::unique_ptr<tpcrt::GgufFile> file = tpcrt::GgufFile::open(templatePath, error);
+    std::optional<std::string> fromGguf;
+    if (file)
+      fromGguf = tpcrt::loadChatTemplateGguf(*file, error);
+    if (!fromGguf) {
+      std::fprintf(stderr, "tpc-chat: error: %s\n", error.c_str());
+      return 1;
+    }
+    source = std::move(*fromGguf);
+  } else if (!tpcrt::readFile(positional[0], source)) {
     std::fprintf(stderr, "tpc-chat: error: cannot read %s\n", positional[0]);
     return 1;
   }
@@ -89,7 +102,6 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "tpc-chat: error: %s: %s\n", positional[1], e.what());
     return 1;
   }
-  std::string error;
   std::optional<std::string> text = tpcrt::renderChatTemplate(source, messages, options, error);
   if (!text) {
     std::fprintf(stderr, "tpc-chat: error: %s\n", error.c_str());

@@ -1,10 +1,12 @@
 // A request in text: the checkpoint's tokenizer and chat template turn --prompt (with --chat
 // and --system) into the prompt's ids, and its generation_config.json adds the ids generate
-// stops at. The checkpoint is the directory --weights names (or the one its file is in).
+// stops at. The checkpoint is the directory --weights names (or the one its file is in); where
+// that is a GGUF file (ggufPathOf), the tokenizer and the chat template are its metadata's.
 #include "driver.h"
 
 #include "tpcrt/chat_template.h"
 #include "tpcrt/file.h"
+#include "tpcrt/gguf.h"
 
 #include <nlohmann/json.hpp>
 
@@ -41,8 +43,22 @@ bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &token
             "--random-weights), the directory with tokenizer.json";
     return false;
   }
+  std::string pathError;
+  std::string ggufPath = ggufPathOf(args.weights, pathError);
+  if (!pathError.empty()) {
+    error = "a text prompt needs the checkpoint's tokenizer: " + pathError;
+    return false;
+  }
   std::string dir = checkpointDir(args.weights);
-  std::unique_ptr<Tokenizer> loaded = Tokenizer::load(dir, error);
+  std::unique_ptr<GgufFile> gguf;
+  std::unique_ptr<Tokenizer> loaded;
+  if (!ggufPath.empty()) {
+    gguf = GgufFile::open(ggufPath, error);
+    if (gguf)
+      loaded = Tokenizer::fromGguf(*gguf, error);
+  } else {
+    loaded = Tokenizer::load(dir, error);
+  }
   if (!loaded) {
     error = "a text prompt needs the checkpoint's tokenizer: " + error;
     return false;
@@ -50,16 +66,19 @@ bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &token
   // Refused when loaded, not when the id first comes up: an embedding lookup past its rows
   // would read another tensor's memory, and a prompt that happens to avoid the id is luck.
   if (loaded->idEnd() > vocab) {
-    error = dir + "/tokenizer.json: id " + std::to_string(loaded->idEnd() - 1) +
+    error = (gguf ? "GGUF file " + ggufPath + ": tokenizer.ggml.tokens"
+                  : dir + "/tokenizer.json") +
+            ": id " + std::to_string(loaded->idEnd() - 1) +
             " is outside the model's vocabulary of " + std::to_string(vocab) +
-            " (config.json's vocab_size)";
+            (gguf ? "" : " (config.json's vocab_size)");
     return false;
   }
   tokenizer = std::move(loaded);
   std::string text = *args.promptText;
   bool addSpecial = true;
   if (args.chat) {
-    std::optional<std::string> source = loadChatTemplate(dir, error);
+    std::optional<std::string> source =
+        gguf ? loadChatTemplateGguf(*gguf, error) : loadChatTemplate(dir, error);
     if (!source) {
       error = "--chat needs the checkpoint's chat template: " + error;
       return false;

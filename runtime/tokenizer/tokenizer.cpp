@@ -11,6 +11,7 @@
 // n log n (BPE merges).
 #include "tpcrt/tokenizer.h"
 
+#include "tokenizer_builder.h"
 #include "tpcrt/file.h"
 #include "tpcrt/utf8.h"
 
@@ -1781,19 +1782,43 @@ Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &error,
                                            const TokenizerLimits &limits) {
+  TokenizerSource source;
+  source.file = dir + "/tokenizer.json";
+  source.configFile = dir + "/tokenizer_config.json";
+  source.vocab = source.file + ": model.vocab";
+  source.merges = source.file + ": model.merges";
+  source.addedTokens = source.file + ": added_tokens";
+  json j, cfg;
+  try {
+    bool found = false;
+    j = readJson(source.file, true, found, limits);
+    cfg = readJson(source.configFile, false, found, limits);
+    if (!found)
+      cfg = json::object();
+  } catch (const LoadError &e) {
+    error = e.what();
+    return nullptr;
+  } catch (const std::bad_alloc &) {
+    error = source.file + ": not enough memory to load it";
+    return nullptr;
+  }
+  return TokenizerBuilder::build(j, cfg, source, limits, error);
+}
+
+std::unique_ptr<Tokenizer> TokenizerBuilder::build(const json &j, const json &cfgIn,
+                                                   const TokenizerSource &source,
+                                                   const TokenizerLimits &limits,
+                                                   std::string &error) {
   std::unique_ptr<Tokenizer> tok(new Tokenizer());
   TokenizerImpl &t = *tok->impl_;
   t.limits = limits;
-  std::string file = dir + "/tokenizer.json";
+  const std::string &file = source.file;
+  const std::string &cfgFile = source.configFile;
   t.file = file;
   try {
-    bool found = false;
-    json j = readJson(file, true, found, limits);
-    std::string cfgFile = dir + "/tokenizer_config.json";
-    json cfg = readJson(cfgFile, false, found, limits);
-    if (!found)
-      cfg = json::object();
-
+    if (!j.is_object())
+      throw LoadError(file + ": not a JSON object");
+    const json &cfg = cfgIn.is_object() ? cfgIn : json::object();
     if (!j.contains("model") || !j["model"].is_object())
       throw LoadError(file + ": model: missing or not an object");
     const json &model = j["model"];
@@ -1802,13 +1827,13 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
       throw LoadError(file + ": model.type: a " + kind +
                       " model is not supported (tpc reads BPE tokenizers only)");
     if (!model.contains("vocab") || !model["vocab"].is_object())
-      throw LoadError(file + ": model.vocab: missing or not an object");
+      throw LoadError(source.vocab + ": missing or not an object");
     if (model["vocab"].size() > limits.maxVocab)
-      throw LoadError(file + ": model.vocab: " + beyond(limits.maxVocab, "entries", "maxVocab"));
+      throw LoadError(source.vocab + ": " + beyond(limits.maxVocab, "entries", "maxVocab"));
     t.vocab.reserve(model["vocab"].size());
     t.idToToken.reserve(model["vocab"].size());
     for (auto &[tokStr, idJ] : model["vocab"].items()) {
-      std::string where = file + ": model.vocab[" + shown(tokStr) + "]";
+      std::string where = source.vocab + "[" + shown(tokStr) + "]";
       bounded(tokStr, where, limits);
       uint32_t id = idOf(idJ, where);
       auto [it, fresh] = t.idToToken.emplace(id, tokStr);
@@ -1819,9 +1844,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
       t.idEnd = std::max<int64_t>(t.idEnd, int64_t(id) + 1);
     }
     if (!model.contains("merges") || !model["merges"].is_array())
-      throw LoadError(file + ": model.merges: missing or not a list");
+      throw LoadError(source.merges + ": missing or not a list");
     if (model["merges"].size() > limits.maxMerges)
-      throw LoadError(file + ": model.merges: " + beyond(limits.maxMerges, "entries", "maxMerges"));
+      throw LoadError(source.merges + ": " + beyond(limits.maxMerges, "entries", "maxMerges"));
     t.merges.reserve(model["merges"].size());
     uint32_t rank = 0;
     for (const json &m : model["merges"]) {
@@ -1830,18 +1855,18 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
         std::string s = m.get<std::string>();
         size_t sp = s.find(' ');
         if (sp == std::string::npos)
-          throw LoadError(file + ": model.merges[" + std::to_string(rank) + "]: not 'a b'");
+          throw LoadError(source.merges + "[" + std::to_string(rank) + "]: not 'a b'");
         a = s.substr(0, sp);
         b = s.substr(sp + 1);
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
         a = m[0].get<std::string>();
         b = m[1].get<std::string>();
       } else {
-        throw LoadError(file + ": model.merges[" + std::to_string(rank) + "]: not a pair");
+        throw LoadError(source.merges + "[" + std::to_string(rank) + "]: not a pair");
       }
       auto ia = t.vocab.find(a), ib = t.vocab.find(b), im = t.vocab.find(a + b);
       if (ia == t.vocab.end() || ib == t.vocab.end() || im == t.vocab.end())
-        throw LoadError(file + ": model.merges[" + std::to_string(rank) + "]: " +
+        throw LoadError(source.merges + "[" + std::to_string(rank) + "]: " +
                         shown(a + " " + b) + " has a part or a result not in the vocabulary");
       // A pair listed twice takes its later rank, as the tokenizers library's map does.
       t.merges[TokenizerImpl::pairKey(ia->second, ib->second)] = {rank, im->second};
@@ -1860,10 +1885,10 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string &dir, std::string &
     // so one that differs is refused rather than followed or silently renumbered.
     if (j.contains("added_tokens")) {
       if (!j["added_tokens"].is_array())
-        throw LoadError(file + ": added_tokens: not a list");
+        throw LoadError(source.addedTokens + ": not a list");
       for (size_t i = 0; i < j["added_tokens"].size(); ++i) {
         const json &a = j["added_tokens"][i];
-        std::string where = file + ": added_tokens[" + std::to_string(i) + "]";
+        std::string where = source.addedTokens + "[" + std::to_string(i) + "]";
         if (!a.is_object() || !a.contains("id"))
           throw LoadError(where + ".id: missing");
         uint32_t id = idOf(a["id"], where + ".id");

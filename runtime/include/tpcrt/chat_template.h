@@ -25,6 +25,13 @@ struct ChatMessage {
 /// naming the file when there is none or it cannot be read.
 std::optional<std::string> loadChatTemplate(const std::string &dir, std::string &error);
 
+class GgufFile;
+/// A GGUF file's chat template: its metadata 'tokenizer.chat_template' (a string), where
+/// transformers 5.17 takes it from (not the named tokenizer.chat_template.NAME ones). Null with
+/// `error` naming the file and the key when it is absent or not a string. Rendering applies the
+/// same ChatTemplateLimits as to a checkpoint directory's template.
+std::optional<std::string> loadChatTemplateGguf(const GgufFile &file, std::string &error);
+
 /// Bounds on the work and memory one rendering may take. The defaults are far above what real
 /// templates need (a 1000-message conversation of 1.3 MB renders with every template in the
 /// conformance tests within 7% of the steps and 9% of the text work), yet any template meets

@@ -23,6 +23,8 @@ namespace tpcrt {
 
 struct TokenizerImpl;
 struct DecodeStream;
+struct TokenizerBuilder;
+class GgufFile;
 
 /// Bounds on what tokenizer.json (and tokenizer_config.json) may make the tokenizer spend.
 /// The defaults are generous for every real tokenizer the conformance tests know; past one,
@@ -76,6 +78,14 @@ public:
   /// next after the vocabulary), or the file is refused.
   static std::unique_ptr<Tokenizer> load(const std::string &dir, std::string &error,
                                          const TokenizerLimits &limits = TokenizerLimits());
+  /// The tokenizer a GGUF file's metadata describes (tokenizer.ggml.*), as transformers 5.17
+  /// builds it for from_pretrained(dir, gguf_file=...): for a llama-architecture file, a
+  /// "llama" (SentencePiece-style BPE with byte fallback; merges from tokenizer.ggml.scores
+  /// when the file has none) or "gpt2" (byte-level BPE) vocabulary, its control tokens special.
+  /// The same checks and `limits` as load(); null, with `error` naming the metadata key at
+  /// fault ("GGUF file X: tokenizer.ggml.merges[17]: ..."), for anything else.
+  static std::unique_ptr<Tokenizer> fromGguf(const GgufFile &file, std::string &error,
+                                             const TokenizerLimits &limits = TokenizerLimits());
   ~Tokenizer();
 
   /// Text to ids; `addSpecial` applies the post-processor (BOS etc.) as transformers'
@@ -126,6 +136,7 @@ public:
   const std::string &eosToken() const;
 
 private:
+  friend struct TokenizerBuilder; // load's and fromGguf's one builder (tokenizer_builder.h)
   Tokenizer();
   std::unique_ptr<TokenizerImpl> impl_;
 };

@@ -6,6 +6,10 @@ from run to run, and both sides always read the same files) and writes one check
 transformers rebuilds (LlamaTokenizer, GemmaTokenizer, Qwen2Tokenizer, GPT2Tokenizer), and
 two whose tokenizer.json is used as it is (a Llama-3-style byte-level BPE with ignore_merges,
 and the Llama vocabulary with its own Metaspace pipeline).
+`make-gguf OUT` writes small GGUF files (metadata only, no tensors) of the llama architecture
+with gguf-py's GGUFWriter: SentencePiece-style "llama" vocabularies with scores and byte
+tokens (merges built from the scores, by transformers as by tpc) and a byte-level "gpt2" one
+with merges, for transformers' GGUF tokenizer converter.
 `compare TPC_BIN DIR...` encodes (with and without special tokens), decodes (with and without
 skipping them) and stream-decodes a multilingual sample with both, and prints
 `conform: NAME ok` or each difference.
@@ -205,6 +209,64 @@ def make(out):
                                   "eos_token": "<|eot_id|>"})
 
 
+def make_gguf(out):
+    import gguf
+    os.makedirs(out, exist_ok=True)
+
+    def write_gguf(name, tokens, types, scores=None, merges=None, model="llama", extra=None):
+        w = gguf.GGUFWriter(os.path.join(out, name), "llama")
+        w.add_name("tiny")
+        w.add_tokenizer_model(model)
+        w.add_token_list(tokens)
+        if types is not None:
+            w.add_token_types(types)
+        if scores is not None:
+            w.add_token_scores(scores)
+        if merges is not None:
+            w.add_token_merges(merges)
+        for key, value in (extra or {}).items():
+            getattr(w, key)(value)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+    llama = train_sentencepiece_style(["<unk>", "<s>", "</s>"])
+    tokens = [t for t, _ in sorted(llama["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    tokens.append("<|user|>")  # a user-defined token: not special for transformers
+    # Scores with ties (three tokens a score), so that the order among equals counts.
+    scores = [-float(i // 3) for i in range(len(tokens))]
+    types = [gguf.TokenType.UNKNOWN if t == "<unk>" else
+             gguf.TokenType.CONTROL if t in ("<s>", "</s>") else
+             gguf.TokenType.BYTE if t in byte_tokens() else
+             gguf.TokenType.USER_DEFINED if t == "<|user|>" else gguf.TokenType.NORMAL
+             for t in tokens]
+    ids = {"add_add_bos_token": True, "add_add_eos_token": False, "add_bos_token_id": 1,
+           "add_eos_token_id": 2, "add_unk_token_id": 0,
+           "add_chat_template": "{% for m in messages %}{{ bos_token }}[{{ m.role }}] "
+                                "{{ m.content }}{{ eos_token }}\n{% endfor %}"}
+    write_gguf("llama-spm.gguf", tokens, types, scores=scores, extra=ids)
+    # No token types (unk, bos and eos are the special ones), no space prefix.
+    write_gguf("llama-spm-noprefix.gguf", tokens, None, scores=scores,
+               extra=dict(ids, add_add_space_prefix=False))
+
+    _, llama3 = train_byte_level(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"],
+                                 LLAMA3_PATTERN)
+    tokens = [t for t, _ in sorted(llama3["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    types = [gguf.TokenType.CONTROL if t.startswith("<|") else gguf.TokenType.NORMAL
+             for t in tokens]
+    write_gguf("llama3.gguf", tokens, types, model="gpt2",
+               merges=[" ".join(m) for m in llama3["model"]["merges"]],
+               extra={"add_bos_token_id": 0, "add_eos_token_id": 2, "add_tokenizer_pre": "llama-bpe"})
+
+
+def hf_tokenizer(d):
+    from transformers import AutoTokenizer
+    if d.endswith(".gguf"):
+        return AutoTokenizer.from_pretrained(os.path.dirname(d), gguf_file=os.path.basename(d))
+    return AutoTokenizer.from_pretrained(d)
+
+
 def tpc(tpc_bin, d, requests):
     """Runs tpc-tokenize's batch mode: one JSON answer per request."""
     r = subprocess.run([os.path.join(tpc_bin, "tpc-tokenize"), d, "batch"],
@@ -215,12 +277,37 @@ def tpc(tpc_bin, d, requests):
     return [json.loads(line) for line in r.stdout.decode().splitlines()]
 
 
+def compare_gguf_extras(tpc_bin, path, hf):
+    """The bos and eos strings a chat template sees, and the file's template rendered."""
+    bad = []
+    r = subprocess.run([os.path.join(tpc_bin, "tpc-tokenize"), path, "special-tokens"],
+                       capture_output=True, check=True)
+    got = json.loads(r.stdout)
+    want = {"bos": hf.bos_token or "", "eos": hf.eos_token or ""}
+    if got != want:
+        bad.append("special tokens: tpc %r, transformers %r" % (got, want))
+    if hf.chat_template:
+        import tempfile
+        messages = [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "안녕하세요 <|im_end|> 😀"},
+                    {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "Bye"}]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as f:
+            json.dump(messages, f)
+            f.flush()
+            r = subprocess.run([os.path.join(tpc_bin, "tpc-chat"), path, f.name,
+                                "--bos", got["bos"], "--eos", got["eos"]], capture_output=True)
+        want = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if r.returncode != 0 or r.stdout.decode() != want:
+            bad.append("chat template: tpc %r %s, transformers %r" % (
+                r.stdout.decode(), r.stderr.decode(), want))
+    return bad
+
+
 def compare(tpc_bin, dirs):
-    from transformers import AutoTokenizer
     failed = False
     for d in dirs:
         name = os.path.basename(d.rstrip("/"))
-        hf = AutoTokenizer.from_pretrained(d)
+        hf = hf_tokenizer(d)
         specials = [t for t in hf.all_special_tokens if t]
         samples = SAMPLES + ["".join(specials[:2]) + " text after " + " ".join(specials)
                              + "\nend"]
@@ -243,6 +330,8 @@ def compare(tpc_bin, dirs):
             if got != want:
                 bad.append("%s: tpc %r, transformers %r" % (json.dumps(q, ensure_ascii=False),
                                                             got, want))
+        if d.endswith(".gguf"):
+            bad += compare_gguf_extras(tpc_bin, d, hf)
         for line in bad:
             print("conform: %s: %s" % (name, line))
         print("conform: %s %s (%d texts)" % (name, "FAILED" if bad else "ok", len(samples)))
@@ -253,5 +342,7 @@ def compare(tpc_bin, dirs):
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "make-gguf":
+        make_gguf(sys.argv[2])
     else:
         sys.exit(compare(sys.argv[2], sys.argv[3:]))

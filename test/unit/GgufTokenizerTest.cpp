@@ -1,0 +1,256 @@
+// Tokenizer::fromGguf and loadChatTemplateGguf on GGUF files written here (metadata only):
+// a small valid vocabulary read and used, and hostile metadata each refused with an error
+// naming the key at fault. Conformance with transformers' GGUF tokenizer is
+// test/conformance/tokenizers-gguf*.test.
+#include "tpcrt/chat_template.h"
+#include "tpcrt/gguf.h"
+#include "tpcrt/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace tpcrt;
+
+namespace {
+
+/// One metadata value, as the test writes it.
+struct Value {
+  GgufValueType type;
+  std::string s;                      // String
+  std::vector<std::string> strings;   // an array of strings
+  std::vector<int64_t> ints;          // an array of I32, or a U32 / Bool scalar (ints[0])
+  std::vector<float> floats;          // an array of F32
+  GgufValueType element = GgufValueType::String;
+};
+
+Value str(std::string s) { return {GgufValueType::String, std::move(s), {}, {}, {}}; }
+Value u32(int64_t v) { return {GgufValueType::U32, "", {}, {v}, {}}; }
+Value boolean(bool v) { return {GgufValueType::Bool, "", {}, {v}, {}}; }
+Value strings(std::vector<std::string> v) {
+  return {GgufValueType::Array, "", std::move(v), {}, {}, GgufValueType::String};
+}
+Value i32s(std::vector<int64_t> v) {
+  return {GgufValueType::Array, "", {}, std::move(v), {}, GgufValueType::I32};
+}
+Value f32s(std::vector<float> v) {
+  return {GgufValueType::Array, "", {}, {}, std::move(v), GgufValueType::F32};
+}
+
+void put(std::string &s, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i)
+    s += char(v >> (8 * i));
+}
+void putString(std::string &s, const std::string &v) {
+  put(s, v.size(), 8);
+  s += v;
+}
+
+/// A GGUF file of version 3 with these metadata pairs and no tensors, written to a
+/// temporary file; its path.
+std::string write(const std::map<std::string, Value> &metadata, const std::string &name) {
+  std::string s = "GGUF";
+  put(s, 3, 4);
+  put(s, 0, 8);
+  put(s, metadata.size(), 8);
+  for (const auto &[key, v] : metadata) {
+    putString(s, key);
+    put(s, uint32_t(v.type), 4);
+    switch (v.type) {
+    case GgufValueType::String:
+      putString(s, v.s);
+      break;
+    case GgufValueType::U32:
+      put(s, uint64_t(v.ints[0]), 4);
+      break;
+    case GgufValueType::Bool:
+      put(s, uint64_t(v.ints[0]), 1);
+      break;
+    default: // an array
+      put(s, uint32_t(v.element), 4);
+      if (v.element == GgufValueType::String) {
+        put(s, v.strings.size(), 8);
+        for (const std::string &e : v.strings)
+          putString(s, e);
+      } else if (v.element == GgufValueType::I32) {
+        put(s, v.ints.size(), 8);
+        for (int64_t e : v.ints)
+          put(s, uint64_t(e), 4);
+      } else {
+        put(s, v.floats.size(), 8);
+        for (float e : v.floats) {
+          uint32_t bits;
+          std::memcpy(&bits, &e, 4);
+          put(s, bits, 4);
+        }
+      }
+    }
+  }
+  while (s.size() % 32)
+    s += '\0';
+  std::string path = testing::TempDir() + "gguf-tokenizer-test-" + name + ".gguf";
+  FILE *f = std::fopen(path.c_str(), "wb");
+  EXPECT_NE(f, nullptr);
+  std::fwrite(s.data(), 1, s.size(), f);
+  std::fclose(f);
+  return path;
+}
+
+/// A byte-level ("gpt2") vocabulary of the llama architecture: "a", "b", "ab", "<s>" (control).
+std::map<std::string, Value> validGpt2() {
+  return {{"general.architecture", str("llama")},
+          {"tokenizer.ggml.model", str("gpt2")},
+          {"tokenizer.ggml.tokens", strings({"a", "b", "ab", "<s>"})},
+          {"tokenizer.ggml.token_type", i32s({1, 1, 1, 3})},
+          {"tokenizer.ggml.merges", strings({"a b"})},
+          {"tokenizer.ggml.bos_token_id", u32(3)},
+          {"tokenizer.ggml.eos_token_id", u32(3)},
+          {"tokenizer.ggml.add_space_prefix", boolean(false)},
+          {"tokenizer.chat_template", str("{{ bos_token }}{{ messages[0].content }}")}};
+}
+
+/// A SentencePiece-style ("llama") vocabulary with scores and no merges.
+std::map<std::string, Value> validLlama() {
+  return {{"general.architecture", str("llama")},
+          {"tokenizer.ggml.model", str("llama")},
+          {"tokenizer.ggml.tokens", strings({"<unk>", "<s>", "\xE2\x96\x81", "h", "i",
+                                             "hi", "\xE2\x96\x81hi"})},
+          {"tokenizer.ggml.scores", f32s({0, 0, -1, -2, -3, -4, -5})},
+          {"tokenizer.ggml.token_type", i32s({2, 3, 1, 1, 1, 1, 1})},
+          {"tokenizer.ggml.bos_token_id", u32(1)},
+          {"tokenizer.ggml.unknown_token_id", u32(0)}};
+}
+
+std::string loadError(const std::map<std::string, Value> &metadata, const std::string &name,
+                      const TokenizerLimits &limits = TokenizerLimits()) {
+  std::string error;
+  std::unique_ptr<GgufFile> file = GgufFile::open(write(metadata, name), error);
+  EXPECT_NE(file, nullptr) << error;
+  if (!file)
+    return error;
+  std::unique_ptr<Tokenizer> tok = Tokenizer::fromGguf(*file, error, limits);
+  EXPECT_EQ(tok, nullptr);
+  return error;
+}
+
+} // namespace
+
+TEST(GgufTokenizer, ReadsAByteLevelVocabulary) {
+  std::string error;
+  std::unique_ptr<GgufFile> file = GgufFile::open(write(validGpt2(), "gpt2"), error);
+  ASSERT_NE(file, nullptr) << error;
+  std::unique_ptr<Tokenizer> tok = Tokenizer::fromGguf(*file, error);
+  ASSERT_NE(tok, nullptr) << error;
+  auto ids = tok->encode("ab<s>a", true, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{2, 3, 0})); // no BOS added, <s> special
+  EXPECT_EQ(tok->decode({3, 2}, true), "ab");
+  EXPECT_EQ(tok->idEnd(), 4);
+  EXPECT_EQ(tok->bosToken(), "<s>");
+  std::optional<std::string> source = loadChatTemplateGguf(*file, error);
+  ASSERT_TRUE(source) << error;
+  EXPECT_EQ(*source, "{{ bos_token }}{{ messages[0].content }}");
+}
+
+TEST(GgufTokenizer, BuildsMergesFromScores) {
+  std::string error;
+  std::unique_ptr<GgufFile> file = GgufFile::open(write(validLlama(), "llama"), error);
+  ASSERT_NE(file, nullptr) << error;
+  std::unique_ptr<Tokenizer> tok = Tokenizer::fromGguf(*file, error);
+  ASSERT_NE(tok, nullptr) << error;
+  auto ids = tok->encode("hi", false, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{6})); // "▁hi": the prefix space, two merges
+  EXPECT_EQ(tok->decode(*ids, false), "hi");
+  std::optional<std::string> source = loadChatTemplateGguf(*file, error);
+  EXPECT_FALSE(source);
+  EXPECT_NE(error.find("'tokenizer.chat_template'"), std::string::npos) << error;
+}
+
+TEST(GgufTokenizer, RefusesHostileMetadata) {
+  struct Case {
+    const char *name;
+    std::function<void(std::map<std::string, Value> &)> change;
+    std::vector<std::string> expected; // substrings of the error
+  };
+  std::vector<Case> cases = {
+      {"merges-not-strings",
+       [](auto &m) { m["tokenizer.ggml.merges"] = i32s({1, 2}); },
+       {"'tokenizer.ggml.merges'", "not an array of strings"}},
+      {"merge-without-space",
+       [](auto &m) { m["tokenizer.ggml.merges"] = strings({"a b", "ab"}); },
+       {"tokenizer.ggml.merges[1]", "not two tokens"}},
+      {"merge-not-in-vocabulary",
+       [](auto &m) { m["tokenizer.ggml.merges"] = strings({"a b", "b a"}); },
+       {"tokenizer.ggml.merges[1]", "not in the vocabulary"}},
+      {"token-types-short",
+       [](auto &m) { m["tokenizer.ggml.token_type"] = i32s({1, 1, 3}); },
+       {"tokenizer.ggml.token_type", "3 entries for 4 tokens"}},
+      {"bos-out-of-range",
+       [](auto &m) { m["tokenizer.ggml.bos_token_id"] = u32(4); },
+       {"'tokenizer.ggml.bos_token_id'", "outside [0, 3]"}},
+      {"unk-out-of-range",
+       [](auto &m) { m["tokenizer.ggml.unknown_token_id"] = u32(1000); },
+       {"'tokenizer.ggml.unknown_token_id'"}},
+      {"bert", [](auto &m) { m["tokenizer.ggml.model"] = str("bert"); },
+       {"tokenizer.ggml.model", "'bert'", "not supported"}},
+      {"t5", [](auto &m) { m["general.architecture"] = str("t5"); },
+       {"general.architecture", "Unigram"}},
+      {"qwen2", [](auto &m) { m["general.architecture"] = str("qwen2"); },
+       {"general.architecture", "'qwen2'"}},
+      {"no-merges-no-scores", [](auto &m) { m.erase("tokenizer.ggml.merges"); },
+       {"tokenizer.ggml.merges: missing"}},
+      {"token-not-utf8",
+       [](auto &m) { m["tokenizer.ggml.tokens"] = strings({"a", "b", "ab", "\xFF"}); },
+       {"tokenizer.ggml.tokens[3]", "UTF-8"}},
+      {"no-tokens", [](auto &m) { m.erase("tokenizer.ggml.tokens"); },
+       {"'tokenizer.ggml.tokens'"}},
+      {"space-prefix-not-bool",
+       [](auto &m) { m["tokenizer.ggml.add_space_prefix"] = u32(1); },
+       {"'tokenizer.ggml.add_space_prefix'"}},
+  };
+  for (const Case &c : cases) {
+    std::map<std::string, Value> metadata = validGpt2();
+    c.change(metadata);
+    std::string error = loadError(metadata, c.name);
+    for (const std::string &want : c.expected)
+      EXPECT_NE(error.find(want), std::string::npos) << c.name << ": " << error;
+  }
+
+  std::map<std::string, Value> llama = validLlama();
+  llama["tokenizer.ggml.scores"] = f32s({0, 0, -1, -2, std::nanf(""), -4, -5});
+  std::string error = loadError(llama, "nan-score");
+  EXPECT_NE(error.find("tokenizer.ggml.scores[4]"), std::string::npos) << error;
+  llama["tokenizer.ggml.scores"] = f32s({0, 0, -1});
+  error = loadError(llama, "scores-short");
+  EXPECT_NE(error.find("tokenizer.ggml.scores: 3 entries for 7 tokens"), std::string::npos)
+      << error;
+}
+
+TEST(GgufTokenizer, AppliesTheLimits) {
+  TokenizerLimits limits;
+  limits.maxTokenBytes = 1;
+  std::string error = loadError(validGpt2(), "token-bytes", limits);
+  EXPECT_NE(error.find("tokenizer.ggml.tokens[2]"), std::string::npos) << error;
+  EXPECT_NE(error.find("maxTokenBytes"), std::string::npos) << error;
+  limits = TokenizerLimits();
+  limits.maxVocab = 3;
+  error = loadError(validGpt2(), "vocab", limits);
+  EXPECT_NE(error.find("maxVocab"), std::string::npos) << error;
+  limits = TokenizerLimits();
+  limits.maxMerges = 1;
+  error = loadError(validLlama(), "merges-built", limits);
+  EXPECT_NE(error.find("tokenizer.ggml.scores"), std::string::npos) << error;
+  EXPECT_NE(error.find("maxMerges"), std::string::npos) << error;
+  limits = TokenizerLimits();
+  limits.maxAddedTokens = 0;
+  error = loadError(validGpt2(), "added", limits);
+  EXPECT_NE(error.find("tokenizer.ggml.token_type"), std::string::npos) << error;
+  EXPECT_NE(error.find("maxAddedTokens"), std::string::npos) << error;
+}
