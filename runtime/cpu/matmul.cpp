@@ -301,7 +301,9 @@ template <> struct Quant<DType::Q4_K> {
   static constexpr bool kOffsets = true;
   struct Scales {
     alignas(32) float scales[8], offsets_[8]; // d s_g and -dmin m_g
-    TPC_AVX2 explicit Scales(const uint8_t *block) {
+    Scales() = default;
+    TPC_AVX2 explicit Scales(const uint8_t *block) { read(block); }
+    TPC_AVX2 void read(const uint8_t *block) {
       // The 12 bytes as three little-endian words: bytes 0..3 hold s_0..3 in their low six
       // bits, bytes 4..7 m_0..3 likewise, and bytes 8..11 the low four bits of s_4..7 (low
       // nibbles) and m_4..7 (high nibbles), whose top two bits are the top two of bytes 0..3
@@ -353,35 +355,32 @@ template <DType T> const float *groupSums(const float *x, int64_t blocks) {
   return sums.data();
 }
 
-/// acc plus one block of T times the block's elements of x (in its lanes' sum).
+/// acc plus group g of a block of T, whose scales are given, times the group's elements of x
+/// (in its lanes' sum).
 template <DType T>
-TPC_AVX2 inline __m256 accumulateBlock(const uint8_t *block, const float *x, const float *sums,
+TPC_AVX2 inline __m256 accumulateGroup(const uint8_t *block, int g,
+                                       const typename Quant<T>::Scales &scales, const float *x,
                                        __m256 acc) {
-  using Q = Quant<T>;
-  typename Q::Scales scales(block);
-  for (int g = 0; g < Q::kGroups; ++g) {
-    __m256 q[4];
-    Q::quants(block, g, q);
-    const float *xs = x + g * kGroupElements;
-    __m256 dot = _mm256_mul_ps(q[0], _mm256_loadu_ps(xs));
-    for (int i = 1; i < 4; ++i)
-      dot = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(xs + 8 * i), dot);
-    acc = _mm256_fmadd_ps(dot, scales.scale(g), acc);
-  }
-  if constexpr (Q::kOffsets)
-    acc = _mm256_fmadd_ps(scales.offsets(), _mm256_loadu_ps(sums), acc);
-  return acc;
+  __m256 q[4];
+  Quant<T>::quants(block, g, q);
+  const float *xs = x + g * kGroupElements;
+  __m256 dot = _mm256_mul_ps(q[0], _mm256_loadu_ps(xs));
+  for (int i = 1; i < 4; ++i)
+    dot = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(xs + 8 * i), dot);
+  return _mm256_fmadd_ps(dot, scales.scale(g), acc);
 }
 
 /// y[first, first + kRows) of a quantized gemv: W's rows `first` on, each in its own running
 /// sum, a block of each row a step, so that kRows streams of loads are in flight; the next
-/// kRows rows are prefetched at the pace these are read, as gemvAvx2 does.
+/// kRows rows are prefetched at the pace these are read, as gemvAvx2 does. A block of several
+/// groups (Q4_K) is taken a group of each row at a time: one row's groups are a chain of
+/// FMAs into its sum, which the other rows' work between them hides.
 template <DType T, int64_t kRows>
 TPC_AVX2 inline void quantizedRows(const uint8_t *w, size_t rowBytes, size_t totalBytes,
                                    int64_t first, const float *x, const float *sums,
                                    int64_t blocks, const float *bias, float *y) {
-  constexpr size_t kBytes = Quant<T>::kBytes;
-  constexpr int64_t kElements = Quant<T>::kGroups * kGroupElements;
+  using Q = Quant<T>;
+  constexpr int64_t kElements = Q::kGroups * kGroupElements;
   const uint8_t *rows = w + size_t(first) * rowBytes;
   __m256 acc[kRows];
   for (int64_t k = 0; k < kRows; ++k)
@@ -389,12 +388,30 @@ TPC_AVX2 inline void quantizedRows(const uint8_t *w, size_t rowBytes, size_t tot
   const size_t nextRows = size_t(first + kRows) * rowBytes;
   size_t ahead = nextRows / 64 * 64; // the next line of the next rows to request
   for (int64_t b = 0; b < blocks; ++b) {
-    size_t until = std::min(totalBytes, nextRows + size_t(b + 1) * kRows * kBytes);
+    size_t until = std::min(totalBytes, nextRows + size_t(b + 1) * kRows * Q::kBytes);
     for (; ahead < until; ahead += 64)
       _mm_prefetch(reinterpret_cast<const char *>(w + ahead), _MM_HINT_T0);
-    for (int64_t k = 0; k < kRows; ++k)
-      acc[k] = accumulateBlock<T>(rows + size_t(k) * rowBytes + size_t(b) * kBytes,
-                                  x + b * kElements, sums + 8 * b, acc[k]);
+    const uint8_t *column = rows + size_t(b) * Q::kBytes; // block b of the first row
+    const float *xs = x + b * kElements;
+    if constexpr (Q::kGroups == 1) {
+      for (int64_t k = 0; k < kRows; ++k) {
+        const uint8_t *block = column + size_t(k) * rowBytes;
+        typename Q::Scales scales(block);
+        acc[k] = accumulateGroup<T>(block, 0, scales, xs, acc[k]);
+        if constexpr (Q::kOffsets)
+          acc[k] = _mm256_fmadd_ps(scales.offsets(), _mm256_loadu_ps(sums + 8 * b), acc[k]);
+      }
+    } else {
+      typename Q::Scales scales[kRows];
+      for (int64_t k = 0; k < kRows; ++k)
+        scales[k].read(column + size_t(k) * rowBytes);
+      for (int g = 0; g < Q::kGroups; ++g)
+        for (int64_t k = 0; k < kRows; ++k)
+          acc[k] = accumulateGroup<T>(column + size_t(k) * rowBytes, g, scales[k], xs, acc[k]);
+      for (int64_t k = 0; k < kRows; ++k)
+        if constexpr (Q::kOffsets)
+          acc[k] = _mm256_fmadd_ps(scales[k].offsets(), _mm256_loadu_ps(sums + 8 * b), acc[k]);
+    }
   }
   alignas(32) float totals[8];
   if constexpr (kRows == 8) {
