@@ -1,14 +1,18 @@
-// linear's rates per weight type (fp32, bf16, f16) on one thread, as the CPU backend runs it.
+// linear's rates per weight type (fp32, bf16, f16, and ggml's Q8_0, Q4_0, Q4_1 and Q4_K) on
+// one thread, as the CPU backend runs it.
 // A decode step's matrix-vector product is memory-bound: each shape is timed over enough
 // copies of W (256 MiB of weights, eight times the L3 of the machine it was written on, on
 // cache-line boundaries as the driver allocates them) that every product streams W from
 // memory, and the rate is the weight bytes read per second, to compare with
-// bench/read_bandwidth.cpp's. A prefill (128 rows) is compute-bound: GFLOP/s on one W.
+// bench/read_bandwidth.cpp's. A prefill (128 rows) is compute-bound: GFLOP/s on one W. The
+// quantized types are timed on shapes larger than the L3 (whole blocks of 256 columns), next
+// to fp32 and bf16.
 // Best of RUNS. Built with the project (build/bin/tpc-matmul-bench, runtime/CMakeLists.txt).
 //
 //   tpc-matmul-bench [RUNS]          decode and prefill rates
 //   tpc-matmul-bench panels [RUNS]   prefill rates of bf16 and f16 per panel size
 //   tpc-matmul-bench scalar [RUNS]   decode and prefill without the AVX2 kernels
+//   tpc-matmul-bench quantized [RUNS]  decode and prefill of the quantized types alone
 #include "tpcrt/cpu/kernels.h"
 
 #include <algorithm>
@@ -34,13 +38,29 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {8192, 2048}};
 constexpr DType kTypes[] = {DType::F32, DType::BF16, DType::F16};
+constexpr Shape kQuantizedShapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+constexpr DType kQuantizedTypes[] = {DType::F32,  DType::BF16, DType::Q8_0,
+                                     DType::Q4_0, DType::Q4_1, DType::Q4_K};
 
-/// `count` weights of `type`, values uniform in [-1, 1), on a cache-line boundary.
+/// `count` weights of `type`, values uniform in [-1, 1), on a cache-line boundary; of a
+/// quantized type, random blocks with finite f16 scales of about 1 / 16.
 void *randomWeights(DType type, size_t count, unsigned seed) {
-  size_t bytes = (count * dtypeBytes(type) + 63) / 64 * 64;
+  size_t stored = dtypeBytesFor(type, int64_t(count)), bytes = (stored + 63) / 64 * 64;
   void *data = std::aligned_alloc(64, bytes);
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(-1, 1);
+  if (isQuantized(type)) {
+    auto *block = static_cast<uint8_t *>(data);
+    for (size_t i = 0; i < stored; ++i)
+      block[i] = uint8_t(gen());
+    uint16_t scale = floatToF16(1.0f / 16);
+    for (size_t at = 0; at < stored; at += dtypeBlockBytes(type)) {
+      std::memcpy(block + at, &scale, sizeof scale);
+      if (type == DType::Q4_1 || type == DType::Q4_K) // m or dmin
+        std::memcpy(block + at + 2, &scale, sizeof scale);
+    }
+    return data;
+  }
   std::vector<float> values(count);
   for (float &v : values)
     v = dist(gen);
@@ -61,29 +81,61 @@ double seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
+/// The best time, seconds, of one decode product by W of `type` and `shape`, over enough
+/// copies of W that each streams from memory.
+double decodeTime(Shape shape, DType type, int runs) {
+  size_t count = size_t(shape.out * shape.in), bytes = dtypeBytesFor(type, int64_t(count));
+  size_t copies = std::max<size_t>(2, kStreamBytes / bytes);
+  std::vector<void *> weights;
+  for (size_t i = 0; i < copies; ++i)
+    weights.push_back(randomWeights(type, count, unsigned(i)));
+  std::vector<float> x = randomFloats(size_t(shape.in), 7), y(size_t(shape.out));
+  double best = 1e30;
+  for (int run = 0; run < runs + 1; ++run) { // the first run warms the pages up
+    auto start = Clock::now();
+    for (void *w : weights)
+      linear(Host{}, x.data(), 1, shape.in, Matrix(w, type), shape.out, nullptr, y.data());
+    if (run > 0)
+      best = std::min(best, seconds(start) / double(copies));
+  }
+  for (void *w : weights)
+    std::free(w);
+  return best;
+}
+
 void decode(int runs) {
   std::printf("== decode: one row, ms per product and weight GB/s (best of %d)\n", runs);
   std::printf("%-12s %5s %10s %8s\n", "out x in", "type", "ms", "GB/s");
   for (Shape shape : kShapes) {
     for (DType type : kTypes) {
-      size_t count = size_t(shape.out * shape.in), bytes = count * dtypeBytes(type);
-      size_t copies = std::max<size_t>(2, kStreamBytes / bytes);
-      std::vector<void *> weights;
-      for (size_t i = 0; i < copies; ++i)
-        weights.push_back(randomWeights(type, count, unsigned(i)));
-      std::vector<float> x = randomFloats(size_t(shape.in), 7), y(size_t(shape.out));
-      double best = 1e30;
-      for (int run = 0; run < runs + 1; ++run) { // the first run warms the pages up
-        auto start = Clock::now();
-        for (void *w : weights)
-          linear(Host{}, x.data(), 1, shape.in, Matrix(w, type), shape.out, nullptr, y.data());
-        if (run > 0)
-          best = std::min(best, seconds(start) / double(copies));
-      }
+      double best = decodeTime(shape, type, runs);
+      double bytes = double(dtypeBytesFor(type, shape.out * shape.in));
       std::printf("%5lldx%-6lld %5s %10.4f %8.2f\n", (long long)shape.out, (long long)shape.in,
-                  dtypeName(type), best * 1e3, double(bytes) / best / 1e9);
-      for (void *w : weights)
-        std::free(w);
+                  dtypeName(type), best * 1e3, bytes / best / 1e9);
+    }
+  }
+}
+
+/// Decode of the quantized types against fp32 and bf16: ms, weight GB/s, and the speed-up
+/// over bf16 (the time of a bf16 product over this one's).
+void quantizedDecode(int runs) {
+  std::printf("== decode, quantized weights: one row, ms per product, weight GB/s, speed-up "
+              "over bf16 (best of %d)\n",
+              runs);
+  std::printf("%-12s %5s %10s %8s %8s\n", "out x in", "type", "ms", "GB/s", "vs bf16");
+  for (Shape shape : kQuantizedShapes) {
+    double bf16 = 0;
+    for (DType type : kQuantizedTypes) {
+      double best = decodeTime(shape, type, runs);
+      if (type == DType::BF16)
+        bf16 = best;
+      double bytes = double(dtypeBytesFor(type, shape.out * shape.in));
+      std::printf("%5lldx%-6lld %5s %10.4f %8.2f", (long long)shape.out, (long long)shape.in,
+                  dtypeName(type), best * 1e3, bytes / best / 1e9);
+      if (bf16 > 0)
+        std::printf(" %7.2fx", bf16 / best);
+      std::printf("\n");
+      std::fflush(stdout);
     }
   }
 }
@@ -106,6 +158,19 @@ double prefillRate(Shape shape, DType type, int runs) {
   }
   std::free(w);
   return flops / best / 1e9;
+}
+
+/// Prefill of the quantized types against fp32 and bf16, GFLOP/s, on the first shape.
+void quantizedPrefill(int runs) {
+  std::printf("== prefill, quantized weights: 128 rows, GFLOP/s (best of %d)\n%-12s", runs,
+              "out x in");
+  for (DType type : kQuantizedTypes)
+    std::printf(" %8s", dtypeName(type));
+  Shape shape = kQuantizedShapes[0];
+  std::printf("\n%5lldx%-6lld", (long long)shape.out, (long long)shape.in);
+  for (DType type : kQuantizedTypes)
+    std::printf(" %8.1f", prefillRate(shape, type, runs));
+  std::printf("\n");
 }
 
 void prefill(int runs) {
@@ -151,15 +216,20 @@ int main(int argc, char **argv) {
   }
   if (mode == "scalar")
     detail::forceScalarKernels(true);
-  else if (!mode.empty()) {
-    std::fprintf(stderr, "usage: tpc-matmul-bench [panels|scalar] [RUNS]\n");
+  else if (!mode.empty() && mode != "quantized") {
+    std::fprintf(stderr, "usage: tpc-matmul-bench [panels|scalar|quantized] [RUNS]\n");
     return 2;
   }
-  std::printf("AVX2 kernels: f32 %s, bf16 %s, f16 %s\n",
-              detail::vectorKernelsFor(DType::F32) ? "yes" : "no",
-              detail::vectorKernelsFor(DType::BF16) ? "yes" : "no",
-              detail::vectorKernelsFor(DType::F16) ? "yes" : "no");
-  decode(runs);
-  prefill(runs);
+  std::printf("AVX2 kernels:");
+  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                     DType::Q4_K})
+    std::printf(" %s %s", dtypeName(type), detail::vectorKernelsFor(type) ? "yes" : "no");
+  std::printf("\n");
+  if (mode != "quantized") {
+    decode(runs);
+    prefill(runs);
+  }
+  quantizedDecode(runs);
+  quantizedPrefill(runs);
   return 0;
 }

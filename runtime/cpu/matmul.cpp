@@ -1,11 +1,13 @@
 // The CPU kernels that read weights (tpcrt/cpu/kernels.h): linear and embedding, for fp32,
-// bf16 and f16 weights as stored, always in fp32 arithmetic.
+// bf16 and f16 weights and ggml's block-quantized Q8_0, Q4_0, Q4_1 and Q4_K as stored, always
+// in fp32 arithmetic (x is never rounded or quantized).
 //
 // One row of x (a decode step) is memory-bound: the product must stream W once at the
-// machine's read bandwidth, so a 16-bit W is read as it is and widened in registers (half the
-// bytes of fp32). Several rows (a prefill) are compute-bound: W is widened a panel of rows at
-// a time into an fp32 scratch that stays in cache, and OpenBLAS's fp32 GEMM multiplies x by it,
-// so x is never rounded and the arithmetic is the same as for fp32 weights.
+// machine's read bandwidth, so a 16-bit or quantized W is read as it is and decoded in
+// registers (half the bytes of fp32, or an eighth to a quarter). Several rows (a prefill) are
+// compute-bound: W is widened a panel of rows at a time into an fp32 scratch that stays in
+// cache, and OpenBLAS's fp32 GEMM multiplies x by it, so the arithmetic is the same as for
+// fp32 weights.
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/cpu/blas.h"
 
@@ -33,26 +35,23 @@ std::atomic<bool> forcedScalar{false};
 // with 64-128 KiB panels, ~30 at 256-512 KiB and 34-44 at 768 KiB-1 MiB, about fp32's rate.
 std::atomic<size_t> panelBytes{size_t(1) << 20};
 
-/// Element `index` of a row of `type` as fp32.
+/// Element `index` of a row of a float `type` as fp32 (the vector kernels' column tails;
+/// quantized rows have none, being whole blocks).
 inline float elementAt(const void *row, DType type, int64_t index) {
-  switch (type) {
-  case DType::F32:
-    return static_cast<const float *>(row)[index];
-  case DType::BF16:
+  if (type == DType::BF16)
     return bf16ToFloat(static_cast<const uint16_t *>(row)[index]);
-  case DType::F16:
+  if (type == DType::F16)
     return f16ToFloat(static_cast<const uint16_t *>(row)[index]);
-  }
-  return 0;
+  return static_cast<const float *>(row)[index];
 }
 
-/// Row `row` of a row-major matrix of `type` with `cols` columns.
+/// Row `row` of a row-major matrix of `type` with `cols` columns (whole blocks if quantized).
 inline const void *rowOf(Matrix w, int64_t row, int64_t cols) {
-  return static_cast<const char *>(w.data) + size_t(row) * size_t(cols) * dtypeBytes(w.type);
+  return static_cast<const char *>(w.data) + size_t(row) * dtypeBytesFor(w.type, cols);
 }
 
 /// y = W x (+ bias) without vector extensions beyond the baseline: each row of W widened
-/// (dtype.h) into a scratch row, then an eight-lane dot product.
+/// (dtype.h; a quantized row dequantized) into a scratch row, then an eight-lane dot product.
 void gemvScalar(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, float *y) {
   thread_local std::vector<float> row;
   row.resize(size_t(in));
@@ -203,6 +202,277 @@ template <DType T> TPC_AVX2 void widenAvx2(const void *in, float *out, size_t co
     out[i] = elementAt(in, T, int64_t(i));
 }
 
+// ggml's block-quantized types. A row of W is whole blocks; each block is groups of 32
+// elements, element i of group g being scale(g) * q_i + offset(g) with q_i a small integer:
+//   Q8_0: f16 d, then 32 int8 q;                          one group, d * q
+//   Q4_0: f16 d, then 16 bytes of nibbles;                one group, d * (q - 8)
+//   Q4_1: f16 d, f16 m, then 16 bytes of nibbles;         one group, d * q + m
+//   Q4_K: f16 d, f16 dmin, 12 bytes of eight 6-bit scales s_g and mins m_g, then 128 bytes
+//         of nibbles;                                     eight groups, (d s_g) q - dmin m_g
+// In Q4_0 and Q4_1 element j < 16 is the low nibble of byte j and element j + 16 its high
+// nibble; in Q4_K group 2c takes the low nibbles of bytes 32c .. 32c + 31 in order, group
+// 2c + 1 their high nibbles (runtime/weights/gguf.cpp's reference, after gguf-py's).
+//
+// Every q converts to fp32 exactly, and so do d s_g and dmin m_g (11 by 6 significant bits)
+// and each scale * q (at most 21 bits), so scale * q + offset in one FMA rounds once, as the
+// reference's d * q + m and (d s) q - dmin m do: the AVX2 dequantizer below is bit for bit
+// the reference's.
+//
+// A decode step streams W once, and the work per byte must keep up with memory, so a block's
+// scale multiplies the dot product of its integers with x (sum_i q_i x_i times the scale, not
+// 32 products by it) and its offsets join as offset(g) * sum_i x_i with x's group sums
+// computed once per product, not per row. Both are fp32 roundings of the same sum: the result
+// is the product with the dequantized W up to the order of fp32 summation.
+
+/// Eight bytes from `p` as int32 lanes, zero- or sign-extended.
+TPC_AVX2 inline __m256i unsigned8(const uint8_t *p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
+}
+TPC_AVX2 inline __m256i signed8(const uint8_t *p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
+}
+/// The f16 at `p` (any alignment) as fp32 in every lane.
+TPC_AVX2 inline __m256 broadcastHalf(const uint8_t *p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  // Converted in an xmm and broadcast: cheaper than converting eight copies.
+  return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
+}
+/// The 32 nibbles of 16 bytes in Q4_0 and Q4_1's order, less `bias`, as fp32.
+TPC_AVX2 inline void nibbles(const uint8_t *bytes, int bias, __m256 q[4]) {
+  const __m256i low = _mm256_set1_epi32(0xf), minus = _mm256_set1_epi32(bias);
+  for (int half = 0; half < 2; ++half) {
+    __m256i lanes = unsigned8(bytes + 8 * half); // elements 8 half .. and 16 + 8 half ..
+    q[half] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(lanes, low), minus));
+    q[half + 2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(lanes, 4), minus));
+  }
+}
+
+/// How a block of T decodes (see above): kGroups groups of 32 elements in kBytes; Scales,
+/// built from a block, gives group g's scale(g) in every lane and, where kOffsets, its
+/// offset(g) likewise and offsets(): group g's offset in lane g (the other lanes finite);
+/// quants(block, g, q) gives group g's integers as fp32 in four vectors, in element order.
+template <DType T> struct Quant;
+
+template <> struct Quant<DType::Q8_0> {
+  static constexpr int kGroups = 1;
+  static constexpr size_t kBytes = 34;
+  static constexpr bool kOffsets = false;
+  struct Scales {
+    __m256 d;
+    TPC_AVX2 explicit Scales(const uint8_t *block) : d(broadcastHalf(block)) {}
+    TPC_AVX2 __m256 scale(int) const { return d; }
+  };
+  TPC_AVX2 static void quants(const uint8_t *block, int, __m256 q[4]) {
+    for (int i = 0; i < 4; ++i)
+      q[i] = _mm256_cvtepi32_ps(signed8(block + 2 + 8 * i));
+  }
+};
+
+template <> struct Quant<DType::Q4_0> {
+  static constexpr int kGroups = 1;
+  static constexpr size_t kBytes = 18;
+  static constexpr bool kOffsets = false;
+  using Scales = Quant<DType::Q8_0>::Scales; // d first, no offset
+  TPC_AVX2 static void quants(const uint8_t *block, int, __m256 q[4]) {
+    nibbles(block + 2, 8, q);
+  }
+};
+
+template <> struct Quant<DType::Q4_1> {
+  static constexpr int kGroups = 1;
+  static constexpr size_t kBytes = 20;
+  static constexpr bool kOffsets = true;
+  struct Scales {
+    __m256 d, m;
+    TPC_AVX2 explicit Scales(const uint8_t *block) {
+      uint32_t both; // d and m converted together
+      std::memcpy(&both, block, sizeof both);
+      __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(int(both)));
+      d = _mm256_broadcastss_ps(dm);
+      m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    }
+    TPC_AVX2 __m256 scale(int) const { return d; }
+    TPC_AVX2 __m256 offset(int) const { return m; }
+    TPC_AVX2 __m256 offsets() const { return m; }
+  };
+  TPC_AVX2 static void quants(const uint8_t *block, int, __m256 q[4]) {
+    nibbles(block + 4, 0, q);
+  }
+};
+
+template <> struct Quant<DType::Q4_K> {
+  static constexpr int kGroups = 8;
+  static constexpr size_t kBytes = 144;
+  static constexpr bool kOffsets = true;
+  struct Scales {
+    alignas(32) float scales[8], offsets_[8]; // d s_g and -dmin m_g
+    Scales() = default;
+    TPC_AVX2 explicit Scales(const uint8_t *block) { read(block); }
+    TPC_AVX2 void read(const uint8_t *block) {
+      // The 12 bytes as three little-endian words: bytes 0..3 hold s_0..3 in their low six
+      // bits, bytes 4..7 m_0..3 likewise, and bytes 8..11 the low four bits of s_4..7 (low
+      // nibbles) and m_4..7 (high nibbles), whose top two bits are the top two of bytes 0..3
+      // (for s) and 4..7 (for m). Byte j of (word >> 2) & 0x30.. is bits 6-7 of byte j.
+      uint32_t word[3];
+      std::memcpy(word, block + 4, sizeof word);
+      uint32_t s0 = word[0] & 0x3f3f3f3fu, m0 = word[1] & 0x3f3f3f3fu;
+      uint32_t s4 = (word[2] & 0x0f0f0f0fu) | ((word[0] >> 2) & 0x30303030u);
+      uint32_t m4 = ((word[2] >> 4) & 0x0f0f0f0fu) | ((word[1] >> 2) & 0x30303030u);
+      __m128i packed = _mm_set_epi32(int(m4), int(m0), int(s4), int(s0));
+      __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(packed));
+      __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed, 8)));
+      _mm256_store_ps(scales, _mm256_mul_ps(broadcastHalf(block), s));
+      // -(dmin m_g) by its sign bit, so that q * scale + offset is the reference's
+      // q * scale - dmin m_g down to the sign of a zero.
+      _mm256_store_ps(offsets_, _mm256_xor_ps(_mm256_mul_ps(broadcastHalf(block + 2), m),
+                                              _mm256_set1_ps(-0.0f)));
+    }
+    TPC_AVX2 __m256 scale(int g) const { return _mm256_broadcast_ss(scales + g); }
+    TPC_AVX2 __m256 offset(int g) const { return _mm256_broadcast_ss(offsets_ + g); }
+    TPC_AVX2 __m256 offsets() const { return _mm256_load_ps(offsets_); }
+  };
+  TPC_AVX2 static void quants(const uint8_t *block, int g, __m256 q[4]) {
+    const uint8_t *bytes = block + 16 + 32 * (g / 2);
+    const __m256i low = _mm256_set1_epi32(0xf);
+    for (int i = 0; i < 4; ++i) {
+      __m256i lanes = unsigned8(bytes + 8 * i);
+      q[i] = _mm256_cvtepi32_ps(g % 2 ? _mm256_srli_epi32(lanes, 4) : _mm256_and_si256(lanes, low));
+    }
+  }
+};
+
+/// The elements of a block of T per group: 32.
+constexpr int64_t kGroupElements = 32;
+
+/// For each block of T that x's `blocks` blocks meet, eight floats: the sums of x over the
+/// block's groups (group g's in lane g, zeros after), for Quant<T>::offsets().
+template <DType T> const float *groupSums(const float *x, int64_t blocks) {
+  thread_local std::vector<float> sums;
+  sums.assign(size_t(blocks) * 8, 0.0f);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int g = 0; g < Quant<T>::kGroups; ++g) {
+      const float *group = x + (b * Quant<T>::kGroups + g) * kGroupElements;
+      float total = 0;
+      for (int64_t i = 0; i < kGroupElements; ++i)
+        total += group[i];
+      sums[size_t(b * 8 + g)] = total;
+    }
+  return sums.data();
+}
+
+/// acc plus group g of a block of T, whose scales are given, times the group's elements of x
+/// (in its lanes' sum).
+template <DType T>
+TPC_AVX2 inline __m256 accumulateGroup(const uint8_t *block, int g,
+                                       const typename Quant<T>::Scales &scales, const float *x,
+                                       __m256 acc) {
+  __m256 q[4];
+  Quant<T>::quants(block, g, q);
+  const float *xs = x + g * kGroupElements;
+  __m256 dot = _mm256_mul_ps(q[0], _mm256_loadu_ps(xs));
+  for (int i = 1; i < 4; ++i)
+    dot = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(xs + 8 * i), dot);
+  return _mm256_fmadd_ps(dot, scales.scale(g), acc);
+}
+
+/// y[first, first + kRows) of a quantized gemv: W's rows `first` on, each in its own running
+/// sum, a block of each row a step, so that kRows streams of loads are in flight; the next
+/// kRows rows are prefetched at the pace these are read, as gemvAvx2 does. A block of several
+/// groups (Q4_K) is taken a group of each row at a time: one row's groups are a chain of
+/// FMAs into its sum, which the other rows' work between them hides.
+template <DType T, int64_t kRows>
+TPC_AVX2 inline void quantizedRows(const uint8_t *w, size_t rowBytes, size_t totalBytes,
+                                   int64_t first, const float *x, const float *sums,
+                                   int64_t blocks, const float *bias, float *y) {
+  using Q = Quant<T>;
+  constexpr int64_t kElements = Q::kGroups * kGroupElements;
+  const uint8_t *rows = w + size_t(first) * rowBytes;
+  __m256 acc[kRows];
+  for (int64_t k = 0; k < kRows; ++k)
+    acc[k] = _mm256_setzero_ps();
+  const size_t nextRows = size_t(first + kRows) * rowBytes;
+  size_t ahead = nextRows / 64 * 64; // the next line of the next rows to request
+  for (int64_t b = 0; b < blocks; ++b) {
+    size_t until = std::min(totalBytes, nextRows + size_t(b + 1) * kRows * Q::kBytes);
+    for (; ahead < until; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char *>(w + ahead), _MM_HINT_T0);
+    const uint8_t *column = rows + size_t(b) * Q::kBytes; // block b of the first row
+    const float *xs = x + b * kElements;
+    if constexpr (Q::kGroups == 1) {
+      for (int64_t k = 0; k < kRows; ++k) {
+        const uint8_t *block = column + size_t(k) * rowBytes;
+        typename Q::Scales scales(block);
+        acc[k] = accumulateGroup<T>(block, 0, scales, xs, acc[k]);
+        if constexpr (Q::kOffsets)
+          acc[k] = _mm256_fmadd_ps(scales.offsets(), _mm256_loadu_ps(sums + 8 * b), acc[k]);
+      }
+    } else {
+      typename Q::Scales scales[kRows];
+      for (int64_t k = 0; k < kRows; ++k)
+        scales[k].read(column + size_t(k) * rowBytes);
+      for (int g = 0; g < Q::kGroups; ++g)
+        for (int64_t k = 0; k < kRows; ++k)
+          acc[k] = accumulateGroup<T>(column + size_t(k) * rowBytes, g, scales[k], xs, acc[k]);
+      for (int64_t k = 0; k < kRows; ++k)
+        if constexpr (Q::kOffsets)
+          acc[k] = _mm256_fmadd_ps(scales[k].offsets(), _mm256_loadu_ps(sums + 8 * b), acc[k]);
+    }
+  }
+  alignas(32) float totals[8];
+  if constexpr (kRows == 8) {
+    _mm256_store_ps(totals, sumEach(acc));
+  } else {
+    for (int64_t k = 0; k < kRows; ++k) {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc[k]);
+      totals[k] = 0;
+      for (float lane : lanes)
+        totals[k] += lane;
+    }
+  }
+  for (int64_t k = 0; k < kRows; ++k)
+    y[first + k] = bias ? totals[k] + bias[first + k] : totals[k];
+}
+
+/// y = W x (+ bias) for one row x and W [out, in] of the quantized T, `in` whole blocks: eight
+/// rows at a time, then the last out % 8 one at a time.
+template <DType T>
+TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t in,
+                            const float *bias, float *y) {
+  const int64_t blocks = in / (Quant<T>::kGroups * kGroupElements);
+  const size_t rowBytes = size_t(blocks) * Quant<T>::kBytes, totalBytes = size_t(out) * rowBytes;
+  const float *sums = Quant<T>::kOffsets ? groupSums<T>(x, blocks) : nullptr;
+  const auto *base = static_cast<const uint8_t *>(w);
+  int64_t r = 0;
+  for (; r + 8 <= out; r += 8)
+    quantizedRows<T, 8>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
+  for (; r < out; ++r)
+    quantizedRows<T, 1>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
+}
+
+/// `count` elements of the quantized T at `in` (whole blocks) as fp32 at `out`: bit for bit
+/// widen()'s (see above).
+template <DType T> TPC_AVX2 void dequantizeAvx2(const void *in, float *out, size_t count) {
+  using Q = Quant<T>;
+  const auto *block = static_cast<const uint8_t *>(in);
+  for (size_t done = 0; done < count; done += Q::kGroups * kGroupElements, block += Q::kBytes) {
+    typename Q::Scales scales(block);
+    for (int g = 0; g < Q::kGroups; ++g) {
+      __m256 q[4];
+      Q::quants(block, g, q);
+      for (int i = 0; i < 4; ++i) {
+        __m256 value; // d * q as the reference, or d * q + m rounded once, as it is
+        if constexpr (Q::kOffsets)
+          value = _mm256_fmadd_ps(q[i], scales.scale(g), scales.offset(g));
+        else
+          value = _mm256_mul_ps(q[i], scales.scale(g));
+        _mm256_storeu_ps(out + done + size_t(g * kGroupElements + 8 * i), value);
+      }
+    }
+  }
+}
+
 bool hasAvx2Fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
@@ -219,7 +489,8 @@ bool vectorKernels(DType type) {
 #if defined(__x86_64__)
   if (forcedScalar.load(std::memory_order_relaxed) || !hasAvx2Fma())
     return false;
-  return type != DType::F16 || hasF16c();
+  // f16 and the quantized types' f16 scales convert with F16C.
+  return type == DType::F32 || type == DType::BF16 || hasF16c();
 #else
   (void)type;
   return false;
@@ -236,6 +507,14 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
       return gemvAvx2<DType::BF16>(w.data, x, out, in, bias, y);
     case DType::F16:
       return gemvAvx2<DType::F16>(w.data, x, out, in, bias, y);
+    case DType::Q8_0:
+      return gemvQuantized<DType::Q8_0>(w.data, x, out, in, bias, y);
+    case DType::Q4_0:
+      return gemvQuantized<DType::Q4_0>(w.data, x, out, in, bias, y);
+    case DType::Q4_1:
+      return gemvQuantized<DType::Q4_1>(w.data, x, out, in, bias, y);
+    case DType::Q4_K:
+      return gemvQuantized<DType::Q4_K>(w.data, x, out, in, bias, y);
     }
   }
 #endif
@@ -249,14 +528,27 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
   gemvScalar(w, x, out, in, bias, y);
 }
 
-/// `count` elements of `type` at `in` as fp32, vectorized where the CPU allows.
+/// `count` elements of `type` at `in` as fp32 (as widen() gives them, bit for bit),
+/// vectorized where the CPU allows.
 void widenFast(const void *in, DType type, float *out, size_t count) {
 #if defined(__x86_64__)
   if (vectorKernels(type)) {
-    if (type == DType::BF16)
+    switch (type) {
+    case DType::F32:
+      break;
+    case DType::BF16:
       return widenAvx2<DType::BF16>(in, out, count);
-    if (type == DType::F16)
+    case DType::F16:
       return widenAvx2<DType::F16>(in, out, count);
+    case DType::Q8_0:
+      return dequantizeAvx2<DType::Q8_0>(in, out, count);
+    case DType::Q4_0:
+      return dequantizeAvx2<DType::Q4_0>(in, out, count);
+    case DType::Q4_1:
+      return dequantizeAvx2<DType::Q4_1>(in, out, count);
+    case DType::Q4_K:
+      return dequantizeAvx2<DType::Q4_K>(in, out, count);
+    }
   }
 #endif
   widen(in, type, out, count);
@@ -306,7 +598,7 @@ bool embedding(Host, const int64_t *ids, int64_t tokens, Matrix table, int64_t r
     float *row = out + t * width;
     int64_t local = id - rowOffset;
     if (local >= 0 && local < rows)
-      widen(rowOf(table, local, width), table.type, row, size_t(width));
+      widenFast(rowOf(table, local, width), table.type, row, size_t(width));
     else
       std::fill(row, row + width, 0.0f); // another rank's row: this summand is zero
   }
@@ -315,11 +607,12 @@ bool embedding(Host, const int64_t *ids, int64_t tokens, Matrix table, int64_t r
 
 std::string matrixKernels() {
   std::string vector;
-  for (DType type : {DType::F32, DType::BF16, DType::F16})
+  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                     DType::Q4_K})
     vector += std::string(vector.empty() ? "" : ", ") + dtypeName(type) +
               (vectorKernels(type) ? " AVX2" : " scalar");
   return "one-row linear: " + vector + "; matrix products: " + blasDescription() +
-         " sgemm (bf16 and f16 widened a panel at a time)";
+         " sgemm (16-bit and quantized weights widened to fp32 a panel at a time)";
 }
 
 } // namespace tpcrt::cpu

@@ -1,8 +1,9 @@
 // Weight element types and the CPU kernels that read them: every bf16 and f16 widens exactly
 // and fp32 narrows to the nearest (against the hardware's F16C conversions where the CPU has
-// them, and always against an oracle computed in double); linear over fp32, bf16 and f16
-// weights against a double reference, through the AVX2 kernels and without them; embedding of
-// 16-bit tables; which OpenBLAS core the CPU backend asks for.
+// them, and always against an oracle computed in double); linear over fp32, bf16, f16 and
+// ggml's quantized weights against a double reference over the widened weights, through the
+// AVX2 kernels and without them; embedding of 16-bit and quantized tables; which OpenBLAS core
+// the CPU backend asks for.
 #include "tpcrt/cpu/blas.h"
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/dtype.h"
@@ -220,23 +221,43 @@ TEST(DType, NamesRoundTrip) {
 
 namespace {
 
-/// Weights of `type` for random values in [-1, 1), and those weights widened.
+/// Weights of `type` for random values in [-1, 1), and those weights widened. A quantized
+/// type's blocks are random bytes but for their f16 scales (d, and Q4_1's m or Q4_K's dmin),
+/// which are finite, random and of either sign; `count` is whole blocks.
 struct Weights {
   std::vector<uint8_t> stored;
   std::vector<float> widened;
   DType type;
-  Weights(DType type, size_t count, unsigned seed) : stored(count * dtypeBytes(type)),
-                                                     widened(count), type(type) {
+  Weights(DType type, size_t count, unsigned seed)
+      : stored(dtypeBytesFor(type, int64_t(count))), widened(count), type(type) {
     std::mt19937 gen(seed);
     std::uniform_real_distribution<float> dist(-1, 1);
-    std::vector<float> values(count);
-    for (float &v : values)
-      v = dist(gen);
-    narrow(values.data(), type, stored.data(), count);
+    if (isQuantized(type)) {
+      for (uint8_t &byte : stored)
+        byte = uint8_t(gen());
+      // Scales that keep the elements within about [-1, 1]: the integers reach 15 (Q4_1,
+      // Q4_K, whose 6-bit scales reach 63 more), 8 (Q4_0) or 128 (Q8_0).
+      float range = type == DType::Q8_0   ? 1.0f / 128
+                    : type == DType::Q4_K ? 1.0f / (15 * 63)
+                                          : 1.0f / 15;
+      int scales = type == DType::Q4_1 || type == DType::Q4_K ? 2 : 1;
+      for (size_t at = 0; at < stored.size(); at += dtypeBlockBytes(type))
+        for (int i = 0; i < scales; ++i) {
+          uint16_t half = floatToF16(range * dist(gen));
+          std::memcpy(&stored[at + 2 * size_t(i)], &half, sizeof half);
+        }
+    } else {
+      std::vector<float> values(count);
+      for (float &v : values)
+        v = dist(gen);
+      narrow(values.data(), type, stored.data(), count);
+    }
     widen(stored.data(), type, widened.data(), count);
   }
   Matrix matrix() const { return Matrix(stored.data(), type); }
 };
+
+constexpr DType kQuantizedTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K};
 
 std::vector<float> randomFloats(size_t n, unsigned seed) {
   std::mt19937 gen(seed);
@@ -281,7 +302,8 @@ struct ScalarKernels {
 
 TEST(Linear, ForcingScalarKernelsTurnsTheVectorOnesOff) {
   ScalarKernels scalar(true);
-  for (DType type : {DType::F32, DType::BF16, DType::F16})
+  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                     DType::Q4_K})
     EXPECT_FALSE(detail::vectorKernelsFor(type));
 }
 
@@ -302,6 +324,24 @@ TEST(Linear, EveryTypeAndShapeMatchesDouble) {
   }
 }
 
+TEST(Linear, QuantizedTypesMatchTheirWidenedWeights) {
+  // Rows of one to three blocks and longer ones; out with tails of the eight-row groups (and
+  // under eight); one row (the gemv kernels) and several (dequantized panels and sgemm).
+  struct Shape {
+    int64_t rows, out, blocks;
+  };
+  const Shape shapes[] = {{1, 1, 1},  {1, 13, 1}, {1, 21, 2}, {1, 8, 3},   {1, 67, 17},
+                          {1, 37, 48}, {3, 13, 1}, {9, 21, 3}, {4, 67, 17}, {2, 8, 48}};
+  for (bool scalar : {false, true}) {
+    ScalarKernels forced(scalar);
+    for (DType type : kQuantizedTypes)
+      for (const Shape &shape : shapes) {
+        int64_t in = shape.blocks * dtypeBlockElements(type);
+        checkLinear(type, shape.rows, shape.out, in, shape.rows % 2 == 1);
+      }
+  }
+}
+
 TEST(Linear, PanelsOfEightRowsAndTheirTail) {
   detail::setPanelBytes(1); // eight rows a panel, whatever `in` is
   for (bool scalar : {false, true}) {
@@ -310,6 +350,8 @@ TEST(Linear, PanelsOfEightRowsAndTheirTail) {
       checkLinear(type, 5, 13, 37, true);
       checkLinear(type, 2, 40, 100, false);
     }
+    for (DType type : kQuantizedTypes)
+      checkLinear(type, 3, 21, 2 * dtypeBlockElements(type), true);
   }
   detail::setPanelBytes(size_t(1) << 20);
 }
@@ -320,6 +362,8 @@ TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
   bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   EXPECT_EQ(detail::vectorKernelsFor(DType::BF16), has);
   EXPECT_EQ(detail::vectorKernelsFor(DType::F16), has && __builtin_cpu_supports("f16c"));
+  for (DType type : kQuantizedTypes) // their f16 scales convert with F16C
+    EXPECT_EQ(detail::vectorKernelsFor(type), has && __builtin_cpu_supports("f16c"));
 #endif
 }
 
@@ -348,6 +392,34 @@ TEST(Embedding, SixteenBitTablesWidenTheirRows) {
     const int64_t negative[] = {-1};
     EXPECT_FALSE(embedding(Host{}, negative, 1, table.matrix(), rowOffset, rows, vocab, width,
                            out.data()));
+  }
+}
+
+TEST(Embedding, QuantizedTablesDequantizeTheirRowsAsWidenDoes) {
+  // Bit for bit widen()'s values, through the AVX2 dequantizer and without it; rows of two
+  // blocks, the rank holding vocabulary rows [2, 5) of 6.
+  const int64_t rowOffset = 2, rows = 3, vocab = 6;
+  const int64_t ids[] = {4, 0, 2, 3, 5, 4};
+  const int64_t tokens = 6;
+  for (bool scalar : {false, true}) {
+    ScalarKernels forced(scalar);
+    for (DType type : kQuantizedTypes) {
+      const int64_t width = 2 * dtypeBlockElements(type);
+      Weights table(type, size_t(rows * width), 11);
+      std::vector<float> out(size_t(tokens * width), NAN);
+      ASSERT_TRUE(embedding(Host{}, ids, tokens, table.matrix(), rowOffset, rows, vocab, width,
+                            out.data()));
+      for (int64_t t = 0; t < tokens; ++t) {
+        int64_t local = ids[t] - rowOffset;
+        for (int64_t c = 0; c < width; ++c) {
+          float expected =
+              local >= 0 && local < rows ? table.widened[size_t(local * width + c)] : 0.0f;
+          ASSERT_EQ(toBits(out[size_t(t * width + c)]), toBits(expected))
+              << dtypeName(type) << (scalar ? " scalar" : "") << " token " << t << " column "
+              << c;
+        }
+      }
+    }
   }
 }
 

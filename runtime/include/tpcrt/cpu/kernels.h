@@ -17,8 +17,9 @@ namespace tpcrt::cpu {
 /// Device's state, so that the generated program calls both targets' kernels alike.
 struct Host {};
 
-/// A weight matrix as the rank holds it: row-major elements of `type` from `data`. An fp32
-/// pointer converts to one, so kernels that take a Matrix take the fp32 weights as before.
+/// A weight matrix as the rank holds it: row-major elements of `type` from `data` (of a
+/// quantized type, each row whole ggml blocks, as a GGUF file stores it). An fp32 pointer
+/// converts to one, so kernels that take a Matrix take the fp32 weights as before.
 struct Matrix {
   const void *data = nullptr;
   DType type = DType::F32;
@@ -47,8 +48,9 @@ void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const flo
                      float *out);
 
 /// y[rows, out] = x[rows, in] @ w[out, in]^T (+ bias[out] when bias is not null), in fp32
-/// arithmetic whatever w's type: a bf16 or f16 w is widened in registers (one row of x) or a
-/// panel at a time (several rows), never rounding x.
+/// arithmetic whatever w's type: a bf16, f16 or quantized w is widened (dequantized) in
+/// registers (one row of x) or a panel at a time (several rows), never rounding x. For a
+/// quantized w, `in` is a multiple of its block (32 or 256 elements).
 void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y);
 
@@ -62,7 +64,8 @@ namespace detail {
 void forceScalarKernels(bool scalar);
 /// Whether linear reads a W of `type` with the AVX2 kernels now.
 bool vectorKernelsFor(DType type);
-/// The size of the fp32 panel a several-row linear widens a 16-bit W into (1 MiB).
+/// The size of the fp32 panel a several-row linear widens a 16-bit or quantized W into
+/// (1 MiB).
 void setPanelBytes(size_t bytes);
 } // namespace detail
 
