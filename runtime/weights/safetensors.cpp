@@ -186,7 +186,8 @@ std::vector<int64_t> SliceSpec::localShape(const std::vector<int64_t> &shape) co
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::string &error) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
-  if (std::string gguf = ggufPathOf(path, error); !gguf.empty()) {
+  std::string ggufError;
+  if (std::string gguf = ggufPathOf(path, ggufError); !gguf.empty()) {
     ckpt->gguf_ = GgufModel::open(gguf, error);
     if (!ckpt->gguf_)
       return nullptr;
@@ -200,8 +201,10 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::strin
     }
     return ckpt;
   }
-  if (!error.empty())
+  if (!ggufError.empty()) {
+    error = ggufError;
     return nullptr;
+  }
   std::string target = path;
   if (isDirectory(path)) {
     if (exists(path + "/model.safetensors.index.json"))

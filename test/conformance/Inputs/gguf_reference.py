@@ -7,7 +7,9 @@ dtype=torch.float32): every tensor dequantized by gguf-py, the converter's q/k p
 undone), renders QUESTION as a user message through the file's chat template with the
 generation prompt, and runs greedy generate for 16 tokens (eos ignored); the teacher-forced
 logits are one forward pass over prompt + greedy[:15]. Writes OUTDIR/reference.json,
-reference.bin (16 rows x vocab float32), prompt.txt and force.txt, as hf_model.py does.
+reference.bin (16 rows x vocab float32), prompt.txt and force.txt, as hf_model.py does, and
+OUTDIR/answer.txt: the greedy answer as generate gives it (stopping at the model's eos, at most
+48 tokens), decoded without special tokens, as `tpc run --chat` prints it.
 Needs gguf-py on PYTHONPATH.
 """
 import json
@@ -44,6 +46,10 @@ def main():
         greedy = out.sequences[0, len(prompt):].tolist()
         full = torch.tensor([prompt + greedy[: NEW_TOKENS - 1]])
         logits = model(full).logits[0, len(prompt) - 1:].float()
+        answer = model.generate(ids, do_sample=False, max_new_tokens=48)[0, len(prompt):]
+    with open(os.path.join(outdir if os.path.isdir(outdir) else os.makedirs(outdir) or outdir,
+                           "answer.txt"), "w") as f:
+        f.write(tok.decode(answer, skip_special_tokens=True))
     if len(greedy) != NEW_TOKENS:
         raise SystemExit(f"gguf_reference.py: generate made {len(greedy)} tokens")
     os.makedirs(outdir, exist_ok=True)
