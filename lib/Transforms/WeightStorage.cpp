@@ -84,9 +84,11 @@ struct TPWeightStoragePass : tpc::tp::impl::TPWeightStorageBase<TPWeightStorageP
     std::string name = weights;
     if (name != "stored") {
       asked = symbolizeWeightType(name == "fp32" ? "f32" : name == "fp16" ? "f16" : name);
-      if (!asked || isQuantized(*asked)) {
+      if (!asked || (isQuantized(*asked) && *asked != WeightType::q8_0 &&
+                     *asked != WeightType::q4_0)) {
         module.emitError() << "--weights-dtype " << weights
-                           << " is not a weight type: stored, f32, bf16 or f16";
+                           << " is not a weight type tpc holds weights in: stored, f32, bf16, "
+                              "f16, or q8_0 and q4_0 (quantized at load)";
         return signalPassFailure();
       }
     }

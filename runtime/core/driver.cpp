@@ -135,14 +135,12 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       if (!checkpoint && backend.generateWeight(i, *args.randomSeed, param, slices[i]))
         continue;
       int64_t elements = weights[i].elements();
-      if (void *blocks = backend.hostBlocks(i)) { // held as the file's blocks
+      // Held in the blocks the file stores it in: read as they are. (Blocks of another type,
+      // --quantize's, are made from fp32 values below.)
+      const TensorInfo *stored = checkpoint ? checkpoint->find(param.name) : nullptr;
+      if (void *blocks = backend.hostBlocks(i);
+          blocks && stored && parseDType(stored->dtype) == weights[i].dtype) {
         uint64_t bytes = 0;
-        if (!checkpoint) {
-          error = std::string("parameter ") + param.name + " is held as " +
-                  dtypeName(weights[i].dtype) +
-                  ", blocks that only a GGUF file gives; --random-weights cannot";
-          return false;
-        }
         if (!checkpoint->readBlocks(param.name, param.hfShape, slices[i], weights[i].dtype,
                                     blocks, bytes, error))
           return false;
@@ -165,8 +163,14 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       } else {
         generateSlice(*args.randomSeed, param.name, param.hfShape, slices[i], out);
       }
-      if (staged)
-        backend.writeWeight(i, 0, out, elements);
+      if (staged) {
+        try {
+          backend.writeWeight(i, 0, out, elements);
+        } catch (const std::invalid_argument &e) { // a type it cannot be narrowed to
+          error = std::string("parameter ") + param.name + ": " + e.what();
+          return false;
+        }
+      }
     }
     staging = {};
     allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);

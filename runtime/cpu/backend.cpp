@@ -66,12 +66,12 @@ public:
   }
   void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) override {
     DType type = cx.weights.type(i);
-    if (isQuantized(type))
-      throw std::runtime_error(std::string("weight ") + std::to_string(i) + " is held as " +
-                               dtypeName(type) +
-                               ": its blocks come from a GGUF file, not from fp32 values "
-                               "(random weights cannot be held quantized)");
-    narrow(values, type, static_cast<std::byte *>(cx.weights.raw(i)) + offset * dtypeBytes(type),
+    if (type == DType::Q4_1 || type == DType::Q4_K)
+      throw std::invalid_argument(std::string("held as ") +
+                                  dtypeName(type) +
+                                  ", blocks that only a GGUF file of that type gives; tpc "
+                                  "quantizes fp32 values to q8_0 and q4_0 only");
+    narrow(values, type, static_cast<std::byte *>(cx.weights.raw(i)) + dtypeBytesFor(type, offset),
            size_t(count));
   }
   bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {

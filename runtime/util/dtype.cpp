@@ -3,6 +3,8 @@
 
 #include "tpcrt/gguf.h"
 
+#include <stdexcept>
+
 namespace tpcrt {
 
 const char *dtypeName(DType type) {
@@ -113,6 +115,12 @@ void widen(const void *in, DType type, float *out, size_t count) {
 void narrow(const float *in, DType type, void *out, size_t count) {
   if (type == DType::F32) {
     std::memcpy(out, in, count * sizeof(float));
+    return;
+  }
+  if (isQuantized(type)) {
+    std::string error;
+    if (!quantize(ggmlTypeOf(type), in, int64_t(count), out, error))
+      throw std::invalid_argument(error);
     return;
   }
   auto *halves = static_cast<uint16_t *>(out);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -325,6 +326,49 @@ void dequantQ6_K(const uint8_t *b, float *out) {
 }
 
 } // namespace
+
+bool quantize(GgmlType type, const float *in, int64_t elements, void *blocks,
+              std::string &error) {
+  if (type != GgmlType::Q8_0 && type != GgmlType::Q4_0) {
+    error = std::string("tpc quantizes to Q8_0 and Q4_0 only, not ") +
+            (ggmlTypeInfo(type) ? ggmlTypeInfo(type)->name : "an unknown type");
+    return false;
+  }
+  if (elements % 32) {
+    error = std::to_string(elements) + " values are not whole blocks of 32";
+    return false;
+  }
+  auto *out = static_cast<uint8_t *>(blocks);
+  for (int64_t b = 0; b < elements / 32; ++b) {
+    const float *x = in + b * 32;
+    // The scale: Q8_0 maps the largest magnitude to 127; Q4_0 maps the value of largest
+    // magnitude (the first, on ties) to -8.
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    float d = type == GgmlType::Q8_0 ? amax / 127.0f : max / -8.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint16_t half = floatToF16(d);
+    std::memcpy(out, &half, 2);
+    if (type == GgmlType::Q8_0) {
+      for (int j = 0; j < 32; ++j)
+        out[2 + j] = uint8_t(int8_t(std::round(x[j] * id)));
+      out += 34;
+    } else {
+      for (int j = 0; j < 16; ++j) {
+        // x * id lies in [-8, 8]: + 8.5 truncated rounds it to the nearest of 0..16, 16 clamped.
+        int lo = std::min(15, int(int8_t(x[j] * id + 8.5f)));
+        int hi = std::min(15, int(int8_t(x[j + 16] * id + 8.5f)));
+        out[2 + j] = uint8_t(lo | hi << 4);
+      }
+      out += 18;
+    }
+  }
+  return true;
+}
 
 bool dequantize(GgmlType type, const void *blocks, int64_t elements, float *out,
                 std::string &error) {

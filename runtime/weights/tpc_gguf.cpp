@@ -24,7 +24,8 @@ namespace {
 int usage() {
   std::fprintf(stderr, "usage: tpc-gguf info FILE\n"
                        "       tpc-gguf dequant FILE TENSOR OUT.bin\n"
-                       "       tpc-gguf blocks TYPE IN.bin OUT.bin\n");
+                       "       tpc-gguf blocks TYPE IN.bin OUT.bin\n"
+                       "       tpc-gguf quantize TYPE IN.f32 OUT.bin\n");
   return 2;
 }
 
@@ -147,6 +148,34 @@ int main(int argc, char **argv) {
       return 1;
     }
     if (!writeFloats(argv[4], out)) {
+      std::fprintf(stderr, "tpc-gguf: cannot write %s\n", argv[4]);
+      return 1;
+    }
+    return 0;
+  }
+  if (command == "quantize" && argc == 5) { // fp32 values into Q8_0 or Q4_0 blocks
+    std::string raw;
+    if (!readFile(argv[3], raw) || raw.size() % (32 * sizeof(float))) {
+      std::fprintf(stderr, "tpc-gguf: %s: not whole blocks of 32 float32 values\n", argv[3]);
+      return 1;
+    }
+    GgmlType type = std::string(argv[2]) == "Q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0;
+    if (type == GgmlType::Q4_0 && std::string(argv[2]) != "Q4_0") {
+      std::fprintf(stderr, "tpc-gguf: tpc quantizes to Q8_0 and Q4_0, not %s\n", argv[2]);
+      return 1;
+    }
+    std::vector<float> values(raw.size() / sizeof(float));
+    std::memcpy(values.data(), raw.data(), raw.size());
+    std::string blocks(values.size() / 32 * ggmlTypeInfo(type)->blockBytes, '\0');
+    if (!quantize(type, values.data(), int64_t(values.size()), blocks.data(), error)) {
+      std::fprintf(stderr, "tpc-gguf: %s\n", error.c_str());
+      return 1;
+    }
+    std::FILE *out = std::fopen(argv[4], "wb");
+    bool written = out && std::fwrite(blocks.data(), 1, blocks.size(), out) == blocks.size();
+    if (out)
+      written &= std::fclose(out) == 0;
+    if (!written) {
       std::fprintf(stderr, "tpc-gguf: cannot write %s\n", argv[4]);
       return 1;
     }

@@ -37,11 +37,19 @@ void addProgramArgs(CLI::App *cmd, ProgramArgs &args) {
 }
 
 void addWeightsDtype(CLI::App *cmd, std::string &weights) {
-  cmd->add_option("--weights-dtype", weights,
-                   "the type the CPU binary holds its weight matrices in: stored (default: the "
-                   "checkpoint's, f32, bf16 or f16; the arithmetic is fp32 either way), f32, "
-                   "bf16 or f16 (rounded at load); the GPU holds bf16")
-      ->check(CLI::IsMember({"stored", "f32", "fp32", "bf16", "f16", "fp16"}));
+  CLI::Option *dtype =
+      cmd->add_option("--weights-dtype", weights,
+                      "the type the CPU binary holds its weight matrices in: stored (default: "
+                      "the checkpoint's: f32, bf16, f16, or a GGUF file's q8_0, q4_0, q4_1 or "
+                      "q4_k blocks; the arithmetic is fp32 either way), f32, bf16 or f16 "
+                      "(rounded at load), q8_0 or q4_0 (quantized at load, as llama.cpp "
+                      "does); the GPU holds bf16")
+          ->check(CLI::IsMember({"stored", "f32", "fp32", "bf16", "f16", "fp16", "q8_0", "q4_0"}));
+  cmd->add_option("--quantize", weights,
+                  "q8_0 or q4_0: the same as --weights-dtype q8_0 or q4_0 (weight-only "
+                  "quantization at load, equal to llama.cpp's quantizer; activations stay fp32)")
+      ->check(CLI::IsMember({"q8_0", "q4_0"}))
+      ->excludes(dtype);
 }
 
 void addCompileCommand(CLI::App &app, CommandRunner &run) {

@@ -81,8 +81,10 @@ uint16_t floatToF16(float value);
 /// `count` values of `type` at `in` as fp32 (exact; a quantized type's blocks dequantized bit
 /// for bit as gguf-py does, `count` a multiple of its block size).
 void widen(const void *in, DType type, float *out, size_t count);
-/// `count` fp32 values stored as `type` at `out` (rounded to nearest even). Float types only:
-/// quantized weights are loaded as their file stores them, never quantized here.
+/// `count` fp32 values stored as `type` at `out`: rounded to nearest even, or quantized into
+/// Q8_0 or Q4_0 blocks as llama.cpp's reference quantizers do (--quantize; `count` whole
+/// blocks). Throws std::invalid_argument for Q4_1 and Q4_K, which are only ever loaded as a
+/// file stores them.
 void narrow(const float *in, DType type, void *out, size_t count);
 
 } // namespace tpcrt

@@ -86,6 +86,13 @@ std::string ggmlDequantizableTypes();
 bool dequantize(GgmlType type, const void *blocks, int64_t elements, float *out,
                 std::string &error);
 
+/// `elements` fp32 values (whole blocks) into blocks of `type`, bit for bit as llama.cpp's
+/// reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref) make a GGUF file,
+/// which llama-quantize and gguf-py's quants.quantize agree with. Q8_0 and Q4_0 only: false,
+/// saying why in `error`, for another type.
+bool quantize(GgmlType type, const float *in, int64_t elements, void *blocks,
+              std::string &error);
+
 /// GGUF metadata value types.
 enum class GgufValueType : uint32_t {
   U8 = 0,

@@ -4,6 +4,11 @@
                                 by gguf-py where it can, random bytes with finite f16 scales
                                 where it cannot) in DIR/TYPE.bin and gguf-py's fp32 in
                                 DIR/TYPE.expected
+  gguf_oracle.py quantize DIR   random fp32 blocks in DIR/in.f32 (wide-ranging scales, a zero
+                                block, ties of magnitude, values on .5 boundaries) and gguf-py's
+                                Q8_0 and Q4_0 quantization of them in DIR/Q8_0.expected and
+                                DIR/Q4_0.expected (gguf-py's quantizers are bit-exact with
+                                llama.cpp's reference ones)
   gguf_oracle.py compare A B    A and B (fp32 files) equal bit for bit, NaN equal to NaN
   gguf_oracle.py tensors FILE TPC_GGUF DIR
                                 every tensor of FILE as TPC_GGUF dequantizes it equals gguf-py's
@@ -67,6 +72,22 @@ def make_blocks(out):
         print(name, expected.size, "elements")
 
 
+def make_quantize(out):
+    rng = np.random.default_rng(1)
+    count = 512
+    values = rng.standard_normal((count, 32)).astype(np.float32)
+    values *= (np.float32(10.0) ** rng.integers(-6, 4, size=(count, 1))).astype(np.float32)
+    values[0] = 0                                   # a zero block: scale 0
+    values[1, :2] = [3.0, -3.0]                     # a tie of magnitude: the first wins
+    values[1, 2:] = 0.5
+    values[2] = np.arange(32, dtype=np.float32) - 16  # exact halves after scaling
+    values[3] = -np.abs(values[3])                  # a negative max
+    values.tofile(os.path.join(out, "in.f32"))
+    for name in ("Q8_0", "Q4_0"):
+        quants.quantize(values.reshape(-1), T[name]).tofile(os.path.join(out, name + ".expected"))
+    print(f"{count * 32} values, {count} blocks")
+
+
 def compare(a, b, quiet=False):
     x = np.fromfile(a, dtype=np.uint32)
     y = np.fromfile(b, dtype=np.uint32)
@@ -106,6 +127,8 @@ def tensors(path, tpc_gguf, out):
 if __name__ == "__main__":
     if sys.argv[1] == "blocks":
         make_blocks(sys.argv[2])
+    elif sys.argv[1] == "quantize":
+        make_quantize(sys.argv[2])
     elif sys.argv[1] == "compare":
         compare(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "tensors":
