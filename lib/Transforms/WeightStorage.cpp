@@ -131,8 +131,8 @@ struct TPWeightStoragePass : tpc::tp::impl::TPWeightStorageBase<TPWeightStorageP
       first.emitWarning() << fallback.params.size() << " weight"
                           << (fallback.params.size() == 1 ? "" : "s") << " stored as " << type
                           << " (" << first.getSymName()
-                          << (fallback.params.size() > 1 ? ", ..." : "")
-                          << ") are held in bf16: the CPU target has kernels for q8_0, q4_0, "
+                          << (fallback.params.size() > 1 ? ", ...) are" : ") is")
+                          << " held in bf16: the CPU target has kernels for q8_0, q4_0, "
                              "q4_1 and q4_k only ("
                           << megabytes(fallback.heldBytes) << " per rank instead of "
                           << megabytes(fallback.storedBytes) << ")";

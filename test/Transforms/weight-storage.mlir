@@ -24,7 +24,7 @@
 // CUDA: tp.param @norm {storage = #tp.storage<bf16>}
 // CUDA: tp.param @proj {storage = #tp.storage<bf16>}
 // CUDA: tp.param @plain {storage = #tp.storage<bf16>}
-// BAD: error: --weights-dtype int3 is not a weight type: stored, f32, bf16 or f16
+// BAD: error: --weights-dtype int3 is not a weight type tpc holds weights in: stored, f32, bf16, f16, or q8_0 and q4_0 (quantized at load)
 module attributes {tp.mesh = #tp.mesh<tp = 1>} {
   tp.param @table {storage = #tp.storage<bf16>} : tensor<256x64xf32>
   tp.param @norm {storage = #tp.storage<bf16>} : tensor<64xf32>
