@@ -127,7 +127,7 @@ std::optional<CheckpointConfig> readCheckpointConfig(const std::string &path) {
       reportError(error);
       return std::nullopt;
     }
-    config.name = gguf + " (its metadata as config.json)";
+    config.name = gguf + "'s metadata";
     config.text = model->configJson();
     checkpoint = gguf;
   } else {
