@@ -15,7 +15,8 @@
 #                             smollm2-bf16/ (both keep the norms f32, as llama.cpp does)
 #     smollm2-q8_0.gguf       llama-quantize of smollm2-f32.gguf
 #   llama1b: a ~1.2B-parameter Llama shape with seeded random weights (bench/bench_models.py):
-#     llama1b-f32/ llama1b-bf16/ and llama1b-{f32,bf16,q8_0}.gguf, made the same way.
+#     llama1b-f32/ llama1b-bf16/ and llama1b-{f32,bf16,q8_0}.gguf, made the same way, and
+#     llama1b-{q4_1,q4_k}.gguf (llama-quantize --pure: every matrix in that type)
 # Prints the cache folder. Needs the test venv (scripts/venv.sh) and bench/llama_cpp.sh's build.
 # Usage: bench/make_bench_models.sh
 set -euo pipefail
@@ -92,4 +93,8 @@ fi
 convert "$cache/llama1b-f32" "$cache/llama1b-f32.gguf" f32
 convert "$cache/llama1b-bf16" "$cache/llama1b-bf16.gguf" bf16
 quantize "$cache/llama1b-f32.gguf" "$cache/llama1b-q8_0.gguf" Q8_0
+# --pure: every matrix in the one type, no k-quant mixture (llama.cpp's Q4_K_M would make some
+# Q6_K), the embedding and lm_head included.
+quantize "$cache/llama1b-f32.gguf" "$cache/llama1b-q4_1.gguf" Q4_1 --pure
+quantize "$cache/llama1b-f32.gguf" "$cache/llama1b-q4_k.gguf" Q4_K_M --pure
 echo "$cache"

@@ -6,27 +6,27 @@
 # bandwidth of as many threads (bench/read_bandwidth.cpp, measured before and after the runs,
 # the better taken: this shared virtual machine drifts by 10-20% within minutes).
 #
-# Bytes a step reads (bench/bench_models.py): every matrix and norm once, one row of the input
-# embedding table, the lm_head whole (the embedding table once more when tied). tpc's from its
-# checkpoint's shapes at the format's width; llama.cpp's from the GGUF's own tensor sizes (its
-# BF16 files keep the norms f32; its Q8_0 and Q4_1 ones carry the blocks' scales).
+# Bytes a step reads: every matrix and norm once, one row of the input embedding table, the
+# lm_head whole (the embedding table once more when tied); llama.cpp's from the GGUF's own
+# tensor sizes (bench/bench_models.py gguf-step-bytes).
 #
-# tpc: import, compile --plan auto --tp N, launch with --warmup (prefill: the median of 3 warm
-# prefills; decode: the median step) and --ignore-eos, best of RUNS. A format runs on tpc when
-# tpc can read it: f32 always; bf16 when `tpc compile` offers --weights-dtype; q8_0 and q4_1 not
-# yet (their rows show llama.cpp alone).
+# tpc: reads the same GGUF file as llama.cpp (tpc import FILE.gguf; the weights kept as the file
+# stores them: f32, bf16, q8_0, q4_1, q4_k), compile --plan auto --tp N, launch with --warmup
+# (prefill: the median of 3 warm prefills; decode: the median step) and --ignore-eos, best of
+# RUNS; its bytes a step reads are what `tpc analyze` says the binary reads (the largest rank's).
 # llama.cpp: llama-bench, RUNS repetitions each: prefill = -p PROMPT -n 0; decode = -p 0 -n NEW
 # -d PROMPT (decoding after a PROMPT-token context, as tpc's steps do); its mean.
 #
 # Usage: bench/weights.sh [smollm2|llama1b] [FORMATS]   FORMATS: comma-separated, from
-#        f32,bf16,q8_0,q4_1 (default f32,bf16,q8_0; q4_1 exists for smollm2 only)
+#        f32,bf16,q8_0,q4_1,q4_k (default f32,bf16,q8_0,q4_1; q4_k exists for llama1b only:
+#        SmolLM2's rows of 576 are no multiple of Q4_K's 256, llama.cpp would make them Q5_0)
 # Environment: TPC (default build/bin/tpc), RUNS (3), PROMPT_TOKENS (128), NEW_TOKENS (32).
 # Not a test: it takes minutes (the 1B model's f32 runs alone read 4.7 GB a step).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tpc=${TPC:-$root/build/bin/tpc}
 model=${1:-smollm2}
-IFS=, read -r -a formats <<< "${2:-f32,bf16,q8_0}"
+IFS=, read -r -a formats <<< "${2:-f32,bf16,q8_0,q4_1}"
 runs=${RUNS:-3}
 prompt_len=${PROMPT_TOKENS:-128}
 new_tokens=${NEW_TOKENS:-32}
@@ -35,9 +35,9 @@ die() { echo "weights.sh: $*" >&2; exit 1; }
 case $model in smollm2 | llama1b) ;; *) die "no model '$model': smollm2 or llama1b" ;; esac
 for f in "${formats[@]}"; do
   case $f in
-    f32 | bf16 | q8_0) ;;
-    q4_1) [[ $model == smollm2 ]] || die "q4_1 exists for smollm2 only" ;;
-    *) die "no format '$f': f32, bf16, q8_0 or q4_1" ;;
+    f32 | bf16 | q8_0 | q4_1) ;;
+    q4_k) [[ $model == llama1b ]] || die "q4_k exists for llama1b only" ;;
+    *) die "no format '$f': f32, bf16, q8_0, q4_1 or q4_k" ;;
   esac
 done
 [[ -x $tpc ]] || die "no tpc at $tpc (build it, or set TPC)"
@@ -50,21 +50,7 @@ cache=$("$root/bench/make_bench_models.sh")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# FORMAT: tpc's checkpoint directory, and the GGUF file.
-checkpoint() {
-  case $model:$1 in
-    smollm2:f32) echo "${TPC_SMOLLM2_CACHE:-$HOME/.cache/tpc-smollm2}/ckpt" ;;
-    *) echo "$cache/$model-$1" ;;
-  esac
-}
 gguf_file() { echo "$cache/$model-$1.gguf"; }
-
-# Only a tpc whose compile offers --weights-dtype stores weights in anything but f32.
-has_weights_dtype=no
-if "$tpc" compile --help 2>&1 | grep -q -- '--weights-dtype'; then has_weights_dtype=yes; fi
-tpc_reads() {
-  case $1 in f32) return 0 ;; bf16) [[ $has_weights_dtype == yes ]] ;; *) return 1 ;; esac
-}
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1);" \
   "load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -94,28 +80,26 @@ echo
 min() { python3 -c "import sys; print(min(float(x) for x in sys.argv[1:]))" "$@"; }
 declare -A decode prefill lc_decode lc_prefill bytes lc_bytes
 prompt=$(python3 -c "print(','.join(str((7 * i + 3) % 250) for i in range($prompt_len)))")
-"$tpc" import "$(checkpoint f32)/config.json" -o "$work/model.mlir" > /dev/null ||
-  die "tpc import failed"
 
 echo "== tpc"
 for f in "${formats[@]}"; do
-  if ! tpc_reads "$f"; then
-    echo "tpc $f: not run (tpc stores no $f weights yet)"
-    continue
-  fi
-  ckpt=$(checkpoint "$f")
-  bytes[$f]=$("$venv/bin/python" "$root/bench/bench_models.py" step-bytes "$ckpt" "$f")
-  dtype_flag=()
-  [[ $has_weights_dtype == yes ]] && dtype_flag=(--weights-dtype "$f")
+  file=$(gguf_file "$f")
+  [[ -e $file ]] || die "no $file (bench/make_bench_models.sh makes it)"
+  "$tpc" import "$file" -o "$work/$f.mlir" > /dev/null || die "tpc import $file failed"
   for tp in 1 2; do
     out_dir=$work/$f-tp$tp
-    "$tpc" compile "$work/model.mlir" --plan auto --tp "$tp" "${dtype_flag[@]}" -o "$out_dir" \
+    "$tpc" compile "$work/$f.mlir" --plan auto --tp "$tp" -o "$out_dir" \
       > "$out_dir.log" 2>&1 || { cat "$out_dir.log" >&2; die "tpc compile ($f, tp $tp) failed"; }
     binary=$(find "$out_dir" -maxdepth 1 -type f -perm -u+x | head -1)
     [[ -n $binary ]] || die "tpc compile wrote no binary into $out_dir"
+    if [[ $tp == 1 ]]; then
+      bytes[$f]=$("$tpc" analyze "$work/$f.mlir" --plan auto --tp 1 2> /dev/null |
+        sed -n 's/.*a decode step reads \([0-9]*\) bytes.*/\1/p')
+      [[ -n ${bytes[$f]} ]] || die "tpc analyze said no bytes a decode step reads"
+    fi
     ds=() ps=()
     for run in $(seq "$runs"); do
-      out=$("$tpc" launch -n "$tp" "$binary" --weights "$ckpt" --prompt-ids "$prompt" \
+      out=$("$tpc" launch -n "$tp" "$binary" --weights "$file" --prompt-ids "$prompt" \
         --max-new-tokens "$new_tokens" --ignore-eos --warmup 2>&1 | sed 's/\[rank 0\] //') ||
         { echo "$out" >&2; die "tpc launch ($f, tp $tp) failed"; }
       d=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")

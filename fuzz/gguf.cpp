@@ -1,8 +1,13 @@
 // Fuzzes the GGUF reader: the input is a GGUF file. When it opens, every
 // metadata getter runs on every key, and the first and last row of each tensor
-// (of at most 64 KiB) is read, as fp32 where tpc dequantizes its type; errors
-// are the expected outcome, crashes and sanitizer reports are not.
+// (of at most 64 KiB) is read, as fp32 where tpc dequantizes its type; then the
+// file as a model (GgufModel: its config, names, and each small tensor read
+// whole and as rank 1 of 2's half of its rows) and its tokenizer
+// (Tokenizer::fromGguf, encoding and decoding a short text). Errors are the
+// expected outcome, crashes and sanitizer reports are not.
 #include "tpcrt/gguf.h"
+#include "tpcrt/gguf_model.h"
+#include "tpcrt/tokenizer.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -61,6 +66,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             values.size() != size_t(t.ne[0]))
           __builtin_trap(); // inside the file, checked at open
       }
+  }
+  if (std::unique_ptr<tpcrt::GgufModel> model = tpcrt::GgufModel::open(path(), error)) {
+    for (const auto &[name, mapped] : model->tensors()) {
+      const tpcrt::GgufTensor &t = *mapped.tensor;
+      if (t.bytes > (256u << 10) || t.elements > (64 << 10))
+        continue;
+      std::vector<float> values(size_t(t.elements));
+      uint64_t bytes = 0;
+      tpcrt::SliceSpec whole;
+      if (!model->read(name, t.shape, whole, values.data(), bytes, error))
+        __builtin_trap(); // every tensor the model maps is readable
+      tpcrt::SliceSpec half;
+      half.dim = 0;
+      half.offsets = {0};
+      half.sizes = {t.shape.empty() ? 1 : t.shape[0]};
+      half.chunks = 2;
+      half.piece = 1;
+      int64_t held = 1;
+      for (int64_t d : half.localShape(t.shape))
+        held *= d;
+      std::vector<float> piece(size_t(held));
+      model->read(name, t.shape, half, piece.data(), bytes, error);
+    }
+  } else if (error.empty()) {
+    __builtin_trap();
+  }
+  if (std::unique_ptr<tpcrt::Tokenizer> tokenizer = tpcrt::Tokenizer::fromGguf(*file, error)) {
+    if (std::optional<std::vector<int64_t>> ids = tokenizer->encode("Hello wörld 12 ", true, error))
+      tokenizer->decode(*ids, false);
+  } else if (error.empty()) {
+    __builtin_trap();
   }
   return 0;
 }

