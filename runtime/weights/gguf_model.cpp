@@ -23,16 +23,33 @@ struct GgufArchitecture {
   bool permuteQK = false;   // llama's RoPE row permutation of attn_q and attn_k
   bool normMinusOne = false; // Gemma's norms stored as 1 + w
   bool ropeDimIsHeadDim = false; // rope.dimension_count is head_dim (llama, mistral)
-  bool keyLengthIsHeadDim = false; // attention.key_length is head_dim (gemma2)
+  bool keyLengthIsHeadDim = false; // attention.key_length is head_dim (qwen3, gemma2)
   bool slidingWindow = false;      // attention.sliding_window is sliding_window
+  bool softcapping = false;        // attn_logit_softcapping, final_logit_softcapping (gemma2)
 };
 
 const GgufArchitecture kArchitectures[] = {
     {"llama", "llama", true, false, true, false, false},
     {"qwen2", "qwen2"},
-    {"qwen3", "qwen3"},
+    {"qwen3", "qwen3", false, false, false, true},
     {"phi3", "phi3"},
-    {"gemma2", "gemma2", false, true, false, true, true},
+    {"gemma2", "gemma2", false, true, false, true, true, true},
+};
+
+/// Values transformers' config classes give a field the GGUF loader leaves out, where tpc's
+/// importer (which takes config.json alone, with defaults of its own) would take another:
+/// Qwen3Config's head_dim is 128 and Gemma2Config's 256, not hidden / heads; Gemma2Config
+/// softcaps attention at 50 and logits at 30, where an absent key means none to the importer.
+struct ClassDefault {
+  const char *modelType, *field;
+  double value;
+  bool isFloat;
+};
+const ClassDefault kClassDefaults[] = {
+    {"qwen3", "head_dim", 128, false},
+    {"gemma2", "head_dim", 256, false},
+    {"gemma2", "attn_logit_softcapping", 50.0, true},
+    {"gemma2", "final_logit_softcapping", 30.0, true},
 };
 
 std::string supportedArchitectures() {
@@ -192,6 +209,14 @@ std::unique_ptr<GgufModel> GgufModel::open(const std::string &path, std::string 
     fields.push_back({"attention.key_length", "head_dim", false});
   if (arch->slidingWindow)
     fields.push_back({"attention.sliding_window", "sliding_window", false});
+  // transformers 5.17's loader reads neither of these (qwen3's head_dim, gemma2's softcaps),
+  // so its config class's default applies (kClassDefaults). The converter writes them from
+  // the Hugging Face config, where every released Qwen3 and Gemma 2 model has those very
+  // values; tpc reads what the file says, which is the model even where it is not.
+  if (arch->softcapping) {
+    fields.push_back({"attn_logit_softcapping", "attn_logit_softcapping", true});
+    fields.push_back({"final_logit_softcapping", "final_logit_softcapping", true});
+  }
   for (const Field &field : fields) {
     std::string k = key(field.gguf);
     if (!file.find(k))
@@ -208,6 +233,13 @@ std::unique_ptr<GgufModel> GgufModel::open(const std::string &path, std::string 
       config[field.hf] = value;
     }
   }
+  for (const ClassDefault &d : kClassDefaults)
+    if (model->modelType_ == d.modelType && !config.contains(d.field)) {
+      if (d.isFloat)
+        config[d.field] = d.value;
+      else
+        config[d.field] = int64_t(d.value);
+    }
   for (const char *required : {"block_count", "embedding_length", "attention.head_count"})
     if (!file.find(key(required))) {
       error = where + ": no metadata '" + key(required) + "', which a " + architecture +

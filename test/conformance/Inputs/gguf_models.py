@@ -1,0 +1,245 @@
+"""Tiny GGUF files of every architecture tpc imports from GGUF, and transformers' reference:
+
+    python gguf_models.py OUTDIR [ARCH,ARCH...]      (default: all of ARCHS; needs gguf-py)
+
+For each ARCH, hf_model.py's build() makes a tiny random transformers model (2 layers, hidden
+64, 4 heads, 2 KV heads; config changes below keep it to what a GGUF file can say), and this
+writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's converter (convert_hf_to_gguf.py) would:
+the architecture's metadata keys, gguf-py's tensor names (get_tensor_name_map), llama's
+q/k rows permuted for its RoPE, Gemma 2's norms stored as 1 + w, vectors in F32 and
+matrices in F32, F16, Q8_0 or Q4_0 (gguf.quants.quantize; which one is per tensor, below, so
+every architecture has quantized matrices of both kinds, some split by tp 2 across their
+blocks' rows, some along them). The file holds no tokenizer, only what the config needs (a
+token list where the converter writes no vocab_size).
+
+The reference is transformers 5.17 loading that file (from_pretrained(dir, gguf_file=...,
+dtype=torch.float32): its GGUF loader builds the config from the metadata, as tpc must, and
+dequantizes every tensor); before using it, every parameter it loaded is checked against the
+source model's value after the same rounding (quantize then dequantize), within 1e-6, so a
+file this script wrote wrongly fails here rather than as a tpc mismatch. Then, as
+hf_model.py: a prompt of 8 ids with clear greedy margins, greedy generate of 16 tokens and the
+teacher-forced logits, into OUTDIR/ARCH/reference.json, reference.bin, prompt.txt, force.txt;
+and OUTDIR/ARCH/gguf_config.json: load_gguf_checkpoint(file)["config"], for reading.
+"""
+import json
+import os
+import struct
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
+import torch
+import transformers
+
+import gguf
+from gguf.quants import dequantize, quantize
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
+
+Q = gguf.GGMLQuantizationType
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"]
+
+# What each architecture's source model changes from hf_model.py's tiny config, so that the
+# GGUF file can say it: llama's llama3 RoPE scaling would be a rope_freqs tensor (which
+# transformers ignores and tpc refuses), and llama and gemma2 get a head_dim that is not
+# hidden / heads, so that the file's rope.dimension_count / attention.key_length matter.
+# Settings the GGUF loader does not read (mistral's sliding_window, gemma2's
+# query_pre_attn_scalar, phi3's original_max_position_embeddings) are left to the loaded
+# config's defaults, which tpc must then use too: the reference is the loaded model.
+OVERRIDES = {
+    "llama": {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+              "head_dim": 32},
+    "gemma2": {"head_dim": 32},
+    # The loader reads no head_dim for qwen3 (Qwen3Config's default, 128, applies), so the
+    # model must have that one.
+    "qwen3": {"head_dim": 128},
+}
+
+# The storage of each matrix, by gguf-py's module name (the rest F32). tp 2 splits attn_q /
+# attn_k / attn_v / ffn_gate / ffn_up by rows (whole blocks) and attn_output / ffn_down along
+# their rows (64 / 2 = 32 columns, one block): both kinds of Q8_0 and Q4_0 split.
+QUANT = {
+    "llama": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.F16, "attn_output": Q.Q8_0,
+              "ffn_gate": Q.Q4_0, "ffn_down": Q.Q8_0, "token_embd": Q.F16, "output": Q.Q8_0},
+    "mistral": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "attn_output": Q.Q4_0, "ffn_up": Q.Q8_0,
+                "token_embd": Q.Q8_0},
+    "qwen2": {"attn_q": Q.Q8_0, "attn_v": Q.Q4_0, "ffn_down": Q.Q4_0, "ffn_up": Q.F16,
+              "token_embd": Q.Q8_0},
+    "qwen3": {"attn_k": Q.Q8_0, "attn_output": Q.F16, "ffn_gate": Q.Q8_0, "ffn_down": Q.Q4_0,
+              "output": Q.Q4_0},
+    "phi3": {"attn_qkv": Q.Q8_0, "attn_output": Q.Q4_0, "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0,
+             "token_embd": Q.F16},
+    "gemma2": {"attn_q": Q.Q4_0, "attn_k": Q.F16, "attn_output": Q.Q8_0, "ffn_gate": Q.Q8_0,
+               "ffn_down": Q.Q4_0, "token_embd": Q.Q8_0},
+}
+
+# Files transformers 5.17 cannot load, written for tpc alone: its GGUF loader calls a llama
+# file named "mistral" model_type mistral, then looks "mistral" up in gguf-py's architecture
+# names for the tensor names, which gguf-py (0.19) does not have.
+UNLOADABLE = {"mistral": "transformers 5.17 with gguf-py 0.19 raises 'Unknown gguf model_type: "
+                         "mistral in gguf-py'"}
+
+GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "mistral": gguf.MODEL_ARCH.LLAMA,
+             "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
+             "phi3": gguf.MODEL_ARCH.PHI3, "gemma2": gguf.MODEL_ARCH.GEMMA2}
+
+
+def permute(w, heads):
+    """llama.cpp's LlamaModel.permute: each head's rows from (half, pair) to (pair, half)."""
+    return (w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def write_gguf(model, arch, path):
+    """MODEL as llama.cpp's converter writes it; returns {hf name: value as stored, read back
+    and undone} for checking the loaded model."""
+    c = model.config
+    gguf_arch = GGUF_ARCH[arch]
+    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[gguf_arch])
+    # transformers (and tpc) call a llama file mistral when general.name is "mistral".
+    writer.add_name("mistral" if arch == "mistral" else f"tiny-{arch}")
+    writer.add_context_length(c.max_position_embeddings)
+    writer.add_embedding_length(c.hidden_size)
+    writer.add_feed_forward_length(c.intermediate_size)
+    writer.add_block_count(c.num_hidden_layers)
+    writer.add_head_count(c.num_attention_heads)
+    writer.add_head_count_kv(c.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
+    rope_theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta")
+    if rope_theta is not None:
+        writer.add_rope_freq_base(rope_theta)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    if arch in ("llama", "mistral", "phi3"):
+        writer.add_rope_dimension_count(head_dim)
+    if arch in ("llama", "mistral", "qwen3", "gemma2"):
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    if arch == "gemma2":
+        writer.add_sliding_window(c.sliding_window)
+        writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        writer.add_final_logit_softcapping(c.final_logit_softcapping)
+    # The converter writes llama's vocab_size; elsewhere the loaders count the tokens.
+    if arch in ("llama", "mistral"):
+        writer.add_vocab_size(c.vocab_size)
+    else:
+        writer.add_token_list([f"<t{i}>" for i in range(c.vocab_size)])
+    writer.add_bos_token_id(c.bos_token_id)
+    writer.add_eos_token_id(c.eos_token_id)
+    writer.add_pad_token_id(c.pad_token_id)
+
+    names = gguf.get_tensor_name_map(gguf_arch, c.num_hidden_layers)
+    tied = c.tie_word_embeddings
+    expected = {}
+    for hf, value in model.state_dict().items():
+        if tied and hf == "lm_head.weight":
+            continue
+        stem, suffix = hf.rsplit(".", 1)
+        name = names.get_name(stem)
+        if name is None:
+            raise SystemExit(f"gguf_models.py: {arch}: gguf-py has no name for {hf}")
+        module = name.split(".")[-1]
+        w = value.detach().float().numpy()
+        if arch == "gemma2" and hf.endswith("norm.weight"):
+            w = w + np.float32(1)
+        if arch in ("llama", "mistral") and module in ("attn_q", "attn_k"):
+            w = permute(w, c.num_attention_heads if module == "attn_q"
+                        else c.num_key_value_heads)
+        qtype = QUANT[arch].get(module, Q.F32) if w.ndim == 2 else Q.F32
+        data = quantize(w, qtype)
+        writer.add_tensor(f"{name}.{suffix}", data, raw_dtype=qtype)
+        # What the file holds, as the Hugging Face value: the rounding and nothing else.
+        back = dequantize(data, qtype).reshape(w.shape)
+        if arch in ("llama", "mistral") and module in ("attn_q", "attn_k"):
+            heads = c.num_attention_heads if module == "attn_q" else c.num_key_value_heads
+            back = (back.reshape(heads, back.shape[0] // heads // 2, 2, *back.shape[1:])
+                    .swapaxes(1, 2).reshape(back.shape))
+        if arch == "gemma2" and hf.endswith("norm.weight"):
+            back = back - np.float32(1)
+        expected[hf] = back
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return expected
+
+
+def make(arch, outdir):
+    model = hf_model.build("llama" if arch == "llama" else arch, 0, 0.15, OVERRIDES.get(arch))
+    os.makedirs(outdir, exist_ok=True)
+    name = f"{arch}.gguf"
+    expected = write_gguf(model, arch, os.path.join(outdir, name))
+    if arch in UNLOADABLE:
+        print(f"{arch}: wrote {name}; no reference ({UNLOADABLE[arch]})")
+        return
+
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    config = load_gguf_checkpoint(os.path.join(outdir, name))["config"]
+    with open(os.path.join(outdir, "gguf_config.json"), "w") as f:
+        json.dump(config, f, indent=1, default=str)
+
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(outdir, gguf_file=name,
+                                                               dtype=torch.float32)
+    loaded.set_attn_implementation("eager")
+    loaded.eval()
+    if loaded.config.model_type != arch:
+        raise SystemExit(f"gguf_models.py: {arch}: transformers loaded a "
+                         f"{loaded.config.model_type} model")
+    state = loaded.state_dict()
+    for hf, want in expected.items():
+        got = state.get(hf)
+        if got is None or tuple(got.shape) != want.shape:
+            raise SystemExit(f"gguf_models.py: {arch}: transformers loaded {hf} as "
+                             f"{None if got is None else tuple(got.shape)}, not {want.shape}")
+        diff = float(np.abs(got.float().numpy() - want).max())
+        if not diff <= 1e-6:
+            raise SystemExit(f"gguf_models.py: {arch}: {hf} loaded differs by {diff:.3g}")
+
+    best, best_key = None, None
+    for attempt in range(hf_model.MAX_TRIES):
+        g = torch.Generator().manual_seed(attempt)
+        prompt = torch.randint(3, hf_model.VOCAB, (hf_model.PROMPT_LEN,), generator=g).tolist()
+        r = hf_model.reference(loaded, prompt)
+        r.update(prompt=prompt, attempt=attempt)
+        clear = min(r["margins"]) >= 0.02 and r["argmax_same"]
+        key = (clear, len(set(r["greedy"])) >= hf_model.MIN_DISTINCT, min(r["margins"]))
+        if best_key is None or key > best_key:
+            best, best_key = r, key
+        if all(key[:2]):
+            break
+    logits = best["logits"]
+    if not torch.isfinite(logits).all():
+        raise SystemExit(f"gguf_models.py: {arch}: non-finite logits")
+    with open(os.path.join(outdir, "reference.bin"), "wb") as f:
+        flat = logits.contiguous().view(-1).tolist()
+        f.write(struct.pack("<%df" % len(flat), *flat))
+    ref = {"arch": f"{arch} (GGUF {name})", "prompt": best["prompt"], "greedy": best["greedy"],
+           "teacher_logits_file": "reference.bin", "vocab": int(logits.shape[-1]),
+           "margins": [round(m, 6) for m in best["margins"]],
+           "transformers": transformers.__version__, "torch": torch.__version__}
+    with open(os.path.join(outdir, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    for file, ids in (("prompt.txt", best["prompt"]), ("force.txt", best["greedy"])):
+        with open(os.path.join(outdir, file), "w") as f:
+            f.write(",".join(map(str, ids)) + "\n")
+    print(f"{arch}: loaded {len(expected)} tensors as written; greedy "
+          f"{','.join(map(str, best['greedy']))} min margin {min(best['margins']):.3g} "
+          f"(prompt try {best['attempt']})")
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        raise SystemExit(__doc__)
+    archs = sys.argv[2].split(",") if len(sys.argv) == 3 else ARCHS
+    for arch in archs:
+        if arch not in ARCHS:
+            raise SystemExit(f"gguf_models.py: unknown arch {arch!r}; one of {', '.join(ARCHS)}")
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    for arch in archs:
+        make(arch, os.path.join(sys.argv[1], arch))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+// GgufModel (runtime/weights/gguf_model.cpp) on tiny llama files written here: what open()
+// refuses, each with an error naming the key or tensor at fault, and what read() and
+// readBlocks() return: the converter's RoPE row permutation undone (the file made with the
+// converter's permutation, written out here independently of the reader's inverse), and a
+// rank's slice of a Q8_0 matrix as the file's very blocks. That tpc and transformers compute
+// the same model from such files is test/conformance/gguf-architectures.test.
+#include "tpcrt/gguf_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace tpcrt;
+
+namespace {
+
+void put32(std::string &s, uint32_t v) {
+  for (int i = 0; i < 4; ++i)
+    s += char(v >> (8 * i));
+}
+void put64(std::string &s, uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    s += char(v >> (8 * i));
+}
+void putString(std::string &s, const std::string &v) {
+  put64(s, v.size());
+  s += v;
+}
+void putFloat(std::string &s, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  put32(s, bits);
+}
+
+/// A GGUF file: string and u32 metadata, tensors (ne: GGUF order, fastest first) with their
+/// data, each at a 32-byte-aligned offset.
+struct ModelFile {
+  std::string kv, infos, data;
+  uint64_t kvCount = 0, tensorCount = 0;
+
+  void str(const std::string &key, const std::string &value) {
+    putString(kv, key);
+    put32(kv, uint32_t(GgufValueType::String));
+    putString(kv, value);
+    ++kvCount;
+  }
+  void u32(const std::string &key, uint32_t value) {
+    putString(kv, key);
+    put32(kv, uint32_t(GgufValueType::U32));
+    put32(kv, value);
+    ++kvCount;
+  }
+  void tensor(const std::string &name, std::vector<uint64_t> ne, uint32_t type,
+              const std::string &bytes) {
+    while (data.size() % 32)
+      data += '\0';
+    putString(infos, name);
+    put32(infos, uint32_t(ne.size()));
+    for (uint64_t d : ne)
+      put64(infos, d);
+    put32(infos, type);
+    put64(infos, data.size());
+    data += bytes;
+    ++tensorCount;
+  }
+  /// An F32 tensor of HF shape [rows, cols] holding `values` (row-major).
+  void f32(const std::string &name, int64_t rows, int64_t cols, const std::vector<float> &values) {
+    std::string bytes;
+    for (float v : values)
+      putFloat(bytes, v);
+    tensor(name, {uint64_t(cols), uint64_t(rows)}, uint32_t(GgmlType::F32), bytes);
+  }
+  std::string bytes() const {
+    std::string s = "GGUF";
+    put32(s, 3);
+    put64(s, tensorCount);
+    put64(s, kvCount);
+    s += kv + infos;
+    while (s.size() % 32)
+      s += '\0';
+    return s + data;
+  }
+};
+
+std::string writeTemp(const std::string &bytes, const std::string &name) {
+  std::string path = testing::TempDir() + "gguf-model-test-" + name + ".gguf";
+  FILE *f = std::fopen(path.c_str(), "wb");
+  EXPECT_NE(f, nullptr);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  return path;
+}
+
+// The tiny llama: hidden 8, 2 heads of 4, 1 KV head, one layer.
+constexpr int64_t kHidden = 8, kHeads = 2, kKvHeads = 1, kHeadDim = 4;
+
+/// The metadata of the tiny llama, less the keys named in `skip`.
+ModelFile llamaMetadata(const std::string &architecture = "llama",
+                        const std::string &skip = "") {
+  ModelFile f;
+  f.str("general.architecture", architecture);
+  auto key = [&](const std::string &k, uint32_t v) {
+    if (skip != k)
+      f.u32(architecture + "." + k, v);
+  };
+  key("block_count", 1);
+  key("embedding_length", kHidden);
+  key("attention.head_count", kHeads);
+  key("attention.head_count_kv", kKvHeads);
+  key("vocab_size", 4);
+  return f;
+}
+
+/// HF element (r, c) of a matrix, distinct across rows, columns and tensors.
+float hfValue(int64_t r, int64_t c, float tag) { return tag + float(r) * 16.0f + float(c); }
+
+/// The converter's LlamaModel.permute, written as it is there: the HF rows of each head,
+/// viewed as [2, D/2], transposed to [D/2, 2]: file row h*D + 2j + i holds HF row
+/// h*D + i*D/2 + j. Returns the file's rows of the HF matrix hfValue(., ., tag).
+std::vector<float> permutedRows(int64_t heads, int64_t cols, float tag) {
+  std::vector<float> file(size_t(heads * kHeadDim * cols));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < kHeadDim / 2; ++j)
+        for (int64_t c = 0; c < cols; ++c)
+          file[size_t((h * kHeadDim + 2 * j + i) * cols + c)] =
+              hfValue(h * kHeadDim + i * kHeadDim / 2 + j, c, tag);
+  return file;
+}
+
+std::vector<float> hfMatrix(int64_t rows, int64_t cols, float tag) {
+  std::vector<float> m;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      m.push_back(hfValue(r, c, tag));
+  return m;
+}
+
+// ffn_down as Q8_0: HF shape [kHidden, 64], two blocks of 32 per row, each block an f16 scale
+// and 32 int8 values, distinct bytes everywhere.
+constexpr int64_t kDownCols = 64, kQ8Block = 34;
+std::string q8Blocks() {
+  std::string bytes;
+  for (int64_t r = 0; r < kHidden; ++r)
+    for (int64_t b = 0; b < kDownCols / 32; ++b) {
+      bytes += char(0x00), bytes += char(0x3c); // f16 1.0
+      for (int i = 0; i < 32; ++i)
+        bytes += char((r * 64 + b * 32 + i) % 251 - 125);
+    }
+  return bytes;
+}
+
+/// The tiny llama: q and k permuted as the converter does, a Q8_0 ffn_down.
+ModelFile llamaFile() {
+  ModelFile f = llamaMetadata();
+  f.f32("token_embd.weight", 4, kHidden, hfMatrix(4, kHidden, 0.5f));
+  f.f32("blk.0.attn_q.weight", kHeads * kHeadDim, kHidden, permutedRows(kHeads, kHidden, 1000));
+  f.f32("blk.0.attn_k.weight", kKvHeads * kHeadDim, kHidden,
+        permutedRows(kKvHeads, kHidden, 2000));
+  f.f32("blk.0.attn_v.weight", kKvHeads * kHeadDim, kHidden,
+        hfMatrix(kKvHeads * kHeadDim, kHidden, 3000));
+  f.tensor("blk.0.ffn_down.weight", {uint64_t(kDownCols), uint64_t(kHidden)},
+           uint32_t(GgmlType::Q8_0), q8Blocks());
+  return f;
+}
+
+std::string openError(const ModelFile &f, const std::string &name) {
+  std::string path = writeTemp(f.bytes(), name), error;
+  auto model = GgufModel::open(path, error);
+  EXPECT_EQ(model, nullptr) << name << " opened";
+  EXPECT_NE(error.find(path), std::string::npos) << "error does not name the file: " << error;
+  return error;
+}
+
+std::unique_ptr<GgufModel> openLlama() {
+  std::string path = writeTemp(llamaFile().bytes(), "llama"), error;
+  auto model = GgufModel::open(path, error);
+  EXPECT_NE(model, nullptr) << error;
+  return model;
+}
+
+SliceSpec rows(int64_t chunks, int64_t piece, int64_t dim = 0) {
+  SliceSpec spec;
+  spec.dim = dim;
+  spec.offsets = {0};
+  spec.sizes = {dim == 0 ? kHidden : kDownCols};
+  spec.chunks = chunks;
+  spec.piece = piece;
+  return spec;
+}
+
+} // namespace
+
+TEST(GgufModel, OpensTheTinyLlama) {
+  auto model = openLlama();
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->modelType(), "llama");
+  EXPECT_NE(model->find("model.layers.0.self_attn.q_proj.weight"), nullptr);
+  EXPECT_NE(model->find("model.layers.0.mlp.down_proj.weight"), nullptr);
+  EXPECT_NE(model->configJson().find("\"num_hidden_layers\": 1"), std::string::npos)
+      << model->configJson();
+}
+
+TEST(GgufModel, RefusesAnUnknownArchitecture) {
+  ModelFile f = llamaMetadata("falcon");
+  std::string error = openError(f, "falcon");
+  EXPECT_NE(error.find("'falcon'"), std::string::npos) << error;
+  for (const char *arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2"})
+    EXPECT_NE(error.find(arch), std::string::npos) << arch << " not listed: " << error;
+}
+
+TEST(GgufModel, RefusesAMissingBlockCount) {
+  ModelFile f = llamaMetadata("llama", "block_count");
+  std::string error = openError(f, "no-block-count");
+  EXPECT_NE(error.find("llama.block_count"), std::string::npos) << error;
+}
+
+TEST(GgufModel, RefusesATensorWithNoHuggingFaceCounterpart) {
+  ModelFile f = llamaFile();
+  f.f32("blk.0.weird.weight", 1, kHidden, hfMatrix(1, kHidden, 0));
+  std::string error = openError(f, "weird");
+  EXPECT_NE(error.find("blk.0.weird.weight"), std::string::npos) << error;
+}
+
+TEST(GgufModel, RefusesRopeFrequencyFactors) {
+  ModelFile f = llamaFile();
+  f.tensor("rope_freqs.weight", {kHeadDim / 2}, uint32_t(GgmlType::F32), std::string(8, '\0'));
+  std::string error = openError(f, "rope-freqs");
+  EXPECT_NE(error.find("rope_freqs.weight"), std::string::npos) << error;
+}
+
+TEST(GgufModel, RefusesATypeItDoesNotRead) {
+  ModelFile f = llamaMetadata();
+  // IQ2_XXS (16): 256 elements in 66 bytes.
+  f.tensor("blk.0.ffn_down.weight", {256, uint64_t(kHidden)}, 16,
+           std::string(size_t(66 * kHidden), '\0'));
+  std::string error = openError(f, "iq2-xxs");
+  EXPECT_NE(error.find("blk.0.ffn_down.weight"), std::string::npos) << error;
+  EXPECT_NE(error.find("IQ2_XXS"), std::string::npos) << error;
+}
+
+TEST(GgufModel, RefusesHeadsThatDoNotDivideAttnQ) {
+  ModelFile f;
+  f.str("general.architecture", "llama");
+  f.u32("llama.block_count", 1);
+  f.u32("llama.embedding_length", kHidden);
+  f.u32("llama.attention.head_count", 3); // 8 rows are not 3 heads of pairs
+  f.u32("llama.attention.head_count_kv", 1);
+  f.u32("llama.vocab_size", 4);
+  f.f32("blk.0.attn_q.weight", kHidden, kHidden, hfMatrix(kHidden, kHidden, 0));
+  std::string error = openError(f, "three-heads");
+  EXPECT_NE(error.find("blk.0.attn_q.weight"), std::string::npos) << error;
+  EXPECT_NE(error.find("3 heads"), std::string::npos) << error;
+}
+
+TEST(GgufModel, ReadUndoesTheRopePermutation) {
+  auto model = openLlama();
+  ASSERT_NE(model, nullptr);
+  struct Case {
+    const char *name;
+    int64_t rows;
+    float tag;
+  };
+  for (Case c : {Case{"model.layers.0.self_attn.q_proj.weight", kHeads * kHeadDim, 1000},
+                 Case{"model.layers.0.self_attn.k_proj.weight", kKvHeads * kHeadDim, 2000},
+                 Case{"model.layers.0.self_attn.v_proj.weight", kKvHeads * kHeadDim, 3000}}) {
+    std::vector<float> out(size_t(c.rows * kHidden), -1.0f);
+    uint64_t bytesRead = 0;
+    std::string error;
+    ASSERT_TRUE(model->read(c.name, {c.rows, kHidden}, SliceSpec(), out.data(), bytesRead,
+                            error))
+        << error;
+    EXPECT_EQ(out, hfMatrix(c.rows, kHidden, c.tag)) << c.name;
+    EXPECT_EQ(bytesRead, uint64_t(c.rows * kHidden * 4)) << c.name;
+  }
+  // The second rank's half of q's rows (tp 2 by heads): the second head, un-permuted.
+  std::vector<float> half(size_t(kHeadDim * kHidden), -1.0f), want;
+  uint64_t bytesRead = 0;
+  std::string error;
+  ASSERT_TRUE(model->read("model.layers.0.self_attn.q_proj.weight", {kHidden, kHidden},
+                          rows(2, 1), half.data(), bytesRead, error))
+      << error;
+  for (int64_t r = kHeadDim; r < 2 * kHeadDim; ++r)
+    for (int64_t col = 0; col < kHidden; ++col)
+      want.push_back(hfValue(r, col, 1000));
+  EXPECT_EQ(half, want);
+}
+
+TEST(GgufModel, ReadBlocksReturnsTheRanksRawBlocks) {
+  auto model = openLlama();
+  ASSERT_NE(model, nullptr);
+  const std::string name = "model.layers.0.mlp.down_proj.weight", blocks = q8Blocks();
+  const size_t rowBytes = size_t(kDownCols / 32 * kQ8Block);
+  // By rows: rank 1 of 2 holds rows 4..7, whole.
+  {
+    std::string out(size_t(kHidden / 2) * rowBytes, '\x7f');
+    uint64_t bytesRead = 0;
+    std::string error;
+    ASSERT_TRUE(model->readBlocks(name, {kHidden, kDownCols}, rows(2, 1), DType::Q8_0,
+                                  out.data(), bytesRead, error))
+        << error;
+    EXPECT_EQ(out, blocks.substr(size_t(kHidden / 2) * rowBytes));
+  }
+  // Along the rows: rank 1 of 2 holds columns 32..63, each row's second block.
+  {
+    std::string out(size_t(kHidden * kQ8Block), '\x7f'), want;
+    for (int64_t r = 0; r < kHidden; ++r)
+      want += blocks.substr(size_t(r) * rowBytes + kQ8Block, kQ8Block);
+    uint64_t bytesRead = 0;
+    std::string error;
+    ASSERT_TRUE(model->readBlocks(name, {kHidden, kDownCols}, rows(2, 1, 1), DType::Q8_0,
+                                  out.data(), bytesRead, error))
+        << error;
+    EXPECT_EQ(out, want);
+  }
+}
+
+TEST(GgufModel, ReadBlocksRefusesASliceThatCutsBlocks) {
+  auto model = openLlama();
+  ASSERT_NE(model, nullptr);
+  const std::string name = "model.layers.0.mlp.down_proj.weight";
+  // 4 pieces of 16 columns: every piece is half a Q8_0 block.
+  std::string out(size_t(kHidden * kQ8Block), '\0');
+  uint64_t bytesRead = 0;
+  std::string error;
+  EXPECT_FALSE(model->readBlocks(name, {kHidden, kDownCols}, rows(4, 1, 1), DType::Q8_0,
+                                 out.data(), bytesRead, error));
+  EXPECT_NE(error.find(name), std::string::npos) << error;
+  EXPECT_NE(error.find("blocks"), std::string::npos) << error;
+}
