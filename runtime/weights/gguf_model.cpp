@@ -50,6 +50,9 @@ const ClassDefault kClassDefaults[] = {
     {"gemma2", "head_dim", 256, false},
     {"gemma2", "attn_logit_softcapping", 50.0, true},
     {"gemma2", "final_logit_softcapping", 30.0, true},
+    // MistralConfig's window: transformers applies it to a mistral file, whose metadata
+    // (llama.*) cannot say otherwise.
+    {"mistral", "sliding_window", 4096, false},
 };
 
 std::string supportedArchitectures() {
@@ -132,6 +135,23 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
+/// One past the last file row a rank's slice of `shape` needs (a permuted tensor's: to the
+/// end of the head that holds it).
+int64_t rowsNeeded(const GgufModelTensor &mapped, const std::vector<int64_t> &shape,
+                   const SliceSpec &spec) {
+  const GgufTensor &t = *mapped.tensor;
+  int64_t rowElements = t.ne.empty() ? 1 : t.ne[0], last = -1;
+  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t) {
+    if (count > 0)
+      last = std::max(last, int64_t((first + uint64_t(count) - 1) / uint64_t(rowElements)));
+  });
+  if (mapped.permutedHeads) {
+    int64_t headRows = t.rows / mapped.permutedHeads;
+    return std::min(t.rows, (last / headRows + 1) * headRows);
+  }
+  return last + 1;
+}
+
 /// The file's row that holds row `hfRow` of the Hugging Face tensor.
 int64_t fileRowOf(const GgufModelTensor &mapped, int64_t hfRow) {
   if (!mapped.permutedHeads)
@@ -141,16 +161,36 @@ int64_t fileRowOf(const GgufModelTensor &mapped, int64_t hfRow) {
   return h * headRows + 2 * (r % half) + r / half;
 }
 
-/// The file is read in chunks of whole rows, about 4 MiB each, a multiple of a head's rows
-/// where rows are permuted (so a head's permutation never leaves its chunk), and the chunk
-/// last read is kept: a slice's runs visit rows in order.
-int64_t rowsPerChunk(const GgufModelTensor &mapped) {
-  const GgufTensor &t = *mapped.tensor;
-  int64_t headRows = mapped.permutedHeads ? t.rows / mapped.permutedHeads : 1;
-  int64_t rows = std::max<int64_t>(1, (int64_t(4) << 20) /
-                                          int64_t(std::max<uint64_t>(t.rowBytes, 1)));
-  return std::max<int64_t>(headRows, rows / headRows * headRows);
-}
+/// The rows of a tensor read last: a window of whole rows, about 4 MiB, from the first row a
+/// read asks for (from its head's first row where rows are permuted, so that a head's
+/// permutation never leaves the window), to the end of the rows the slice needs. A rank's
+/// slice visits rows in order, so each of its rows is read from the file once.
+struct RowWindow {
+  const GgufFile &file;
+  const GgufModelTensor &mapped;
+  int64_t end; // one past the last file row the slice needs
+  int64_t first = 0, count = 0;
+  std::vector<uint8_t> bytes;
+
+  /// The bytes of file row `row`, or null with `error` set.
+  const uint8_t *row(int64_t row, uint64_t &bytesRead, std::string &error) {
+    const GgufTensor &t = *mapped.tensor;
+    if (row < first || row >= first + count) {
+      int64_t headRows = mapped.permutedHeads ? t.rows / mapped.permutedHeads : 1;
+      int64_t rows = std::max<int64_t>(1, (int64_t(4) << 20) /
+                                              int64_t(std::max<uint64_t>(t.rowBytes, 1)));
+      rows = std::max<int64_t>(headRows, rows / headRows * headRows);
+      first = row / headRows * headRows;
+      count = std::max<int64_t>(1, std::min(rows, end - first));
+      if (!file.readRows(t.name, first, count, bytes, error)) {
+        count = 0;
+        return nullptr;
+      }
+      bytesRead += uint64_t(count) * t.rowBytes;
+    }
+    return bytes.data() + size_t(row - first) * t.rowBytes;
+  }
+};
 
 } // namespace
 
@@ -341,23 +381,22 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
     return false;
   }
   const int64_t rowElements = t.ne.empty() ? 1 : t.ne[0];
-  int64_t chunkRows = rowsPerChunk(*mapped);
-  int64_t cached = -1;
-  std::vector<float> chunk;
+  RowWindow window{*file_, *mapped, rowsNeeded(*mapped, shape, spec)};
+  // The row last dequantized (and, for Gemma's norms, less its 1).
+  int64_t decoded = -1;
+  std::vector<float> values(static_cast<size_t>(rowElements));
   auto row = [&](int64_t hfRow) -> const float * {
     int64_t fileRow = fileRowOf(*mapped, hfRow);
-    int64_t index = fileRow / chunkRows;
-    if (index != cached) {
-      int64_t first = index * chunkRows, count = std::min(chunkRows, t.rows - first);
-      if (!file_->readRowsF32(t.name, first, count, chunk, error))
+    if (fileRow != decoded) {
+      const uint8_t *raw = window.row(fileRow, bytesRead, error);
+      if (!raw || !dequantize(t.type, raw, rowElements, values.data(), error))
         return nullptr;
-      bytesRead += uint64_t(count) * t.rowBytes;
       if (mapped->minusOne)
-        for (float &v : chunk)
+        for (float &v : values)
           v = v - 1.0f;
-      cached = index;
+      decoded = fileRow;
     }
-    return chunk.data() + (fileRow - index * chunkRows) * rowElements;
+    return values.data();
   };
   bool ok = true;
   forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
@@ -399,8 +438,7 @@ bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &
   }
   const int64_t rowElements = t.ne[0], block = dtypeBlockElements(type);
   const size_t blockBytes = dtypeBlockBytes(type);
-  int64_t chunkRows = rowsPerChunk(*mapped), cached = -1;
-  std::vector<uint8_t> chunk;
+  RowWindow window{*file_, *mapped, rowsNeeded(*mapped, shape, spec)};
   auto* to = static_cast<uint8_t *>(out);
   bool ok = true;
   forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
@@ -418,18 +456,12 @@ bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &
       uint64_t at = first + uint64_t(done);
       int64_t r = int64_t(at / uint64_t(rowElements)), col = int64_t(at % uint64_t(rowElements));
       int64_t take = std::min(count - done, rowElements - col);
-      int64_t fileRow = fileRowOf(*mapped, r), index = fileRow / chunkRows;
-      if (index != cached) {
-        int64_t firstRow = index * chunkRows, rows = std::min(chunkRows, t.rows - firstRow);
-        if (!file_->readRows(t.name, firstRow, rows, chunk, error)) {
-          ok = false;
-          return;
-        }
-        bytesRead += uint64_t(rows) * t.rowBytes;
-        cached = index;
+      const uint8_t *row = window.row(fileRowOf(*mapped, r), bytesRead, error);
+      if (!row) {
+        ok = false;
+        return;
       }
-      const uint8_t *from = chunk.data() + size_t(fileRow - index * chunkRows) * t.rowBytes +
-                            size_t(col / block) * blockBytes;
+      const uint8_t *from = row + size_t(col / block) * blockBytes;
       std::memcpy(to, from, size_t(take / block) * blockBytes);
       to += size_t(take / block) * blockBytes;
       done += take;
