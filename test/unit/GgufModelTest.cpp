@@ -6,6 +6,8 @@
 // the same model from such files is test/conformance/gguf-architectures.test.
 #include "tpcrt/gguf_model.h"
 
+#include "GgufWriter.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -15,83 +17,22 @@
 
 using namespace tpcrt;
 
+using tpc::test::putFloat;
+using ModelFile = tpc::test::GgufWriter;
+
 namespace {
 
-void put32(std::string &s, uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    s += char(v >> (8 * i));
-}
-void put64(std::string &s, uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    s += char(v >> (8 * i));
-}
-void putString(std::string &s, const std::string &v) {
-  put64(s, v.size());
-  s += v;
-}
-void putFloat(std::string &s, float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  put32(s, bits);
-}
-
-/// A GGUF file: string and u32 metadata, tensors (ne: GGUF order, fastest first) with their
-/// data, each at a 32-byte-aligned offset.
-struct ModelFile {
-  std::string kv, infos, data;
-  uint64_t kvCount = 0, tensorCount = 0;
-
-  void str(const std::string &key, const std::string &value) {
-    putString(kv, key);
-    put32(kv, uint32_t(GgufValueType::String));
-    putString(kv, value);
-    ++kvCount;
-  }
-  void u32(const std::string &key, uint32_t value) {
-    putString(kv, key);
-    put32(kv, uint32_t(GgufValueType::U32));
-    put32(kv, value);
-    ++kvCount;
-  }
-  void tensor(const std::string &name, std::vector<uint64_t> ne, uint32_t type,
-              const std::string &bytes) {
-    while (data.size() % 32)
-      data += '\0';
-    putString(infos, name);
-    put32(infos, uint32_t(ne.size()));
-    for (uint64_t d : ne)
-      put64(infos, d);
-    put32(infos, type);
-    put64(infos, data.size());
-    data += bytes;
-    ++tensorCount;
-  }
-  /// An F32 tensor of HF shape [rows, cols] holding `values` (row-major).
-  void f32(const std::string &name, int64_t rows, int64_t cols, const std::vector<float> &values) {
-    std::string bytes;
-    for (float v : values)
-      putFloat(bytes, v);
-    tensor(name, {uint64_t(cols), uint64_t(rows)}, uint32_t(GgmlType::F32), bytes);
-  }
-  std::string bytes() const {
-    std::string s = "GGUF";
-    put32(s, 3);
-    put64(s, tensorCount);
-    put64(s, kvCount);
-    s += kv + infos;
-    while (s.size() % 32)
-      s += '\0';
-    return s + data;
-  }
-};
-
 std::string writeTemp(const std::string &bytes, const std::string &name) {
-  std::string path = testing::TempDir() + "gguf-model-test-" + name + ".gguf";
-  FILE *f = std::fopen(path.c_str(), "wb");
-  EXPECT_NE(f, nullptr);
-  std::fwrite(bytes.data(), 1, bytes.size(), f);
-  std::fclose(f);
-  return path;
+  return tpc::test::writeTemp(bytes, "gguf-model-test-" + name + ".gguf");
+}
+
+/// An F32 tensor of HF shape [rows, cols] holding `values` (row-major).
+void f32(ModelFile &f, const std::string &name, int64_t rows, int64_t cols,
+         const std::vector<float> &values) {
+  std::string bytes;
+  for (float v : values)
+    putFloat(bytes, v);
+  f.tensor(name, {uint64_t(cols), uint64_t(rows)}, GgmlType::F32, bytes);
 }
 
 // The tiny llama: hidden 8, 2 heads of 4, 1 KV head, one layer.
@@ -156,14 +97,14 @@ std::string q8Blocks() {
 /// The tiny llama: q and k permuted as the converter does, a Q8_0 ffn_down.
 ModelFile llamaFile() {
   ModelFile f = llamaMetadata();
-  f.f32("token_embd.weight", 4, kHidden, hfMatrix(4, kHidden, 0.5f));
-  f.f32("blk.0.attn_q.weight", kHeads * kHeadDim, kHidden, permutedRows(kHeads, kHidden, 1000));
-  f.f32("blk.0.attn_k.weight", kKvHeads * kHeadDim, kHidden,
+  f32(f, "token_embd.weight", 4, kHidden, hfMatrix(4, kHidden, 0.5f));
+  f32(f, "blk.0.attn_q.weight", kHeads * kHeadDim, kHidden, permutedRows(kHeads, kHidden, 1000));
+  f32(f, "blk.0.attn_k.weight", kKvHeads * kHeadDim, kHidden,
         permutedRows(kKvHeads, kHidden, 2000));
-  f.f32("blk.0.attn_v.weight", kKvHeads * kHeadDim, kHidden,
+  f32(f, "blk.0.attn_v.weight", kKvHeads * kHeadDim, kHidden,
         hfMatrix(kKvHeads * kHeadDim, kHidden, 3000));
   f.tensor("blk.0.ffn_down.weight", {uint64_t(kDownCols), uint64_t(kHidden)},
-           uint32_t(GgmlType::Q8_0), q8Blocks());
+           GgmlType::Q8_0, q8Blocks());
   return f;
 }
 
@@ -220,14 +161,14 @@ TEST(GgufModel, RefusesAMissingBlockCount) {
 
 TEST(GgufModel, RefusesATensorWithNoHuggingFaceCounterpart) {
   ModelFile f = llamaFile();
-  f.f32("blk.0.weird.weight", 1, kHidden, hfMatrix(1, kHidden, 0));
+  f32(f, "blk.0.weird.weight", 1, kHidden, hfMatrix(1, kHidden, 0));
   std::string error = openError(f, "weird");
   EXPECT_NE(error.find("blk.0.weird.weight"), std::string::npos) << error;
 }
 
 TEST(GgufModel, RefusesRopeFrequencyFactors) {
   ModelFile f = llamaFile();
-  f.tensor("rope_freqs.weight", {kHeadDim / 2}, uint32_t(GgmlType::F32), std::string(8, '\0'));
+  f.tensor("rope_freqs.weight", {kHeadDim / 2}, GgmlType::F32, std::string(8, '\0'));
   std::string error = openError(f, "rope-freqs");
   EXPECT_NE(error.find("rope_freqs.weight"), std::string::npos) << error;
 }
@@ -235,7 +176,7 @@ TEST(GgufModel, RefusesRopeFrequencyFactors) {
 TEST(GgufModel, RefusesATypeItDoesNotRead) {
   ModelFile f = llamaMetadata();
   // IQ2_XXS (16): 256 elements in 66 bytes.
-  f.tensor("blk.0.ffn_down.weight", {256, uint64_t(kHidden)}, 16,
+  f.tensor("blk.0.ffn_down.weight", {256, uint64_t(kHidden)}, GgmlType::IQ2_XXS,
            std::string(size_t(66 * kHidden), '\0'));
   std::string error = openError(f, "iq2-xxs");
   EXPECT_NE(error.find("blk.0.ffn_down.weight"), std::string::npos) << error;
@@ -250,7 +191,7 @@ TEST(GgufModel, RefusesHeadsThatDoNotDivideAttnQ) {
   f.u32("llama.attention.head_count", 3); // 8 rows are not 3 heads of pairs
   f.u32("llama.attention.head_count_kv", 1);
   f.u32("llama.vocab_size", 4);
-  f.f32("blk.0.attn_q.weight", kHidden, kHidden, hfMatrix(kHidden, kHidden, 0));
+  f32(f, "blk.0.attn_q.weight", kHidden, kHidden, hfMatrix(kHidden, kHidden, 0));
   std::string error = openError(f, "three-heads");
   EXPECT_NE(error.find("blk.0.attn_q.weight"), std::string::npos) << error;
   EXPECT_NE(error.find("3 heads"), std::string::npos) << error;

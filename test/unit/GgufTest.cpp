@@ -4,6 +4,8 @@
 // compared with gguf-py in test/Tools/gguf-*.test.
 #include "tpcrt/gguf.h"
 
+#include "GgufWriter.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,68 +16,15 @@
 
 using namespace tpcrt;
 
+using tpc::test::put32;
+using tpc::test::put64;
+using tpc::test::putString;
+using Writer = tpc::test::GgufWriter;
+
 namespace {
 
-void put32(std::string &s, uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    s += char(v >> (8 * i));
-}
-void put64(std::string &s, uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    s += char(v >> (8 * i));
-}
-void putString(std::string &s, const std::string &v) {
-  put64(s, v.size());
-  s += v;
-}
-
-/// A GGUF file built piece by piece: metadata pairs, tensor infos, data.
-struct Writer {
-  uint32_t version = 3;
-  std::string kv, infos, data;
-  uint64_t kvCount = 0, tensorCount = 0, alignment = 32;
-  /// When set, the header's counts (for hostile files).
-  bool rawCounts = false;
-  uint64_t tensorCountOverride = 0, kvCountOverride = 0;
-
-  /// A key and its value type; the caller appends the value to `kv`.
-  std::string &key(const std::string &name, GgufValueType type) {
-    putString(kv, name);
-    put32(kv, uint32_t(type));
-    ++kvCount;
-    return kv;
-  }
-  void tensor(const std::string &name, std::vector<uint64_t> ne, GgmlType type,
-              uint64_t offset) {
-    putString(infos, name);
-    put32(infos, uint32_t(ne.size()));
-    for (uint64_t d : ne)
-      put64(infos, d);
-    put32(infos, uint32_t(type));
-    put64(infos, offset);
-    ++tensorCount;
-  }
-  std::string bytes() const {
-    std::string s = "GGUF";
-    put32(s, version);
-    put64(s, rawCounts ? tensorCountOverride : tensorCount);
-    put64(s, rawCounts ? kvCountOverride : kvCount);
-    s += kv + infos;
-    while (s.size() % alignment)
-      s += '\0';
-    return s + data;
-  }
-};
-
-std::string writeTemp(const std::string &bytes,
-                      const std::string &name = "t.gguf") {
-  std::string path = testing::TempDir() + "gguf-test-" + name;
-  FILE *f = std::fopen(path.c_str(), "wb");
-  EXPECT_NE(f, nullptr);
-  if (!bytes.empty())
-    std::fwrite(bytes.data(), 1, bytes.size(), f);
-  std::fclose(f);
-  return path;
+std::string writeTemp(const std::string &bytes, const std::string &name = "t.gguf") {
+  return tpc::test::writeTemp(bytes, "gguf-test-" + name);
 }
 
 /// The valid file the tests start from: every value type, nested arrays, an F32
