@@ -366,14 +366,19 @@ const GgufModelTensor *GgufModel::find(const std::string &name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+const GgufModelTensor *GgufModel::require(const std::string &name, std::string &error) const {
+  const GgufModelTensor *mapped = find(name);
+  if (!mapped)
+    error = "tensor " + name + " is missing from " + file_->path();
+  return mapped;
+}
+
 bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
                      const SliceSpec &spec, float *out, uint64_t &bytesRead,
                      std::string &error) const {
-  const GgufModelTensor *mapped = find(name);
-  if (!mapped) {
-    error = "tensor " + name + " is missing from " + file_->path();
+  const GgufModelTensor *mapped = require(name, error);
+  if (!mapped)
     return false;
-  }
   const GgufTensor &t = *mapped->tensor;
   if (t.shape != shape) {
     error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") has shape " +
@@ -423,11 +428,9 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
 bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &shape,
                            const SliceSpec &spec, DType type, void *out, uint64_t &bytesRead,
                            std::string &error) const {
-  const GgufModelTensor *mapped = find(name);
-  if (!mapped) {
-    error = "tensor " + name + " is missing from " + file_->path();
+  const GgufModelTensor *mapped = require(name, error);
+  if (!mapped)
     return false;
-  }
   const GgufTensor &t = *mapped->tensor;
   if (t.shape != shape || t.type != ggmlTypeOf(type) || mapped->minusOne) {
     error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") is " +

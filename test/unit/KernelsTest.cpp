@@ -367,6 +367,22 @@ TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
 #endif
 }
 
+/// Each looked-up row of `out` is the table's widened row, bit for bit, or zeros where the
+/// id is another rank's (outside [rowOffset, rowOffset + rows)).
+static void expectRows(const Weights &table, const int64_t *ids, int64_t tokens, int64_t rowOffset,
+                int64_t rows, int64_t width, const std::vector<float> &out,
+                const std::string &label) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t local = ids[t] - rowOffset;
+    for (int64_t c = 0; c < width; ++c) {
+      float expected =
+          local >= 0 && local < rows ? table.widened[size_t(local * width + c)] : 0.0f;
+      ASSERT_EQ(toBits(out[size_t(t * width + c)]), toBits(expected))
+          << label << " token " << t << " column " << c;
+    }
+  }
+}
+
 TEST(Embedding, SixteenBitTablesWidenTheirRows) {
   // The rank holds vocabulary rows [3, 7) of 10; other rows are zero, ids outside [0, 10) fail.
   const int64_t width = 37, rowOffset = 3, rows = 4, vocab = 10;
@@ -377,15 +393,7 @@ TEST(Embedding, SixteenBitTablesWidenTheirRows) {
     std::vector<float> out(size_t(tokens * width), NAN);
     ASSERT_TRUE(embedding(Host{}, ids, tokens, table.matrix(), rowOffset, rows, vocab, width,
                           out.data()));
-    for (int64_t t = 0; t < tokens; ++t) {
-      int64_t local = ids[t] - rowOffset;
-      for (int64_t c = 0; c < width; ++c) {
-        float expected =
-            local >= 0 && local < rows ? table.widened[size_t(local * width + c)] : 0.0f;
-        ASSERT_EQ(toBits(out[size_t(t * width + c)]), toBits(expected))
-            << dtypeName(type) << " token " << t << " column " << c;
-      }
-    }
+    expectRows(table, ids, tokens, rowOffset, rows, width, out, dtypeName(type));
     const int64_t bad[] = {4, 10};
     EXPECT_FALSE(embedding(Host{}, bad, 2, table.matrix(), rowOffset, rows, vocab, width,
                            out.data()));
@@ -409,16 +417,8 @@ TEST(Embedding, QuantizedTablesDequantizeTheirRowsAsWidenDoes) {
       std::vector<float> out(size_t(tokens * width), NAN);
       ASSERT_TRUE(embedding(Host{}, ids, tokens, table.matrix(), rowOffset, rows, vocab, width,
                             out.data()));
-      for (int64_t t = 0; t < tokens; ++t) {
-        int64_t local = ids[t] - rowOffset;
-        for (int64_t c = 0; c < width; ++c) {
-          float expected =
-              local >= 0 && local < rows ? table.widened[size_t(local * width + c)] : 0.0f;
-          ASSERT_EQ(toBits(out[size_t(t * width + c)]), toBits(expected))
-              << dtypeName(type) << (scalar ? " scalar" : "") << " token " << t << " column "
-              << c;
-        }
-      }
+      expectRows(table, ids, tokens, rowOffset, rows, width, out,
+                 std::string(dtypeName(type)) + (scalar ? " scalar" : ""));
     }
   }
 }

@@ -58,6 +58,8 @@ public:
 
 private:
   GgufModel() = default;
+  /// find(), or null with an error naming the tensor and the file.
+  const GgufModelTensor *require(const std::string &name, std::string &error) const;
   std::unique_ptr<GgufFile> file_;
   std::string modelType_, config_;
   std::map<std::string, GgufModelTensor> tensors_;
