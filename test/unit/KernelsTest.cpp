@@ -369,9 +369,9 @@ TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
 
 /// Each looked-up row of `out` is the table's widened row, bit for bit, or zeros where the
 /// id is another rank's (outside [rowOffset, rowOffset + rows)).
-static void expectRows(const Weights &table, const int64_t *ids, int64_t tokens, int64_t rowOffset,
-                int64_t rows, int64_t width, const std::vector<float> &out,
-                const std::string &label) {
+static void expectRows(const Weights &table, const int64_t *ids, int64_t tokens,
+                       int64_t rowOffset, int64_t rows, int64_t width,
+                       const std::vector<float> &out, const std::string &label) {
   for (int64_t t = 0; t < tokens; ++t) {
     int64_t local = ids[t] - rowOffset;
     for (int64_t c = 0; c < width; ++c) {
