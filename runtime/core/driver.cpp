@@ -317,20 +317,23 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   try {
     if (args.warmup && args.maxNewTokens > 0)
       generator.warmUp(args.prompt);
-    if (request->tokenizer) { // text out, rank 0's as it comes
+    if (!args.requestsFile.empty()) {
+      if (int status = runRequests(spec, args, generator, backend, *group); status != 0)
+        return status; // rank 0 stopped, saying why
+    } else if (request->tokenizer) { // text out, rank 0's as it comes, stop strings withheld
       Tokenizer::Stream text = request->tokenizer->stream(/*skipSpecial=*/true);
-      auto print = [&](int64_t id) {
-        if (group->rank != 0)
-          return;
-        std::string piece = text.push(id);
+      StopStrings stops(args.stop);
+      auto print = [](const std::string &piece) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       };
-      std::vector<int64_t> tokens = generator.generate(args, print);
+      std::vector<int64_t> tokens = generator.generate(args, [&](int64_t id) {
+        print(stops.push(text.push(id)));
+        return stops.stopped();
+      });
       if (group->rank == 0) {
-        std::string rest = text.finish();
-        std::fwrite(rest.data(), 1, rest.size(), stdout);
-        std::fflush(stdout);
+        if (!stops.stopped())
+          print(stops.push(text.finish()) + stops.finish());
         printTextSummary(args, tokens, generator.timings());
       }
     } else {

@@ -6,16 +6,22 @@
 
 #include "tpcrt/backend.h"
 #include "tpcrt/model.h"
+#include "tpcrt/sampling.h"
 #include "tpcrt/tokenizer.h"
+
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace tpcrt {
+
+class GgufFile;
 
 /// The command line.
 struct Args {
@@ -33,6 +39,21 @@ struct Args {
   bool ignoreEos = false, warmup = false, verbose = false;
   int64_t maxNewTokens = 16, maxSeqLen = 0; // maxSeqLen 0: not given, see chooseMaxSeqLen
   int timeoutSeconds = 30;
+  /// The sampling flags given (--temperature, --top-k, ...); unset ones take
+  /// generation_config.json's values, else vLLM's defaults, except temperature, whose
+  /// default is 0 (greedy, as transformers' generate) unless generation_config.json sets
+  /// do_sample. `sampling` holds the result once readGenerationConfig has run.
+  std::optional<double> temperature, topP, minP, repetitionPenalty, presencePenalty,
+      frequencyPenalty;
+  std::optional<int64_t> topK;
+  std::optional<uint64_t> seed;
+  SamplingParams sampling;
+  /// Stop strings (withheld from the text) and stop ids; neither is turned off by --ignore-eos.
+  std::vector<std::string> stop;
+  std::vector<int64_t> stopIds;
+  /// --requests IN.jsonl and --output OUT.jsonl: many requests, one after another, instead of
+  /// one prompt (requests.cpp).
+  std::string requestsFile, outputFile;
 };
 
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
@@ -79,9 +100,10 @@ struct Timings {
   std::vector<double> stepMs;    // the decode steps
 };
 
-/// One rank's forwards for a request: a prefill, then greedy decode steps on the KV cache.
-/// It counts the steps that TPC_FAULT names, keeps the logits --dump-logits writes, and
-/// knows the phase under way, which a failure reports.
+/// One rank's forwards for a request: a prefill, then decode steps on the KV cache, each
+/// token chosen by rank 0 (its sampler, its stop rules) and sent to the other ranks, which
+/// follow. It counts the steps that TPC_FAULT names, keeps the logits --dump-logits writes,
+/// and knows the phase under way, which a failure reports.
 class Generator {
 public:
   Generator(const ModelSpec &spec, Backend &backend, const RankInfo &rank, const Fault &fault)
@@ -89,10 +111,15 @@ public:
 
   /// --warmup: what only a process's first forwards pay, paid before the timed ones.
   void warmUp(const std::vector<int64_t> &prompt);
-  /// The new tokens: the prompt's prefill, then a decode step each until --max-new-tokens or
-  /// an end-of-sequence id; `onToken`, when given, sees each as it comes.
+  /// The new tokens, the same on every rank: the prompt's prefill, then a decode step each
+  /// until --max-new-tokens, an end-of-sequence or stop id, or a stop string. `onToken`, when
+  /// given, sees each token on rank 0 as it comes, and returns true to stop there (a stop
+  /// string met in the text).
   std::vector<int64_t> generate(const Args &args,
-                                const std::function<void(int64_t)> &onToken = {});
+                                const std::function<bool(int64_t)> &onToken = {});
+  /// Why the generation ended: "stop" (an end-of-sequence or stop id, a stop string) or
+  /// "length" (--max-new-tokens), as vLLM's finish_reason.
+  const char *finishReason() const { return finished; }
 
   const std::string &phase() const { return current; }
   /// The last row of logits of every counted forward, one after another.
@@ -100,7 +127,8 @@ public:
   const Timings &timings() const { return times; }
 
 private:
-  int64_t forward(const std::vector<int64_t> &ids, int64_t start);
+  /// The last token's logits of a forward (of the whole vocabulary, on every rank).
+  const float *forward(const std::vector<int64_t> &ids, int64_t start);
 
   const ModelSpec &spec;
   Backend &backend;
@@ -111,6 +139,7 @@ private:
   std::string current = "the prefill";
   std::vector<float> dumped;
   Timings times;
+  const char *finished = "length";
 };
 
 /// Rank 0's lines on stdout: the tokens, then the prefill and decode times.
@@ -125,8 +154,38 @@ void printTextSummary(const Args &args, const std::vector<int64_t> &tokens,
 /// the model's `vocab` embedding rows is refused. False with `error` on failure.
 bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &tokenizer,
                     std::string &error);
+/// The checkpoint's tokenizer: tokenizer.json beside `weights`, or a GGUF file's metadata (then
+/// the file stays open in `gguf`, for its chat template); refused when it can give an id past
+/// the model's `vocab` embedding rows. Null with `error` when there is none or it is refused.
+std::shared_ptr<Tokenizer> loadTokenizer(const std::string &weights, int64_t vocab,
+                                         std::unique_ptr<GgufFile> &gguf, std::string &error);
+
+/// A JSON number into `into` (an integer type takes only JSON integers that fit it); "" or
+/// what is wrong: "must be a number, not \"x\"".
+template <typename T> std::string jsonNumber(const nlohmann::json &value, T &into) {
+  if constexpr (std::is_integral_v<T>) {
+    if (!value.is_number_integer() ||
+        (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(INT64_MAX)))
+      return "must be an integer, not " + value.dump();
+    into = T(value.get<int64_t>());
+  } else {
+    if (!value.is_number())
+      return "must be a number, not " + value.dump();
+    into = value.get<T>();
+  }
+  return "";
+}
+
+/// --requests: runs every request of the file, one after another, on the group's ranks, rank
+/// 0 reading, checking and deciding, and writing one JSON line per request to --output.
+/// Returns the exit status (0 even when some requests were refused: their lines say why).
+int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, Backend &backend,
+                const Group &group);
+
 /// generation_config.json beside --weights, where there is one: its eos_token_id (one or a
-/// list) into `args.moreEos`; a warning on rank 0 when it asks for sampling.
+/// list) into `args.moreEos`, and its sampling fields as the defaults of the flags not given,
+/// into `args.sampling` (checked: an error names the field). Without a checkpoint, the
+/// flags and the defaults alone.
 bool readGenerationConfig(Args &args, int rank, std::string &error);
 
 } // namespace tpcrt

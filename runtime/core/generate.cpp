@@ -1,13 +1,17 @@
-// Greedy generation on one rank: a prefill of the prompt, then one decode step per new token
-// on the KV cache, the model's own token fed back unless --force-ids gives it; with --warmup,
-// throwaway forwards first, so that the times reported are those of a warm process.
-// TPC_FAULT's kill and device faults strike here, as the step they name starts.
+// Generation on one rank: a prefill of the prompt, then one decode step per new token on the
+// KV cache, the chosen token fed back unless --force-ids gives it; with --warmup, throwaway
+// forwards first, so that the times reported are those of a warm process. Rank 0 alone
+// decides: it samples the token and applies the stop rules, and every step sends the other
+// ranks its decision, which they follow; no rank chooses from its own logits, so the ranks
+// cannot fall out of step whatever the sampler does. TPC_FAULT's kill and device faults
+// strike here, as the step they name starts.
 #include "driver.h"
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 namespace tpcrt {
@@ -30,7 +34,7 @@ double median(std::vector<double> values) {
 
 int64_t argmax(const float *x, int64_t n) { return std::max_element(x, x + n) - x; }
 
-int64_t Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
+const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
   if (!warming && fault.rank == rank.rank && step == fault.step) {
     if (fault.kind == Fault::Kill) {
       std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank.rank,
@@ -57,21 +61,22 @@ int64_t Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
   const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
   if (!warming)
     dumped.insert(dumped.end(), last, last + spec.vocab);
-  return argmax(last, spec.vocab);
+  return last;
 }
 
 void Generator::warmUp(const std::vector<int64_t> &prompt) {
   // What only a process's first forwards pay (lazy kernel loading, GEMM heuristics, the
   // decode graph's capture, allocations grown on first use), paid here and not timed: a
-  // throwaway prefill and two decode steps on the model's own tokens. Then two timed
-  // prefills on an empty cache; the third is the generation's own.
+  // throwaway prefill and two decode steps (fed the prompt's first token: nothing is
+  // decided here). Then two timed prefills on an empty cache; the third is the generation's.
   warming = true;
   auto t0 = now();
   current = "the warm-up prefill";
-  int64_t position = int64_t(prompt.size()), next = forward(prompt, 0);
+  int64_t position = int64_t(prompt.size());
+  forward(prompt, 0);
   for (int i = 1; i <= 2; ++i) {
     current = "warm-up decode step " + std::to_string(i);
-    next = forward({next}, position++);
+    forward({prompt[0]}, position++);
   }
   times.warmupMs = millis(now() - t0);
   for (int i = 1; i <= 2; ++i) {
@@ -87,33 +92,56 @@ void Generator::warmUp(const std::vector<int64_t> &prompt) {
 }
 
 std::vector<int64_t> Generator::generate(const Args &args,
-                                         const std::function<void(int64_t)> &onToken) {
-  current = "the prefill";
-  auto t0 = now();
-  int64_t next = args.maxNewTokens > 0 ? forward(args.prompt, 0) : -1;
-  times.prefillMs.push_back(millis(now() - t0));
-  int64_t position = int64_t(args.prompt.size());
+                                         const std::function<bool(int64_t)> &onToken) {
   std::vector<int64_t> eos = spec.eosIds;
   eos.insert(eos.end(), args.moreEos.begin(), args.moreEos.end());
   if (args.eosId)
     eos = {*args.eosId};
   if (args.ignoreEos)
     eos.clear();
+  auto in = [](const std::vector<int64_t> &ids, int64_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  bool decides = rank.rank == 0;
+  std::optional<Sampler> sampler;
+  if (decides)
+    sampler.emplace(args.sampling, args.prompt, spec.vocab);
+  bool tellPeers = rank.tp > 1 && rank.comm;
+  finished = "length";
+
+  current = "the prefill";
+  auto t0 = now();
+  const float *logits = args.maxNewTokens > 0 ? forward(args.prompt, 0) : nullptr;
+  times.prefillMs.push_back(millis(now() - t0));
+  int64_t position = int64_t(args.prompt.size());
   std::vector<int64_t> generated;
   while (int64_t(generated.size()) < args.maxNewTokens) {
-    generated.push_back(next);
-    if (onToken)
-      onToken(next);
+    // Rank 0's decision: the token, and whether the generation ends with it. Teacher forcing
+    // feeds the given token and ignores the stop rules; the token shown stays the model's.
+    struct {
+      int64_t token, stop;
+    } decision = {-1, 0};
+    auto t1 = now();
+    if (decides) {
+      decision.token = sampler->sample(logits);
+      if (onToken && onToken(decision.token))
+        decision.stop = 1;
+      if (args.forced.empty() && (in(eos, decision.token) || in(args.stopIds, decision.token)))
+        decision.stop = 1;
+    }
+    if (tellPeers)
+      rank.comm->broadcast(&decision, sizeof decision, 0);
+    generated.push_back(decision.token);
+    if (decision.stop) {
+      finished = "stop";
+      break;
+    }
     if (int64_t(generated.size()) == args.maxNewTokens)
       break;
-    // Teacher forcing feeds the given token; otherwise generation stops at an eos id.
-    int64_t fed = args.forced.empty() ? next : args.forced[generated.size() - 1];
-    if (args.forced.empty() && std::find(eos.begin(), eos.end(), next) != eos.end())
-      break;
+    int64_t fed = args.forced.empty() ? decision.token : args.forced[generated.size() - 1];
     ++step;
     current = "decode step " + std::to_string(step);
-    auto t1 = now();
-    next = forward({fed}, position++);
+    logits = forward({fed}, position++);
     times.stepMs.push_back(millis(now() - t1));
   }
   return generated;

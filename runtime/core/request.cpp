@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +55,19 @@ bool integerInto(const char *flag, const char *value, int64_t min, T &into, std:
   return true;
 }
 
+bool realOf(const char *flag, const char *value, std::optional<double> &into,
+            std::string &error) {
+  char *end = nullptr;
+  errno = 0;
+  double number = std::strtod(value, &end);
+  if (errno || !end || *end || end == value || !std::isfinite(number)) {
+    error = std::string(flag) + " needs a number, got '" + value + "'";
+    return false;
+  }
+  into = number;
+  return true;
+}
+
 bool idsOf(const char *flag, const char *value, std::vector<int64_t> &into,
            std::string &error) {
   std::stringstream in(value);
@@ -99,6 +113,50 @@ const Flag kFlags[] = {
      }},
     {"--ignore-eos", nullptr, "generate --max-new-tokens whatever the model says",
      [](Args &a, const char *, const char *, std::string &) { return a.ignoreEos = true; }},
+    {"--temperature", "T",
+     "sample at this temperature; 0 is greedy (the default, unless generation_config.json "
+     "sets do_sample)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return realOf(f, v, a.temperature, e);
+     }},
+    {"--top-k", "K", "sample from the K most likely tokens (0 or -1: all)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerInto(f, v, -1, a.topK, e);
+     }},
+    {"--top-p", "P", "sample from the most likely tokens that make up P of the probability",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return realOf(f, v, a.topP, e);
+     }},
+    {"--min-p", "P", "drop tokens less likely than P times the most likely one",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return realOf(f, v, a.minP, e);
+     }},
+    {"--repetition-penalty", "R",
+     "divide positive logits (multiply negative ones) of tokens in the prompt or output by R",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return realOf(f, v, a.repetitionPenalty, e);
+     }},
+    {"--presence-penalty", "X", "subtract X from the logits of tokens in the output",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return realOf(f, v, a.presencePenalty, e);
+     }},
+    {"--frequency-penalty", "X", "subtract X per occurrence in the output from a token's logit",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return realOf(f, v, a.frequencyPenalty, e);
+     }},
+    {"--seed", "S", "the sampler's seed: the same seed, the same tokens (default: a random one)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerInto(f, v, 0, a.seed, e);
+     }},
+    {"--stop", "TEXT",
+     "stop when the text contains TEXT, which is not printed (repeatable; text prompts)",
+     [](Args &a, const char *, const char *v, std::string &) {
+       return a.stop.push_back(v), true;
+     }},
+    {"--stop-token-ids", "1,2", "stop after any of these ids, whatever --ignore-eos says",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return idsOf(f, v, a.stopIds, e);
+     }},
     {"--max-seq-len", "S",
      "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
      "fewer)",
@@ -111,6 +169,12 @@ const Flag kFlags[] = {
      [](Args &a, const char *f, const char *v, std::string &e) {
        return idsOf(f, v, a.forced, e);
      }},
+    {"--requests", "IN.jsonl",
+     "run the requests of IN.jsonl (one JSON object a line: id, prompt or prompt_token_ids, "
+     "max_tokens, sampling fields), one after another, instead of one prompt",
+     [](Args &a, const char *, const char *v, std::string &) { return a.requestsFile = v, true; }},
+    {"--output", "OUT.jsonl", "with --requests: one JSON line per request, as each finishes",
+     [](Args &a, const char *, const char *v, std::string &) { return a.outputFile = v, true; }},
     {"--dump-logits", "FILE", "rank 0 writes the last token's logits of every step to FILE",
      [](Args &a, const char *, const char *v, std::string &) { return a.dumpLogits = v, true; }},
     {"--trace", "FILE", "write every collective this rank runs, with its bytes, to FILE",
@@ -133,10 +197,13 @@ const Flag kFlags[] = {
 };
 
 const char *kUsageNotes =
-    "Give one of --weights and --random-weights, and one of --prompt-ids, --prompt and\n"
-    "--prompt-file. Text prompts print the generated text as it comes. Generation stops at the\n"
-    "model's end-of-sequence ids (config.json's eos_token_id, and generation_config.json's\n"
-    "beside --weights) unless --eos-id or --ignore-eos says otherwise.\n"
+    "Give one of --weights and --random-weights, and one of --prompt-ids, --prompt,\n"
+    "--prompt-file and --requests (with --output). Text prompts print the generated text as\n"
+    "it comes. Generation stops at the model's end-of-sequence ids (config.json's\n"
+    "eos_token_id, and generation_config.json's beside --weights) unless --eos-id or\n"
+    "--ignore-eos says otherwise, and at --stop strings and --stop-token-ids. Decoding is\n"
+    "greedy unless --temperature, or generation_config.json's do_sample, asks for sampling;\n"
+    "rank 0 chooses every token and sends it to the other ranks.\n"
     "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
     "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). Under mpirun they\n"
     "come from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, and the ranks meet through MPI\n"
@@ -199,11 +266,26 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     error = "give exactly one of --weights PATH and --random-weights SEED";
     return std::nullopt;
   }
-  if (int(!args.prompt.empty()) + int(bool(args.promptText)) + int(!args.promptFile.empty()) !=
+  bool requests = !args.requestsFile.empty();
+  if (int(!args.prompt.empty()) + int(bool(args.promptText)) + int(!args.promptFile.empty()) +
+          int(requests) !=
       1) {
-    error = "give exactly one of --prompt-ids, --prompt and --prompt-file";
+    error = "give exactly one of --prompt-ids, --prompt, --prompt-file and --requests";
     return std::nullopt;
   }
+  if (requests != !args.outputFile.empty()) {
+    error = requests ? "--requests needs --output OUT.jsonl, where each request's result goes"
+                     : "--output is where --requests' results go; give --requests too";
+    return std::nullopt;
+  }
+  if (requests)
+    for (auto [flag, given] :
+         {std::pair{"--chat", args.chat}, {"--force-ids", !args.forced.empty()},
+          {"--dump-logits", !args.dumpLogits.empty()}, {"--warmup", args.warmup}})
+      if (given) {
+        error = std::string(flag) + " is for one prompt, not --requests";
+        return std::nullopt;
+      }
   if (args.chat && !args.promptText && args.promptFile.empty()) {
     error = "--chat renders a text prompt through the chat template: give --prompt or "
             "--prompt-file, not --prompt-ids";
@@ -215,6 +297,15 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
   }
   if (args.eosId && args.ignoreEos) {
     error = "give at most one of --eos-id and --ignore-eos";
+    return std::nullopt;
+  }
+  if (!args.stop.empty() && !args.promptText && args.promptFile.empty() && !requests) {
+    error = "--stop matches the generated text: give a text prompt (--prompt or "
+            "--prompt-file), or stop on ids with --stop-token-ids";
+    return std::nullopt;
+  }
+  if (std::string why = checkStopStrings(args.stop); !why.empty()) {
+    error = "--stop: " + why;
     return std::nullopt;
   }
   if (!args.forced.empty() && int64_t(args.forced.size()) + 1 < args.maxNewTokens) {

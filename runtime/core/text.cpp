@@ -28,6 +28,39 @@ std::string checkpointDir(const std::string &weights) {
 
 } // namespace
 
+std::shared_ptr<Tokenizer> loadTokenizer(const std::string &weights, int64_t vocab,
+                                         std::unique_ptr<GgufFile> &gguf, std::string &error) {
+  if (weights.empty()) {
+    error = "give --weights DIR (not --random-weights), the directory with tokenizer.json";
+    return nullptr;
+  }
+  std::string ggufPath = ggufPathOf(weights, error);
+  if (!error.empty())
+    return nullptr;
+  std::string dir = checkpointDir(weights);
+  std::unique_ptr<Tokenizer> loaded;
+  if (!ggufPath.empty()) {
+    gguf = GgufFile::open(ggufPath, error);
+    if (gguf)
+      loaded = Tokenizer::fromGguf(*gguf, error);
+  } else {
+    loaded = Tokenizer::load(dir, error);
+  }
+  if (!loaded)
+    return nullptr;
+  // Refused when loaded, not when the id first comes up: an embedding lookup past its rows
+  // would read another tensor's memory, and a prompt that happens to avoid the id is luck.
+  if (loaded->idEnd() > vocab) {
+    error = (gguf ? "GGUF file " + ggufPath + ": tokenizer.ggml.tokens"
+                  : dir + "/tokenizer.json") +
+            ": id " + std::to_string(loaded->idEnd() - 1) +
+            " is outside the model's vocabulary of " + std::to_string(vocab) +
+            (gguf ? "" : " (config.json's vocab_size)");
+    return nullptr;
+  }
+  return loaded;
+}
+
 bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &tokenizer,
                     std::string &error) {
   if (!args.promptFile.empty()) {
@@ -38,41 +71,13 @@ bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &token
     }
     args.promptText = text;
   }
-  if (args.weights.empty()) {
-    error = "a text prompt needs the checkpoint's tokenizer: give --weights DIR (not "
-            "--random-weights), the directory with tokenizer.json";
-    return false;
-  }
-  std::string pathError;
-  std::string ggufPath = ggufPathOf(args.weights, pathError);
-  if (!pathError.empty()) {
-    error = "a text prompt needs the checkpoint's tokenizer: " + pathError;
-    return false;
-  }
-  std::string dir = checkpointDir(args.weights);
   std::unique_ptr<GgufFile> gguf;
-  std::unique_ptr<Tokenizer> loaded;
-  if (!ggufPath.empty()) {
-    gguf = GgufFile::open(ggufPath, error);
-    if (gguf)
-      loaded = Tokenizer::fromGguf(*gguf, error);
-  } else {
-    loaded = Tokenizer::load(dir, error);
-  }
+  std::shared_ptr<Tokenizer> loaded = loadTokenizer(args.weights, vocab, gguf, error);
   if (!loaded) {
     error = "a text prompt needs the checkpoint's tokenizer: " + error;
     return false;
   }
-  // Refused when loaded, not when the id first comes up: an embedding lookup past its rows
-  // would read another tensor's memory, and a prompt that happens to avoid the id is luck.
-  if (loaded->idEnd() > vocab) {
-    error = (gguf ? "GGUF file " + ggufPath + ": tokenizer.ggml.tokens"
-                  : dir + "/tokenizer.json") +
-            ": id " + std::to_string(loaded->idEnd() - 1) +
-            " is outside the model's vocabulary of " + std::to_string(vocab) +
-            (gguf ? "" : " (config.json's vocab_size)");
-    return false;
-  }
+  std::string dir = checkpointDir(args.weights);
   tokenizer = std::move(loaded);
   std::string text = *args.promptText;
   bool addSpecial = true;
@@ -115,15 +120,17 @@ bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &token
 }
 
 bool readGenerationConfig(Args &args, int rank, std::string &error) {
-  if (args.weights.empty())
-    return true;
-  std::string path = checkpointDir(args.weights) + "/generation_config.json", text;
-  if (!readFile(path, text))
-    return true; // a checkpoint without one: config.json's ids only
-  nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!config.is_object()) {
-    error = path + " is not a JSON object";
-    return false;
+  nlohmann::json config = nlohmann::json::object();
+  std::string path, text;
+  if (!args.weights.empty()) {
+    path = checkpointDir(args.weights) + "/generation_config.json";
+    if (readFile(path, text)) { // a checkpoint without one: config.json's ids only
+      config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (!config.is_object()) {
+        error = path + " is not a JSON object";
+        return false;
+      }
+    }
   }
   if (auto eos = config.find("eos_token_id"); eos != config.end() && !eos->is_null()) {
     nlohmann::json ids = eos->is_array() ? *eos : nlohmann::json::array({*eos});
@@ -135,10 +142,52 @@ bool readGenerationConfig(Args &args, int rank, std::string &error) {
       args.moreEos.push_back(id.get<int64_t>());
     }
   }
-  if (auto sample = config.find("do_sample");
-      rank == 0 && sample != config.end() && sample->is_boolean() && sample->get<bool>())
-    std::fprintf(stderr, "warning: %s asks for sampling (do_sample: true); tpc decodes "
-                 "greedily, as generate(do_sample=False)\n", path.c_str());
+  // The sampling fields it sets (null is not set), as the defaults of the flags not given.
+  auto field = [&](const char *key, auto flag, auto &into) {
+    if (flag) {
+      into = *flag;
+      return true;
+    }
+    auto it = config.find(key);
+    if (it == config.end() || it->is_null())
+      return true;
+    if (std::string why = jsonNumber(*it, into); !why.empty()) {
+      error = path + ": " + key + " " + why;
+      return false;
+    }
+    return true;
+  };
+  SamplingParams &p = args.sampling;
+  bool doSample = false;
+  if (auto it = config.find("do_sample"); it != config.end() && it->is_boolean())
+    doSample = it->get<bool>();
+  // Greedy, as transformers' generate, unless the checkpoint asks for sampling.
+  if (!doSample && !args.temperature)
+    args.temperature = 0.0;
+  if (!field("temperature", args.temperature, p.temperature) ||
+      !field("top_k", args.topK, p.topK) || !field("top_p", args.topP, p.topP) ||
+      !field("min_p", args.minP, p.minP) ||
+      !field("repetition_penalty", args.repetitionPenalty, p.repetitionPenalty))
+    return false;
+  if (args.presencePenalty)
+    p.presencePenalty = *args.presencePenalty;
+  if (args.frequencyPenalty)
+    p.frequencyPenalty = *args.frequencyPenalty;
+  p.seed = args.seed;
+  if (std::string why = p.validate(); !why.empty()) {
+    error = "sampling: " + why + (config.empty() ? "" : " (the flags, else " + path + ")");
+    return false;
+  }
+  if (rank == 0 && p.greedy()) {
+    std::string unused;
+    for (auto [flag, given] : {std::pair{"--top-k", bool(args.topK)}, {"--top-p", bool(args.topP)},
+                               {"--min-p", bool(args.minP)}, {"--seed", bool(args.seed)}})
+      if (given)
+        unused += std::string(unused.empty() ? "" : ", ") + flag;
+    if (!unused.empty())
+      std::fprintf(stderr, "warning: %s change nothing: decoding is greedy (temperature 0); "
+                   "give --temperature to sample\n", unused.c_str());
+  }
   return true;
 }
 

@@ -4,6 +4,7 @@
 
 #include "tpcrt/file.h"
 #include "tpcrt/gguf_model.h"
+#include "tpcrt/json.h"
 
 #include "tpcrt/slices.h"
 
@@ -59,24 +60,6 @@ unsigned dtypeBits(const std::string &dtype) {
       {"U64", 64},    {"C64", 64}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}};
   auto it = bits.find(dtype);
   return it == bits.end() ? 0 : it->second;
-}
-
-/// Parses JSON that tpc did not write: nesting deeper than kMaxJsonDepth and a key given
-/// twice in one object (which entry would count?) throw, naming the problem.
-nlohmann::json parseUntrusted(const std::string &text) {
-  using Event = nlohmann::json::parse_event_t;
-  std::vector<std::set<std::string>> keys; // of each object being parsed
-  return nlohmann::json::parse(text, [&](int depth, Event event, nlohmann::json &parsed) {
-    if ((event == Event::object_start || event == Event::array_start) && depth >= kMaxJsonDepth)
-      throw std::runtime_error("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    if (event == Event::object_start)
-      keys.emplace_back();
-    else if (event == Event::object_end)
-      keys.pop_back();
-    else if (event == Event::key && !keys.back().insert(parsed.get<std::string>()).second)
-      throw std::runtime_error("key '" + parsed.get<std::string>() + "' is given twice");
-    return true;
-  });
 }
 
 /// A non-negative JSON integer that fits in 63 bits.
@@ -225,7 +208,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::strin
     }
     nlohmann::json index;
     try {
-      index = parseUntrusted(text);
+      index = parseUntrustedJson(text, kMaxJsonDepth);
     } catch (const std::exception &e) {
       error = target + ": not a safetensors index: " + e.what();
       return nullptr;
@@ -323,7 +306,7 @@ bool Checkpoint::addFile(const std::string &path, std::string &error) {
   }
   nlohmann::json json;
   try {
-    json = parseUntrusted(header);
+    json = parseUntrustedJson(header, kMaxJsonDepth);
   } catch (const std::exception &e) {
     error = path + ": malformed safetensors header: " + e.what();
     return false;

@@ -20,15 +20,26 @@ using namespace driver;
 namespace {
 
 struct RunOptions : driver::RunBuild {
-  std::string prompt, promptFile, promptIds, system;
+  std::string prompt, promptFile, promptIds, system, requests, output;
   int64_t maxNewTokens = 64;
   bool chat = false, ignoreEos = false, warmup = false, verbose = false;
+  // The sampler's flags, passed on as given (the binary checks them and fills in
+  // generation_config.json's defaults).
+  std::string temperature, topK, topP, minP, repetitionPenalty, presencePenalty,
+      frequencyPenalty, seed, stopTokenIds;
+  std::vector<std::string> stop;
 };
 
 int run(const RunOptions &o) {
-  int given = !o.prompt.empty() + !o.promptFile.empty() + !o.promptIds.empty();
+  int given = !o.prompt.empty() + !o.promptFile.empty() + !o.promptIds.empty() +
+              !o.requests.empty();
   if (given != 1) {
-    reportError("tpc run: give exactly one of --prompt, --prompt-file and --prompt-ids");
+    reportError(
+        "tpc run: give exactly one of --prompt, --prompt-file, --prompt-ids and --requests");
+    return 2;
+  }
+  if (o.requests.empty() != o.output.empty()) {
+    reportError("tpc run: --requests IN.jsonl and --output OUT.jsonl go together");
     return 2;
   }
   if (o.tp < 1) {
@@ -74,6 +85,19 @@ int run(const RunOptions &o) {
     add("--prompt-file", o.promptFile);
     add("--prompt-ids", o.promptIds);
     add("--system", o.system);
+    add("--requests", o.requests);
+    add("--output", o.output);
+    add("--temperature", o.temperature);
+    add("--top-k", o.topK);
+    add("--top-p", o.topP);
+    add("--min-p", o.minP);
+    add("--repetition-penalty", o.repetitionPenalty);
+    add("--presence-penalty", o.presencePenalty);
+    add("--frequency-penalty", o.frequencyPenalty);
+    add("--seed", o.seed);
+    add("--stop-token-ids", o.stopTokenIds);
+    for (const std::string &stop : o.stop)
+      launch.command.insert(launch.command.end(), {"--stop", stop});
     for (auto [flag, on] : {std::pair{"--chat", o.chat}, {"--ignore-eos", o.ignoreEos},
                             {"--warmup", o.warmup}, {"--verbose", o.verbose}})
       if (on)
@@ -108,6 +132,14 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
   cmd->add_option("--prompt-file", opts->promptFile, "a file holding the prompt text");
   cmd->add_option("--prompt-ids", opts->promptIds,
                   "the prompt as token ids, comma-separated (prints ids back)");
+  cmd->add_option("--requests", opts->requests,
+                  "run the requests of this JSON-lines file (id, prompt or prompt_token_ids, "
+                  "max_tokens, sampling fields), one after another")
+      ->type_name("IN.jsonl");
+  cmd->add_option("--output", opts->output,
+                  "with --requests: one JSON line per request (text, token_ids, "
+                  "finish_reason, usage, or an error naming the field)")
+      ->type_name("OUT.jsonl");
   cmd->add_option("--max-new-tokens", opts->maxNewTokens,
                   "the most tokens to generate, not counting the prompt (default 64); "
                   "generation stops earlier at an end-of-sequence token, as generate does");
@@ -117,6 +149,37 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
   cmd->add_option("--system", opts->system, "with --chat: a system message first");
   cmd->add_flag("--ignore-eos", opts->ignoreEos,
                 "generate --max-new-tokens whatever the model says (for benchmarks)");
+  cmd->add_option("--temperature", opts->temperature,
+                  "sample at this temperature; 0 is greedy (the default, unless the "
+                  "checkpoint's generation_config.json sets do_sample)")
+      ->type_name("FLOAT");
+  cmd->add_option("--top-k", opts->topK, "sample from the K most likely tokens (0 or -1: all)")
+      ->type_name("INT");
+  cmd->add_option("--top-p", opts->topP,
+                  "sample from the most likely tokens that make up P of the probability")
+      ->type_name("FLOAT");
+  cmd->add_option("--min-p", opts->minP,
+                  "drop tokens less likely than P times the most likely one")
+      ->type_name("FLOAT");
+  cmd->add_option("--repetition-penalty", opts->repetitionPenalty,
+                  "divide positive logits (multiply negative ones) of the prompt's and the "
+                  "output's tokens by R")
+      ->type_name("FLOAT");
+  cmd->add_option("--presence-penalty", opts->presencePenalty,
+                  "subtract X from the logits of the tokens in the output")
+      ->type_name("FLOAT");
+  cmd->add_option("--frequency-penalty", opts->frequencyPenalty,
+                  "subtract X per occurrence in the output from a token's logit")
+      ->type_name("FLOAT");
+  cmd->add_option("--seed", opts->seed,
+                  "the sampler's seed: the same seed gives the same text (default: random)")
+      ->type_name("INT");
+  cmd->add_option("--stop", opts->stop,
+                  "stop when the text contains this string, which is not printed (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--stop-token-ids", opts->stopTokenIds,
+                  "stop after any of these ids (comma-separated), whatever --ignore-eos says")
+      ->type_name("IDS");
   cmd->add_flag("--warmup", opts->warmup,
                 "a throwaway prefill and two decode steps first, then the median of three "
                 "warm prefills and the median decode step are reported (for benchmarks)");
@@ -125,7 +188,9 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
   cmd->add_flag("--no-cache", opts->noCache,
                 "compile into a temporary directory, removed afterwards, instead of the "
                 "cache (TPC_CACHE_DIR, else $XDG_CACHE_HOME/tpc, else ~/.cache/tpc)");
-  cmd->footer("Decoding is greedy (do_sample=False). The binary compiled for a checkpoint's "
+  cmd->footer("Decoding is greedy unless --temperature (or the checkpoint's "
+              "generation_config.json, with do_sample) asks for sampling: vLLM's parameters, "
+              "on rank 0, which sends every rank its choice. The binary compiled for a checkpoint's "
               "config, plan, tp and target is kept in the cache: the same command again "
               "compiles nothing.");
   cmd->callback([opts, &runner] { runner = [opts] { return run(*opts); }; });

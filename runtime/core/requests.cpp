@@ -1,0 +1,341 @@
+// --requests IN.jsonl --output OUT.jsonl: many requests through the one generation the binary
+// has, one after another (batching them is the scheduler's part, to come). Rank 0 alone reads
+// the file (untrusted: each line parsed and checked, a bad request refused with an error that
+// names it and its field, the others run), tokenizes, decides each token and writes the
+// results; before each request it sends the other ranks the request's prompt and length, and
+// after the last one an end, so every rank runs the same forwards without reading anything of
+// its own.
+#include "driver.h"
+
+#include "tpcrt/file.h"
+#include "tpcrt/gguf.h"
+#include "tpcrt/json.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sys/stat.h>
+
+namespace tpcrt {
+
+namespace {
+
+/// Bounds on what a requests file may make rank 0 hold.
+constexpr uint64_t kMaxRequestsFileBytes = uint64_t(256) << 20;
+constexpr size_t kMaxRequests = 1 << 20;
+constexpr int kMaxRequestJsonDepth = 8;
+
+/// One line of the file, checked: what to run, or why it cannot run.
+struct Job {
+  nlohmann::json id;  // as given: a string or an integer
+  size_t line = 0;    // 1-based
+  Args args;          // the command's, with this request's prompt, length, sampling, stops
+  bool textPrompt = false;
+  std::string error;  // non-empty: refused with this
+};
+
+/// Fields a request may give that change nothing tpc computes.
+const std::set<std::string> kHarmless = {"model", "user", "metadata"};
+
+/// The OpenAI/vLLM fields tpc does not implement yet, which would change the result: refused
+/// by name rather than ignored.
+const std::set<std::string> kNotImplemented = {
+    "n", "best_of", "logprobs", "prompt_logprobs", "logit_bias", "min_tokens", "bad_words",
+    "allowed_token_ids", "include_stop_str_in_output", "skip_special_tokens",
+    "spaces_between_special_tokens", "truncate_prompt_tokens", "guided_json", "guided_regex",
+    "guided_choice", "guided_grammar", "response_format", "tools", "tool_choice",
+    "use_beam_search", "length_penalty", "messages", "echo", "suffix", "stream"};
+
+/// Reads one request object into `job.args` (which holds the command's values); "" or what
+/// is wrong, naming the field.
+std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
+                    const Tokenizer *tokenizer, const std::string &tokenizerError, Job &job) {
+  Args &args = job.args;
+  args.prompt.clear();
+  bool hasPrompt = false, hasIds = false;
+  for (const auto &[key, value] : request.items()) {
+    std::string why;
+    if (key == "id") {
+      continue;
+    } else if (key == "prompt") {
+      if (!value.is_string())
+        return "field 'prompt' must be a string, not " + value.dump();
+      hasPrompt = true;
+    } else if (key == "prompt_token_ids") {
+      if (!value.is_array() || value.empty())
+        return "field 'prompt_token_ids' must be a non-empty list of token ids";
+      for (const nlohmann::json &id : value) {
+        int64_t token = -1;
+        if (!jsonNumber(id, token).empty() || token < 0 || token >= spec.vocab)
+          return "field 'prompt_token_ids': " + id.dump() +
+                 " is not a token id of the vocabulary of " + std::to_string(spec.vocab);
+        args.prompt.push_back(token);
+      }
+      hasIds = true;
+    } else if (key == "max_tokens") {
+      why = jsonNumber(value, args.maxNewTokens);
+      if (why.empty() && args.maxNewTokens < 1)
+        why = "must be at least 1, got " + value.dump();
+    } else if (key == "temperature") {
+      why = jsonNumber(value, args.sampling.temperature);
+    } else if (key == "top_k") {
+      why = jsonNumber(value, args.sampling.topK);
+    } else if (key == "top_p") {
+      why = jsonNumber(value, args.sampling.topP);
+    } else if (key == "min_p") {
+      why = jsonNumber(value, args.sampling.minP);
+    } else if (key == "repetition_penalty") {
+      why = jsonNumber(value, args.sampling.repetitionPenalty);
+    } else if (key == "presence_penalty") {
+      why = jsonNumber(value, args.sampling.presencePenalty);
+    } else if (key == "frequency_penalty") {
+      why = jsonNumber(value, args.sampling.frequencyPenalty);
+    } else if (key == "seed") {
+      int64_t seed = 0;
+      why = jsonNumber(value, seed);
+      args.sampling.seed = uint64_t(seed);
+    } else if (key == "ignore_eos") {
+      if (!value.is_boolean())
+        return "field 'ignore_eos' must be true or false, not " + value.dump();
+      args.ignoreEos = value.get<bool>();
+    } else if (key == "stop") {
+      args.stop.clear();
+      for (const nlohmann::json &s : value.is_array() ? value : nlohmann::json::array({value})) {
+        if (!s.is_string())
+          return "field 'stop' must be a string or a list of strings, not " + value.dump();
+        args.stop.push_back(s.get<std::string>());
+      }
+      if (std::string bad = checkStopStrings(args.stop); !bad.empty())
+        return "field 'stop': " + bad;
+    } else if (key == "stop_token_ids") {
+      args.stopIds.clear();
+      if (!value.is_array())
+        return "field 'stop_token_ids' must be a list of token ids, not " + value.dump();
+      for (const nlohmann::json &id : value) {
+        int64_t token = -1;
+        if (!jsonNumber(id, token).empty() || token < 0)
+          return "field 'stop_token_ids': " + id.dump() + " is not a token id";
+        args.stopIds.push_back(token);
+      }
+    } else if (kNotImplemented.count(key)) {
+      return "field '" + key + "' is not implemented by tpc (it would change the result)";
+    } else if (!kHarmless.count(key)) {
+      return "unknown field '" + key + "'";
+    }
+    if (!why.empty())
+      return "field '" + key + "' " + why;
+  }
+  if (hasPrompt == hasIds)
+    return "give exactly one of the fields 'prompt' and 'prompt_token_ids'";
+  if (std::string why = args.sampling.validate(); !why.empty()) // "top_p must be ..."
+    return "field '" + why.substr(0, why.find(' ')) + "'" + why.substr(why.find(' '));
+  if ((hasPrompt || !args.stop.empty()) && !tokenizer)
+    return std::string(hasPrompt ? "field 'prompt'" : "field 'stop'") +
+           " needs the checkpoint's tokenizer: " + tokenizerError;
+  if (hasPrompt) {
+    std::string error;
+    std::optional<std::vector<int64_t>> ids =
+        tokenizer->encode(request["prompt"].get<std::string>(), /*addSpecial=*/true, error);
+    if (!ids)
+      return "field 'prompt': " + error;
+    if (ids->empty())
+      return "field 'prompt' is no tokens at all";
+    args.prompt = std::move(*ids);
+    job.textPrompt = true;
+  }
+  int64_t total = int64_t(args.prompt.size()) + args.maxNewTokens;
+  if (total > args.maxSeqLen)
+    return "the prompt's " + std::to_string(args.prompt.size()) + " tokens and max_tokens " +
+           std::to_string(args.maxNewTokens) + " need " + std::to_string(total) +
+           " tokens of context, more than --max-seq-len " + std::to_string(args.maxSeqLen);
+  return "";
+}
+
+/// Every request of the file, each checked; false with `error` when the file itself cannot be
+/// read (missing, too large, too many lines).
+bool readJobs(const Args &command, const ModelSpec &spec, const Tokenizer *tokenizer,
+              const std::string &tokenizerError, std::vector<Job> &jobs, std::string &error) {
+  const std::string &path = command.requestsFile;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    error = "--requests " + path + " is not a file that can be read";
+    return false;
+  }
+  if (uint64_t(st.st_size) > kMaxRequestsFileBytes) {
+    error = "--requests " + path + " has " + std::to_string(st.st_size) +
+            " bytes, more than the limit of " + std::to_string(kMaxRequestsFileBytes);
+    return false;
+  }
+  std::string text;
+  if (!readFile(path, text)) {
+    error = "cannot read --requests " + path;
+    return false;
+  }
+  std::map<std::string, size_t> seen; // id -> line
+  size_t start = 0, line = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string row = text.substr(start, end - start);
+    start = end + 1;
+    ++line;
+    if (row.find_first_not_of(" \t\r") == std::string::npos)
+      continue; // blank lines separate nothing
+    if (jobs.size() == kMaxRequests) {
+      error = "--requests " + path + " holds more than " + std::to_string(kMaxRequests) +
+              " requests";
+      return false;
+    }
+    Job &job = jobs.emplace_back();
+    job.line = line;
+    job.args = command;
+    nlohmann::json request;
+    try {
+      request = parseUntrustedJson(row, kMaxRequestJsonDepth);
+    } catch (const std::exception &e) {
+      job.error = std::string("not JSON: ") + e.what();
+      continue;
+    }
+    if (!request.is_object()) {
+      job.error = "not a JSON object";
+      continue;
+    }
+    auto id = request.find("id");
+    if (id == request.end() || !(id->is_string() || id->is_number_integer())) {
+      job.error = "field 'id' must be given, a string or an integer";
+      continue;
+    }
+    job.id = *id;
+    if (auto [at, fresh] = seen.emplace(id->dump(), line); !fresh) {
+      job.error = "field 'id': " + id->dump() + " is the id of the request on line " +
+                  std::to_string(at->second) + " too";
+      continue;
+    }
+    job.error = readJob(request, spec, tokenizer, tokenizerError, job);
+  }
+  return true;
+}
+
+/// One line of --output. Text is valid UTF-8 as the tokenizer's stream writes it; should a
+/// string not be, its bad bytes become U+FFFD rather than stopping the run.
+void writeLine(std::ofstream &out, const nlohmann::ordered_json &line) {
+  out << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n"
+      << std::flush;
+}
+
+/// What rank 0 sends before each request: its prompt's length and how many tokens it may
+/// generate; a prompt length of 0 ends the run.
+struct JobHeader {
+  int64_t promptTokens, maxNewTokens;
+};
+
+} // namespace
+
+int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, Backend &backend,
+                const Group &group) {
+  bool lead = group.rank == 0, tellPeers = group.world > 1 && !group.view;
+  std::vector<Job> jobs;
+  std::shared_ptr<Tokenizer> tokenizer;
+  std::ofstream out;
+  if (lead) {
+    std::string tokenizerError, error;
+    std::unique_ptr<GgufFile> gguf;
+    tokenizer = loadTokenizer(args.weights, spec.vocab, gguf, tokenizerError);
+    if (readJobs(args, spec, tokenizer.get(), tokenizerError, jobs, error))
+      out.open(args.outputFile, std::ios::trunc);
+    if (error.empty() && !out)
+      error = "cannot write --output " + args.outputFile;
+    if (!error.empty()) {
+      // The peers wait for a header: an end, then this rank stops.
+      JobHeader end{0, 0};
+      if (tellPeers)
+        group.comm->broadcast(&end, sizeof end, 0);
+      return group.stop(error);
+    }
+  }
+  auto started = std::chrono::steady_clock::now();
+  size_t finished = 0, refused = 0;
+  int64_t promptTokens = 0, generatedTokens = 0;
+  for (size_t next = 0;; ++next) {
+    // Rank 0 skips the refused requests, writing why; the peers see only those that run.
+    if (lead) {
+      while (next < jobs.size() && !jobs[next].error.empty()) {
+        const Job &job = jobs[next++];
+        nlohmann::ordered_json line = {
+            {"id", job.id},
+            {"error", {{"message", "request on line " + std::to_string(job.line) + ": " +
+                                       job.error}}}};
+        writeLine(out, line);
+        ++refused;
+      }
+    }
+    JobHeader header{0, 0};
+    if (lead && next < jobs.size())
+      header = {int64_t(jobs[next].args.prompt.size()), jobs[next].args.maxNewTokens};
+    if (tellPeers)
+      group.comm->broadcast(&header, sizeof header, 0);
+    if (header.promptTokens == 0)
+      break;
+    Args run = lead ? jobs[next].args : args;
+    if (!lead) {
+      run.prompt.assign(size_t(header.promptTokens), 0);
+      run.maxNewTokens = header.maxNewTokens;
+    }
+    if (tellPeers)
+      group.comm->broadcast(run.prompt.data(), run.prompt.size() * sizeof(int64_t), 0);
+    backend.resetCaches();
+    if (!lead) {
+      generator.generate(run);
+      continue;
+    }
+    const Job &job = jobs[next];
+    std::string text;
+    std::optional<Tokenizer::Stream> stream;
+    if (tokenizer)
+      stream.emplace(tokenizer->stream(/*skipSpecial=*/true));
+    StopStrings stops(run.stop);
+    std::vector<int64_t> tokens = generator.generate(run, [&](int64_t id) {
+      if (!stream)
+        return false;
+      text += stops.push(stream->push(id));
+      return stops.stopped();
+    });
+    if (stream && !stops.stopped())
+      text += stops.push(stream->finish()) + stops.finish();
+    int64_t prompt = int64_t(run.prompt.size()), completion = int64_t(tokens.size());
+    nlohmann::ordered_json line = {{"id", job.id}};
+    if (tokenizer)
+      line["text"] = text;
+    line["token_ids"] = tokens;
+    line["finish_reason"] = generator.finishReason();
+    if (stops.stopped())
+      line["stop_reason"] = stops.matched();
+    line["usage"] = {{"prompt_tokens", prompt},
+                     {"completion_tokens", completion},
+                     {"total_tokens", prompt + completion}};
+    writeLine(out, line);
+    ++finished;
+    promptTokens += prompt;
+    generatedTokens += completion;
+  }
+  if (lead) {
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::fprintf(stderr,
+                 "%zu requests: %zu finished, %zu refused (see %s); %lld prompt tokens, %lld "
+                 "generated in %.2f s (%.1f generated tokens/s)\n",
+                 jobs.size(), finished, refused, args.outputFile.c_str(),
+                 (long long)promptTokens, (long long)generatedTokens, seconds,
+                 seconds > 0 ? double(generatedTokens) / seconds : 0.0);
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write --output %s\n", args.outputFile.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+} // namespace tpcrt
