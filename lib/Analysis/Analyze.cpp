@@ -227,9 +227,9 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
     notes.push_back("--sequence-parallel does nothing on one rank");
   if (o.tp > 1)
     notes.push_back("each step (the prefill, every decode step) ends with rank 0 sending the "
-                    "other ranks the token it chose and whether to stop: a 16-byte broadcast "
-                    "on the host transport, not a collective of the model (not listed above, "
-                    "nor in --trace)");
+                    "other ranks the token it chose and whether to stop: 16 bytes a rank through "
+                    "the host transport's all-gather, not a collective of the model (not "
+                    "listed above, nor in --trace)");
   auto forwardFor = [&](int64_t tokens) { return tp::forwardFor(*decided, tokens); };
   tp::TargetAttr target = tp::getTarget(*decided);
   int64_t elementBytes = target.activationBytes();

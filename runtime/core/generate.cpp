@@ -30,6 +30,11 @@ double median(std::vector<double> values) {
   return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+/// Rank 0's choice after a forward, which every rank follows.
+struct Decision {
+  int64_t token, stop;
+};
+
 } // namespace
 
 int64_t argmax(const float *x, int64_t n) { return std::max_element(x, x + n) - x; }
@@ -118,9 +123,7 @@ std::vector<int64_t> Generator::generate(const Args &args,
   while (int64_t(generated.size()) < args.maxNewTokens) {
     // Rank 0's decision: the token, and whether the generation ends with it. Teacher forcing
     // feeds the given token and ignores the stop rules; the token shown stays the model's.
-    struct {
-      int64_t token, stop;
-    } decision = {-1, 0};
+    Decision decision = {-1, 0};
     auto t1 = now();
     if (decides) {
       decision.token = sampler->sample(logits);
@@ -129,8 +132,11 @@ std::vector<int64_t> Generator::generate(const Args &args,
       if (args.forced.empty() && (in(eos, decision.token) || in(args.stopIds, decision.token)))
         decision.stop = 1;
     }
-    if (tellPeers)
-      rank.comm->broadcast(&decision, sizeof decision, 0);
+    if (tellPeers) {
+      std::vector<Decision> all(size_t(rank.tp));
+      rank.comm->communicator().exchange(&decision, sizeof decision, all.data());
+      decision = all[0];
+    }
     generated.push_back(decision.token);
     if (decision.stop) {
       finished = "stop";
