@@ -86,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       int64_t held = 1;
       for (int64_t d : half.localShape(t.shape))
         held *= d;
-      std::vector<float> piece(size_t(held));
+      std::vector<float> piece(static_cast<size_t>(held));
       model->read(name, t.shape, half, piece.data(), bytes, error);
     }
   } else if (error.empty()) {

@@ -386,7 +386,7 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
     return false;
   }
   const int64_t rowElements = t.ne.empty() ? 1 : t.ne[0];
-  RowWindow window{*file_, *mapped, rowsNeeded(*mapped, shape, spec)};
+  RowWindow window{*file_, *mapped, rowsNeeded(*mapped, shape, spec), 0, 0, {}};
   // The row last dequantized (and, for Gemma's norms, less its 1).
   int64_t decoded = -1;
   std::vector<float> values(static_cast<size_t>(rowElements));
@@ -441,7 +441,7 @@ bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &
   }
   const int64_t rowElements = t.ne[0], block = dtypeBlockElements(type);
   const size_t blockBytes = dtypeBlockBytes(type);
-  RowWindow window{*file_, *mapped, rowsNeeded(*mapped, shape, spec)};
+  RowWindow window{*file_, *mapped, rowsNeeded(*mapped, shape, spec), 0, 0, {}};
   auto* to = static_cast<uint8_t *>(out);
   bool ok = true;
   forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
