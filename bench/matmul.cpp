@@ -13,6 +13,7 @@
 //   tpc-matmul-bench panels [RUNS]   prefill rates of bf16 and f16 per panel size
 //   tpc-matmul-bench scalar [RUNS]   decode and prefill without the AVX2 kernels
 //   tpc-matmul-bench quantized [RUNS]  decode and prefill of the quantized types alone
+//   tpc-matmul-bench quantized-avx2 [RUNS]  the same without the AVX-512 quantized kernels
 #include "tpcrt/cpu/kernels.h"
 
 #include <algorithm>
@@ -216,16 +217,22 @@ int main(int argc, char **argv) {
   }
   if (mode == "scalar")
     detail::forceScalarKernels(true);
+  else if (mode == "quantized-avx2")
+    detail::forceAvx2Kernels(true);
   else if (!mode.empty() && mode != "quantized") {
-    std::fprintf(stderr, "usage: tpc-matmul-bench [panels|scalar|quantized] [RUNS]\n");
+    std::fprintf(stderr,
+                 "usage: tpc-matmul-bench [panels|scalar|quantized|quantized-avx2] [RUNS]\n");
     return 2;
   }
-  std::printf("AVX2 kernels:");
+  std::printf("one-row kernels:");
   for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                      DType::Q4_K})
-    std::printf(" %s %s", dtypeName(type), detail::vectorKernelsFor(type) ? "yes" : "no");
+    std::printf(" %s %s", dtypeName(type),
+                detail::avx512KernelsFor(type)   ? "AVX-512"
+                : detail::vectorKernelsFor(type) ? "AVX2"
+                                                 : "scalar");
   std::printf("\n");
-  if (mode != "quantized") {
+  if (mode != "quantized" && mode != "quantized-avx2") {
     decode(runs);
     prefill(runs);
   }

@@ -274,7 +274,9 @@ void checkLinear(DType type, int64_t rows, int64_t out, int64_t in, bool withBia
   SCOPED_TRACE(std::string(dtypeName(type)) + " rows " + std::to_string(rows) + " out " +
                std::to_string(out) + " in " + std::to_string(in) +
                (withBias ? " bias" : "") +
-               (detail::vectorKernelsFor(type) ? " avx2" : " scalar"));
+               (detail::avx512KernelsFor(type)   ? " avx512"
+                : detail::vectorKernelsFor(type) ? " avx2"
+                                                 : " scalar"));
   Weights w(type, size_t(out * in), unsigned(out * 31 + in));
   // x is not a 16-bit value anywhere: a kernel that rounded it would miss by ~1e-3.
   std::vector<float> x = randomFloats(size_t(rows * in), 3), bias = randomFloats(size_t(out), 4);
@@ -296,6 +298,19 @@ void checkLinear(DType type, int64_t rows, int64_t out, int64_t in, bool withBia
 struct ScalarKernels {
   explicit ScalarKernels(bool scalar) { detail::forceScalarKernels(scalar); }
   ~ScalarKernels() { detail::forceScalarKernels(false); }
+};
+
+/// The kernels a test runs: the best the CPU has, AVX2 at most, or scalar.
+enum class Kernels { Best, Avx2, Scalar };
+struct ForcedKernels {
+  explicit ForcedKernels(Kernels kernels) {
+    detail::forceAvx2Kernels(kernels == Kernels::Avx2);
+    detail::forceScalarKernels(kernels == Kernels::Scalar);
+  }
+  ~ForcedKernels() {
+    detail::forceAvx2Kernels(false);
+    detail::forceScalarKernels(false);
+  }
 };
 
 } // namespace
@@ -332,8 +347,9 @@ TEST(Linear, QuantizedTypesMatchTheirWidenedWeights) {
   };
   const Shape shapes[] = {{1, 1, 1},  {1, 13, 1}, {1, 21, 2}, {1, 8, 3},   {1, 67, 17},
                           {1, 37, 48}, {3, 13, 1}, {9, 21, 3}, {4, 67, 17}, {2, 8, 48}};
-  for (bool scalar : {false, true}) {
-    ScalarKernels forced(scalar);
+  // AVX-512 (where the CPU has it), AVX2 and scalar.
+  for (Kernels kernels : {Kernels::Best, Kernels::Avx2, Kernels::Scalar}) {
+    ForcedKernels forced(kernels);
     for (DType type : kQuantizedTypes)
       for (const Shape &shape : shapes) {
         int64_t in = shape.blocks * dtypeBlockElements(type);
@@ -364,6 +380,17 @@ TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
   EXPECT_EQ(detail::vectorKernelsFor(DType::F16), has && __builtin_cpu_supports("f16c"));
   for (DType type : kQuantizedTypes) // their f16 scales convert with F16C
     EXPECT_EQ(detail::vectorKernelsFor(type), has && __builtin_cpu_supports("f16c"));
+  // The one-row linear of Q4_0 and Q4_K uses AVX-512 F and BW where the CPU has them, and
+  // forcing AVX2 turns it off.
+  bool wide = has && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
+              __builtin_cpu_supports("avx512bw");
+  for (DType type : kQuantizedTypes)
+    EXPECT_EQ(detail::avx512KernelsFor(type),
+              wide && (type == DType::Q4_0 || type == DType::Q4_K));
+  EXPECT_FALSE(detail::avx512KernelsFor(DType::BF16));
+  ForcedKernels avx2(Kernels::Avx2);
+  for (DType type : kQuantizedTypes)
+    EXPECT_FALSE(detail::avx512KernelsFor(type));
 #endif
 }
 

@@ -64,6 +64,11 @@ namespace detail {
 void forceScalarKernels(bool scalar);
 /// Whether linear reads a W of `type` with the AVX2 kernels now.
 bool vectorKernelsFor(DType type);
+/// The one-row linear of quantized W without AVX-512 (AVX2's) while `avx2`.
+void forceAvx2Kernels(bool avx2);
+/// Whether the one-row linear reads a W of `type` with AVX-512 now (Q4_0 and Q4_K, on a CPU
+/// with AVX-512 F and BW).
+bool avx512KernelsFor(DType type);
 /// The size of the fp32 panel a several-row linear widens a 16-bit or quantized W into
 /// (1 MiB).
 void setPanelBytes(size_t bytes);
