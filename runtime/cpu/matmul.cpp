@@ -376,6 +376,21 @@ TPC_AVX2 inline __m256 accumulateGroup(const uint8_t *block, int g,
   return _mm256_fmadd_ps(dot, scales.scale(g), acc);
 }
 
+/// The next kRows rows of a quantized W (from `first + kRows`) requested a line at a time, at
+/// the pace the current kRows rows are read: after block b, as many bytes of them as the
+/// current rows' b + 1 blocks hold.
+struct NextRows {
+  const uint8_t *w;
+  size_t begin, totalBytes, ahead; // the next rows' first byte, W's size, the next line
+  NextRows(const uint8_t *w, size_t rowBytes, size_t totalBytes, int64_t next)
+      : w(w), begin(size_t(next) * rowBytes), totalBytes(totalBytes), ahead(begin / 64 * 64) {}
+  void through(size_t bytes) {
+    size_t until = std::min(totalBytes, begin + bytes);
+    for (; ahead < until; ahead += 64)
+      _mm_prefetch(reinterpret_cast<const char *>(w + ahead), _MM_HINT_T0);
+  }
+};
+
 /// y[first, first + kRows) of a quantized gemv: W's rows `first` on, each in its own running
 /// sum, a block of each row a step, so that kRows streams of loads are in flight; the next
 /// kRows rows are prefetched at the pace these are read, as gemvAvx2 does. A block of several
@@ -391,12 +406,9 @@ TPC_AVX2 inline void quantizedRows(const uint8_t *w, size_t rowBytes, size_t tot
   __m256 acc[kRows];
   for (int64_t k = 0; k < kRows; ++k)
     acc[k] = _mm256_setzero_ps();
-  const size_t nextRows = size_t(first + kRows) * rowBytes;
-  size_t ahead = nextRows / 64 * 64; // the next line of the next rows to request
+  NextRows next(w, rowBytes, totalBytes, first + kRows);
   for (int64_t b = 0; b < blocks; ++b) {
-    size_t until = std::min(totalBytes, nextRows + size_t(b + 1) * kRows * Q::kBytes);
-    for (; ahead < until; ahead += 64)
-      _mm_prefetch(reinterpret_cast<const char *>(w + ahead), _MM_HINT_T0);
+    next.through(size_t(b + 1) * kRows * Q::kBytes);
     const uint8_t *column = rows + size_t(b) * Q::kBytes; // block b of the first row
     const float *xs = x + b * kElements;
     if constexpr (Q::kGroups == 1) {
@@ -435,9 +447,26 @@ TPC_AVX2 inline void quantizedRows(const uint8_t *w, size_t rowBytes, size_t tot
     y[first + k] = bias ? totals[k] + bias[first + k] : totals[k];
 }
 
+/// quantizedRows with AVX-512 (below), compiled as such and called from AVX2 code.
+template <DType T, int64_t kRows>
+void quantizedRowsWide(const uint8_t *w, size_t rowBytes, size_t totalBytes, int64_t first,
+                       const float *x, const float *sums, int64_t blocks, const float *bias,
+                       float *y);
+
+/// quantizedRows, or with AVX-512 where `wide`.
+template <DType T, bool wide, int64_t kRows>
+TPC_AVX2 inline void rowsOf(const uint8_t *w, size_t rowBytes, size_t totalBytes, int64_t first,
+                            const float *x, const float *sums, int64_t blocks, const float *bias,
+                            float *y) {
+  if constexpr (wide)
+    quantizedRowsWide<T, kRows>(w, rowBytes, totalBytes, first, x, sums, blocks, bias, y);
+  else
+    quantizedRows<T, kRows>(w, rowBytes, totalBytes, first, x, sums, blocks, bias, y);
+}
+
 /// y = W x (+ bias) for one row x and W [out, in] of the quantized T, `in` whole blocks: eight
-/// rows at a time, then the last out % 8 one at a time.
-template <DType T>
+/// rows at a time, then the last out % 8 one at a time; with AVX-512 where `wide`.
+template <DType T, bool wide = false>
 TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t in,
                             const float *bias, float *y) {
   const int64_t blocks = in / (Quant<T>::kGroups * kGroupElements);
@@ -446,9 +475,9 @@ TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t 
   const auto *base = static_cast<const uint8_t *>(w);
   int64_t r = 0;
   for (; r + 8 <= out; r += 8)
-    quantizedRows<T, 8>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
+    rowsOf<T, wide, 8>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
   for (; r < out; ++r)
-    quantizedRows<T, 1>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
+    rowsOf<T, wide, 1>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
 }
 
 // Q4_0's and Q4_K's products with AVX-512 (F and BW), where the CPU has it: a group of 32
@@ -537,12 +566,9 @@ TPC_AVX512 inline void quantizedRows512(const uint8_t *w, size_t rowBytes, size_
     acc[k] = _mm512_setzero_ps();
     offsetAcc[k] = _mm256_setzero_ps();
   }
-  const size_t nextRows = size_t(first + kRows) * rowBytes;
-  size_t ahead = nextRows / 64 * 64;
+  NextRows next(w, rowBytes, totalBytes, first + kRows);
   for (int64_t b = 0; b < blocks; ++b) {
-    size_t until = std::min(totalBytes, nextRows + size_t(b + 1) * kRows * Q::kBytes);
-    for (; ahead < until; ahead += 64)
-      _mm_prefetch(reinterpret_cast<const char *>(w + ahead), _MM_HINT_T0);
+    next.through(size_t(b + 1) * kRows * Q::kBytes);
     const uint8_t *column = rows + size_t(b) * Q::kBytes;
     const float *xs = x + b * kElements;
     const float *blockSums = sums + 8 * b;
@@ -571,19 +597,11 @@ TPC_AVX512 inline void quantizedRows512(const uint8_t *w, size_t rowBytes, size_
   }
 }
 
-/// gemvQuantized with AVX-512.
-template <DType T>
-TPC_AVX512 void gemvQuantized512(const void *w, const float *x, int64_t out, int64_t in,
-                                 const float *bias, float *y) {
-  const int64_t blocks = in / (Quant<T>::kGroups * kGroupElements);
-  const size_t rowBytes = size_t(blocks) * Quant<T>::kBytes, totalBytes = size_t(out) * rowBytes;
-  const float *sums = Quant<T>::kOffsets ? groupSums<T>(x, blocks) : nullptr;
-  const auto *base = static_cast<const uint8_t *>(w);
-  int64_t r = 0;
-  for (; r + 8 <= out; r += 8)
-    quantizedRows512<T, 8>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
-  for (; r < out; ++r)
-    quantizedRows512<T, 1>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
+template <DType T, int64_t kRows>
+TPC_AVX512 void quantizedRowsWide(const uint8_t *w, size_t rowBytes, size_t totalBytes,
+                                  int64_t first, const float *x, const float *sums,
+                                  int64_t blocks, const float *bias, float *y) {
+  quantizedRows512<T, kRows>(w, rowBytes, totalBytes, first, x, sums, blocks, bias, y);
 }
 #pragma GCC diagnostic pop
 #undef TPC_AVX512
@@ -665,13 +683,13 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
       return gemvQuantized<DType::Q8_0>(w.data, x, out, in, bias, y);
     case DType::Q4_0:
       return wideQuantizedKernels(w.type)
-                 ? gemvQuantized512<DType::Q4_0>(w.data, x, out, in, bias, y)
+                 ? gemvQuantized<DType::Q4_0, true>(w.data, x, out, in, bias, y)
                  : gemvQuantized<DType::Q4_0>(w.data, x, out, in, bias, y);
     case DType::Q4_1:
       return gemvQuantized<DType::Q4_1>(w.data, x, out, in, bias, y);
     case DType::Q4_K:
       return wideQuantizedKernels(w.type)
-                 ? gemvQuantized512<DType::Q4_K>(w.data, x, out, in, bias, y)
+                 ? gemvQuantized<DType::Q4_K, true>(w.data, x, out, in, bias, y)
                  : gemvQuantized<DType::Q4_K>(w.data, x, out, in, bias, y);
     }
   }
