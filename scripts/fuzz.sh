@@ -14,6 +14,7 @@
 #                              the conformance test's), with an oracle: streaming equals decode
 #                              and every chunk is well-formed UTF-8
 #   template                   chat-template rendering (seeds: the real templates)
+#   requests                   the --requests file reader (seeds: the e2e test's file)
 #   pipeline                   model.mlir through the compiler's passes
 # The text targets need the test venv (scripts/venv.sh) for their seeds and vocabularies. PCRE2,
 # which the tokenizer hands every prompt, is built from Debian's source of it with the same
@@ -65,7 +66,7 @@ if [[ ! -f $build/build.ninja ]]; then
     -DPCRE2_LIBRARY="$pcre2/lib/libpcre2-8.a" -DPCRE2_INCLUDE_DIR="$pcre2/include" \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit > /dev/null
 fi
-all=(plan config safetensors gguf tokenizer text template pipeline)
+all=(plan config safetensors gguf tokenizer text template requests pipeline)
 # FUZZ_TARGETS="config pipeline" reruns some; the table keeps the others' last rows.
 read -r -a targets <<< "${FUZZ_TARGETS:-${all[*]}}"
 # Only what the chosen targets need: the MLIR-based ones take long to build with clang.
@@ -75,7 +76,7 @@ cmake --build "$build" --target "${needs[@]}"
 
 # Seeds: what the tests already feed each reader.
 seeds=$build/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,gguf,tokenizer,text,template,pipeline}
+rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,gguf,tokenizer,text,template,requests,pipeline}
 cp "$root"/examples/plan.json "$root"/test/Plan/Inputs/*.json "$root"/test/Transforms/Inputs/*.json \
   "$seeds/plan/"
 for strategies in "$root"/test/Plan/Inputs/custom-*.json; do # plan NUL strategies
@@ -170,6 +171,7 @@ for ((t = 0; t < count; t++)); do
   { printf "\\x$(printf %02x $((t << 2 | 1)))"; head -c 64 /dev/urandom; } > "$seeds/text/ids-$t"
 done
 cp "$root"/test/conformance/Inputs/chat_templates/*.jinja "$seeds/template/"
+cp "$root"/test/e2e/Inputs/requests.jsonl "$seeds/requests/"
 
 # fuzz TARGET: one target's run; its row of the table goes to build-fuzz/TARGET.row.
 fuzz() {

@@ -176,6 +176,23 @@ template <typename T> std::string jsonNumber(const nlohmann::json &value, T &int
   return "";
 }
 
+/// One request of a --requests file, checked: what to run, or why it cannot run.
+struct BatchRequest {
+  nlohmann::json id; // as given: a string or an integer (null where there is none)
+  size_t line = 0;   // 1-based
+  Args args;         // the command's, with this request's prompt, length, sampling, stops
+  bool textPrompt = false;
+  std::string error; // non-empty: refused with this, naming the field
+};
+
+/// The requests of a --requests file's `text`, one JSON object a line (blank lines skipped),
+/// each checked against `spec` (its vocabulary) and `command.maxSeqLen`, appended to `jobs`;
+/// fields not given are `command`'s. `tokenizer` may be null (`tokenizerError` says why): then
+/// text prompts and stop strings are refused. False when there are more than 2^20 requests.
+bool readRequestsText(const std::string &text, const Args &command, const ModelSpec &spec,
+                      const Tokenizer *tokenizer, const std::string &tokenizerError,
+                      std::vector<BatchRequest> &jobs);
+
 /// --requests: runs every request of the file, one after another, on the group's ranks, rank
 /// 0 reading, checking and deciding, and writing one JSON line per request to --output.
 /// Returns the exit status (0 even when some requests were refused: their lines say why).

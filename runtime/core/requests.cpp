@@ -27,15 +27,6 @@ constexpr uint64_t kMaxRequestsFileBytes = uint64_t(256) << 20;
 constexpr size_t kMaxRequests = 1 << 20;
 constexpr int kMaxRequestJsonDepth = 8;
 
-/// One line of the file, checked: what to run, or why it cannot run.
-struct Job {
-  nlohmann::json id;  // as given: a string or an integer
-  size_t line = 0;    // 1-based
-  Args args;          // the command's, with this request's prompt, length, sampling, stops
-  bool textPrompt = false;
-  std::string error;  // non-empty: refused with this
-};
-
 /// Fields a request may give that change nothing tpc computes.
 const std::set<std::string> kHarmless = {"model", "user", "metadata"};
 
@@ -51,7 +42,7 @@ const std::set<std::string> kNotImplemented = {
 /// Reads one request object into `job.args` (which holds the command's values); "" or what
 /// is wrong, naming the field.
 std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
-                    const Tokenizer *tokenizer, const std::string &tokenizerError, Job &job) {
+                    const Tokenizer *tokenizer, const std::string &tokenizerError, BatchRequest &job) {
   Args &args = job.args;
   args.prompt.clear();
   bool hasPrompt = false, hasIds = false;
@@ -156,7 +147,7 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
 /// Every request of the file, each checked; false with `error` when the file itself cannot be
 /// read (missing, too large, too many lines).
 bool readJobs(const Args &command, const ModelSpec &spec, const Tokenizer *tokenizer,
-              const std::string &tokenizerError, std::vector<Job> &jobs, std::string &error) {
+              const std::string &tokenizerError, std::vector<BatchRequest> &jobs, std::string &error) {
   const std::string &path = command.requestsFile;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -173,6 +164,32 @@ bool readJobs(const Args &command, const ModelSpec &spec, const Tokenizer *token
     error = "cannot read --requests " + path;
     return false;
   }
+  if (!readRequestsText(text, command, spec, tokenizer, tokenizerError, jobs)) {
+    error = "--requests " + path + " holds more than " + std::to_string(kMaxRequests) +
+            " requests";
+    return false;
+  }
+  return true;
+}
+
+/// One line of --output. Text is valid UTF-8 as the tokenizer's stream writes it; should a
+/// string not be, its bad bytes become U+FFFD rather than stopping the run.
+void writeLine(std::ofstream &out, const nlohmann::ordered_json &line) {
+  out << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n"
+      << std::flush;
+}
+
+/// What rank 0 sends before each request: its prompt's length and how many tokens it may
+/// generate; a prompt length of 0 ends the run.
+struct JobHeader {
+  int64_t promptTokens, maxNewTokens;
+};
+
+} // namespace
+
+bool readRequestsText(const std::string &text, const Args &command, const ModelSpec &spec,
+                      const Tokenizer *tokenizer, const std::string &tokenizerError,
+                      std::vector<BatchRequest> &jobs) {
   std::map<std::string, size_t> seen; // id -> line
   size_t start = 0, line = 0;
   while (start < text.size()) {
@@ -184,12 +201,9 @@ bool readJobs(const Args &command, const ModelSpec &spec, const Tokenizer *token
     ++line;
     if (row.find_first_not_of(" \t\r") == std::string::npos)
       continue; // blank lines separate nothing
-    if (jobs.size() == kMaxRequests) {
-      error = "--requests " + path + " holds more than " + std::to_string(kMaxRequests) +
-              " requests";
+    if (jobs.size() == kMaxRequests)
       return false;
-    }
-    Job &job = jobs.emplace_back();
+    BatchRequest &job = jobs.emplace_back();
     job.line = line;
     job.args = command;
     nlohmann::json request;
@@ -219,25 +233,10 @@ bool readJobs(const Args &command, const ModelSpec &spec, const Tokenizer *token
   return true;
 }
 
-/// One line of --output. Text is valid UTF-8 as the tokenizer's stream writes it; should a
-/// string not be, its bad bytes become U+FFFD rather than stopping the run.
-void writeLine(std::ofstream &out, const nlohmann::ordered_json &line) {
-  out << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n"
-      << std::flush;
-}
-
-/// What rank 0 sends before each request: its prompt's length and how many tokens it may
-/// generate; a prompt length of 0 ends the run.
-struct JobHeader {
-  int64_t promptTokens, maxNewTokens;
-};
-
-} // namespace
-
 int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, Backend &backend,
                 const Group &group) {
   bool lead = group.rank == 0, tellPeers = group.world > 1 && !group.view;
-  std::vector<Job> jobs;
+  std::vector<BatchRequest> jobs;
   std::shared_ptr<Tokenizer> tokenizer;
   std::ofstream out;
   if (lead) {
@@ -263,7 +262,7 @@ int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, B
     // Rank 0 skips the refused requests, writing why; the peers see only those that run.
     if (lead) {
       while (next < jobs.size() && !jobs[next].error.empty()) {
-        const Job &job = jobs[next++];
+        const BatchRequest &job = jobs[next++];
         nlohmann::ordered_json line = {
             {"id", job.id},
             {"error", {{"message", "request on line " + std::to_string(job.line) + ": " +
@@ -291,7 +290,7 @@ int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, B
       generator.generate(run);
       continue;
     }
-    const Job &job = jobs[next];
+    const BatchRequest &job = jobs[next];
     std::string text;
     std::optional<Tokenizer::Stream> stream;
     if (tokenizer)

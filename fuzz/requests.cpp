@@ -1,0 +1,57 @@
+// Fuzzes the --requests reader (readRequestsText, runtime/core/requests.cpp): the input is a
+// requests file, one JSON object a line (seeds: the e2e test's file), read against a model of
+// 256 tokens with the example's byte-level tokenizer and a 64-token context. Each request must
+// come out either refused with an error or runnable: a non-empty prompt of the vocabulary's
+// ids that fits the context with its max_tokens, and sampling parameters in range. Nothing
+// may crash or hang.
+#include "driver.h"
+
+#include "tpcrt/tokenizer.h"
+
+#include <cstdint>
+#include <string>
+
+namespace {
+
+const tpcrt::Tokenizer *exampleTokenizer() {
+  static std::unique_ptr<tpcrt::Tokenizer> tokenizer = [] {
+    std::string error;
+    std::unique_ptr<tpcrt::Tokenizer> loaded = tpcrt::Tokenizer::load(TPC_FUZZ_EXAMPLES, error);
+    if (!loaded)
+      __builtin_trap(); // the harness itself is broken
+    return loaded;
+  }();
+  return tokenizer.get();
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  tpcrt::ModelSpec spec{};
+  spec.name = "fuzz";
+  spec.tp = 1;
+  spec.vocab = 256;
+  tpcrt::Args command;
+  command.maxSeqLen = 64;
+  command.maxNewTokens = 4;
+  command.sampling.temperature = 0;
+  std::vector<tpcrt::BatchRequest> jobs;
+  std::string text(reinterpret_cast<const char *>(data), size);
+  // Every other input without a tokenizer, as for a checkpoint that has none.
+  const tpcrt::Tokenizer *tokenizer = size % 2 ? exampleTokenizer() : nullptr;
+  if (!tpcrt::readRequestsText(text, command, spec, tokenizer, "no tokenizer.json", jobs))
+    __builtin_trap(); // at most 16 KiB of input: far fewer than 2^20 requests
+  for (const tpcrt::BatchRequest &job : jobs) {
+    if (!job.error.empty())
+      continue;
+    const tpcrt::Args &a = job.args;
+    if (a.prompt.empty() || a.maxNewTokens < 1 ||
+        int64_t(a.prompt.size()) + a.maxNewTokens > command.maxSeqLen ||
+        !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty())
+      __builtin_trap();
+    for (int64_t id : a.prompt)
+      if (id < 0 || id >= spec.vocab)
+        __builtin_trap();
+  }
+  return 0;
+}
