@@ -51,6 +51,9 @@ struct Args {
   /// Stop strings (withheld from the text) and stop ids; neither is turned off by --ignore-eos.
   std::vector<std::string> stop;
   std::vector<int64_t> stopIds;
+  /// Log-probabilities of each generated token and of this many most likely ones (0 to
+  /// kMaxLogprobs); -1: none (a request's logprobs field).
+  int logprobs = -1;
   /// --requests IN.jsonl and --output OUT.jsonl: many requests, one after another, instead of
   /// one prompt (requests.cpp).
   std::string requestsFile, outputFile;
@@ -120,6 +123,8 @@ public:
   /// Why the generation ended: "stop" (an end-of-sequence or stop id, a stop string) or
   /// "length" (--max-new-tokens), as vLLM's finish_reason.
   const char *finishReason() const { return finished; }
+  /// Rank 0, where the request asked for them: each generated token's log-probabilities.
+  const std::vector<TokenLogprobs> &logprobs() const { return tokenLogprobs; }
 
   const std::string &phase() const { return current; }
   /// The last row of logits of every counted forward, one after another.
@@ -140,6 +145,7 @@ private:
   std::vector<float> dumped;
   Timings times;
   const char *finished = "length";
+  std::vector<TokenLogprobs> tokenLogprobs;
 };
 
 /// Rank 0's lines on stdout: the tokens, then the prefill and decode times.

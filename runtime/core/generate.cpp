@@ -113,6 +113,7 @@ std::vector<int64_t> Generator::generate(const Args &args,
     sampler.emplace(args.sampling, args.prompt, spec.vocab);
   bool tellPeers = rank.tp > 1 && rank.comm;
   finished = "length";
+  tokenLogprobs.clear();
 
   current = "the prefill";
   auto t0 = now();
@@ -127,6 +128,8 @@ std::vector<int64_t> Generator::generate(const Args &args,
     auto t1 = now();
     if (decides) {
       decision.token = sampler->sample(logits);
+      if (args.logprobs >= 0)
+        tokenLogprobs.push_back(logprobsOf(logits, spec.vocab, decision.token, args.logprobs));
       if (onToken && onToken(decision.token))
         decision.stop = 1;
       if (args.forced.empty() && (in(eos, decision.token) || in(args.stopIds, decision.token)))

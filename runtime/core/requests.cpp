@@ -33,7 +33,7 @@ const std::set<std::string> kHarmless = {"model", "user", "metadata"};
 /// The OpenAI/vLLM fields tpc does not implement yet, which would change the result: refused
 /// by name rather than ignored.
 const std::set<std::string> kNotImplemented = {
-    "n", "best_of", "logprobs", "prompt_logprobs", "logit_bias", "min_tokens", "bad_words",
+    "n", "best_of", "prompt_logprobs", "logit_bias", "min_tokens", "bad_words",
     "allowed_token_ids", "include_stop_str_in_output", "skip_special_tokens",
     "spaces_between_special_tokens", "truncate_prompt_tokens", "guided_json", "guided_regex",
     "guided_choice", "guided_grammar", "response_format", "tools", "tool_choice",
@@ -87,6 +87,13 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
       int64_t seed = 0;
       why = jsonNumber(value, seed);
       args.sampling.seed = uint64_t(seed);
+    } else if (key == "logprobs") {
+      int64_t count = -1;
+      if (!value.is_null() && (!jsonNumber(value, count).empty() || count < 0 ||
+                               count > kMaxLogprobs))
+        return "field 'logprobs' must be an integer from 0 to " + std::to_string(kMaxLogprobs) +
+               ", not " + value.dump();
+      args.logprobs = int(count);
     } else if (key == "ignore_eos") {
       if (!value.is_boolean())
         return "field 'ignore_eos' must be true or false, not " + value.dump();
@@ -309,6 +316,16 @@ int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, B
     if (tokenizer)
       line["text"] = text;
     line["token_ids"] = tokens;
+    if (run.logprobs >= 0) {
+      nlohmann::ordered_json all = nlohmann::ordered_json::array();
+      for (const TokenLogprobs &t : generator.logprobs()) {
+        nlohmann::ordered_json top = nlohmann::ordered_json::array();
+        for (const auto &[id, logprob] : t.top)
+          top.push_back({{"token_id", id}, {"logprob", logprob}});
+        all.push_back({{"token_id", t.token}, {"logprob", t.logprob}, {"top_logprobs", top}});
+      }
+      line["logprobs"] = all;
+    }
     line["finish_reason"] = generator.finishReason();
     if (stops.stopped())
       line["stop_reason"] = stops.matched();

@@ -208,6 +208,25 @@ int64_t Sampler::sample(const float *logits) {
   return chosen;
 }
 
+TokenLogprobs logprobsOf(const float *logits, int64_t vocab, int64_t token, int count) {
+  double top = -INFINITY, sum = 0;
+  for (int64_t i = 0; i < vocab; ++i)
+    top = std::max(top, double(logits[i]));
+  for (int64_t i = 0; i < vocab; ++i)
+    sum += std::exp(double(logits[i]) - top);
+  double logZ = top + std::log(sum);
+  TokenLogprobs out{token, double(logits[token]) - logZ, {}};
+  std::vector<int64_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  size_t n = std::min(size_t(std::max(count, 0)), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(n), ids.end(), [&](int64_t a, int64_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < n; ++i)
+    out.top.emplace_back(ids[i], double(logits[ids[i]]) - logZ);
+  return out;
+}
+
 std::string checkStopStrings(const std::vector<std::string> &stops) {
   if (stops.size() > kMaxStopStrings)
     return std::to_string(stops.size()) + " stop strings, more than the limit of " +

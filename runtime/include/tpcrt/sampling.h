@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tpcrt {
@@ -86,6 +87,20 @@ constexpr size_t kMaxStopStrings = 64, kMaxStopStringBytes = 1024;
 /// "" when `stops` are stop strings StopStrings can match (each non-empty, valid UTF-8, within
 /// the limits above), else what is wrong with which.
 std::string checkStopStrings(const std::vector<std::string> &stops);
+
+/// The log-probability of each generated token and of the most likely ones at its step, from
+/// the model's raw logits (before penalties and temperature, as vLLM's default
+/// raw_logprobs).
+struct TokenLogprobs {
+  int64_t token;
+  double logprob;
+  std::vector<std::pair<int64_t, double>> top; // the `count` most likely, most likely first
+};
+/// At most this many top log-probabilities a token (vLLM's default max_logprobs).
+constexpr int kMaxLogprobs = 20;
+/// log_softmax of `logits` (vocab of them) at `token`, and the `count` largest with their ids
+/// (ties by id).
+TokenLogprobs logprobsOf(const float *logits, int64_t vocab, int64_t token, int count);
 
 /// Stop strings over a growing text: push() each new piece of decoded text and get back what
 /// may be shown now. Text that could still be the start of a stop string is held back until
