@@ -280,6 +280,7 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   memory.decodeReads = decodeWeightReads(*partitioned);
   memory.heldTypes = heldTypes(*partitioned);
   memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
+  memory.kvCachePerToken = kvCacheBytes(*partitioned, 1);
   memory.mlaLatentCache = mlaLatentCacheBytes(*partitioned, maxSeqLen);
   a.shares = rankShares(*partitioned);
   return a;
@@ -339,6 +340,7 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
                             {"decode_step_weight_bytes_read", memory.decodeReads},
                             {"weights_ratio", ratio},
                             {"kv_cache_bytes", memory.kvCache},
+                            {"kv_cache_bytes_per_token", memory.kvCachePerToken},
                             {"mla_latent_cache_bytes", memory.mlaLatentCache},
                             {"max_seq_len", memory.maxSeqLen},
                             {"max_seq_len_from", maxSeqLenFrom},
@@ -375,6 +377,9 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
         "per head, a decode step puts only its own token through kv_b_proj, not the "
         "whole context)\n",
         memory.mlaLatentCache);
+  os << fmt::format("                      {:.0f} bytes a token: its keys and values in every "
+                    "attention layer, this rank's heads\n",
+                    memory.kvCachePerToken);
   os << fmt::format("  activation arena    {:>14.0f} bytes ({} elements per token x {} "
                     "tokens, --target {}: what the binary allocates)\n",
                     memory.arena, memory.arenaElementsPerToken, memory.maxSeqLen, o.target);

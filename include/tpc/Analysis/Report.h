@@ -39,6 +39,7 @@ struct PhaseReport {
 
 struct MemoryReport {
   double weights = 0, unshardedWeights = 0, kvCache = 0, arena = 0;
+  double kvCachePerToken = 0; // a token's keys and values on the largest rank
   /// The weight bytes one decode step reads on the rank that reads most (each matrix once,
   /// an embedding table's one row), and the types the weights are held in ("bf16: 211
   /// parameters, f32: 61").
