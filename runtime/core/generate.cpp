@@ -37,8 +37,6 @@ struct Decision {
 
 } // namespace
 
-int64_t argmax(const float *x, int64_t n) { return std::max_element(x, x + n) - x; }
-
 const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
   if (!warming && fault.rank == rank.rank && step == fault.step) {
     if (fault.kind == Fault::Kill) {
@@ -112,6 +110,7 @@ std::vector<int64_t> Generator::generate(const Args &args,
   if (decides)
     sampler.emplace(args.sampling, args.prompt, spec.vocab);
   bool tellPeers = rank.tp > 1 && rank.comm;
+  std::vector<Decision> decisions(size_t(rank.tp)); // every rank's, rank 0's first
   finished = "length";
   tokenLogprobs.clear();
 
@@ -130,15 +129,14 @@ std::vector<int64_t> Generator::generate(const Args &args,
       decision.token = sampler->sample(logits);
       if (args.logprobs >= 0)
         tokenLogprobs.push_back(logprobsOf(logits, spec.vocab, decision.token, args.logprobs));
-      if (onToken && onToken(decision.token))
-        decision.stop = 1;
-      if (args.forced.empty() && (in(eos, decision.token) || in(args.stopIds, decision.token)))
+      bool stopString = onToken && onToken(decision.token);
+      if (args.forced.empty() &&
+          (stopString || in(eos, decision.token) || in(args.stopIds, decision.token)))
         decision.stop = 1;
     }
     if (tellPeers) {
-      std::vector<Decision> all(size_t(rank.tp));
-      rank.comm->communicator().exchange(&decision, sizeof decision, all.data());
-      decision = all[0];
+      rank.comm->communicator().exchange(&decision, sizeof decision, decisions.data());
+      decision = decisions[0];
     }
     generated.push_back(decision.token);
     if (decision.stop) {

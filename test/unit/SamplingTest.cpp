@@ -161,6 +161,10 @@ TEST(SamplingTest, GreedyIsTheArgmax) {
   SamplingParams greedy = sampling(0, 0, 1, 0);
   Sampler a(greedy, {}, int64_t(logits.size()));
   EXPECT_EQ(a.sample(logits.data()), best);
+  // Ties go to the first, as transformers' argmax.
+  const float ties[] = {1, 3, 3};
+  Sampler tied(greedy, {}, 3);
+  EXPECT_EQ(tied.sample(ties), 1);
   // top_k 1 at any temperature is greedy too, whatever the seed.
   for (uint64_t seed = 0; seed < 50; ++seed) {
     SamplingParams k1 = sampling(1.3, 1, 1, 0);

@@ -85,9 +85,6 @@ struct HeadSplit {
   int64_t group = 0, firstHead = 0, heads = 0, firstKvHead = 0;
 };
 
-/// Index of the largest of n values (the first on ties): greedy decoding's choice.
-int64_t argmax(const float *x, int64_t n);
-
 class Backend;
 /// The emitted binary's main: arguments, rank identity, weights loaded into `backend`,
 /// prefill and greedy decode. Each target's program calls it with its backend, which it owns
