@@ -321,19 +321,17 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
       if (int status = runRequests(spec, args, generator, backend, *group); status != 0)
         return status; // rank 0 stopped, saying why
     } else if (request->tokenizer) { // text out, rank 0's as it comes, stop strings withheld
-      Tokenizer::Stream text = request->tokenizer->stream(/*skipSpecial=*/true);
-      StopStrings stops(args.stop);
+      GeneratedText text(*request->tokenizer, args.stop);
       auto print = [](const std::string &piece) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       };
       std::vector<int64_t> tokens = generator.generate(args, [&](int64_t id) {
-        print(stops.push(text.push(id)));
-        return stops.stopped();
+        print(text.push(id));
+        return text.stopped();
       });
       if (group->rank == 0) {
-        if (!stops.stopped())
-          print(stops.push(text.finish()) + stops.finish());
+        print(text.finish());
         printTextSummary(args, tokens, generator.timings());
       }
     } else {

@@ -160,6 +160,26 @@ void printTextSummary(const Args &args, const std::vector<int64_t> &tokens,
 /// the model's `vocab` embedding rows is refused. False with `error` on failure.
 bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &tokenizer,
                     std::string &error);
+/// Generated tokens as text that may be shown: the tokenizer's stream (special tokens left
+/// out), with stop strings held back and never released.
+class GeneratedText {
+public:
+  GeneratedText(const Tokenizer &tokenizer, std::vector<std::string> stops)
+      : stream(tokenizer.stream(/*skipSpecial=*/true)), stops(std::move(stops)) {}
+  /// What may be shown once `id` is generated.
+  std::string push(int64_t id) { return stops.push(stream.push(id)); }
+  /// At the end: what was held back, unless a stop string ended the text.
+  std::string finish() {
+    return stops.stopped() ? "" : stops.push(stream.finish()) + stops.finish();
+  }
+  bool stopped() const { return stops.stopped(); }
+  const std::string &matched() const { return stops.matched(); }
+
+private:
+  Tokenizer::Stream stream;
+  StopStrings stops;
+};
+
 /// The checkpoint's tokenizer: tokenizer.json beside `weights`, or a GGUF file's metadata (then
 /// the file stays open in `gguf`, for its chat template); refused when it can give an id past
 /// the model's `vocab` embedding rows. Null with `error` when there is none or it is refused.

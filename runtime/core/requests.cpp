@@ -42,7 +42,8 @@ const std::set<std::string> kNotImplemented = {
 /// Reads one request object into `job.args` (which holds the command's values); "" or what
 /// is wrong, naming the field.
 std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
-                    const Tokenizer *tokenizer, const std::string &tokenizerError, BatchRequest &job) {
+                    const Tokenizer *tokenizer, const std::string &tokenizerError,
+                    BatchRequest &job) {
   Args &args = job.args;
   args.prompt.clear();
   bool hasPrompt = false, hasIds = false;
@@ -154,7 +155,8 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
 /// Every request of the file, each checked; false with `error` when the file itself cannot be
 /// read (missing, too large, too many lines).
 bool readJobs(const Args &command, const ModelSpec &spec, const Tokenizer *tokenizer,
-              const std::string &tokenizerError, std::vector<BatchRequest> &jobs, std::string &error) {
+              const std::string &tokenizerError, std::vector<BatchRequest> &jobs,
+              std::string &error) {
   const std::string &path = command.requestsFile;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -299,18 +301,17 @@ int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, B
     }
     const BatchRequest &job = jobs[next];
     std::string text;
-    std::optional<Tokenizer::Stream> stream;
+    std::optional<GeneratedText> shown; // a stop string needs a tokenizer (readJob)
     if (tokenizer)
-      stream.emplace(tokenizer->stream(/*skipSpecial=*/true));
-    StopStrings stops(run.stop);
+      shown.emplace(*tokenizer, run.stop);
     std::vector<int64_t> tokens = generator.generate(run, [&](int64_t id) {
-      if (!stream)
+      if (!shown)
         return false;
-      text += stops.push(stream->push(id));
-      return stops.stopped();
+      text += shown->push(id);
+      return shown->stopped();
     });
-    if (stream && !stops.stopped())
-      text += stops.push(stream->finish()) + stops.finish();
+    if (shown)
+      text += shown->finish();
     int64_t prompt = int64_t(run.prompt.size()), completion = int64_t(tokens.size());
     nlohmann::ordered_json line = {{"id", job.id}};
     if (tokenizer)
@@ -327,8 +328,8 @@ int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, B
       line["logprobs"] = all;
     }
     line["finish_reason"] = generator.finishReason();
-    if (stops.stopped())
-      line["stop_reason"] = stops.matched();
+    if (shown && shown->stopped())
+      line["stop_reason"] = shown->matched();
     line["usage"] = {{"prompt_tokens", prompt},
                      {"completion_tokens", completion},
                      {"total_tokens", prompt + completion}};

@@ -537,9 +537,9 @@ TPC_AVX512 inline __m512 scale512(const uint8_t *block, const typename Quant<T>:
 /// group; after the last group, offsetAcc plus the block's offset terms (sums: x's group sums
 /// for the block).
 template <DType T>
-TPC_AVX512 inline void group512(const uint8_t *block, int g, const typename Quant<T>::Scales &scales,
-                                const float *xs, const float *sums, __m512 &acc,
-                                __m256 &offsetAcc) {
+TPC_AVX512 inline void group512(const uint8_t *block, int g,
+                                const typename Quant<T>::Scales &scales, const float *xs,
+                                const float *sums, __m512 &acc, __m256 &offsetAcc) {
   __m512 q[2];
   quants512<T>(block, g, q);
   const float *xg = xs + g * kGroupElements;

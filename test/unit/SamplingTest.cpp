@@ -38,7 +38,8 @@ std::vector<double> referenceDistribution(std::vector<double> logits, const Samp
   }
   std::vector<size_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return logits[a] < logits[b]; });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return logits[a] < logits[b]; });
   if (p.topK > 0 && size_t(p.topK) < n) {
     double kth = logits[idx[n - size_t(p.topK)]];
     for (size_t i = 0; i < n; ++i)

@@ -190,7 +190,8 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
                 "cache (TPC_CACHE_DIR, else $XDG_CACHE_HOME/tpc, else ~/.cache/tpc)");
   cmd->footer("Decoding is greedy unless --temperature (or the checkpoint's "
               "generation_config.json, with do_sample) asks for sampling: vLLM's parameters, "
-              "on rank 0, which sends every rank its choice. The binary compiled for a checkpoint's "
+              "on rank 0, which sends every rank its choice. The binary compiled for a "
+              "checkpoint's "
               "config, plan, tp and target is kept in the cache: the same command again "
               "compiles nothing.");
   cmd->callback([opts, &runner] { runner = [opts] { return run(*opts); }; });
