@@ -77,7 +77,7 @@ private:
   int64_t vocab_;
   std::vector<uint8_t> inPrompt_;     // per token: seen in the prompt
   std::vector<uint32_t> outputCount_; // per token: times in the output
-  std::vector<int64_t> outputTokens_; // the distinct tokens of the output, to reset nothing
+  std::vector<int64_t> outputTokens_; // the output's distinct tokens: what the penalties visit
   Rng rng_;
   std::vector<float> scratch_;
 };
