@@ -248,13 +248,15 @@ TPC_AVX2 inline void nibbles(const uint8_t *bytes, int bias, __m256 q[4]) {
   }
 }
 
-/// How a block of T decodes (see above): kGroups groups of 32 elements in kBytes; Scales,
+/// How a block of T decodes (see above), and how many rows a product takes at once (kRows:
+/// see gemvQuantized): kGroups groups of 32 elements in kBytes; Scales,
 /// built from a block, gives group g's scale(g) in every lane and, where kOffsets, its
 /// offset(g) likewise and offsets(): group g's offset in lane g (the other lanes finite);
 /// quants(block, g, q) gives group g's integers as fp32 in four vectors, in element order.
 template <DType T> struct Quant;
 
 template <> struct Quant<DType::Q8_0> {
+  static constexpr int64_t kRows = 2;
   static constexpr int kGroups = 1;
   static constexpr size_t kBytes = 34;
   static constexpr bool kOffsets = false;
@@ -270,6 +272,7 @@ template <> struct Quant<DType::Q8_0> {
 };
 
 template <> struct Quant<DType::Q4_0> {
+  static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 1;
   static constexpr size_t kBytes = 18;
   static constexpr bool kOffsets = false;
@@ -280,6 +283,7 @@ template <> struct Quant<DType::Q4_0> {
 };
 
 template <> struct Quant<DType::Q4_1> {
+  static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 1;
   static constexpr size_t kBytes = 20;
   static constexpr bool kOffsets = true;
@@ -302,6 +306,7 @@ template <> struct Quant<DType::Q4_1> {
 };
 
 template <> struct Quant<DType::Q4_K> {
+  static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 8;
   static constexpr size_t kBytes = 144;
   static constexpr bool kOffsets = true;
@@ -464,8 +469,12 @@ TPC_AVX2 inline void rowsOf(const uint8_t *w, size_t rowBytes, size_t totalBytes
     quantizedRows<T, kRows>(w, rowBytes, totalBytes, first, x, sums, blocks, bias, y);
 }
 
-/// y = W x (+ bias) for one row x and W [out, in] of the quantized T, `in` whole blocks: eight
-/// rows at a time, then the last out % 8 one at a time; with AVX-512 where `wide`.
+/// y = W x (+ bias) for one row x and W [out, in] of the quantized T, `in` whole blocks:
+/// Quant<T>::kRows rows at a time, then the last out % kRows one at a time; with AVX-512 where
+/// `wide`. The rows at once are measured (`tpc-matmul-bench quantized`, one Sapphire Rapids
+/// core): eight for the 4-bit types, whose decoding bounds them, and two for Q8_0, whose eight
+/// streams read W at 11.4-11.9 GB/s and two at 13.4-14.7 (four: 12.1-13.7), with AVX2 and
+/// AVX-512 alike (bench/results/matmul.txt).
 template <DType T, bool wide = false>
 TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t in,
                             const float *bias, float *y) {
@@ -473,21 +482,22 @@ TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t 
   const size_t rowBytes = size_t(blocks) * Quant<T>::kBytes, totalBytes = size_t(out) * rowBytes;
   const float *sums = Quant<T>::kOffsets ? groupSums<T>(x, blocks) : nullptr;
   const auto *base = static_cast<const uint8_t *>(w);
+  constexpr int64_t kRows = Quant<T>::kRows;
   int64_t r = 0;
-  for (; r + 8 <= out; r += 8)
-    rowsOf<T, wide, 8>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
+  for (; r + kRows <= out; r += kRows)
+    rowsOf<T, wide, kRows>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
   for (; r < out; ++r)
     rowsOf<T, wide, 1>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
 }
 
-// Q4_0's and Q4_K's products with AVX-512 (F and BW), where the CPU has it: a group of 32
-// elements is two sixteen-lane vectors, so a group takes about half the instructions of
+// Q8_0's, Q4_0's and Q4_K's products with AVX-512 (F and BW), where the CPU has it: a group of
+// 32 elements is two sixteen-lane vectors, so a group takes about half the instructions of
 // AVX2's, which a 4-bit W needs to keep up with memory (AVX2's Q4_K ran at 2.2x its bandwidth
 // floor on a ~1B Llama, bench/results/weights-llama1b.txt). On a Sapphire Rapids core they
-// stream Q4_K 16% and Q4_0 7% faster than AVX2's (`tpc-matmul-bench quantized` against
-// `quantized-avx2`); Q8_0's and Q4_1's, written the same way, were no faster (+1%) and 4%
-// slower, their per-block scale conversions weighing as much as the products, so those two
-// stay AVX2. The scales are AVX2's (Quant<T>::Scales), the sums the same in another order.
+// stream Q4_K 16%, Q4_0 7% and Q8_0 (two rows at once in both) 7-10% faster than AVX2's
+// (`tpc-matmul-bench quantized` against `quantized-avx2`); Q4_1's, written the same way, was
+// 4% slower, its per-block scale conversions weighing as much as its products, so it stays
+// AVX2. The scales are AVX2's (Quant<T>::Scales), the sums the same in another order.
 #define TPC_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
 // GCC 12's AVX-512 intrinsics fill their unused mask operand with _mm512_undefined_*(), which
 // -Wmaybe-uninitialized and -Wuninitialized then report in every caller (GCC bug 105593,
@@ -503,9 +513,13 @@ TPC_AVX512 inline __m512i unsigned16(const uint8_t *p) {
 
 /// Group g of a block of T as fp32 integers in two vectors, in element order.
 template <DType T> TPC_AVX512 inline void quants512(const uint8_t *block, int g, __m512 q[2]) {
-  static_assert(T == DType::Q4_0 || T == DType::Q4_K);
+  static_assert(T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_K);
   const __m512i low = _mm512_set1_epi32(0xf);
-  if constexpr (T == DType::Q4_0) {
+  if constexpr (T == DType::Q8_0) {
+    for (int i = 0; i < 2; ++i)
+      q[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i *>(block + 2 + 16 * i))));
+  } else if constexpr (T == DType::Q4_0) {
     // Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones, less 8.
     __m512i lanes = unsigned16(block + 2), eight = _mm512_set1_epi32(8);
     q[0] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(lanes, low), eight));
@@ -644,11 +658,11 @@ bool hasF16c() {
 #undef TPC_AVX2
 #endif
 
-/// Whether the one-row linear of `type` uses AVX-512 on this CPU (Q4_0 and Q4_K, unless
+/// Whether the one-row linear of `type` uses AVX-512 on this CPU (all but Q4_1, unless
 /// switched off); only where vectorKernels() holds.
 bool wideQuantizedKernels(DType type) {
 #if defined(__x86_64__)
-  return (type == DType::Q4_0 || type == DType::Q4_K) &&
+  return (type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K) &&
          !forcedAvx2.load(std::memory_order_relaxed) && hasAvx512();
 #else
   (void)type;
@@ -680,7 +694,9 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
     case DType::F16:
       return gemvAvx2<DType::F16>(w.data, x, out, in, bias, y);
     case DType::Q8_0:
-      return gemvQuantized<DType::Q8_0>(w.data, x, out, in, bias, y);
+      return wideQuantizedKernels(w.type)
+                 ? gemvQuantized<DType::Q8_0, true>(w.data, x, out, in, bias, y)
+                 : gemvQuantized<DType::Q8_0>(w.data, x, out, in, bias, y);
     case DType::Q4_0:
       return wideQuantizedKernels(w.type)
                  ? gemvQuantized<DType::Q4_0, true>(w.data, x, out, in, bias, y)

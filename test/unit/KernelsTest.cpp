@@ -340,8 +340,8 @@ TEST(Linear, EveryTypeAndShapeMatchesDouble) {
 }
 
 TEST(Linear, QuantizedTypesMatchTheirWidenedWeights) {
-  // Rows of one to three blocks and longer ones; out with tails of the eight-row groups (and
-  // under eight); one row (the gemv kernels) and several (dequantized panels and sgemm).
+  // Rows of one to three blocks and longer ones; out with tails of the eight- and two-row
+  // groups (and under eight); one row (the gemv kernels) and several (dequantized panels and sgemm).
   struct Shape {
     int64_t rows, out, blocks;
   };
@@ -380,13 +380,13 @@ TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
   EXPECT_EQ(detail::vectorKernelsFor(DType::F16), has && __builtin_cpu_supports("f16c"));
   for (DType type : kQuantizedTypes) // their f16 scales convert with F16C
     EXPECT_EQ(detail::vectorKernelsFor(type), has && __builtin_cpu_supports("f16c"));
-  // The one-row linear of Q4_0 and Q4_K uses AVX-512 F and BW where the CPU has them, and
+  // The one-row linear of Q8_0, Q4_0 and Q4_K uses AVX-512 F and BW where the CPU has them, and
   // forcing AVX2 turns it off.
   bool wide = has && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
               __builtin_cpu_supports("avx512bw");
   for (DType type : kQuantizedTypes)
     EXPECT_EQ(detail::avx512KernelsFor(type),
-              wide && (type == DType::Q4_0 || type == DType::Q4_K));
+              wide && type != DType::Q4_1);
   EXPECT_FALSE(detail::avx512KernelsFor(DType::BF16));
   ForcedKernels avx2(Kernels::Avx2);
   for (DType type : kQuantizedTypes)
