@@ -175,6 +175,10 @@ FailureOr<SmallVector<Value>> FunctionLowering::defineAll(Operation *op) {
 
 Rows FunctionLowering::rowsOf(Value v) {
   int64_t tokens = typeOf(v).getDimSize(0);
+  // A forward's only static rows are the one row per sequence that tp.last_token leaves:
+  // at run time, one for each sequence the step samples.
+  if (tokens == 1 && sampled)
+    return {sampled, 0};
   if (!ShapedType::isDynamic(tokens))
     return {Value(), tokens};
   return {isSplitByTokens(v) ? ns : n, 0};

@@ -173,16 +173,19 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       }
     }
     staging = {};
-    allocating = "the KV cache for --max-seq-len " + std::to_string(args.maxSeqLen);
+    int64_t blocks = kvBlocks(spec, args);
+    allocating = "the KV cache of --kv-cache-tokens " + std::to_string(args.kvCacheTokens);
     std::vector<KVCacheDesc> layers;
     for (size_t i = 0; i < spec.kvWidths.size(); ++i) {
-      elementCount({spec.kvWidths[i] + spec.kvValueWidths[i], args.maxSeqLen});
+      elementCount({spec.kvWidths[i] + spec.kvValueWidths[i], blocks, spec.kvBlockSize});
       layers.push_back({spec.kvWidths[i], spec.kvValueWidths[i]});
     }
-    backend.allocateCaches(layers, args.maxSeqLen);
-    allocating = "the activations for --max-seq-len " + std::to_string(args.maxSeqLen);
-    elementCount({spec.floatsPerToken, args.maxSeqLen});
-    footprint.arenaBytes = backend.allocateArena(spec.floatsPerToken, args.maxSeqLen);
+    backend.allocateCaches(layers, blocks, spec.kvBlockSize);
+    // A forward's tokens: a prompt whole (one prompt), or a step's (--max-batch-tokens).
+    int64_t tokens = std::max(args.maxSeqLen, args.maxBatchTokens);
+    allocating = "the activations for " + std::to_string(tokens) + " tokens";
+    elementCount({spec.floatsPerToken, tokens});
+    footprint.arenaBytes = backend.allocateArena(spec.floatsPerToken, tokens);
     backend.start();
   } catch (const std::bad_alloc &) {
     error = "out of memory allocating " + allocating;
@@ -286,7 +289,7 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   rank.rank = group->rank;
   rank.tp = group->world;
   rank.localRank = group->localRank;
-  rank.maxTokens = args.maxSeqLen;
+  rank.maxTokens = std::max(args.maxSeqLen, args.maxBatchTokens);
   rank.timeoutSeconds = args.timeoutSeconds;
   rank.comm = group->comm.get();
   rank.trace = &trace;
@@ -318,7 +321,7 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
     if (args.warmup && args.maxNewTokens > 0)
       generator.warmUp(args.prompt);
     if (!args.requestsFile.empty()) {
-      if (int status = runRequests(spec, args, generator, backend, *group); status != 0)
+      if (int status = runRequests(spec, args, backend, rank, *group); status != 0)
         return status; // rank 0 stopped, saying why
     } else if (request->tokenizer) { // text out, rank 0's as it comes, stop strings withheld
       GeneratedText text(*request->tokenizer, args.stop);

@@ -57,7 +57,20 @@ struct Args {
   /// --requests IN.jsonl and --output OUT.jsonl: many requests, one after another, instead of
   /// one prompt (requests.cpp).
   std::string requestsFile, outputFile;
+  /// The engine's limits (engine.h): sequences and tokens in one step, and the KV cache's
+  /// size in tokens. 0: not given; readRequest sets the defaults (engineDefaults).
+  int64_t maxNumSeqs = 0, maxBatchTokens = 0, kvCacheTokens = 0;
 };
+
+/// The engine's limits not given, once --max-seq-len is chosen: --max-num-seqs 8 with
+/// --requests (1 for one prompt), --max-batch-tokens --max-seq-len, --kv-cache-tokens room for
+/// --max-num-seqs sequences of --max-seq-len. "" or what is wrong (the cache too small for
+/// one sequence of --max-seq-len).
+std::string engineDefaults(Args &args);
+/// The KV cache's blocks: --kv-cache-tokens in blocks of the program's size.
+inline int64_t kvBlocks(const ModelSpec &spec, const Args &args) {
+  return args.kvCacheTokens / spec.kvBlockSize + (args.kvCacheTokens % spec.kvBlockSize != 0);
+}
 
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
 /// point of a run, or keep it from joining, deterministically.
@@ -143,6 +156,7 @@ private:
   bool warming = false;   // --warmup's forwards: not steps, nothing kept
   std::string current = "the prefill";
   std::vector<float> dumped;
+  std::vector<int32_t> blocks; // the sequence's block table: the cache's blocks in order
   Timings times;
   const char *finished = "length";
   std::vector<TokenLogprobs> tokenLogprobs;
@@ -219,10 +233,11 @@ bool readRequestsText(const std::string &text, const Args &command, const ModelS
                       const Tokenizer *tokenizer, const std::string &tokenizerError,
                       std::vector<BatchRequest> &jobs);
 
-/// --requests: runs every request of the file, one after another, on the group's ranks, rank
-/// 0 reading, checking and deciding, and writing one JSON line per request to --output.
-/// Returns the exit status (0 even when some requests were refused: their lines say why).
-int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, Backend &backend,
+/// --requests: runs every request of the file on the group's ranks through the engine, as
+/// many at once as --max-num-seqs allows, rank 0 reading, checking and deciding, and writing
+/// one JSON line per request to --output as each finishes. Returns the exit status (0 even
+/// when some requests were refused: their lines say why).
+int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const RankInfo &rank,
                 const Group &group);
 
 /// generation_config.json beside --weights, where there is one: its eos_token_id (one or a

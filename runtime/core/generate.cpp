@@ -57,10 +57,18 @@ const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) 
   for (size_t i = 0; i < ids.size(); ++i)
     positions[i] = start + int64_t(i);
   int64_t n = int64_t(ids.size());
+  // One sequence, alone in the cache: its blocks are the first ones, in order.
+  while (int64_t(blocks.size()) * spec.kvBlockSize < start + n)
+    blocks.push_back(int32_t(blocks.size()));
+  Step one;
+  one.ids = ids.data();
+  one.positions = positions.data();
+  one.tokens = n;
+  one.sequences = {StepSequence{0, n, start, blocks.data(), true}};
   // The program's rule (tp.sequence_parallel), as the compiler decided it.
   int64_t multiple = spec.sequenceParallelTokens;
   bool split = backend.hasSequenceParallel() && multiple > 0 && n >= multiple && n % multiple == 0;
-  const float *logits = backend.forward(ids.data(), positions.data(), n, split);
+  const float *logits = backend.forward(one, split);
   const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
   if (!warming)
     dumped.insert(dumped.end(), last, last + spec.vocab);
@@ -82,14 +90,12 @@ void Generator::warmUp(const std::vector<int64_t> &prompt) {
     forward({prompt[0]}, position++);
   }
   times.warmupMs = millis(now() - t0);
-  for (int i = 1; i <= 2; ++i) {
+  for (int i = 1; i <= 2; ++i) { // each from position 0: the cache starts anew
     current = "warm prefill " + std::to_string(i) + " of 3";
-    backend.resetCaches();
     t0 = now();
     forward(prompt, 0);
     times.prefillMs.push_back(millis(now() - t0));
   }
-  backend.resetCaches();
   rank.trace->clear(); // the trace lists the generation's collectives, as without --warmup
   warming = false;
 }

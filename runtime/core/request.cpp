@@ -163,6 +163,23 @@ const Flag kFlags[] = {
      [](Args &a, const char *f, const char *v, std::string &e) {
        return integerOf(f, v, 1, a.maxSeqLen, e);
      }},
+    {"--max-num-seqs", "N",
+     "with --requests: run up to N sequences in one step (default 8)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerOf(f, v, 1, a.maxNumSeqs, e);
+     }},
+    {"--max-batch-tokens", "N",
+     "the most tokens one step computes; longer prompts are prefilled in chunks (default "
+     "--max-seq-len)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerOf(f, v, 1, a.maxBatchTokens, e);
+     }},
+    {"--kv-cache-tokens", "N",
+     "the KV cache's size in tokens, shared by the sequences; when full, the newest is "
+     "preempted and recomputed later (default --max-num-seqs times --max-seq-len)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerOf(f, v, 1, a.kvCacheTokens, e);
+     }},
     {"--force-ids", "4,5,6",
      "feed these tokens to the decode steps instead of the model's own (teacher forcing); "
      "the printed tokens stay its own",
@@ -397,6 +414,28 @@ bool fits(const ModelSpec &spec, const Args &args) {
 
 } // namespace
 
+std::string engineDefaults(Args &args) {
+  constexpr int64_t kMaxSequences = 1024; // a step descriptor's size grows with it
+  if (args.maxNumSeqs > kMaxSequences)
+    return "--max-num-seqs " + std::to_string(args.maxNumSeqs) + " is more than " +
+           std::to_string(kMaxSequences);
+  if (args.maxBatchTokens > args.maxSeqLen * kMaxSequences)
+    return "--max-batch-tokens " + std::to_string(args.maxBatchTokens) +
+           " is more than --max-num-seqs' limit times --max-seq-len";
+  if (!args.maxNumSeqs)
+    args.maxNumSeqs = args.requestsFile.empty() ? 1 : 8;
+  if (!args.maxBatchTokens)
+    args.maxBatchTokens = args.maxSeqLen;
+  if (!args.kvCacheTokens) // the product saturates: a size that large fails to allocate
+    args.kvCacheTokens = args.maxSeqLen > INT64_MAX / args.maxNumSeqs
+                             ? INT64_MAX
+                             : args.maxNumSeqs * args.maxSeqLen;
+  if (args.kvCacheTokens < args.maxSeqLen)
+    return "--kv-cache-tokens " + std::to_string(args.kvCacheTokens) +
+           " holds less than one sequence of --max-seq-len " + std::to_string(args.maxSeqLen);
+  return "";
+}
+
 std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t maxPositions,
                                        std::string &error) {
   if (!requested)
@@ -432,6 +471,11 @@ std::optional<Request> readRequest(const ModelSpec &spec, int argc, char **argv,
     return std::nullopt;
   }
   args.maxSeqLen = *maxSeqLen;
+  if (std::string why = engineDefaults(args); !why.empty()) {
+    std::fprintf(stderr, "error: %s\n", why.c_str());
+    status = 2;
+    return std::nullopt;
+  }
   // Under mpirun the rank and world are mpirun's (tpc launch and torchrun set RANK).
   bool mpirun = startedByMpirun(), envOk = true;
   const char *rankVar = mpirun ? "OMPI_COMM_WORLD_RANK" : "RANK";

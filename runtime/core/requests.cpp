@@ -1,11 +1,10 @@
-// --requests IN.jsonl --output OUT.jsonl: many requests through the one generation the binary
-// has, one after another (batching them is the scheduler's part, to come). Rank 0 alone reads
-// the file (untrusted: each line parsed and checked, a bad request refused with an error that
-// names it and its field, the others run), tokenizes, decides each token and writes the
-// results; before each request it sends the other ranks the request's prompt and length, and
-// after the last one an end, so every rank runs the same forwards without reading anything of
-// its own.
+// --requests IN.jsonl --output OUT.jsonl: many requests at once through the engine (engine.h).
+// Rank 0 alone reads the file (untrusted: each line parsed and checked, a bad request refused
+// with an error that names it and its field, the others run), tokenizes, and writes each
+// request's result as it finishes; the engine's step descriptors carry the tokens to the
+// other ranks, which read nothing of their own.
 #include "driver.h"
+#include "engine.h"
 
 #include "tpcrt/file.h"
 #include "tpcrt/gguf.h"
@@ -188,12 +187,6 @@ void writeLine(std::ofstream &out, const nlohmann::ordered_json &line) {
       << std::flush;
 }
 
-/// What rank 0 sends before each request: its prompt's length and how many tokens it may
-/// generate; a prompt length of 0 ends the run.
-struct JobHeader {
-  int64_t promptTokens, maxNewTokens;
-};
-
 } // namespace
 
 bool readRequestsText(const std::string &text, const Args &command, const ModelSpec &spec,
@@ -242,84 +235,90 @@ bool readRequestsText(const std::string &text, const Args &command, const ModelS
   return true;
 }
 
-int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, Backend &backend,
+int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const RankInfo &rank,
                 const Group &group) {
-  bool lead = group.rank == 0, tellPeers = group.world > 1 && !group.view;
+  bool lead = group.rank == 0;
+  EngineLimits limits{args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args),
+                      spec.kvBlockSize, args.maxSeqLen};
+  Engine engine(spec, backend, rank, limits);
+  std::vector<EngineRequest> none;
+  if (!lead) { // the peers run rank 0's steps until it ends
+    engine.run(none);
+    return 0;
+  }
   std::vector<BatchRequest> jobs;
   std::shared_ptr<Tokenizer> tokenizer;
   std::ofstream out;
-  if (lead) {
-    std::string tokenizerError, error;
-    std::unique_ptr<GgufFile> gguf;
-    tokenizer = loadTokenizer(args.weights, spec.vocab, gguf, tokenizerError);
-    if (readJobs(args, spec, tokenizer.get(), tokenizerError, jobs, error))
-      out.open(args.outputFile, std::ios::trunc);
-    if (error.empty() && !out)
-      error = "cannot write --output " + args.outputFile;
-    if (!error.empty()) {
-      // The peers wait for a header: an end, then this rank stops.
-      JobHeader end{0, 0};
-      if (tellPeers)
-        group.comm->broadcast(&end, sizeof end, 0);
-      return group.stop(error);
-    }
+  std::string tokenizerError, error;
+  std::unique_ptr<GgufFile> gguf;
+  tokenizer = loadTokenizer(args.weights, spec.vocab, gguf, tokenizerError);
+  if (readJobs(args, spec, tokenizer.get(), tokenizerError, jobs, error))
+    out.open(args.outputFile, std::ios::trunc);
+  if (error.empty() && !out)
+    error = "cannot write --output " + args.outputFile;
+  if (!error.empty()) {
+    engine.run(none); // tells the peers the run is over
+    return group.stop(error);
   }
   auto started = std::chrono::steady_clock::now();
-  size_t finished = 0, refused = 0;
-  int64_t promptTokens = 0, generatedTokens = 0;
-  for (size_t next = 0;; ++next) {
-    // Rank 0 skips the refused requests, writing why; the peers see only those that run.
-    if (lead) {
-      while (next < jobs.size() && !jobs[next].error.empty()) {
-        const BatchRequest &job = jobs[next++];
-        nlohmann::ordered_json line = {
-            {"id", job.id},
-            {"error", {{"message", "request on line " + std::to_string(job.line) + ": " +
-                                       job.error}}}};
-        writeLine(out, line);
-        ++refused;
-      }
-    }
-    JobHeader header{0, 0};
-    if (lead && next < jobs.size())
-      header = {int64_t(jobs[next].args.prompt.size()), jobs[next].args.maxNewTokens};
-    if (tellPeers)
-      group.comm->broadcast(&header, sizeof header, 0);
-    if (header.promptTokens == 0)
-      break;
-    Args run = lead ? jobs[next].args : args;
-    if (!lead) {
-      run.prompt.assign(size_t(header.promptTokens), 0);
-      run.maxNewTokens = header.maxNewTokens;
-    }
-    if (tellPeers)
-      group.comm->broadcast(run.prompt.data(), run.prompt.size() * sizeof(int64_t), 0);
-    backend.resetCaches();
-    if (!lead) {
-      generator.generate(run);
+  // Refused requests get their line first; the rest run in the engine, each line written as
+  // its request finishes.
+  size_t refused = 0;
+  std::vector<EngineRequest> requests;
+  std::vector<const BatchRequest *> runs; // requests[i]'s job
+  for (const BatchRequest &job : jobs) {
+    if (!job.error.empty()) {
+      nlohmann::ordered_json line = {
+          {"id", job.id},
+          {"error",
+           {{"message", "request on line " + std::to_string(job.line) + ": " + job.error}}}};
+      writeLine(out, line);
+      ++refused;
       continue;
     }
-    const BatchRequest &job = jobs[next];
-    std::string text;
-    std::optional<GeneratedText> shown; // a stop string needs a tokenizer (readJob)
+    const Args &a = job.args;
+    EngineRequest r;
+    r.prompt = a.prompt;
+    r.maxTokens = a.maxNewTokens;
+    r.sampling = a.sampling;
+    r.stopIds = a.stopIds;
+    if (!a.ignoreEos) {
+      std::vector<int64_t> eos = spec.eosIds;
+      eos.insert(eos.end(), a.moreEos.begin(), a.moreEos.end());
+      if (a.eosId)
+        eos = {*a.eosId};
+      r.stopIds.insert(r.stopIds.end(), eos.begin(), eos.end());
+    }
+    r.logprobs = a.logprobs;
+    requests.push_back(std::move(r));
+    runs.push_back(&job);
+  }
+  // Each request's text as it comes, stop strings held back (a stop string needs a tokenizer:
+  // readJob).
+  std::vector<std::string> texts(requests.size());
+  std::vector<std::optional<GeneratedText>> shown(requests.size());
+  if (tokenizer)
+    for (size_t i = 0; i < requests.size(); ++i)
+      shown[i].emplace(*tokenizer, runs[i]->args.stop);
+  int64_t promptTokens = 0, generatedTokens = 0;
+  auto onToken = [&](size_t i, int64_t id) {
+    if (!shown[i])
+      return false;
+    texts[i] += shown[i]->push(id);
+    return shown[i]->stopped();
+  };
+  auto onFinish = [&](size_t i) {
+    const EngineRequest &r = requests[i];
+    if (shown[i])
+      texts[i] += shown[i]->finish();
+    int64_t prompt = int64_t(r.prompt.size()), completion = int64_t(r.output.size());
+    nlohmann::ordered_json line = {{"id", runs[i]->id}};
     if (tokenizer)
-      shown.emplace(*tokenizer, run.stop);
-    std::vector<int64_t> tokens = generator.generate(run, [&](int64_t id) {
-      if (!shown)
-        return false;
-      text += shown->push(id);
-      return shown->stopped();
-    });
-    if (shown)
-      text += shown->finish();
-    int64_t prompt = int64_t(run.prompt.size()), completion = int64_t(tokens.size());
-    nlohmann::ordered_json line = {{"id", job.id}};
-    if (tokenizer)
-      line["text"] = text;
-    line["token_ids"] = tokens;
-    if (run.logprobs >= 0) {
+      line["text"] = texts[i];
+    line["token_ids"] = r.output;
+    if (r.logprobs >= 0) {
       nlohmann::ordered_json all = nlohmann::ordered_json::array();
-      for (const TokenLogprobs &t : generator.logprobs()) {
+      for (const TokenLogprobs &t : r.outputLogprobs) {
         nlohmann::ordered_json top = nlohmann::ordered_json::array();
         for (const auto &[id, logprob] : t.top)
           top.push_back({{"token_id", id}, {"logprob", logprob}});
@@ -327,30 +326,29 @@ int runRequests(const ModelSpec &spec, const Args &args, Generator &generator, B
       }
       line["logprobs"] = all;
     }
-    line["finish_reason"] = generator.finishReason();
-    if (shown && shown->stopped())
-      line["stop_reason"] = shown->matched();
+    line["finish_reason"] = r.finishReason;
+    if (shown[i] && shown[i]->stopped())
+      line["stop_reason"] = shown[i]->matched();
     line["usage"] = {{"prompt_tokens", prompt},
                      {"completion_tokens", completion},
                      {"total_tokens", prompt + completion}};
     writeLine(out, line);
-    ++finished;
     promptTokens += prompt;
     generatedTokens += completion;
-  }
-  if (lead) {
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::fprintf(stderr,
-                 "%zu requests: %zu finished, %zu refused (see %s); %lld prompt tokens, %lld "
-                 "generated in %.2f s (%.1f generated tokens/s)\n",
-                 jobs.size(), finished, refused, args.outputFile.c_str(),
-                 (long long)promptTokens, (long long)generatedTokens, seconds,
-                 seconds > 0 ? double(generatedTokens) / seconds : 0.0);
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write --output %s\n", args.outputFile.c_str());
-      return 1;
-    }
+  };
+  engine.run(requests, onToken, onFinish);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::fprintf(stderr,
+               "%zu requests: %zu finished, %zu refused (see %s); %lld prompt tokens, %lld "
+               "generated in %.2f s (%.1f generated tokens/s); %lld steps, %lld preemptions\n",
+               jobs.size(), requests.size(), refused, args.outputFile.c_str(),
+               (long long)promptTokens, (long long)generatedTokens, seconds,
+               seconds > 0 ? double(generatedTokens) / seconds : 0.0,
+               (long long)engine.steps(), (long long)engine.preemptions());
+  if (!out) {
+    std::fprintf(stderr, "error: cannot write --output %s\n", args.outputFile.c_str());
+    return 1;
   }
   return 0;
 }

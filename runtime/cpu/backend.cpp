@@ -78,12 +78,14 @@ public:
     return false; // the loader generates them into hostWeight, as it reads a checkpoint
   }
 
-  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) override {
+  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                      int64_t blockSize) override {
+    int64_t capacity = blocks * blockSize;
     for (const KVCacheDesc &layer : layers) {
       cacheMemory.emplace_back(size_t((layer.keyWidth + layer.valueWidth) * capacity));
       float *base = cacheMemory.back().data();
-      cx.caches.push_back(
-          {base, base + layer.keyWidth * capacity, capacity, layer.keyWidth, 0});
+      cx.caches.push_back({base, base + layer.keyWidth * capacity, blocks, blockSize,
+                           layer.keyWidth, layer.valueWidth});
     }
   }
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override {
@@ -93,13 +95,10 @@ public:
   }
 
   bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
-  const float *forward(const int64_t *ids, const int64_t *positions, int64_t tokens,
-                       bool sequenceParallel) override {
-    return (sequenceParallel ? sequenceParallelFn : forwardFn)(cx, ids, positions, tokens);
-  }
-  void resetCaches() override {
-    for (KVCache &cache : cx.caches)
-      cache.length = 0;
+  const float *forward(const Step &step, bool sequenceParallel) override {
+    cx.step = &step;
+    return (sequenceParallel ? sequenceParallelFn : forwardFn)(cx, step.ids, step.positions,
+                                                               step.tokens);
   }
   bool injectFault() override { return false; }
   std::string describe() const override { return "CPU: " + matrixKernels(); }

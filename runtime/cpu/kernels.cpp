@@ -145,17 +145,17 @@ void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t h
     }
 }
 
-void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
-               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, const HeadSplit &split, KVCache &cache, float *out,
-               const float *sinks, int64_t valueHeadDim) {
-  if (valueHeadDim == 0)
-    valueHeadDim = headDim;
-  int64_t start = cache.length, width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim;
-  std::memcpy(cache.keys + start * width, k, rows * width * sizeof(float));
-  std::memcpy(cache.values + start * vWidth, v, rows * vWidth * sizeof(float));
-  cache.length += rows;
-  int64_t group = heads / kvHeads, keys = cache.length, qWidth = heads * headDim;
+namespace {
+
+/// Attention of one sequence's `rows` new tokens, at positions start .., whose keys and values
+/// (those of positions 0 .. start + rows - 1, the new ones included) lie contiguous from
+/// `keysOf` and `valuesOf`; see attention() for the rest.
+void attendSequence(const float *q, int64_t rows, int64_t start, const float *keysOf,
+                    const float *valuesOf, int64_t heads, int64_t kvHeads, int64_t headDim,
+                    double scale, int64_t slidingWindow, double softcap, const HeadSplit &split,
+                    float *out, const float *sinks, int64_t valueHeadDim) {
+  int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim;
+  int64_t group = heads / kvHeads, keys = start + rows, qWidth = heads * headDim;
   int64_t oWidth = heads * valueHeadDim;
   // Scores of one head for every new token against every cached key, [rows, keys]; reused
   // across calls so a decode step allocates nothing.
@@ -171,8 +171,8 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
       }
       kv = (split.firstHead + h) / split.group - split.firstKvHead;
     }
-    const float *kh = cache.keys + kv * headDim;
-    const float *vh = cache.values + kv * valueHeadDim;
+    const float *kh = keysOf + kv * headDim;
+    const float *vh = valuesOf + kv * valueHeadDim;
     // One query row (a decode step) is a few dot products per cached key: plain loops, which
     // cost less than a GEMM's packing. More rows are one GEMM.
     if (rows == 1) {
@@ -218,6 +218,53 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
                   int(keys), 1.0f, scores.data(), int(keys), vh, int(vWidth), 0.0f,
                   out + h * valueHeadDim, int(oWidth));
     }
+  }
+}
+
+} // namespace
+
+void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
+               int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
+               double softcap, const HeadSplit &split, StepCache c, float *out,
+               const float *sinks, int64_t valueHeadDim) {
+  (void)rows; // the step's tokens, which its sequences divide
+  if (valueHeadDim == 0)
+    valueHeadDim = headDim;
+  KVCache &cache = c.cache;
+  int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim, size = cache.blockSize;
+  int64_t qWidth = heads * headDim, oWidth = heads * valueHeadDim;
+  // A sequence whose blocks are not one run is read from a copy of its keys and values in
+  // order; reused across calls.
+  thread_local std::vector<float> keysInOrder, valuesInOrder;
+  for (const StepSequence &s : c.step.sequences) {
+    for (int64_t i = 0; i < s.count; ++i) { // the new keys and values into their slots
+      int64_t position = s.cached + i;
+      int64_t slot = int64_t(s.blocks[position / size]) * size + position % size;
+      std::memcpy(cache.keys + slot * width, k + (s.first + i) * width, size_t(width) * 4);
+      std::memcpy(cache.values + slot * vWidth, v + (s.first + i) * vWidth, size_t(vWidth) * 4);
+    }
+    int64_t total = s.cached + s.count, blocks = (total + size - 1) / size;
+    bool run = true;
+    for (int64_t b = 1; b < blocks && run; ++b)
+      run = s.blocks[b] == s.blocks[0] + b;
+    const float *keysOf = cache.keys + int64_t(s.blocks[0]) * size * width;
+    const float *valuesOf = cache.values + int64_t(s.blocks[0]) * size * vWidth;
+    if (!run) {
+      keysInOrder.resize(size_t(total * width));
+      valuesInOrder.resize(size_t(total * vWidth));
+      for (int64_t b = 0; b < blocks; ++b) {
+        int64_t from = int64_t(s.blocks[b]) * size, count = std::min(size, total - b * size);
+        std::memcpy(keysInOrder.data() + b * size * width, cache.keys + from * width,
+                    size_t(count * width) * 4);
+        std::memcpy(valuesInOrder.data() + b * size * vWidth, cache.values + from * vWidth,
+                    size_t(count * vWidth) * 4);
+      }
+      keysOf = keysInOrder.data();
+      valuesOf = valuesInOrder.data();
+    }
+    attendSequence(q + s.first * qWidth, s.count, s.cached, keysOf, valuesOf, heads, kvHeads,
+                   headDim, scale, slidingWindow, softcap, split, out + s.first * oWidth, sinks,
+                   valueHeadDim);
   }
 }
 

@@ -203,7 +203,9 @@ bool Device::generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
   return true;
 }
 
-void Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) {
+void Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                            int64_t blockSize) {
+  int64_t capacity = blocks * blockSize;
   for (const KVCacheDesc &layer : layers) {
     int64_t width = layer.keyWidth;
     if (layer.valueWidth != width) // the compiler refuses such attention for this target
@@ -262,9 +264,21 @@ void Device::start() {
   state->graphsAllowed = !viaHost && !(graphs && std::string(graphs) == "0");
 }
 
-const float *Device::forward(const int64_t *ids, const int64_t *positions, int64_t tokens,
-                             bool sequenceParallel) {
-  return run(ids, positions, tokens, sequenceParallel ? sequenceParallelFn : forwardFn);
+const float *Device::forward(const Step &batch, bool sequenceParallel) {
+  if (batch.sequences.size() != 1)
+    throw std::runtime_error("the CUDA target runs one sequence a step, and this step has " +
+                             std::to_string(batch.sequences.size()) +
+                             ": batches wait for its batched kernels (--max-num-seqs 1)");
+  const StepSequence &sequence = batch.sequences[0];
+  if (sequence.cached == 0)
+    resetCaches();
+  else if (!caches.empty() && sequence.cached != caches[0].length)
+    throw std::runtime_error("internal error: a step continues a sequence of " +
+                             std::to_string(sequence.cached) + " cached tokens on caches of " +
+                             std::to_string(caches[0].length));
+  step = &batch;
+  return run(batch.ids, batch.positions, batch.tokens,
+             sequenceParallel ? sequenceParallelFn : forwardFn);
 }
 
 void releaseForRegrowth(Device::State &state, const char *what) {

@@ -201,15 +201,27 @@ TEST(Kernels, ExpertsSumRoutedExpertsOnly) {
   }
 }
 
+/// A step of one sequence: `count` tokens after `cached`, its blocks 0, 1, ... in order.
+struct OneSequence {
+  std::vector<int32_t> blocks;
+  Step step;
+  OneSequence(int64_t cached, int64_t count, int64_t blockCount) : blocks(size_t(blockCount)) {
+    std::iota(blocks.begin(), blocks.end(), 0);
+    step.tokens = count;
+    step.sequences = {StepSequence{0, count, cached, blocks.data(), true}};
+  }
+};
+
 TEST(Kernels, AttentionSoftcapBoundsScores) {
   // One key: the softmax is 1 whatever the cap, so the output is the value; two keys with a
   // tiny cap make their scores nearly equal, so the output is nearly their mean.
   int64_t hd = 2;
   std::vector<float> q = {10, 0, 10, 0}, k = {1, 0, -1, 0}, v = {1, 2, 3, 4};
   std::vector<float> keys(4), values(4), out(4);
-  KVCache cache{keys.data(), values.data(), 2, hd, 0};
-  attention(Host{}, q.data(), k.data(), v.data(), 2, 1, 1, hd, 1.0, 0, 1e-3, HeadSplit{}, cache,
-            out.data());
+  KVCache cache{keys.data(), values.data(), 1, 2, hd, hd};
+  OneSequence two(0, 2, 1);
+  attention(Host{}, q.data(), k.data(), v.data(), 2, 1, 1, hd, 1.0, 0, 1e-3, HeadSplit{},
+            {cache, two.step}, out.data());
   EXPECT_NEAR(out[0], 1.0, 1e-6);
   EXPECT_NEAR(out[2], 2.0, 2e-3);
   EXPECT_NEAR(out[3], 3.0, 2e-3);
@@ -223,10 +235,11 @@ TEST(Kernels, AttentionOnUnevenHeadsIsThoseHeadsOfTheWhole) {
   auto q = randomVector(rows * heads * hd, 11), k = randomVector(rows * kvHeads * hd, 12),
        v = randomVector(rows * kvHeads * hd, 13);
   std::vector<float> keys(rows * kvHeads * hd), values(rows * kvHeads * hd);
-  KVCache whole{keys.data(), values.data(), rows, kvHeads * hd, 0};
+  KVCache whole{keys.data(), values.data(), 1, rows, kvHeads * hd, kvHeads * hd};
+  OneSequence prompt(0, rows, 1);
   std::vector<float> expected(rows * heads * hd);
   attention(Host{}, q.data(), k.data(), v.data(), rows, heads, kvHeads, hd, 0.5, 0, 0.0,
-            HeadSplit{}, whole, expected.data());
+            HeadSplit{}, {whole, prompt.step}, expected.data());
   struct Rank {
     int64_t firstHead, count, firstKv;
   };
@@ -245,9 +258,9 @@ TEST(Kernels, AttentionOnUnevenHeadsIsThoseHeadsOfTheWhole) {
         }
     }
     std::vector<float> lkeys(lk.size()), lvalues(lv.size()), out(lq.size(), 7.0f);
-    KVCache cache{lkeys.data(), lvalues.data(), rows, localKv * hd, 0};
+    KVCache cache{lkeys.data(), lvalues.data(), 1, rows, localKv * hd, localKv * hd};
     attention(Host{}, lq.data(), lk.data(), lv.data(), rows, local, localKv, hd, 0.5, 0, 0.0,
-              HeadSplit{3, r.firstHead, r.count, r.firstKv}, cache, out.data());
+              HeadSplit{3, r.firstHead, r.count, r.firstKv}, {cache, prompt.step}, out.data());
     for (int64_t t = 0; t < rows; ++t)
       for (int64_t h = 0; h < local; ++h)
         for (int64_t d = 0; d < hd; ++d) {
@@ -263,14 +276,15 @@ TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
   auto q = randomVector(total * heads * hd, 5), k = randomVector(total * kvHeads * hd, 6),
        v = randomVector(total * kvHeads * hd, 7);
   std::vector<float> keys(total * kvHeads * hd), values(total * kvHeads * hd);
-  KVCache cache{keys.data(), values.data(), total, kvHeads * hd, 0};
+  KVCache cache{keys.data(), values.data(), total, 1, kvHeads * hd, kvHeads * hd};
   std::vector<float> out(total * heads * hd);
   double scale = 1 / std::sqrt(double(hd));
+  OneSequence prefill(0, 4, total), decode(4, 1, total);
   attention(Host{}, q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, 0.0,
-            HeadSplit{}, cache, out.data());
+            HeadSplit{}, {cache, prefill.step}, out.data());
   attention(Host{}, q.data() + 4 * heads * hd, k.data() + 4 * kvHeads * hd,
-            v.data() + 4 * kvHeads * hd, 1, heads, kvHeads, hd, scale, 0, 0.0, HeadSplit{}, cache,
-            out.data() + 4 * heads * hd);
+            v.data() + 4 * kvHeads * hd, 1, heads, kvHeads, hd, scale, 0, 0.0, HeadSplit{},
+            {cache, decode.step}, out.data() + 4 * heads * hd);
   for (int64_t t = 0; t < total; ++t)
     for (int64_t h = 0; h < heads; ++h) {
       int64_t g = h / (heads / kvHeads);
@@ -292,7 +306,81 @@ TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
         EXPECT_NEAR(out[(t * heads + h) * hd + d], acc, 1e-5) << "token " << t << " head " << h;
       }
     }
-  EXPECT_EQ(cache.length, total);
+}
+
+TEST(Kernels, AttentionOfARaggedStepIsEachSequenceAlone) {
+  // Three sequences in one step, their blocks (of 2 tokens) scattered through the cache and
+  // out of order: one decoding after 5 cached tokens, one prefilling a 4-token chunk after 3,
+  // one starting with 3 tokens. Each sequence's output is bit for bit the output of its
+  // tokens alone, prefilled whole on a cache of its own (the same kernel: the same
+  // arithmetic).
+  int64_t heads = 4, kvHeads = 2, hd = 3, width = kvHeads * hd, size = 2;
+  struct Sequence {
+    int64_t cached, count;
+    std::vector<int32_t> blocks;
+  };
+  std::vector<Sequence> sequences = {{5, 1, {7, 2, 9}}, {3, 4, {4, 0, 5, 11}}, {0, 3, {10, 1}}};
+  std::vector<float> keys(12 * size * width), values(12 * size * width);
+  KVCache cache{keys.data(), values.data(), 12, size, width, width};
+  int64_t tokens = 0;
+  for (const Sequence &s : sequences)
+    tokens += s.count;
+  // Every sequence's tokens, its cached ones first, from its own seed.
+  auto all = [&](size_t s, int64_t perToken, unsigned salt) {
+    return randomVector((sequences[s].cached + sequences[s].count) * perToken,
+                        unsigned(100 * s) + salt);
+  };
+  Step step;
+  step.tokens = tokens;
+  std::vector<float> q(tokens * heads * hd), k(tokens * width), v(tokens * width);
+  int64_t first = 0;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    Sequence &seq = sequences[s];
+    auto sq = all(s, heads * hd, 1), sk = all(s, width, 2), sv = all(s, width, 3);
+    // Its cached tokens already in its blocks, as earlier steps left them.
+    for (int64_t p = 0; p < seq.cached; ++p) {
+      int64_t slot = seq.blocks[size_t(p / size)] * size + p % size;
+      std::copy_n(sk.begin() + p * width, width, keys.begin() + slot * width);
+      std::copy_n(sv.begin() + p * width, width, values.begin() + slot * width);
+    }
+    std::copy_n(sq.begin() + seq.cached * heads * hd, seq.count * heads * hd,
+                q.begin() + first * heads * hd);
+    std::copy_n(sk.begin() + seq.cached * width, seq.count * width, k.begin() + first * width);
+    std::copy_n(sv.begin() + seq.cached * width, seq.count * width, v.begin() + first * width);
+    step.sequences.push_back({first, seq.count, seq.cached, seq.blocks.data(), true});
+    first += seq.count;
+  }
+  std::vector<float> out(tokens * heads * hd, NAN);
+  attention(Host{}, q.data(), k.data(), v.data(), tokens, heads, kvHeads, hd, 0.5, 0, 0.0,
+            HeadSplit{}, {cache, step}, out.data());
+  first = 0;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const Sequence &seq = sequences[s];
+    int64_t total = seq.cached + seq.count;
+    auto sq = all(s, heads * hd, 1), sk = all(s, width, 2), sv = all(s, width, 3);
+    // Alone: its cached tokens on a contiguous cache, then the same new rows.
+    std::vector<float> ownKeys(total * width), ownValues(total * width);
+    std::copy_n(sk.begin(), seq.cached * width, ownKeys.begin());
+    std::copy_n(sv.begin(), seq.cached * width, ownValues.begin());
+    KVCache own{ownKeys.data(), ownValues.data(), 1, total, width, width};
+    OneSequence alone(seq.cached, seq.count, 1);
+    std::vector<float> expected(seq.count * heads * hd);
+    attention(Host{}, sq.data() + seq.cached * heads * hd, sk.data() + seq.cached * width,
+              sv.data() + seq.cached * width, seq.count, heads, kvHeads, hd, 0.5, 0, 0.0,
+              HeadSplit{}, {own, alone.step}, expected.data());
+    for (int64_t i = 0; i < seq.count * heads * hd; ++i)
+      ASSERT_EQ(out[size_t(first * heads * hd + i)], expected[size_t(i)])
+          << "sequence " << s << ", element " << i;
+    // Its new keys and values went to their slots.
+    for (int64_t p = seq.cached; p < total; ++p) {
+      int64_t slot = seq.blocks[size_t(p / size)] * size + p % size;
+      for (int64_t c = 0; c < width; ++c) {
+        EXPECT_EQ(keys[size_t(slot * width + c)], sk[size_t(p * width + c)]);
+        EXPECT_EQ(values[size_t(slot * width + c)], sv[size_t(p * width + c)]);
+      }
+    }
+    first += seq.count;
+  }
 }
 
 TEST(Kernels, EmbeddingZeroesOtherRanksRows) {
@@ -773,22 +861,22 @@ public:
   bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
     return false;
   }
-  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) override {
+  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                      int64_t blockSize) override {
     cacheLayers = layers.size();
-    cacheCapacity = capacity;
+    cacheCapacity = blocks * blockSize;
   }
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override {
     return uint64_t(perToken * tokens) * 2;
   }
   void start() override { started = true; }
   bool hasSequenceParallel() const override { return false; }
-  const float *forward(const int64_t *ids, const int64_t *, int64_t tokens, bool) override {
-    forwards.push_back(tokens);
+  const float *forward(const Step &step, bool) override {
+    forwards.push_back(step.tokens);
     std::fill(logits.begin(), logits.end(), 0.0f);
-    logits[size_t(ids[tokens - 1] + 1) % logits.size()] = 1.0f;
+    logits[size_t(step.ids[step.tokens - 1] + 1) % logits.size()] = 1.0f;
     return logits.data();
   }
-  void resetCaches() override {}
   bool injectFault() override { return false; }
 
   int tp = 0;

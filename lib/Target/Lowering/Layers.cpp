@@ -212,8 +212,12 @@ LogicalResult lowerElementwise(FunctionLowering &l, Operation *op) {
 }
 
 LogicalResult lower(FunctionLowering &l, LastTokenOp last) {
-  return l.lowerInto(last, "lastRow",
-                     [&](Call &c, Value out) { c.input(last.getInput()).value("out", out); });
+  // The last token of each sequence the step samples; how many, the rows of what follows.
+  FailureOr<Value> out = l.define(last);
+  if (failed(out))
+    return failure();
+  l.sampled = l.call(last, "lastRows").input(last.getInput()).value("out", *out).emit(l.i64());
+  return success(bool(l.sampled));
 }
 
 LogicalResult lower(FunctionLowering &l, SliceOp slice) {

@@ -70,7 +70,7 @@ mlir::Value emitCall(mlir::OpBuilder &b, mlir::Location loc, llvm::StringRef cal
 /// The rows a value has on this rank: a count known at compile time (after tp.last_token),
 /// the forward's token count n, or n / tp where the tokens are split.
 struct Rows {
-  mlir::Value count; // n or n / tp, when not static
+  mlir::Value count; // n or n / tp, or the sampled rows, when not static
   int64_t fixed = 0; // when static
 };
 
@@ -180,6 +180,9 @@ public:
   mlir::MLIRContext *ctx;
   mlir::OpBuilder builder;
   mlir::Value cx, ids, positions, n, ns;
+  /// The rows after tp.last_token: one per sequence the step samples (lastRows' count), once
+  /// the forward has lowered its tp.last_token.
+  mlir::Value sampled;
   int attentionIndex = 0;
   /// A call that did not match calls.def was made (Call::emit said where).
   bool mismatchedCall = false;

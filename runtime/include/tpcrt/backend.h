@@ -7,6 +7,7 @@
 #ifndef TPCRT_BACKEND_H
 #define TPCRT_BACKEND_H
 
+#include "tpcrt/batch.h"
 #include "tpcrt/dtype.h"
 #include "tpcrt/model.h"
 
@@ -41,7 +42,7 @@ struct KVCacheDesc {
 struct RankInfo {
   int rank = 0, tp = 1;
   int localRank = 0;       // LOCAL_RANK: which device the rank takes
-  int64_t maxTokens = 0;   // --max-seq-len: what the arena and KV caches hold
+  int64_t maxTokens = 0;   // the most tokens one forward computes (what the arena holds)
   int timeoutSeconds = 30; // --timeout: how long a collective may wait for a peer
   Comm *comm = nullptr;    // the group: host collectives (already traced), broadcast, why a
                            // rank stopped
@@ -78,8 +79,10 @@ public:
   virtual bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                               const SliceSpec &slice) = 0;
 
-  /// One cache per attention layer, each for `capacity` tokens, empty.
-  virtual void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) = 0;
+  /// One cache per attention layer, each of `blocks` blocks of `blockSize` tokens
+  /// (tpcrt/batch.h), empty.
+  virtual void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                              int64_t blockSize) = 0;
   /// The forwards' activation arena, `perToken` elements for each of `tokens`; returns its
   /// bytes (--trace's arena_bytes).
   virtual uint64_t allocateArena(int64_t perToken, int64_t tokens) = 0;
@@ -87,14 +90,12 @@ public:
   /// Whether the program has a sequence-parallel forward, which the core runs for the token
   /// counts the program's rule gives (ModelSpec::sequenceParallelTokens).
   virtual bool hasSequenceParallel() const = 0;
-  /// One forward over `tokens` new tokens (`ids` at `positions`, after what the caches
-  /// hold): this rank's logits as fp32 on the host, [tokens, vocab] ([1, vocab] when the
-  /// model computes the last token only), valid until the next call. Throws on a device's or
-  /// a collective's failure.
-  virtual const float *forward(const int64_t *ids, const int64_t *positions, int64_t tokens,
-                               bool sequenceParallel) = 0;
-  /// Every KV cache empty again: the next forward starts a new sequence.
-  virtual void resetCaches() = 0;
+  /// One forward over a step's tokens (each sequence's after what its blocks hold): this
+  /// rank's logits as fp32 on the host, [step.sampledRows(), vocab] ([tokens, vocab] where
+  /// the model has no tp.last_token), valid until the next call. Throws on a device's or a
+  /// collective's failure, and where the backend cannot run the step (the CUDA target runs
+  /// one sequence a step).
+  virtual const float *forward(const Step &step, bool sequenceParallel) = 0;
   /// How it computes, for --verbose: its kernels and libraries, as chosen on this machine.
   virtual std::string describe() const { return ""; }
   /// TPC_FAULT=device: makes the device fault on purpose, so that the forward under way

@@ -48,6 +48,8 @@ struct ModelSpec {
   /// The program's #tp.target gather mode: a gather of pieces tp does not split evenly sends
   /// only the real columns (true) or pieces padded to the largest (false).
   bool variableGathers = false;
+  /// Tokens per block of the paged KV cache (tpcrt/batch.h).
+  int64_t kvBlockSize = 16;
 };
 
 // The model, as main() describes it. The spec lives as long as the program.

@@ -28,6 +28,10 @@ using ProgramAct = float;
 using ProgramMatrix = cpu::Matrix;
 /// The state the CPU kernels take: none (tpcrt/cpu/kernels.h).
 inline cpu::Host kernels(Context &) { return {}; }
+/// Layer `layer`'s KV cache as the step under way reads it.
+inline cpu::StepCache kvCache(Context &cx, int64_t layer) {
+  return {cx.caches[size_t(layer)], *cx.step};
+}
 #include "tpcrt/program_ops.inc"
 
 // What only the CPU target runs (TPC_CPU_CALL in tpcrt/calls.def): mixtures of experts and

@@ -2,7 +2,7 @@
 
     python check_logprobs.py OUT.jsonl LOGITS.bin VOCAB TOP
 
-OUT.jsonl's first line asked for TOP log-probabilities; LOGITS.bin holds --dump-logits' rows
+OUT.jsonl's first line with logprobs asked for TOP log-probabilities; LOGITS.bin holds --dump-logits' rows
 (float32, VOCAB a row, one row a generated token). For each token: its logprob is
 log_softmax of its row at the chosen id, and top_logprobs are the TOP largest of that row,
 most likely first, each with its own log_softmax value (within 1e-5: the rows may come from
@@ -16,7 +16,7 @@ import sys
 
 def main():
     out, logits_file, vocab, top = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    result = json.loads(open(out).readline())
+    result = next(r for r in map(json.loads, open(out)) if "logprobs" in r)
     data = open(logits_file, "rb").read()
     values = struct.unpack(f"<{len(data) // 4}f", data)
     rows = [values[i:i + vocab] for i in range(0, len(values), vocab)]

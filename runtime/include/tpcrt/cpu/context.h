@@ -79,6 +79,7 @@ struct Context {
   HostWeights weights;
   std::vector<cpu::KVCache> caches;
   float *arena = nullptr;
+  const Step *step = nullptr; // the forward under way's
 
   /// Weight i, held in fp32 (tp-weight-storage holds in fp32 every weight a kernel reads as
   /// floats; the lowering asks for matrix() where it did not).

@@ -4,6 +4,7 @@
 #ifndef TPCRT_CPU_KERNELS_H
 #define TPCRT_CPU_KERNELS_H
 
+#include "tpcrt/batch.h"
 #include "tpcrt/dtype.h"
 #include "tpcrt/model.h"
 
@@ -66,7 +67,7 @@ void forceScalarKernels(bool scalar);
 bool vectorKernelsFor(DType type);
 /// The one-row linear of quantized W without AVX-512 (AVX2's) while `avx2`.
 void forceAvx2Kernels(bool avx2);
-/// Whether the one-row linear reads a W of `type` with AVX-512 now (Q4_0 and Q4_K, on a CPU
+/// Whether the one-row linear reads a W of `type` with AVX-512 now (Q8_0, Q4_0 and Q4_K, on a CPU
 /// with AVX-512 F and BW).
 bool avx512KernelsFor(DType type);
 /// The size of the fp32 panel a several-row linear widens a 16-bit or quantized W into
@@ -92,13 +93,21 @@ void headSlice(Host, const float *x, int64_t rows, int64_t cols, int64_t headDim
 void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t headDim,
                  const float *shared, int64_t sharedCols, float *out);
 
-/// One layer's keys and values for up to `capacity` tokens: [capacity, kvHeads * headDim].
+/// One layer's keys and values, paged (tpcrt/batch.h): `blocks` blocks of `blockSize`
+/// tokens, [blocks * blockSize, width] keys (kvHeads * headDim) and [.., valueWidth] values.
 struct KVCache {
   float *keys = nullptr, *values = nullptr;
-  int64_t capacity = 0, width = 0, length = 0;
+  int64_t blocks = 0, blockSize = 0, width = 0, valueWidth = 0;
 };
 
-/// Causal attention of `rows` new tokens (at positions cache.length ..) with GQA: query head
+/// A layer's cache as one step reads and writes it.
+struct StepCache {
+  KVCache &cache;
+  const Step &step;
+};
+
+/// Causal attention of a step's `rows` new tokens, each sequence's own (at positions
+/// sequence.cached .., read and written through its block table) with GQA: query head
 /// h reads KV head h / (heads / kvHeads), or with an uneven `split` (local) KV head
 /// (split.firstHead + h) / split.group - split.firstKvHead, its heads from split.heads on
 /// being padding that comes out zero. Appends k and v to the cache first. A positive
@@ -108,7 +117,7 @@ struct KVCache {
 /// `valueHeadDim` (DeepSeek's MLA; 0: headDim).
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
-               double softcap, const HeadSplit &split, KVCache &cache, float *out,
+               double softcap, const HeadSplit &split, StepCache cache, float *out,
                const float *sinks = nullptr, int64_t valueHeadDim = 0);
 
 void silu(Host, const float *x, int64_t n, float *out);

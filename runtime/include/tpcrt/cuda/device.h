@@ -56,17 +56,21 @@ public:
   /// Generated on the device, where they will live.
   bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                       const SliceSpec &slice) override;
-  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t capacity) override;
+  /// Contiguous caches of blocks * blockSize tokens: one sequence's.
+  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                      int64_t blockSize) override;
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override;
   /// Connects the communicator: NCCL, its unique id sent through the group's broadcast,
   /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
   void start() override;
   bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
-  const float *forward(const int64_t *ids, const int64_t *positions, int64_t tokens,
-                       bool sequenceParallel) override;
-  /// Empties the KV caches (the driver's --warmup). Captured graphs stay valid: they read
-  /// the length from the device.
-  void resetCaches() override;
+  /// A step of one sequence, whose block table the contiguous caches stand for: its cached
+  /// tokens are what the caches hold, or none (a new sequence: the caches are emptied).
+  /// Batches of several sequences are refused until the CUDA kernels for them exist.
+  const float *forward(const Step &step, bool sequenceParallel) override;
+  /// Empties the KV caches. Captured graphs stay valid: they read the length from the
+  /// device.
+  void resetCaches();
   /// Launches a kernel that writes through a null pointer (TPC_FAULT=device).
   bool injectFault() override;
 
@@ -91,6 +95,7 @@ public:
   int rank = 0, tp = 1;
   act *arena = nullptr;
   std::vector<KVCache> caches;
+  const Step *step = nullptr; // the forward under way's
 
   /// The placement changes the program calls, on device buffers (tpcrt/collectives.h).
   Collectives &collectives();

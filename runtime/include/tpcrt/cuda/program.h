@@ -33,6 +33,8 @@ using ProgramAct = act;
 using ProgramMatrix = const act *;
 /// The state the device's kernels take: the stream, cuBLASLt, their scratch.
 inline Device::State &kernels(Device &device) { return *device.state; }
+/// Layer `layer`'s KV cache: one sequence's, contiguous (the CUDA target runs one a step).
+inline KVCache &kvCache(Device &device, int64_t layer) { return device.caches[size_t(layer)]; }
 
 // What the device's kernels lack: attention sinks, value heads narrower or wider than the
 // keys' and DeepSeek's rotary forms. The lowering refuses them for this target

@@ -1,0 +1,41 @@
+// A step: what one forward computes, for any number of sequences at once. Rank 0's scheduler
+// (runtime/core/engine.cpp) makes one and sends it to every rank; a forward reads it through
+// its context (the ops that are per token need nothing of it; the attention reads each
+// sequence's keys and values through its block table, and tp.last_token's rows are the last
+// token of each sequence the step samples).
+//
+// The KV cache is paged: each layer's keys and values live in fixed-size blocks of
+// `blockSize` tokens, and a sequence's block table lists the blocks holding its tokens in
+// order, so token p of a sequence is in block table[p / blockSize] at p % blockSize.
+#ifndef TPCRT_BATCH_H
+#define TPCRT_BATCH_H
+
+#include <cstdint>
+#include <vector>
+
+namespace tpcrt {
+
+/// One sequence's part of a step: tokens [first, first + count) of the step, at positions
+/// cached, cached + 1, ... (its cache holds `cached` tokens before them).
+struct StepSequence {
+  int64_t first = 0, count = 0, cached = 0;
+  const int32_t *blocks = nullptr; // its block table, ceil((cached + count) / blockSize) long
+  bool sampled = false;            // the forward returns the logits of its last token
+};
+
+struct Step {
+  const int64_t *ids = nullptr, *positions = nullptr;
+  int64_t tokens = 0;
+  std::vector<StepSequence> sequences;
+  /// The rows the forward returns logits for: the sequences with `sampled`.
+  int64_t sampledRows() const {
+    int64_t rows = 0;
+    for (const StepSequence &s : sequences)
+      rows += s.sampled;
+    return rows;
+  }
+};
+
+} // namespace tpcrt
+
+#endif // TPCRT_BATCH_H
