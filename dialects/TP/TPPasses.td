@@ -195,7 +195,15 @@ def TPPlanArena : Pass<"tp-plan-arena", "::mlir::ModuleOp"> {
     lives until it runs; its results are placed when it runs, a `linears` unit's one after
     the other. Records `tp.arena = array<i64: ...>` (one offset per result) on every op whose
     results live in the arena, and `tp.arena_size` on each function.
+
+    The other memory a forward touches, the KV cache, is paged: a module with attention gets
+    `tp.kv_block_size` (tokens per block of every layer's cache), which the runtime's cache
+    and its scheduler's block tables use.
   }];
+  let options = [
+    Option<"kvBlockSize", "kv-block-size", "int64_t", /*default=*/"16",
+           "tokens per block of the paged KV cache (vLLM's default)">,
+  ];
   let dependentDialects = ["::tpc::tp::TPDialect"];
 }
 

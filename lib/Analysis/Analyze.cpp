@@ -281,6 +281,8 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   memory.heldTypes = heldTypes(*partitioned);
   memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
   memory.kvCachePerToken = kvCacheBytes(*partitioned, 1);
+  if (auto blockSize = (*decided)->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName))
+    memory.kvBlockSize = blockSize.getInt();
   memory.mlaLatentCache = mlaLatentCacheBytes(*partitioned, maxSeqLen);
   a.shares = rankShares(*partitioned);
   return a;
@@ -341,6 +343,7 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
                             {"weights_ratio", ratio},
                             {"kv_cache_bytes", memory.kvCache},
                             {"kv_cache_bytes_per_token", memory.kvCachePerToken},
+                            {"kv_block_size", memory.kvBlockSize},
                             {"mla_latent_cache_bytes", memory.mlaLatentCache},
                             {"max_seq_len", memory.maxSeqLen},
                             {"max_seq_len_from", maxSeqLenFrom},
@@ -380,6 +383,14 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
   os << fmt::format("                      {:.0f} bytes a token: its keys and values in every "
                     "attention layer, this rank's heads\n",
                     memory.kvCachePerToken);
+  if (memory.kvBlockSize > 0 && memory.kvCachePerToken > 0) {
+    // --requests' cache is --kv-cache-tokens; a budget of bytes is this many tokens.
+    double block = memory.kvCachePerToken * double(memory.kvBlockSize);
+    os << fmt::format("                      paged in blocks of {} tokens ({:.0f} bytes); 1 GiB "
+                      "holds {:.0f} blocks, {:.0f} tokens (--kv-cache-tokens)\n",
+                      memory.kvBlockSize, block, std::floor(double(1 << 30) / block),
+                      std::floor(double(1 << 30) / block) * double(memory.kvBlockSize));
+  }
   os << fmt::format("  activation arena    {:>14.0f} bytes ({} elements per token x {} "
                     "tokens, --target {}: what the binary allocates)\n",
                     memory.arena, memory.arenaElementsPerToken, memory.maxSeqLen, o.target);

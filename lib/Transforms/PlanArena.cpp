@@ -38,10 +38,23 @@ int64_t firstFit(std::vector<Live> &live, int64_t size) {
 }
 
 struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
+  using TPPlanArenaBase::TPPlanArenaBase;
+
   void runOnOperation() override {
+    int64_t blockSize = kvBlockSize;
+    if (blockSize < 1) {
+      getOperation().emitError() << "tp-plan-arena: kv-block-size must be at least 1, not "
+                                 << blockSize;
+      return signalPassFailure();
+    }
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal())
         plan(func);
+    bool attention = false;
+    getOperation().walk([&](AttentionOp) { attention = true; });
+    if (attention)
+      getOperation()->setAttr(kKvBlockSizeAttrName,
+                              Builder(&getContext()).getI64IntegerAttr(blockSize));
   }
 
   void plan(func::FuncOp func) {

@@ -35,5 +35,6 @@ void setSequenceParallelTokens(ModelSpec *spec, int64_t tokens) {
   spec->sequenceParallelTokens = tokens;
 }
 void setVariableGathers(ModelSpec *spec, bool variable) { spec->variableGathers = variable; }
+void setKvBlockSize(ModelSpec *spec, int64_t tokens) { spec->kvBlockSize = tokens; }
 
 } // namespace tpcrt

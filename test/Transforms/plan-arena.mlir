@@ -1,6 +1,16 @@
 // tp-plan-arena on hand-written partitioned IR: offsets by lifetime (first fit, in elements
 // per token), a linears unit's results side by side, and each function's size.
 // RUN: tpc-opt %s -split-input-file --tp-plan-arena | FileCheck %s
+// The KV cache's block size: on a module with attention only, 16 tokens unless asked.
+// RUN: tpc-opt %s -split-input-file --tp-plan-arena | FileCheck %s --check-prefix=BLOCKS
+// RUN: tpc-opt %s -split-input-file --tp-plan-arena=kv-block-size=64 | FileCheck %s --check-prefix=BLOCKS64
+// RUN: not tpc-opt %s -split-input-file --tp-plan-arena=kv-block-size=0 2>&1 | FileCheck %s --check-prefix=BLOCKS0
+// BLOCKS:      module {
+// BLOCKS:      module {
+// BLOCKS:      module attributes {tp.kv_block_size = 16 : i64} {
+// BLOCKS-NEXT:   tp.param @norm
+// BLOCKS64:    module attributes {tp.kv_block_size = 64 : i64} {
+// BLOCKS0:     error: tp-plan-arena: kv-block-size must be at least 1, not 0
 
 // A value's slot is free once its last reader has run, not before: %b cannot take %a's slot
 // (it reads %a), %c can. Weights live elsewhere and get none. The size is the highest end.

@@ -40,6 +40,7 @@ struct PhaseReport {
 struct MemoryReport {
   double weights = 0, unshardedWeights = 0, kvCache = 0, arena = 0;
   double kvCachePerToken = 0; // a token's keys and values on the largest rank
+  int64_t kvBlockSize = 0;    // the paged cache's tokens per block (tp.kv_block_size); 0: none
   /// The weight bytes one decode step reads on the rank that reads most (each matrix once,
   /// an embedding table's one row), and the types the weights are held in ("bf16: 211
   /// parameters, f32: 61").

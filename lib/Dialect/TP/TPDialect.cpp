@@ -64,7 +64,7 @@ LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
                              << ", got " << attr.getValue();
     return success();
   }
-  if (name == kMaxPositionEmbeddingsAttrName) {
+  if (name == kMaxPositionEmbeddingsAttrName || name == kKvBlockSizeAttrName) {
     if (!isa<ModuleOp>(op))
       return op->emitError() << "'" << name << "' belongs on the module, not on "
                              << op->getName();

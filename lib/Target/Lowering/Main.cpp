@@ -170,6 +170,8 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
     m.onSpec("tpcrt::setSequenceParallelTokens", [&](Args &a) {
       a.integer(*sequenceParallelTokens(split));
     });
+  if (auto blockSize = module->getAttrOfType<IntegerAttr>(kKvBlockSizeAttrName))
+    m.onSpec("tpcrt::setKvBlockSize", [&](Args &a) { a.integer(blockSize.getInt()); });
   m.onSpec("tpcrt::setVariableGathers", [&](Args &a) {
     a.boolean(getTarget(module).getGather() == GatherMode::variable);
   });

@@ -48,7 +48,7 @@ struct ModelSpec {
   /// The program's #tp.target gather mode: a gather of pieces tp does not split evenly sends
   /// only the real columns (true) or pieces padded to the largest (false).
   bool variableGathers = false;
-  /// Tokens per block of the paged KV cache (tpcrt/batch.h).
+  /// Tokens per block of the paged KV cache (tpcrt/batch.h): tp-plan-arena's choice.
   int64_t kvBlockSize = 16;
 };
 
@@ -67,6 +67,8 @@ void setMaxPositions(ModelSpec *spec, int64_t positions);
 /// sequence-parallel forward runs (multiples of `tokens`), and the gather mode.
 void setSequenceParallelTokens(ModelSpec *spec, int64_t tokens);
 void setVariableGathers(ModelSpec *spec, bool variable);
+/// The paged KV cache's tokens per block (the module's tp.kv_block_size).
+void setKvBlockSize(ModelSpec *spec, int64_t tokens);
 
 /// --max-seq-len when none is given: 2048 tokens, or the model's max_position_embeddings
 /// where that is fewer (`maxPositions` 0: unknown). `tpc analyze` reports with it too.

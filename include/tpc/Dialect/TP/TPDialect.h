@@ -47,6 +47,9 @@ inline constexpr llvm::StringLiteral kMaxPositionEmbeddingsAttrName =
 /// (`tp.arena_size`, elements per token).
 inline constexpr llvm::StringLiteral kArenaAttrName = "tp.arena";
 inline constexpr llvm::StringLiteral kArenaSizeAttrName = "tp.arena_size";
+/// What tp-plan-arena decides of the KV cache (an i64 on the module): tokens per block of the
+/// paged cache, the unit its block tables and the runtime's allocator count in.
+inline constexpr llvm::StringLiteral kKvBlockSizeAttrName = "tp.kv_block_size";
 /// Marks the forward that splits the residual stream by tokens (sequence parallelism); a
 /// module holds it beside the plain @forward. Its value (an i64, the mesh size) is the
 /// dispatch rule, decided here once: that forward runs the token counts it divides evenly
