@@ -34,6 +34,10 @@ std::atomic<bool> forcedScalar{false}, forcedAvx2{false};
 // (bench/results/matmul.txt, `tpc-matmul-bench panels`), 128 rows of x ran at 10-25 GFLOP/s
 // with 64-128 KiB panels, ~30 at 256-512 KiB and 34-44 at 768 KiB-1 MiB, about fp32's rate.
 std::atomic<size_t> panelBytes{size_t(1) << 20};
+// The most rows of x a linear of float W takes through the matrix-vector kernel (W read once,
+// every row of x against it in registers) rather than a panel and sgemm: a batch's decode
+// step. Measured: see linear().
+constexpr int64_t kBatchedGemvRows = 8;
 
 /// Element `index` of a row of a float `type` as fp32 (the vector kernels' column tails;
 /// quantized rows have none, being whole blocks).
@@ -115,81 +119,130 @@ TPC_AVX2 inline void load16(const void *row, int64_t index, __m256 &first, __m25
 /// The cache lines eight rows' sixteen columns of T take.
 template <DType T> constexpr int64_t kPrefetchLines = T == DType::F32 ? 8 : 4;
 
-/// y = W x (+ bias) for one row x and W [out, in] of T, row-major, with AVX2 and FMA: eight
-/// rows of W at a time, each in its own running sum, so that eight streams of loads are in
-/// flight, sixteen columns a step (a 16-bit row is read 32 bytes at a time). Eight sums and
-/// the two vectors of x fit the sixteen registers. Measured in bench/results/matmul.txt
-/// against the machine's read bandwidth.
-template <DType T>
-TPC_AVX2 void gemvAvx2(const void *w, const float *x, int64_t out, int64_t in, const float *bias,
-                       float *y) {
+/// Eight rows of W of T from `rows` (each rowBytes long) times kX rows of x, each in its own
+/// running sum per row of W, sixteen columns a step: acc[k][j] is W's row k times x's row j,
+/// in eight lanes. `xs[j]` is x's row j in the order load16 gives W's elements (bf16's
+/// permutation), `x[j]` as given (for the last eight columns and the scalar tail). The sums
+/// of row k with row j are the same whatever kX: each is its own chain of FMAs in the same
+/// order, so a batch's rows get the one-row product's values bit for bit.
+template <DType T, int64_t kX>
+TPC_AVX2 inline void eightRows(const char *rows, size_t rowBytes, const float *const *xs,
+                               const float *const *x, int64_t in, int64_t blocked,
+                               const char *next, const char *last, float totals[][8]) {
   constexpr int64_t kRows = 8;
+  __m256 acc[kX][kRows];
+  for (int64_t j = 0; j < kX; ++j)
+    for (int64_t k = 0; k < kRows; ++k)
+      acc[j][k] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < blocked; c += 16) {
+    // The next eight rows, which follow these in memory, requested a step's worth of bytes
+    // per step: rows of a few KiB are too short for the hardware's prefetch to find alone.
+    for (int64_t line = 0; line < kPrefetchLines<T>; ++line, next += 64)
+      if (next < last)
+        _mm_prefetch(next, _MM_HINT_T0);
+    __m256 xFirst[kX], xSecond[kX];
+    for (int64_t j = 0; j < kX; ++j) {
+      xFirst[j] = _mm256_loadu_ps(xs[j] + c);
+      xSecond[j] = _mm256_loadu_ps(xs[j] + c + 8);
+    }
+    for (int64_t k = 0; k < kRows; ++k) {
+      __m256 first, second;
+      load16<T>(rows + k * rowBytes, c, first, second);
+      for (int64_t j = 0; j < kX; ++j) {
+        acc[j][k] = _mm256_fmadd_ps(first, xFirst[j], acc[j][k]);
+        acc[j][k] = _mm256_fmadd_ps(second, xSecond[j], acc[j][k]);
+      }
+    }
+  }
+  int64_t c = blocked;
+  if (c + 8 <= in) {
+    for (int64_t k = 0; k < kRows; ++k) {
+      __m256 widened = load8<T>(rows + k * rowBytes, c);
+      for (int64_t j = 0; j < kX; ++j)
+        acc[j][k] = _mm256_fmadd_ps(widened, _mm256_loadu_ps(x[j] + c), acc[j][k]);
+    }
+    c += 8;
+  }
+  for (int64_t j = 0; j < kX; ++j) {
+    _mm256_storeu_ps(totals[j], sumEach(acc[j]));
+    for (int64_t k = 0; k < kRows; ++k)
+      for (int64_t tail = c; tail < in; ++tail)
+        totals[j][k] += elementAt(rows + k * rowBytes, T, tail) * x[j][tail];
+  }
+}
+
+/// Y = X W^T (+ bias) for `count` rows of X [count, in] (Y [count, out]) and W [out, in] of
+/// T, row-major, with AVX2 and FMA: eight rows of W at a time, each in its own running sum
+/// per row of X, so that eight streams of loads are in flight, sixteen columns a step (a
+/// 16-bit row is read 32 bytes at a time). W streams from memory once: its eight rows stay
+/// in cache while every row of X meets them, two at a time (one, two and three at a time
+/// measured alike, 110-112 tokens/s of SmolLM2's f32 weights at tp 1 in batches of eight: the
+/// FMAs bound it, eight lanes wide, not the loads). Each row of Y is bit for bit what it would be
+/// alone (eightRows), so a decode step's result does not depend on the batch. Measured in
+/// bench/results/matmul.txt against the machine's read bandwidth.
+template <DType T>
+TPC_AVX2 void gemvAvx2(const void *w, const float *x, int64_t count, int64_t out, int64_t in,
+                       const float *bias, float *y) {
+  constexpr int64_t kRows = 8, kAtOnce = 2;
   const size_t rowBytes = size_t(in) * dtypeBytes(T);
   const char *base = static_cast<const char *>(w);
   const int64_t blocked = in / 16 * 16; // the columns the sixteen-wide steps cover
-  // For bf16, x in the order load16 gives W's elements: of each sixteen, the eight even
-  // ones, then the eight odd ones.
-  const float *xs = x;
-  if constexpr (T == DType::BF16) {
-    thread_local std::vector<float> permuted;
-    permuted.resize(size_t(blocked));
-    for (int64_t c = 0; c < blocked; c += 16)
-      for (int64_t i = 0; i < 8; ++i) {
-        permuted[size_t(c + i)] = x[c + 2 * i];
-        permuted[size_t(c + 8 + i)] = x[c + 2 * i + 1];
-      }
-    xs = permuted.data();
+  // For bf16, each row of x in the order load16 gives W's elements: of each sixteen, the
+  // eight even ones, then the eight odd ones.
+  thread_local std::vector<float> permuted;
+  thread_local std::vector<const float *> xs, xRows;
+  xs.resize(size_t(count));
+  xRows.resize(size_t(count));
+  if constexpr (T == DType::BF16)
+    permuted.resize(size_t(count * blocked));
+  for (int64_t j = 0; j < count; ++j) {
+    const float *row = x + j * in;
+    xRows[size_t(j)] = xs[size_t(j)] = row;
+    if constexpr (T == DType::BF16) {
+      float *mine = permuted.data() + j * blocked;
+      for (int64_t c = 0; c < blocked; c += 16)
+        for (int64_t i = 0; i < 8; ++i) {
+          mine[c + i] = row[c + 2 * i];
+          mine[c + 8 + i] = row[c + 2 * i + 1];
+        }
+      xs[size_t(j)] = mine;
+    }
   }
   int64_t r = 0;
+  const char *last = base + size_t(out) * rowBytes;
   for (; r + kRows <= out; r += kRows) {
-    const char *rows = base + size_t(r) * rowBytes;
-    __m256 acc[kRows];
-    for (int64_t k = 0; k < kRows; ++k)
-      acc[k] = _mm256_setzero_ps();
-    // The next eight rows, which follow these in memory, requested a step's worth of bytes
-    // per step: rows of a few KiB are too short for the hardware's prefetch to find alone.
-    const char *next = rows + kRows * rowBytes, *last = base + size_t(out) * rowBytes;
-    for (int64_t c = 0; c < blocked; c += 16) {
-      for (int64_t line = 0; line < kPrefetchLines<T>; ++line, next += 64)
-        if (next < last)
-          _mm_prefetch(next, _MM_HINT_T0);
-      __m256 xFirst = _mm256_loadu_ps(xs + c), xSecond = _mm256_loadu_ps(xs + c + 8);
-      for (int64_t k = 0; k < kRows; ++k) {
-        __m256 first, second;
-        load16<T>(rows + k * rowBytes, c, first, second);
-        acc[k] = _mm256_fmadd_ps(first, xFirst, acc[k]);
-        acc[k] = _mm256_fmadd_ps(second, xSecond, acc[k]);
-      }
-    }
-    int64_t c = blocked;
-    if (c + 8 <= in) {
-      __m256 xFirst = _mm256_loadu_ps(x + c);
-      for (int64_t k = 0; k < kRows; ++k)
-        acc[k] = _mm256_fmadd_ps(load8<T>(rows + k * rowBytes, c), xFirst, acc[k]);
-      c += 8;
-    }
-    alignas(32) float totals[kRows];
-    _mm256_store_ps(totals, sumEach(acc));
-    for (int64_t k = 0; k < kRows; ++k) {
-      for (int64_t tail = c; tail < in; ++tail)
-        totals[k] += elementAt(rows + k * rowBytes, T, tail) * x[tail];
-      y[r + k] = bias ? totals[k] + bias[r + k] : totals[k];
+    const char *rows = base + size_t(r) * rowBytes, *next = rows + kRows * rowBytes;
+    float totals[kAtOnce][kRows];
+    for (int64_t j = 0; j < count; j += kAtOnce) {
+      int64_t n = std::min(kAtOnce, count - j);
+      const float *const *xj = &xs[size_t(j)], *const *rawj = &xRows[size_t(j)];
+      if (n == 2)
+        eightRows<T, 2>(rows, rowBytes, xj, rawj, in, blocked, next, last, totals);
+      else
+        eightRows<T, 1>(rows, rowBytes, xj, rawj, in, blocked, next, last, totals);
+      next = last; // prefetched by the first rows of x
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < kRows; ++k)
+          y[(j + i) * out + r + k] = bias ? totals[i][k] + bias[r + k] : totals[i][k];
     }
   }
   for (; r < out; ++r) { // the last out % 8 rows, one at a time
     const char *row = base + size_t(r) * rowBytes;
-    __m256 acc = _mm256_setzero_ps();
-    int64_t c = 0;
-    for (; c + 8 <= in; c += 8)
-      acc = _mm256_fmadd_ps(load8<T>(row, c), _mm256_loadu_ps(x + c), acc);
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, acc);
-    float total = 0;
-    for (float lane : lanes)
-      total += lane;
-    for (; c < in; ++c)
-      total += elementAt(row, T, c) * x[c];
-    y[r] = bias ? total + bias[r] : total;
+    for (int64_t j = 0; j < count; ++j) {
+      const float *xj = xRows[size_t(j)];
+      __m256 acc = _mm256_setzero_ps();
+      int64_t c = 0;
+      for (; c + 8 <= in; c += 8)
+        acc = _mm256_fmadd_ps(load8<T>(row, c), _mm256_loadu_ps(xj + c), acc);
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc);
+      float total = 0;
+      for (float lane : lanes)
+        total += lane;
+      for (; c < in; ++c)
+        total += elementAt(row, T, c) * xj[c];
+      y[j * out + r] = bias ? total + bias[r] : total;
+    }
   }
 }
 
@@ -688,11 +741,11 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
   if (vectorKernels(w.type)) {
     switch (w.type) {
     case DType::F32:
-      return gemvAvx2<DType::F32>(w.data, x, out, in, bias, y);
+      return gemvAvx2<DType::F32>(w.data, x, 1, out, in, bias, y);
     case DType::BF16:
-      return gemvAvx2<DType::BF16>(w.data, x, out, in, bias, y);
+      return gemvAvx2<DType::BF16>(w.data, x, 1, out, in, bias, y);
     case DType::F16:
-      return gemvAvx2<DType::F16>(w.data, x, out, in, bias, y);
+      return gemvAvx2<DType::F16>(w.data, x, 1, out, in, bias, y);
     case DType::Q8_0:
       return wideQuantizedKernels(w.type)
                  ? gemvQuantized<DType::Q8_0, true>(w.data, x, out, in, bias, y)
@@ -762,6 +815,22 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
             const float *bias, float *y) {
   if (rows == 1) // a decode step: W read once, as fast as it streams
     return gemv(w, x, out, in, bias, y);
+#if defined(__x86_64__)
+  // A batch's decode step: W read once for all its rows, each row's values the one-row
+  // product's.
+  if (rows <= kBatchedGemvRows && vectorKernels(w.type)) {
+    switch (w.type) {
+    case DType::F32:
+      return gemvAvx2<DType::F32>(w.data, x, rows, out, in, bias, y);
+    case DType::BF16:
+      return gemvAvx2<DType::BF16>(w.data, x, rows, out, in, bias, y);
+    case DType::F16:
+      return gemvAvx2<DType::F16>(w.data, x, rows, out, in, bias, y);
+    default:
+      break;
+    }
+  }
+#endif
   if (bias)
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(y + r * out, bias, size_t(out) * sizeof(float));

@@ -339,6 +339,34 @@ TEST(Linear, EveryTypeAndShapeMatchesDouble) {
   }
 }
 
+TEST(Linear, ABatchsRowsAreEachRowAloneBitForBit) {
+  // Two to eight rows of x (a batch's decode step) through a float W: each row of the result
+  // is exactly the one-row product's, whatever the batch holds; nine rows (a prefill) may
+  // differ. Shapes with tails of W's eight-row groups and of the sixteen-column steps.
+  struct Shape {
+    int64_t out, in;
+  };
+  for (DType type : {DType::F32, DType::BF16, DType::F16})
+    for (Shape shape : {Shape{13, 37}, Shape{64, 48}, Shape{21, 576}})
+      for (int64_t rows = 2; rows <= 8; ++rows) {
+        SCOPED_TRACE(std::string(dtypeName(type)) + " rows " + std::to_string(rows) + " out " +
+                     std::to_string(shape.out) + " in " + std::to_string(shape.in));
+        Weights w(type, size_t(shape.out * shape.in), unsigned(shape.out + rows));
+        std::vector<float> x = randomFloats(size_t(rows * shape.in), 5),
+                           bias = randomFloats(size_t(shape.out), 6);
+        std::vector<float> batched(size_t(rows * shape.out)), alone(size_t(shape.out));
+        linear(Host{}, x.data(), rows, shape.in, w.matrix(), shape.out, bias.data(),
+               batched.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          linear(Host{}, x.data() + r * shape.in, 1, shape.in, w.matrix(), shape.out,
+                 bias.data(), alone.data());
+          for (int64_t o = 0; o < shape.out; ++o)
+            ASSERT_EQ(batched[size_t(r * shape.out + o)], alone[size_t(o)])
+                << "row " << r << ", output " << o;
+        }
+      }
+}
+
 TEST(Linear, QuantizedTypesMatchTheirWidenedWeights) {
   // Rows of one to three blocks and longer ones; out with tails of the eight- and two-row
   // groups (and under eight); one row (the gemv kernels) and several (dequantized panels and sgemm).

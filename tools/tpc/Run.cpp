@@ -27,6 +27,8 @@ struct RunOptions : driver::RunBuild {
   // generation_config.json's defaults).
   std::string temperature, topK, topP, minP, repetitionPenalty, presencePenalty,
       frequencyPenalty, seed, stopTokenIds;
+  // The engine's limits, passed on as given (the binary checks them).
+  std::string maxNumSeqs, maxBatchTokens, kvCacheTokens, maxSeqLen;
   std::vector<std::string> stop;
 };
 
@@ -96,6 +98,10 @@ int run(const RunOptions &o) {
     add("--frequency-penalty", o.frequencyPenalty);
     add("--seed", o.seed);
     add("--stop-token-ids", o.stopTokenIds);
+    add("--max-num-seqs", o.maxNumSeqs);
+    add("--max-batch-tokens", o.maxBatchTokens);
+    add("--kv-cache-tokens", o.kvCacheTokens);
+    add("--max-seq-len", o.maxSeqLen);
     for (const std::string &stop : o.stop)
       launch.command.insert(launch.command.end(), {"--stop", stop});
     for (auto [flag, on] : {std::pair{"--chat", o.chat}, {"--ignore-eos", o.ignoreEos},
@@ -134,8 +140,23 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
                   "the prompt as token ids, comma-separated (prints ids back)");
   cmd->add_option("--requests", opts->requests,
                   "run the requests of this JSON-lines file (id, prompt or prompt_token_ids, "
-                  "max_tokens, sampling fields), one after another")
+                  "max_tokens, sampling fields), several at once (--max-num-seqs)")
       ->type_name("IN.jsonl");
+  cmd->add_option("--max-num-seqs", opts->maxNumSeqs,
+                  "with --requests: run up to N sequences in one step (default 8)")
+      ->type_name("N");
+  cmd->add_option("--max-batch-tokens", opts->maxBatchTokens,
+                  "the most tokens one step computes; longer prompts are prefilled in chunks "
+                  "(default --max-seq-len)")
+      ->type_name("N");
+  cmd->add_option("--kv-cache-tokens", opts->kvCacheTokens,
+                  "the KV cache's size in tokens, shared by the sequences; when full, the "
+                  "newest is preempted and recomputed (default --max-num-seqs x --max-seq-len)")
+      ->type_name("N");
+  cmd->add_option("--max-seq-len", opts->maxSeqLen,
+                  "the longest sequence, prompt and output (default 2048, or the model's "
+                  "max_position_embeddings where fewer)")
+      ->type_name("N");
   cmd->add_option("--output", opts->output,
                   "with --requests: one JSON line per request (text, token_ids, "
                   "finish_reason, usage, or an error naming the field)")
