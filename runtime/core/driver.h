@@ -4,6 +4,7 @@
 #ifndef TPCRT_CORE_DRIVER_H
 #define TPCRT_CORE_DRIVER_H
 
+#include "engine.h"
 #include "tpcrt/backend.h"
 #include "tpcrt/model.h"
 #include "tpcrt/sampling.h"
@@ -60,6 +61,9 @@ struct Args {
   /// The engine's limits (engine.h): sequences and tokens in one step, and the KV cache's
   /// size in tokens. 0: not given; readRequest sets the defaults (engineDefaults).
   int64_t maxNumSeqs = 0, maxBatchTokens = 0, kvCacheTokens = 0;
+  /// --request-metrics: each --requests line says when its first token came and when it
+  /// finished (tpc bench reads them).
+  bool requestMetrics = false;
 };
 
 /// The engine's limits not given, once --max-seq-len is chosen: --max-num-seqs 8 with
@@ -116,10 +120,11 @@ struct Timings {
   std::vector<double> stepMs;    // the decode steps
 };
 
-/// One rank's forwards for a request: a prefill, then decode steps on the KV cache, each
-/// token chosen by rank 0 (its sampler, its stop rules) and sent to the other ranks, which
-/// follow. It counts the steps that TPC_FAULT names, keeps the logits --dump-logits writes,
-/// and knows the phase under way, which a failure reports.
+/// One prompt's generation on one rank: the request through the engine (a prefill, then
+/// decode steps on the KV cache, each token chosen by rank 0, its sampler and stop rules, and
+/// the step sent to the other ranks, which follow). It counts the steps that TPC_FAULT
+/// names, keeps the logits --dump-logits writes (rank 0), and knows the phase under way,
+/// which a failure reports.
 class Generator {
 public:
   Generator(const ModelSpec &spec, Backend &backend, const RankInfo &rank, const Fault &fault)
@@ -127,7 +132,7 @@ public:
 
   /// --warmup: what only a process's first forwards pay, paid before the timed ones.
   void warmUp(const std::vector<int64_t> &prompt);
-  /// The new tokens, the same on every rank: the prompt's prefill, then a decode step each
+  /// Rank 0: the new tokens (the others: none): the prompt's prefill, then a decode step each
   /// until --max-new-tokens, an end-of-sequence or stop id, or a stop string. `onToken`, when
   /// given, sees each token on rank 0 as it comes, and returns true to stop there (a stop
   /// string met in the text).
@@ -145,15 +150,17 @@ public:
   const Timings &timings() const { return times; }
 
 private:
-  /// The last token's logits of a forward (of the whole vocabulary, on every rank).
+  /// The last token's logits of a forward (of the whole vocabulary, on every rank): --warmup's
+  /// forwards, of one sequence.
   const float *forward(const std::vector<int64_t> &ids, int64_t start);
+  /// TPC_FAULT, where it names this rank and the step under way.
+  void strike();
 
   const ModelSpec &spec;
   Backend &backend;
   const RankInfo &rank;
   Fault fault;
   int64_t step = 0;       // 0: the prefill; n: the n-th decode step
-  bool warming = false;   // --warmup's forwards: not steps, nothing kept
   std::string current = "the prefill";
   std::vector<float> dumped;
   std::vector<int32_t> blocks; // the sequence's block table: the cache's blocks in order
@@ -232,6 +239,10 @@ struct BatchRequest {
 bool readRequestsText(const std::string &text, const Args &command, const ModelSpec &spec,
                       const Tokenizer *tokenizer, const std::string &tokenizerError,
                       std::vector<BatchRequest> &jobs);
+
+/// The request `args` describe, as the engine runs it: its prompt, length, sampling, stop ids
+/// (the model's end-of-sequence ids unless ignored) and forced tokens.
+EngineRequest engineRequest(const ModelSpec &spec, const Args &args);
 
 /// --requests: runs every request of the file on the group's ranks through the engine, as
 /// many at once as --max-num-seqs allows, rank 0 reading, checking and deciding, and writing

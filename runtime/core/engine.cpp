@@ -22,6 +22,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <stdexcept>
@@ -104,7 +105,9 @@ void Engine::readDescriptor(const std::vector<int64_t> &d, std::vector<int64_t> 
   step.tokens = tokens;
 }
 
-const float *Engine::forward(const Step &step) {
+const float *Engine::forward(const Step &step, const EngineHooks &hooks) {
+  if (hooks.beforeStep)
+    hooks.beforeStep(stepCount);
   ++stepCount;
   // The program's sequence-parallel forward (tp.sequence_parallel) for one sequence's tokens
   // in the counts its rule gives.
@@ -114,24 +117,31 @@ const float *Engine::forward(const Step &step) {
   return backend.forward(step, split);
 }
 
-void Engine::follow() {
+namespace {
+double millisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+} // namespace
+
+void Engine::follow(const EngineHooks &hooks) {
   std::vector<int64_t> d(descriptorLength()), ids, positions;
   std::vector<int32_t> tables;
   Step step;
   for (;;) {
+    auto start = std::chrono::steady_clock::now();
     share(d);
     if (d[0] == 0)
       return;
     readDescriptor(d, ids, positions, tables, step);
-    forward(step);
+    forward(step, hooks);
+    stepTimes.push_back(millisSince(start));
   }
 }
 
-void Engine::run(std::vector<EngineRequest> &requests,
-                 const std::function<bool(size_t, int64_t)> &onToken,
-                 const std::function<void(size_t)> &onFinish) {
+void Engine::run(std::vector<EngineRequest> &requests, const EngineHooks &hooks) {
   if (rank.rank != 0)
-    return follow();
+    return follow(hooks);
   std::vector<Sequence> all(requests.size());
   std::deque<Sequence *> waiting;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -143,6 +153,7 @@ void Engine::run(std::vector<EngineRequest> &requests,
     else
       requests[i].finishReason = "length";
   }
+  auto began = std::chrono::steady_clock::now();
   std::vector<Sequence *> running; // oldest first
   std::vector<int32_t> free(size_t(limits.blocks));
   for (size_t b = 0; b < free.size(); ++b) // popped from the back: block 0 first
@@ -178,6 +189,7 @@ void Engine::run(std::vector<EngineRequest> &requests,
   };
   std::vector<Planned> plan;
   while (!running.empty() || !waiting.empty()) {
+    auto start = std::chrono::steady_clock::now();
     plan.clear();
     int64_t budget = limits.maxBatchTokens;
     int64_t preemptedBefore = preemptionCount;
@@ -234,33 +246,45 @@ void Engine::run(std::vector<EngineRequest> &requests,
     d[2] = int64_t(plan.size());
     share(d);
     readDescriptor(d, ids, positions, tables, step);
-    const float *logits = forward(step);
+    const float *logits = forward(step, hooks);
 
-    // Rank 0 samples the sequences whose known tokens are all computed now.
+    // Rank 0 samples the sequences whose known tokens are all computed now: their rows of
+    // the logits, one each in the step's order (the last token's of every token where the
+    // program has no tp.last_token).
     int64_t row = 0;
-    for (const Planned &p : plan) {
-      Sequence *s = p.sequence;
-      s->computed += p.count;
+    for (size_t p = 0; p < plan.size(); ++p) {
+      Sequence *s = plan[p].sequence;
+      s->computed += plan[p].count;
       if (s->computed < int64_t(s->tokens.size()))
         continue; // a prompt's chunk, more to come
       EngineRequest &r = requests[s->request];
-      const float *mine = logits + row++ * spec.vocab;
+      const StepSequence &mineInStep = step.sequences[p];
+      int64_t at = spec.lastTokenOnly ? row++ : mineInStep.first + mineInStep.count - 1;
+      const float *mine = logits + at * spec.vocab;
+      if (hooks.onLogits)
+        hooks.onLogits(s->request, mine);
       int64_t token = s->sampler->sample(mine);
       if (r.logprobs >= 0)
         r.outputLogprobs.push_back(logprobsOf(mine, spec.vocab, token, r.logprobs));
       r.output.push_back(token);
-      bool stopString = onToken && onToken(s->request, token);
+      if (r.output.size() == 1)
+        r.firstTokenMs = millisSince(began);
+      bool stopString = hooks.onToken && hooks.onToken(s->request, token);
       bool stopId = std::find(r.stopIds.begin(), r.stopIds.end(), token) != r.stopIds.end();
+      if (!r.forced.empty()) // teacher forcing: the length alone ends it
+        stopString = stopId = false;
       if (stopString || stopId || int64_t(r.output.size()) >= r.maxTokens) {
         r.finishReason = stopString || stopId ? "stop" : "length";
+        r.finishedMs = millisSince(began);
         release(s);
         running.erase(std::find(running.begin(), running.end(), s));
-        if (onFinish)
-          onFinish(s->request);
+        if (hooks.onFinish)
+          hooks.onFinish(s->request);
       } else {
-        s->tokens.push_back(token);
+        s->tokens.push_back(r.forced.empty() ? token : r.forced[r.output.size() - 1]);
       }
     }
+    stepTimes.push_back(millisSince(start));
   }
   std::fill(d.begin(), d.end(), 0); // the end, for the peers
   share(d);

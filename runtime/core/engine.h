@@ -33,11 +33,28 @@ struct EngineRequest {
   SamplingParams sampling;
   std::vector<int64_t> stopIds; // end-of-sequence ids (unless ignored) and stop ids
   int logprobs = -1;            // -1: none
+  /// Teacher forcing (--force-ids): the tokens fed back instead of the chosen ones, which
+  /// are still the output; the stop rules are then ignored, as max_tokens alone ends it.
+  std::vector<int64_t> forced;
 
   std::vector<int64_t> output;
   std::vector<TokenLogprobs> outputLogprobs;
   const char *finishReason = nullptr; // "stop" or "length", once finished
   int64_t preempted = 0;              // times its blocks were taken back and it was recomputed
+  double firstTokenMs = 0, finishedMs = 0; // since the run began (every request arrives then)
+};
+
+/// What a run tells its caller. All optional.
+struct EngineHooks {
+  /// Rank 0: token `id` of request i, as it is chosen; true ends the request there (a stop
+  /// string met in its text).
+  std::function<bool(size_t, int64_t)> onToken;
+  /// Rank 0: request i has its last token.
+  std::function<void(size_t)> onFinish;
+  /// Rank 0: the logits request i's next token is chosen from (vocab of them).
+  std::function<void(size_t, const float *)> onLogits;
+  /// Every rank, before step n's forward (0 is the first): TPC_FAULT strikes here.
+  std::function<void(int64_t)> beforeStep;
 };
 
 class Engine {
@@ -45,16 +62,14 @@ public:
   Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank, EngineLimits limits);
 
   /// Rank 0: runs every request to its end, admitted in order, as many at once as the
-  /// limits allow. `onToken(i, id)` sees each token of request i as it is chosen and returns
-  /// true to end the request there (a stop string met); `onFinish(i)` follows its last
-  /// token. The other ranks pass no requests: they run rank 0's steps until it ends.
-  void run(std::vector<EngineRequest> &requests,
-           const std::function<bool(size_t, int64_t)> &onToken = {},
-           const std::function<void(size_t)> &onFinish = {});
+  /// limits allow, telling `hooks` as it goes. The other ranks pass no requests: they run
+  /// rank 0's steps until it ends.
+  void run(std::vector<EngineRequest> &requests, const EngineHooks &hooks = {});
 
-  /// Steps run and the largest step, in tokens and sequences (rank 0's report).
+  /// Steps run, preemptions, and each step's wall time in ms (forward and sampling).
   int64_t steps() const { return stepCount; }
   int64_t preemptions() const { return preemptionCount; }
+  const std::vector<double> &stepMs() const { return stepTimes; }
 
 private:
   struct Sequence;
@@ -65,8 +80,8 @@ private:
                       std::vector<int64_t> &positions, std::vector<int32_t> &tables, Step &step);
   /// Sends rank 0's descriptor to every rank (into `d` on each).
   void share(std::vector<int64_t> &d);
-  const float *forward(const Step &step);
-  void follow();
+  const float *forward(const Step &step, const EngineHooks &hooks);
+  void follow(const EngineHooks &hooks);
 
   const ModelSpec &spec;
   Backend &backend;
@@ -74,6 +89,7 @@ private:
   EngineLimits limits;
   int64_t blocksPerSequence;
   int64_t stepCount = 0, preemptionCount = 0;
+  std::vector<double> stepTimes;
   std::vector<int64_t> gathered; // every rank's descriptor, from share()
 };
 

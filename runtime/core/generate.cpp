@@ -1,10 +1,9 @@
-// Generation on one rank: a prefill of the prompt, then one decode step per new token on the
-// KV cache, the chosen token fed back unless --force-ids gives it; with --warmup, throwaway
-// forwards first, so that the times reported are those of a warm process. Rank 0 alone
-// decides: it samples the token and applies the stop rules, and every step sends the other
-// ranks its decision, which they follow; no rank chooses from its own logits, so the ranks
-// cannot fall out of step whatever the sampler does. TPC_FAULT's kill and device faults
-// strike here, as the step they name starts.
+// One prompt's generation on one rank: the request through the engine (engine.h), which
+// prefills it and decodes a token a step, the chosen token fed back unless --force-ids gives
+// it; rank 0 alone decides (samples, applies the stop rules) and sends the other ranks each
+// step. With --warmup, throwaway forwards first, so that the times reported are those of a
+// warm process. TPC_FAULT's kill and device faults strike here, as the step they name
+// starts.
 #include "driver.h"
 
 #include <algorithm>
@@ -30,15 +29,10 @@ double median(std::vector<double> values) {
   return n == 0 ? 0.0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-/// Rank 0's choice after a forward, which every rank follows.
-struct Decision {
-  int64_t token, stop;
-};
-
 } // namespace
 
-const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
-  if (!warming && fault.rank == rank.rank && step == fault.step) {
+void Generator::strike() {
+  if (fault.rank == rank.rank && step == fault.step) {
     if (fault.kind == Fault::Kill) {
       std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank.rank,
                    (long long)step);
@@ -53,6 +47,9 @@ const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) 
                    rank.rank, (long long)step);
     }
   }
+}
+
+const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
   std::vector<int64_t> positions(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
     positions[i] = start + int64_t(i);
@@ -69,10 +66,7 @@ const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) 
   int64_t multiple = spec.sequenceParallelTokens;
   bool split = backend.hasSequenceParallel() && multiple > 0 && n >= multiple && n % multiple == 0;
   const float *logits = backend.forward(one, split);
-  const float *last = spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
-  if (!warming)
-    dumped.insert(dumped.end(), last, last + spec.vocab);
-  return last;
+  return spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
 }
 
 void Generator::warmUp(const std::vector<int64_t> &prompt) {
@@ -80,7 +74,6 @@ void Generator::warmUp(const std::vector<int64_t> &prompt) {
   // decode graph's capture, allocations grown on first use), paid here and not timed: a
   // throwaway prefill and two decode steps (fed the prompt's first token: nothing is
   // decided here). Then two timed prefills on an empty cache; the third is the generation's.
-  warming = true;
   auto t0 = now();
   current = "the warm-up prefill";
   int64_t position = int64_t(prompt.size());
@@ -97,67 +90,51 @@ void Generator::warmUp(const std::vector<int64_t> &prompt) {
     times.prefillMs.push_back(millis(now() - t0));
   }
   rank.trace->clear(); // the trace lists the generation's collectives, as without --warmup
-  warming = false;
 }
 
 std::vector<int64_t> Generator::generate(const Args &args,
                                          const std::function<bool(int64_t)> &onToken) {
-  std::vector<int64_t> eos = spec.eosIds;
-  eos.insert(eos.end(), args.moreEos.begin(), args.moreEos.end());
-  if (args.eosId)
-    eos = {*args.eosId};
-  if (args.ignoreEos)
-    eos.clear();
-  auto in = [](const std::vector<int64_t> &ids, int64_t id) {
-    return std::find(ids.begin(), ids.end(), id) != ids.end();
-  };
+  // One request through the engine, as --requests runs many: rank 0 schedules, samples and
+  // decides; every step it sends the peers the step they run.
   bool decides = rank.rank == 0;
-  std::optional<Sampler> sampler;
+  EngineLimits limits{1, args.maxBatchTokens, kvBlocks(spec, args), spec.kvBlockSize,
+                      args.maxSeqLen};
+  Engine engine(spec, backend, rank, limits);
+  std::vector<EngineRequest> one;
   if (decides)
-    sampler.emplace(args.sampling, args.prompt, spec.vocab);
-  bool tellPeers = rank.tp > 1 && rank.comm;
-  std::vector<Decision> decisions(size_t(rank.tp)); // every rank's, rank 0's first
+    one.push_back(engineRequest(spec, args));
+  EngineHooks hooks;
+  hooks.beforeStep = [&](int64_t n) {
+    step = n;
+    current = n == 0 ? "the prefill" : "decode step " + std::to_string(n);
+    strike();
+  };
+  hooks.onLogits = [&](size_t, const float *row) {
+    dumped.insert(dumped.end(), row, row + spec.vocab);
+  };
+  if (onToken)
+    hooks.onToken = [&](size_t, int64_t id) { return onToken(id); };
+  current = "the prefill";
+  engine.run(one, hooks);
+  // The first steps are the prefill (one, or the chunks --max-batch-tokens cuts the prompt
+  // into), the others decode steps.
+  const std::vector<double> &ms = engine.stepMs();
+  int64_t chunk = std::max<int64_t>(1, limits.maxBatchTokens);
+  size_t prefillSteps =
+      std::min(ms.size(), size_t((int64_t(args.prompt.size()) + chunk - 1) / chunk));
+  double prefill = 0;
+  for (size_t i = 0; i < prefillSteps; ++i)
+    prefill += ms[i];
+  times.prefillMs.push_back(prefill);
+  times.stepMs.assign(ms.begin() + ptrdiff_t(prefillSteps), ms.end());
   finished = "length";
   tokenLogprobs.clear();
-
-  current = "the prefill";
-  auto t0 = now();
-  const float *logits = args.maxNewTokens > 0 ? forward(args.prompt, 0) : nullptr;
-  times.prefillMs.push_back(millis(now() - t0));
-  int64_t position = int64_t(args.prompt.size());
-  std::vector<int64_t> generated;
-  while (int64_t(generated.size()) < args.maxNewTokens) {
-    // Rank 0's decision: the token, and whether the generation ends with it. Teacher forcing
-    // feeds the given token and ignores the stop rules; the token shown stays the model's.
-    Decision decision = {-1, 0};
-    auto t1 = now();
-    if (decides) {
-      decision.token = sampler->sample(logits);
-      if (args.logprobs >= 0)
-        tokenLogprobs.push_back(logprobsOf(logits, spec.vocab, decision.token, args.logprobs));
-      bool stopString = onToken && onToken(decision.token);
-      if (args.forced.empty() &&
-          (stopString || in(eos, decision.token) || in(args.stopIds, decision.token)))
-        decision.stop = 1;
-    }
-    if (tellPeers) {
-      rank.comm->communicator().exchange(&decision, sizeof decision, decisions.data());
-      decision = decisions[0];
-    }
-    generated.push_back(decision.token);
-    if (decision.stop) {
-      finished = "stop";
-      break;
-    }
-    if (int64_t(generated.size()) == args.maxNewTokens)
-      break;
-    int64_t fed = args.forced.empty() ? decision.token : args.forced[generated.size() - 1];
-    ++step;
-    current = "decode step " + std::to_string(step);
-    logits = forward({fed}, position++);
-    times.stepMs.push_back(millis(now() - t1));
-  }
-  return generated;
+  if (!decides)
+    return {};
+  if (one[0].finishReason)
+    finished = one[0].finishReason;
+  tokenLogprobs = one[0].outputLogprobs;
+  return one[0].output;
 }
 
 void printReport(const Args &args, const std::vector<int64_t> &tokens, const Timings &times) {

@@ -190,6 +190,10 @@ const Flag kFlags[] = {
      "run the requests of IN.jsonl (one JSON object a line: id, prompt or prompt_token_ids, "
      "max_tokens, sampling fields), one after another, instead of one prompt",
      [](Args &a, const char *, const char *v, std::string &) { return a.requestsFile = v, true; }},
+    {"--request-metrics", nullptr,
+     "with --requests: each line's metrics, the ms from the start to its first token and to "
+     "its end",
+     [](Args &a, const char *, const char *, std::string &) { return a.requestMetrics = true; }},
     {"--output", "OUT.jsonl", "with --requests: one JSON line per request, as each finishes",
      [](Args &a, const char *, const char *v, std::string &) { return a.outputFile = v, true; }},
     {"--dump-logits", "FILE", "rank 0 writes the last token's logits of every step to FILE",

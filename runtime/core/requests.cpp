@@ -235,6 +235,24 @@ bool readRequestsText(const std::string &text, const Args &command, const ModelS
   return true;
 }
 
+EngineRequest engineRequest(const ModelSpec &spec, const Args &args) {
+  EngineRequest r;
+  r.prompt = args.prompt;
+  r.maxTokens = args.maxNewTokens;
+  r.sampling = args.sampling;
+  r.stopIds = args.stopIds;
+  if (!args.ignoreEos) {
+    std::vector<int64_t> eos = spec.eosIds;
+    eos.insert(eos.end(), args.moreEos.begin(), args.moreEos.end());
+    if (args.eosId)
+      eos = {*args.eosId};
+    r.stopIds.insert(r.stopIds.end(), eos.begin(), eos.end());
+  }
+  r.logprobs = args.logprobs;
+  r.forced = args.forced;
+  return r;
+}
+
 int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const RankInfo &rank,
                 const Group &group) {
   bool lead = group.rank == 0;
@@ -276,21 +294,7 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
       ++refused;
       continue;
     }
-    const Args &a = job.args;
-    EngineRequest r;
-    r.prompt = a.prompt;
-    r.maxTokens = a.maxNewTokens;
-    r.sampling = a.sampling;
-    r.stopIds = a.stopIds;
-    if (!a.ignoreEos) {
-      std::vector<int64_t> eos = spec.eosIds;
-      eos.insert(eos.end(), a.moreEos.begin(), a.moreEos.end());
-      if (a.eosId)
-        eos = {*a.eosId};
-      r.stopIds.insert(r.stopIds.end(), eos.begin(), eos.end());
-    }
-    r.logprobs = a.logprobs;
-    requests.push_back(std::move(r));
+    requests.push_back(engineRequest(spec, job.args));
     runs.push_back(&job);
   }
   // Each request's text as it comes, stop strings held back (a stop string needs a tokenizer:
@@ -332,11 +336,16 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
     line["usage"] = {{"prompt_tokens", prompt},
                      {"completion_tokens", completion},
                      {"total_tokens", prompt + completion}};
+    if (args.requestMetrics)
+      line["metrics"] = {{"first_token_ms", r.firstTokenMs}, {"finished_ms", r.finishedMs}};
     writeLine(out, line);
     promptTokens += prompt;
     generatedTokens += completion;
   };
-  engine.run(requests, onToken, onFinish);
+  EngineHooks hooks;
+  hooks.onToken = onToken;
+  hooks.onFinish = onFinish;
+  engine.run(requests, hooks);
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::fprintf(stderr,
