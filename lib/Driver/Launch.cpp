@@ -29,22 +29,23 @@ struct Rank {
   bool running = true;
 };
 
-void flushLines(int rank, Rank &r, bool all, bool rankZeroRaw) {
-  if (rankZeroRaw && rank == 0) { // streamed text: as it comes, partial lines too
-    llvm::outs() << r.pending;
+void flushLines(int rank, Rank &r, bool all, const LaunchOptions &o) {
+  llvm::raw_ostream &os = o.ranksToStderr ? llvm::errs() : llvm::outs();
+  if (o.rankZeroRaw && rank == 0) { // streamed text: as it comes, partial lines too
+    os << r.pending;
     r.pending.clear();
-    llvm::outs().flush();
+    os.flush();
     return;
   }
   size_t start = 0;
   for (size_t nl; (nl = r.pending.find('\n', start)) != std::string::npos; start = nl + 1)
-    llvm::outs() << "[rank " << rank << "] " << r.pending.substr(start, nl - start) << "\n";
+    os << "[rank " << rank << "] " << r.pending.substr(start, nl - start) << "\n";
   r.pending.erase(0, start);
   if (all && !r.pending.empty()) {
-    llvm::outs() << "[rank " << rank << "] " << r.pending << "\n";
+    os << "[rank " << rank << "] " << r.pending << "\n";
     r.pending.clear();
   }
-  llvm::outs().flush();
+  os.flush();
 }
 
 } // namespace
@@ -116,7 +117,7 @@ int launchRanks(const LaunchOptions &o) {
           close(r.out);
           r.out = -1;
         }
-        flushLines(i, r, r.out < 0, o.rankZeroRaw);
+        flushLines(i, r, r.out < 0, o);
       }
       int code;
       if (r.running && waitpid(r.pid, &code, WNOHANG) == r.pid) {
@@ -143,7 +144,7 @@ int launchRanks(const LaunchOptions &o) {
           kill(other.pid, SIGKILL);
   }
   for (int i = 0; i < o.ranks; ++i)
-    flushLines(i, ranks[i], true, o.rankZeroRaw);
+    flushLines(i, ranks[i], true, o);
   if (ownDir) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);

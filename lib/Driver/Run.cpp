@@ -112,6 +112,15 @@ std::optional<std::string> compileInto(const RunBuild &o, const CheckpointConfig
 
 } // namespace
 
+bool checkpointExists(const std::string &command, const std::string &path) {
+  if (llvm::sys::fs::exists(path))
+    return true;
+  reportError(fmt::format("{}: {} does not exist: give a checkpoint directory (config.json, "
+                          "*.safetensors, tokenizer.json) or a .gguf file",
+                          command, path));
+  return false;
+}
+
 std::optional<CheckpointConfig> readCheckpointConfig(const std::string &path) {
   std::string error;
   std::string gguf = tpcrt::ggufPathOf(path, error);

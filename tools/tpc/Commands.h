@@ -30,6 +30,7 @@ void addLaunchCommand(CLI::App &app, CommandRunner &run);
 void addInitWeightsCommand(CLI::App &app, CommandRunner &run);
 void addImportCommand(CLI::App &app, CommandRunner &run);
 void addRunCommand(CLI::App &app, CommandRunner &run);
+void addBenchCommand(CLI::App &app, CommandRunner &run);
 
 } // namespace tpc
 

@@ -61,12 +61,8 @@ int run(const RunOptions &o) {
     reportError("tpc run: --system is the system message of a --chat conversation");
     return 2;
   }
-  if (!llvm::sys::fs::exists(o.checkpoint)) {
-    reportError(fmt::format("tpc run: {} does not exist: give a checkpoint directory "
-                            "(config.json, *.safetensors, tokenizer.json) or a .gguf file",
-                            o.checkpoint));
+  if (!driver::checkpointExists("tpc run", o.checkpoint))
     return 2;
-  }
   std::optional<driver::CheckpointConfig> config = driver::readCheckpointConfig(o.checkpoint);
   if (!config)
     return 1;

@@ -23,6 +23,7 @@ int main(int argc, char **argv) {
   tpc::addLaunchCommand(app, run);
   tpc::addInitWeightsCommand(app, run);
   tpc::addRunCommand(app, run);
+  tpc::addBenchCommand(app, run);
   CLI11_PARSE(app, argc, argv);
   tpc::setPrintOpOnDiagnostic(printOps);
   return run ? run() : 0;

@@ -70,10 +70,12 @@ struct LaunchOptions {
   std::vector<std::string> command;
   /// Rank 0's output as it comes, unprefixed (tpc run's streamed text); the others' prefixed.
   bool rankZeroRaw = false;
+  /// The ranks' output to stderr instead of stdout (tpc bench: its table alone on stdout).
+  bool ranksToStderr = false;
 };
 /// Runs the ranks, each with torchrun's environment and a rendezvous directory (a fresh one
-/// under /tmp unless given), each's output prefixed "[rank R] " line by line; the first
-/// failure stops them all. The exit code.
+/// under /tmp unless given), each's output prefixed "[rank R] " line by line (on stdout unless
+/// ranksToStderr); the first failure stops them all. The exit code.
 int launchRanks(const LaunchOptions &options);
 
 } // namespace tpc::driver

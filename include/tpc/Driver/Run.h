@@ -28,6 +28,10 @@ struct CheckpointConfig {
   import::StoredTypes stored; // each tensor's type, where not f32
 };
 
+/// Whether the checkpoint PATH exists; when not, reports it, naming what `command` (tpc run,
+/// tpc bench) takes.
+bool checkpointExists(const std::string &command, const std::string &path);
+
 /// The config of PATH: a config.json (the checkpoint beside it says the types), a checkpoint
 /// directory (its config.json), or a GGUF file or a directory holding one (its metadata as
 /// transformers' GGUF loader reads it, GgufModel). None, with the error reported, when it
