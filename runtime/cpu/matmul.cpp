@@ -179,7 +179,8 @@ TPC_AVX2 inline void eightRows(const char *rows, size_t rowBytes, const float *c
 /// measured alike, 110-112 tokens/s of SmolLM2's f32 weights at tp 1 in batches of eight: the
 /// FMAs bound it, eight lanes wide, not the loads). Each row of Y is bit for bit what it would be
 /// alone (eightRows), so a decode step's result does not depend on the batch. Measured in
-/// bench/results/matmul.txt against the machine's read bandwidth.
+/// bench/results/matmul.txt against the machine's read bandwidth. Where the CPU has AVX-512,
+/// gemvWide runs instead (sixteen lanes, every row of x at once).
 template <DType T>
 TPC_AVX2 void gemvAvx2(const void *w, const float *x, int64_t count, int64_t out, int64_t in,
                        const float *bias, float *y) {
@@ -670,6 +671,110 @@ TPC_AVX512 void quantizedRowsWide(const uint8_t *w, size_t rowBytes, size_t tota
                                   int64_t blocks, const float *bias, float *y) {
   quantizedRows512<T, kRows>(w, rowBytes, totalBytes, first, x, sums, blocks, bias, y);
 }
+/// Sixteen elements of a row of T from `index` as fp32, in order.
+template <DType T> TPC_AVX512 inline __m512 load16Wide(const void *row, int64_t index) {
+  if constexpr (T == DType::F32) {
+    return _mm512_loadu_ps(static_cast<const float *>(row) + index);
+  } else {
+    __m256i halves = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(row) + index));
+    if constexpr (T == DType::BF16) // a bf16 is the high half of its fp32
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
+    else
+      return _mm512_cvtph_ps(halves);
+  }
+}
+
+/// kRows (1 or 2) rows of W of T from `rows` times kX rows of x, sixteen columns a step: each
+/// pair of a row of W and a row of x is its own chain of FMAs in sixteen lanes, in column
+/// order, then reduced and the columns past the last sixteen added one by one; so a pair's
+/// sum is the same whatever kX, and a batch's rows get the one-row product's values bit for
+/// bit. The next rows are prefetched at the pace these are read.
+template <DType T, int64_t kRows, int64_t kX>
+TPC_AVX512 inline void rows512(const char *rows, size_t rowBytes, const float *const *x,
+                               int64_t in, int64_t blocked, const char *next, const char *last,
+                               float totals[][2]) {
+  constexpr int64_t kLines = kRows * int64_t(sizeof(float)) * 16 / 64 / (T == DType::F32 ? 1 : 2);
+  __m512 acc[kX][kRows];
+  for (int64_t j = 0; j < kX; ++j)
+    for (int64_t k = 0; k < kRows; ++k)
+      acc[j][k] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < blocked; c += 16) {
+    for (int64_t line = 0; line < std::max<int64_t>(kLines, 1); ++line, next += 64)
+      if (next < last)
+        _mm_prefetch(next, _MM_HINT_T0);
+    __m512 wide[kRows];
+    for (int64_t k = 0; k < kRows; ++k)
+      wide[k] = load16Wide<T>(rows + k * rowBytes, c);
+    for (int64_t j = 0; j < kX; ++j) {
+      __m512 xs = _mm512_loadu_ps(x[j] + c);
+      for (int64_t k = 0; k < kRows; ++k)
+        acc[j][k] = _mm512_fmadd_ps(wide[k], xs, acc[j][k]);
+    }
+  }
+  for (int64_t j = 0; j < kX; ++j)
+    for (int64_t k = 0; k < kRows; ++k) {
+      float total = _mm512_reduce_add_ps(acc[j][k]);
+      for (int64_t c = blocked; c < in; ++c)
+        total += elementAt(rows + k * rowBytes, T, c) * x[j][c];
+      totals[j][k] = total;
+    }
+}
+
+/// Y = X W^T (+ bias) for kX rows of X with AVX-512: W two rows at a time, streamed from
+/// memory once, each pair of rows meeting every row of x while in registers (rows512).
+template <DType T, int64_t kX>
+TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
+                        const float *bias, float *y) {
+  const size_t rowBytes = size_t(in) * dtypeBytes(T);
+  const char *base = static_cast<const char *>(w), *last = base + size_t(out) * rowBytes;
+  const int64_t blocked = in / 16 * 16;
+  const float *xs[kX];
+  for (int64_t j = 0; j < kX; ++j)
+    xs[j] = x + j * in;
+  float totals[kX][2];
+  auto store = [&](int64_t r, int64_t rows) {
+    for (int64_t j = 0; j < kX; ++j)
+      for (int64_t k = 0; k < rows; ++k)
+        y[j * out + r + k] = bias ? totals[j][k] + bias[r + k] : totals[j][k];
+  };
+  int64_t r = 0;
+  for (; r + 2 <= out; r += 2) {
+    const char *rows = base + size_t(r) * rowBytes;
+    rows512<T, 2, kX>(rows, rowBytes, xs, in, blocked, rows + 2 * rowBytes, last, totals);
+    store(r, 2);
+  }
+  if (r < out) {
+    rows512<T, 1, kX>(base + size_t(r) * rowBytes, rowBytes, xs, in, blocked, last, last,
+                      totals);
+    store(r, 1);
+  }
+}
+
+/// gemv512 for `count` (1 to kBatchedGemvRows) rows of x.
+template <DType T>
+TPC_AVX512 void gemvWide(const void *w, const float *x, int64_t count, int64_t out, int64_t in,
+                         const float *bias, float *y) {
+  static_assert(kBatchedGemvRows == 8, "one instantiation per row count");
+  switch (count) {
+  case 1:
+    return gemv512<T, 1>(w, x, out, in, bias, y);
+  case 2:
+    return gemv512<T, 2>(w, x, out, in, bias, y);
+  case 3:
+    return gemv512<T, 3>(w, x, out, in, bias, y);
+  case 4:
+    return gemv512<T, 4>(w, x, out, in, bias, y);
+  case 5:
+    return gemv512<T, 5>(w, x, out, in, bias, y);
+  case 6:
+    return gemv512<T, 6>(w, x, out, in, bias, y);
+  case 7:
+    return gemv512<T, 7>(w, x, out, in, bias, y);
+  default:
+    return gemv512<T, 8>(w, x, out, in, bias, y);
+  }
+}
 #pragma GCC diagnostic pop
 #undef TPC_AVX512
 
@@ -723,6 +828,18 @@ bool wideQuantizedKernels(DType type) {
 #endif
 }
 
+/// Whether the linears of 1 to kBatchedGemvRows rows with float W of `type` use AVX-512 on
+/// this CPU (unless switched off); only where vectorKernels() holds.
+bool wideFloatKernels(DType type) {
+#if defined(__x86_64__)
+  return (type == DType::F32 || type == DType::BF16 || type == DType::F16) &&
+         !forcedAvx2.load(std::memory_order_relaxed) && hasAvx512();
+#else
+  (void)type;
+  return false;
+#endif
+}
+
 /// Whether the AVX2 kernels may read W of `type` on this CPU (and are not switched off).
 bool vectorKernels(DType type) {
 #if defined(__x86_64__)
@@ -741,11 +858,14 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
   if (vectorKernels(w.type)) {
     switch (w.type) {
     case DType::F32:
-      return gemvAvx2<DType::F32>(w.data, x, 1, out, in, bias, y);
+      return wideFloatKernels(w.type) ? gemvWide<DType::F32>(w.data, x, 1, out, in, bias, y)
+                                      : gemvAvx2<DType::F32>(w.data, x, 1, out, in, bias, y);
     case DType::BF16:
-      return gemvAvx2<DType::BF16>(w.data, x, 1, out, in, bias, y);
+      return wideFloatKernels(w.type) ? gemvWide<DType::BF16>(w.data, x, 1, out, in, bias, y)
+                                      : gemvAvx2<DType::BF16>(w.data, x, 1, out, in, bias, y);
     case DType::F16:
-      return gemvAvx2<DType::F16>(w.data, x, 1, out, in, bias, y);
+      return wideFloatKernels(w.type) ? gemvWide<DType::F16>(w.data, x, 1, out, in, bias, y)
+                                      : gemvAvx2<DType::F16>(w.data, x, 1, out, in, bias, y);
     case DType::Q8_0:
       return wideQuantizedKernels(w.type)
                  ? gemvQuantized<DType::Q8_0, true>(w.data, x, out, in, bias, y)
@@ -805,7 +925,7 @@ namespace detail {
 void forceScalarKernels(bool scalar) { forcedScalar.store(scalar); }
 void forceAvx2Kernels(bool avx2) { forcedAvx2.store(avx2); }
 bool avx512KernelsFor(DType type) {
-  return vectorKernels(type) && wideQuantizedKernels(type);
+  return vectorKernels(type) && (wideQuantizedKernels(type) || wideFloatKernels(type));
 }
 bool vectorKernelsFor(DType type) { return vectorKernels(type); }
 void setPanelBytes(size_t bytes) { panelBytes.store(bytes); }
@@ -819,6 +939,17 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
   // A batch's decode step: W read once for all its rows, each row's values the one-row
   // product's.
   if (rows <= kBatchedGemvRows && vectorKernels(w.type)) {
+    if (wideFloatKernels(w.type))
+      switch (w.type) {
+      case DType::F32:
+        return gemvWide<DType::F32>(w.data, x, rows, out, in, bias, y);
+      case DType::BF16:
+        return gemvWide<DType::BF16>(w.data, x, rows, out, in, bias, y);
+      case DType::F16:
+        return gemvWide<DType::F16>(w.data, x, rows, out, in, bias, y);
+      default:
+        break;
+      }
     switch (w.type) {
     case DType::F32:
       return gemvAvx2<DType::F32>(w.data, x, rows, out, in, bias, y);
@@ -876,7 +1007,7 @@ std::string matrixKernels() {
                      DType::Q4_K})
     vector += std::string(vector.empty() ? "" : ", ") + dtypeName(type) +
               (!vectorKernels(type)               ? " scalar"
-               : wideQuantizedKernels(type) ? " AVX-512"
+               : wideQuantizedKernels(type) || wideFloatKernels(type) ? " AVX-512"
                                                  : " AVX2");
   return "one-row linear: " + vector + "; matrix products: " + blasDescription() +
          " sgemm (16-bit and quantized weights widened to fp32 a panel at a time)";

@@ -330,8 +330,8 @@ TEST(Linear, EveryTypeAndShapeMatchesDouble) {
   // prefills over several panels.
   const Shape shapes[] = {{1, 13, 37}, {1, 8, 16}, {1, 21, 40}, {1, 7, 5},    {1, 576, 1536},
                           {1, 1536, 576}, {3, 13, 37}, {8, 64, 24}, {7, 576, 1536}};
-  for (bool scalar : {false, true}) {
-    ScalarKernels forced(scalar);
+  for (Kernels kernels : {Kernels::Best, Kernels::Avx2, Kernels::Scalar}) {
+    ForcedKernels forced(kernels);
     for (DType type : {DType::F32, DType::BF16, DType::F16})
       for (const Shape &shape : shapes)
         for (bool bias : {false, true})
@@ -342,29 +342,33 @@ TEST(Linear, EveryTypeAndShapeMatchesDouble) {
 TEST(Linear, ABatchsRowsAreEachRowAloneBitForBit) {
   // Two to eight rows of x (a batch's decode step) through a float W: each row of the result
   // is exactly the one-row product's, whatever the batch holds; nine rows (a prefill) may
-  // differ. Shapes with tails of W's eight-row groups and of the sixteen-column steps.
+  // differ. Shapes with tails of W's eight- and two-row groups and of the sixteen-column
+  // steps; AVX-512 (where the CPU has it) and AVX2.
   struct Shape {
     int64_t out, in;
   };
-  for (DType type : {DType::F32, DType::BF16, DType::F16})
-    for (Shape shape : {Shape{13, 37}, Shape{64, 48}, Shape{21, 576}})
-      for (int64_t rows = 2; rows <= 8; ++rows) {
-        SCOPED_TRACE(std::string(dtypeName(type)) + " rows " + std::to_string(rows) + " out " +
-                     std::to_string(shape.out) + " in " + std::to_string(shape.in));
-        Weights w(type, size_t(shape.out * shape.in), unsigned(shape.out + rows));
-        std::vector<float> x = randomFloats(size_t(rows * shape.in), 5),
-                           bias = randomFloats(size_t(shape.out), 6);
-        std::vector<float> batched(size_t(rows * shape.out)), alone(size_t(shape.out));
-        linear(Host{}, x.data(), rows, shape.in, w.matrix(), shape.out, bias.data(),
-               batched.data());
-        for (int64_t r = 0; r < rows; ++r) {
-          linear(Host{}, x.data() + r * shape.in, 1, shape.in, w.matrix(), shape.out,
-                 bias.data(), alone.data());
-          for (int64_t o = 0; o < shape.out; ++o)
-            ASSERT_EQ(batched[size_t(r * shape.out + o)], alone[size_t(o)])
-                << "row " << r << ", output " << o;
+  for (Kernels kernels : {Kernels::Best, Kernels::Avx2})
+    for (DType type : {DType::F32, DType::BF16, DType::F16})
+      for (Shape shape : {Shape{13, 37}, Shape{64, 48}, Shape{21, 576}})
+        for (int64_t rows = 2; rows <= 8; ++rows) {
+          ForcedKernels forced(kernels);
+          SCOPED_TRACE(std::string(dtypeName(type)) + " rows " + std::to_string(rows) + " out " +
+                       std::to_string(shape.out) + " in " + std::to_string(shape.in) +
+                       (kernels == Kernels::Avx2 ? " AVX2" : " best"));
+          Weights w(type, size_t(shape.out * shape.in), unsigned(shape.out + rows));
+          std::vector<float> x = randomFloats(size_t(rows * shape.in), 5),
+                             bias = randomFloats(size_t(shape.out), 6);
+          std::vector<float> batched(size_t(rows * shape.out)), alone(size_t(shape.out));
+          linear(Host{}, x.data(), rows, shape.in, w.matrix(), shape.out, bias.data(),
+                 batched.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            linear(Host{}, x.data() + r * shape.in, 1, shape.in, w.matrix(), shape.out,
+                   bias.data(), alone.data());
+            for (int64_t o = 0; o < shape.out; ++o)
+              ASSERT_EQ(batched[size_t(r * shape.out + o)], alone[size_t(o)])
+                  << "row " << r << ", output " << o;
+          }
         }
-      }
 }
 
 TEST(Linear, QuantizedTypesMatchTheirWidenedWeights) {
@@ -408,16 +412,18 @@ TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
   EXPECT_EQ(detail::vectorKernelsFor(DType::F16), has && __builtin_cpu_supports("f16c"));
   for (DType type : kQuantizedTypes) // their f16 scales convert with F16C
     EXPECT_EQ(detail::vectorKernelsFor(type), has && __builtin_cpu_supports("f16c"));
-  // The one-row linear of Q8_0, Q4_0 and Q4_K uses AVX-512 F and BW where the CPU has them, and
-  // forcing AVX2 turns it off.
+  // The one-row linear of Q8_0, Q4_0 and Q4_K, and the linears of up to eight rows of the
+  // float types, use AVX-512 F and BW where the CPU has them, and forcing AVX2 turns it off.
   bool wide = has && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
               __builtin_cpu_supports("avx512bw");
   for (DType type : kQuantizedTypes)
     EXPECT_EQ(detail::avx512KernelsFor(type),
               wide && type != DType::Q4_1);
-  EXPECT_FALSE(detail::avx512KernelsFor(DType::BF16));
+  for (DType type : {DType::F32, DType::BF16, DType::F16})
+    EXPECT_EQ(detail::avx512KernelsFor(type), wide);
   ForcedKernels avx2(Kernels::Avx2);
-  for (DType type : kQuantizedTypes)
+  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0,
+                     DType::Q4_1, DType::Q4_K})
     EXPECT_FALSE(detail::avx512KernelsFor(type));
 #endif
 }
