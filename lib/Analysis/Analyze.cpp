@@ -101,8 +101,12 @@ nlohmann::ordered_json summaryJson(const std::vector<CollectiveEntry> &entries) 
 }
 
 void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
-  os << fmt::format("\n{} ({} token{}{}):\n", phase.name, phase.tokens,
+  os << fmt::format("\n{} ({} token{}{}{}):\n", phase.name, phase.tokens,
                     phase.tokens == 1 ? "" : "s",
+                    phase.name == "step" ? fmt::format(" of {} sequence{}, each sampled",
+                                                       phase.sequences,
+                                                       phase.sequences == 1 ? "" : "s")
+                                         : "",
                     phase.sequenceParallel ? ", sequence parallel" : "");
   size_t layerWidth = 5, moduleWidth = 6;
   for (const CollectiveEntry &e : phase.collectives) {
@@ -194,6 +198,12 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
                         o.maxSeqLenGiven ? "" : " (" + maxSeqLenWhy + ")");
     return failure();
   }
+  if (o.stepTokens > o.stepSequences * maxSeqLen) {
+    error = fmt::format("--step-tokens {} is more than --step-seqs {} sequences of --max-seq-len "
+                        "{} hold",
+                        o.stepTokens, o.stepSequences, maxSeqLen);
+    return failure();
+  }
   MemoryReport &memory = a.memory;
   memory.maxSeqLen = maxSeqLen;
   if (failed(plan::applyPlan(module, {o.plan, o.strategies, o.tp})))
@@ -226,10 +236,11 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   if (o.sequenceParallel && !sequenceParallel)
     notes.push_back("--sequence-parallel does nothing on one rank");
   if (o.tp > 1)
-    notes.push_back("each step (the prefill, every decode step) ends with rank 0 sending the "
-                    "other ranks the token it chose and whether to stop: 16 bytes a rank through "
-                    "the host transport's all-gather, not a collective of the model (not "
-                    "listed above, nor in --trace)");
+    notes.push_back("each step (the prefill, every decode step) begins with rank 0 sending the "
+                    "other ranks the step's descriptor (its tokens, positions and block tables; "
+                    "8 x (4 + --max-batch-tokens + --max-num-seqs x (4 + --max-seq-len / "
+                    "the block size)) bytes) through the host transport's all-gather, not a "
+                    "collective of the model (not listed above, nor in --trace)");
   auto forwardFor = [&](int64_t tokens) { return tp::forwardFor(*decided, tokens); };
   tp::TargetAttr target = tp::getTarget(*decided);
   int64_t elementBytes = target.activationBytes();
@@ -241,13 +252,28 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
                                      : std::vector<CollectiveEntry>();
   };
   a.phases = {
-      {"prefill", prefillLen, prefillSplits,
+      {"prefill", prefillLen, 1, prefillSplits,
        programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes,
                           variableGather),
        transformersFor(prefillLen), transformersFails},
-      {"decode step", 1, false,
+      {"decode step", 1, 1, false,
        programCollectives(forwardFor(1), 1, o.tp, elementBytes, variableGather),
        transformersFor(1), transformersFails}};
+  if (o.stepTokens > 0) {
+    // A step of the engine's: the sequences' tokens in one forward, each sequence's last
+    // token's row sampled; one sequence's step runs the forward its count picks.
+    func::FuncOp forward = tp::forwardFor(*decided, o.stepTokens, o.stepSequences);
+    bool one = o.stepSequences == 1;
+    a.phases.push_back(
+        {"step", o.stepTokens, o.stepSequences,
+         tp::sequenceParallelTokens(forward).has_value(),
+         programCollectives(forward, o.stepTokens, o.tp, elementBytes, variableGather,
+                            o.stepSequences),
+         one ? transformersFor(o.stepTokens) : std::vector<CollectiveEntry>(),
+         one || !transformersFails.empty()
+             ? transformersFails
+             : "not compared (its tensor parallelism runs one batch shape, not ragged steps)"});
+  }
   memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
   memory.arena =
       double(memory.arenaElementsPerToken) * double(maxSeqLen) * double(elementBytes);
@@ -313,6 +339,8 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
     for (const PhaseReport &phase : phases) {
       nlohmann::ordered_json p;
       p["tokens"] = phase.tokens;
+      if (phase.name == "step")
+        p["sequences"] = phase.sequences;
       p["sequence_parallel"] = phase.sequenceParallel;
       p["collectives"] = toJson(phase.collectives);
       p["total"] = summaryJson(phase.collectives);
@@ -321,7 +349,7 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
       else
         p["transformers"] = {{"collectives", toJson(phase.transformers)},
                              {"total", summaryJson(phase.transformers)}};
-      j[phase.name == "prefill" ? "prefill" : "decode"] = p;
+      j[phase.name == "decode step" ? "decode" : phase.name] = p;
     }
     nlohmann::ordered_json imbalanceJson;
     for (const Share &share : shareList) {

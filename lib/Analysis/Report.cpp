@@ -50,13 +50,19 @@ std::string tpc::layerOf(StringRef module) {
 
 std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64_t tokens,
                                                      int64_t tp, int64_t elementBytes,
-                                                     bool variableGather) {
+                                                     bool variableGather, int64_t sampled) {
   // A value's bytes on one rank: its local shape, with tokens / tp rows where it is split by
-  // tokens and `tokens` for any other dynamic dim.
+  // tokens and `tokens` for any other dynamic dim; after tp.last_token, whose one static row
+  // stands for each sampled sequence's (the lowering's rule), `sampled` rows.
+  bool lastToken = false;
+  forward.walk([&](LastTokenOp) { lastToken = true; });
   auto localBytes = [&](Value v) {
     double elements = 1;
-    for (int64_t d : typeOf(v).getShape())
-      elements *= ShapedType::isDynamic(d) ? (isSplitByTokens(v) ? tokens / tp : tokens) : d;
+    ArrayRef<int64_t> shape = typeOf(v).getShape();
+    for (auto [i, d] : llvm::enumerate(shape))
+      elements *= ShapedType::isDynamic(d)        ? (isSplitByTokens(v) ? tokens / tp : tokens)
+                  : i == 0 && d == 1 && lastToken ? sampled
+                                                  : d;
     return elements * double(elementBytes);
   };
   std::vector<CollectiveEntry> entries;

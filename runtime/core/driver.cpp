@@ -85,6 +85,7 @@ size_t elementCount(std::initializer_list<int64_t> factors) {
 struct Footprint {
   uint64_t weightBytes = 0; // as loaded (or generated)
   uint64_t arenaBytes = 0;  // the backend's activation arena
+  uint64_t kvCacheBytes = 0; // the backend's KV cache, every layer's blocks
   uint64_t heldBytes = 0;   // the weights as the backend holds them, padding included
   std::map<std::string, int> held; // parameters held in each type ("bf16": 211)
 };
@@ -180,7 +181,7 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       elementCount({spec.kvWidths[i] + spec.kvValueWidths[i], blocks, spec.kvBlockSize});
       layers.push_back({spec.kvWidths[i], spec.kvValueWidths[i]});
     }
-    backend.allocateCaches(layers, blocks, spec.kvBlockSize);
+    footprint.kvCacheBytes = backend.allocateCaches(layers, blocks, spec.kvBlockSize);
     // A forward's tokens: a prompt whole (one prompt), or a step's (--max-batch-tokens).
     int64_t tokens = std::max(args.maxSeqLen, args.maxBatchTokens);
     allocating = "the activations for " + std::to_string(tokens) + " tokens";
@@ -222,7 +223,7 @@ std::string tracePath(const std::string &file, int rank, int world) {
 }
 
 /// --trace: this rank's collectives as executed, the weight bytes it loaded and the bytes
-/// of its activation arena, as JSON that tests compare with what `tpc analyze` predicts.
+/// of its activation arena and KV cache, as JSON that tests compare with what `tpc analyze` predicts.
 bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &group,
                 const Footprint &footprint, const std::vector<TraceEntry> &trace) {
   nlohmann::ordered_json j;
@@ -232,6 +233,7 @@ bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &gro
   j["weight_bytes_loaded"] = footprint.weightBytes;
   j["weight_bytes_held"] = footprint.heldBytes;
   j["arena_bytes"] = footprint.arenaBytes;
+  j["kv_cache_bytes"] = footprint.kvCacheBytes;
   j["collectives"] = nlohmann::ordered_json::array();
   for (const TraceEntry &e : trace)
     j["collectives"].push_back(

@@ -78,15 +78,18 @@ public:
     return false; // the loader generates them into hostWeight, as it reads a checkpoint
   }
 
-  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                      int64_t blockSize) override {
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                          int64_t blockSize) override {
     int64_t capacity = blocks * blockSize;
+    uint64_t bytes = 0;
     for (const KVCacheDesc &layer : layers) {
       cacheMemory.emplace_back(size_t((layer.keyWidth + layer.valueWidth) * capacity));
       float *base = cacheMemory.back().data();
       cx.caches.push_back({base, base + layer.keyWidth * capacity, blocks, blockSize,
                            layer.keyWidth, layer.valueWidth});
+      bytes += uint64_t(cacheMemory.back().size()) * sizeof(float);
     }
+    return bytes;
   }
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override {
     arena.resize(size_t(perToken * tokens));

@@ -203,9 +203,10 @@ bool Device::generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
   return true;
 }
 
-void Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                            int64_t blockSize) {
+uint64_t Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                                int64_t blockSize) {
   int64_t capacity = blocks * blockSize;
+  uint64_t bytes = 0;
   for (const KVCacheDesc &layer : layers) {
     int64_t width = layer.keyWidth;
     if (layer.valueWidth != width) // the compiler refuses such attention for this target
@@ -216,8 +217,10 @@ void Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t bloc
     check(cudaMalloc(&cache.keys, capacity * width * sizeof(act)), "cudaMalloc (KV cache)");
     check(cudaMalloc(&cache.values, capacity * width * sizeof(act)), "cudaMalloc (KV cache)");
     caches.push_back(cache);
+    bytes += uint64_t(2 * capacity * width) * sizeof(act);
   }
   prepareAttention(*state, capacity, maxHeads, maxHeadDim);
+  return bytes;
 }
 
 uint64_t Device::allocateArena(int64_t perToken, int64_t tokens) {

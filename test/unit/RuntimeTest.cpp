@@ -861,10 +861,11 @@ public:
   bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
     return false;
   }
-  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                      int64_t blockSize) override {
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                          int64_t blockSize) override {
     cacheLayers = layers.size();
     cacheCapacity = blocks * blockSize;
+    return 0;
   }
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override {
     return uint64_t(perToken * tokens) * 2;

@@ -9,6 +9,8 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <fmt/core.h>
+
 using namespace mlir;
 
 namespace tpc {
@@ -40,6 +42,12 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       "--max-seq-len", opts->analysis.maxSeqLen,
       "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
       "fewer, as the binary's)");
+  CLI::Option *stepTokens = cmd->add_option(
+      "--step-tokens", opts->analysis.stepTokens,
+      "also report a step of the engine's of this many tokens (of --step-seqs sequences)");
+  cmd->add_option("--step-seqs", opts->analysis.stepSequences,
+                  "the sequences of --step-tokens' step, each sampled (default 1)")
+      ->needs(stepTokens);
   cmd->add_option("--target", opts->analysis.target,
                   "the target whose binary is reported: its decisions lay out the activation "
                   "arena, its element type sizes it (cpu: fp32, cuda: bf16)")
@@ -62,11 +70,21 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
         reportError("--prefill-len and --max-seq-len must be at least 1");
         return 1;
       }
+      analysis::AnalyzeOptions options = o.analysis;
+      if (options.stepTokens > 0 && options.stepSequences == 0)
+        options.stepSequences = 1;
+      if (options.stepTokens < 0 ||
+          (options.stepTokens > 0 &&
+           (options.stepSequences < 1 || options.stepSequences > options.stepTokens))) {
+        reportError(fmt::format("--step-tokens {} of --step-seqs {}: a step has at least one "
+                                "token for each of its sequences, and at least one sequence",
+                                options.stepTokens, options.stepSequences));
+        return 1;
+      }
       Session session;
       OwningOpRef<ModuleOp> module = session.loadModel(o.model);
       if (!module)
         return 1;
-      analysis::AnalyzeOptions options = o.analysis;
       options.model = o.model;
       options.plan = o.plan;
       options.strategies = o.strategies;

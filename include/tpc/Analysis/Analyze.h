@@ -23,13 +23,16 @@ struct AnalyzeOptions {
   std::string target = "cpu";
   int64_t prefillLen = 128, maxSeqLen = 2048; // the binary's default (checked in Analyze.cpp)
   bool maxSeqLenGiven = false, prefillLenGiven = false; // else the binary's defaults apply
+  /// A step of the engine's besides: stepTokens tokens of stepSequences sequences, each
+  /// sampled (0: none).
+  int64_t stepTokens = 0, stepSequences = 0;
   bool sequenceParallel = false, noFold = false;
   std::string weights = "stored"; // --weights-dtype
 };
 
 struct Analysis {
   AnalyzeOptions options;
-  std::vector<PhaseReport> phases; // the prefill, then a decode step
+  std::vector<PhaseReport> phases; // the prefill, a decode step, then --step-tokens' step
   MemoryReport memory;
   RankShares shares;
   std::vector<std::string> notes;

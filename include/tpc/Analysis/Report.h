@@ -31,6 +31,7 @@ struct CollectiveEntry {
 struct PhaseReport {
   std::string name;
   int64_t tokens = 0;
+  int64_t sequences = 1; // a step's (--step-tokens of --step-seqs sequences)
   bool sequenceParallel = false;
   std::vector<CollectiveEntry> collectives;   // tpc's, after folding
   std::vector<CollectiveEntry> transformers;  // transformers' module hooks, same plan
@@ -54,13 +55,14 @@ struct MemoryReport {
 std::string layerOf(llvm::StringRef module);
 
 /// The collectives one forward of the program the binary is built from (buildProgram's)
-/// runs for `tokens` tokens, in order, as the runtime's collective layer executes them over
+/// runs for a step of `tokens` tokens, `sampled` sequences sampled (the rows tp.last_token
+/// leaves, one a sequence), in order, as the runtime's collective layer executes them over
 /// `tp` ranks with elements of `elementBytes`: the communicator call each is and its bytes
 /// on the wire. `variableGather`: the target's communicator gathers uneven pieces unpadded
 /// (the CPU's Gloo allgatherv), so such a gather moves the whole tensor and no padding.
 std::vector<CollectiveEntry> programCollectives(mlir::func::FuncOp forward, int64_t tokens,
                                                 int64_t tp, int64_t elementBytes,
-                                                bool variableGather);
+                                                bool variableGather, int64_t sampled = 1);
 
 /// transformers' count, from its module-boundary hooks before any folding: every module with
 /// a strategy whose forward hook communicates (the strategy table of docs/plans.md) runs that

@@ -170,13 +170,13 @@ std::optional<int64_t> tpc::tp::sequenceParallelTokens(func::FuncOp forward) {
   return std::nullopt;
 }
 
-func::FuncOp tpc::tp::forwardFor(ModuleOp program, int64_t tokens) {
+func::FuncOp tpc::tp::forwardFor(ModuleOp program, int64_t tokens, int64_t sequences) {
   func::FuncOp plain;
   for (auto forward : program.getOps<func::FuncOp>()) {
     std::optional<int64_t> multiple = sequenceParallelTokens(forward);
     if (!multiple)
       plain = forward;
-    else if (tokens >= *multiple && tokens % *multiple == 0)
+    else if (sequences == 1 && tokens >= *multiple && tokens % *multiple == 0)
       return forward;
   }
   return plain;

@@ -80,9 +80,9 @@ public:
                               const SliceSpec &slice) = 0;
 
   /// One cache per attention layer, each of `blocks` blocks of `blockSize` tokens
-  /// (tpcrt/batch.h), empty.
-  virtual void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                              int64_t blockSize) = 0;
+  /// (tpcrt/batch.h), empty; returns their bytes (--trace's kv_cache_bytes).
+  virtual uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                                  int64_t blockSize) = 0;
   /// The forwards' activation arena, `perToken` elements for each of `tokens`; returns its
   /// bytes (--trace's arena_bytes).
   virtual uint64_t allocateArena(int64_t perToken, int64_t tokens) = 0;

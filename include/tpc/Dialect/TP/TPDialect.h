@@ -84,9 +84,10 @@ mlir::FailureOr<TargetAttr> requireTarget(mlir::ModuleOp module, llvm::StringRef
 /// The token counts a sequence-parallel forward runs: the positive multiples of this
 /// number; none for a plain forward.
 std::optional<int64_t> sequenceParallelTokens(mlir::func::FuncOp forward);
-/// The forward of a decided program that runs `tokens` tokens: the sequence-parallel one
-/// where its rule accepts them, else the plain one.
-mlir::func::FuncOp forwardFor(mlir::ModuleOp program, int64_t tokens);
+/// The forward of a decided program that runs a step of `tokens` tokens of `sequences`
+/// sequences: the sequence-parallel one where the step is one sequence's and its rule accepts
+/// the count, else the plain one.
+mlir::func::FuncOp forwardFor(mlir::ModuleOp program, int64_t tokens, int64_t sequences = 1);
 
 /// Whether every read of `param`, each use of each tp.weight op of it, satisfies `pred`;
 /// false where something other than a tp.weight uses the parameter.

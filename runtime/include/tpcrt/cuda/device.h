@@ -57,8 +57,8 @@ public:
   bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                       const SliceSpec &slice) override;
   /// Contiguous caches of blocks * blockSize tokens: one sequence's.
-  void allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                      int64_t blockSize) override;
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
+                          int64_t blockSize) override;
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override;
   /// Connects the communicator: NCCL, its unique id sent through the group's broadcast,
   /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
