@@ -36,17 +36,33 @@ constexpr size_t kHeader = 4, kPerSequence = 4;
 
 /// Rank 0's view of one request while it runs.
 struct Engine::Sequence {
-  size_t request = 0;
+  size_t handle = 0;
   std::vector<int64_t> tokens; // the prompt, then what it has generated
   int64_t computed = 0;        // tokens whose keys and values are in its blocks
   std::vector<int32_t> blocks;
   std::optional<Sampler> sampler;
 };
 
+/// A request rank 0 holds: what was asked and what came of it, its sequence, and when it
+/// arrived.
+struct Engine::Entry {
+  EngineRequest request;
+  Sequence sequence;
+  std::chrono::steady_clock::time_point arrived;
+};
+
 Engine::Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank,
                EngineLimits limits)
     : spec(spec), backend(backend), rank(rank), limits(limits),
-      blocksPerSequence((limits.maxSeqLen + limits.blockSize - 1) / limits.blockSize) {}
+      blocksPerSequence((limits.maxSeqLen + limits.blockSize - 1) / limits.blockSize) {
+  if (rank.rank == 0) {
+    freeList.resize(size_t(limits.blocks));
+    for (size_t b = 0; b < freeList.size(); ++b)
+      freeList[b] = int32_t(limits.blocks - 1 - int64_t(b));
+  }
+}
+
+Engine::~Engine() = default;
 
 size_t Engine::descriptorLength() const {
   return kHeader + size_t(limits.maxBatchTokens) +
@@ -139,155 +155,213 @@ void Engine::follow(const EngineHooks &hooks) {
   }
 }
 
+size_t Engine::submit(EngineRequest request) {
+  size_t handle = nextHandle++;
+  Entry &e = entries[handle];
+  e.arrived = std::chrono::steady_clock::now();
+  e.request = std::move(request);
+  e.sequence.handle = handle;
+  e.sequence.tokens = e.request.prompt;
+  e.sequence.sampler.emplace(e.request.sampling, e.request.prompt, spec.vocab);
+  if (e.request.maxTokens > 0)
+    waitingQueue.push_back(&e.sequence);
+  else
+    e.request.finishReason = "length";
+  return handle;
+}
+
+EngineRequest &Engine::request(size_t handle) {
+  auto it = entries.find(handle);
+  if (it == entries.end())
+    throw std::logic_error("internal error: no engine request " + std::to_string(handle));
+  return it->second.request;
+}
+
+void Engine::forget(size_t handle) {
+  auto it = entries.find(handle);
+  if (it == entries.end())
+    return;
+  if (!it->second.request.finishReason)
+    throw std::logic_error("internal error: engine request " + std::to_string(handle) +
+                           " forgotten while it runs");
+  entries.erase(it);
+}
+
+void Engine::release(Sequence *s) {
+  freeList.insert(freeList.end(), s->blocks.rbegin(), s->blocks.rend());
+  s->blocks.clear();
+}
+
+Engine::Sequence *Engine::preemptNewest() {
+  Sequence *victim = runningList.back();
+  runningList.pop_back();
+  release(victim);
+  victim->computed = 0; // recomputed from its prompt and output when readmitted
+  ++entries.at(victim->handle).request.preempted;
+  ++preemptionCount;
+  waitingQueue.push_front(victim);
+  return victim;
+}
+
+void Engine::abort(size_t handle) {
+  auto it = entries.find(handle);
+  if (it == entries.end() || it->second.request.finishReason)
+    return;
+  Sequence *s = &it->second.sequence;
+  release(s);
+  runningList.erase(std::remove(runningList.begin(), runningList.end(), s), runningList.end());
+  waitingQueue.erase(std::remove(waitingQueue.begin(), waitingQueue.end(), s),
+                     waitingQueue.end());
+  it->second.request.finishReason = "abort";
+  it->second.request.finishedMs = millisSince(it->second.arrived);
+}
+
+void Engine::stop() {
+  std::vector<int64_t> d(descriptorLength(), 0); // kind 0: the end, for the peers
+  share(d);
+}
+
 void Engine::run(std::vector<EngineRequest> &requests, const EngineHooks &hooks) {
   if (rank.rank != 0)
     return follow(hooks);
-  std::vector<Sequence> all(requests.size());
-  std::deque<Sequence *> waiting;
+  // The hooks name requests by their index here, handles counting from `first`.
+  size_t first = nextHandle;
+  for (EngineRequest &r : requests)
+    submit(std::move(r));
+  EngineHooks indexed = hooks;
+  if (hooks.onToken)
+    indexed.onToken = [&](size_t h, int64_t id) { return hooks.onToken(h - first, id); };
+  if (hooks.onFinish)
+    indexed.onFinish = [&](size_t h) {
+      requests[h - first] = request(h); // its results, before the caller looks
+      hooks.onFinish(h - first);
+    };
+  if (hooks.onLogits)
+    indexed.onLogits = [&](size_t h, const float *row) { hooks.onLogits(h - first, row); };
+  while (busy())
+    step(indexed);
+  stop();
   for (size_t i = 0; i < requests.size(); ++i) {
-    all[i].request = i;
-    all[i].tokens = requests[i].prompt;
-    all[i].sampler.emplace(requests[i].sampling, requests[i].prompt, spec.vocab);
-    if (requests[i].maxTokens > 0)
-      waiting.push_back(&all[i]);
-    else
-      requests[i].finishReason = "length";
+    requests[i] = std::move(request(first + i));
+    forget(first + i);
   }
-  auto began = std::chrono::steady_clock::now();
-  std::vector<Sequence *> running; // oldest first
-  std::vector<int32_t> free(size_t(limits.blocks));
-  for (size_t b = 0; b < free.size(); ++b) // popped from the back: block 0 first
-    free[b] = int32_t(limits.blocks - 1 - int64_t(b));
-  auto blocksFor = [&](int64_t tokens) { return (tokens + limits.blockSize - 1) / limits.blockSize; };
-  auto release = [&](Sequence *s) {
-    free.insert(free.end(), s->blocks.rbegin(), s->blocks.rend());
-    s->blocks.clear();
-  };
-  auto preemptNewest = [&] {
-    Sequence *victim = running.back();
-    running.pop_back();
-    release(victim);
-    victim->computed = 0; // recomputed from its prompt and output when readmitted
-    ++requests[victim->request].preempted;
-    ++preemptionCount;
-    waiting.push_front(victim);
-    return victim;
+}
+
+void Engine::step(const EngineHooks &hooks) {
+  if (!busy())
+    return;
+  auto start = std::chrono::steady_clock::now();
+  auto blocksFor = [&](int64_t tokens) {
+    return (tokens + limits.blockSize - 1) / limits.blockSize;
   };
   auto grow = [&](Sequence *s, int64_t count) {
     while (int64_t(s->blocks.size()) < blocksFor(s->computed + count)) {
-      s->blocks.push_back(free.back());
-      free.pop_back();
+      s->blocks.push_back(freeList.back());
+      freeList.pop_back();
     }
   };
-
-  std::vector<int64_t> d(descriptorLength()), ids, positions;
-  std::vector<int32_t> tables;
-  Step step;
   struct Planned {
     Sequence *sequence;
     int64_t count;
   };
   std::vector<Planned> plan;
-  while (!running.empty() || !waiting.empty()) {
-    auto start = std::chrono::steady_clock::now();
-    plan.clear();
-    int64_t budget = limits.maxBatchTokens;
-    int64_t preemptedBefore = preemptionCount;
-    for (size_t i = 0; i < running.size() && budget > 0; ++i) {
-      Sequence *s = running[i];
-      int64_t count = std::min<int64_t>(int64_t(s->tokens.size()) - s->computed, budget);
-      bool preemptedItself = false;
-      while (blocksFor(s->computed + count) - int64_t(s->blocks.size()) > int64_t(free.size()))
-        if (preemptNewest() == s) {
-          preemptedItself = true;
-          break;
-        }
-      if (preemptedItself)
-        break; // it was the newest: nothing after it runs
-      grow(s, count);
-      plan.push_back({s, count});
-      budget -= count;
-    }
-    // No admission in a step that had to preempt: the blocks are short already.
-    while (preemptionCount == preemptedBefore && budget > 0 &&
-           int64_t(running.size()) < limits.maxNumSeqs && !waiting.empty()) {
-      Sequence *s = waiting.front();
-      int64_t count = std::min<int64_t>(int64_t(s->tokens.size()) - s->computed, budget);
-      if (blocksFor(count) > int64_t(free.size()))
+  int64_t budget = limits.maxBatchTokens;
+  int64_t preemptedBefore = preemptionCount;
+  for (size_t i = 0; i < runningList.size() && budget > 0; ++i) {
+    Sequence *s = runningList[i];
+    int64_t count = std::min<int64_t>(int64_t(s->tokens.size()) - s->computed, budget);
+    bool preemptedItself = false;
+    while (blocksFor(s->computed + count) - int64_t(s->blocks.size()) >
+           int64_t(freeList.size()))
+      if (preemptNewest() == s) {
+        preemptedItself = true;
         break;
-      waiting.pop_front();
-      running.push_back(s);
-      grow(s, count);
-      plan.push_back({s, count});
-      budget -= count;
-    }
-    if (plan.empty()) // cannot happen: a lone sequence always fits (--kv-cache-tokens)
-      throw std::runtime_error("internal error: the scheduler found nothing to run");
-
-    // The descriptor.
-    std::fill(d.begin(), d.end(), 0);
-    d[0] = 1;
-    int64_t tokens = 0;
-    int64_t *perSequence = d.data() + kHeader + limits.maxBatchTokens;
-    int64_t *table = perSequence + limits.maxNumSeqs * int64_t(kPerSequence);
-    for (size_t p = 0; p < plan.size(); ++p) {
-      Sequence *s = plan[p].sequence;
-      int64_t *f = perSequence + int64_t(p) * int64_t(kPerSequence);
-      f[0] = tokens;
-      f[1] = plan[p].count;
-      f[2] = s->computed;
-      f[3] = s->computed + plan[p].count == int64_t(s->tokens.size());
-      for (int64_t i = 0; i < plan[p].count; ++i)
-        d[kHeader + size_t(tokens++)] = s->tokens[size_t(s->computed + i)];
-      for (size_t b = 0; b < s->blocks.size(); ++b)
-        table[int64_t(p) * blocksPerSequence + int64_t(b)] = s->blocks[b];
-    }
-    d[1] = tokens;
-    d[2] = int64_t(plan.size());
-    share(d);
-    readDescriptor(d, ids, positions, tables, step);
-    const float *logits = forward(step, hooks);
-
-    // Rank 0 samples the sequences whose known tokens are all computed now: their rows of
-    // the logits, one each in the step's order (the last token's of every token where the
-    // program has no tp.last_token).
-    int64_t row = 0;
-    for (size_t p = 0; p < plan.size(); ++p) {
-      Sequence *s = plan[p].sequence;
-      s->computed += plan[p].count;
-      if (s->computed < int64_t(s->tokens.size()))
-        continue; // a prompt's chunk, more to come
-      EngineRequest &r = requests[s->request];
-      const StepSequence &mineInStep = step.sequences[p];
-      int64_t at = spec.lastTokenOnly ? row++ : mineInStep.first + mineInStep.count - 1;
-      const float *mine = logits + at * spec.vocab;
-      if (hooks.onLogits)
-        hooks.onLogits(s->request, mine);
-      int64_t token = s->sampler->sample(mine);
-      if (r.logprobs >= 0)
-        r.outputLogprobs.push_back(logprobsOf(mine, spec.vocab, token, r.logprobs));
-      r.output.push_back(token);
-      if (r.output.size() == 1)
-        r.firstTokenMs = millisSince(began);
-      bool stopString = hooks.onToken && hooks.onToken(s->request, token);
-      bool stopId = std::find(r.stopIds.begin(), r.stopIds.end(), token) != r.stopIds.end();
-      if (!r.forced.empty()) // teacher forcing: the length alone ends it
-        stopString = stopId = false;
-      if (stopString || stopId || int64_t(r.output.size()) >= r.maxTokens) {
-        r.finishReason = stopString || stopId ? "stop" : "length";
-        r.finishedMs = millisSince(began);
-        release(s);
-        running.erase(std::find(running.begin(), running.end(), s));
-        if (hooks.onFinish)
-          hooks.onFinish(s->request);
-      } else {
-        s->tokens.push_back(r.forced.empty() ? token : r.forced[r.output.size() - 1]);
       }
-    }
-    stepTimes.push_back(millisSince(start));
+    if (preemptedItself)
+      break; // it was the newest: nothing after it runs
+    grow(s, count);
+    plan.push_back({s, count});
+    budget -= count;
   }
-  std::fill(d.begin(), d.end(), 0); // the end, for the peers
+  // No admission in a step that had to preempt: the blocks are short already.
+  while (preemptionCount == preemptedBefore && budget > 0 &&
+         int64_t(runningList.size()) < limits.maxNumSeqs && !waitingQueue.empty()) {
+    Sequence *s = waitingQueue.front();
+    int64_t count = std::min<int64_t>(int64_t(s->tokens.size()) - s->computed, budget);
+    if (blocksFor(count) > int64_t(freeList.size()))
+      break;
+    waitingQueue.pop_front();
+    runningList.push_back(s);
+    grow(s, count);
+    plan.push_back({s, count});
+    budget -= count;
+  }
+  if (plan.empty()) // cannot happen: a lone sequence always fits (--kv-cache-tokens)
+    throw std::runtime_error("internal error: the scheduler found nothing to run");
+
+  // The descriptor.
+  std::vector<int64_t> &d = descriptor;
+  d.assign(descriptorLength(), 0);
+  d[0] = 1;
+  int64_t tokens = 0;
+  int64_t *perSequence = d.data() + kHeader + limits.maxBatchTokens;
+  int64_t *table = perSequence + limits.maxNumSeqs * int64_t(kPerSequence);
+  for (size_t p = 0; p < plan.size(); ++p) {
+    Sequence *s = plan[p].sequence;
+    int64_t *f = perSequence + int64_t(p) * int64_t(kPerSequence);
+    f[0] = tokens;
+    f[1] = plan[p].count;
+    f[2] = s->computed;
+    f[3] = s->computed + plan[p].count == int64_t(s->tokens.size());
+    for (int64_t i = 0; i < plan[p].count; ++i)
+      d[kHeader + size_t(tokens++)] = s->tokens[size_t(s->computed + i)];
+    for (size_t b = 0; b < s->blocks.size(); ++b)
+      table[int64_t(p) * blocksPerSequence + int64_t(b)] = s->blocks[b];
+  }
+  d[1] = tokens;
+  d[2] = int64_t(plan.size());
   share(d);
+  readDescriptor(d, stepIds, stepPositions, stepTables, current);
+  const float *logits = forward(current, hooks);
+
+  // Rank 0 samples the sequences whose known tokens are all computed now: their rows of
+  // the logits, one each in the step's order (the last token's of every token where the
+  // program has no tp.last_token).
+  int64_t row = 0;
+  for (size_t p = 0; p < plan.size(); ++p) {
+    Sequence *s = plan[p].sequence;
+    s->computed += plan[p].count;
+    if (s->computed < int64_t(s->tokens.size()))
+      continue; // a prompt's chunk, more to come
+    Entry &e = entries.at(s->handle);
+    EngineRequest &r = e.request;
+    const StepSequence &mineInStep = current.sequences[p];
+    int64_t at = spec.lastTokenOnly ? row++ : mineInStep.first + mineInStep.count - 1;
+    const float *mine = logits + at * spec.vocab;
+    if (hooks.onLogits)
+      hooks.onLogits(s->handle, mine);
+    int64_t token = s->sampler->sample(mine);
+    if (r.logprobs >= 0)
+      r.outputLogprobs.push_back(logprobsOf(mine, spec.vocab, token, r.logprobs));
+    r.output.push_back(token);
+    if (r.output.size() == 1)
+      r.firstTokenMs = millisSince(e.arrived);
+    bool stopString = hooks.onToken && hooks.onToken(s->handle, token);
+    bool stopId = std::find(r.stopIds.begin(), r.stopIds.end(), token) != r.stopIds.end();
+    if (!r.forced.empty()) // teacher forcing: the length alone ends it
+      stopString = stopId = false;
+    if (stopString || stopId || int64_t(r.output.size()) >= r.maxTokens) {
+      r.finishReason = stopString || stopId ? "stop" : "length";
+      r.finishedMs = millisSince(e.arrived);
+      release(s);
+      runningList.erase(std::find(runningList.begin(), runningList.end(), s));
+      if (hooks.onFinish)
+        hooks.onFinish(s->handle);
+    } else {
+      s->tokens.push_back(r.forced.empty() ? token : r.forced[r.output.size() - 1]);
+    }
+  }
+  stepTimes.push_back(millisSince(start));
 }
 
 } // namespace tpcrt

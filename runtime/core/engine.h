@@ -11,8 +11,11 @@
 #include "tpcrt/backend.h"
 #include "tpcrt/sampling.h"
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <unordered_map>
 #include <vector>
 
 namespace tpcrt {
@@ -39,9 +42,9 @@ struct EngineRequest {
 
   std::vector<int64_t> output;
   std::vector<TokenLogprobs> outputLogprobs;
-  const char *finishReason = nullptr; // "stop" or "length", once finished
+  const char *finishReason = nullptr; // "stop", "length" or "abort", once finished
   int64_t preempted = 0;              // times its blocks were taken back and it was recomputed
-  double firstTokenMs = 0, finishedMs = 0; // since the run began (every request arrives then)
+  double firstTokenMs = 0, finishedMs = 0; // since it arrived (submit)
 };
 
 /// What a run tells its caller. All optional.
@@ -60,12 +63,39 @@ struct EngineHooks {
 class Engine {
 public:
   Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank, EngineLimits limits);
+  ~Engine();
 
-  /// Rank 0: runs every request to its end, admitted in order, as many at once as the
-  /// limits allow, telling `hooks` as it goes. The other ranks pass no requests: they run
-  /// rank 0's steps until it ends.
+  /// Rank 0: queues a request, arriving now (a request with no tokens to make is finished at
+  /// once, "length"); returns its handle, which the hooks and request() name it by. Requests
+  /// may arrive between any two steps.
+  size_t submit(EngineRequest request);
+  /// Rank 0: whether a request is waiting or running.
+  bool busy() const { return !waitingQueue.empty() || !runningList.empty(); }
+  /// Rank 0: one step, when busy: schedules (running sequences oldest first, then waiting
+  /// ones), sends every rank the step, runs its forward and samples, telling `hooks`.
+  void step(const EngineHooks &hooks = {});
+  /// Rank 0: ends request `handle` now, its blocks free for the next step (a client that
+  /// went away); finishReason "abort". Nothing for a request already finished.
+  void abort(size_t handle);
+  /// Rank 0: request `handle` and what has come of it so far.
+  EngineRequest &request(size_t handle);
+  /// Rank 0: forgets a finished (or aborted) request; its handle is not reused.
+  void forget(size_t handle);
+  /// Rank 0: tells the other ranks that there are no more steps (they return from follow()).
+  void stop();
+  /// The other ranks: run rank 0's steps until it stops.
+  void follow(const EngineHooks &hooks = {});
+
+  /// Rank 0: runs every request to its end, as many at once as the limits allow, telling
+  /// `hooks` as it goes (naming each by its index in `requests`), then stops. The other ranks
+  /// pass no requests: they follow rank 0's steps until it stops.
   void run(std::vector<EngineRequest> &requests, const EngineHooks &hooks = {});
 
+  /// Rank 0: requests running and waiting, and the KV cache's free and total blocks.
+  int64_t runningCount() const { return int64_t(runningList.size()); }
+  int64_t waitingCount() const { return int64_t(waitingQueue.size()); }
+  int64_t freeBlocks() const { return int64_t(freeList.size()); }
+  int64_t totalBlocks() const { return limits.blocks; }
   /// Steps run, preemptions, and each step's wall time in ms (forward and sampling).
   int64_t steps() const { return stepCount; }
   int64_t preemptions() const { return preemptionCount; }
@@ -73,6 +103,7 @@ public:
 
 private:
   struct Sequence;
+  struct Entry;
   /// The descriptor's length, in int64: the same on every rank, from the limits alone.
   size_t descriptorLength() const;
   /// Every rank: the step a descriptor describes (`tables` keeps its block tables).
@@ -81,7 +112,11 @@ private:
   /// Sends rank 0's descriptor to every rank (into `d` on each).
   void share(std::vector<int64_t> &d);
   const float *forward(const Step &step, const EngineHooks &hooks);
-  void follow(const EngineHooks &hooks);
+  /// Rank 0: frees a sequence's blocks.
+  void release(Sequence *s);
+  /// Rank 0: takes the newest running sequence's blocks back, queueing it first to be
+  /// recomputed; returns it.
+  Sequence *preemptNewest();
 
   const ModelSpec &spec;
   Backend &backend;
@@ -91,6 +126,17 @@ private:
   int64_t stepCount = 0, preemptionCount = 0;
   std::vector<double> stepTimes;
   std::vector<int64_t> gathered; // every rank's descriptor, from share()
+
+  // Rank 0's scheduler state.
+  std::unordered_map<size_t, Entry> entries; // by handle; nodes stay put, so pointers hold
+  size_t nextHandle = 0;
+  std::deque<Sequence *> waitingQueue;
+  std::vector<Sequence *> runningList; // oldest first
+  std::vector<int32_t> freeList;       // popped from the back: block 0 first
+  // A step's buffers, kept from step to step.
+  std::vector<int64_t> descriptor, stepIds, stepPositions;
+  std::vector<int32_t> stepTables;
+  Step current;
 };
 
 } // namespace tpcrt

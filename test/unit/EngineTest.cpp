@@ -1,0 +1,145 @@
+// The engine's scheduler (runtime/core/engine.cpp) on a backend that computes nothing: each
+// sampled sequence's logits make its next token its last token plus one, so every request's
+// output is known without a model, and the queues and blocks the scheduler keeps can be
+// watched step by step: requests arriving while others run, aborts, preemption.
+#include "engine.h"
+
+#include "tpcrt/model.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace tpcrt {
+namespace {
+
+class CountingBackend final : public Backend {
+public:
+  explicit CountingBackend(int64_t vocab) : vocab(vocab) {}
+
+  void attach(const RankInfo &) override {}
+  DType weightType(const WeightDesc &) const override { return DType::F32; }
+  void allocateWeights(const std::vector<WeightDesc> &) override {}
+  float *hostWeight(size_t) override { return nullptr; }
+  void writeWeight(size_t, int64_t, const float *, int64_t) override {}
+  bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
+    return false;
+  }
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &, int64_t, int64_t) override {
+    return 0;
+  }
+  uint64_t allocateArena(int64_t, int64_t) override { return 0; }
+  void start() override {}
+  bool hasSequenceParallel() const override { return false; }
+  const float *forward(const Step &step, bool) override {
+    sequencesPerStep.push_back(int64_t(step.sequences.size()));
+    logits.clear();
+    for (const StepSequence &s : step.sequences) {
+      if (!s.sampled)
+        continue;
+      std::vector<float> row(size_t(vocab), 0.0f);
+      row[size_t((step.ids[s.first + s.count - 1] + 1) % vocab)] = 1.0f;
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    return logits.data();
+  }
+  bool injectFault() override { return false; }
+
+  std::vector<int64_t> sequencesPerStep;
+
+private:
+  int64_t vocab;
+  std::vector<float> logits;
+};
+
+struct Fixture {
+  explicit Fixture(EngineLimits limits)
+      : spec(*newSpec("counting", 1, kVocab, 1, /*lastTokenOnly=*/true)), backend(kVocab),
+        engine(spec, backend, rank, limits) {}
+  static constexpr int64_t kVocab = 1000;
+  ModelSpec &spec;
+  CountingBackend backend;
+  RankInfo rank;
+  Engine engine;
+};
+
+EngineRequest counting(int64_t from, int64_t promptLength, int64_t tokens) {
+  EngineRequest r;
+  r.prompt.resize(size_t(promptLength));
+  std::iota(r.prompt.begin(), r.prompt.end(), from);
+  r.maxTokens = tokens;
+  r.sampling.temperature = 0; // greedy
+  return r;
+}
+
+std::vector<int64_t> following(int64_t last, int64_t count) {
+  std::vector<int64_t> ids(static_cast<size_t>(count));
+  std::iota(ids.begin(), ids.end(), last + 1);
+  return ids;
+}
+
+TEST(Engine, ARequestArrivingWhileOthersRunJoinsTheNextStep) {
+  Fixture f({/*maxNumSeqs=*/4, /*maxBatchTokens=*/64, /*blocks=*/16, /*blockSize=*/4,
+             /*maxSeqLen=*/32});
+  size_t a = f.engine.submit(counting(10, 5, 6));
+  f.engine.step(); // a's prefill and first token
+  f.engine.step();
+  EXPECT_EQ(f.engine.runningCount(), 1);
+  size_t b = f.engine.submit(counting(500, 3, 4));
+  EXPECT_EQ(f.engine.waitingCount(), 1);
+  f.engine.step(); // a's decode beside b's prefill
+  EXPECT_EQ(f.backend.sequencesPerStep.back(), 2);
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.engine.request(a).output, following(14, 6));
+  EXPECT_EQ(f.engine.request(b).output, following(502, 4));
+  EXPECT_STREQ(f.engine.request(b).finishReason, "length");
+  EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+  f.engine.forget(a);
+  EXPECT_THROW(f.engine.request(a), std::logic_error);
+}
+
+TEST(Engine, AnAbortedRequestFreesItsBlocksAtOnce) {
+  Fixture f({2, 64, 16, 4, 32});
+  size_t a = f.engine.submit(counting(10, 9, 20)); // 3 blocks, growing
+  size_t b = f.engine.submit(counting(100, 2, 20));
+  size_t c = f.engine.submit(counting(200, 2, 3)); // waits: two sequences at most
+  f.engine.step();
+  f.engine.step();
+  EXPECT_EQ(f.engine.runningCount(), 2);
+  EXPECT_EQ(f.engine.waitingCount(), 1);
+  EXPECT_LT(f.engine.freeBlocks(), f.engine.totalBlocks());
+  f.engine.abort(a);
+  EXPECT_STREQ(f.engine.request(a).finishReason, "abort");
+  EXPECT_EQ(f.engine.request(a).output.size(), 2u); // what it had made before
+  EXPECT_EQ(f.engine.runningCount(), 1);
+  f.engine.abort(c); // still waiting
+  EXPECT_EQ(f.engine.waitingCount(), 0);
+  f.engine.abort(b);
+  EXPECT_FALSE(f.engine.busy());
+  EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+  f.engine.abort(b); // a second abort changes nothing
+  EXPECT_STREQ(f.engine.request(b).finishReason, "abort");
+  // The engine runs on: a new request gets the freed blocks.
+  size_t d = f.engine.submit(counting(300, 4, 2));
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.engine.request(d).output, following(303, 2));
+}
+
+TEST(Engine, PreemptedRequestsStillGiveTheirTokens) {
+  // Four blocks of four tokens: two sequences of up to 12 tokens cannot both stay.
+  Fixture f({4, 64, 4, 4, 16});
+  std::vector<size_t> handles;
+  for (int64_t i = 0; i < 3; ++i)
+    handles.push_back(f.engine.submit(counting(100 * (i + 1), 4, 8)));
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_GT(f.engine.preemptions(), 0);
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_EQ(f.engine.request(handles[size_t(i)]).output, following(100 * (i + 1) + 3, 8));
+  EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+}
+
+} // namespace
+} // namespace tpcrt
