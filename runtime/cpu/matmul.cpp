@@ -725,7 +725,7 @@ TPC_AVX512 inline void rows512(const char *rows, size_t rowBytes, const float *c
 /// memory once, each pair of rows meeting every row of x while in registers (rows512).
 template <DType T, int64_t kX>
 TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
-                        const float *bias, float *y) {
+                        const float *bias, float *y, int64_t ldy) {
   const size_t rowBytes = size_t(in) * dtypeBytes(T);
   const char *base = static_cast<const char *>(w), *last = base + size_t(out) * rowBytes;
   const int64_t blocked = in / 16 * 16;
@@ -736,7 +736,7 @@ TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
   auto store = [&](int64_t r, int64_t rows) {
     for (int64_t j = 0; j < kX; ++j)
       for (int64_t k = 0; k < rows; ++k)
-        y[j * out + r + k] = bias ? totals[j][k] + bias[r + k] : totals[j][k];
+        y[j * ldy + r + k] = bias ? totals[j][k] + bias[r + k] : totals[j][k];
   };
   int64_t r = 0;
   for (; r + 2 <= out; r += 2) {
@@ -751,28 +751,31 @@ TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
   }
 }
 
-/// gemv512 for `count` (1 to kBatchedGemvRows) rows of x.
+/// gemv512 for `count` (1 to kBatchedGemvRows) rows of x; row j of the result at y + j ldy
+/// (default: out).
 template <DType T>
 TPC_AVX512 void gemvWide(const void *w, const float *x, int64_t count, int64_t out, int64_t in,
-                         const float *bias, float *y) {
+                         const float *bias, float *y, int64_t ldy = 0) {
   static_assert(kBatchedGemvRows == 8, "one instantiation per row count");
+  if (ldy == 0)
+    ldy = out;
   switch (count) {
   case 1:
-    return gemv512<T, 1>(w, x, out, in, bias, y);
+    return gemv512<T, 1>(w, x, out, in, bias, y, ldy);
   case 2:
-    return gemv512<T, 2>(w, x, out, in, bias, y);
+    return gemv512<T, 2>(w, x, out, in, bias, y, ldy);
   case 3:
-    return gemv512<T, 3>(w, x, out, in, bias, y);
+    return gemv512<T, 3>(w, x, out, in, bias, y, ldy);
   case 4:
-    return gemv512<T, 4>(w, x, out, in, bias, y);
+    return gemv512<T, 4>(w, x, out, in, bias, y, ldy);
   case 5:
-    return gemv512<T, 5>(w, x, out, in, bias, y);
+    return gemv512<T, 5>(w, x, out, in, bias, y, ldy);
   case 6:
-    return gemv512<T, 6>(w, x, out, in, bias, y);
+    return gemv512<T, 6>(w, x, out, in, bias, y, ldy);
   case 7:
-    return gemv512<T, 7>(w, x, out, in, bias, y);
+    return gemv512<T, 7>(w, x, out, in, bias, y, ldy);
   default:
-    return gemv512<T, 8>(w, x, out, in, bias, y);
+    return gemv512<T, 8>(w, x, out, in, bias, y, ldy);
   }
 }
 #pragma GCC diagnostic pop
@@ -919,6 +922,28 @@ void widenFast(const void *in, DType type, float *out, size_t count) {
   widen(in, type, out, count);
 }
 
+#if defined(__x86_64__)
+/// A batch's decode step (2 to kBatchedGemvRows rows of x) with quantized W, where the CPU
+/// has AVX-512: W dequantized eight rows at a time into a panel that stays in cache (as
+/// widen() gives them), each panel met by every row of x through the float kernel
+/// (gemvWide), so that W is read and decoded once for the batch, and no more of it is
+/// written out as fp32 than the panel (the dequantized panel and sgemm write out all of W).
+/// The rows' values are not the one-row quantized product's, which sums a group's products
+/// before scaling them.
+void quantizedBatchWide(Matrix w, const float *x, int64_t rows, int64_t out, int64_t in,
+                        const float *bias, float *y) {
+  constexpr int64_t kPanelRows = 8;
+  thread_local std::vector<float> panel;
+  panel.resize(size_t(kPanelRows * in));
+  for (int64_t r = 0; r < out; r += kPanelRows) {
+    int64_t count = std::min(kPanelRows, out - r);
+    widenFast(rowOf(w, r, in), w.type, panel.data(), size_t(count * in));
+    gemvWide<DType::F32>(panel.data(), x, rows, count, in, bias ? bias + r : nullptr, y + r,
+                         out);
+  }
+}
+#endif
+
 } // namespace
 
 namespace detail {
@@ -936,8 +961,8 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
   if (rows == 1) // a decode step: W read once, as fast as it streams
     return gemv(w, x, out, in, bias, y);
 #if defined(__x86_64__)
-  // A batch's decode step: W read once for all its rows, each row's values the one-row
-  // product's.
+  // A batch's decode step: W read once for all its rows; float W's rows each the one-row
+  // product's values, quantized W decoded once for all of them.
   if (rows <= kBatchedGemvRows && vectorKernels(w.type)) {
     if (wideFloatKernels(w.type))
       switch (w.type) {
@@ -950,6 +975,8 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
       default:
         break;
       }
+    if (isQuantized(w.type) && wideFloatKernels(DType::F32))
+      return quantizedBatchWide(w, x, rows, out, in, bias, y);
     switch (w.type) {
     case DType::F32:
       return gemvAvx2<DType::F32>(w.data, x, rows, out, in, bias, y);
