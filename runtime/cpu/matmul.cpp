@@ -34,9 +34,9 @@ std::atomic<bool> forcedScalar{false}, forcedAvx2{false};
 // (bench/results/matmul.txt, `tpc-matmul-bench panels`), 128 rows of x ran at 10-25 GFLOP/s
 // with 64-128 KiB panels, ~30 at 256-512 KiB and 34-44 at 768 KiB-1 MiB, about fp32's rate.
 std::atomic<size_t> panelBytes{size_t(1) << 20};
-// The most rows of x a linear of float W takes through the matrix-vector kernel (W read once,
-// every row of x against it in registers) rather than a panel and sgemm: a batch's decode
-// step. Measured: see linear().
+// The most rows of x a linear takes through a matrix-vector kernel (W read once, every row of
+// x against it in registers; quantized W with AVX-512 only) rather than a panel and sgemm: a
+// batch's decode step. Measured: see linear() and docs/engine.md.
 constexpr int64_t kBatchedGemvRows = 8;
 
 /// Element `index` of a row of a float `type` as fp32 (the vector kernels' column tails;
@@ -778,6 +778,92 @@ TPC_AVX512 void gemvWide(const void *w, const float *x, int64_t count, int64_t o
     return gemv512<T, 8>(w, x, out, in, bias, y, ldy);
   }
 }
+/// Two eight-lane halves as one sixteen-lane vector, in element order.
+TPC_AVX512 inline __m512 join512(__m256 low, __m256 high) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)),
+                                             _mm256_castps_pd(high), 1));
+}
+
+/// Y = X W^T (+ bias) for kX rows of X (a batch's decode step) and a quantized W, `in` whole
+/// blocks, with AVX-512: W a row at a time, each group of a block decoded and dequantized once
+/// in registers (d q, or d q + m rounded once, as dequantizeAvx2 gives them) and met by every
+/// row of X, so that W is read and decoded once for the batch, as the one-row kernels read
+/// and decode it once for one row. A row's sums are not the one-row kernel's (which scales a
+/// group's dot product), so its values may differ from its one-row product in the last bits.
+template <DType T, int64_t kX>
+TPC_AVX512 void quantizedBatch512(const void *w, const float *x, int64_t out, int64_t in,
+                                  const float *bias, float *y) {
+  using Q = Quant<T>;
+  constexpr int64_t kElements = Q::kGroups * kGroupElements;
+  const int64_t blocks = in / kElements;
+  const size_t rowBytes = size_t(blocks) * Q::kBytes, totalBytes = size_t(out) * rowBytes;
+  const auto *base = static_cast<const uint8_t *>(w);
+  // x's rows interleaved a group at a time (group G of row j at (G kX + j) 32), so that a
+  // group's loads are one pointer and constant offsets.
+  thread_local std::vector<float> packed;
+  const int64_t groups = in / kGroupElements;
+  packed.resize(size_t(groups * kX * kGroupElements));
+  for (int64_t G = 0; G < groups; ++G)
+    for (int64_t j = 0; j < kX; ++j)
+      std::copy(x + j * in + G * kGroupElements, x + j * in + (G + 1) * kGroupElements,
+                packed.begin() + (G * kX + j) * kGroupElements);
+  for (int64_t r = 0; r < out; ++r) {
+    const uint8_t *row = base + size_t(r) * rowBytes;
+    NextRows next(base, rowBytes, totalBytes, r + 1);
+    __m512 acc[kX];
+    for (int64_t j = 0; j < kX; ++j)
+      acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      next.through(size_t(b + 1) * Q::kBytes);
+      const uint8_t *block = row + size_t(b) * Q::kBytes;
+      typename Q::Scales scales(block);
+      for (int g = 0; g < Q::kGroups; ++g) {
+        __m256 q[4];
+        Q::quants(block, g, q);
+        for (int i = 0; i < 4; ++i) {
+          if constexpr (Q::kOffsets)
+            q[i] = _mm256_fmadd_ps(q[i], scales.scale(g), scales.offset(g));
+          else
+            q[i] = _mm256_mul_ps(q[i], scales.scale(g));
+        }
+        __m512 first = join512(q[0], q[1]), second = join512(q[2], q[3]);
+        const float *xs = packed.data() + (b * Q::kGroups + g) * kX * kGroupElements;
+        for (int64_t j = 0; j < kX; ++j) {
+          acc[j] = _mm512_fmadd_ps(first, _mm512_loadu_ps(xs + j * kGroupElements), acc[j]);
+          acc[j] = _mm512_fmadd_ps(second, _mm512_loadu_ps(xs + j * kGroupElements + 16),
+                                   acc[j]);
+        }
+      }
+    }
+    for (int64_t j = 0; j < kX; ++j) {
+      float total = _mm512_reduce_add_ps(acc[j]);
+      y[j * out + r] = bias ? total + bias[r] : total;
+    }
+  }
+}
+
+/// quantizedBatch512 for `count` (2 to kBatchedGemvRows) rows of x.
+template <DType T>
+TPC_AVX512 void quantizedBatchWide(const void *w, const float *x, int64_t count, int64_t out,
+                                   int64_t in, const float *bias, float *y) {
+  static_assert(kBatchedGemvRows == 8, "one instantiation per row count");
+  switch (count) {
+  case 2:
+    return quantizedBatch512<T, 2>(w, x, out, in, bias, y);
+  case 3:
+    return quantizedBatch512<T, 3>(w, x, out, in, bias, y);
+  case 4:
+    return quantizedBatch512<T, 4>(w, x, out, in, bias, y);
+  case 5:
+    return quantizedBatch512<T, 5>(w, x, out, in, bias, y);
+  case 6:
+    return quantizedBatch512<T, 6>(w, x, out, in, bias, y);
+  case 7:
+    return quantizedBatch512<T, 7>(w, x, out, in, bias, y);
+  default:
+    return quantizedBatch512<T, 8>(w, x, out, in, bias, y);
+  }
+}
 #pragma GCC diagnostic pop
 #undef TPC_AVX512
 
@@ -922,27 +1008,6 @@ void widenFast(const void *in, DType type, float *out, size_t count) {
   widen(in, type, out, count);
 }
 
-#if defined(__x86_64__)
-/// A batch's decode step (2 to kBatchedGemvRows rows of x) with quantized W, where the CPU
-/// has AVX-512: W dequantized eight rows at a time into a panel that stays in cache (as
-/// widen() gives them), each panel met by every row of x through the float kernel
-/// (gemvWide), so that W is read and decoded once for the batch, and no more of it is
-/// written out as fp32 than the panel (the dequantized panel and sgemm write out all of W).
-/// The rows' values are not the one-row quantized product's, which sums a group's products
-/// before scaling them.
-void quantizedBatchWide(Matrix w, const float *x, int64_t rows, int64_t out, int64_t in,
-                        const float *bias, float *y) {
-  constexpr int64_t kPanelRows = 8;
-  thread_local std::vector<float> panel;
-  panel.resize(size_t(kPanelRows * in));
-  for (int64_t r = 0; r < out; r += kPanelRows) {
-    int64_t count = std::min(kPanelRows, out - r);
-    widenFast(rowOf(w, r, in), w.type, panel.data(), size_t(count * in));
-    gemvWide<DType::F32>(panel.data(), x, rows, count, in, bias ? bias + r : nullptr, y + r,
-                         out);
-  }
-}
-#endif
 
 } // namespace
 
@@ -962,7 +1027,7 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
     return gemv(w, x, out, in, bias, y);
 #if defined(__x86_64__)
   // A batch's decode step: W read once for all its rows; float W's rows each the one-row
-  // product's values, quantized W decoded once for all of them.
+  // product's values, quantized W (with AVX-512) decoded once for all of them.
   if (rows <= kBatchedGemvRows && vectorKernels(w.type)) {
     if (wideFloatKernels(w.type))
       switch (w.type) {
@@ -975,8 +1040,19 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
       default:
         break;
       }
-    if (isQuantized(w.type) && wideFloatKernels(DType::F32))
-      return quantizedBatchWide(w, x, rows, out, in, bias, y);
+    if (wideFloatKernels(DType::F32)) // and so AVX-512
+      switch (w.type) {
+      case DType::Q8_0:
+        return quantizedBatchWide<DType::Q8_0>(w.data, x, rows, out, in, bias, y);
+      case DType::Q4_0:
+        return quantizedBatchWide<DType::Q4_0>(w.data, x, rows, out, in, bias, y);
+      case DType::Q4_1:
+        return quantizedBatchWide<DType::Q4_1>(w.data, x, rows, out, in, bias, y);
+      case DType::Q4_K:
+        return quantizedBatchWide<DType::Q4_K>(w.data, x, rows, out, in, bias, y);
+      default:
+        break;
+      }
     switch (w.type) {
     case DType::F32:
       return gemvAvx2<DType::F32>(w.data, x, rows, out, in, bias, y);

@@ -373,12 +373,14 @@ TEST(Linear, ABatchsRowsAreEachRowAloneBitForBit) {
 
 TEST(Linear, QuantizedTypesMatchTheirWidenedWeights) {
   // Rows of one to three blocks and longer ones; out with tails of the eight- and two-row
-  // groups (and under eight); one row (the gemv kernels) and several (dequantized panels and sgemm).
+  // groups (and under eight); one row (the gemv kernels), two to eight (a batch's decode
+  // step: each block decoded once for every row) and nine (dequantized panels and sgemm).
   struct Shape {
     int64_t rows, out, blocks;
   };
-  const Shape shapes[] = {{1, 1, 1},  {1, 13, 1}, {1, 21, 2}, {1, 8, 3},   {1, 67, 17},
-                          {1, 37, 48}, {3, 13, 1}, {9, 21, 3}, {4, 67, 17}, {2, 8, 48}};
+  const Shape shapes[] = {{1, 1, 1},   {1, 13, 1},  {1, 21, 2}, {1, 8, 3},   {1, 67, 17},
+                          {1, 37, 48},  {3, 13, 1},  {9, 21, 3}, {4, 67, 17}, {2, 8, 48},
+                          {5, 37, 3},   {8, 13, 2}};
   // AVX-512 (where the CPU has it), AVX2 and scalar.
   for (Kernels kernels : {Kernels::Best, Kernels::Avx2, Kernels::Scalar}) {
     ForcedKernels forced(kernels);
