@@ -423,7 +423,9 @@ std::string engineDefaults(Args &args) {
   if (args.maxNumSeqs > kMaxSequences)
     return "--max-num-seqs " + std::to_string(args.maxNumSeqs) + " is more than " +
            std::to_string(kMaxSequences);
-  if (args.maxBatchTokens > args.maxSeqLen * kMaxSequences)
+  int64_t mostTokens = args.maxSeqLen > INT64_MAX / kMaxSequences ? INT64_MAX
+                                                                   : args.maxSeqLen * kMaxSequences;
+  if (args.maxBatchTokens > mostTokens)
     return "--max-batch-tokens " + std::to_string(args.maxBatchTokens) +
            " is more than --max-num-seqs' limit times --max-seq-len";
   if (!args.maxNumSeqs)
