@@ -905,28 +905,25 @@ bool hasF16c() {
 #undef TPC_AVX2
 #endif
 
+/// Whether the AVX-512 kernels may run: the CPU has them and they are not switched off.
+bool avx512Allowed() {
+#if defined(__x86_64__)
+  return !forcedAvx2.load(std::memory_order_relaxed) && hasAvx512();
+#else
+  return false;
+#endif
+}
+
 /// Whether the one-row linear of `type` uses AVX-512 on this CPU (all but Q4_1, unless
 /// switched off); only where vectorKernels() holds.
 bool wideQuantizedKernels(DType type) {
-#if defined(__x86_64__)
-  return (type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K) &&
-         !forcedAvx2.load(std::memory_order_relaxed) && hasAvx512();
-#else
-  (void)type;
-  return false;
-#endif
+  return (type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K) && avx512Allowed();
 }
 
 /// Whether the linears of 1 to kBatchedGemvRows rows with float W of `type` use AVX-512 on
 /// this CPU (unless switched off); only where vectorKernels() holds.
 bool wideFloatKernels(DType type) {
-#if defined(__x86_64__)
-  return (type == DType::F32 || type == DType::BF16 || type == DType::F16) &&
-         !forcedAvx2.load(std::memory_order_relaxed) && hasAvx512();
-#else
-  (void)type;
-  return false;
-#endif
+  return (type == DType::F32 || type == DType::BF16 || type == DType::F16) && avx512Allowed();
 }
 
 /// Whether the AVX2 kernels may read W of `type` on this CPU (and are not switched off).
@@ -1040,7 +1037,7 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
       default:
         break;
       }
-    if (wideFloatKernels(DType::F32)) // and so AVX-512
+    if (avx512Allowed())
       switch (w.type) {
       case DType::Q8_0:
         return quantizedBatchWide<DType::Q8_0>(w.data, x, rows, out, in, bias, y);
