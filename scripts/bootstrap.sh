@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tpc needs on Debian 12, idempotently: Debian's LLVM/MLIR 22 (with lit and
 # FileCheck), CLI11, fmt, nlohmann-json, GoogleTest, Gloo, Open MPI, OpenBLAS, CMake, Ninja
-# and ccache; PCRE2 and ICU for the tokenizers. Packages already present are left alone, so a
-# warm machine spends no time here.
+# and ccache; PCRE2 and ICU for the tokenizers; cpp-httplib for tpc serve. Packages already
+# present are left alone, so a warm machine spends no time here.
 set -euo pipefail
 
 packages=(
@@ -10,6 +10,7 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev
   libgloo-dev libopenmpi-dev openmpi-bin libopenblas-dev libpcre2-dev libicu-dev
+  libcpp-httplib-dev pkg-config
   bc python3 python3-venv
 )
 

@@ -1,6 +1,6 @@
 // The rank launcher (include/tpc/Driver/Compile.h): N local ranks of one binary, with
 // torchrun's environment and a fresh rendezvous directory; each rank's output prefixed; the
-// first failure stops them all.
+// first failure stops them all (after a grace, for a server that answers its clients first).
 #include "tpc/Driver/Compile.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -21,6 +21,10 @@
 namespace tpc::driver {
 
 namespace {
+
+/// SIGTERM and SIGINT the launcher received (forwardSignals).
+volatile std::sig_atomic_t signalsReceived = 0;
+extern "C" void onSignal(int) { signalsReceived = signalsReceived + 1; }
 
 struct Rank {
   pid_t pid = -1;
@@ -93,8 +97,32 @@ int launchRanks(const LaunchOptions &o) {
   }
 
   int status = 0, running = o.ranks;
-  std::optional<std::chrono::steady_clock::time_point> killedAt;
+  std::optional<std::chrono::steady_clock::time_point> killedAt, failedAt;
+  int forwarded = 0;
+  struct sigaction previousTerm {}, previousInt {};
+  if (o.forwardSignals) {
+    struct sigaction action {};
+    action.sa_handler = onSignal; // no SA_RESTART: poll() returns at once
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, &previousTerm);
+    sigaction(SIGINT, &action, &previousInt);
+  }
+  auto terminateAll = [&] {
+    for (Rank &other : ranks)
+      if (other.running)
+        kill(other.pid, SIGTERM);
+    killedAt = std::chrono::steady_clock::now();
+  };
   while (running > 0) {
+    if (signalsReceived > forwarded) {
+      ++forwarded;
+      if (forwarded == 1 && ranks[0].running)
+        kill(ranks[0].pid, SIGTERM);
+      else
+        for (Rank &r : ranks)
+          if (r.running)
+            kill(r.pid, SIGKILL);
+    }
     std::vector<pollfd> polls;
     for (Rank &r : ranks)
       if (r.out >= 0)
@@ -103,9 +131,17 @@ int launchRanks(const LaunchOptions &o) {
       poll(polls.data(), polls.size(), 100);
     else
       usleep(100000);
+    // Only the pipes with something to read (or closed): a read of a quiet rank's pipe would
+    // wait for its output, and a server's ranks are quiet for as long as it serves.
+    auto readable = [&](int fd) {
+      for (const pollfd &p : polls)
+        if (p.fd == fd)
+          return (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+      return false;
+    };
     for (int i = 0; i < o.ranks; ++i) {
       Rank &r = ranks[i];
-      if (r.out >= 0) {
+      if (r.out >= 0 && readable(r.out)) {
         char buffer[4096];
         ssize_t got;
         while ((got = read(r.out, buffer, sizeof buffer)) > 0) {
@@ -131,17 +167,24 @@ int launchRanks(const LaunchOptions &o) {
                                 : fmt::format("exited with code {}", WEXITSTATUS(code));
           llvm::errs() << fmt::format("tpc launch: rank {} {}; stopping the other ranks\n", i,
                                       why);
-          for (Rank &other : ranks)
-            if (other.running)
-              kill(other.pid, SIGTERM);
-          killedAt = std::chrono::steady_clock::now();
+          failedAt = std::chrono::steady_clock::now();
+          if (o.failureGraceSeconds == 0)
+            terminateAll();
         }
       }
     }
+    if (failedAt && !killedAt &&
+        std::chrono::steady_clock::now() - *failedAt >
+            std::chrono::seconds(o.failureGraceSeconds))
+      terminateAll();
     if (killedAt && std::chrono::steady_clock::now() - *killedAt > std::chrono::seconds(5))
       for (Rank &other : ranks)
         if (other.running)
           kill(other.pid, SIGKILL);
+  }
+  if (o.forwardSignals) {
+    sigaction(SIGTERM, &previousTerm, nullptr);
+    sigaction(SIGINT, &previousInt, nullptr);
   }
   for (int i = 0; i < o.ranks; ++i)
     flushLines(i, ranks[i], true, o);

@@ -4,6 +4,8 @@
 // together. Whatever the backend: it owns the buffers, this only says what they hold.
 #include "driver.h"
 
+#include "../serve/server.h"
+
 #include <nlohmann/json.hpp>
 
 #include <csignal>
@@ -282,6 +284,15 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   if (!request)
     return status;
   const Args &args = request->args;
+  // A server answers (503) while the group meets and loads.
+  std::unique_ptr<serve::Server> server;
+  if (!args.serve.empty() && request->rank == 0) {
+    std::string error;
+    if (!(server = serve::Server::start(spec, args, error))) {
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      return 1;
+    }
+  }
   std::optional<Group> group = connectGroup(spec, *request, status);
   if (!group)
     return status;
@@ -322,7 +333,12 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   try {
     if (args.warmup && args.maxNewTokens > 0)
       generator.warmUp(args.prompt);
-    if (!args.requestsFile.empty()) {
+    if (!args.serve.empty()) {
+      int status = server ? server->run(backend, rank, *group, request->fault)
+                          : serve::follow(spec, args, backend, rank, *group, request->fault);
+      if (status != 0)
+        return status; // stopped, saying why
+    } else if (!args.requestsFile.empty()) {
       if (int status = runRequests(spec, args, backend, rank, *group); status != 0)
         return status; // rank 0 stopped, saying why
     } else if (request->tokenizer) { // text out, rank 0's as it comes, stop strings withheld

@@ -61,6 +61,12 @@ struct Args {
   /// The engine's limits (engine.h): sequences and tokens in one step, and the KV cache's
   /// size in tokens. 0: not given; readRequest sets the defaults (engineDefaults).
   int64_t maxNumSeqs = 0, maxBatchTokens = 0, kvCacheTokens = 0;
+  /// --serve HOST:PORT: an OpenAI-compatible HTTP server on rank 0 (serve/server.cpp), the
+  /// requests its clients send run through the engine; --served-model-name is the model's
+  /// name there, --max-queue how many requests may wait beyond --max-num-seqs running ones,
+  /// --drain-seconds how long SIGTERM lets requests in flight finish.
+  std::string serve, servedModelName;
+  int64_t maxQueue = 64, drainSeconds = 30;
   /// --request-metrics: each --requests line says when its first token came and when it
   /// finished (tpc bench reads them).
   bool requestMetrics = false;
@@ -83,6 +89,10 @@ struct Fault {
   int rank = -1;
   int64_t step = -1;
 };
+
+/// TPC_FAULT's kill or device fault, where `fault` names this rank and `step` (0: the first
+/// step of a run) is about to start.
+void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step);
 
 /// What this process is asked to do, from its flags and its environment, checked against
 /// the model before anything is connected.
@@ -185,8 +195,10 @@ bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &token
 /// out), with stop strings held back and never released.
 class GeneratedText {
 public:
-  GeneratedText(const Tokenizer &tokenizer, std::vector<std::string> stops)
-      : stream(tokenizer.stream(/*skipSpecial=*/true)), stops(std::move(stops)) {}
+  /// `incremental`: see Tokenizer::Stream (a server's text, shown as it comes).
+  GeneratedText(const Tokenizer &tokenizer, std::vector<std::string> stops,
+                bool incremental = false)
+      : stream(tokenizer.stream(/*skipSpecial=*/true, incremental)), stops(std::move(stops)) {}
   /// What may be shown once `id` is generated.
   std::string push(int64_t id) { return stops.push(stream.push(id)); }
   /// At the end: what was held back, unless a stop string ended the text.
@@ -239,6 +251,12 @@ struct BatchRequest {
 bool readRequestsText(const std::string &text, const Args &command, const ModelSpec &spec,
                       const Tokenizer *tokenizer, const std::string &tokenizerError,
                       std::vector<BatchRequest> &jobs);
+
+/// A field of a request object (a --requests line, an API request) that sets the length, the
+/// sampling or the stop rules, read into `args`: "" when read, what is wrong (naming the
+/// field) when it is wrong, nothing when `key` is none of them.
+std::optional<std::string> readSamplingField(const std::string &key, const nlohmann::json &value,
+                                             Args &args);
 
 /// The request `args` describe, as the engine runs it: its prompt, length, sampling, stop ids
 /// (the model's end-of-sequence ids unless ignored) and forced tokens.

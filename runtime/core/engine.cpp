@@ -15,7 +15,7 @@
 // would have given unpreempted (up to the batch's arithmetic, see docs/engine.md).
 //
 // The descriptor, int64 throughout and of one length for the run (from the limits):
-//   [0] 1: a step, 0: the run is over; [1] tokens; [2] sequences; [3] unused
+//   [0] 1: a step, 0: the run is over, 2: nothing to run yet (idle()); [1] tokens; [2] sequences; [3] unused
 //   [4, 4 + T)  the tokens' ids (T = --max-batch-tokens)
 //   then per sequence (S = --max-num-seqs): first, count, cached, sampled
 //   then per sequence: its block table, B = ceil(--max-seq-len / block size) entries
@@ -149,6 +149,8 @@ void Engine::follow(const EngineHooks &hooks) {
     share(d);
     if (d[0] == 0)
       return;
+    if (d[0] == 2)
+      continue;
     readDescriptor(d, ids, positions, tables, step);
     forward(step, hooks);
     stepTimes.push_back(millisSince(start));
@@ -218,6 +220,12 @@ void Engine::abort(size_t handle) {
 
 void Engine::stop() {
   std::vector<int64_t> d(descriptorLength(), 0); // kind 0: the end, for the peers
+  share(d);
+}
+
+void Engine::idle() {
+  std::vector<int64_t> d(descriptorLength(), 0);
+  d[0] = 2;
   share(d);
 }
 

@@ -83,6 +83,10 @@ public:
   void forget(size_t handle);
   /// Rank 0: tells the other ranks that there are no more steps (they return from follow()).
   void stop();
+  /// Rank 0, with nothing to run (a server between requests): a step that computes nothing,
+  /// so that the peers, waiting in follow() under --timeout, know rank 0 is alive, and rank 0
+  /// learns that they are (it throws when one is gone).
+  void idle();
   /// The other ranks: run rank 0's steps until it stops.
   void follow(const EngineHooks &hooks = {});
 

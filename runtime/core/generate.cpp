@@ -31,10 +31,10 @@ double median(std::vector<double> values) {
 
 } // namespace
 
-void Generator::strike() {
-  if (fault.rank == rank.rank && step == fault.step) {
+void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step) {
+  if (fault.rank == rank && step == fault.step) {
     if (fault.kind == Fault::Kill) {
-      std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank.rank,
+      std::fprintf(stderr, "TPC_FAULT: rank %d kills itself at step %lld\n", rank,
                    (long long)step);
       std::fflush(stderr);
       std::raise(SIGKILL);
@@ -44,10 +44,12 @@ void Generator::strike() {
       if (!backend.injectFault())
         throw std::runtime_error("TPC_FAULT: device faults need a device (--target cuda)");
       std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n",
-                   rank.rank, (long long)step);
+                   rank, (long long)step);
     }
   }
 }
+
+void Generator::strike() { strikeFault(fault, rank.rank, backend, step); }
 
 const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
   std::vector<int64_t> positions(ids.size());

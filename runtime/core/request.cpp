@@ -190,6 +190,27 @@ const Flag kFlags[] = {
      "run the requests of IN.jsonl (one JSON object a line: id, prompt or prompt_token_ids, "
      "max_tokens, sampling fields), one after another, instead of one prompt",
      [](Args &a, const char *, const char *v, std::string &) { return a.requestsFile = v, true; }},
+    {"--serve", "HOST:PORT",
+     "serve the OpenAI HTTP API on HOST:PORT (rank 0; port 0: any free one, printed) instead "
+     "of running one prompt",
+     [](Args &a, const char *, const char *v, std::string &) { return a.serve = v, true; }},
+    {"--served-model-name", "NAME", "with --serve: the model's name in the API (default: "
+     "the checkpoint's directory name)",
+     [](Args &a, const char *, const char *v, std::string &) {
+       return a.servedModelName = v, true;
+     }},
+    {"--max-queue", "N",
+     "with --serve: requests that may wait beyond --max-num-seqs running ones; more are "
+     "refused with 503 and Retry-After (default 64)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerOf(f, v, 0, a.maxQueue, e);
+     }},
+    {"--drain-seconds", "S",
+     "with --serve: on SIGTERM, how long requests in flight may finish before they are "
+     "aborted (default 30)",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerOf(f, v, 0, a.drainSeconds, e);
+     }},
     {"--request-metrics", nullptr,
      "with --requests: each line's metrics, the ms from the start to its first token and to "
      "its end",
@@ -287,11 +308,11 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     error = "give exactly one of --weights PATH and --random-weights SEED";
     return std::nullopt;
   }
-  bool requests = !args.requestsFile.empty();
+  bool requests = !args.requestsFile.empty(), serving = !args.serve.empty();
   if (int(!args.prompt.empty()) + int(bool(args.promptText)) + int(!args.promptFile.empty()) +
-          int(requests) !=
+          int(requests) + int(serving) !=
       1) {
-    error = "give exactly one of --prompt-ids, --prompt, --prompt-file and --requests";
+    error = "give exactly one of --prompt-ids, --prompt, --prompt-file, --requests and --serve";
     return std::nullopt;
   }
   if (requests != !args.outputFile.empty()) {
@@ -299,12 +320,13 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
                      : "--output is where --requests' results go; give --requests too";
     return std::nullopt;
   }
-  if (requests)
+  if (requests || serving)
     for (auto [flag, given] :
          {std::pair{"--chat", args.chat}, {"--force-ids", !args.forced.empty()},
           {"--dump-logits", !args.dumpLogits.empty()}, {"--warmup", args.warmup}})
       if (given) {
-        error = std::string(flag) + " is for one prompt, not --requests";
+        error = std::string(flag) + " is for one prompt, not " +
+                (requests ? "--requests" : "--serve");
         return std::nullopt;
       }
   if (args.chat && !args.promptText && args.promptFile.empty()) {
@@ -320,7 +342,8 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     error = "give at most one of --eos-id and --ignore-eos";
     return std::nullopt;
   }
-  if (!args.stop.empty() && !args.promptText && args.promptFile.empty() && !requests) {
+  if (!args.stop.empty() && !args.promptText && args.promptFile.empty() && !requests &&
+      !serving) {
     error = "--stop matches the generated text: give a text prompt (--prompt or "
             "--prompt-file), or stop on ids with --stop-token-ids";
     return std::nullopt;
@@ -429,7 +452,7 @@ std::string engineDefaults(Args &args) {
     return "--max-batch-tokens " + std::to_string(args.maxBatchTokens) +
            " is more than --max-num-seqs' limit times --max-seq-len";
   if (!args.maxNumSeqs)
-    args.maxNumSeqs = args.requestsFile.empty() ? 1 : 8;
+    args.maxNumSeqs = args.requestsFile.empty() && args.serve.empty() ? 1 : 8;
   if (!args.maxBatchTokens)
     args.maxBatchTokens = args.maxSeqLen;
   if (!args.kvCacheTokens) // the product saturates: a size that large fails to allocate

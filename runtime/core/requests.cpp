@@ -38,6 +38,64 @@ const std::set<std::string> kNotImplemented = {
     "guided_choice", "guided_grammar", "response_format", "tools", "tool_choice",
     "use_beam_search", "length_penalty", "messages", "echo", "suffix", "stream"};
 
+} // namespace
+
+std::optional<std::string> readSamplingField(const std::string &key, const nlohmann::json &value,
+                                             Args &args) {
+  std::string why;
+  if (key == "max_tokens") {
+    why = jsonNumber(value, args.maxNewTokens);
+    if (why.empty() && args.maxNewTokens < 1)
+      why = "must be at least 1, got " + value.dump();
+  } else if (key == "temperature") {
+    why = jsonNumber(value, args.sampling.temperature);
+  } else if (key == "top_k") {
+    why = jsonNumber(value, args.sampling.topK);
+  } else if (key == "top_p") {
+    why = jsonNumber(value, args.sampling.topP);
+  } else if (key == "min_p") {
+    why = jsonNumber(value, args.sampling.minP);
+  } else if (key == "repetition_penalty") {
+    why = jsonNumber(value, args.sampling.repetitionPenalty);
+  } else if (key == "presence_penalty") {
+    why = jsonNumber(value, args.sampling.presencePenalty);
+  } else if (key == "frequency_penalty") {
+    why = jsonNumber(value, args.sampling.frequencyPenalty);
+  } else if (key == "seed") {
+    int64_t seed = 0;
+    why = jsonNumber(value, seed);
+    args.sampling.seed = uint64_t(seed);
+  } else if (key == "ignore_eos") {
+    if (!value.is_boolean())
+      return "field 'ignore_eos' must be true or false, not " + value.dump();
+    args.ignoreEos = value.get<bool>();
+  } else if (key == "stop") {
+    args.stop.clear();
+    for (const nlohmann::json &s : value.is_array() ? value : nlohmann::json::array({value})) {
+      if (!s.is_string())
+        return "field 'stop' must be a string or a list of strings, not " + value.dump();
+      args.stop.push_back(s.get<std::string>());
+    }
+    if (std::string bad = checkStopStrings(args.stop); !bad.empty())
+      return "field 'stop': " + bad;
+  } else if (key == "stop_token_ids") {
+    args.stopIds.clear();
+    if (!value.is_array())
+      return "field 'stop_token_ids' must be a list of token ids, not " + value.dump();
+    for (const nlohmann::json &id : value) {
+      int64_t token = -1;
+      if (!jsonNumber(id, token).empty() || token < 0)
+        return "field 'stop_token_ids': " + id.dump() + " is not a token id";
+      args.stopIds.push_back(token);
+    }
+  } else {
+    return std::nullopt;
+  }
+  return why.empty() ? "" : "field '" + key + "' " + why;
+}
+
+namespace {
+
 /// Reads one request object into `job.args` (which holds the command's values); "" or what
 /// is wrong, naming the field.
 std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
@@ -65,28 +123,6 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
         args.prompt.push_back(token);
       }
       hasIds = true;
-    } else if (key == "max_tokens") {
-      why = jsonNumber(value, args.maxNewTokens);
-      if (why.empty() && args.maxNewTokens < 1)
-        why = "must be at least 1, got " + value.dump();
-    } else if (key == "temperature") {
-      why = jsonNumber(value, args.sampling.temperature);
-    } else if (key == "top_k") {
-      why = jsonNumber(value, args.sampling.topK);
-    } else if (key == "top_p") {
-      why = jsonNumber(value, args.sampling.topP);
-    } else if (key == "min_p") {
-      why = jsonNumber(value, args.sampling.minP);
-    } else if (key == "repetition_penalty") {
-      why = jsonNumber(value, args.sampling.repetitionPenalty);
-    } else if (key == "presence_penalty") {
-      why = jsonNumber(value, args.sampling.presencePenalty);
-    } else if (key == "frequency_penalty") {
-      why = jsonNumber(value, args.sampling.frequencyPenalty);
-    } else if (key == "seed") {
-      int64_t seed = 0;
-      why = jsonNumber(value, seed);
-      args.sampling.seed = uint64_t(seed);
     } else if (key == "logprobs") {
       int64_t count = -1;
       if (!value.is_null() && (!jsonNumber(value, count).empty() || count < 0 ||
@@ -94,29 +130,9 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
         return "field 'logprobs' must be an integer from 0 to " + std::to_string(kMaxLogprobs) +
                ", not " + value.dump();
       args.logprobs = int(count);
-    } else if (key == "ignore_eos") {
-      if (!value.is_boolean())
-        return "field 'ignore_eos' must be true or false, not " + value.dump();
-      args.ignoreEos = value.get<bool>();
-    } else if (key == "stop") {
-      args.stop.clear();
-      for (const nlohmann::json &s : value.is_array() ? value : nlohmann::json::array({value})) {
-        if (!s.is_string())
-          return "field 'stop' must be a string or a list of strings, not " + value.dump();
-        args.stop.push_back(s.get<std::string>());
-      }
-      if (std::string bad = checkStopStrings(args.stop); !bad.empty())
-        return "field 'stop': " + bad;
-    } else if (key == "stop_token_ids") {
-      args.stopIds.clear();
-      if (!value.is_array())
-        return "field 'stop_token_ids' must be a list of token ids, not " + value.dump();
-      for (const nlohmann::json &id : value) {
-        int64_t token = -1;
-        if (!jsonNumber(id, token).empty() || token < 0)
-          return "field 'stop_token_ids': " + id.dump() + " is not a token id";
-        args.stopIds.push_back(token);
-      }
+    } else if (std::optional<std::string> bad = readSamplingField(key, value, args)) {
+      if (!bad->empty())
+        return *bad;
     } else if (kNotImplemented.count(key)) {
       return "field '" + key + "' is not implemented by tpc (it would change the result)";
     } else if (!kHarmless.count(key)) {

@@ -809,32 +809,41 @@ void byteLevelBytes(const std::string &t, Utf8Lossy &lossy, std::string &out) {
 
 /// ByteLevel after the join: the one token is all of the text, taken as it is when one of its
 /// characters stands for no byte, so the text is held until one does or it ends.
+/// Incremental (Tokenizer::stream's): read as bytes as it comes, until a character that stands
+/// for no byte, from which the text is taken as it is.
 class ByteLevelTextStage : public TextStage {
 public:
+  explicit ByteLevelTextStage(bool incremental) : incremental_(incremental) {}
   void reset(bool) override {
     held_.clear();
     raw_ = false;
+    lossy_ = Utf8Lossy();
   }
   void push(const std::string &in, std::string &out) override {
     if (!raw_ && allByteLevel(in)) {
-      held_ += in;
+      if (incremental_)
+        byteLevelBytes(in, lossy_, out);
+      else
+        held_ += in;
       return;
     }
     raw_ = true;
+    lossy_.finish(out); // incremental: a character its bytes left incomplete
     out += held_;
     out += in;
     held_.clear();
   }
   void finish(std::string &out) override {
-    Utf8Lossy lossy;
-    byteLevelBytes(held_, lossy, out);
-    lossy.finish(out);
+    byteLevelBytes(held_, lossy_, out);
+    lossy_.finish(out);
     held_.clear();
   }
 
 private:
+  bool incremental_;
   std::string held_;
   bool raw_ = false;
+  Utf8Lossy lossy_;
 };
 
 /// A decoder before the join: tokens in, tokens out.
@@ -1607,7 +1616,8 @@ struct TokenizerImpl {
 
 /// A stream of decode: each decoder a stage (see "Decoding, as a stream" above).
 struct DecodeStream {
-  DecodeStream(const TokenizerImpl &tok, bool skipSpecial) : tok(tok), skipSpecial(skipSpecial) {
+  DecodeStream(const TokenizerImpl &tok, bool skipSpecial, bool incremental = false)
+      : tok(tok), skipSpecial(skipSpecial), incremental(incremental) {
     build();
   }
 
@@ -1654,7 +1664,7 @@ private:
         break;
       case Decoder::ByteLevel:
         if (join)
-          text = std::make_unique<ByteLevelTextStage>();
+          text = std::make_unique<ByteLevelTextStage>(incremental);
         else
           join = std::make_unique<JoinStage>(/*byteLevel=*/true);
         break;
@@ -1706,6 +1716,7 @@ private:
 
   const TokenizerImpl &tok;
   bool skipSpecial;
+  bool incremental; // ByteLevel after the join: see Tokenizer::Stream
   std::vector<std::unique_ptr<TokenStage>> tokenStages; // before the join
   std::unique_ptr<JoinStage> join;                      // null: the tokens are the text
   std::vector<std::unique_ptr<TextStage>> textStages;   // after it
@@ -2098,8 +2109,8 @@ std::string Tokenizer::decode(const std::vector<int64_t> &ids, bool skipSpecial)
   return out;
 }
 
-Tokenizer::Stream Tokenizer::stream(bool skipSpecial) const {
-  return Stream(std::make_unique<DecodeStream>(*impl_, skipSpecial));
+Tokenizer::Stream Tokenizer::stream(bool skipSpecial, bool incremental) const {
+  return Stream(std::make_unique<DecodeStream>(*impl_, skipSpecial, incremental));
 }
 
 Tokenizer::Stream::Stream(std::unique_ptr<DecodeStream> state) : state_(std::move(state)) {}

@@ -485,6 +485,34 @@ TEST(Tokenizer, StreamingIsLinear) {
   EXPECT_LT(secondsSince(start), 10.0);
 }
 
+// A ByteLevel decoder after the join (SmolLM2's chain) reads the whole text as bytes only if
+// every character stands for a byte: an exact stream holds the text to the end; an
+// incremental one (a server's) gives each token's text as it comes, and the same whole.
+TEST(Tokenizer, IncrementalStreamOfByteLevelAfterJoin) {
+  std::string json = byteLevelJson();
+  size_t decoder = json.find(R"("decoder")");
+  json.replace(decoder, json.find('}', decoder) + 1 - decoder,
+               R"("decoder": {"type": "Sequence", "decoders": [{"type": "Fuse"},
+                  {"type": "ByteLevel"}]})");
+  auto tok = loaded("incremental", json);
+  ASSERT_TRUE(tok);
+  std::vector<int64_t> ids = {0x41, ' ', 0xC3, 0xA9, 0x42};
+  ASSERT_EQ(tok->decode(ids, false), "A \xC3\xA9" "B");
+  std::vector<std::string> exact = streamed(*tok, ids, false);
+  EXPECT_EQ(exact, (std::vector<std::string>{"", "", "", "", "", "A \xC3\xA9" "B"}));
+  Tokenizer::Stream stream = tok->stream(false, /*incremental=*/true);
+  std::vector<std::string> pieces;
+  for (int64_t id : ids)
+    pieces.push_back(stream.push(id));
+  pieces.push_back(stream.finish());
+  EXPECT_EQ(pieces, (std::vector<std::string>{"A", " ", "", "\xC3\xA9", "B", ""}));
+  // A character cut short at the end is one U+FFFD, as decode() renders it.
+  Tokenizer::Stream cut = tok->stream(false, true);
+  EXPECT_EQ(cut.push(0xC3), "");
+  EXPECT_EQ(cut.finish(), kFFFD);
+  EXPECT_EQ(tok->decode({0xC3}, false), kFFFD);
+}
+
 // Streaming used to decode a window of the last ids and return what it added: a later byte
 // token that made a run of byte tokens invalid changed text already returned, and finish()
 // then returned half a character. The pieces must add up to decode() for any ids.

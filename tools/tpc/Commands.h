@@ -31,6 +31,7 @@ void addInitWeightsCommand(CLI::App &app, CommandRunner &run);
 void addImportCommand(CLI::App &app, CommandRunner &run);
 void addRunCommand(CLI::App &app, CommandRunner &run);
 void addBenchCommand(CLI::App &app, CommandRunner &run);
+void addServeCommand(CLI::App &app, CommandRunner &run);
 
 } // namespace tpc
 

@@ -24,6 +24,7 @@ int main(int argc, char **argv) {
   tpc::addInitWeightsCommand(app, run);
   tpc::addRunCommand(app, run);
   tpc::addBenchCommand(app, run);
+  tpc::addServeCommand(app, run);
   CLI11_PARSE(app, argc, argv);
   tpc::setPrintOpOnDiagnostic(printOps);
   return run ? run() : 0;

@@ -72,6 +72,12 @@ struct LaunchOptions {
   bool rankZeroRaw = false;
   /// The ranks' output to stderr instead of stdout (tpc bench: its table alone on stdout).
   bool ranksToStderr = false;
+  /// SIGTERM or SIGINT to the launcher goes to rank 0 alone as SIGTERM (a server drains and
+  /// stops its peers itself); a second one kills every rank.
+  bool forwardSignals = false;
+  /// When a rank fails, how long the others may take to notice and stop by themselves (a
+  /// server answers its clients first) before they are sent SIGTERM.
+  int failureGraceSeconds = 0;
 };
 /// Runs the ranks, each with torchrun's environment and a rendezvous directory (a fresh one
 /// under /tmp unless given), each's output prefixed "[rank R] " line by line (on stdout unless

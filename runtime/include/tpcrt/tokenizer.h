@@ -110,6 +110,13 @@ public:
   /// Replace pattern that may still complete. finish() renders what is held as decode()
   /// would: bytes of an incomplete character become U+FFFD. Pushing after finish() begins a
   /// new text, as a fresh stream would. A stream must not outlive its tokenizer.
+  ///
+  /// One chain decodes the whole text at once: a ByteLevel decoder after the join (Fuse), as
+  /// SmolLM2's tokenizer has, reads the text as bytes only if every character of it stands for
+  /// a byte, so an exact stream holds all of it until the end. An `incremental` stream (what a
+  /// server streams) reads such text as bytes as it comes, and takes the rest as it is from the
+  /// first character that stands for no byte, as vLLM's detokenizer and transformers'
+  /// streamers show it; it differs from decode() only for such a text.
   class Stream {
   public:
     Stream(Stream &&) noexcept;
@@ -123,7 +130,7 @@ public:
     explicit Stream(std::unique_ptr<DecodeStream> state);
     std::unique_ptr<DecodeStream> state_;
   };
-  Stream stream(bool skipSpecial) const;
+  Stream stream(bool skipSpecial, bool incremental = false) const;
 
   /// The id of a token string (added/special tokens included), if any: "<|im_end|>" -> 2.
   std::optional<int64_t> id(const std::string &token) const;

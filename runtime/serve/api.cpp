@@ -1,0 +1,340 @@
+// The OpenAI API's requests and responses (api.h), with vLLM's fields and shapes. A request
+// comes from anyone who can reach the port: it is parsed with a bounded depth, every field is
+// checked with an error naming it, fields that would change the result and are not
+// implemented are refused by name, and unknown fields that change nothing are ignored (as
+// OpenAI's clients send some: "store", "metadata", "service_tier").
+#include "api.h"
+
+#include "tpcrt/chat_template.h"
+#include "tpcrt/json.h"
+
+#include <set>
+
+namespace tpcrt::serve {
+
+namespace {
+
+constexpr int kMaxJsonDepth = 16;
+
+/// Fields that would change the result, not implemented here: refused by name. (n and
+/// best_of are refused unless 1, logprobs unless off, echo unless false, suffix unless null.)
+const std::set<std::string> kNotImplemented = {
+    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
+    "response_format", "logit_bias", "prompt_logprobs", "min_tokens", "bad_words",
+    "allowed_token_ids", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+    "structured_outputs", "use_beam_search", "length_penalty", "include_stop_str_in_output",
+    "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
+    "reasoning_effort", "audio", "modalities", "prediction", "web_search_options"};
+
+ApiError invalid(std::string message, std::string param = "", std::string code = "") {
+  return {400, std::move(message), std::move(param), std::move(code)};
+}
+
+ApiError notImplemented(const std::string &field) {
+  return invalid("field '" + field + "' is not implemented by tpc serve (it would change the "
+                 "result)",
+                 field, "not_implemented");
+}
+
+/// A chat message's content: a string, or a list of text parts ({"type": "text", "text"}).
+std::optional<ApiError> contentOf(const nlohmann::json &value, size_t index, std::string &into) {
+  std::string param = "messages[" + std::to_string(index) + "].content";
+  if (value.is_string()) {
+    into = value.get<std::string>();
+    return std::nullopt;
+  }
+  if (!value.is_array())
+    return invalid("field '" + param + "' must be a string or a list of text parts, not " +
+                       value.dump(),
+                   param);
+  for (const nlohmann::json &part : value) {
+    auto type = part.is_object() ? part.find("type") : part.end();
+    if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      return invalid("field '" + param + "': only text parts ({\"type\": \"text\", \"text\": "
+                     "...}) are supported, not " + part.dump(),
+                     param);
+    into += part["text"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+/// The chat's messages, rendered through the chat template, as the prompt's text.
+std::optional<ApiError> renderMessages(const nlohmann::json &value, const ApiContext &context,
+                                       std::string &text) {
+  if (!value.is_array() || value.empty())
+    return invalid("field 'messages' must be a non-empty list of messages", "messages");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const nlohmann::json &m = value[i];
+    std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object())
+      return invalid("field '" + at + "' must be an object with a role and a content", at);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      return invalid("field '" + at + ".role' must be given, a string", at + ".role");
+    static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant"};
+    if (!kRoles.count(role->get<std::string>()))
+      return invalid("field '" + at + ".role': unknown role " + role->dump() +
+                         " (system, developer, user or assistant)",
+                     at + ".role");
+    for (const char *field : {"tool_calls", "function_call"})
+      if (m.contains(field) && !m[field].is_null())
+        return notImplemented(at + "." + field);
+    ChatMessage message;
+    // A developer message is OpenAI's newer name for a system message.
+    message.role = *role == "developer" ? "system" : role->get<std::string>();
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null())
+      return invalid("field '" + at + ".content' must be given", at + ".content");
+    if (std::optional<ApiError> bad = contentOf(*content, i, message.content))
+      return bad;
+    messages.push_back(std::move(message));
+  }
+  if (!context.chatTemplate)
+    return invalid("chat completions need the checkpoint's chat template: " +
+                       context.chatTemplateError,
+                   "messages");
+  ChatOptions options;
+  options.bosToken = context.tokenizer->bosToken();
+  options.eosToken = context.tokenizer->eosToken();
+  std::string error;
+  std::optional<std::string> rendered =
+      renderChatTemplate(*context.chatTemplate, messages, options, error);
+  if (!rendered)
+    return invalid("the chat template failed on these messages: " + error, "messages");
+  text = std::move(*rendered);
+  return std::nullopt;
+}
+
+/// A completion's prompt: a string, a list of token ids, or a list of one of either.
+std::optional<ApiError> readPrompt(const nlohmann::json &value, const ApiContext &context,
+                                   Args &args) {
+  const nlohmann::json *prompt = &value;
+  if (value.is_array() && value.size() == 1 && (value[0].is_string() || value[0].is_array()))
+    prompt = &value[0];
+  else if (value.is_array() && !value.empty() && !value[0].is_number())
+    return invalid("field 'prompt': a batch of prompts is not implemented by tpc serve; send "
+                   "one request per prompt",
+                   "prompt", "not_implemented");
+  if (prompt->is_string()) {
+    std::string error;
+    std::optional<std::vector<int64_t>> ids =
+        context.tokenizer->encode(prompt->get<std::string>(), /*addSpecial=*/true, error);
+    if (!ids)
+      return invalid("field 'prompt': " + error, "prompt");
+    args.prompt = std::move(*ids);
+  } else if (prompt->is_array()) {
+    for (const nlohmann::json &id : *prompt) {
+      int64_t token = -1;
+      if (!jsonNumber(id, token).empty() || token < 0 || token >= context.spec->vocab)
+        return invalid("field 'prompt': " + id.dump() + " is not a token id of the vocabulary "
+                       "of " + std::to_string(context.spec->vocab),
+                       "prompt");
+      args.prompt.push_back(token);
+    }
+  } else {
+    return invalid("field 'prompt' must be a string or a list of token ids, not " +
+                       value.dump(),
+                   "prompt");
+  }
+  if (args.prompt.empty())
+    return invalid("field 'prompt' is no tokens at all", "prompt");
+  return std::nullopt;
+}
+
+/// A field that must hold one value to be accepted (n: 1, echo: false, ...).
+bool only(const nlohmann::json &value, const nlohmann::json &accepted) {
+  return value.is_null() || value == accepted;
+}
+
+} // namespace
+
+std::string dump(const nlohmann::ordered_json &value) {
+  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string errorBody(const ApiError &error) {
+  const char *type = error.status == 404   ? "not_found_error"
+                     : error.status == 503 ? "service_unavailable"
+                     : error.status >= 500 ? "server_error"
+                                           : "invalid_request_error";
+  nlohmann::ordered_json e = {{"message", error.message}, {"type", type}};
+  e["param"] = error.param.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(error.param);
+  e["code"] = error.code.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(error.code);
+  return dump({{"error", e}});
+}
+
+std::optional<ApiError> readRequest(const std::string &body, bool chat, const ApiContext &context,
+                                    ApiRequest &request) {
+  nlohmann::json j;
+  try {
+    j = parseUntrustedJson(body, kMaxJsonDepth);
+  } catch (const std::exception &e) {
+    return invalid(std::string("the body is not JSON: ") + e.what());
+  }
+  if (!j.is_object())
+    return invalid("the body must be a JSON object");
+  request.chat = chat;
+  Args &args = request.args = *context.defaults;
+  args.prompt.clear();
+  args.stop.clear();
+  args.stopIds.clear();
+  args.maxNewTokens = chat ? 0 : 16; // chat: the rest of the context (vLLM), completions: 16
+  if (auto model = j.find("model"); model != j.end() && !model->is_null()) {
+    if (!model->is_string())
+      return invalid("field 'model' must be a string, not " + model->dump(), "model");
+    if (*model != context.modelName)
+      return ApiError{404, "the model '" + model->get<std::string>() + "' does not exist; this "
+                      "server serves '" + context.modelName + "'",
+                      "model", "model_not_found"};
+  }
+  const char *promptField = chat ? "messages" : "prompt";
+  auto prompt = j.find(promptField);
+  if (prompt == j.end())
+    return invalid(std::string("field '") + promptField + "' must be given", promptField);
+  if (!context.tokenizer)
+    return invalid("this server has no tokenizer for text", promptField);
+  for (const auto &[key, value] : j.items()) {
+    if (key == "model" || key == promptField || value.is_null()) // null: not given
+      continue;
+    if (key == "max_completion_tokens" || key == "max_tokens") {
+      if (std::optional<std::string> bad = readSamplingField("max_tokens", value, args);
+          bad && !bad->empty())
+        return invalid("field '" + key + bad->substr(std::string("field 'max_tokens").size()),
+                       key);
+    } else if (key == "stream") {
+      if (!value.is_boolean())
+        return invalid("field 'stream' must be true or false, not " + value.dump(), "stream");
+      request.stream = value.get<bool>();
+    } else if (key == "stream_options") {
+      auto usage = value.is_object() ? value.find("include_usage") : value.end();
+      if (!value.is_object() || (usage != value.end() && !usage->is_boolean()))
+        return invalid("field 'stream_options' must be an object like {\"include_usage\": "
+                       "true}, not " + value.dump(),
+                       "stream_options");
+      request.includeUsage = usage != value.end() && usage->get<bool>();
+    } else if (key == "n" || key == "best_of") {
+      if (!only(value, 1))
+        return invalid("field '" + key + "': only 1 is implemented by tpc serve, not " +
+                           value.dump(),
+                       key, "not_implemented");
+    } else if (key == "logprobs" || key == "top_logprobs") {
+      if (!only(value, false) && !(key == "top_logprobs" && only(value, 0)))
+        return notImplemented(key);
+    } else if (key == "echo") {
+      if (!only(value, false))
+        return notImplemented(key);
+    } else if (key == "suffix" || kNotImplemented.count(key)) {
+      return notImplemented(key);
+    } else if (std::optional<std::string> bad = readSamplingField(key, value, args)) {
+      if (!bad->empty())
+        return invalid(*bad, key);
+    } // anything else changes nothing here: ignored, as the OpenAI clients send such fields
+  }
+  if (request.includeUsage && !request.stream)
+    return invalid("field 'stream_options' is only for streamed requests (stream: true)",
+                   "stream_options");
+  if (std::string why = args.sampling.validate(); !why.empty()) { // "top_p must be ..."
+    std::string field = why.substr(0, why.find(' '));
+    return invalid("field '" + field + "'" + why.substr(why.find(' ')), field);
+  }
+  if (chat) {
+    std::string text, error;
+    if (std::optional<ApiError> bad = renderMessages(*prompt, context, text))
+      return bad;
+    // apply_chat_template tokenizes what the template wrote, adding no special tokens.
+    std::optional<std::vector<int64_t>> ids =
+        context.tokenizer->encode(text, /*addSpecial=*/false, error);
+    if (!ids)
+      return invalid("the rendered messages: " + error, "messages");
+    if (ids->empty())
+      return invalid("the rendered messages are no tokens at all", "messages");
+    args.prompt = std::move(*ids);
+  } else if (std::optional<ApiError> bad = readPrompt(*prompt, context, args)) {
+    return bad;
+  }
+  int64_t context_ = args.maxSeqLen, promptTokens = int64_t(args.prompt.size());
+  if (promptTokens >= context_)
+    return invalid("the prompt is " + std::to_string(promptTokens) + " tokens, and this "
+                   "model's maximum context length is " + std::to_string(context_) +
+                   " tokens (prompt and completion)",
+                   promptField, "context_length_exceeded");
+  if (args.maxNewTokens == 0) // chat without max_tokens: what the context has left
+    args.maxNewTokens = context_ - promptTokens;
+  if (promptTokens + args.maxNewTokens > context_)
+    return invalid("this model's maximum context length is " + std::to_string(context_) +
+                       " tokens, but " + std::to_string(promptTokens + args.maxNewTokens) +
+                       " were requested (" + std::to_string(promptTokens) +
+                       " in the prompt, " + std::to_string(args.maxNewTokens) +
+                       " max_tokens for the completion)",
+                   "max_tokens", "context_length_exceeded");
+  return std::nullopt;
+}
+
+nlohmann::ordered_json modelList(const ApiContext &context, int64_t created) {
+  nlohmann::ordered_json model = {{"id", context.modelName},
+                                  {"object", "model"},
+                                  {"created", created},
+                                  {"owned_by", "tpc"},
+                                  {"max_model_len", context.defaults->maxSeqLen}};
+  return {{"object", "list"}, {"data", nlohmann::ordered_json::array({model})}};
+}
+
+namespace {
+
+nlohmann::ordered_json head(const ResponseHead &h, const char *object) {
+  return {{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
+}
+
+nlohmann::ordered_json usageOf(const Usage &u) {
+  return {{"prompt_tokens", u.prompt},
+          {"completion_tokens", u.completion},
+          {"total_tokens", u.prompt + u.completion}};
+}
+
+nlohmann::ordered_json reason(const char *finishReason) {
+  return finishReason ? nlohmann::ordered_json(finishReason) : nlohmann::ordered_json();
+}
+
+} // namespace
+
+nlohmann::ordered_json response(const ResponseHead &h, const std::string &text,
+                                const char *finishReason, const Usage &usage) {
+  nlohmann::ordered_json choice = {{"index", 0}};
+  if (h.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = reason(finishReason);
+  nlohmann::ordered_json r = head(h, h.chat ? "chat.completion" : "text_completion");
+  r["choices"] = nlohmann::ordered_json::array({choice});
+  r["usage"] = usageOf(usage);
+  return r;
+}
+
+nlohmann::ordered_json chunk(const ResponseHead &h, const std::string &text,
+                             const char *finishReason, bool role) {
+  nlohmann::ordered_json choice = {{"index", 0}};
+  if (h.chat) {
+    choice["delta"] = role ? nlohmann::ordered_json{{"role", "assistant"}, {"content", text}}
+                           : nlohmann::ordered_json{{"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = reason(finishReason);
+  nlohmann::ordered_json r = head(h, h.chat ? "chat.completion.chunk" : "text_completion");
+  r["choices"] = nlohmann::ordered_json::array({choice});
+  return r;
+}
+
+nlohmann::ordered_json usageChunk(const ResponseHead &h, const Usage &usage) {
+  nlohmann::ordered_json r = head(h, h.chat ? "chat.completion.chunk" : "text_completion");
+  r["choices"] = nlohmann::ordered_json::array();
+  r["usage"] = usageOf(usage);
+  return r;
+}
+
+} // namespace tpcrt::serve

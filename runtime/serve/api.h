@@ -1,0 +1,82 @@
+// The OpenAI API as tpc serve speaks it (vLLM's request and response shapes): reading a
+// request body into what the engine runs, or into an error with the status and the field at
+// fault; and the JSON of responses, stream chunks and errors. No HTTP and no threads here: the
+// server (server.cpp) moves the bytes.
+#ifndef TPCRT_SERVE_API_H
+#define TPCRT_SERVE_API_H
+
+#include "../core/driver.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace tpcrt::serve {
+
+/// An error as the client sees it: the HTTP status and {"error": {message, type, param,
+/// code}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param; // the request's field at fault, where there is one
+  std::string code;  // a machine-readable reason ("context_length_exceeded"), or none
+};
+/// The error body of `error`.
+std::string errorBody(const ApiError &error);
+
+/// What requests are read against: the model, the command's defaults (sampling from
+/// generation_config.json, --max-seq-len), the tokenizer and the chat template.
+struct ApiContext {
+  const ModelSpec *spec = nullptr;
+  const Args *defaults = nullptr;
+  std::shared_ptr<Tokenizer> tokenizer;
+  std::optional<std::string> chatTemplate; // none: chat requests are refused with the reason
+  std::string chatTemplateError;
+  std::string modelName;
+};
+
+/// One completion request, read and checked.
+struct ApiRequest {
+  bool chat = false;
+  bool stream = false;
+  bool includeUsage = false; // stream_options.include_usage
+  Args args;                 // the prompt's ids, max_tokens, sampling, stop strings and ids
+};
+
+/// Reads the body of POST /v1/completions (`chat` false) or /v1/chat/completions into
+/// `request`; an error when it is not a request this server runs. Bounded: the body's JSON
+/// depth, the chat template's limits, the context.
+std::optional<ApiError> readRequest(const std::string &body, bool chat, const ApiContext &context,
+                                    ApiRequest &request);
+
+/// GET /v1/models.
+nlohmann::ordered_json modelList(const ApiContext &context, int64_t created);
+
+/// The parts every response and chunk share.
+struct ResponseHead {
+  std::string id; // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  bool chat = false;
+};
+struct Usage {
+  int64_t prompt = 0, completion = 0;
+};
+/// A whole (non-streamed) response.
+nlohmann::ordered_json response(const ResponseHead &head, const std::string &text,
+                                const char *finishReason, const Usage &usage);
+/// A stream chunk of one choice: `text` (the chat's first chunk: the role and empty content),
+/// with `finishReason` on the last one (null before).
+nlohmann::ordered_json chunk(const ResponseHead &head, const std::string &text,
+                             const char *finishReason, bool role = false);
+/// stream_options.include_usage's chunk: no choices, the usage.
+nlohmann::ordered_json usageChunk(const ResponseHead &head, const Usage &usage);
+/// A JSON value as the bytes a response carries: text that is not valid UTF-8 has its bad
+/// bytes replaced (U+FFFD), never an exception.
+std::string dump(const nlohmann::ordered_json &value);
+
+} // namespace tpcrt::serve
+
+#endif // TPCRT_SERVE_API_H

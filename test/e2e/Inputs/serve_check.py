@@ -1,0 +1,385 @@
+"""Starts `tpc serve` and checks one side of it over loopback, with the standard library only.
+
+    serve_check.py SCENARIO CHECKPOINT [tpc serve flags...]
+
+The tpc binary is $TPC_BIN/tpc where TPC_BIN is set (the tests' %tpc_bin), else tpc on PATH.
+
+Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot check):
+  errors      every bad-input row gets its status and an OpenAI error body, never a 500
+  stream      a stream's raw bytes: the role first, text pieces, finish_reason on the last
+              content chunk, the usage chunk, [DONE]; a stop string met across chunks is
+              never sent; the non-streamed answer is the streamed one
+  overload    (--max-num-seqs 1 --max-queue 1) three long requests at once: two 200 and one
+              503 with Retry-After; healthy after, and the next is served
+  disconnect  a client that reads three chunks of a long stream and closes: the running
+              requests and KV blocks in /metrics are back at their baseline within a second
+  fault       (TPC_FAULT kills a rank mid-stream) the stream ends with an error event and
+              [DONE], /health answers 503, the server exits non-zero within --timeout, and
+              none of its processes is left
+  sigterm     SIGTERM with two streams in flight: both finish, new requests are refused, the
+              server exits 0
+
+The server is started here, with --port 0, and always stopped: every wait is bounded.
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+TIMEOUT = 120  # seconds any scenario may take, start-up included
+
+
+def fail(message):
+    print("FAILED: " + message)
+    sys.exit(1)
+
+
+class Server:
+    def __init__(self, checkpoint, flags, env=None):
+        self.proc = subprocess.Popen(
+            [os.path.join(os.environ.get("TPC_BIN", ""), "tpc"), "serve", checkpoint, "--port", "0"] + flags, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.lines = []
+        self.port = None
+        ready = threading.Event()
+
+        def read():
+            for raw in self.proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.lines.append(line)
+                m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(TIMEOUT) or self.port is None:
+            self.stop()
+            fail("no 'listening on' line:\n" + "\n".join(self.lines[-20:]))
+        deadline = time.time() + TIMEOUT
+        while self.get("/health")[0] != 200:
+            if time.time() > deadline or self.proc.poll() is not None:
+                self.stop()
+                fail("never healthy:\n" + "\n".join(self.lines[-20:]))
+            time.sleep(0.1)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+            c.request(method, path, body=data, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.read().decode(errors="replace"), dict(r.getheaders())
+        except OSError as e:
+            return None, str(e), {}
+        finally:
+            c.close()
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def post(self, path, body, timeout=60):
+        return self.request("POST", path, body, {"Content-Type": "application/json"}, timeout)
+
+    def metric(self, name, label=""):
+        """The value of tpc:NAME (the sample whose labels hold `label`)."""
+        status, text, _ = self.get("/metrics")
+        if status != 200:
+            fail("/metrics answered %s" % status)
+        for labels, value in re.findall(r"^tpc:%s\{([^}]*)\} (\S+)$" % name, text, re.M):
+            if label in labels:
+                return float(value)
+        fail("no metric %s{%s}" % (name, label))
+
+    def wait(self, seconds):
+        try:
+            return self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            if self.wait(30) is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def stream_events(port, path, body, on_event=None):
+    """POSTs a streamed request on a raw socket; returns (status line, [event payloads])."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(data), data))
+    f = s.makefile("rb")
+    status = f.readline().decode().strip()
+    headers = {}
+    while True:
+        line = f.readline().decode().strip()
+        if not line:
+            break
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    events, raw = [], b""
+    if headers.get("transfer-encoding") != "chunked":
+        s.close()
+        return status, headers, events, raw
+    buffer = b""
+    while True:
+        size = int(f.readline().strip(), 16)
+        if size == 0:
+            break
+        piece = f.read(size)
+        f.readline()
+        raw += piece
+        buffer += piece
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            events.append(event.decode())
+            if on_event and on_event(events, s):
+                return status, headers, events, raw
+    s.close()
+    return status, headers, events, raw
+
+
+def payloads(events):
+    out = []
+    for e in events:
+        if not e.startswith("data: "):
+            fail("an event that is not 'data: ...': %r" % e)
+        out.append(e[len("data: "):])
+    return out
+
+
+def errors(server):
+    long_prompt = "word " * 600
+    rows = [
+        ("malformed JSON", "/v1/completions", b"{\"prompt\": "),
+        ("not an object", "/v1/completions", [1, 2]),
+        ("no prompt", "/v1/completions", {"max_tokens": 4}),
+        ("prompt wrongly typed", "/v1/completions", {"prompt": 42}),
+        ("token id out of range", "/v1/completions", {"prompt": [1, 99999999]}),
+        ("max_tokens negative", "/v1/completions", {"prompt": "x", "max_tokens": -1}),
+        ("max_tokens wrongly typed", "/v1/completions", {"prompt": "x", "max_tokens": "many"}),
+        ("temperature negative", "/v1/completions", {"prompt": "x", "temperature": -1}),
+        ("top_p out of range", "/v1/completions", {"prompt": "x", "top_p": 1.5}),
+        ("stream wrongly typed", "/v1/completions", {"prompt": "x", "stream": "yes"}),
+        ("usage without stream", "/v1/completions",
+         {"prompt": "x", "stream_options": {"include_usage": True}}),
+        ("n of 2", "/v1/completions", {"prompt": "x", "n": 2}),
+        ("tools", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "x"}], "tools": []}),
+        ("response_format", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json"}}),
+        ("logit_bias", "/v1/completions", {"prompt": "x", "logit_bias": {"1": 5}}),
+        ("batch of prompts", "/v1/completions", {"prompt": ["a", "b"]}),
+        ("empty messages", "/v1/chat/completions", {"messages": []}),
+        ("messages wrongly typed", "/v1/chat/completions", {"messages": "hello"}),
+        ("unknown role", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}),
+        ("content missing", "/v1/chat/completions", {"messages": [{"role": "user"}]}),
+        ("image content", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}]}),
+        ("prompt longer than the context", "/v1/completions", {"prompt": long_prompt}),
+        ("prompt and max_tokens past the context", "/v1/completions",
+         {"prompt": "hello", "max_tokens": 100000}),
+        ("unknown model", "/v1/completions", {"prompt": "x", "model": "gpt-4"}),
+    ]
+    for name, path, body in rows:
+        status, text, _ = server.post(path, body)
+        if status is None or status >= 500:
+            fail("%s: %s %s" % (name, status, text))
+        try:
+            e = json.loads(text)["error"]
+            assert set(e) == {"message", "type", "param", "code"}, e
+        except Exception as ex:
+            fail("%s: %s %r is not an error body (%s)" % (name, status, text, ex))
+        print("%s: %s %s param=%s code=%s: %s" % (name, status, e["type"], e["param"], e["code"],
+                                                    e["message"]))
+    for name, method, path, body in [("unknown route", "GET", "/v2/anything", None),
+                                     ("wrong method", "GET", "/v1/completions", None),
+                                     ("wrong method", "POST", "/health", b"{}"),
+                                     ("body over the limit", "POST", "/v1/completions",
+                                      b"x" * (5 << 20))]:
+        status, text, headers = server.request(method, path, body)
+        e = json.loads(text)["error"]
+        allow = " allow=" + headers["Allow"] if "Allow" in headers else ""
+        print("%s: %s %s%s: %s" % (name, status, e["type"], allow, e["message"]))
+    # An unknown harmless field is ignored; the server is healthy after all of the above.
+    status, text, _ = server.post("/v1/completions", {"prompt": "The capital of France is",
+                                                      "max_tokens": 3, "store": False,
+                                                      "temperature": 0})
+    print("harmless unknown field: %s %s" % (status, json.loads(text)["usage"]))
+    print("health after: %s" % server.get("/health")[0])
+    for reason in ("invalid", "not_found", "method_not_allowed", "body_too_large"):
+        print("rejected as %s: %d" % (reason, server.metric("requests_rejected_total",
+                                                             'reason="%s"' % reason)))
+
+
+def stream(server):
+    body = {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 24, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    status, headers, events, raw = stream_events(server.port, "/v1/chat/completions", body)
+    print("status: %s; content-type: %s" % (status, headers.get("content-type")))
+    data = payloads(events)
+    print("last: %s" % data[-1])
+    if data[-1] != "[DONE]":
+        fail("no [DONE] at the end")
+    chunks = [json.loads(d) for d in data[:-1]]
+    print("first delta: %s" % json.dumps(chunks[0]["choices"][0]["delta"]))
+    usage = chunks[-1]
+    print("usage chunk: choices=%s usage=%s" % (usage["choices"], usage["usage"]))
+    content = chunks[1:-1]
+    finishes = [c["choices"][0]["finish_reason"] for c in content]
+    print("finish reasons: %s then %s" % (set(finishes[:-1]), finishes[-1]))
+    text = "".join(c["choices"][0]["delta"]["content"] for c in content)
+    print("content chunks: %d" % len(content))
+    print("streamed: %r" % text)
+    whole = json.loads(server.post("/v1/chat/completions", dict(body, stream=False,
+                                                                stream_options=None))[1])
+    print("same as not streamed: %s" % (whole["choices"][0]["message"]["content"] == text))
+    # A stop string that spans two chunks (the end of one and the start of the next) is
+    # withheld: the text ends before it, and no byte of it is sent.
+    ids = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0,
+           "stream": True}
+    _, _, events, _ = stream_events(server.port, "/v1/completions", ids)
+    pieces = [json.loads(d)["choices"][0]["text"] for d in payloads(events)[:-1]]
+    at = next(i for i in range(1, len(pieces) - 1) if len(pieces[i]) >= 2 and pieces[i + 1])
+    stop = pieces[at][-2:] + pieces[at + 1][:1]
+    full = "".join(pieces)
+    status, _, events, raw = stream_events(server.port, "/v1/completions", dict(ids, stop=[stop]))
+    data = payloads(events)
+    got = "".join(json.loads(d)["choices"][0]["text"] for d in data[:-1])
+    print("stop across chunks: text before it %s, finish %s, any of it sent: %s" % (
+        got == full[:full.index(stop)], json.loads(data[-2])["choices"][0]["finish_reason"],
+        stop in raw.decode()))
+    # Characters cut only at UTF-8 boundaries: every event is valid UTF-8 JSON (checked by
+    # decode above); a prompt of token ids works too.
+    status, text, _ = server.post("/v1/completions", {"prompt": [504, 3458, 282], "max_tokens": 2})
+    print("token id prompt: %s %s" % (status, json.loads(text)["usage"]))
+
+
+def overload(server):
+    body = {"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": True}
+    results = [None] * 3
+
+    def send(i):
+        results[i] = server.post("/v1/completions", body, timeout=90)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(90)
+    statuses = sorted(r[0] for r in results)
+    print("statuses: %s" % statuses)
+    refused = [r for r in results if r[0] == 503]
+    if refused:
+        print("503 has Retry-After: %s; %s" % ("Retry-After" in refused[0][2],
+                                              json.loads(refused[0][1])["error"]["code"]))
+    print("health after: %s" % server.get("/health")[0])
+    status, text, _ = server.post("/v1/completions", dict(body, max_tokens=2))
+    print("next: %s" % status)
+
+
+def disconnect(server):
+    base_running = server.metric("num_requests_running")
+    base_used = server.metric("kv_cache_blocks_used")
+    print("baseline: running %d, blocks used %d" % (base_running, base_used))
+    body = {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    stream_events(server.port, "/v1/completions", body,
+                  on_event=lambda events, s: len(events) >= 3 and (s.close() or True))
+    closed = time.time()
+    print("during: running %d" % server.metric("num_requests_running"))
+    while time.time() - closed < 1.0:
+        if (server.metric("num_requests_running") == base_running and
+                server.metric("kv_cache_blocks_used") == base_used):
+            break
+        time.sleep(0.05)
+    print("after closing: running %d, blocks used %d, within a second: %s" % (
+        server.metric("num_requests_running"), server.metric("kv_cache_blocks_used"),
+        time.time() - closed < 1.0))
+    print("aborted: %d" % server.metric("request_success_total", 'finished_reason="abort"'))
+
+
+def fault(server, timeout):
+    body = {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True, "stream": True}
+    start = time.time()
+    status, _, events, _ = stream_events(server.port, "/v1/completions", body)
+    data = payloads(events)
+    print("stream: %s; %d events; last two: %s | %s" % (status, len(data),
+                                                       json.loads(data[-2]).get("error", {}).get("code"),
+                                                       data[-1]))
+    health = server.get("/health")[0]
+    print("health: %s" % health)
+    code = server.wait(timeout + 15)
+    print("exit: %s within --timeout: %s" % ("non-zero" if code else code,
+                                             code is not None and time.time() - start < timeout + 15))
+    time.sleep(0.5)
+    # The ranks run the binary compiled into this test's cache: none of them is left.
+    pattern = os.path.join(os.environ.get("TPC_CACHE_DIR", ""), "run", ".*--serve")
+    left = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True,
+                          text=True).stdout.split()
+    print("processes left: %d" % len(left))
+
+
+def sigterm(server):
+    body = {"prompt": "Once upon a time", "max_tokens": 40, "ignore_eos": True, "stream": True}
+    results = [None] * 2
+    started = threading.Semaphore(0)
+
+    def send(i):
+        def first(events, s):
+            if len(events) == 1:
+                started.release()
+            return False
+        results[i] = stream_events(server.port, "/v1/completions", body, on_event=first)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for _ in threads:
+        started.acquire(timeout=60)
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    status, text, _ = server.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+    print("a new request while draining: %s" % status)
+    for t in threads:
+        t.join(60)
+    for status, _, events, _ in results:
+        data = payloads(events)
+        print("in flight: %s, finish %s, %s" % (status, json.loads(data[-2])["choices"][0]["finish_reason"],
+                                                data[-1]))
+    print("exit: %s" % server.wait(60))
+
+
+def main():
+    scenario, checkpoint, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
+    signal.alarm(TIMEOUT * 3)  # a hang fails the test instead of holding it
+    env = dict(os.environ)
+    server = Server(checkpoint, flags, env)
+    try:
+        if scenario == "fault":
+            fault(server, int(flags[flags.index("--timeout") + 1]))
+        elif scenario == "sigterm":
+            sigterm(server)
+        else:
+            {"errors": errors, "stream": stream, "overload": overload,
+             "disconnect": disconnect}[scenario](server)
+    finally:
+        server.stop()
+        sys.stdout.flush()
+    if scenario not in ("fault",):
+        print("server exit: %s" % server.proc.returncode)
+
+
+if __name__ == "__main__":
+    main()
