@@ -54,6 +54,11 @@ if os.path.exists(venv_python) and glob.glob(
     config.available_features.add("transformers")
     config.substitutions.append(("%venv_python", venv_python))
 config.substitutions.append(("%tpc_bin", config.tpc_tools_dir))
+# The official OpenAI client (openai 3.57.0, in the same venv: REQUIRES: openai), which the
+# server's conformance test talks through.
+if os.path.exists(venv_python) and glob.glob(
+        os.path.join(venv, "lib", "python3*", "site-packages", "openai-3.57.0.dist-info")):
+    config.available_features.add("openai")
 
 # The real SmolLM2-135M-Instruct checkpoint bench/smollm2_uneven.sh makes (REQUIRES: smollm2):
 # its tokenizer.json is a conformance case where it exists.
