@@ -317,6 +317,8 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   } catch (const std::exception &e) {
     return group->stop(e.what());
   }
+  if (std::string why = sizeKvCache(spec, backend.kvElementBytes(), request->args); !why.empty())
+    return group->stop(why);
   if (!loadWeights(spec, args, rank, backend, footprint, error))
     return group->stop(error);
   if (args.verbose && group->rank == 0) {
@@ -334,7 +336,7 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
     if (args.warmup && args.maxNewTokens > 0)
       generator.warmUp(args.prompt);
     if (!args.serve.empty()) {
-      int status = server ? server->run(backend, rank, *group, request->fault)
+      int status = server ? server->run(args, backend, rank, *group, request->fault)
                           : serve::follow(spec, args, backend, rank, *group, request->fault);
       if (status != 0)
         return status; // stopped, saying why

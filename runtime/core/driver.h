@@ -61,6 +61,9 @@ struct Args {
   /// The engine's limits (engine.h): sequences and tokens in one step, and the KV cache's
   /// size in tokens. 0: not given; readRequest sets the defaults (engineDefaults).
   int64_t maxNumSeqs = 0, maxBatchTokens = 0, kvCacheTokens = 0;
+  /// --kv-cache-memory BYTES: the KV cache's size in bytes on each rank instead, made tokens
+  /// once the backend says how wide its elements are (sizeKvCache); 0: not given.
+  int64_t kvCacheMemory = 0;
   /// --serve HOST:PORT: an OpenAI-compatible HTTP server on rank 0 (serve/server.cpp), the
   /// requests its clients send run through the engine; --served-model-name is the model's
   /// name there, --max-queue how many requests may wait beyond --max-num-seqs running ones,
@@ -77,6 +80,9 @@ struct Args {
 /// --max-num-seqs sequences of --max-seq-len. "" or what is wrong (the cache too small for
 /// one sequence of --max-seq-len).
 std::string engineDefaults(Args &args);
+/// --kv-cache-memory as --kv-cache-tokens: as many tokens as its bytes hold on this rank, in
+/// the backend's element width. "" or what is wrong (less than one sequence of --max-seq-len).
+std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args);
 /// The KV cache's blocks: --kv-cache-tokens in blocks of the program's size.
 inline int64_t kvBlocks(const ModelSpec &spec, const Args &args) {
   return args.kvCacheTokens / spec.kvBlockSize + (args.kvCacheTokens % spec.kvBlockSize != 0);

@@ -180,6 +180,11 @@ const Flag kFlags[] = {
      [](Args &a, const char *f, const char *v, std::string &e) {
        return integerOf(f, v, 1, a.kvCacheTokens, e);
      }},
+    {"--kv-cache-memory", "BYTES",
+     "the KV cache's size in bytes on each rank, instead of --kv-cache-tokens",
+     [](Args &a, const char *f, const char *v, std::string &e) {
+       return integerOf(f, v, 1, a.kvCacheMemory, e);
+     }},
     {"--force-ids", "4,5,6",
      "feed these tokens to the decode steps instead of the model's own (teacher forcing); "
      "the printed tokens stay its own",
@@ -338,6 +343,10 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     error = "--system is the system message of a --chat conversation";
     return std::nullopt;
   }
+  if (args.kvCacheMemory && args.kvCacheTokens) {
+    error = "give at most one of --kv-cache-tokens and --kv-cache-memory";
+    return std::nullopt;
+  }
   if (args.eosId && args.ignoreEos) {
     error = "give at most one of --eos-id and --ignore-eos";
     return std::nullopt;
@@ -462,6 +471,24 @@ std::string engineDefaults(Args &args) {
   if (args.kvCacheTokens < args.maxSeqLen)
     return "--kv-cache-tokens " + std::to_string(args.kvCacheTokens) +
            " holds less than one sequence of --max-seq-len " + std::to_string(args.maxSeqLen);
+  return "";
+}
+
+std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args) {
+  if (!args.kvCacheMemory)
+    return "";
+  uint64_t perToken = 0;
+  for (size_t i = 0; i < spec.kvWidths.size(); ++i)
+    perToken += uint64_t(spec.kvWidths[i] + spec.kvValueWidths[i]) * elementBytes;
+  if (perToken == 0) // no attention layer: nothing to hold
+    return "";
+  int64_t tokens = int64_t(uint64_t(args.kvCacheMemory) / perToken);
+  if (tokens < args.maxSeqLen)
+    return "--kv-cache-memory " + std::to_string(args.kvCacheMemory) + " holds " +
+           std::to_string(tokens) + " tokens at " + std::to_string(perToken) +
+           " bytes a token on this rank, less than one sequence of --max-seq-len " +
+           std::to_string(args.maxSeqLen);
+  args.kvCacheTokens = tokens;
   return "";
 }
 

@@ -113,7 +113,7 @@ struct Server::State {
   std::condition_variable handlersDone;
 
   // /metrics, under the mutex.
-  int64_t running = 0, waiting = 0, blocksUsed = 0, blocksTotal = 0;
+  int64_t running = 0, waiting = 0, blocksUsed = 0, blocksTotal = 0, preemptions = 0;
   uint64_t promptTokens = 0, generationTokens = 0;
   std::map<std::string, uint64_t> finished, rejected; // by reason
   Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -139,6 +139,13 @@ struct Server::State {
 };
 
 namespace {
+
+/// Until the listener thread accepts (at most a second): cpp-httplib's stop() does nothing
+/// before then, and the listener would run on.
+void waitUntilListening(const httplib::Server &http) {
+  for (int i = 0; i < 1000 && !http.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 std::string event(const nlohmann::ordered_json &value) { return "data: " + dump(value) + "\n\n"; }
 
@@ -241,6 +248,7 @@ void Server::State::routes() {
     }
   });
   http.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
+    std::lock_guard<std::mutex> lock(mutex); // run() sets the arguments it reads
     res.set_content(dump(modelList(context, created)), "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
@@ -382,6 +390,9 @@ std::string Server::State::metrics() {
   sample("kv_cache_blocks_used", model, double(blocksUsed));
   metric("kv_cache_blocks_total", "gauge", "Blocks of the paged KV cache.");
   sample("kv_cache_blocks_total", model, double(blocksTotal));
+  metric("num_preemptions_total", "counter",
+         "Sequences preempted (their KV blocks taken back) to be recomputed.");
+  sample("num_preemptions_total", model, double(preemptions));
   metric("prompt_tokens_total", "counter", "Prompt tokens of the requests run.");
   sample("prompt_tokens_total", model, double(promptTokens));
   metric("generation_tokens_total", "counter", "Tokens generated.");
@@ -492,6 +503,7 @@ std::unique_ptr<Server> Server::start(const ModelSpec &spec, const Args &args,
   s.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
               std::to_string(port);
   s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+  waitUntilListening(s.http);
   std::printf("listening on %s\n", s.address.c_str());
   std::fflush(stdout);
   return server;
@@ -500,14 +512,20 @@ std::unique_ptr<Server> Server::start(const ModelSpec &spec, const Args &args,
 Server::~Server() {
   if (!state)
     return;
+  waitUntilListening(state->http); // a stop() before the listener runs would not stop it
   state->http.stop();
   if (state->listener.joinable())
     state->listener.join();
 }
 
-int Server::run(Backend &backend, const RankInfo &rank, const Group &group, const Fault &fault) {
+int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, const Group &group,
+                const Fault &fault) {
   State &s = *state;
   const ModelSpec &spec = s.spec;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex); // the HTTP threads read it (the defaults)
+    s.args = finalArgs;
+  }
   const Args &args = s.args;
 
   EngineLimits limits{args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args),
@@ -644,6 +662,7 @@ int Server::run(Backend &backend, const RankInfo &rank, const Group &group, cons
       s.running = engine.runningCount();
       s.waiting = engine.waitingCount() + int64_t(s.inbox.size());
       s.blocksUsed = engine.totalBlocks() - engine.freeBlocks();
+      s.preemptions = engine.preemptions();
     }
   } catch (const std::exception &e) {
     std::string message = describeFailure(e, group.peers(), group.comm->lostPeers(), spec.name,

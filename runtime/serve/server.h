@@ -27,7 +27,9 @@ public:
   /// SIGINT (then drains: no new requests, those in flight finish within --drain-seconds or
   /// are aborted; returns 0) or until a rank is lost (every open request gets an error, and
   /// the failure is returned through group.stop: non-zero).
-  int run(Backend &backend, const RankInfo &rank, const Group &group, const Fault &fault);
+  /// `args`: the request's, as the backend sized it (--kv-cache-memory made tokens).
+  int run(const Args &args, Backend &backend, const RankInfo &rank, const Group &group,
+          const Fault &fault);
 
   struct State;
 

@@ -20,7 +20,7 @@ struct ServeOptions : driver::RunBuild {
   int port = 8000;
   int64_t timeout = 30, drainSeconds = 30;
   // The engine's limits, passed on as given (the binary checks them).
-  std::string maxNumSeqs, maxBatchTokens, maxModelLen, kvCacheTokens, maxQueue;
+  std::string maxNumSeqs, maxBatchTokens, maxModelLen, kvCacheTokens, kvCacheMemory, maxQueue;
   bool verbose = false;
 };
 
@@ -65,6 +65,7 @@ int serve(const ServeOptions &o) {
     add("--max-batch-tokens", o.maxBatchTokens);
     add("--max-seq-len", o.maxModelLen);
     add("--kv-cache-tokens", o.kvCacheTokens);
+    add("--kv-cache-memory", o.kvCacheMemory);
     add("--max-queue", o.maxQueue);
     if (o.verbose)
       launch.command.push_back("--verbose");
@@ -115,6 +116,9 @@ void addServeCommand(CLI::App &app, CommandRunner &runner) {
                   "the KV cache's size in tokens, shared by the requests (default "
                   "--max-num-seqs x --max-model-len)")
       ->type_name("N");
+  cmd->add_option("--kv-cache-memory", opts->kvCacheMemory,
+                  "the KV cache's size in bytes on each rank, instead of --kv-cache-tokens")
+      ->type_name("BYTES");
   cmd->add_option("--max-queue", opts->maxQueue,
                   "requests that may wait beyond the running ones; more get 503 with "
                   "Retry-After (default 64)")

@@ -79,6 +79,9 @@ public:
   virtual bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                               const SliceSpec &slice) = 0;
 
+  /// Bytes of one element of the KV cache (--kv-cache-memory's unit): fp32 unless a backend
+  /// keeps them narrower.
+  virtual uint64_t kvElementBytes() const { return sizeof(float); }
   /// One cache per attention layer, each of `blocks` blocks of `blockSize` tokens
   /// (tpcrt/batch.h), empty; returns their bytes (--trace's kv_cache_bytes).
   virtual uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,

@@ -293,7 +293,8 @@ def overload(server):
 def disconnect(server):
     base_running = server.metric("num_requests_running")
     base_used = server.metric("kv_cache_blocks_used")
-    print("baseline: running %d, blocks used %d" % (base_running, base_used))
+    print("baseline: running %d, blocks used %d of %d" % (
+        base_running, base_used, server.metric("kv_cache_blocks_total")))
     body = {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True, "stream": True}
     stream_events(server.port, "/v1/completions", body,
                   on_event=lambda events, s: len(events) >= 3 and (s.close() or True))

@@ -56,6 +56,7 @@ public:
   /// Generated on the device, where they will live.
   bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                       const SliceSpec &slice) override;
+  uint64_t kvElementBytes() const override { return sizeof(act); }
   /// Contiguous caches of blocks * blockSize tokens: one sequence's.
   uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
                           int64_t blockSize) override;
