@@ -6,6 +6,8 @@ The tpc binary is $TPC_BIN/tpc where TPC_BIN is set (the tests' %tpc_bin), else 
 
 Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot check):
   errors      every bad-input row gets its status and an OpenAI error body, never a 500
+  template    (a checkpoint whose chat template raises for assistant messages first) the
+              template's failure is a 400 naming it; a conversation it takes is answered
   stream      a stream's raw bytes: the role first, text pieces, finish_reason on the last
               content chunk, the usage chunk, [DONE]; a stop string met across chunks is
               never sent; the non-streamed answer is the streamed one
@@ -16,8 +18,8 @@ Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot
   fault       (TPC_FAULT kills a rank mid-stream) the stream ends with an error event and
               [DONE], /health answers 503, the server exits non-zero within --timeout, and
               none of its processes is left
-  sigterm     SIGTERM with two streams in flight: both finish, new requests are refused, the
-              server exits 0
+  sigterm     (--timeout 2) idle for 3 s, still healthy; then SIGTERM with two streams in
+              flight: both finish, new requests are refused, the server exits 0
 
 The server is started here, with --port 0, and always stopped: every wait is bounded.
 """
@@ -222,6 +224,15 @@ def errors(server):
                                                              'reason="%s"' % reason)))
 
 
+def template(server):
+    bad = {"messages": [{"role": "assistant", "content": "Hello"}], "max_tokens": 2}
+    status, text, _ = server.post("/v1/chat/completions", bad)
+    e = json.loads(text)["error"]
+    print("template fails: %s param=%s: %s" % (status, e["param"], e["message"]))
+    good = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
+    print("template takes: %s" % server.post("/v1/chat/completions", good)[0])
+
+
 def stream(server):
     body = {"messages": [{"role": "user", "content": "What is the capital of France?"}],
             "max_tokens": 24, "temperature": 0, "stream": True,
@@ -333,6 +344,9 @@ def fault(server, timeout):
 
 
 def sigterm(server):
+    # Idle past --timeout first: rank 0's idle steps keep its peers from giving up on it.
+    time.sleep(3)
+    print("after 3 s idle: health %s" % server.get("/health")[0])
     body = {"prompt": "Once upon a time", "max_tokens": 40, "ignore_eos": True, "stream": True}
     results = [None] * 2
     started = threading.Semaphore(0)
@@ -373,7 +387,7 @@ def main():
         elif scenario == "sigterm":
             sigterm(server)
         else:
-            {"errors": errors, "stream": stream, "overload": overload,
+            {"errors": errors, "template": template, "stream": stream, "overload": overload,
              "disconnect": disconnect}[scenario](server)
     finally:
         server.stop()
