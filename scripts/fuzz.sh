@@ -15,6 +15,7 @@
 #                              and every chunk is well-formed UTF-8
 #   template                   chat-template rendering (seeds: the real templates)
 #   requests                   the --requests file reader (seeds: the e2e test's file)
+#   api                        tpc serve's request reader (seeds: chat and completion bodies)
 #   pipeline                   model.mlir through the compiler's passes
 # The text targets need the test venv (scripts/venv.sh) for their seeds and vocabularies. PCRE2,
 # which the tokenizer hands every prompt, is built from Debian's source of it with the same
@@ -66,7 +67,7 @@ if [[ ! -f $build/build.ninja ]]; then
     -DPCRE2_LIBRARY="$pcre2/lib/libpcre2-8.a" -DPCRE2_INCLUDE_DIR="$pcre2/include" \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit > /dev/null
 fi
-all=(plan config safetensors gguf tokenizer text template requests pipeline)
+all=(plan config safetensors gguf tokenizer text template requests api pipeline)
 # FUZZ_TARGETS="config pipeline" reruns some; the table keeps the others' last rows.
 read -r -a targets <<< "${FUZZ_TARGETS:-${all[*]}}"
 # Only what the chosen targets need: the MLIR-based ones take long to build with clang.
@@ -76,7 +77,7 @@ cmake --build "$build" --target "${needs[@]}"
 
 # Seeds: what the tests already feed each reader.
 seeds=$build/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,gguf,tokenizer,text,template,requests,pipeline}
+rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,gguf,tokenizer,text,template,requests,api,pipeline}
 cp "$root"/examples/plan.json "$root"/test/Plan/Inputs/*.json "$root"/test/Transforms/Inputs/*.json \
   "$seeds/plan/"
 for strategies in "$root"/test/Plan/Inputs/custom-*.json; do # plan NUL strategies
@@ -172,6 +173,9 @@ for ((t = 0; t < count; t++)); do
 done
 cp "$root"/test/conformance/Inputs/chat_templates/*.jinja "$seeds/template/"
 cp "$root"/test/e2e/Inputs/requests.jsonl "$seeds/requests/"
+printf '\x01{"model": "fuzz", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "stop": ["\\n"], "stream": true, "stream_options": {"include_usage": true}}' > "$seeds/api/chat"
+printf '\x00{"prompt": "The capital of France is", "max_tokens": 4, "seed": 3, "stop_token_ids": [2], "ignore_eos": true, "n": 1}' > "$seeds/api/completion"
+printf '\x00{"prompt": [1, 2, 3, 4], "max_completion_tokens": 2, "logprobs": null, "echo": false}' > "$seeds/api/ids"
 
 # fuzz TARGET: one target's run; its row of the table goes to build-fuzz/TARGET.row.
 fuzz() {

@@ -1,0 +1,69 @@
+// Fuzzes tpc serve's request reader (serve::readRequest, runtime/serve/api.cpp): the input is a
+// request body, its first byte choosing /v1/chat/completions (odd) or /v1/completions (even)
+// (seeds: bodies of both), read against a model of 256 tokens with the example's byte-level
+// tokenizer, a chat template that prints each message, and a 64-token context. Each body must
+// come out refused with a 400 or 404 and a message, whose error body is JSON, or runnable: a
+// non-empty prompt of the vocabulary's ids that fits the context with its max_tokens, and
+// sampling parameters in range. Nothing may crash or hang.
+#include "api.h"
+
+#include "tpcrt/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace {
+
+std::shared_ptr<tpcrt::Tokenizer> exampleTokenizer() {
+  static std::shared_ptr<tpcrt::Tokenizer> tokenizer = [] {
+    std::string error;
+    std::shared_ptr<tpcrt::Tokenizer> loaded = tpcrt::Tokenizer::load(TPC_FUZZ_EXAMPLES, error);
+    if (!loaded)
+      __builtin_trap(); // the harness itself is broken
+    return loaded;
+  }();
+  return tokenizer;
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size == 0)
+    return 0;
+  tpcrt::ModelSpec spec{};
+  spec.name = "fuzz";
+  spec.tp = 1;
+  spec.vocab = 256;
+  tpcrt::Args defaults;
+  defaults.maxSeqLen = 64;
+  defaults.sampling.temperature = 0;
+  tpcrt::serve::ApiContext context;
+  context.spec = &spec;
+  context.defaults = &defaults;
+  context.tokenizer = exampleTokenizer();
+  context.chatTemplate = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
+                         "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}";
+  context.modelName = "fuzz";
+  bool chat = data[0] & 1;
+  std::string body(reinterpret_cast<const char *>(data) + 1, size - 1);
+  tpcrt::serve::ApiRequest request;
+  if (std::optional<tpcrt::serve::ApiError> error =
+          tpcrt::serve::readRequest(body, chat, context, request)) {
+    if ((error->status != 400 && error->status != 404) || error->message.empty() ||
+        !nlohmann::json::accept(tpcrt::serve::errorBody(*error)))
+      __builtin_trap();
+    return 0;
+  }
+  const tpcrt::Args &a = request.args;
+  if (a.prompt.empty() || a.maxNewTokens < 1 ||
+      int64_t(a.prompt.size()) + a.maxNewTokens > defaults.maxSeqLen ||
+      !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty() ||
+      request.chat != chat || (request.includeUsage && !request.stream))
+    __builtin_trap();
+  for (int64_t id : a.prompt)
+    if (id < 0 || id >= spec.vocab)
+      __builtin_trap();
+  return 0;
+}
