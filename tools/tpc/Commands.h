@@ -4,6 +4,7 @@
 #define TPC_TOOLS_TPC_COMMANDS_H
 
 #include "tpc/Driver/Compile.h"
+#include "tpc/Driver/Run.h"
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +23,15 @@ void addPlanArgs(CLI::App *cmd, driver::PlanArgs &args);
 void addProgramArgs(CLI::App *cmd, driver::ProgramArgs &args);
 /// --weights-dtype: the type the binary holds its matrices in (tp-weight-storage's option).
 void addWeightsDtype(CLI::App *cmd, std::string &weights);
+
+/// What tpc run and tpc serve take alike: the checkpoint, --tp, --target, --plan,
+/// --sequence-parallel, --weights-dtype and --no-cache.
+void addCheckpointArgs(CLI::App *cmd, driver::RunBuild &o);
+/// The checkpoint of `o` compiled (or taken from the cache) and launched as `launch` says,
+/// `command` being the binary's arguments after it; the exit code. `name` ("tpc run")
+/// names the command in errors.
+int launchCheckpoint(const char *name, const driver::RunBuild &o, driver::LaunchOptions launch,
+                     const std::vector<std::string> &command);
 
 void addCheckCommand(CLI::App &app, CommandRunner &run);
 void addAnalyzeCommand(CLI::App &app, CommandRunner &run);

@@ -61,7 +61,47 @@ int run(const RunOptions &o) {
     reportError("tpc run: --system is the system message of a --chat conversation");
     return 2;
   }
-  if (!driver::checkpointExists("tpc run", o.checkpoint))
+  std::vector<std::string> command = {"--weights", o.checkpoint, "--max-new-tokens",
+                                      std::to_string(o.maxNewTokens)};
+  auto add = [&](const char *flag, const std::string &value) {
+    if (!value.empty())
+      command.insert(command.end(), {flag, value});
+  };
+  add("--prompt", o.prompt);
+  add("--prompt-file", o.promptFile);
+  add("--prompt-ids", o.promptIds);
+  add("--system", o.system);
+  add("--requests", o.requests);
+  add("--output", o.output);
+  add("--temperature", o.temperature);
+  add("--top-k", o.topK);
+  add("--top-p", o.topP);
+  add("--min-p", o.minP);
+  add("--repetition-penalty", o.repetitionPenalty);
+  add("--presence-penalty", o.presencePenalty);
+  add("--frequency-penalty", o.frequencyPenalty);
+  add("--seed", o.seed);
+  add("--stop-token-ids", o.stopTokenIds);
+  add("--max-num-seqs", o.maxNumSeqs);
+  add("--max-batch-tokens", o.maxBatchTokens);
+  add("--kv-cache-tokens", o.kvCacheTokens);
+  add("--max-seq-len", o.maxSeqLen);
+  for (const std::string &stop : o.stop)
+    command.insert(command.end(), {"--stop", stop});
+  for (auto [flag, on] : {std::pair{"--chat", o.chat}, {"--ignore-eos", o.ignoreEos},
+                          {"--warmup", o.warmup}, {"--verbose", o.verbose}})
+    if (on)
+      command.push_back(flag);
+  driver::LaunchOptions launch;
+  launch.rankZeroRaw = true;
+  return launchCheckpoint("tpc run", o, launch, command);
+}
+
+} // namespace
+
+int launchCheckpoint(const char *name, const driver::RunBuild &o, driver::LaunchOptions launch,
+                     const std::vector<std::string> &command) {
+  if (!driver::checkpointExists(name, o.checkpoint))
     return 2;
   std::optional<driver::CheckpointConfig> config = driver::readCheckpointConfig(o.checkpoint);
   if (!config)
@@ -70,40 +110,9 @@ int run(const RunOptions &o) {
   std::optional<std::string> binary = driver::binaryFor(o, *config, scratch);
   int status = 1;
   if (binary) {
-    driver::LaunchOptions launch;
     launch.ranks = int(o.tp);
-    launch.rankZeroRaw = true;
-    launch.command = {*binary, "--weights", o.checkpoint, "--max-new-tokens",
-                      std::to_string(o.maxNewTokens)};
-    auto add = [&](const char *flag, const std::string &value) {
-      if (!value.empty())
-        launch.command.insert(launch.command.end(), {flag, value});
-    };
-    add("--prompt", o.prompt);
-    add("--prompt-file", o.promptFile);
-    add("--prompt-ids", o.promptIds);
-    add("--system", o.system);
-    add("--requests", o.requests);
-    add("--output", o.output);
-    add("--temperature", o.temperature);
-    add("--top-k", o.topK);
-    add("--top-p", o.topP);
-    add("--min-p", o.minP);
-    add("--repetition-penalty", o.repetitionPenalty);
-    add("--presence-penalty", o.presencePenalty);
-    add("--frequency-penalty", o.frequencyPenalty);
-    add("--seed", o.seed);
-    add("--stop-token-ids", o.stopTokenIds);
-    add("--max-num-seqs", o.maxNumSeqs);
-    add("--max-batch-tokens", o.maxBatchTokens);
-    add("--kv-cache-tokens", o.kvCacheTokens);
-    add("--max-seq-len", o.maxSeqLen);
-    for (const std::string &stop : o.stop)
-      launch.command.insert(launch.command.end(), {"--stop", stop});
-    for (auto [flag, on] : {std::pair{"--chat", o.chat}, {"--ignore-eos", o.ignoreEos},
-                            {"--warmup", o.warmup}, {"--verbose", o.verbose}})
-      if (on)
-        launch.command.push_back(flag);
+    launch.command = {*binary};
+    launch.command.insert(launch.command.end(), command.begin(), command.end());
     status = driver::launchRanks(launch);
   }
   if (!scratch.empty())
@@ -111,25 +120,30 @@ int run(const RunOptions &o) {
   return status;
 }
 
-} // namespace
+void addCheckpointArgs(CLI::App *cmd, driver::RunBuild &o) {
+  cmd->add_option("checkpoint", o.checkpoint,
+                  "the checkpoint: a directory (config.json, *.safetensors, tokenizer.json), "
+                  "or a .gguf file (or a directory holding one)")
+      ->required();
+  cmd->add_option("--tp", o.tp, "tensor-parallel size: how many local ranks (default 1)");
+  cmd->add_option("--target", o.target, "cpu (default) or cuda")
+      ->check(CLI::IsMember(target::targetNames()));
+  cmd->add_option("--plan", o.plan,
+                  "a tp_plan JSON file, or auto for transformers' own plan (default)");
+  cmd->add_flag("--sequence-parallel", o.sequenceParallel,
+                "split norms and residuals by tokens between the collectives");
+  addWeightsDtype(cmd, o.weights);
+  cmd->add_flag("--no-cache", o.noCache,
+                "compile into a temporary directory, removed afterwards, instead of the "
+                "cache (TPC_CACHE_DIR, else $XDG_CACHE_HOME/tpc, else ~/.cache/tpc)");
+}
 
 void addRunCommand(CLI::App &app, CommandRunner &runner) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App *cmd = app.add_subcommand(
       "run", "Import, compile (once; cached) and run a checkpoint on local ranks: a prompt "
              "in, generated text out");
-  cmd->add_option("checkpoint", opts->checkpoint,
-                  "the checkpoint: a directory (config.json, *.safetensors, tokenizer.json), "
-                  "or a .gguf file (or a directory holding one)")
-      ->required();
-  cmd->add_option("--tp", opts->tp, "tensor-parallel size: how many local ranks (default 1)");
-  cmd->add_option("--target", opts->target, "cpu (default) or cuda")
-      ->check(CLI::IsMember(target::targetNames()));
-  cmd->add_option("--plan", opts->plan,
-                  "a tp_plan JSON file, or auto for transformers' own plan (default)");
-  cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
-                "split norms and residuals by tokens between the collectives");
-  addWeightsDtype(cmd, opts->weights);
+  addCheckpointArgs(cmd, *opts);
   cmd->add_option("--prompt", opts->prompt, "the prompt, as text");
   cmd->add_option("--prompt-file", opts->promptFile, "a file holding the prompt text");
   cmd->add_option("--prompt-ids", opts->promptIds,
@@ -202,9 +216,6 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
                 "warm prefills and the median decode step are reported (for benchmarks)");
   cmd->add_flag("--verbose", opts->verbose,
                 "say how rank 0 computes: its kernels, BLAS core and weight types");
-  cmd->add_flag("--no-cache", opts->noCache,
-                "compile into a temporary directory, removed afterwards, instead of the "
-                "cache (TPC_CACHE_DIR, else $XDG_CACHE_HOME/tpc, else ~/.cache/tpc)");
   cmd->footer("Decoding is greedy unless --temperature (or the checkpoint's "
               "generation_config.json, with do_sample) asks for sampling: vLLM's parameters, "
               "on rank 0, which sends every rank its choice. The binary compiled for a "

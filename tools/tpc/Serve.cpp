@@ -4,11 +4,6 @@
 // rank 0 its --timeout to answer its clients before the group is stopped.
 #include "Commands.h"
 
-#include "tpc/Driver/Run.h"
-#include "tpc/Target/TargetInfo.h"
-
-#include "llvm/Support/FileSystem.h"
-
 #include <fmt/core.h>
 
 namespace tpc {
@@ -37,43 +32,29 @@ int serve(const ServeOptions &o) {
     reportError(fmt::format("--timeout must be at least 1 second, got {}", o.timeout));
     return 2;
   }
-  if (!driver::checkpointExists("tpc serve", o.checkpoint))
-    return 2;
-  std::optional<driver::CheckpointConfig> config = driver::readCheckpointConfig(o.checkpoint);
-  if (!config)
-    return 1;
-  std::string scratch;
-  std::optional<std::string> binary = driver::binaryFor(o, *config, scratch);
-  int status = 1;
-  if (binary) {
-    driver::LaunchOptions launch;
-    launch.ranks = int(o.tp);
-    launch.rankZeroRaw = true; // "listening on HOST:PORT" as it comes
-    launch.forwardSignals = true;
-    launch.failureGraceSeconds = int(o.timeout) + 5;
-    std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
-    launch.command = {*binary,         "--weights", o.checkpoint,
-                      "--serve",       host + ":" + std::to_string(o.port),
-                      "--timeout",     std::to_string(o.timeout),
-                      "--drain-seconds", std::to_string(o.drainSeconds)};
-    auto add = [&](const char *flag, const std::string &value) {
-      if (!value.empty())
-        launch.command.insert(launch.command.end(), {flag, value});
-    };
-    add("--served-model-name", o.servedModelName);
-    add("--max-num-seqs", o.maxNumSeqs);
-    add("--max-batch-tokens", o.maxBatchTokens);
-    add("--max-seq-len", o.maxModelLen);
-    add("--kv-cache-tokens", o.kvCacheTokens);
-    add("--kv-cache-memory", o.kvCacheMemory);
-    add("--max-queue", o.maxQueue);
-    if (o.verbose)
-      launch.command.push_back("--verbose");
-    status = driver::launchRanks(launch);
-  }
-  if (!scratch.empty())
-    llvm::sys::fs::remove_directories(scratch);
-  return status;
+  driver::LaunchOptions launch;
+  launch.rankZeroRaw = true; // "listening on HOST:PORT" as it comes
+  launch.forwardSignals = true;
+  launch.failureGraceSeconds = int(o.timeout) + 5;
+  std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  std::vector<std::string> command = {"--weights", o.checkpoint,
+                                      "--serve", host + ":" + std::to_string(o.port),
+                                      "--timeout", std::to_string(o.timeout),
+                                      "--drain-seconds", std::to_string(o.drainSeconds)};
+  auto add = [&](const char *flag, const std::string &value) {
+    if (!value.empty())
+      command.insert(command.end(), {flag, value});
+  };
+  add("--served-model-name", o.servedModelName);
+  add("--max-num-seqs", o.maxNumSeqs);
+  add("--max-batch-tokens", o.maxBatchTokens);
+  add("--max-seq-len", o.maxModelLen);
+  add("--kv-cache-tokens", o.kvCacheTokens);
+  add("--kv-cache-memory", o.kvCacheMemory);
+  add("--max-queue", o.maxQueue);
+  if (o.verbose)
+    command.push_back("--verbose");
+  return launchCheckpoint("tpc serve", o, launch, command);
 }
 
 } // namespace
@@ -83,18 +64,7 @@ void addServeCommand(CLI::App &app, CommandRunner &runner) {
   CLI::App *cmd = app.add_subcommand(
       "serve", "Import, compile (once; cached) and serve a checkpoint on local ranks through "
                "an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)");
-  cmd->add_option("checkpoint", opts->checkpoint,
-                  "the checkpoint: a directory (config.json, *.safetensors, tokenizer.json), "
-                  "or a .gguf file (or a directory holding one)")
-      ->required();
-  cmd->add_option("--tp", opts->tp, "tensor-parallel size: how many local ranks (default 1)");
-  cmd->add_option("--target", opts->target, "cpu (default) or cuda")
-      ->check(CLI::IsMember(target::targetNames()));
-  cmd->add_option("--plan", opts->plan,
-                  "a tp_plan JSON file, or auto for transformers' own plan (default)");
-  cmd->add_flag("--sequence-parallel", opts->sequenceParallel,
-                "split norms and residuals by tokens between the collectives");
-  addWeightsDtype(cmd, opts->weights);
+  addCheckpointArgs(cmd, *opts);
   cmd->add_option("--host", opts->host, "the address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", opts->port,
                   "the port to listen on (default 8000; 0: any free one, printed as "
@@ -131,8 +101,6 @@ void addServeCommand(CLI::App &app, CommandRunner &runner) {
                   "are aborted (default 30)");
   cmd->add_flag("--verbose", opts->verbose,
                 "say how rank 0 computes: its kernels, BLAS core and weight types");
-  cmd->add_flag("--no-cache", opts->noCache,
-                "compile into a temporary directory, removed afterwards, instead of the cache");
   cmd->footer("Endpoints: POST /v1/completions, POST /v1/chat/completions (streamed with "
               "\"stream\": true), GET /v1/models, GET /health, GET /metrics (Prometheus). "
               "Sampling defaults come from the checkpoint's generation_config.json (greedy "
