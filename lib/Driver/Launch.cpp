@@ -1,6 +1,7 @@
 // The rank launcher (include/tpc/Driver/Compile.h): N local ranks of one binary, with
 // torchrun's environment and a fresh rendezvous directory; each rank's output prefixed; the
-// first failure stops them all (after a grace, for a server that answers its clients first).
+// first failure stops them all, after a grace in which the others may stop by themselves and say
+// why (a server answers its clients first).
 #include "tpc/Driver/Compile.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -168,7 +169,7 @@ int launchRanks(const LaunchOptions &o) {
           llvm::errs() << fmt::format("tpc launch: rank {} {}; stopping the other ranks\n", i,
                                       why);
           failedAt = std::chrono::steady_clock::now();
-          if (o.failureGraceSeconds == 0)
+          if (o.failureGraceSeconds <= 0)
             terminateAll();
         }
       }

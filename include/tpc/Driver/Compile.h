@@ -75,13 +75,14 @@ struct LaunchOptions {
   /// SIGTERM or SIGINT to the launcher goes to rank 0 alone as SIGTERM (a server drains and
   /// stops its peers itself); a second one kills every rank.
   bool forwardSignals = false;
-  /// When a rank fails, how long the others may take to notice and stop by themselves (a
-  /// server answers its clients first) before they are sent SIGTERM.
-  int failureGraceSeconds = 0;
+  /// When a rank fails, how long the others may take to stop by themselves before they are
+  /// sent SIGTERM: ranks refusing the same bad input each say why, and a server answers its
+  /// clients first (it asks for its --timeout and more).
+  int failureGraceSeconds = 2;
 };
 /// Runs the ranks, each with torchrun's environment and a rendezvous directory (a fresh one
 /// under /tmp unless given), each's output prefixed "[rank R] " line by line (on stdout unless
-/// ranksToStderr); the first failure stops them all. The exit code.
+/// ranksToStderr); the first failure stops them all (after failureGraceSeconds). The exit code.
 int launchRanks(const LaunchOptions &options);
 
 } // namespace tpc::driver
