@@ -254,16 +254,16 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
   } else if (std::optional<ApiError> bad = readPrompt(*prompt, context, args)) {
     return bad;
   }
-  int64_t context_ = args.maxSeqLen, promptTokens = int64_t(args.prompt.size());
-  if (promptTokens >= context_)
+  int64_t contextLen = args.maxSeqLen, promptTokens = int64_t(args.prompt.size());
+  if (promptTokens >= contextLen)
     return invalid("the prompt is " + std::to_string(promptTokens) + " tokens, and this "
-                   "model's maximum context length is " + std::to_string(context_) +
+                   "model's maximum context length is " + std::to_string(contextLen) +
                    " tokens (prompt and completion)",
                    promptField, "context_length_exceeded");
   if (args.maxNewTokens == 0) // chat without max_tokens: what the context has left
-    args.maxNewTokens = context_ - promptTokens;
-  if (promptTokens + args.maxNewTokens > context_)
-    return invalid("this model's maximum context length is " + std::to_string(context_) +
+    args.maxNewTokens = contextLen - promptTokens;
+  if (promptTokens + args.maxNewTokens > contextLen)
+    return invalid("this model's maximum context length is " + std::to_string(contextLen) +
                        " tokens, but " + std::to_string(promptTokens + args.maxNewTokens) +
                        " were requested (" + std::to_string(promptTokens) +
                        " in the prompt, " + std::to_string(args.maxNewTokens) +

@@ -439,8 +439,10 @@ void Server::State::failAll(const std::string &message) {
   std::unique_lock<std::mutex> lock(mutex);
   failed = message;
   // Every job not finished is told; the handlers answer and return.
-  for (auto &job : inbox)
+  for (auto &job : inbox) {
     job->error = message;
+    job->changed.notify_all();
+  }
   inbox.clear();
   wake.notify_all();
 }
