@@ -219,6 +219,9 @@ private:
   StopStrings stops;
 };
 
+/// The checkpoint directory of --weights: itself, or the directory its file is in.
+std::string checkpointDir(const std::string &weights);
+
 /// The checkpoint's tokenizer: tokenizer.json beside `weights`, or a GGUF file's metadata (then
 /// the file stays open in `gguf`, for its chat template); refused when it can give an id past
 /// the model's `vocab` embedding rows. Null with `error` when there is none or it is refused.

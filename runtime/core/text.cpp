@@ -15,9 +15,6 @@
 
 namespace tpcrt {
 
-namespace {
-
-/// The checkpoint directory of --weights: itself, or the directory its file is in.
 std::string checkpointDir(const std::string &weights) {
   struct stat st {};
   if (::stat(weights.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
@@ -25,8 +22,6 @@ std::string checkpointDir(const std::string &weights) {
   size_t slash = weights.rfind('/');
   return slash == std::string::npos ? "." : weights.substr(0, slash == 0 ? 1 : slash);
 }
-
-} // namespace
 
 std::shared_ptr<Tokenizer> loadTokenizer(const std::string &weights, int64_t vocab,
                                          std::unique_ptr<GgufFile> &gguf, std::string &error) {

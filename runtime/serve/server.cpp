@@ -30,7 +30,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <sys/stat.h>
 #include <thread>
 #include <unordered_map>
 
@@ -541,15 +540,9 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     s.failAll(message);
     return group.stop(message);
   }
-  {
-    std::string dir = args.weights;
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      dir = dir.substr(0, dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
-    s.context.chatTemplate = s.gguf ? loadChatTemplateGguf(*s.gguf, s.context.chatTemplateError)
-                                    : loadChatTemplate(dir.empty() ? "." : dir,
-                                                       s.context.chatTemplateError);
-  }
+  s.context.chatTemplate =
+      s.gguf ? loadChatTemplateGguf(*s.gguf, s.context.chatTemplateError)
+             : loadChatTemplate(checkpointDir(args.weights), s.context.chatTemplateError);
 
   std::unordered_map<size_t, std::shared_ptr<Job>> running; // by engine handle
   std::vector<size_t> done;
