@@ -38,6 +38,9 @@ struct Architecture {
   bool mla = false;               // DeepSeek-V2: multi-head latent attention, shared experts
   bool gemma = false;             // norms scale by (1 + w), embeddings by sqrt(hidden)
   bool sandwichNorms = false;     // Gemma2: norms after attention and MLP too
+  bool gemma3 = false;            // Gemma 3: a RoPE per layer type (rope_local_base_freq),
+                                  // layer types by sliding_window_pattern
+  bool noRopeLayers = false;      // SmolLM3: no_rope_layers leaves RoPE out of some layers
   bool fused = false;             // Phi3: qkv_proj, gate_up_proj
   bool moe = false;               // Mixtral, Qwen3-MoE, GPT-OSS: router + experts
   bool qwenMoe = false;           // Qwen3-MoE: num_experts, moe_intermediate_size, norm_topk_prob;
@@ -74,6 +77,15 @@ const std::vector<Architecture> &architectures() {
     gemma2.causalLM = "Gemma2ForCausalLM";
     gemma2.sandwichNorms = gemma2.hasLayerTypes = true;
     gemma2.activationKey = "hidden_activation";
+    Architecture gemma3 = gemma2;
+    gemma3.modelType = "gemma3_text";
+    gemma3.causalLM = "Gemma3ForCausalLM";
+    gemma3.gemma3 = gemma3.qkNorm = true;
+    Architecture smollm3 = llama;
+    smollm3.modelType = "smollm3";
+    smollm3.causalLM = "SmolLM3ForCausalLM";
+    smollm3.noRopeLayers = smollm3.tiedByDefault = true;
+    smollm3.defaultTheta = 2e6;
     Architecture phi3{"phi3", "Phi3ForCausalLM"};
     phi3.fused = phi3.slidingEveryLayer = true;
     Architecture mixtral{"mixtral", "MixtralForCausalLM"};
@@ -93,8 +105,9 @@ const std::vector<Architecture> &architectures() {
     gptOss.attentionBiasField = gptOss.defaultAttentionBias = true;
     gptOss.defaultEps = 1e-5;
     gptOss.defaultTheta = 150000.0;
-    return std::vector<Architecture>{llama, mistral, qwen2,    qwen3, gemma,     gemma2,
-                                     phi3,  mixtral, qwen3Moe, olmo2, deepseek2, gptOss};
+    return std::vector<Architecture>{llama,   mistral, qwen2,    qwen3,    gemma,
+                                     gemma2,  gemma3,  smollm3,  phi3,     mixtral,
+                                     qwen3Moe, olmo2,  deepseek2, gptOss};
   }();
   return table;
 }
@@ -111,7 +124,10 @@ const std::set<std::string> kHarmless = {
     "base_model_tp_plan", "base_model_pp_plan", "pretraining_tp", "generation_config", "bos_token",
     "eos_token", "use_bidirectional_attention",
     // GPT-OSS's released config.json: copies of other fields that transformers never reads.
-    "experts_per_token", "initial_context_length"};
+    "experts_per_token", "initial_context_length",
+    // Gemma3TextConfig saves the pattern it made layer_types from (always saved beside them);
+    // reading it back, it reads sliding_window_pattern only.
+    "_sliding_window_pattern"};
 
 // config.json comes from anywhere: a size larger than any model's would only overflow or
 // exhaust memory further down (in the text written here, in analyze's byte counts, in the
@@ -125,20 +141,36 @@ constexpr int64_t kMaxRepeats = 1024;
 constexpr uint64_t kMaxParamElements = uint64_t(1) << 40;
 
 /// One config.json, read field by field: what was read is remembered, so the fields left
-/// over can be reported; errors point at the field's line.
+/// over can be reported; errors point at the field's line. A multimodal wrapper's language
+/// model is read from its sub-object (`at`, the keys leading to it: {"text_config"}).
 class Config {
 public:
-  Config(const plan::JsonDocument &doc, MLIRContext *context) : doc(doc), context(context) {}
+  Config(const plan::JsonDocument &doc, MLIRContext *context, std::vector<std::string> at = {})
+      : doc(doc), context(context), at(std::move(at)) {
+    object = &doc.value();
+    for (const std::string &key : this->at) // the caller has checked that each is an object
+      object = &*object->find(key);
+  }
+
+  /// The object read (config.json, or its text_config).
+  const json &value() const { return *object; }
+
+  /// Where the key at `path` (from this object down) was written.
+  Location keyLoc(const std::vector<std::string> &path) const {
+    std::vector<std::string> full = at;
+    full.insert(full.end(), path.begin(), path.end());
+    return doc.keyLoc(full);
+  }
 
   const json *get(const std::string &key) {
     used.insert(key);
-    auto it = doc.value().find(key);
-    return it == doc.value().end() || it->is_null() ? nullptr : &*it;
+    auto it = object->find(key);
+    return it == object->end() || it->is_null() ? nullptr : &*it;
   }
 
   InFlightDiagnostic error(const std::string &key) {
     failed = true;
-    return emitError(doc.keyLoc({key}));
+    return emitError(keyLoc({key}));
   }
 
   std::optional<int64_t> integer(const std::string &key, std::optional<int64_t> fallback,
@@ -184,15 +216,17 @@ public:
 
   /// Warns about each field neither read nor known to be harmless.
   void reportUnread() {
-    for (auto it = doc.value().begin(); it != doc.value().end(); ++it)
+    for (auto it = object->begin(); it != object->end(); ++it)
       if (!used.count(it.key()) && !kHarmless.count(it.key()))
-        emitWarning(doc.keyLoc({it.key()}))
+        emitWarning(keyLoc({it.key()}))
             << "'" << it.key() << "' is not a field tpc knows; ignored (tpc models "
             << "transformers 5.17's forward, which it assumes this field does not change)";
   }
 
   const plan::JsonDocument &doc;
   MLIRContext *context;
+  std::vector<std::string> at;
+  const json *object;
   std::set<std::string> used;
   bool failed = false;
 };
@@ -272,8 +306,14 @@ public:
 
   /// Declares a parameter (stacked from `sources` in checkpoints that save it in pieces)
   /// and returns a fresh value reading it.
+  /// A wrapper's parameters under `from` are also read under `to` (the checkpoint's own name):
+  /// as a source of one piece.
+  std::string renameFrom, renameTo;
+
   std::string weight(const std::string &name, std::vector<int64_t> shape,
-                     const std::vector<std::string> &sources = {}) {
+                     std::vector<std::string> sources = {}) {
+    if (sources.empty() && !renameFrom.empty() && llvm::StringRef(name).starts_with(renameFrom))
+      sources.push_back(renameTo + name.substr(renameFrom.size()));
     if (!declared.count(name)) {
       declared.insert(name);
       uint64_t elements = 1;
@@ -352,16 +392,27 @@ public:
     w.stored = stored;
   }
 
+  /// A multimodal wrapper's language model: `config` is its text_config; `outer`, the
+  /// wrapper's config.json, which holds the fields transformers reads there (the ids
+  /// generation stops at, whether the head is tied).
+  struct Wrapper {
+    Config *outer;
+    const char *modelType, *className, *base, *checkpointBase;
+  };
+  std::optional<Wrapper> wrapper;
+
   std::optional<std::string> run();
 
 private:
   bool readShape();
   void readQwenMoe();
   std::optional<Rope> readRope(const json *parameters, const std::string &where,
-                               const std::string &layerType = "");
+                               const std::string &layerType = "",
+                               std::optional<double> theta = std::nullopt);
   std::optional<Rope> readYarn(Rope rope, const json &parameters, const std::string &where,
                                const std::string &layerType);
   bool readLayerTypes();
+  bool readNoRopeLayers();
   std::string linear(const std::string &name, const std::string &module, const std::string &x,
                      int64_t in, int64_t out, bool bias);
   std::string norm(const std::string &name, const std::string &module, const std::string &x,
@@ -398,6 +449,10 @@ private:
   std::vector<std::string> layerTypes; // "sliding_attention" or "full_attention"
   std::optional<int64_t> slidingWindow;
   std::map<std::string, Rope> ropes; // by layer type ("" for all)
+  std::vector<bool> ropeLayers;      // SmolLM3: the layers that apply RoPE (empty: all)
+  // Where the language model's modules are: "model." (a *ForCausalLM), or
+  // "model.language_model." (a multimodal wrapper's text model).
+  std::string base = "model.";
 };
 
 bool Importer::readShape() {
@@ -437,6 +492,12 @@ bool Importer::readShape() {
                                    << " is not a multiple of num_key_value_heads " << kvHeads;
   eps = c.number("rms_norm_eps", arch.defaultEps).value_or(arch.defaultEps);
   tied = c.boolean("tie_word_embeddings", arch.tiedByDefault);
+  if (wrapper) { // transformers ties the wrapper's lm_head by the wrapper's config
+    base = wrapper->base;
+    w.renameFrom = base;
+    w.renameTo = wrapper->checkpointBase;
+    tied = wrapper->outer->boolean("tie_word_embeddings", true);
+  }
   if (arch.attentionBiasField)
     attentionBias = c.boolean("attention_bias", arch.defaultAttentionBias);
   if (arch.mlpBiasField)
@@ -472,7 +533,7 @@ bool Importer::readShape() {
     // Gemma2 reads hidden_activation alone (default tanh GELU); a hidden_act beside it is
     // carried in the config and never read by transformers 5.17's forward.
     if (std::string(arch.activationKey) != "hidden_act" && c.get("hidden_act"))
-      emitWarning(c.doc.keyLoc({"hidden_act"}))
+      emitWarning(c.keyLoc({"hidden_act"}))
           << "'hidden_act' is not read by " << arch.causalLM << " (it reads '" << arch.activationKey
           << "', default " << arch.defaultActivation << "); ignored";
     if (a && !a->is_string())
@@ -498,6 +559,12 @@ bool Importer::readShape() {
     attnScale = std::pow(c.number("query_pre_attn_scalar", 256).value_or(256), -0.5);
     attnSoftcap = c.number("attn_logit_softcapping", std::nullopt);
     finalSoftcap = c.number("final_logit_softcapping", std::nullopt);
+    if (wrapper && finalSoftcap) { // only Gemma3ForCausalLM's forward caps
+      emitWarning(c.keyLoc({"final_logit_softcapping"}))
+          << "final_logit_softcapping is not applied by " << wrapper->className
+          << " (transformers 5.17 caps only in " << arch.causalLM << "); ignored, as there";
+      finalSoftcap.reset();
+    }
   } else {
     for (const char *key :
          {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"})
@@ -524,8 +591,8 @@ bool Importer::readMla() {
     return c.integer(key, fallback, minimum).value_or(0);
   };
   // q_lora_rank null: q_proj; absent: the class's 1536.
-  auto q = c.doc.value().find("q_lora_rank");
-  qLora = q != c.doc.value().end() && q->is_null() ? 0 : get("q_lora_rank", 1536);
+  auto q = c.value().find("q_lora_rank");
+  qLora = q != c.value().end() && q->is_null() ? 0 : get("q_lora_rank", 1536);
   kvLora = get("kv_lora_rank", 512);
   nopeDim = get("qk_nope_head_dim", 128);
   ropeDim = get("qk_rope_head_dim", 64);
@@ -575,7 +642,7 @@ bool Importer::readMla() {
   }
   // transformers 5.17's DeepseekV2TopkRouter never reads norm_topk_prob.
   if (const json *norm = c.get("norm_topk_prob"); norm && *norm == true)
-    emitWarning(c.doc.keyLoc({"norm_topk_prob"}))
+    emitWarning(c.keyLoc({"norm_topk_prob"}))
         << "norm_topk_prob is not read by transformers 5.17's DeepSeek-V2 router (its top-k "
            "weights are never renormalized); ignored, as there";
   return true;
@@ -617,7 +684,7 @@ void Importer::readQwenMoe() {
           outside = index.dump();
       }
       if (outsideCount) // once: the list may be long
-        emitWarning(c.doc.keyLoc({"mlp_only_layers"}))
+        emitWarning(c.keyLoc({"mlp_only_layers"}))
             << "'mlp_only_layers' names layer " << outside
             << (outsideCount > 1 ? " and " + std::to_string(outsideCount - 1) + " more" : "")
             << " that this model of " << layers << " layers does not have; ignored";
@@ -632,11 +699,14 @@ void Importer::readQwenMoe() {
 }
 
 std::optional<Rope> Importer::readRope(const json *parameters, const std::string &where,
-                                       const std::string &layerType) {
+                                       const std::string &layerType,
+                                       std::optional<double> theta) {
   Rope rope;
   rope.theta = arch.defaultTheta;
-  if (const json *theta = c.get("rope_theta"); theta && theta->is_number())
-    rope.theta = theta->get<double>();
+  if (theta)
+    rope.theta = *theta;
+  else if (const json *top = c.get("rope_theta"); top && top->is_number())
+    rope.theta = top->get<double>();
   std::string type = "default";
   if (parameters) {
     if (!parameters->is_object()) {
@@ -703,10 +773,27 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
     }
     if (type == "yarn")
       return readYarn(rope, *parameters, where, layerType);
+    if (type == "linear") { // positions divided by factor: the default frequencies / factor
+      const json *factor = field("factor");
+      if (!factor || !factor->is_number() || !(factor->get<double>() > 0)) {
+        c.error(where) << "linear RoPE scaling needs a positive 'factor'"
+                       << (factor ? ", got " + factor->dump() : std::string());
+        return std::nullopt;
+      }
+      if (!(rope.theta > 0)) {
+        c.error(where) << "rope_theta must be positive";
+        return std::nullopt;
+      }
+      // In float32, as _compute_linear_scaling_rope_parameters computes them.
+      for (int64_t i = 0; i < headDim; i += 2)
+        rope.invFreq.push_back(1.0f / std::pow(float(rope.theta), float(i) / float(headDim)) /
+                               float(factor->get<double>()));
+      return rope;
+    }
   }
   if (type != "default") {
     c.error(where) << "RoPE type '" << type
-                   << "' is not supported (default, llama3 and yarn are); it changes the "
+                   << "' is not supported (default, linear, llama3 and yarn are); it changes the "
                       "frequencies";
     return std::nullopt;
   }
@@ -727,7 +814,7 @@ std::optional<Rope> Importer::readYarn(Rope rope, const json &parameters, const 
     c.failed = true;
     std::vector<std::string> path = at;
     path.push_back(key);
-    return emitError(c.doc.keyLoc(path)) << "yarn RoPE scaling: ";
+    return emitError(c.keyLoc(path)) << "yarn RoPE scaling: ";
   };
   auto number = [&](const std::string &key) -> std::optional<double> {
     auto it = parameters.find(key);
@@ -843,16 +930,23 @@ bool Importer::readLayerTypes() {
   }
   if (window)
     slidingWindow = window->get<int64_t>();
-  else if (arch.gptOss && !c.doc.value().contains("sliding_window"))
+  else if (arch.gptOss && !c.value().contains("sliding_window"))
     slidingWindow = 128; // GptOssConfig's default
+  else if (arch.gemma3 && !c.value().contains("sliding_window"))
+    slidingWindow = 4096; // Gemma3TextConfig's default
   layerTypes.assign(layers, "full_attention");
+  if (arch.noRopeLayers)
+    return readNoRopeLayers();
   if (arch.slidingNeedsFlag && !c.boolean("use_sliding_window", false))
     slidingWindow.reset();
   if (arch.slidingEveryLayer && slidingWindow)
     layerTypes.assign(layers, "sliding_attention");
   if (arch.hasLayerTypes) {
     // Gemma2 and GPT-OSS always use their window; Qwen2 and Qwen3 only when told to.
-    bool alwaysSliding = std::string(arch.modelType) == "gemma2" || arch.gptOss;
+    bool alwaysSliding = std::string(arch.modelType) == "gemma2" || arch.gemma3 || arch.gptOss;
+    // Gemma 3 without layer_types: every sliding_window_pattern-th layer global, as
+    // Gemma3TextConfig makes them (the field is only read then, and is no field of the class).
+    int64_t pattern = arch.gemma3 ? c.integer("sliding_window_pattern", 6).value_or(6) : 2;
     bool useSliding = alwaysSliding || c.boolean("use_sliding_window", false);
     if (!useSliding)
       slidingWindow.reset();
@@ -872,7 +966,7 @@ bool Importer::readLayerTypes() {
       }
     } else if (alwaysSliding) {
       for (int64_t i = 0; i < layers; ++i)
-        layerTypes[i] = (i + 1) % 2 ? "sliding_attention" : "full_attention";
+        layerTypes[i] = (i + 1) % pattern ? "sliding_attention" : "full_attention";
     } else if (slidingWindow) {
       int64_t from = c.integer("max_window_layers", 28, 0).value_or(28);
       for (int64_t i = from; i < layers; ++i)
@@ -888,6 +982,62 @@ bool Importer::readLayerTypes() {
           }
           t = "full_attention"; // transformers: no window, plain causal
         }
+  }
+  return true;
+}
+
+/// SmolLM3: which layers apply RoPE (no_rope_layers, 1 = yes; else every
+/// no_rope_layer_interval-th layer goes without) and which slide (layer_types; else the layers
+/// without RoPE, when use_sliding_window and a sliding_window are given), as SmolLM3Config
+/// makes them. A sliding layer's window is the mask's: transformers builds it from
+/// sliding_window alone, whatever use_sliding_window says.
+bool Importer::readNoRopeLayers() {
+  bool useSliding = c.boolean("use_sliding_window", false);
+  ropeLayers.assign(layers, true);
+  if (const json *list = c.get("no_rope_layers")) {
+    if (!list->is_array() || int64_t(list->size()) != layers) {
+      c.error("no_rope_layers") << "'no_rope_layers' must list 1 (RoPE) or 0 (none) for each of the "
+                                << layers << " layers, got " << list->dump();
+      return false;
+    }
+    for (int64_t i = 0; i < layers; ++i) {
+      const json &flag = (*list)[i];
+      if (flag != 0 && flag != 1 && flag != true && flag != false) {
+        c.error("no_rope_layers") << "'no_rope_layers' must hold 1 (RoPE) or 0 (none), got "
+                                  << flag.dump() << " for layer " << i;
+        return false;
+      }
+      ropeLayers[i] = flag == 1 || flag == true;
+    }
+  } else {
+    int64_t interval = c.integer("no_rope_layer_interval", 4).value_or(4);
+    for (int64_t i = 0; i < layers; ++i)
+      ropeLayers[i] = (i + 1) % interval != 0;
+  }
+  c.get("no_rope_layer_interval"); // read by SmolLM3Config only when no_rope_layers is absent
+  if (const json *types = c.get("layer_types")) {
+    if (!types->is_array() || int64_t(types->size()) != layers) {
+      c.error("layer_types") << "'layer_types' must list one type per layer (" << layers << ")";
+      return false;
+    }
+    for (int64_t i = 0; i < layers; ++i) {
+      const json &t = (*types)[i];
+      if (t != "sliding_attention" && t != "full_attention") {
+        c.error("layer_types") << "layer type " << t.dump()
+                               << " is not supported (sliding_attention, full_attention)";
+        return false;
+      }
+      layerTypes[i] = t.get<std::string>();
+    }
+  } else if (useSliding && slidingWindow) {
+    for (int64_t i = 0; i < layers; ++i)
+      if (!ropeLayers[i])
+        layerTypes[i] = "sliding_attention";
+  }
+  if (!slidingWindow && llvm::is_contained(layerTypes, "sliding_attention")) {
+    c.error("layer_types") << "sliding layers need a sliding_window (transformers 5.17 fails "
+                              "without one)";
+    return false;
   }
   return true;
 }
@@ -960,8 +1110,13 @@ std::string Importer::selfAttention(int64_t i, const std::string &v, const std::
   }
   if (rope.scaling != 1.0)
     ropeAttrs += ", scaling = " + f64(rope.scaling);
-  std::string qr = w.op(v + "qr", "rotary", attn, {q, "%positions"}, ropeAttrs, w.act(qWidth));
-  std::string kr = w.op(v + "kr", "rotary", attn, {k, "%positions"}, ropeAttrs, w.act(kvWidth));
+  std::string qr = q, kr = k;
+  if (ropeLayers.empty() || ropeLayers[i]) {
+    qr = w.op(v + "qr", "rotary", attn, {q, "%positions"}, ropeAttrs, w.act(qWidth));
+    kr = w.op(v + "kr", "rotary", attn, {k, "%positions"}, ropeAttrs, w.act(kvWidth));
+  } else {
+    w.comment("no RoPE in this layer (no_rope_layers)");
+  }
   std::string attrs = "head_dim = " + i64(headDim) + ", num_heads = " + i64(heads) +
                       ", num_kv_heads = " + i64(kvHeads);
   if (attnScale)
@@ -1053,7 +1208,7 @@ std::string Importer::mlp(const std::string &v, const std::string &module, const
 }
 
 std::string Importer::layer(int64_t i, const std::string &h) {
-  std::string p = "model.layers." + std::to_string(i), v = "l" + std::to_string(i) + "_";
+  std::string p = base + "layers." + std::to_string(i), v = "l" + std::to_string(i) + "_";
   std::string attn = p + ".self_attn", mlp = p + ".mlp";
   w.comment(p);
   std::string x = arch.postNormsOnly ? h : norm(v + "norm1", p + ".input_layernorm", h, hidden);
@@ -1190,7 +1345,34 @@ std::optional<std::string> Importer::run() {
   bool perType =
       parameters && parameters->is_object() &&
       (parameters->contains("sliding_attention") || parameters->contains("full_attention"));
-  if (perType) {
+  if (arch.gemma3) {
+    // Gemma3TextConfig: global layers take rope_theta (default 1e6) and a legacy rope_scaling,
+    // local ones rope_local_base_freq (default 1e4); a rope_parameters is keyed by type.
+    if (where == "rope_parameters" && !perType) {
+      c.error(where) << "Gemma 3's rope_parameters must be keyed by layer type "
+                        "(full_attention, sliding_attention)";
+      return std::nullopt;
+    }
+    std::optional<double> global = c.number("rope_theta", 1e6),
+                          local = c.number("rope_local_base_freq", 1e4);
+    if (c.failed)
+      return std::nullopt;
+    for (const std::string &type : layerTypes) {
+      if (ropes.count(type))
+        continue;
+      const json *own = nullptr;
+      if (perType)
+        if (auto it = parameters->find(type); it != parameters->end() && !it->is_null())
+          own = &*it;
+      if (!perType && type == "full_attention")
+        own = parameters; // rope_scaling
+      std::optional<Rope> rope = readRope(own, where, perType ? type : "",
+                                          type == "full_attention" ? global : local);
+      if (!rope)
+        return std::nullopt;
+      ropes[type] = *rope;
+    }
+  } else if (perType) {
     for (const std::string &type : layerTypes) {
       if (ropes.count(type))
         continue;
@@ -1227,10 +1409,13 @@ std::optional<std::string> Importer::run() {
     }
   }
   std::vector<int64_t> eos;
-  if (const json *e = c.get("eos_token_id")) {
+  // A wrapper's own eos_token_id comes first (Gemma 3's [1, 106]: end of turn too).
+  c.get("eos_token_id"); // read either way: a wrapper's own wins
+  Config &eosConfig = wrapper && wrapper->outer->get("eos_token_id") ? *wrapper->outer : c;
+  if (const json *e = eosConfig.get("eos_token_id")) {
     for (const json &id : e->is_array() ? *e : json::array({*e})) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab) {
-        c.error("eos_token_id") << "eos_token_id " << id.dump()
+        eosConfig.error("eos_token_id") << "eos_token_id " << id.dump()
                                 << " is not a token id of the vocabulary of " << vocab;
         return std::nullopt;
       }
@@ -1243,21 +1428,23 @@ std::optional<std::string> Importer::run() {
     maxPositions = c.integer("max_position_embeddings", std::nullopt);
   const json *ownPlan = c.get("base_model_tp_plan");
   c.reportUnread();
-  if (c.failed)
+  if (wrapper)
+    wrapper->outer->reportUnread();
+  if (c.failed || (wrapper && wrapper->outer->failed))
     return std::nullopt;
 
   w.arg("%ids", "tensor<?xi64>");
   w.arg("%positions", "tensor<?xi64>");
-  std::string table = w.weight("model.embed_tokens.weight", {vocab, hidden});
-  std::string h = w.op("h0", "embedding", "model.embed_tokens", {"%ids", table}, "", w.act(hidden));
+  std::string table = w.weight(base + "embed_tokens.weight", {vocab, hidden});
+  std::string h = w.op("h0", "embedding", base + "embed_tokens", {"%ids", table}, "", w.act(hidden));
   if (arch.gemma) // transformers multiplies by sqrt(hidden) rounded to the activations' dtype
-    h = w.op("h0_scaled", "scale", "model", {h},
+    h = w.op("h0_scaled", "scale", base.substr(0, base.size() - 1), {h},
              "factor = " + f64(float(std::sqrt(double(hidden)))), w.act(hidden));
   for (int64_t i = 0; i < layers; ++i)
     h = layer(i, h);
   w.comment("the head");
-  h = norm("final_norm", "model.norm", h, hidden);
-  std::string head = tied ? w.weight("model.embed_tokens.weight", {vocab, hidden})
+  h = norm("final_norm", base + "norm", h, hidden);
+  std::string head = tied ? w.weight(base + "embed_tokens.weight", {vocab, hidden})
                           : w.weight("lm_head.weight", {vocab, hidden});
   std::string logits = w.op("logits", "linear", "lm_head", {h, head}, "", w.act(vocab));
   if (finalSoftcap)
@@ -1271,7 +1458,10 @@ std::optional<std::string> Importer::run() {
 
   std::ostringstream text;
   text << "// Imported by `tpc import` from " << llvm::sys::path::filename(c.doc.path()).str()
-       << " (" << arch.causalLM << "): " << layers << " layers, hidden " << hidden << ", " << heads
+       << " (" << (wrapper ? wrapper->className : arch.causalLM);
+  if (wrapper)
+    text << ": its language model, under " << base << "; the vision tower is left out";
+  text << "): " << layers << " layers, hidden " << hidden << ", " << heads
        << " heads of " << headDim << ", " << kvHeads << " KV heads, intermediate " << inter
        << ", vocab " << vocab;
   if (arch.moe)
@@ -1285,8 +1475,11 @@ std::optional<std::string> Importer::run() {
     text << " of intermediate " << expertInter << " in "
          << std::count(sparseLayers.begin(), sparseLayers.end(), true) << " of the layers";
   text << (tied ? ", tied embeddings" : "") << ".\n";
-  text << "module @" << arch.modelType << " attributes {tp.hf_model_type = \"" << arch.modelType
+  const char *modelType = wrapper ? wrapper->modelType : arch.modelType;
+  text << "module @" << modelType << " attributes {tp.hf_model_type = \"" << modelType
        << "\", tp.hf_tied = " << (tied ? "true" : "false");
+  if (base != "model.")
+    text << ", tp.hf_base_prefix = \"" << base << "\"";
   if (!eos.empty()) {
     text << ", tp.eos_token_ids = array<i64: ";
     for (size_t i = 0; i < eos.size(); ++i)
@@ -1314,11 +1507,87 @@ std::optional<std::string> Importer::run() {
 
 } // namespace
 
+namespace {
+
+/// A multimodal model whose language model tpc imports alone: the wrapper's model_type and
+/// class, the text model's, and where the wrapper keeps it.
+struct MultimodalWrapper {
+  const char *modelType, *className, *textModelType, *base;
+  /// Where its checkpoints keep the language model's tensors: transformers 5.17 renames
+  /// them to `base` on load and back on save (the Hub's layout, from transformers 4).
+  const char *checkpointBase;
+  /// The wrapper's fields that only its images read (the vision tower's own config included).
+  std::vector<const char *> imageFields;
+};
+
+const std::vector<MultimodalWrapper> &wrappers() {
+  static const std::vector<MultimodalWrapper> table = {
+      {"gemma3", "Gemma3ForConditionalGeneration", "gemma3_text", "model.language_model.",
+       "language_model.model.",
+       {"mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index"}}};
+  return table;
+}
+
+/// The language model of a multimodal wrapper's config.json: its text_config, imported as
+/// the text model's architecture with the wrapper's weight names; the vision tower and the
+/// projector are left out, with a warning.
+FailureOr<std::string> importWrapper(Config &outer, const MultimodalWrapper &m,
+                                     const StoredTypes *stored) {
+  if (const json *names = outer.get("architectures"))
+    for (const json &name : names->is_array() ? *names : json::array({*names}))
+      if (name != m.className) {
+        outer.error("architectures") << "architecture " << name.dump()
+                                     << " is not supported: tpc imports " << m.className
+                                     << " for model_type '" << m.modelType << "'";
+        return failure();
+      }
+  const json *text = outer.get("text_config");
+  if (!text || !text->is_object()) {
+    outer.error(text ? "text_config" : "model_type")
+        << m.className << " needs a 'text_config' object (its language model), got "
+        << (text ? text->dump() : std::string("none"));
+    return failure();
+  }
+  if (auto t = text->find("model_type"); t != text->end() && *t != m.textModelType) {
+    outer.error("text_config") << "text_config's model_type " << t->dump() << " is not '"
+                               << m.textModelType << "', the language model of " << m.className;
+    return failure();
+  }
+  if (outer.get("vision_config"))
+    emitWarning(outer.keyLoc({"vision_config"}))
+        << m.className << ": the vision tower is left out; tpc imports the language model "
+        << "(text_config; its modules under '" << m.base << "', its tensors read under that "
+        << "name or, as checkpoints store them, '" << m.checkpointBase << "'), which reads "
+        << "text only";
+  for (const char *field : m.imageFields)
+    outer.get(field);
+  outer.get("initializer_range");
+  Config config(outer.doc, outer.context, {"text_config"});
+  config.get("model_type");
+  // The wrapper's tie_word_embeddings decides (read by the importer); the text model's is
+  // not read by transformers for the wrapper.
+  config.get("tie_word_embeddings");
+  const Architecture *arch = nullptr;
+  for (const Architecture &a : architectures())
+    if (a.modelType == std::string(m.textModelType))
+      arch = &a;
+  Importer importer(config, *arch, stored);
+  importer.wrapper = Importer::Wrapper{&outer, m.modelType, m.className, m.base, m.checkpointBase};
+  std::optional<std::string> result = importer.run();
+  if (!result)
+    return failure();
+  return *result;
+}
+
+} // namespace
+
 const std::vector<std::string> &supportedModelTypes() {
   static const std::vector<std::string> types = [] {
     std::vector<std::string> out;
     for (const Architecture &a : architectures())
       out.push_back(a.modelType);
+    for (const MultimodalWrapper &m : wrappers())
+      out.push_back(m.modelType);
     return out;
   }();
   return types;
@@ -1346,6 +1615,9 @@ FailureOr<std::string> importDocument(FailureOr<plan::JsonDocument> doc, MLIRCon
   for (const Architecture &a : architectures())
     if (*type == a.modelType)
       arch = &a;
+  for (const MultimodalWrapper &m : wrappers())
+    if (*type == m.modelType)
+      return importWrapper(config, m, stored);
   if (!arch) {
     config.error("model_type") << "model_type '" << type->get<std::string>()
                                << "' is not supported; tpc imports "

@@ -30,7 +30,15 @@ const json &table() {
     json t = json::object();
     for (const char *type : {"llama", "mistral", "qwen2", "gemma", "gemma2"})
       t[type] = {{"tp", llamaLike(false)}};
-    t["qwen3"] = {{"tp", llamaLike(true)}};
+    t["qwen3"] = t["gemma3_text"] = {{"tp", llamaLike(true)}};
+    t["smollm3"] = {{"tp", llamaLike(false)}};
+    // Gemma3ForConditionalGeneration: the text model's plan under model.language_model, and no
+    // plan for lm_head (the wrapper's class has none: it runs replicated).
+    json wrapped = json::object(), text = llamaLike(true);
+    for (const auto &[key, strategy] : text.items())
+      if (key != "lm_head")
+        wrapped["model.language_model." + key.substr(std::string("model.").size())] = strategy;
+    t["gemma3"] = {{"tp", wrapped}};
     t["phi3"] = {{"tp",
                   {{"model.layers.*.self_attn.qkv_proj", "colwise_gather_output"},
                    {"model.layers.*.self_attn.o_proj", "rowwise_split_input"},

@@ -501,6 +501,9 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
     return failure();
   }
   const char *option = expertParallel ? "--plan auto-ep" : "--plan auto";
+  std::string prefix = "model."; // where the language model's modules are
+  if (auto given = module->getAttrOfType<StringAttr>(tp::kHfBasePrefixAttrName))
+    prefix = given.getValue().str();
   // config.json's own base_model_tp_plan wins over transformers' class default.
   nlohmann::ordered_json plan;
   std::string source;
@@ -520,7 +523,7 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
             << "tp.hf_tp_plan: the strategy for '" << key << "' must be a string";
         return failure();
       }
-      plan["model." + key] = value;
+      plan[prefix + key] = value;
     }
     if (const nlohmann::ordered_json *table = defaultPlan(modelType.getValue(), false))
       if (table->contains("lm_head"))
@@ -530,8 +533,8 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
                  defaultPlan(modelType.getValue(), expertParallel)) {
     // A plan of the head alone (GPT-OSS: no base_model_tp_plan) would run every layer
     // replicated: not what a user asking for tensor parallelism means.
-    bool headOnly = !expertParallel && llvm::all_of(table->items(), [](const auto &item) {
-      return !llvm::StringRef(item.key()).starts_with("model.");
+    bool headOnly = !expertParallel && llvm::all_of(table->items(), [&](const auto &item) {
+      return !llvm::StringRef(item.key()).starts_with(prefix);
     });
     if (headOnly) {
       InFlightDiagnostic diag = emitError(module.getLoc());
@@ -558,7 +561,7 @@ FailureOr<std::vector<PlanRule>> tpc::plan::autoPlan(ModuleOp module, bool exper
   // transformers adds this to the base plan of tied models (PreTrainedConfig.__init__).
   auto tied = module->getAttrOfType<BoolAttr>(tp::kHfTiedAttrName);
   if (tied && tied.getValue() && !expertParallel) {
-    plan["model.embed_tokens"] = "embedding_rowwise";
+    plan[prefix + "embed_tokens"] = "embedding_rowwise";
     source += " + embed_tokens for tied embeddings";
   }
   if (description)

@@ -49,7 +49,7 @@ LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
     return success();
   }
   if (name == kHfModelTypeAttrName || name == kHfTiedAttrName || name == kHfTpPlanAttrName ||
-      name == kEosTokenIdsAttrName) {
+      name == kEosTokenIdsAttrName || name == kHfBasePrefixAttrName) {
     if (!isa<ModuleOp>(op))
       return op->emitError() << "'" << name << "' belongs on the module, not on "
                              << op->getName();

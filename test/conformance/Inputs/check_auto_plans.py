@@ -23,8 +23,13 @@ import json
 import sys
 import warnings
 
-MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen3_moe",
-               "olmo2", "deepseek_v2", "gpt_oss"]
+MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "smollm3", "phi3",
+               "mixtral", "qwen3_moe", "olmo2", "deepseek_v2", "gpt_oss", "gemma3"]
+# Multimodal wrappers whose language model tpc imports: the wrapper class and the attribute path
+# of its language model. The wrapper's plan is its text model's base_model_tp_plan under that
+# path plus the wrapper class's own _tp_plan (Gemma3ForConditionalGeneration has none: its
+# lm_head runs replicated).
+WRAPPERS = {"gemma3": ("Gemma3ForConditionalGeneration", "model.language_model")}
 
 
 def expected_table(model_types=MODEL_TYPES, instantiate=True):
@@ -34,10 +39,16 @@ def expected_table(model_types=MODEL_TYPES, instantiate=True):
     table, notes = {}, []
     for model_type in model_types:
         config_cls = transformers.CONFIG_MAPPING[model_type]
-        lm_cls = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[config_cls]
-        prefix = lm_cls.base_model_prefix or "model"
+        if model_type in WRAPPERS:
+            lm_cls = getattr(transformers, WRAPPERS[model_type][0])
+            prefix = WRAPPERS[model_type][1]
+            plan_cls = config_cls.sub_configs["text_config"]
+        else:
+            lm_cls = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[config_cls]
+            prefix = lm_cls.base_model_prefix or "model"
+            plan_cls = config_cls
         entry = {}
-        tp = {f"{prefix}.{k}": v for k, v in (config_cls.base_model_tp_plan or {}).items()}
+        tp = {f"{prefix}.{k}": v for k, v in (plan_cls.base_model_tp_plan or {}).items()}
         tp.update(getattr(lm_cls, "_tp_plan", None) or {})
         entry["tp"] = tp
         base_ep = getattr(config_cls, "base_model_ep_plan", None)

@@ -5,8 +5,8 @@
                                                        process, so torch and transformers
                                                        are imported once: ~7 s of the ~9 s)
 
-ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, mixtral, qwen3_moe, olmo2,
-deepseek_v2, gpt_oss. The model is built with transformers' own class (LlamaForCausalLM, ...),
+ARCH is one of llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, phi3, mixtral,
+qwen3_moe, olmo2, deepseek_v2, gpt_oss. The model is built with transformers' own class (LlamaForCausalLM, ...),
 fp32, eval mode, eager attention, weights drawn from torch's generator seeded with S (default
 0), and saved with save_pretrained (config.json, generation_config.json, model.safetensors)
 into OUTDIR.
@@ -34,6 +34,14 @@ exercises on top of that:
     gemma2   layer_types [sliding_attention, full_attention] with sliding_window 8,
              attn_logit_softcapping 50, final_logit_softcapping 30, query_pre_attn_scalar 32
              (deliberately not head_dim, so ignoring it shows), pre/post feed-forward norms
+    gemma3   (Gemma3ForCausalLM, model_type gemma3_text) layer_types [sliding_attention,
+             full_attention] with sliding_window 8; a RoPE per layer type: sliding theta 10000,
+             full theta 1e6 with linear scaling factor 4; per-head q_norm / k_norm with
+             (1 + w); query_pre_attn_scalar 32; sandwich norms (no final soft-capping, as in
+             the released models: Gemma3ForConditionalGeneration would not apply it)
+    smollm3  no_rope_layers [1, 0] (layer 1 without RoPE) and use_sliding_window with
+             sliding_window 8, which SmolLM3Config gives to the layers without RoPE; tied
+             embeddings (its default)
     phi3     fused qkv_proj and gate_up_proj
     mixtral  4 local experts, 2 per token (saved in the legacy per-expert w1/w2/w3 layout;
              transformers 5 fuses them into 3-D tensors on load: see NOTES-params.txt)
@@ -93,8 +101,8 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen3_moe",
-         "olmo2", "deepseek_v2", "gpt_oss"]
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "phi3",
+         "mixtral", "qwen3_moe", "olmo2", "deepseek_v2", "gpt_oss"]
 VOCAB, PROMPT_LEN, NEW_TOKENS = 256, 8, 16
 MAX_TRIES, MIN_DISTINCT, MIN_ROUTER_GAP = 20, 6, 1e-3
 COMMON = dict(
@@ -154,6 +162,28 @@ def arch_config(arch, std):
             query_pre_attn_scalar=32,
         )
         return "Gemma2Config", "Gemma2ForCausalLM", kw
+    if arch == "gemma3":
+        kw.update(
+            head_dim=16,
+            hidden_activation="gelu_pytorch_tanh",
+            tie_word_embeddings=True,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+            },
+            query_pre_attn_scalar=32,
+        )
+        return "Gemma3TextConfig", "Gemma3ForCausalLM", kw
+    if arch == "smollm3":
+        kw.update(
+            head_dim=16,
+            no_rope_layers=[1, 0],
+            use_sliding_window=True,
+            sliding_window=8,
+        )
+        return "SmolLM3Config", "SmolLM3ForCausalLM", kw
     if arch == "phi3":
         # Phi3Config has no head_dim field: hidden_size / num_attention_heads = 16.
         kw.update(tie_word_embeddings=False, original_max_position_embeddings=256)
@@ -218,7 +248,7 @@ def arch_config(arch, std):
 
 # Tied embeddings times sqrt(hidden) (Gemma) dominate the residual stream at this size, and
 # greedy then repeats the input token forever; these gains make the layers' outputs larger.
-RESID_GAIN = {"gemma": 4.0, "gemma2": 6.0}
+RESID_GAIN = {"gemma": 4.0, "gemma2": 6.0, "gemma3": 6.0}
 # GPT-OSS's gate and up (before the clamped SwiGLU) then have a std of about 6: many values
 # pass the clamps at +-7.
 GPT_OSS_GATE_UP_GAIN = 5.0
@@ -226,14 +256,14 @@ GPT_OSS_GATE_UP_GAIN = 5.0
 
 def randomize(model, arch, std, gen):
     """Redraws every parameter from GEN (see the module docstring)."""
-    norm_base = 0.0 if arch in ("gemma", "gemma2") else 1.0
+    norm_base = 0.0 if arch in ("gemma", "gemma2", "gemma3") else 1.0
     gain = RESID_GAIN.get(arch, 1.0)
     with torch.no_grad():
         for name, p in model.named_parameters():  # tied weights appear once
             noise = torch.randn(p.shape, generator=gen)
             if name.endswith("norm.weight"):
                 base = norm_base
-                if arch == "gemma2" and ("post_attention_layernorm" in name
+                if arch in ("gemma2", "gemma3") and ("post_attention_layernorm" in name
                                          or "post_feedforward_layernorm" in name):
                     base = gain - 1.0  # Gemma2's sandwich norms scale what each layer adds
                 p.copy_(base + 0.1 * noise)

@@ -15,13 +15,14 @@ hf=$out/hf
 "$py" "$here/hf_model.py" "$arch" "$hf" > "$out/hf_model.log"
 prompt=$(cat "$hf/prompt.txt") force=$(cat "$hf/force.txt")
 "$tpc" import "$hf/config.json" -o "$out/model.mlir"
+model=$(sed -n 's/^module @\([A-Za-z0-9_]*\).*/\1/p' "$out/model.mlir") # the binary's (gemma3_text)
 
 plan=auto
 [[ $ep == --ep ]] && plan=auto-ep
 run() { # run TP NAME [EXTRA...]: 16 new tokens on the checkpoint, eos ignored as in the reference
   local tp=$1 name=$2
   shift 2
-  "$tpc" launch -n "$tp" "$out/tp$tp/$arch" --weights "$hf" --prompt-ids "$prompt" \
+  "$tpc" launch -n "$tp" "$out/tp$tp/$model" --weights "$hf" --prompt-ids "$prompt" \
     --max-new-tokens 16 --ignore-eos --dump-logits "$out/$name.bin" "$@" > "$out/$name.txt"
 }
 for tp in 1 2 4; do
@@ -46,7 +47,7 @@ env -u TPC_RENDEZVOUS_DIR "$torchrun" --standalone --nproc-per-node 2 "$here/hf_
   > "$out/hf-collectives.log" 2>&1 || { cat "$out/hf-collectives.log"; exit 1; }
 "$tpc" analyze "$out/model.mlir" --plan $plan --tp 2 --prefill-len 8 --json \
   > "$out/analyze.json" 2> /dev/null
-"$tpc" launch -n 2 "$out/tp2/$arch" --weights "$hf" --prompt-ids "$prompt" --max-new-tokens 3 \
+"$tpc" launch -n 2 "$out/tp2/$model" --weights "$hf" --prompt-ids "$prompt" --max-new-tokens 3 \
   --ignore-eos --trace "$out/trace.json" > /dev/null
 python3 "$here/compare_collectives.py" $fewer "$out/hf-collectives.json" "$out/analyze.json" \
   "$out/trace.json.rank0"

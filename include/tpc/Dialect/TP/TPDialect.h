@@ -38,6 +38,9 @@ inline constexpr llvm::StringLiteral kHfModelTypeAttrName = "tp.hf_model_type";
 inline constexpr llvm::StringLiteral kHfTiedAttrName = "tp.hf_tied";
 inline constexpr llvm::StringLiteral kHfTpPlanAttrName = "tp.hf_tp_plan";
 inline constexpr llvm::StringLiteral kEosTokenIdsAttrName = "tp.eos_token_ids";
+/// Where a multimodal wrapper keeps its language model ("model.language_model."): the prefix
+/// of the module names --plan auto writes; absent, "model.".
+inline constexpr llvm::StringLiteral kHfBasePrefixAttrName = "tp.hf_base_prefix";
 /// config.json's max_position_embeddings (an i64): the longest context the model was made
 /// for, which bounds the default --max-seq-len of analyze and of the binary.
 inline constexpr llvm::StringLiteral kMaxPositionEmbeddingsAttrName =
