@@ -162,6 +162,26 @@ std::vector<Share> sharesOf(const RankShares &shares) {
           {"query_heads", "attention heads", shares.queryHeads}};
 }
 
+/// What gathering the vocabulary's logits costs a decode step, where it does: for a large
+/// vocabulary (Gemma 3's 262k) it is most of the step's bytes, and greedy decoding would need
+/// only each rank's best logit and its id.
+void logitsGatherNote(const PhaseReport &decode, int64_t tp, std::vector<std::string> &notes) {
+  double total = 0, gather = 0;
+  for (const CollectiveEntry &c : decode.collectives) {
+    total += c.bytes;
+    if (c.module == "lm_head" && c.kind == CollectiveKind::AllGather)
+      gather += c.bytes;
+  }
+  if (tp < 2 || gather == 0 || total == 0)
+    return;
+  notes.push_back(fmt::format(
+      "lm_head's all_gather of the logits is {:.0f} of a decode step's {:.0f} collective bytes "
+      "({:.0f}%); greedy decoding needs only each rank's largest logit and its id, {} bytes a "
+      "sequence over the {} ranks (a distributed argmax), but tpc's sampler reads whole rows "
+      "(penalties, top-p, logprobs), so the binary gathers them",
+      gather, total, 100 * gather / total, 8 * tp, tp));
+}
+
 } // namespace
 
 FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::string &error) {
@@ -274,6 +294,7 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
              ? transformersFails
              : "not compared (its tensor parallelism runs one batch shape, not ragged steps)"});
   }
+  logitsGatherNote(a.phases[1], o.tp, notes);
   memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
   memory.arena =
       double(memory.arenaElementsPerToken) * double(maxSeqLen) * double(elementBytes);
