@@ -114,6 +114,18 @@ def TP_RMSNormOp : TP_LayerOp<"rms_norm"> {
   }];
 }
 
+def TP_L2NormOp : TP_LayerOp<"l2_norm"> {
+  let summary = "Each head of head_dim columns divided by its root mean square; no weight";
+  let description = [{
+    x / sqrt(mean(x^2) + epsilon) over each head of `head_dim` columns: Llama 4's q/k norm
+    (Llama4TextL2Norm), which has no learned weight. Heads split across ranks need nothing.
+  }];
+  let arguments = (ins StrAttr:$module, TP_Tensor:$input, F64Attr:$epsilon,
+                       TP_PositiveI64:$head_dim);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$module $input attr-dict `:` functional-type(operands, results)";
+}
+
 def TP_SumSquaresOp : TP_LayerOp<"sum_squares"> {
   let summary = "Each row's sum of squares, [seq, features] -> [seq, 1]";
   let description = [{
@@ -198,6 +210,11 @@ def TP_AttentionOp : TP_LayerOp<"attention"> {
 
     `value_head_dim` (DeepSeek's MLA: v_head_dim) is the width of each value head, and so of
     each output head, where it differs from head_dim, the width the queries and keys share.
+
+    `chunk_size` C (Llama 4's chunked attention) lets the query at position p see the keys of
+    its own chunk only, positions C * floor(p / C) .. p. `temperature_floor` F with
+    `temperature_scale` S (Llama 4's attention temperature tuning, on its layers without RoPE)
+    multiply the query at position p by log(floor((p + 1) / F) + 1) * S + 1.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$query, TP_Tensor:$key, TP_Tensor:$value,
                        Optional<TP_Tensor>:$sinks,
@@ -208,7 +225,10 @@ def TP_AttentionOp : TP_LayerOp<"attention"> {
                        OptionalAttr<F64Attr>:$softcap,
                        OptionalAttr<DenseI64ArrayAttr>:$rank_heads,
                        OptionalAttr<TP_PositiveI64>:$kv_group,
-                       OptionalAttr<TP_PositiveI64>:$value_head_dim);
+                       OptionalAttr<TP_PositiveI64>:$value_head_dim,
+                       OptionalAttr<TP_PositiveI64>:$chunk_size,
+                       OptionalAttr<F64Attr>:$temperature_floor,
+                       OptionalAttr<F64Attr>:$temperature_scale);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
     $module $query `,` $key `,` $value (`,` $sinks^)? attr-dict `:`
@@ -307,12 +327,14 @@ def TP_RouterOp : TP_LayerOp<"router"> {
     parallelism a placement: an `ep_router` rank keeps its experts' columns. DeepSeek's: with
     `groups` G and `top_groups` g the experts are G equal groups and the top_k come from the g
     groups whose best score is largest (group_limited_greedy); the kept weights are multiplied
-    by `scale` (routed_scaling_factor).
+    by `scale` (routed_scaling_factor). With `sigmoid` (Llama 4) the top_k largest logits are
+    chosen and each kept expert's weight is the sigmoid of its logit, with no softmax.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$weight,
                        Optional<TP_Tensor>:$bias,
                        TP_PositiveI64:$top_k, DefaultValuedAttr<BoolAttr, "true">:$normalize,
                        DefaultValuedAttr<BoolAttr, "false">:$softmax_after_top_k,
+                       DefaultValuedAttr<BoolAttr, "false">:$sigmoid,
                        OptionalAttr<F64Attr>:$scale,
                        OptionalAttr<TP_PositiveI64>:$groups,
                        OptionalAttr<TP_PositiveI64>:$top_groups);
@@ -334,19 +356,27 @@ def TP_ExpertsOp : TP_LayerOp<"experts", [AttrSizedOperandSegments]> {
     [E, hidden] (both or neither) belong to their expert: each is weighted by the expert's
     routing weight with the rest of its output.
 
+    With "in_out" (Llama 4) gate_up is [E, hidden, 2 * inter] with the gate's columns first
+    and up's after, down [E, inter, hidden], also applied as x @ W.
+
+    With `scale_input` (Llama 4) the routing weight scales each expert's input rather than its
+    output: sum over e of down_e(act(gate_e (w_e x)) * up_e (w_e x)).
+
     `activation` "clamped_swiglu" (GPT-OSS) computes, with gate clamped above at `limit` and up
     clamped to [-limit, limit], (up + 1) * gate * sigmoid(alpha * gate).
 
     Experts whose routing weight is 0 for a token are skipped. Split on experts
-    (grouped_gemm) or on inter (packed_colwise gate_up with rowwise down, "out_in" without
-    biases only), each rank's sum is a summand: the result is Partial.
+    (grouped_gemm) or on inter (packed_colwise gate_up with rowwise down for "out_in",
+    packed_rowwise with colwise for "in_out"; without biases only), each rank's sum is a
+    summand: the result is Partial.
   }];
   let arguments = (ins StrAttr:$module, TP_Tensor:$input, TP_Tensor:$routing,
                        TP_Tensor:$gate_up, TP_Tensor:$down,
                        Optional<TP_Tensor>:$gate_up_bias, Optional<TP_Tensor>:$down_bias,
                        DefaultValuedStrAttr<StrAttr, "silu">:$activation,
                        DefaultValuedStrAttr<StrAttr, "out_in">:$layout,
-                       OptionalAttr<F64Attr>:$alpha, OptionalAttr<F64Attr>:$limit);
+                       OptionalAttr<F64Attr>:$alpha, OptionalAttr<F64Attr>:$limit,
+                       DefaultValuedAttr<BoolAttr, "false">:$scale_input);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = [{
     $module $input `,` $routing `,` $gate_up `,` $down (`,` $gate_up_bias^ `,` $down_bias)?

@@ -150,6 +150,10 @@ std::vector<CollectiveEntry> tpc::transformersCollectives(ModuleOp planned, int6
                     ? typeOf(result).getRank() - 1
                     : -1;
     entry.bytes = tensorBytes(result.getType(), lastOnly.contains(op) ? 1 : tokens);
+    // Llama4TextExperts returns every expert's output for every token, [experts x tokens,
+    // hidden] (Llama4TextMoe sums them after): its moe_tp_experts hook reduces all of that.
+    if (auto experts = dyn_cast<ExpertsOp>(op); experts && experts.getScaleInput())
+      entry.bytes *= double(typeOf(experts.getRouting()).getDimSize(1));
     entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
     entries.push_back(std::move(entry));
   });

@@ -131,6 +131,14 @@ std::string forwardFailure(ModuleOp planned, int64_t tp) {
                                   "does not divide (ValueError: num_experts must be "
                                   "divisible by ep_size)",
                                   plan::genericName(getModuleName(op)), experts, tp));
+      // ep_router's output hook unpacks (logits, scores, indices, ...); Llama4Router returns
+      // (scores, logits).
+      if (strategy && strategy.getName() == "ep_router" && router.getSigmoid())
+        return fail(llvm::formatv("{0} (ep_router) expects the router to return its logits, "
+                                  "scores and expert indices, and Llama4Router returns two "
+                                  "tensors (ValueError: not enough values to unpack "
+                                  "(expected at least 3, got 2))",
+                                  plan::genericName(getModuleName(op))));
       return WalkResult::advance();
     }
     if (auto experts = dyn_cast<ExpertsOp>(op)) {

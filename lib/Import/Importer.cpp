@@ -41,6 +41,8 @@ struct Architecture {
   bool gemma3 = false;            // Gemma 3: a RoPE per layer type (rope_local_base_freq),
                                   // layer types by sliding_window_pattern
   bool noRopeLayers = false;      // SmolLM3: no_rope_layers leaves RoPE out of some layers
+  bool llama4 = false;            // Llama 4: its own MoE, chunked attention, no-RoPE layers
+                                  // with temperature tuning, q/k L2 norm (readLlama4)
   bool fused = false;             // Phi3: qkv_proj, gate_up_proj
   bool moe = false;               // Mixtral, Qwen3-MoE, GPT-OSS: router + experts
   bool qwenMoe = false;           // Qwen3-MoE: num_experts, moe_intermediate_size, norm_topk_prob;
@@ -86,6 +88,10 @@ const std::vector<Architecture> &architectures() {
     smollm3.causalLM = "SmolLM3ForCausalLM";
     smollm3.noRopeLayers = smollm3.tiedByDefault = true;
     smollm3.defaultTheta = 2e6;
+    Architecture llama4{"llama4_text", "Llama4ForCausalLM"};
+    llama4.llama4 = llama4.attentionBiasField = true;
+    llama4.defaultEps = 1e-5;
+    llama4.defaultTheta = 500000.0;
     Architecture phi3{"phi3", "Phi3ForCausalLM"};
     phi3.fused = phi3.slidingEveryLayer = true;
     Architecture mixtral{"mixtral", "MixtralForCausalLM"};
@@ -105,9 +111,9 @@ const std::vector<Architecture> &architectures() {
     gptOss.attentionBiasField = gptOss.defaultAttentionBias = true;
     gptOss.defaultEps = 1e-5;
     gptOss.defaultTheta = 150000.0;
-    return std::vector<Architecture>{llama,   mistral, qwen2,    qwen3,    gemma,
-                                     gemma2,  gemma3,  smollm3,  phi3,     mixtral,
-                                     qwen3Moe, olmo2,  deepseek2, gptOss};
+    return std::vector<Architecture>{llama,    mistral, qwen2,     qwen3,  gemma,
+                                     gemma2,   gemma3,  smollm3,   llama4, phi3,
+                                     mixtral,  qwen3Moe, olmo2,    deepseek2, gptOss};
   }();
   return table;
 }
@@ -127,7 +133,9 @@ const std::set<std::string> kHarmless = {
     "experts_per_token", "initial_context_length",
     // Gemma3TextConfig saves the pattern it made layer_types from (always saved beside them);
     // reading it back, it reads sliding_window_pattern only.
-    "_sliding_window_pattern"};
+    "_sliding_window_pattern",
+    // Llama 4's released config.json: a flag for a quantization tool.
+    "for_llm_compressor"};
 
 // config.json comes from anywhere: a size larger than any model's would only overflow or
 // exhaust memory further down (in the text written here, in analyze's byte counts, in the
@@ -413,6 +421,9 @@ private:
                                const std::string &layerType);
   bool readLayerTypes();
   bool readNoRopeLayers();
+  bool readLlama4();
+  std::string llama4FeedForward(int64_t i, const std::string &v, const std::string &ff,
+                                const std::string &x);
   std::string linear(const std::string &name, const std::string &module, const std::string &x,
                      int64_t in, int64_t out, bool bias);
   std::string norm(const std::string &name, const std::string &module, const std::string &x,
@@ -449,7 +460,13 @@ private:
   std::vector<std::string> layerTypes; // "sliding_attention" or "full_attention"
   std::optional<int64_t> slidingWindow;
   std::map<std::string, Rope> ropes; // by layer type ("" for all)
-  std::vector<bool> ropeLayers;      // SmolLM3: the layers that apply RoPE (empty: all)
+  std::vector<bool> ropeLayers;      // SmolLM3, Llama 4: the layers that apply RoPE (empty: all)
+  // Llama 4: the dense layers' MLP width, q/k L2 norm, the chunk of chunked_attention layers,
+  // the temperature tuning of the layers without RoPE.
+  int64_t denseInter = 0;
+  bool qkL2Norm = false;
+  std::optional<int64_t> chunkSize;
+  std::optional<std::pair<double, double>> temperature; // floor_scale, attn_scale
   // Where the language model's modules are: "model." (a *ForCausalLM), or
   // "model.language_model." (a multimodal wrapper's text model).
   std::string base = "model.";
@@ -555,6 +572,8 @@ bool Importer::readShape() {
   }
   if (arch.qwenMoe)
     readQwenMoe();
+  if (arch.llama4 && !readLlama4())
+    return false;
   if (arch.sandwichNorms) {
     attnScale = std::pow(c.number("query_pre_attn_scalar", 256).value_or(256), -0.5);
     attnSoftcap = c.number("attn_logit_softcapping", std::nullopt);
@@ -934,6 +953,8 @@ bool Importer::readLayerTypes() {
     slidingWindow = 128; // GptOssConfig's default
   else if (arch.gemma3 && !c.value().contains("sliding_window"))
     slidingWindow = 4096; // Gemma3TextConfig's default
+  if (arch.llama4)
+    return true; // readLlama4 read them
   layerTypes.assign(layers, "full_attention");
   if (arch.noRopeLayers)
     return readNoRopeLayers();
@@ -1042,6 +1063,147 @@ bool Importer::readNoRopeLayers() {
   return true;
 }
 
+/// Llama 4's fields, with Llama4TextConfig's defaults: experts on the layers moe_layers lists
+/// (else every interleave_moe_layer_step-th), each a sigmoid router's top k plus a shared
+/// expert; the other layers a dense MLP of intermediate_size_mlp. RoPE on the layers
+/// no_rope_layers marks 1 (else all but every no_rope_layer_interval-th), which attend by
+/// chunks of attention_chunk_size (layer_types chunked_attention) and normalize q and k
+/// (use_qk_norm); the others attend to the whole context with their queries scaled by the
+/// position (attn_temperature_tuning, floor_scale, attn_scale).
+bool Importer::readLlama4() {
+  if (c.get("sliding_window") || c.get("use_sliding_window"))
+    c.error(c.get("sliding_window") ? "sliding_window" : "use_sliding_window")
+        << "Llama 4 has no sliding window (its local layers attend by chunks: "
+           "attention_chunk_size)";
+  experts = c.integer("num_local_experts", 16, 1, kMaxRepeats).value_or(0);
+  topK = c.integer("num_experts_per_tok", 1).value_or(0);
+  expertInter = inter;
+  denseInter = c.integer("intermediate_size_mlp", 16384).value_or(0);
+  if (c.failed)
+    return false;
+  if (topK > experts) {
+    c.error("num_experts_per_tok") << "num_experts_per_tok " << topK << " exceeds the "
+                                   << experts << " experts";
+    return false;
+  }
+  sparseLayers.assign(layers, false);
+  if (const json *list = c.get("moe_layers")) {
+    if (!list->is_array()) {
+      c.error("moe_layers") << "'moe_layers' must be a list of layer indices, got "
+                            << list->dump();
+      return false;
+    }
+    for (const json &index : *list) {
+      if (!index.is_number_integer() || index.get<int64_t>() < 0 ||
+          index.get<int64_t>() >= layers) {
+        c.error("moe_layers") << "'moe_layers' must list layers of the " << layers
+                              << ", got " << index.dump();
+        return false;
+      }
+      sparseLayers[index.get<int64_t>()] = true;
+    }
+    c.get("interleave_moe_layer_step"); // read only without moe_layers
+  } else {
+    int64_t step = c.integer("interleave_moe_layer_step", 1, 1, kMaxRepeats).value_or(1);
+    for (int64_t i = step - 1; i < layers; i += step)
+      sparseLayers[i] = true;
+  }
+  // no_rope_layers: 1 where the layer applies RoPE; absent or empty, the interval's default.
+  ropeLayers.assign(layers, true);
+  const json *list = c.get("no_rope_layers");
+  if (list && (!list->is_array() || (!list->empty() && int64_t(list->size()) != layers))) {
+    c.error("no_rope_layers") << "'no_rope_layers' must list 1 (RoPE) or 0 (none) for each of "
+                                 "the "
+                              << layers << " layers, got " << list->dump();
+    return false;
+  }
+  if (list && !list->empty()) {
+    for (int64_t i = 0; i < layers; ++i) {
+      const json &flag = (*list)[i];
+      if (flag != 0 && flag != 1 && flag != true && flag != false) {
+        c.error("no_rope_layers") << "'no_rope_layers' must hold 1 (RoPE) or 0 (none), got "
+                                  << flag.dump() << " for layer " << i;
+        return false;
+      }
+      ropeLayers[i] = flag == 1 || flag == true;
+    }
+    c.get("no_rope_layer_interval");
+  } else {
+    int64_t interval = c.integer("no_rope_layer_interval", 4, 1, kMaxRepeats).value_or(4);
+    for (int64_t i = 0; i < layers; ++i)
+      ropeLayers[i] = (i + 1) % interval != 0;
+  }
+  // layer_types: given, or chunked where RoPE is.
+  layerTypes.assign(layers, "full_attention");
+  for (int64_t i = 0; i < layers; ++i)
+    layerTypes[i] = ropeLayers[i] ? "chunked_attention" : "full_attention";
+  if (const json *types = c.get("layer_types")) {
+    if (!types->is_array() || int64_t(types->size()) != layers) {
+      c.error("layer_types") << "'layer_types' must list one type per layer (" << layers << ")";
+      return false;
+    }
+    for (int64_t i = 0; i < layers; ++i) {
+      const json &t = (*types)[i];
+      if (t != "chunked_attention" && t != "full_attention") {
+        c.error("layer_types") << "layer type " << t.dump()
+                               << " is not supported for Llama 4 (chunked_attention, "
+                                  "full_attention)";
+        return false;
+      }
+      layerTypes[i] = t.get<std::string>();
+    }
+  }
+  bool chunked = llvm::is_contained(layerTypes, "chunked_attention");
+  if (c.get("attention_chunk_size"))
+    chunkSize = c.integer("attention_chunk_size", std::nullopt).value_or(0);
+  else if (!c.value().contains("attention_chunk_size"))
+    chunkSize = 8192; // Llama4TextConfig's default
+  if (c.failed)
+    return false;
+  if (chunked && !chunkSize) {
+    c.error("attention_chunk_size")
+        << "chunked_attention layers need an attention_chunk_size (transformers 5.17 fails "
+           "without one)";
+    return false;
+  }
+  qkL2Norm = c.boolean("use_qk_norm", true);
+  if (c.boolean("attn_temperature_tuning", true)) {
+    double floor = c.number("floor_scale", 8192).value_or(8192);
+    const json *scale = c.get("attn_scale");
+    if (scale && !scale->is_number()) {
+      c.error("attn_scale") << "'attn_scale' must be a number, got " << scale->dump();
+      return false;
+    }
+    temperature = std::pair(floor, scale ? scale->get<double>() : 0.1);
+  } else {
+    c.get("floor_scale");
+    c.get("attn_scale");
+  }
+  return !c.failed;
+}
+
+/// A Llama 4 layer's feed_forward: on its MoE layers the sigmoid router's top k experts, each
+/// fed its routing weight times x (Llama4TextMoe), plus the shared expert on every token; on
+/// the others a dense MLP.
+std::string Importer::llama4FeedForward(int64_t i, const std::string &v, const std::string &ff,
+                                        const std::string &x) {
+  if (!sparseLayers[i])
+    return mlp(v, ff, x, denseInter);
+  std::string routing = w.op(v + "routing", "router", ff + ".router",
+                             {x, w.weight(ff + ".router.weight", {experts, hidden})},
+                             "normalize = false, sigmoid = true, top_k = " + i64(topK),
+                             w.act(experts));
+  std::string moe =
+      w.op(v + "moe", "experts", ff + ".experts",
+           {x, routing, w.weight(ff + ".experts.gate_up_proj", {experts, hidden, 2 * inter}),
+            w.weight(ff + ".experts.down_proj", {experts, inter, hidden})},
+           std::string(act == "silu" ? "" : "activation = \"gelu_tanh\", ") +
+               "layout = \"in_out\", scale_input = true",
+           w.act(hidden));
+  std::string shared = mlp(v + "shared_", ff + ".shared_expert", x, inter);
+  return w.op(v + "moe_sum", "add", ff, {shared, moe}, "", w.act(hidden));
+}
+
 std::string Importer::linear(const std::string &name, const std::string &module,
                              const std::string &x, int64_t in, int64_t out, bool bias) {
   std::vector<std::string> operands = {x, w.weight(module + ".weight", {out, in})};
@@ -1111,11 +1273,19 @@ std::string Importer::selfAttention(int64_t i, const std::string &v, const std::
   if (rope.scaling != 1.0)
     ropeAttrs += ", scaling = " + f64(rope.scaling);
   std::string qr = q, kr = k;
-  if (ropeLayers.empty() || ropeLayers[i]) {
+  bool rotates = ropeLayers.empty() || ropeLayers[i];
+  if (arch.llama4) // Llama 4 rotates in the complex form: pairs of adjacent columns
+    ropeAttrs += ", interleaved = true";
+  if (rotates) {
     qr = w.op(v + "qr", "rotary", attn, {q, "%positions"}, ropeAttrs, w.act(qWidth));
     kr = w.op(v + "kr", "rotary", attn, {k, "%positions"}, ropeAttrs, w.act(kvWidth));
   } else {
     w.comment("no RoPE in this layer (no_rope_layers)");
+  }
+  if (arch.llama4 && rotates && qkL2Norm) { // Llama4TextL2Norm, after RoPE, no weight
+    std::string l2 = "epsilon = " + f64(eps) + ", head_dim = " + i64(headDim);
+    qr = w.op(v + "qn", "l2_norm", attn + ".qk_norm", {qr}, l2, w.act(qWidth));
+    kr = w.op(v + "kn", "l2_norm", attn + ".qk_norm", {kr}, l2, w.act(kvWidth));
   }
   std::string attrs = "head_dim = " + i64(headDim) + ", num_heads = " + i64(heads) +
                       ", num_kv_heads = " + i64(kvHeads);
@@ -1125,6 +1295,11 @@ std::string Importer::selfAttention(int64_t i, const std::string &v, const std::
     attrs += ", sliding_window = " + i64(*slidingWindow);
   if (attnSoftcap)
     attrs += ", softcap = " + f64(*attnSoftcap);
+  if (type == "chunked_attention")
+    attrs += ", chunk_size = " + i64(*chunkSize);
+  if (arch.llama4 && !rotates && temperature)
+    attrs += ", temperature_floor = " + f64(temperature->first) +
+             ", temperature_scale = " + f64(temperature->second);
   std::vector<std::string> attnOperands = {qr, kr, val};
   if (arch.gptOss) // a learned logit per head that joins each row's softmax
     attnOperands.push_back(w.weight(attn + ".sinks", {heads}));
@@ -1223,7 +1398,9 @@ std::string Importer::layer(int64_t i, const std::string &h) {
              p + (arch.sandwichNorms ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"),
              h1, hidden);
   std::string out;
-  if (arch.mla && i < denseLayers) {
+  if (arch.llama4) {
+    out = llama4FeedForward(i, v, p + ".feed_forward", x);
+  } else if (arch.mla && i < denseLayers) {
     out = this->mlp(v, mlp, x, inter);
   } else if (arch.mla) {
     // Routed experts (the Mixtral layout; save_pretrained writes them per expert) plus the
@@ -1466,6 +1643,10 @@ std::optional<std::string> Importer::run() {
        << ", vocab " << vocab;
   if (arch.moe)
     text << ", " << experts << " experts (top " << topK << ")";
+  if (arch.llama4)
+    text << ", " << experts << " experts (top " << topK << ") and a shared one in "
+         << std::count(sparseLayers.begin(), sparseLayers.end(), true)
+         << " of the layers, dense MLPs of " << denseInter << " in the rest";
   if (arch.mla)
     text << ", latent attention (q rank " << qLora << ", kv rank " << kvLora << ", heads of "
          << nopeDim << " + " << ropeDim << " and values of " << valueDim << "), " << experts

@@ -106,6 +106,36 @@ const json &table() {
                           {"model.layers.*.mlp.down_proj", "rowwise"},
                           {"lm_head", "colwise_gather_output"}}},
                         {"ep", t["mixtral"]["ep"]}};
+    // Llama 4: its experts are [E, in, out] (x @ W), so transformers splits gate_up's packed
+    // columns (packed_rowwise) and down's rows (colwise), the transposes of Mixtral's. Its
+    // model's plan also has the keys without "model." (Llama4ForCausalLM applies its text
+    // config's plan to itself), which name no module: left out.
+    t["llama4_text"] = {{"tp",
+                         {{"model.layers.*.self_attn.q_proj", "colwise"},
+                          {"model.layers.*.self_attn.k_proj", "colwise"},
+                          {"model.layers.*.self_attn.v_proj", "colwise"},
+                          {"model.layers.*.self_attn.o_proj", "rowwise"},
+                          {"model.layers.*.feed_forward.shared_expert.gate_proj", "colwise"},
+                          {"model.layers.*.feed_forward.shared_expert.up_proj", "colwise"},
+                          {"model.layers.*.feed_forward.shared_expert.down_proj", "rowwise"},
+                          {"model.layers.*.feed_forward.experts.gate_up_proj", "packed_rowwise"},
+                          {"model.layers.*.feed_forward.experts.down_proj", "colwise"},
+                          {"model.layers.*.feed_forward.experts", "moe_tp_experts"},
+                          {"model.layers.*.feed_forward.gate_proj", "colwise"},
+                          {"model.layers.*.feed_forward.up_proj", "colwise"},
+                          {"model.layers.*.feed_forward.down_proj", "rowwise"},
+                          {"lm_head", "colwise_gather_output"}}},
+                        {"ep",
+                         {{"model.layers.*.self_attn.q_proj", "colwise"},
+                          {"model.layers.*.self_attn.k_proj", "colwise"},
+                          {"model.layers.*.self_attn.v_proj", "colwise"},
+                          {"model.layers.*.self_attn.o_proj", "rowwise"},
+                          {"model.layers.*.feed_forward.experts.gate_up_proj", "grouped_gemm"},
+                          {"model.layers.*.feed_forward.experts.down_proj", "grouped_gemm"},
+                          {"model.layers.*.feed_forward.gate_proj", "colwise"},
+                          {"model.layers.*.feed_forward.up_proj", "colwise"},
+                          {"model.layers.*.feed_forward.down_proj", "rowwise"},
+                          {"model.layers.*.feed_forward.router", "ep_router"}}}};
     // GptOssConfig has no base_model_tp_plan: its tensor-parallel plan is the head's alone
     // (autoPlan refuses it as a plan for the model); its expert-parallel plan, as written.
     t["gpt_oss"] = {{"tp", {{"lm_head", "colwise_gather_output"}}},

@@ -309,7 +309,7 @@ bool PlanApplier::sinksSplitWithHeads(StringRef name) const {
       continue;
     Value q = attention.getQuery();
     while (Operation *def = q.getDefiningOp()) {
-      if (!isa<tp::RotaryOp, tp::RMSNormOp>(def))
+      if (!isa<tp::RotaryOp, tp::RMSNormOp, tp::L2NormOp>(def))
         break;
       q = def->getOperand(0);
     }

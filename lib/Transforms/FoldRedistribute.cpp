@@ -196,7 +196,7 @@ private:
       SmallVector<Operation *> chain;
       Value at = operand;
       while (Operation *op = at.getDefiningOp()) {
-        if (!isa<RotaryOp, RMSNormOp, RedistributeOp>(op))
+        if (!isa<RotaryOp, RMSNormOp, L2NormOp, RedistributeOp>(op))
           break;
         chain.push_back(op);
         at = op->getOperand(0);

@@ -70,6 +70,8 @@ FailureOr<OpLayout> LayoutRules::infer(Operation *op, ArrayRef<PlacementAttr> op
     return attention(op, in);
   if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getHeadDim())
     return headNorm(op, in);
+  if (isa<L2NormOp>(op))
+    return headNorm(op, in);
   if (isa<RouterOp>(op))
     return router(op, in);
   if (isa<ExpertsOp>(op))
@@ -207,15 +209,19 @@ FailureOr<OpLayout> LayoutRules::attention(Operation *op, ArrayRef<PlacementAttr
 
 FailureOr<OpLayout> LayoutRules::headNorm(Operation *op, ArrayRef<PlacementAttr> in) {
   // Each head is normalized on its own: tokens or whole heads may be split, a sum may not.
-  auto norm = cast<RMSNormOp>(op);
+  // An RMSNorm's weight (one head's) is replicated; an L2 norm has none.
+  auto norm = dyn_cast<RMSNormOp>(op);
   PlacementAttr x = in[0];
   if (isP(x))
     x = replicate();
-  int64_t features = featuresOf(norm.getInput()), headDim = *norm.getHeadDim();
+  int64_t features = featuresOf(op->getOperand(0));
+  int64_t headDim = norm ? *norm.getHeadDim() : int64_t(cast<L2NormOp>(op).getHeadDim());
   if (!isR(x) && shardDim(x) != 0 && !wholeHeads(x, features, headDim))
     return LogicalResult(moduleError(op) << "dim 1 of size " << features << " (heads of "
                                          << headDim << ") split as " << x.str() << " over tp "
                                          << tp << " does not give every rank whole heads");
+  if (!norm)
+    return OpLayout{{x}, x};
   return OpLayout{{x, replicate()}, x};
 }
 
@@ -258,7 +264,8 @@ FailureOr<OpLayout> LayoutRules::experts(Operation *op, ArrayRef<PlacementAttr> 
   auto moe = cast<ExpertsOp>(op);
   PlacementAttr gateUp = in[2], down = in[3];
   bool biases = static_cast<bool>(moe.getGateUpBias());
-  bool inOut = moe.getLayout() == "in_out_interleaved";
+  bool interleaved = moe.getLayout() == "in_out_interleaved";
+  bool inOut = moe.getLayout() != "out_in"; // [E, in, out]: x @ W
   int64_t inter = typeOf(moe.getDown()).getDimSize(inOut ? 1 : 2);
   if (isR(gateUp) && isR(down)) {
     // Every expert everywhere: tokens may be split, the routing follows the input.
@@ -275,26 +282,31 @@ FailureOr<OpLayout> LayoutRules::experts(Operation *op, ArrayRef<PlacementAttr> 
       layout.operands.append({shard(0), shard(0)});
     return layout;
   }
-  if (inOut || biases)
+  if (interleaved || biases)
     return LogicalResult(moduleError(op)
                          << "experts split as gate_up " << gateUp.str() << " and down "
                          << down.str() << " do not compute: "
-                         << (inOut ? "gate and up are interleaved column by column in gate_up "
+                         << (interleaved ? "gate and up are interleaved column by column in gate_up "
                                      "(layout in_out_interleaved), so a split of inter is no "
                                      "packed_colwise split;"
                                    : "the experts have biases, which a split of inter would "
                                      "add on every rank;")
                          << " split the experts' parameters on the expert dim (grouped_gemm), "
                             "or replicate them");
+  // A split of inter: gate and up each split alike (packed), down on inter too. In "out_in"
+  // inter is gate_up's dim 1 and down's dim 2 (packed_colwise, rowwise); in "in_out" gate_up's
+  // dim 2 and down's dim 1 (packed_rowwise, colwise).
   auto packed = dyn_cast<StridedShardAttr>(gateUp);
-  if (packed && packed.getDim() == 1 && packed.getBlocks().size() == 2 &&
-      packed.getBlocks()[0] == inter && packed.getBlocks()[1] == inter && shardDim(down) == 2)
+  if (packed && packed.getDim() == (inOut ? 2 : 1) && packed.getBlocks().size() == 2 &&
+      packed.getBlocks()[0] == inter && packed.getBlocks()[1] == inter &&
+      shardDim(down) == (inOut ? 1 : 2))
     return OpLayout{{replicate(), replicate(), gateUp, down}, partial()};
   return LogicalResult(moduleError(op)
                        << "experts split as gate_up " << gateUp.str() << " and down "
                        << down.str()
                        << " do not compute: split both on the expert dim (grouped_gemm), or "
-                          "gate_up packed_colwise with down rowwise");
+                       << (inOut ? "gate_up packed_rowwise with down colwise (layout in_out)"
+                                 : "gate_up packed_colwise with down rowwise"));
 }
 
 OpLayout LayoutRules::elementwise(Operation *op, ArrayRef<PlacementAttr> in) {

@@ -71,7 +71,7 @@ void rmsNorm(Host, const float *x, int64_t rows, int64_t cols, const float *weig
       sum += double(in[c]) * in[c];
     double scale = 1.0 / std::sqrt(sum / cols + epsilon);
     for (int64_t c = 0; c < cols; ++c)
-      out[r * cols + c] = float(in[c] * scale * (weight[c] + weightOffset));
+      out[r * cols + c] = float(in[c] * scale * (weight ? weight[c] + weightOffset : 1.0));
   }
 }
 
@@ -153,7 +153,8 @@ namespace {
 void attendSequence(const float *q, int64_t rows, int64_t start, const float *keysOf,
                     const float *valuesOf, int64_t heads, int64_t kvHeads, int64_t headDim,
                     double scale, int64_t slidingWindow, double softcap, const HeadSplit &split,
-                    float *out, const float *sinks, int64_t valueHeadDim) {
+                    float *out, const float *sinks, int64_t valueHeadDim,
+                    const AttentionMask &mask) {
   int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim;
   int64_t group = heads / kvHeads, keys = start + rows, qWidth = heads * headDim;
   int64_t oWidth = heads * valueHeadDim;
@@ -188,6 +189,16 @@ void attendSequence(const float *q, int64_t rows, int64_t start, const float *ke
       float *row = scores.data() + r * keys;
       int64_t position = start + r; // causal: keys 0 .. position
       int64_t first = slidingWindow > 0 ? std::max<int64_t>(0, position - slidingWindow + 1) : 0;
+      if (mask.chunkSize > 0)
+        first = position / mask.chunkSize * mask.chunkSize;
+      if (mask.temperatureFloor > 0) { // as the query scaled, in float32
+        float factor = float(std::log1p(std::floor(float(position + 1) /
+                                                   float(mask.temperatureFloor))) *
+                                 float(mask.temperatureScale) +
+                             1.0f);
+        for (int64_t t = first; t <= position; ++t)
+          row[t] *= factor;
+      }
       float best = sinks ? sinks[h] : -INFINITY;
       for (int64_t t = first; t <= position; ++t) {
         if (softcap > 0)
@@ -226,7 +237,7 @@ void attendSequence(const float *q, int64_t rows, int64_t start, const float *ke
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
                double softcap, const HeadSplit &split, StepCache c, float *out,
-               const float *sinks, int64_t valueHeadDim) {
+               const float *sinks, int64_t valueHeadDim, const AttentionMask &mask) {
   (void)rows; // the step's tokens, which its sequences divide
   if (valueHeadDim == 0)
     valueHeadDim = headDim;
@@ -264,7 +275,7 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
     }
     attendSequence(q + s.first * qWidth, s.count, s.cached, keysOf, valuesOf, heads, kvHeads,
                    headDim, scale, slidingWindow, softcap, split, out + s.first * oWidth, sinks,
-                   valueHeadDim);
+                   valueHeadDim, mask);
   }
 }
 
@@ -307,12 +318,25 @@ static void topIndices(const std::vector<double> &values, int64_t k, std::vector
 
 void router(Host host, const float *x, int64_t rows, int64_t hidden, const float *w,
             int64_t experts, int64_t topK, bool normalize, float *out, const float *bias,
-            bool softmaxAfterTopK, double scale, int64_t groups, int64_t topGroups) {
+            bool softmaxAfterTopK, double scale, int64_t groups, int64_t topGroups,
+            bool sigmoid) {
   linear(host, x, rows, hidden, w, experts, bias, out);
   std::vector<int64_t> order(experts), groupOrder;
   std::vector<double> probs(experts), groupBest(size_t(std::max<int64_t>(groups, 0)));
   for (int64_t r = 0; r < rows; ++r) {
     float *row = out + r * experts;
+    if (sigmoid) { // Llama 4: the top k logits, each through a sigmoid (in float32)
+      for (int64_t e = 0; e < experts; ++e)
+        probs[e] = row[e];
+      topIndices(probs, topK, order);
+      std::vector<float> kept(static_cast<size_t>(topK));
+      for (int64_t i = 0; i < topK; ++i)
+        kept[size_t(i)] = 1.0f / (1.0f + std::exp(-row[order[i]]));
+      std::fill(row, row + experts, 0.0f);
+      for (int64_t i = 0; i < topK; ++i)
+        row[order[i]] = kept[size_t(i)];
+      continue;
+    }
     if (softmaxAfterTopK) {
       for (int64_t e = 0; e < experts; ++e)
         order[e] = e;
@@ -360,22 +384,30 @@ void router(Host host, const float *x, int64_t rows, int64_t hidden, const float
 void experts(Host host, const float *x, int64_t rows, int64_t hidden, const float *routing,
              int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,
              const ExpertsForm &form, float *out) {
-  if (!form.inOutInterleaved && !form.gateUpBias && !(form.alpha > 0))
+  if (!form.inOutInterleaved && !form.gateUpBias && !(form.alpha > 0) && !form.inOut &&
+      !form.scaleInput)
     return cpu::experts(host, x, rows, hidden, routing, experts, gateUp, down, inter, geluTanh,
                         out);
   std::fill(out, out + rows * hidden, 0.0f);
-  std::vector<float> gu(2 * inter), gate(inter), up(inter), act(inter), y(hidden);
+  std::vector<float> gu(2 * inter), gate(inter), up(inter), act(inter), y(hidden), scaled(hidden);
+  bool inOut = form.inOutInterleaved || form.inOut; // x @ W
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t e = 0; e < experts; ++e) {
       float weight = routing[t * experts + e];
       if (weight == 0.0f)
         continue;
       const float *w = gateUp + e * 2 * inter * hidden, *d = down + e * hidden * inter;
-      if (form.inOutInterleaved) // x @ W, W [hidden, 2 * inter]
+      const float *in = x + t * hidden;
+      if (form.scaleInput) { // Llama 4: the expert sees weight * x
+        for (int64_t h = 0; h < hidden; ++h)
+          scaled[h] = in[h] * weight;
+        in = scaled.data();
+      }
+      if (inOut) // x @ W, W [hidden, 2 * inter]
         cblas_sgemv(CblasRowMajor, CblasTrans, int(hidden), int(2 * inter), 1.0f, w, int(2 * inter),
-                    x + t * hidden, 1, 0.0f, gu.data(), 1);
+                    in, 1, 0.0f, gu.data(), 1);
       else
-        linear(host, x + t * hidden, 1, hidden, w, 2 * inter, nullptr, gu.data());
+        linear(host, in, 1, hidden, w, 2 * inter, nullptr, gu.data());
       if (form.gateUpBias)
         for (int64_t j = 0; j < 2 * inter; ++j)
           gu[j] += form.gateUpBias[e * 2 * inter + j];
@@ -397,7 +429,7 @@ void experts(Host host, const float *x, int64_t rows, int64_t hidden, const floa
           silu(host, gate.data(), inter, act.data());
         mul(host, act.data(), up.data(), inter, act.data());
       }
-      if (form.inOutInterleaved) // act @ D, D [inter, hidden]
+      if (inOut) // act @ D, D [inter, hidden]
         cblas_sgemv(CblasRowMajor, CblasTrans, int(inter), int(hidden), 1.0f, d, int(hidden),
                     act.data(), 1, 0.0f, y.data(), 1);
       else
@@ -405,8 +437,9 @@ void experts(Host host, const float *x, int64_t rows, int64_t hidden, const floa
       if (form.downBias)
         for (int64_t h = 0; h < hidden; ++h)
           y[h] += form.downBias[e * hidden + h];
+      float outWeight = form.scaleInput ? 1.0f : weight;
       for (int64_t h = 0; h < hidden; ++h)
-        out[t * hidden + h] += weight * y[h];
+        out[t * hidden + h] += outWeight * y[h];
     }
 }
 

@@ -282,6 +282,8 @@ LinearOp tpc::tp::headProjection(Value operand, SmallVectorImpl<Operation *> *be
       operand = rotary.getInput();
     else if (auto norm = dyn_cast<RMSNormOp>(op); norm && norm.getHeadDim())
       operand = norm.getInput();
+    else if (auto l2 = dyn_cast<L2NormOp>(op)) // Llama 4's q/k norm, per head
+      operand = l2.getInput();
     else
       break;
     if (between)

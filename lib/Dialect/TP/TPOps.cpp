@@ -146,6 +146,19 @@ LogicalResult EmbeddingOp::verify() {
   return expectElementType(*this, getResult(), "the result", table.getElementType());
 }
 
+LogicalResult L2NormOp::verify() {
+  if (failed(expectRank(*this, getInput(), "the input", 2)))
+    return failure();
+  int64_t hidden = typeOf(getInput()).getDimSize(1);
+  if (!ShapedType::isDynamic(hidden) && hidden % int64_t(getHeadDim()) != 0)
+    return moduleError(*this) << "the input has " << hidden
+                              << " features, not a whole number of heads of head_dim "
+                              << getHeadDim();
+  if (getEpsilon().convertToDouble() <= 0)
+    return moduleError(*this) << "epsilon must be positive";
+  return expectResult(*this, getInput(), hidden);
+}
+
 LogicalResult RMSNormOp::verify() {
   if (failed(expectRank(*this, getInput(), "the input", 2)) ||
       failed(expectRank(*this, getWeight(), "the weight", 1)))
@@ -291,6 +304,13 @@ LogicalResult AttentionOp::verify() {
                                 << sizeStr(seq) << " and " << sizeStr(typeOf(v).getDimSize(0));
   if (std::optional<APFloat> softcap = getSoftcap(); softcap && softcap->convertToDouble() <= 0)
     return moduleError(*this) << "softcap must be positive";
+  if (getChunkSize() && getSlidingWindow())
+    return moduleError(*this) << "chunk_size and sliding_window do not combine (a layer is "
+                                 "chunked or slides)";
+  if (getTemperatureFloor().has_value() != getTemperatureScale().has_value())
+    return moduleError(*this) << "temperature_floor and temperature_scale come together";
+  if (std::optional<APFloat> floor = getTemperatureFloor(); floor && floor->convertToDouble() <= 0)
+    return moduleError(*this) << "temperature_floor must be positive";
   if (Value sinks = getSinks()) {
     if (failed(expectRank(*this, sinks, "sinks", 1)))
       return failure();
@@ -380,6 +400,9 @@ LogicalResult RouterOp::verify() {
   }
   if (std::optional<APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0))
     return moduleError(*this) << "scale must be positive";
+  if (getSigmoid() && (getSoftmaxAfterTopK() || getGroups() || getScale() || getNormalize()))
+    return moduleError(*this) << "a sigmoid router (Llama 4) takes no softmax_after_top_k, "
+                                 "groups, scale or normalize";
   if (Value bias = getBias()) {
     if (failed(expectRank(*this, bias, "the bias", 1)))
       return failure();
@@ -408,10 +431,11 @@ LogicalResult ExpertsOp::verify() {
                                  "it needs both";
   if (clamped && !(getAlpha()->convertToDouble() > 0 && getLimit()->convertToDouble() > 0))
     return moduleError(*this) << "alpha and limit must be positive";
-  if (getLayout() != "out_in" && getLayout() != "in_out_interleaved")
-    return moduleError(*this) << "layout must be \"out_in\" or \"in_out_interleaved\", got \""
+  if (getLayout() != "out_in" && getLayout() != "in_out_interleaved" && getLayout() != "in_out")
+    return moduleError(*this) << "layout must be \"out_in\", \"in_out\" or "
+                                 "\"in_out_interleaved\", got \""
                               << getLayout() << "\"";
-  bool inOut = getLayout() == "in_out_interleaved";
+  bool inOut = getLayout() != "out_in";
   RankedTensorType x = typeOf(getInput()), gateUp = typeOf(getGateUp()),
                    down = typeOf(getDown());
   // In "out_in" terms: gate_up [E, 2 * inter, hidden], down [E, hidden, inter].

@@ -54,6 +54,17 @@ public:
                              << ": attention sinks (GPT-OSS) run on the CPU target only for now "
                                 "(the CUDA attention kernels have no sink in their softmax); use "
                                 "--target cpu";
+    if (isa<tpc::tp::L2NormOp>(op))
+      return op->emitError() << tpc::tp::getModuleName(op)
+                             << ": Llama 4's q/k L2 norm runs on the CPU target only for now; "
+                                "use --target cpu";
+    if (auto attention = dyn_cast<tpc::tp::AttentionOp>(op);
+        attention && (attention.getChunkSize() || attention.getTemperatureFloor()))
+      return op->emitError() << attention.getModule()
+                             << ": chunked attention and attention temperature tuning (Llama "
+                                "4) run on the CPU target only for now (the CUDA attention "
+                                "kernels mask causally or by a sliding window); use --target "
+                                "cpu";
     if (auto attention = dyn_cast<tpc::tp::AttentionOp>(op); attention && attention.getKvGroup())
       return op->emitError()
              << attention.getModule()

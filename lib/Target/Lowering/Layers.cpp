@@ -113,6 +113,11 @@ LogicalResult lower(FunctionLowering &l, AttentionOp attention) {
         .real("softcap", orDefault(attention.getSoftcap(), 0.0))
         .integer("layer", l.attentionIndex++)
         .value("out", out);
+    if (std::optional<int64_t> chunk = attention.getChunkSize()) // Llama 4
+      c.integer("chunkSize", *chunk);
+    if (attention.getTemperatureFloor()) // Llama 4's temperature tuning
+      c.real("temperatureFloor", attention.getTemperatureFloor()->convertToDouble())
+          .real("temperatureScale", attention.getTemperatureScale()->convertToDouble());
     if (std::optional<int64_t> group = attention.getKvGroup()) // heads split unevenly
       c.integer("kvGroup", *group).text("rankHeads", braced(*attention.getRankHeads()));
     if (Value sinks = attention.getSinks())
@@ -139,11 +144,23 @@ LogicalResult lower(FunctionLowering &l, RouterOp router) {
       c.real("scale", orDefault(router.getScale(), 1.0))
           .integer("groups", router.getGroups().value_or(0))
           .integer("topGroups", router.getTopGroups().value_or(0));
+    if (router.getSigmoid()) // Llama 4's (the verifier allows none of the above with it)
+      c.boolean("sigmoid", true);
+  });
+}
+
+LogicalResult lower(FunctionLowering &l, L2NormOp norm) {
+  return l.lowerInto(norm, "l2Norm", [&](Call &c, Value out) {
+    c.input(norm.getInput())
+        .integer("width", norm.getHeadDim())
+        .real("epsilon", norm.getEpsilon().convertToDouble())
+        .value("out", out);
   });
 }
 
 LogicalResult lower(FunctionLowering &l, ExpertsOp moe) {
-  bool inOut = moe.getLayout() == "in_out_interleaved";
+  bool interleaved = moe.getLayout() == "in_out_interleaved";
+  bool inOut = moe.getLayout() != "out_in";
   return l.lowerInto(moe, "experts", [&](Call &c, Value out) {
     c.input(moe.getInput())
         .value("routing", l.ref(moe.getRouting()))
@@ -153,14 +170,17 @@ LogicalResult lower(FunctionLowering &l, ExpertsOp moe) {
         .integer("inter", typeOf(moe.getDown()).getDimSize(inOut ? 1 : 2))
         .boolean("geluTanh", moe.getActivation() == "gelu_tanh")
         .value("out", out);
-    if (inOut || moe.getGateUpBias() || moe.getAlpha()) { // GPT-OSS's form
+    bool llama4 = (inOut && !interleaved) || moe.getScaleInput();
+    if (interleaved || moe.getGateUpBias() || moe.getAlpha()) { // GPT-OSS's form
       Value gateUpBias = moe.getGateUpBias(), downBias = moe.getDownBias();
-      c.boolean("inOutInterleaved", inOut)
+      c.boolean("inOutInterleaved", interleaved)
           .pointer("gateUpBias", gateUpBias ? l.ref(gateUpBias) : Value())
           .pointer("downBias", downBias ? l.ref(downBias) : Value())
           .real("alpha", orDefault(moe.getAlpha(), 0.0))
           .real("limit", orDefault(moe.getLimit(), 0.0));
     }
+    if (llama4) // Llama 4's: [E, in, out] with gate's columns first, the input scaled
+      c.boolean("inOut", inOut && !interleaved).boolean("scaleInput", moe.getScaleInput());
   });
 }
 
@@ -255,7 +275,7 @@ LogicalResult lower(FunctionLowering &l, ConcatOp concat) {
 
 std::optional<LogicalResult> tpc::target::lowering::lowerLayer(FunctionLowering &l, Operation *op) {
   return TypeSwitch<Operation *, std::optional<LogicalResult>>(op)
-      .Case<EmbeddingOp, RMSNormOp, SumSquaresOp, LinearOp, RotaryOp, AttentionOp, RouterOp,
+      .Case<EmbeddingOp, RMSNormOp, L2NormOp, SumSquaresOp, LinearOp, RotaryOp, AttentionOp, RouterOp,
             ExpertsOp, HeadSliceOp, ConcatHeadsOp, LastTokenOp, SliceOp, ConcatOp>(
           [&](auto op) { return lower(l, op); })
       .Case<SiluOp, GeluOp, ScaleOp, SoftcapOp, IdentityOp, AddOp, MulOp>(

@@ -89,6 +89,15 @@ struct HeadSplit {
   int64_t group = 0, firstHead = 0, heads = 0, firstKvHead = 0;
 };
 
+/// Llama 4's changes to which keys a query sees and how hard it looks: `chunkSize` C > 0
+/// limits the query at position p to the keys of its chunk (C * floor(p / C) .. p); a
+/// positive `temperatureFloor` F scales its scores by log(floor((p + 1) / F) + 1) *
+/// `temperatureScale` + 1.
+struct AttentionMask {
+  int64_t chunkSize = 0;
+  double temperatureFloor = 0, temperatureScale = 0;
+};
+
 class Backend;
 /// The emitted binary's main: arguments, rank identity, weights loaded into `backend`,
 /// prefill and greedy decode. Each target's program calls it with its backend, which it owns

@@ -39,16 +39,24 @@ inline cpu::StepCache kvCache(Context &cx, int64_t layer) {
 inline ProgramMatrix matrix(Context &cx, int64_t i) { return cx.matrix(size_t(i)); }
 inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
                    int64_t experts, int64_t topK, bool normalize, float *out, const float *bias,
-                   bool softmaxAfterTopK, double scale, int64_t groups, int64_t topGroups) {
+                   bool softmaxAfterTopK, double scale, int64_t groups, int64_t topGroups,
+                   bool sigmoid) {
   router(kernels(cx), x, rows, hidden, w, experts, topK, normalize, out, bias, softmaxAfterTopK,
-         scale, groups, topGroups);
+         scale, groups, topGroups, sigmoid);
 }
 inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *routing,
                     int64_t count, const float *gateUp, const float *down, int64_t inter,
                     bool geluTanh, float *out, bool inOutInterleaved, const float *gateUpBias,
-                    const float *downBias, double alpha, double limit) {
+                    const float *downBias, double alpha, double limit, bool inOut,
+                    bool scaleInput) {
   experts(kernels(cx), x, rows, hidden, routing, count, gateUp, down, inter, geluTanh,
-          cpu::ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit}, out);
+          cpu::ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit, inOut,
+                           scaleInput},
+          out);
+}
+inline void l2Norm(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t width,
+                   double epsilon, float *out) {
+  rmsNorm(kernels(cx), x, rows * (cols / width), width, nullptr, epsilon, 0.0, out);
 }
 inline void headSlice(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t headDim,
                       int64_t offset, int64_t size, float *out) {

@@ -16,7 +16,9 @@ Checks
       collectives of each kind and the same bytes of each kind. Where they differ, the
       collectives only one side has are listed by (kind, module, bytes).
 Bytes everywhere are the full (global) tensor's, as analyze, the trace and hf_collectives.py
-count them. Prints a table, then `collectives: ok` or `collectives: FAILED` (exit 1).
+count them. Where transformers' TP fails (HF.json "runs": false), analyze must predict that
+failure with the same error message, and the trace must be analyze's own prefill and decode
+steps; that is `collectives: ok (transformers cannot run this plan)`. Prints a table, then `collectives: ok` or `collectives: FAILED` (exit 1).
 """
 import json
 import sys
@@ -58,9 +60,27 @@ def main():
     problems, notes = [], []
 
     if not hf.get("runs", True):
+        # Where transformers' TP fails, analyze must say so, naming the same error; tpc's
+        # trace must still be what analyze predicts of tpc.
         print(f"{hf_path}: transformers' TP did not run for {hf.get('model_type')} ({hf.get('stage')}): {hf.get('error')}")
-        print("collectives: FAILED")
-        return 1
+        fails = {p: report[p]["transformers"].get("fails") for p in ("prefill", "decode")}
+        error = (hf.get("error") or "").split(": ", 1)[-1]
+        if not all(fails.values()) or any(error not in f for f in fails.values()):
+            print(f"analyze predicts {fails['prefill']!r}, not this failure")
+            print("collectives: FAILED")
+            return 1
+        print(f"analyze predicts it: {fails['prefill']}")
+        ran = [(c["kind"], c["module"], float(c["bytes"])) for c in trace["collectives"]]
+        prefill = [(c["kind"], c["module"], float(c["bytes"])) for c in report["prefill"]["collectives"]]
+        decode = [(c["kind"], c["module"], float(c["bytes"])) for c in report["decode"]["collectives"]]
+        steps = (len(ran) - len(prefill)) // max(len(decode), 1)
+        if ran != prefill + decode * steps or steps < 1:
+            print("tpc's trace is not analyze's prefill and decode steps")
+            print("collectives: FAILED")
+            return 1
+        print(f"tpc's trace: analyze's prefill ({len(prefill)} collectives) and {steps} decode steps ({len(decode)} each)")
+        print("collectives: ok (transformers cannot run this plan)")
+        return 0
 
     # ---- analyze must not predict a failure of what just ran
     predicted_fails = {p: report[p]["transformers"].get("fails") for p in ("prefill", "decode")}

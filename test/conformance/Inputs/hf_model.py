@@ -42,6 +42,13 @@ exercises on top of that:
     smollm3  no_rope_layers [1, 0] (layer 1 without RoPE) and use_sliding_window with
              sliding_window 8, which SmolLM3Config gives to the layers without RoPE; tied
              embeddings (its default)
+    llama4   (Llama4ForCausalLM, model_type llama4_text) 4 layers: no_rope_layers [1, 1, 0, 1]
+             (layer 2 without RoPE, whole context, attention temperature tuning with
+             floor_scale 4 and attn_scale 0.5, so the prompt reaches it); the others rotate in
+             the complex form (llama3 scaling), normalize q and k (use_qk_norm) and attend by
+             chunks of attention_chunk_size 4; layers 1 and 3 MoE (interleave_moe_layer_step
+             2: 4 experts [E, hidden, 2 x inter], top 2 by a sigmoid router, the input scaled
+             by the weight, plus a shared expert), 0 and 2 dense of intermediate_size_mlp 96
     phi3     fused qkv_proj and gate_up_proj
     mixtral  4 local experts, 2 per token (saved in the legacy per-expert w1/w2/w3 layout;
              transformers 5 fuses them into 3-D tensors on load: see NOTES-params.txt)
@@ -101,8 +108,8 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "phi3",
-         "mixtral", "qwen3_moe", "olmo2", "deepseek_v2", "gpt_oss"]
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "llama4",
+         "phi3", "mixtral", "qwen3_moe", "olmo2", "deepseek_v2", "gpt_oss"]
 VOCAB, PROMPT_LEN, NEW_TOKENS = 256, 8, 16
 MAX_TRIES, MIN_DISTINCT, MIN_ROUTER_GAP = 20, 6, 1e-3
 COMMON = dict(
@@ -184,6 +191,34 @@ def arch_config(arch, std):
             sliding_window=8,
         )
         return "SmolLM3Config", "SmolLM3ForCausalLM", kw
+    if arch == "llama4":
+        # 4 layers: 0, 1 and 3 rotate (chunked by 4 tokens, q/k L2 norm), 2 does not (whole
+        # context, queries scaled by the position from floor_scale 4 on); 1 and 3 are MoE
+        # (4 experts, top 2, sigmoid router, shared expert), 0 and 2 dense MLPs of 96.
+        kw.update(
+            num_hidden_layers=4,
+            head_dim=16,
+            tie_word_embeddings=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            interleave_moe_layer_step=2,
+            intermediate_size_mlp=96,
+            no_rope_layers=[1, 1, 0, 1],
+            attention_chunk_size=4,
+            attn_temperature_tuning=True,
+            floor_scale=4,
+            attn_scale=0.5,
+            use_qk_norm=True,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        )
+        return "Llama4TextConfig", "Llama4ForCausalLM", kw
     if arch == "phi3":
         # Phi3Config has no head_dim field: hidden_size / num_attention_heads = 16.
         kw.update(tie_word_embeddings=False, original_max_position_embeddings=256)
@@ -337,13 +372,15 @@ def router_gaps(model):
     gaps, handles = [], []
     k = getattr(model.config, "num_experts_per_tok", None)
     for layer in model.model.layers:
-        mlp = getattr(layer, "mlp", None)
+        mlp = getattr(layer, "mlp", None) or getattr(layer, "feed_forward", None)  # Llama 4
         gate = getattr(mlp, "gate", None) or getattr(mlp, "router", None)  # GPT-OSS: router
         if k is None or gate is None or not hasattr(gate, "top_k"):
             continue
 
         def hook(module, inputs, output):
-            top = torch.topk(output[0].float(), k + 1, dim=-1).values
+            # Llama4Router returns (scores, logits): the choice is by the logits
+            logits = output[1] if type(module).__name__ == "Llama4Router" else output[0]
+            top = torch.topk(logits.float(), k + 1, dim=-1).values
             gaps.append(float((top[:, k - 1] - top[:, k]).min()))
 
         handles.append(gate.register_forward_hook(hook))

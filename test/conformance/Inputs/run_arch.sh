@@ -42,9 +42,12 @@ python3 "$here/conform.py" - "$out/free4.bin" --against-run "$out/free1.bin"
 
 # Collectives at tp 2: what transformers' own tensor parallelism issues (measured with
 # CommDebugMode on a 2-rank Gloo run), against tpc's trace and analyze's prediction.
+# Where transformers' TP fails, hf_collectives.py says so in its JSON ("runs": false) and
+# compare_collectives.py holds analyze to predicting that failure.
 env -u TPC_RENDEZVOUS_DIR "$torchrun" --standalone --nproc-per-node 2 "$here/hf_collectives.py" \
   "$hf" "$out/hf-collectives.json" --prompt-len 8 --new-tokens 3 ${ep:+--expert-parallel} \
-  > "$out/hf-collectives.log" 2>&1 || { cat "$out/hf-collectives.log"; exit 1; }
+  > "$out/hf-collectives.log" 2>&1 ||
+  [[ -s $out/hf-collectives.json ]] || { cat "$out/hf-collectives.log"; exit 1; }
 "$tpc" analyze "$out/model.mlir" --plan $plan --tp 2 --prefill-len 8 --json \
   > "$out/analyze.json" 2> /dev/null
 "$tpc" launch -n 2 "$out/tp2/$model" --weights "$hf" --prompt-ids "$prompt" --max-new-tokens 3 \

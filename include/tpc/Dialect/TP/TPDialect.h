@@ -116,7 +116,7 @@ mlir::FailureOr<int64_t> requireMeshSize(mlir::ModuleOp module);
 llvm::SmallVector<mlir::Operation *> lastTokenChain(mlir::func::FuncOp forward);
 
 /// The linear that projects an attention operand (q, k or v), through the per-head ops
-/// between them (rotary, Qwen3's q_norm/k_norm), which act on each head as they find it;
+/// between them (rotary, Qwen3's q_norm/k_norm, Llama 4's L2 norm), which act on each head as they find it;
 /// those ops go to `between` where given. Null where another op makes the operand.
 LinearOp headProjection(mlir::Value operand,
                         llvm::SmallVectorImpl<mlir::Operation *> *between = nullptr);

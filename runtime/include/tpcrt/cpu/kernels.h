@@ -118,7 +118,8 @@ struct StepCache {
 void attention(Host, const float *q, const float *k, const float *v, int64_t rows, int64_t heads,
                int64_t kvHeads, int64_t headDim, double scale, int64_t slidingWindow,
                double softcap, const HeadSplit &split, StepCache cache, float *out,
-               const float *sinks = nullptr, int64_t valueHeadDim = 0);
+               const float *sinks = nullptr, int64_t valueHeadDim = 0,
+               const AttentionMask &mask = {});
 
 void silu(Host, const float *x, int64_t n, float *out);
 void gelu(Host, const float *x, int64_t n, bool tanhApproximation, float *out);
@@ -133,7 +134,7 @@ void softcap(Host, const float *x, int64_t n, double cap, float *out);
 void router(Host, const float *x, int64_t rows, int64_t hidden, const float *w, int64_t experts,
             int64_t topK, bool normalize, float *out, const float *bias = nullptr,
             bool softmaxAfterTopK = false, double scale = 1.0, int64_t groups = 0,
-            int64_t topGroups = 0);
+            int64_t topGroups = 0, bool sigmoid = false);
 
 /// MoE experts: out[t] = sum over local experts e with routing[t, e] != 0 of
 /// routing[t, e] * down[e] (act(gate) * up), where [gate | up] = gateUp[e] x[t].
@@ -152,6 +153,10 @@ struct ExpertsForm {
   /// A positive alpha: GPT-OSS's clamped SwiGLU, (clamp(up, -limit, limit) + 1) * g *
   /// sigmoid(alpha * g) with g = min(gate, limit).
   double alpha = 0, limit = 0;
+  /// Llama 4's: gateUp [experts, hidden, 2 * inter] with gate's columns first and up's after,
+  /// down [experts, inter, hidden] (x @ W); the routing weight scaling the input rather than
+  /// the output.
+  bool inOut = false, scaleInput = false;
 };
 void experts(Host, const float *x, int64_t rows, int64_t hidden, const float *routing,
              int64_t experts, const float *gateUp, const float *down, int64_t inter, bool geluTanh,

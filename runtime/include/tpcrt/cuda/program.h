@@ -43,9 +43,11 @@ inline KVCache &kvCache(Device &device, int64_t layer) { return device.caches[si
 inline void attention(Device::State &state, const act *q, const act *k, const act *v,
                       int64_t rows, int64_t heads, int64_t kvHeads, int64_t headDim, double scale,
                       int64_t slidingWindow, double softcap, const HeadSplit &split,
-                      KVCache &cache, act *out, const act *sinks, int64_t valueHeadDim) {
-  if (sinks || valueHeadDim)
-    throw std::invalid_argument("the CUDA target runs no attention sinks or MLA value heads");
+                      KVCache &cache, act *out, const act *sinks, int64_t valueHeadDim,
+                      const AttentionMask &mask) {
+  if (sinks || valueHeadDim || mask.chunkSize || mask.temperatureFloor > 0)
+    throw std::invalid_argument("the CUDA target runs no attention sinks, MLA value heads, "
+                                "chunked attention or temperature tuning");
   attention(state, q, k, v, rows, heads, kvHeads, headDim, scale, slidingWindow, softcap, split,
             cache, out);
 }
