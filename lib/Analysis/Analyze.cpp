@@ -169,7 +169,7 @@ void logitsGatherNote(const PhaseReport &decode, int64_t tp, std::vector<std::st
   double total = 0, gather = 0;
   for (const CollectiveEntry &c : decode.collectives) {
     total += c.bytes;
-    if (c.module == "lm_head" && c.kind == CollectiveKind::AllGather)
+    if (llvm::StringRef(c.module).ends_with("lm_head") && c.kind == CollectiveKind::AllGather)
       gather += c.bytes;
   }
   if (tp < 2 || gather == 0 || total == 0)
@@ -180,6 +180,30 @@ void logitsGatherNote(const PhaseReport &decode, int64_t tp, std::vector<std::st
       "sequence over the {} ranks (a distributed argmax), but tpc's sampler reads whole rows "
       "(penalties, top-p, logprobs), so the binary gathers them",
       gather, total, 100 * gather / total, 8 * tp, tp));
+}
+
+/// An embedding table the plan leaves whole on every rank (Llama 4's: transformers' plan has
+/// no rule for it): what splitting it by vocabulary (embedding_rowwise) would save each rank,
+/// and the all_reduce of each step's embeddings it would cost.
+void replicatedEmbeddingNote(ModuleOp planned, int64_t tp, int64_t elementBytes,
+                             std::vector<std::string> &notes) {
+  if (tp < 2)
+    return;
+  planned.walk([&](tp::EmbeddingOp embedding) {
+    tp::ParamOp table = tp::paramOf(embedding.getTable());
+    if (!table ||
+        (table.getPlacementAttr() && !isa<tp::ReplicateAttr>(table.getPlacementAttr())))
+      return;
+    RankedTensorType type = table.getTensorType();
+    double bytes = paramBytes(table);
+    double saved = bytes - bytes / double(tp); // the largest rank's share, near enough
+    notes.push_back(fmt::format(
+        "{} ({}x{}, {:.0f} bytes) is replicated by this plan: split by vocabulary "
+        "(embedding_rowwise) it would take about {:.0f} bytes less on each rank, for an "
+        "all_reduce of each step's embeddings ({} bytes a token)",
+        tp::getModuleName(embedding).str(), type.getDimSize(0), type.getDimSize(1), bytes, saved,
+        type.getDimSize(1) * elementBytes));
+  });
 }
 
 } // namespace
@@ -295,6 +319,7 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
              : "not compared (its tensor parallelism runs one batch shape, not ragged steps)"});
   }
   logitsGatherNote(a.phases[1], o.tp, notes);
+  replicatedEmbeddingNote(module, o.tp, elementBytes, notes);
   memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
   memory.arena =
       double(memory.arenaElementsPerToken) * double(maxSeqLen) * double(elementBytes);

@@ -165,6 +165,10 @@ static double storedBytes(ParamOp param, double elements) {
   return elements * bytesPerElement(param.getWeightType());
 }
 
+double tpc::paramBytes(ParamOp param) {
+  return storedBytes(param, double(param.getTensorType().getNumElements()));
+}
+
 double tpc::parameterBytes(ModuleOp module) {
   double bytes = 0;
   for (ParamOp param : module.getOps<ParamOp>())

@@ -405,7 +405,8 @@ public:
   /// generation stops at, whether the head is tied).
   struct Wrapper {
     Config *outer;
-    const char *modelType, *className, *base, *checkpointBase;
+    const char *modelType, *className, *base, *head, *checkpointBase;
+    bool tiedByDefault;
   };
   std::optional<Wrapper> wrapper;
 
@@ -470,6 +471,7 @@ private:
   // Where the language model's modules are: "model." (a *ForCausalLM), or
   // "model.language_model." (a multimodal wrapper's text model).
   std::string base = "model.";
+  std::string head = "lm_head"; // the head's module (a wrapper's may be deeper)
 };
 
 bool Importer::readShape() {
@@ -511,9 +513,12 @@ bool Importer::readShape() {
   tied = c.boolean("tie_word_embeddings", arch.tiedByDefault);
   if (wrapper) { // transformers ties the wrapper's lm_head by the wrapper's config
     base = wrapper->base;
-    w.renameFrom = base;
-    w.renameTo = wrapper->checkpointBase;
-    tied = wrapper->outer->boolean("tie_word_embeddings", true);
+    head = wrapper->head;
+    if (wrapper->checkpointBase) {
+      w.renameFrom = base;
+      w.renameTo = wrapper->checkpointBase;
+    }
+    tied = wrapper->outer->boolean("tie_word_embeddings", wrapper->tiedByDefault);
   }
   if (arch.attentionBiasField)
     attentionBias = c.boolean("attention_bias", arch.defaultAttentionBias);
@@ -773,8 +778,10 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
         problem = "rope_theta must be positive";
       else if (!(values[0] > 0))
         problem = "llama3 RoPE scaling needs a positive 'factor'";
-      else if (!(values[1] > 0) || !(values[2] > values[1]))
-        problem = "llama3 RoPE scaling needs 0 < 'low_freq_factor' < 'high_freq_factor'";
+      // Equal factors leave no band to smooth (Llama 4 Scout's 1 and 1); transformers only
+      // warns about inverted ones, which describe no band either, and are refused here.
+      else if (!(values[1] > 0) || !(values[2] >= values[1]))
+        problem = "llama3 RoPE scaling needs 0 < 'low_freq_factor' <= 'high_freq_factor'";
       else if (!(values[3] > 0))
         problem = "llama3 RoPE scaling needs a positive 'original_max_position_embeddings'";
       if (problem) {
@@ -1621,12 +1628,11 @@ std::optional<std::string> Importer::run() {
     h = layer(i, h);
   w.comment("the head");
   h = norm("final_norm", base + "norm", h, hidden);
-  std::string head = tied ? w.weight(base + "embed_tokens.weight", {vocab, hidden})
-                          : w.weight("lm_head.weight", {vocab, hidden});
-  std::string logits = w.op("logits", "linear", "lm_head", {h, head}, "", w.act(vocab));
+  std::string headWeight = tied ? w.weight(base + "embed_tokens.weight", {vocab, hidden})
+                                : w.weight(head + ".weight", {vocab, hidden});
+  std::string logits = w.op("logits", "linear", head, {h, headWeight}, "", w.act(vocab));
   if (finalSoftcap)
-    logits =
-        w.op("capped", "softcap", "lm_head", {logits}, "cap = " + f64(*finalSoftcap), w.act(vocab));
+    logits = w.op("capped", "softcap", head, {logits}, "cap = " + f64(*finalSoftcap), w.act(vocab));
   if (!w.oversized.empty()) {
     emitError(c.doc.locAt(0)) << "this config.json makes parameter " << w.oversized
                               << ", more than the 2^40 elements tpc handles in one tensor";
@@ -1693,19 +1699,36 @@ namespace {
 /// A multimodal model whose language model tpc imports alone: the wrapper's model_type and
 /// class, the text model's, and where the wrapper keeps it.
 struct MultimodalWrapper {
-  const char *modelType, *className, *textModelType, *base;
-  /// Where its checkpoints keep the language model's tensors: transformers 5.17 renames
-  /// them to `base` on load and back on save (the Hub's layout, from transformers 4).
+  const char *modelType, *className, *textModelType;
+  /// Where the wrapper keeps the language model's modules, and its head.
+  const char *base, *head;
+  /// Where its checkpoints keep the language model's tensors, if elsewhere: Gemma 3's
+  /// transformers 5.17 renames to `base` on load and back on save (the Hub's layout, from
+  /// transformers 4). Null: under the modules' names.
   const char *checkpointBase;
-  /// The wrapper's fields that only its images read (the vision tower's own config included).
+  bool tiedByDefault; // the wrapper's config class's tie_word_embeddings
+  /// The wrapper's fields that only its images read (the vision tower's own config aside).
   std::vector<const char *> imageFields;
 };
 
 const std::vector<MultimodalWrapper> &wrappers() {
   static const std::vector<MultimodalWrapper> table = {
-      {"gemma3", "Gemma3ForConditionalGeneration", "gemma3_text", "model.language_model.",
+      {"gemma3",
+       "Gemma3ForConditionalGeneration",
+       "gemma3_text",
+       "model.language_model.",
+       "lm_head",
        "language_model.model.",
-       {"mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index"}}};
+       true,
+       {"mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index"}},
+      {"llama4",
+       "Llama4ForConditionalGeneration",
+       "llama4_text",
+       "language_model.model.",
+       "language_model.lm_head",
+       nullptr,
+       false,
+       {"boi_token_index", "eoi_token_index", "image_token_index"}}};
   return table;
 }
 
@@ -1737,9 +1760,12 @@ FailureOr<std::string> importWrapper(Config &outer, const MultimodalWrapper &m,
   if (outer.get("vision_config"))
     emitWarning(outer.keyLoc({"vision_config"}))
         << m.className << ": the vision tower is left out; tpc imports the language model "
-        << "(text_config; its modules under '" << m.base << "', its tensors read under that "
-        << "name or, as checkpoints store them, '" << m.checkpointBase << "'), which reads "
-        << "text only";
+        << "(text_config; its modules under '" << m.base << "'"
+        << (m.checkpointBase ? std::string(", its tensors read under that name or, as "
+                                           "checkpoints store them, '") +
+                                   m.checkpointBase + "'"
+                             : std::string())
+        << "), which reads text only";
   for (const char *field : m.imageFields)
     outer.get(field);
   outer.get("initializer_range");
@@ -1753,7 +1779,8 @@ FailureOr<std::string> importWrapper(Config &outer, const MultimodalWrapper &m,
     if (a.modelType == std::string(m.textModelType))
       arch = &a;
   Importer importer(config, *arch, stored);
-  importer.wrapper = Importer::Wrapper{&outer, m.modelType, m.className, m.base, m.checkpointBase};
+  importer.wrapper = Importer::Wrapper{&outer,  m.modelType, m.className,    m.base,
+                                       m.head,  m.checkpointBase, m.tiedByDefault};
   std::optional<std::string> result = importer.run();
   if (!result)
     return failure();

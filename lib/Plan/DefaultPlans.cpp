@@ -136,6 +136,16 @@ const json &table() {
                           {"model.layers.*.feed_forward.up_proj", "colwise"},
                           {"model.layers.*.feed_forward.down_proj", "rowwise"},
                           {"model.layers.*.feed_forward.router", "ep_router"}}}};
+    // Llama4ForConditionalGeneration: its Llama4ForCausalLM under language_model (its keys
+    // without the model's own "model." again name nothing, as in llama4_text's).
+    json llama4 = json::object();
+    for (const char *kind : {"tp", "ep"}) {
+      json wrappedLlama4 = json::object();
+      for (const auto &[key, strategy] : t["llama4_text"][kind].items())
+        wrappedLlama4["language_model." + key] = strategy;
+      llama4[kind] = wrappedLlama4;
+    }
+    t["llama4"] = llama4;
     // GptOssConfig has no base_model_tp_plan: its tensor-parallel plan is the head's alone
     // (autoPlan refuses it as a plan for the model); its expert-parallel plan, as written.
     t["gpt_oss"] = {{"tp", {{"lm_head", "colwise_gather_output"}}},

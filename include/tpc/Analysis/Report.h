@@ -4,6 +4,7 @@
 #define TPC_ANALYSIS_REPORT_H
 
 #include "tpc/Analysis/CostModel.h"
+#include "tpc/Dialect/TP/TPDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -92,6 +93,9 @@ std::vector<CollectiveEntry> transformersCollectives(mlir::ModuleOp planned, int
 /// Other uneven splits run: a colwise output's pieces and those of the rowwise weight after
 /// it are the same torch.chunk pieces (an intermediate size tp does not divide).
 std::string transformersFailure(mlir::ModuleOp planned);
+
+/// Bytes of one parameter, whole, in the type it is stored in.
+double paramBytes(tp::ParamOp param);
 
 /// Bytes of every tp.param as stored (its `storage`, else its element type), as typed:
 /// global before tp-partition, local after.

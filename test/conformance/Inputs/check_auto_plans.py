@@ -23,13 +23,24 @@ import json
 import sys
 import warnings
 
-MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "smollm3", "phi3",
-               "mixtral", "qwen3_moe", "olmo2", "deepseek_v2", "gpt_oss", "gemma3"]
+MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "smollm3",
+               "llama4_text", "phi3", "mixtral", "qwen3_moe", "olmo2", "deepseek_v2", "gpt_oss", "gemma3",
+               "llama4"]
+# Llama4ForCausalLM's base_model_prefix is "language_model", yet its model is `model`: the plan
+# transformers builds has its text config's keys both under "model." (the child's, which name
+# its modules) and bare (applied to the ForCausalLM itself, whose children are `model` and
+# `lm_head`: they name nothing). The table keeps the first; the meta-device check drops the
+# bare keys.
+PREFIX = {"llama4_text": "model"}
 # Multimodal wrappers whose language model tpc imports: the wrapper class and the attribute path
 # of its language model. The wrapper's plan is its text model's base_model_tp_plan under that
 # path plus the wrapper class's own _tp_plan (Gemma3ForConditionalGeneration has none: its
 # lm_head runs replicated).
-WRAPPERS = {"gemma3": ("Gemma3ForConditionalGeneration", "model.language_model")}
+# Llama4ForConditionalGeneration holds a whole Llama4ForCausalLM as language_model: its plan is
+# that model's (prefix "language_model.model", head "language_model.lm_head"); the keys of the
+# vision tower, which tpc leaves out, and those that name no module are not in the table.
+WRAPPERS = {"gemma3": ("Gemma3ForConditionalGeneration", "model.language_model", None),
+            "llama4": ("Llama4ForConditionalGeneration", "language_model.model", "language_model")}
 
 
 def expected_table(model_types=MODEL_TYPES, instantiate=True):
@@ -39,22 +50,28 @@ def expected_table(model_types=MODEL_TYPES, instantiate=True):
     table, notes = {}, []
     for model_type in model_types:
         config_cls = transformers.CONFIG_MAPPING[model_type]
+        head_prefix = None
         if model_type in WRAPPERS:
             lm_cls = getattr(transformers, WRAPPERS[model_type][0])
-            prefix = WRAPPERS[model_type][1]
+            prefix, head_prefix = WRAPPERS[model_type][1:]
             plan_cls = config_cls.sub_configs["text_config"]
         else:
             lm_cls = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[config_cls]
-            prefix = lm_cls.base_model_prefix or "model"
+            prefix = PREFIX.get(model_type) or lm_cls.base_model_prefix or "model"
             plan_cls = config_cls
         entry = {}
         tp = {f"{prefix}.{k}": v for k, v in (plan_cls.base_model_tp_plan or {}).items()}
-        tp.update(getattr(lm_cls, "_tp_plan", None) or {})
+        if head_prefix:  # the inner ForCausalLM's head plan, under its attribute
+            inner = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[plan_cls]
+            tp.update({f"{head_prefix}.{k}": v for k, v in (getattr(inner, "_tp_plan", None) or {}).items()})
+        else:
+            tp.update(getattr(lm_cls, "_tp_plan", None) or {})
         entry["tp"] = tp
-        base_ep = getattr(config_cls, "base_model_ep_plan", None)
+        base_ep = getattr(plan_cls, "base_model_ep_plan", None)
         if base_ep:
             ep = {f"{prefix}.{k}": v for k, v in base_ep.items()}
-            ep.update(getattr(lm_cls, "_ep_plan", None) or {})
+            if not head_prefix:
+                ep.update(getattr(lm_cls, "_ep_plan", None) or {})
             entry["ep"] = ep
         elif getattr(lm_cls, "_ep_plan", None):
             notes.append(f"{model_type}: {lm_cls.__name__}._ep_plan without a base_model_ep_plan")
@@ -69,6 +86,20 @@ def expected_table(model_types=MODEL_TYPES, instantiate=True):
                     model = lm_cls(config)
             got_tp = dict(model._tp_plan or {})
             got_ep = dict(model._ep_plan or {})
+            if model_type in PREFIX or head_prefix:  # keys that name no text module
+                children = {n for n, _ in model.named_children()}
+
+                def names_something(key):
+                    if head_prefix:  # the language model's own: language_model.model.*, its head
+                        return key.startswith(prefix + ".") or key == f"{head_prefix}.lm_head"
+                    return key.split(".")[0] in children
+
+                dead = sorted(k for k in got_tp.keys() | got_ep.keys() if not names_something(k))
+                if dead:
+                    notes.append(f"{model_type}: {len(dead)} keys of its plans name no module "
+                                 f"(e.g. {dead[0]!r}); left out")
+                got_tp = {k: v for k, v in got_tp.items() if names_something(k)}
+                got_ep = {k: v for k, v in got_ep.items() if names_something(k)}
             want_tp = dict(entry["tp"])
             if getattr(config, "tie_word_embeddings", False):
                 # PreTrainedConfig.__init__ adds "embed_tokens": "embedding_rowwise" to the
