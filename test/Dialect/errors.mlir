@@ -646,6 +646,79 @@ func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x256x64xf32
 
 // -----
 
+// Llama 4's forms.
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): chunk_size and sliding_window do not combine (a layer is chunked or slides)}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, chunk_size = 8 : i64, sliding_window = 8 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): temperature_floor and temperature_scale come together}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, temperature_floor = 8.0 : f64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn (tp.attention): temperature_floor must be positive}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, temperature_floor = 0.0 : f64, temperature_scale = 0.1 : f64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>) {
+  // expected-error @+1 {{'tp.attention' op attribute 'chunk_size' failed to satisfy constraint}}
+  %a = tp.attention "model.layers.0.self_attn" %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, chunk_size = 0 : i64} : (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x60xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn.qk_norm (tp.l2_norm): the input has 60 features, not a whole number of heads of head_dim 16}}
+  %n = tp.l2_norm "model.layers.0.self_attn.qk_norm" %x {epsilon = 1.0e-5 : f64, head_dim = 16 : i64} : (tensor<?x60xf32>) -> tensor<?x60xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>) {
+  // expected-error @+1 {{model.layers.0.self_attn.qk_norm (tp.l2_norm): epsilon must be positive}}
+  %n = tp.l2_norm "model.layers.0.self_attn.qk_norm" %x {epsilon = 0.0 : f64, head_dim = 16 : i64} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<4x64xf32>) {
+  // expected-error @+1 {{model.layers.0.feed_forward.router (tp.router): a sigmoid router (Llama 4) takes no softmax_after_top_k, groups, scale or normalize}}
+  %g = tp.router "model.layers.0.feed_forward.router" %x, %w {top_k = 1 : i64, sigmoid = true} : (tensor<?x64xf32>, tensor<4x64xf32>) -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x64x256xf32>, %d: tensor<4x128x64xf32>) {
+  // expected-error @+1 {{mlp.experts (tp.experts): layout must be "out_in", "in_out" or "in_out_interleaved", got "rows"}}
+  %e = tp.experts "mlp.experts" %x, %r, %gu, %d {layout = "rows"} : (tensor<?x64xf32>, tensor<?x4xf32>, tensor<4x64x256xf32>, tensor<4x128x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x64x256xf32>, %d: tensor<4x64x64xf32>) {
+  // expected-error @+1 {{mlp.experts (tp.experts): gate_up 4x64x256 must hold 2 x 64 columns, the inter size of down 4x64x64}}
+  %e = tp.experts "mlp.experts" %x, %r, %gu, %d {layout = "in_out", scale_input = true} : (tensor<?x64xf32>, tensor<?x4xf32>, tensor<4x64x256xf32>, tensor<4x64x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
 // expected-error @+1 {{'tp.hf_tied' must be a bool, got "yes"}}
 module attributes {tp.hf_tied = "yes"} {
 }
@@ -993,8 +1066,8 @@ func.func @f(%x: tensor<?x16xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x16x48xf32>
 // -----
 
 func.func @f(%x: tensor<?x16xf32>, %r: tensor<?x4xf32>, %gu: tensor<4x16x48xf32>, %d: tensor<4x24x16xf32>) {
-  // expected-error @+1 {{experts (tp.experts): layout must be "out_in" or "in_out_interleaved", got "in_out"}}
-  %y = tp.experts "experts" %x, %r, %gu, %d {layout = "in_out"} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>) -> tensor<?x16xf32>
+  // expected-error @+1 {{experts (tp.experts): layout must be "out_in", "in_out" or "in_out_interleaved", got "in_out_packed"}}
+  %y = tp.experts "experts" %x, %r, %gu, %d {layout = "in_out_packed"} : (tensor<?x16xf32>, tensor<?x4xf32>, tensor<4x16x48xf32>, tensor<4x24x16xf32>) -> tensor<?x16xf32>
   return
 }
 

@@ -42,6 +42,12 @@ public:
       return op->emitError() << "the CUDA target cannot run mixture-of-experts layers yet";
     auto rotary = dyn_cast<tpc::tp::RotaryOp>(op);
     auto mla = dyn_cast<tpc::tp::AttentionOp>(op);
+    if (rotary && rotary.getInterleaved() && !rotary.getUnrotated())
+      return op->emitError() << rotary.getModule()
+                             << ": rotary embeddings in the complex form (adjacent pairs: "
+                                "Llama 4's) run on the CPU target only for now (the CUDA "
+                                "rotary kernel rotates the two halves of a head); use --target "
+                                "cpu";
     if (isa<tpc::tp::HeadSliceOp, tpc::tp::ConcatHeadsOp>(op) ||
         (rotary && (rotary.getInterleaved() || rotary.getUnrotated())) ||
         (mla && mla.getValueHeadDim()))
