@@ -30,6 +30,13 @@ QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
                  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Llama 4's (and GPT-4o's o200k): words split at case changes, contractions attached to the
+# word before them, and "/" kept after punctuation runs.
+LLAMA4_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                  r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                  r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+                  r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                  r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -53,6 +60,7 @@ SAMPLES = [
     "Cafe\u0301 nai\u0308ve re\u0301sume\u0301 \u1100\u1161\u11a8",
     "numbers 1234567 3.14159 -42 1e10 0x1F",
     "I'm you'll they've DON'T We'D",
+    "camelCaseWords HTTPServer XMLHttpRequest's path/to/file.txt a+/b ÉCOLE École",
     "日本語のテキストと中文",
     "\n\n\nnewlines\r\n and \u00a0 odd spaces\u3000here",
     "qxz qxz qxzqxz",
@@ -207,6 +215,20 @@ def make(out):
     write(out, "llama3", llama3, {"tokenizer_class": "PreTrainedTokenizerFast",
                                   "bos_token": "<|begin_of_text|>",
                                   "eos_token": "<|eot_id|>"})
+
+    # Llama 4's: byte-level with the o200k-style pattern and its header and turn tokens.
+    _, llama4 = train_byte_level(["<|begin_of_text|>", "<|end_of_text|>", "<|header_start|>",
+                                  "<|header_end|>", "<|eot|>"], LLAMA4_PATTERN)
+    llama4["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [0],
+                                                 "tokens": ["<|begin_of_text|>"]}}}
+    write(out, "llama4", llama4, {"tokenizer_class": "PreTrainedTokenizerFast",
+                                  "bos_token": "<|begin_of_text|>", "eos_token": "<|eot|>"})
 
 
 def make_gguf(out):
