@@ -3,7 +3,8 @@
 // them, and always against an oracle computed in double); linear over fp32, bf16, f16 and
 // ggml's quantized weights against a double reference over the widened weights, through the
 // AVX2 kernels and without them; embedding of 16-bit and quantized tables; which OpenBLAS core
-// the CPU backend asks for.
+// the CPU backend asks for; Llama 4's sigmoid router, experts fed the weighted input and
+// weightless norm against references written out here.
 #include "tpcrt/cpu/blas.h"
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/dtype.h"
@@ -12,6 +13,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -558,4 +560,89 @@ TEST(Blas, DescriptionNamesTheLibrarysCore) {
   EXPECT_NE(description.find(std::string("core ") + openblas_get_corename() + " ("),
             std::string::npos)
       << description;
+}
+
+// Llama 4's forms of the MoE kernels and of the norm, against references written out here.
+TEST(MoE, SigmoidRouterKeepsTheTopKLogitsThroughASigmoid) {
+  const int64_t rows = 3, hidden = 5, experts = 6, topK = 2;
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(rows * hidden), w(experts * hidden), out(rows * experts, NAN);
+  for (float &v : x)
+    v = normal(gen);
+  for (float &v : w)
+    v = normal(gen);
+  router(Host{}, x.data(), rows, hidden, w.data(), experts, topK, /*normalize=*/false,
+         out.data(), nullptr, false, 1.0, 0, 0, /*sigmoid=*/true);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<std::pair<double, int64_t>> logits;
+    for (int64_t e = 0; e < experts; ++e) {
+      double dot = 0;
+      for (int64_t h = 0; h < hidden; ++h)
+        dot += double(x[r * hidden + h]) * w[e * hidden + h];
+      logits.push_back({dot, e});
+    }
+    std::sort(logits.rbegin(), logits.rend());
+    std::vector<double> expected(experts, 0.0);
+    for (int64_t i = 0; i < topK; ++i)
+      expected[logits[i].second] = 1.0 / (1.0 + std::exp(-logits[i].first));
+    for (int64_t e = 0; e < experts; ++e)
+      EXPECT_NEAR(out[r * experts + e], expected[e], 1e-6) << "row " << r << " expert " << e;
+  }
+}
+
+TEST(MoE, ExpertsInOutWithTheInputScaled) {
+  // gate_up [E, hidden, 2 * inter] (gate's columns, then up's), down [E, inter, hidden]; each
+  // chosen expert sees routing[t, e] * x and its output is summed unweighted.
+  const int64_t rows = 2, hidden = 4, experts = 3, inter = 5;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(rows * hidden), gateUp(experts * hidden * 2 * inter),
+      down(experts * inter * hidden), routing = {0.7f, 0.0f, 0.2f, 0.0f, 0.9f, 0.0f},
+      out(rows * hidden, NAN);
+  for (std::vector<float> *v : {&x, &gateUp, &down})
+    for (float &e : *v)
+      e = normal(gen);
+  ExpertsForm form;
+  form.inOut = form.scaleInput = true;
+  tpcrt::cpu::experts(Host{}, x.data(), rows, hidden, routing.data(), experts, gateUp.data(),
+                      down.data(),
+                      inter, /*geluTanh=*/false, form, out.data());
+  for (int64_t t = 0; t < rows; ++t) {
+    std::vector<double> expected(hidden, 0.0);
+    for (int64_t e = 0; e < experts; ++e) {
+      double weight = routing[t * experts + e];
+      if (weight == 0)
+        continue;
+      std::vector<double> act(inter);
+      for (int64_t i = 0; i < inter; ++i) {
+        double gate = 0, up = 0;
+        for (int64_t h = 0; h < hidden; ++h) {
+          double in = weight * x[t * hidden + h];
+          gate += in * gateUp[(e * hidden + h) * 2 * inter + i];
+          up += in * gateUp[(e * hidden + h) * 2 * inter + inter + i];
+        }
+        act[i] = gate / (1.0 + std::exp(-gate)) * up;
+      }
+      for (int64_t h = 0; h < hidden; ++h)
+        for (int64_t i = 0; i < inter; ++i)
+          expected[h] += act[i] * down[(e * inter + i) * hidden + h];
+    }
+    for (int64_t h = 0; h < hidden; ++h)
+      EXPECT_NEAR(out[t * hidden + h], expected[h], 1e-5) << "token " << t << " column " << h;
+  }
+}
+
+TEST(RmsNorm, WithoutAWeightDividesByTheRootMeanSquare) {
+  const float x[] = {1.0f, -2.0f, 3.0f, 0.5f, 0.0f, 0.0f, 0.0f, 4.0f};
+  float out[8];
+  rmsNorm(Host{}, x, 2, 4, nullptr, 1e-5, 0.0, out);
+  for (int r = 0; r < 2; ++r) {
+    double sum = 0;
+    for (int c = 0; c < 4; ++c)
+      sum += double(x[r * 4 + c]) * x[r * 4 + c];
+    double scale = 1.0 / std::sqrt(sum / 4 + 1e-5);
+    for (int c = 0; c < 4; ++c)
+      EXPECT_NEAR(out[r * 4 + c], x[r * 4 + c] * scale, 1e-6);
+  }
 }
