@@ -422,6 +422,8 @@ private:
                                const std::string &layerType);
   bool readLayerTypes();
   bool readNoRopeLayers();
+  bool readLayerTypeList(const char *other, const std::string &family);
+  bool readRopeLayers(bool emptyIsAbsent);
   bool readLlama4();
   std::string llama4FeedForward(int64_t i, const std::string &v, const std::string &ff,
                                 const std::string &x);
@@ -978,20 +980,9 @@ bool Importer::readLayerTypes() {
     bool useSliding = alwaysSliding || c.boolean("use_sliding_window", false);
     if (!useSliding)
       slidingWindow.reset();
-    if (const json *types = c.get("layer_types")) {
-      if (!types->is_array() || int64_t(types->size()) != layers) {
-        c.error("layer_types") << "'layer_types' must list one type per layer (" << layers << ")";
+    if (c.get("layer_types")) {
+      if (!readLayerTypeList("sliding_attention", ""))
         return false;
-      }
-      for (int64_t i = 0; i < layers; ++i) {
-        const json &t = (*types)[i];
-        if (t != "sliding_attention" && t != "full_attention") {
-          c.error("layer_types") << "layer type " << t.dump()
-                                 << " is not supported (sliding_attention, full_attention)";
-          return false;
-        }
-        layerTypes[i] = t.get<std::string>();
-      }
     } else if (alwaysSliding) {
       for (int64_t i = 0; i < layers; ++i)
         layerTypes[i] = (i + 1) % pattern ? "sliding_attention" : "full_attention";
@@ -1014,17 +1005,39 @@ bool Importer::readLayerTypes() {
   return true;
 }
 
-/// SmolLM3: which layers apply RoPE (no_rope_layers, 1 = yes; else every
-/// no_rope_layer_interval-th layer goes without) and which slide (layer_types; else the layers
-/// without RoPE, when use_sliding_window and a sliding_window are given), as SmolLM3Config
-/// makes them. A sliding layer's window is the mask's: transformers builds it from
-/// sliding_window alone, whatever use_sliding_window says.
-bool Importer::readNoRopeLayers() {
-  bool useSliding = c.boolean("use_sliding_window", false);
+/// layer_types, where config.json gives it, into layerTypes: one per layer, each `other` or
+/// full_attention (what `family`'s forward knows). False after an error.
+bool Importer::readLayerTypeList(const char *other, const std::string &family) {
+  const json *types = c.get("layer_types");
+  if (!types)
+    return true;
+  if (!types->is_array() || int64_t(types->size()) != layers) {
+    c.error("layer_types") << "'layer_types' must list one type per layer (" << layers << ")";
+    return false;
+  }
+  for (int64_t i = 0; i < layers; ++i) {
+    const json &t = (*types)[i];
+    if (t != other && t != "full_attention") {
+      c.error("layer_types") << "layer type " << t.dump() << " is not supported" << family
+                             << " (" << other << ", full_attention)";
+      return false;
+    }
+    layerTypes[i] = t.get<std::string>();
+  }
+  return true;
+}
+
+/// no_rope_layers (1 where a layer applies RoPE) into ropeLayers; absent (or, for Llama 4,
+/// empty: `emptyIsAbsent`), every no_rope_layer_interval-th layer goes without. False after
+/// an error.
+bool Importer::readRopeLayers(bool emptyIsAbsent) {
   ropeLayers.assign(layers, true);
-  if (const json *list = c.get("no_rope_layers")) {
+  const json *list = c.get("no_rope_layers");
+  c.get("no_rope_layer_interval"); // read only without a list
+  if (list && !(emptyIsAbsent && list->is_array() && list->empty())) {
     if (!list->is_array() || int64_t(list->size()) != layers) {
-      c.error("no_rope_layers") << "'no_rope_layers' must list 1 (RoPE) or 0 (none) for each of the "
+      c.error("no_rope_layers") << "'no_rope_layers' must list 1 (RoPE) or 0 (none) for each of "
+                                   "the "
                                 << layers << " layers, got " << list->dump();
       return false;
     }
@@ -1037,26 +1050,26 @@ bool Importer::readNoRopeLayers() {
       }
       ropeLayers[i] = flag == 1 || flag == true;
     }
-  } else {
-    int64_t interval = c.integer("no_rope_layer_interval", 4).value_or(4);
-    for (int64_t i = 0; i < layers; ++i)
-      ropeLayers[i] = (i + 1) % interval != 0;
+    return true;
   }
-  c.get("no_rope_layer_interval"); // read by SmolLM3Config only when no_rope_layers is absent
-  if (const json *types = c.get("layer_types")) {
-    if (!types->is_array() || int64_t(types->size()) != layers) {
-      c.error("layer_types") << "'layer_types' must list one type per layer (" << layers << ")";
+  int64_t interval = c.integer("no_rope_layer_interval", 4, 1, kMaxRepeats).value_or(4);
+  for (int64_t i = 0; i < layers; ++i)
+    ropeLayers[i] = (i + 1) % interval != 0;
+  return !c.failed;
+}
+
+/// SmolLM3: which layers apply RoPE (no_rope_layers, 1 = yes; else every
+/// no_rope_layer_interval-th layer goes without) and which slide (layer_types; else the layers
+/// without RoPE, when use_sliding_window and a sliding_window are given), as SmolLM3Config
+/// makes them. A sliding layer's window is the mask's: transformers builds it from
+/// sliding_window alone, whatever use_sliding_window says.
+bool Importer::readNoRopeLayers() {
+  bool useSliding = c.boolean("use_sliding_window", false);
+  if (!readRopeLayers(/*emptyIsAbsent=*/false))
+    return false;
+  if (c.get("layer_types")) {
+    if (!readLayerTypeList("sliding_attention", ""))
       return false;
-    }
-    for (int64_t i = 0; i < layers; ++i) {
-      const json &t = (*types)[i];
-      if (t != "sliding_attention" && t != "full_attention") {
-        c.error("layer_types") << "layer type " << t.dump()
-                               << " is not supported (sliding_attention, full_attention)";
-        return false;
-      }
-      layerTypes[i] = t.get<std::string>();
-    }
   } else if (useSliding && slidingWindow) {
     for (int64_t i = 0; i < layers; ++i)
       if (!ropeLayers[i])
@@ -1115,51 +1128,14 @@ bool Importer::readLlama4() {
     for (int64_t i = step - 1; i < layers; i += step)
       sparseLayers[i] = true;
   }
-  // no_rope_layers: 1 where the layer applies RoPE; absent or empty, the interval's default.
-  ropeLayers.assign(layers, true);
-  const json *list = c.get("no_rope_layers");
-  if (list && (!list->is_array() || (!list->empty() && int64_t(list->size()) != layers))) {
-    c.error("no_rope_layers") << "'no_rope_layers' must list 1 (RoPE) or 0 (none) for each of "
-                                 "the "
-                              << layers << " layers, got " << list->dump();
+  if (!readRopeLayers(/*emptyIsAbsent=*/true))
     return false;
-  }
-  if (list && !list->empty()) {
-    for (int64_t i = 0; i < layers; ++i) {
-      const json &flag = (*list)[i];
-      if (flag != 0 && flag != 1 && flag != true && flag != false) {
-        c.error("no_rope_layers") << "'no_rope_layers' must hold 1 (RoPE) or 0 (none), got "
-                                  << flag.dump() << " for layer " << i;
-        return false;
-      }
-      ropeLayers[i] = flag == 1 || flag == true;
-    }
-    c.get("no_rope_layer_interval");
-  } else {
-    int64_t interval = c.integer("no_rope_layer_interval", 4, 1, kMaxRepeats).value_or(4);
-    for (int64_t i = 0; i < layers; ++i)
-      ropeLayers[i] = (i + 1) % interval != 0;
-  }
   // layer_types: given, or chunked where RoPE is.
   layerTypes.assign(layers, "full_attention");
   for (int64_t i = 0; i < layers; ++i)
     layerTypes[i] = ropeLayers[i] ? "chunked_attention" : "full_attention";
-  if (const json *types = c.get("layer_types")) {
-    if (!types->is_array() || int64_t(types->size()) != layers) {
-      c.error("layer_types") << "'layer_types' must list one type per layer (" << layers << ")";
-      return false;
-    }
-    for (int64_t i = 0; i < layers; ++i) {
-      const json &t = (*types)[i];
-      if (t != "chunked_attention" && t != "full_attention") {
-        c.error("layer_types") << "layer type " << t.dump()
-                               << " is not supported for Llama 4 (chunked_attention, "
-                                  "full_attention)";
-        return false;
-      }
-      layerTypes[i] = t.get<std::string>();
-    }
-  }
+  if (!readLayerTypeList("chunked_attention", " for Llama 4"))
+    return false;
   bool chunked = llvm::is_contained(layerTypes, "chunked_attention");
   if (c.get("attention_chunk_size"))
     chunkSize = c.integer("attention_chunk_size", std::nullopt).value_or(0);

@@ -182,9 +182,12 @@ class CollectiveRecorder(TorchDispatchMode):
             return NotImplemented
         pkt = func._overloadpacket
         if pkt in SIZERS:
-            kind, sizer = SIZERS[pkt]
-            self.records.append({"kind": kind, "bytes": int(sizer(args)[0])})
+            self.records.append(self.record(pkt, args))
         return func(*args, **(kwargs or {}))
+
+    def record(self, pkt, args):
+        kind, sizer = SIZERS[pkt]
+        return {"kind": kind, "bytes": int(sizer(args)[0])}
 
 
 # Where CommDebugMode's ModTracker fails (a module's forward hook finds its parent list empty:
@@ -220,18 +223,13 @@ class HookedRecorder(CollectiveRecorder):
             h.remove()
         return super().__exit__(*exc)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if any(t == DTensor for t in types):
-            return NotImplemented
-        pkt = func._overloadpacket
-        if pkt in SIZERS:
-            kind, sizer = SIZERS[pkt]
-            nbytes, shape = sizer(args)
-            module = self.stack[-1] if self.stack and self.stack[-1] else None
-            tensors = [t for t in _flat([x for x in args if isinstance(x, (torch.Tensor, list, tuple))]) if isinstance(t, torch.Tensor)]
-            dtype = str(tensors[0].dtype).replace("torch.", "") if tensors else None
-            self.records.append({"kind": kind, "bytes": int(nbytes), "module": module, "op": str(pkt), "shape": shape, "dtype": dtype})
-        return func(*args, **(kwargs or {}))
+    def record(self, pkt, args):
+        kind, sizer = SIZERS[pkt]
+        nbytes, shape = sizer(args)
+        module = self.stack[-1] if self.stack and self.stack[-1] else None
+        tensors = [t for t in _flat([x for x in args if isinstance(x, (torch.Tensor, list, tuple))]) if isinstance(t, torch.Tensor)]
+        dtype = str(tensors[0].dtype).replace("torch.", "") if tensors else None
+        return {"kind": kind, "bytes": int(nbytes), "module": module, "op": str(pkt), "shape": shape, "dtype": dtype}
 
 
 def _c10d_ops():

@@ -157,30 +157,20 @@ def arch_config(arch, std):
         # GemmaConfig's field is hidden_act (Gemma2Config's is hidden_activation).
         kw.update(head_dim=16, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True)
         return "GemmaConfig", "GemmaForCausalLM", kw
+    # Gemma 2 and 3: a sliding layer, then a global one; query_pre_attn_scalar not head_dim.
+    gemma_layers = dict(head_dim=16, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                        sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                        query_pre_attn_scalar=32)
     if arch == "gemma2":
-        kw.update(
-            head_dim=16,
-            hidden_activation="gelu_pytorch_tanh",
-            tie_word_embeddings=True,
-            sliding_window=8,
-            layer_types=["sliding_attention", "full_attention"],
-            attn_logit_softcapping=50.0,
-            final_logit_softcapping=30.0,
-            query_pre_attn_scalar=32,
-        )
+        kw.update(gemma_layers, attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
         return "Gemma2Config", "Gemma2ForCausalLM", kw
     if arch == "gemma3":
         kw.update(
-            head_dim=16,
-            hidden_activation="gelu_pytorch_tanh",
-            tie_word_embeddings=True,
-            sliding_window=8,
-            layer_types=["sliding_attention", "full_attention"],
+            gemma_layers,
             rope_parameters={
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                 "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
             },
-            query_pre_attn_scalar=32,
         )
         return "Gemma3TextConfig", "Gemma3ForCausalLM", kw
     if arch == "smollm3":
