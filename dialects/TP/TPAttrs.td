@@ -186,12 +186,14 @@ def TP_TargetAttr : TP_Attr<"Target", "target"> {
       other, so that their GEMM is one.
     - `gather`: how a gather of pieces tp does not split evenly is sent: `variable` (each
       rank's real columns only) or `padded` (every piece padded to the largest).
+    - `greedy_argmax`: whether its runtime can reduce the vocabulary-split logits of a greedy
+      step to each row's argmax on the ranks (tp-greedy-argmax marks the gather it may skip).
   }];
   let parameters = (ins StringRefParameter<"the target's name">:$name,
                         "::mlir::Type":$activation,
                         "bool":$fuse_elementwise, "bool":$fuse_norm, "bool":$fuse_rotary,
                         "bool":$group_linears,
-                        EnumParameter<TP_GatherMode>:$gather);
+                        EnumParameter<TP_GatherMode>:$gather, "bool":$greedy_argmax);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{

@@ -453,9 +453,16 @@ def TP_AllGatherOp : TP_CollectiveOp<"all_gather"> {
   let description = [{
     With `blocks`, the input is StridedShard(dim, blocks): every rank holds its chunk of each
     block, and the gathered chunks are put back block by block.
+
+    `argmax_if_greedy` (set by tp-greedy-argmax, on the gather of the logits that ends a
+    forward): on a step whose every sampled row is greedy, the program gathers each rank's
+    largest logit of every row and its id instead of the rows, and returns the argmax of each
+    row in place of its logits. Only a 2-D gather along the last dim whose one user is the
+    forward's return takes it.
   }];
   let arguments = (ins TP_Tensor:$input, TP_I64Attr:$dim,
-                       OptionalAttr<DenseI64ArrayAttr>:$blocks, OptionalAttr<StrAttr>:$module);
+                       OptionalAttr<DenseI64ArrayAttr>:$blocks, OptionalAttr<StrAttr>:$module,
+                       UnitAttr:$argmax_if_greedy);
   let assemblyFormat = "$input `dim` `=` $dim attr-dict `:` type($input) `->` type($result)";
 }
 

@@ -122,6 +122,22 @@ def TPElideCollectives : Pass<"tp-elide-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::tpc::tp::TPDialect"];
 }
 
+def TPGreedyArgmax : Pass<"tp-greedy-argmax", "::mlir::ModuleOp"> {
+  let summary = "Mark the gather of the logits that a greedy step can skip";
+  let description = [{
+    A forward that ends in the logits split by vocabulary (lm_head colwise, its
+    `colwise_gather_output` gather) gathers every rank's columns of every row, which for a
+    large vocabulary is most of a decode step's traffic (Gemma 3's 262k logits). A greedy step
+    needs only each row's argmax: every rank's largest logit and its id are enough. Where the
+    module's target can do that (`#tp.target`'s `greedy_argmax`), the pass sets
+    `argmax_if_greedy` on a forward's returned 2-D all_gather of columns; the program then
+    gathers the (logit, id) pairs on a step whose sampled rows are all greedy (no penalty, no
+    logprobs, no dumped logits) and the rows on any other step. `tpc analyze` prices the pairs
+    unless told the steps sample (`--sampled`).
+  }];
+  let dependentDialects = ["::tpc::tp::TPDialect"];
+}
+
 def TPFuse : Pass<"tp-fuse", "::mlir::ModuleOp"> {
   let summary = "Group ops that a target computes as one generated kernel into tp.fused";
   let description = [{

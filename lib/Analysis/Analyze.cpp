@@ -46,6 +46,8 @@ double totalBytes(const std::vector<CollectiveEntry> &entries) {
 
 std::string describe(const CollectiveEntry &e) {
   std::string s = collectiveName(e.kind).str();
+  if (e.argmax)
+    return s + " argmax";
   if (e.dim >= 0)
     s += " dim " + std::to_string(e.dim);
   return s;
@@ -79,6 +81,8 @@ nlohmann::ordered_json toJson(const std::vector<CollectiveEntry> &entries) {
     j["sent_bytes_per_rank"] = e.sentBytes;
     if (e.paddedBytes > 0)
       j["padded_bytes"] = e.paddedBytes;
+    if (e.argmax)
+      j["argmax"] = true;
     list.push_back(j);
   }
   return list;
@@ -162,24 +166,43 @@ std::vector<Share> sharesOf(const RankShares &shares) {
           {"query_heads", "attention heads", shares.queryHeads}};
 }
 
-/// What gathering the vocabulary's logits costs a decode step, where it does: for a large
-/// vocabulary (Gemma 3's 262k) it is most of the step's bytes, and greedy decoding would need
-/// only each rank's best logit and its id.
-void logitsGatherNote(const PhaseReport &decode, int64_t tp, std::vector<std::string> &notes) {
-  double total = 0, gather = 0;
-  for (const CollectiveEntry &c : decode.collectives) {
-    total += c.bytes;
-    if (llvm::StringRef(c.module).ends_with("lm_head") && c.kind == CollectiveKind::AllGather)
-      gather += c.bytes;
-  }
-  if (tp < 2 || gather == 0 || total == 0)
+/// What gathering the vocabulary's logits costs a decode step, and what a greedy step moves
+/// instead: for a large vocabulary (Gemma 3's 262k) the gather is most of the step's bytes,
+/// and a greedy step needs only each rank's best logit and its id. `greedy` and `sampled`:
+/// the decode step's collectives when it is greedy and when it samples; `target` is whether
+/// the binary finds the argmax on the ranks.
+void logitsGatherNote(const std::vector<CollectiveEntry> &greedy,
+                      const std::vector<CollectiveEntry> &sampled, bool target, bool reported,
+                      std::vector<std::string> &notes) {
+  auto logits = [](const std::vector<CollectiveEntry> &entries) {
+    double bytes = 0;
+    for (const CollectiveEntry &c : entries)
+      if (llvm::StringRef(c.module).ends_with("lm_head") && c.kind == CollectiveKind::AllGather)
+        bytes += c.bytes;
+    return bytes;
+  };
+  double gather = logits(sampled), total = totalBytes(sampled);
+  if (gather == 0 || total == 0)
     return;
-  notes.push_back(fmt::format(
-      "lm_head's all_gather of the logits is {:.0f} of a decode step's {:.0f} collective bytes "
-      "({:.0f}%); greedy decoding needs only each rank's largest logit and its id, {} bytes a "
-      "sequence over the {} ranks (a distributed argmax), but tpc's sampler reads whole rows "
-      "(penalties, top-p, logprobs), so the binary gathers them",
-      gather, total, 100 * gather / total, 8 * tp, tp));
+  std::string share = fmt::format("lm_head's all_gather of the logits is {:.0f} of a sampled "
+                                  "decode step's {:.0f} collective bytes ({:.0f}%)",
+                                  gather, total, 100 * gather / total);
+  bool marked = llvm::any_of(greedy, [](const CollectiveEntry &c) { return c.argmax; });
+  if (!marked) {
+    notes.push_back(share + (target ? "" : "; a greedy step needs only each rank's largest logit "
+                                           "and its id, which the CPU target's binary gathers "
+                                           "instead (tp-greedy-argmax), but this target's "
+                                           "gathers the logits on every step"));
+    return;
+  }
+  std::string argmax = fmt::format("a greedy step gathers only each rank's largest logit and "
+                                   "its id instead ({:.0f} bytes: argmax_if_greedy)",
+                                   logits(greedy));
+  notes.push_back(reported ? fmt::format("{}; {}, as reported above; a step that samples or "
+                                         "reads whole rows (penalties, logprobs, dumped logits) "
+                                         "gathers the logits (--sampled reports those steps)",
+                                         share, argmax)
+                           : fmt::format("{}, as reported above; {}", share, argmax));
 }
 
 /// An embedding table the plan leaves whole on every rank (Llama 4's: transformers' plan has
@@ -289,6 +312,7 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   tp::TargetAttr target = tp::getTarget(*decided);
   int64_t elementBytes = target.activationBytes();
   bool variableGather = target.getGather() == tp::GatherMode::variable;
+  bool greedy = !o.sampled;
   // transformers' side: the collectives its hooks run, where its TP runs this at all.
   std::string transformersFails = transformersFailure(module);
   auto transformersFor = [&](int64_t tokens) {
@@ -298,10 +322,10 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   a.phases = {
       {"prefill", prefillLen, 1, prefillSplits,
        programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes,
-                          variableGather),
+                          variableGather, 1, greedy),
        transformersFor(prefillLen), transformersFails},
       {"decode step", 1, 1, false,
-       programCollectives(forwardFor(1), 1, o.tp, elementBytes, variableGather),
+       programCollectives(forwardFor(1), 1, o.tp, elementBytes, variableGather, 1, greedy),
        transformersFor(1), transformersFails}};
   if (o.stepTokens > 0) {
     // A step of the engine's: the sequences' tokens in one forward, each sequence's last
@@ -312,13 +336,20 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
         {"step", o.stepTokens, o.stepSequences,
          tp::sequenceParallelTokens(forward).has_value(),
          programCollectives(forward, o.stepTokens, o.tp, elementBytes, variableGather,
-                            o.stepSequences),
+                            o.stepSequences, greedy),
          one ? transformersFor(o.stepTokens) : std::vector<CollectiveEntry>(),
          one || !transformersFails.empty()
              ? transformersFails
              : "not compared (its tensor parallelism runs one batch shape, not ragged steps)"});
   }
-  logitsGatherNote(a.phases[1], o.tp, notes);
+  if (o.tp > 1) {
+    func::FuncOp decode = forwardFor(1);
+    auto decodeStep = [&](bool greedyStep) {
+      return programCollectives(decode, 1, o.tp, elementBytes, variableGather, 1, greedyStep);
+    };
+    logitsGatherNote(decodeStep(true), decodeStep(false), target.getGreedyArgmax(), greedy,
+                     notes);
+  }
   replicatedEmbeddingNote(module, o.tp, elementBytes, notes);
   memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
   memory.arena =

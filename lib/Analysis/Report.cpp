@@ -50,7 +50,8 @@ std::string tpc::layerOf(StringRef module) {
 
 std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64_t tokens,
                                                      int64_t tp, int64_t elementBytes,
-                                                     bool variableGather, int64_t sampled) {
+                                                     bool variableGather, int64_t sampled,
+                                                     bool greedy) {
   // A value's bytes on one rank: its local shape, with tokens / tp rows where it is split by
   // tokens and `tokens` for any other dynamic dim; after tp.last_token, whose one static row
   // stands for each sampled sequence's (the lowering's rule), `sampled` rows.
@@ -71,7 +72,13 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
     // larger of one rank's buffers, padded pieces and all.
     std::optional<CollectiveKind> kind;
     double bytes = 0, padded = 0;
-    if (auto reduce = dyn_cast<AllReduceOp>(op)) {
+    bool argmax = false;
+    if (auto gather = dyn_cast<AllGatherOp>(op); gather && greedy && gather.getArgmaxIfGreedy()) {
+      // Context::argmaxColumns: a (logit, id) pair of elements a row from every rank.
+      kind = CollectiveKind::AllGather;
+      argmax = true;
+      bytes = double(tp) * localBytes(gather.getInput()) / double(columns(gather.getInput())) * 2;
+    } else if (auto reduce = dyn_cast<AllReduceOp>(op)) {
       kind = CollectiveKind::AllReduce;
       bytes = localBytes(reduce.getInput());
     } else if (auto gather = dyn_cast<AllGatherOp>(op)) {
@@ -102,6 +109,7 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
     entry.bytes = bytes;
     entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
     entry.paddedBytes = std::max(0.0, padded);
+    entry.argmax = argmax;
     entries.push_back(std::move(entry));
   });
   return entries;

@@ -54,7 +54,8 @@ std::optional<ProgramOptions> programOptions(const ProgramArgs &args, MLIRContex
     *kind = true;
   }
   options.target = tp::TargetAttr::get(&ctx, target.getName(), target.getActivation(),
-                                       elementwise, norm, rotary, linears, target.getGather());
+                                       elementwise, norm, rotary, linears, target.getGather(),
+                                       target.getGreedyArgmax());
   return options;
 }
 

@@ -39,6 +39,7 @@ bool tpc::wantsSequenceParallel(ModuleOp planned, bool requested) {
 
 void tpc::buildDecisionPipeline(OpPassManager &pm, StringRef weights) {
   pm.addPass(tp::createTPElideCollectives());
+  pm.addPass(tp::createTPGreedyArgmax());
   pm.addPass(tp::createTPWeightStorage({weights.str()}));
   pm.addPass(tp::createTPFuse());
   pm.addPass(tp::createTPGroupLinears());

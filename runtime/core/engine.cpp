@@ -119,6 +119,7 @@ void Engine::readDescriptor(const std::vector<int64_t> &d, std::vector<int64_t> 
   step.ids = ids.data();
   step.positions = positions.data();
   step.tokens = tokens;
+  step.argmax = d[3] != 0;
 }
 
 const float *Engine::forward(const Step &step, const EngineHooks &hooks) {
@@ -328,9 +329,21 @@ void Engine::step(const EngineHooks &hooks) {
   }
   d[1] = tokens;
   d[2] = int64_t(plan.size());
+  // Whether every row this step samples needs its argmax alone: then the program may find it
+  // on the ranks and not gather the logits (Step::argmax).
+  bool argmax = !hooks.onLogits;
+  for (size_t p = 0; argmax && p < plan.size(); ++p) {
+    Sequence *s = plan[p].sequence;
+    if (s->computed + plan[p].count < int64_t(s->tokens.size()))
+      continue; // not sampled this step
+    const EngineRequest &r = entries.at(s->handle).request;
+    argmax = r.sampling.greedy() && !r.sampling.penalized() && r.logprobs < 0;
+  }
+  d[3] = argmax;
   share(d);
   readDescriptor(d, stepIds, stepPositions, stepTables, current);
   const float *logits = forward(current, hooks);
+  const int64_t *chosen = current.argmax ? backend.argmax() : nullptr;
 
   // Rank 0 samples the sequences whose known tokens are all computed now: their rows of
   // the logits, one each in the step's order (the last token's of every token where the
@@ -345,12 +358,18 @@ void Engine::step(const EngineHooks &hooks) {
     EngineRequest &r = e.request;
     const StepSequence &mineInStep = current.sequences[p];
     int64_t at = spec.lastTokenOnly ? row++ : mineInStep.first + mineInStep.count - 1;
-    const float *mine = logits + at * spec.vocab;
-    if (hooks.onLogits)
-      hooks.onLogits(s->handle, mine);
-    int64_t token = s->sampler->sample(mine);
-    if (r.logprobs >= 0)
-      r.outputLogprobs.push_back(logprobsOf(mine, spec.vocab, token, r.logprobs));
+    int64_t token;
+    if (chosen) { // the argmax found on the ranks: no row of logits came
+      token = chosen[at];
+      s->sampler->record(token);
+    } else {
+      const float *mine = logits + at * spec.vocab;
+      if (hooks.onLogits)
+        hooks.onLogits(s->handle, mine);
+      token = s->sampler->sample(mine);
+      if (r.logprobs >= 0)
+        r.outputLogprobs.push_back(logprobsOf(mine, spec.vocab, token, r.logprobs));
+    }
     r.output.push_back(token);
     if (r.output.size() == 1)
       r.firstTokenMs = millisSince(e.arrived);

@@ -111,9 +111,10 @@ std::vector<int64_t> Generator::generate(const Args &args,
     current = n == 0 ? "the prefill" : "decode step " + std::to_string(n);
     strike();
   };
-  hooks.onLogits = [&](size_t, const float *row) {
-    dumped.insert(dumped.end(), row, row + spec.vocab);
-  };
+  if (!args.dumpLogits.empty()) // else a greedy step may leave the logits ungathered
+    hooks.onLogits = [&](size_t, const float *row) {
+      dumped.insert(dumped.end(), row, row + spec.vocab);
+    };
   if (onToken)
     hooks.onToken = [&](size_t, int64_t id) { return onToken(id); };
   current = "the prefill";

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 namespace tpcrt {
@@ -26,6 +27,52 @@ void Context::fail(const std::string &message) const {
 void Context::attach(Comm &group, bool variableGathers) {
   comm = &group;
   placement = std::make_unique<Collectives>(group.communicator(), memory, variableGathers);
+}
+
+void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
+                            const char *module) {
+  // Each row's best of this rank as a (logit, id) pair of fp32 slots, the id's int32 bits in
+  // the second (the communicator moves bytes; nothing adds them). A rank with no real column
+  // of a row sends id -1.
+  int64_t local = localWidth(blocks, tp);
+  std::vector<float> mine(size_t(rows * 2)), gathered(size_t(tp * rows * 2));
+  auto pack = [](float value, int32_t id, float *pair) {
+    pair[0] = value;
+    std::memcpy(pair + 1, &id, sizeof id);
+  };
+  for (int64_t row = 0; row < rows; ++row) {
+    const float *x = in + row * local;
+    float best = 0;
+    int32_t bestId = -1;
+    forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t from, int64_t count, int64_t) {
+      for (int64_t i = 0; i < count; ++i)
+        if (bestId < 0 || best < x[at + i]) { // pieces in column order: the first of equals
+          best = x[at + i];
+          bestId = int32_t(from + i);
+        }
+    });
+    pack(best, bestId, &mine[size_t(row * 2)]);
+  }
+  Communicator &communicator = comm->communicator();
+  communicator.label(module, rows);
+  communicator.allGather(mine.data(), mine.size(), gathered.data());
+  argmax.assign(size_t(rows), -1);
+  for (int64_t row = 0; row < rows; ++row) {
+    float best = 0;
+    int64_t &bestId = argmax[size_t(row)];
+    for (int r = 0; r < tp; ++r) {
+      const float *pair = &gathered[size_t((int64_t(r) * rows + row) * 2)];
+      int32_t id;
+      std::memcpy(&id, pair + 1, sizeof id);
+      if (id >= 0 && (bestId < 0 || best < pair[0] || (pair[0] == best && id < bestId))) {
+        best = pair[0];
+        bestId = id;
+      }
+    }
+    if (bestId < 0)
+      fail("internal error: no rank holds a logit of row " + std::to_string(row));
+  }
+  argmaxReady = true;
 }
 
 namespace cpu {
@@ -100,9 +147,11 @@ public:
   bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
   const float *forward(const Step &step, bool sequenceParallel) override {
     cx.step = &step;
+    cx.argmaxReady = false;
     return (sequenceParallel ? sequenceParallelFn : forwardFn)(cx, step.ids, step.positions,
                                                                step.tokens);
   }
+  const int64_t *argmax() const override { return cx.argmaxReady ? cx.argmax.data() : nullptr; }
   bool injectFault() override { return false; }
   std::string describe() const override { return "CPU: " + matrixKernels(); }
 

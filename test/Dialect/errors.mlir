@@ -502,6 +502,23 @@ func.func @f(%x: tensor<8x16xf32>) {
 
 // -----
 
+func.func @f(%x: tensor<8x16xf32>) -> tensor<32x16xf32> {
+  // expected-error @+1 {{tp.all_gather: argmax_if_greedy needs a gather of the columns of a 2-D tensor (the logits), got dim 0 of 'tensor<8x16xf32>'}}
+  %y = tp.all_gather %x dim = 0 {argmax_if_greedy} : tensor<8x16xf32> -> tensor<32x16xf32>
+  return %y : tensor<32x16xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<8x16xf32>) -> tensor<8x64xf32> {
+  // expected-error @+1 {{lm_head (tp.all_gather): argmax_if_greedy needs the gathered logits to be used by the forward's return alone}}
+  %y = tp.all_gather %x dim = 1 {argmax_if_greedy, module = "lm_head"} : tensor<8x16xf32> -> tensor<8x64xf32>
+  %z = tp.add "model" %y, %y : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  return %z : tensor<8x64xf32>
+}
+
+// -----
+
 func.func @f(%x: tensor<8x64xf32>) {
   // expected-error @+1 {{tp.reduce_scatter: only dim 0 may change size, got 'tensor<8x64xf32>' -> 'tensor<2x32xf32>'}}
   %y = tp.reduce_scatter %x sum dim = 0 : tensor<8x64xf32> -> tensor<2x32xf32>
@@ -1010,7 +1027,7 @@ module {
 
 module {
   // expected-error @+1 {{'tp.target' belongs on the module, not on func.func}}
-  func.func @f() attributes {tp.target = #tp.target<name = "cpu", activation = f32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable>} { return }
+  func.func @f() attributes {tp.target = #tp.target<name = "cpu", activation = f32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable, greedy_argmax = true>} { return }
 }
 
 // -----
@@ -1021,7 +1038,7 @@ module attributes {tp.target = "cpu"} {}
 // -----
 
 // expected-error @+1 {{a target's activation must be a float type of whole bytes, got 'i32'}}
-module attributes {tp.target = #tp.target<name = "cpu", activation = i32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable>} {}
+module attributes {tp.target = #tp.target<name = "cpu", activation = i32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable, greedy_argmax = true>} {}
 
 // -----
 

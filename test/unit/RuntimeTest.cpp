@@ -4,6 +4,7 @@
 // told and waited for.
 #include "tpcrt/backend.h"
 #include "tpcrt/comm.h"
+#include "tpcrt/cpu/context.h"
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/failure.h"
 #include "tpcrt/file.h"
@@ -683,11 +684,10 @@ TEST(Collectives, RefusesVariableGathersItsCommunicatorCannotDo) {
   EXPECT_NO_THROW(Collectives(padded, memory, /*variableGathers=*/false));
 }
 
-TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
-  // A feature dim of two strided blocks, 5 and 4 wide, over 3 ranks: pieces of 2 (the last
-  // rank's piece of the first block holds 1 real column, padding after it) and 2 (the last
-  // one's piece of the second block is padding only). 3 tokens, one per rank when split.
-  onEachTransport("rdzv-collectives", [](const std::string &dir) {
+/// Runs `body(rank, group, trace)` on 3 ranks over each transport, the group's collectives
+/// traced into `trace`; every rank's body must return true.
+template <typename Body> void onThreeTracedRanks(const char *name, Body body) {
+  onEachTransport(name, [&](const std::string &dir) {
     EXPECT_TRUE(forkRanks(3, [&](int rank) {
       std::string error;
       auto group = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
@@ -695,63 +695,111 @@ TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
         return false;
       std::vector<TraceEntry> trace;
       group->communicator().traceInto(&trace);
-      HostMemory memory;
-      // The CPU target's gather mode: every CPU transport gathers pieces of their own size.
-      Collectives cx(group->communicator(), memory, /*variableGathers=*/true);
-      const std::vector<int64_t> blocks = {5, 4};
-      const int64_t rows = 3, global = 9, local = 4;
-      std::vector<float> whole = numbered(rows, global), mine(size_t(rows * local));
-      cx.takeColumns(whole.data(), rows, blocks, mine.data());
-
-      std::vector<float> gathered(size_t(rows * global));
-      cx.allGatherColumns(mine.data(), rows, blocks, gathered.data(), "gather");
-      if (gathered != whole)
-        return false;
-      // One block of 4: pieces of 2, 2 and none (rank 2 holds padding only).
-      std::vector<float> four = numbered(rows, 4), twoOfFour(size_t(rows * 2)), back(four.size());
-      cx.takeColumns(four.data(), rows, {4}, twoOfFour.data());
-      cx.allGatherColumns(twoOfFour.data(), rows, {4}, back.data(), "gather four");
-      if (back != four)
-        return false;
-
-      // Partial sums (rank r holds (r + 1) * whole): reduce-scattered, this rank's columns of
-      // 6 * whole; by rows, its token of it.
-      std::vector<float> partial = numbered(rows, global, float(rank + 1));
-      std::vector<float> expected(size_t(rows * local)), got(size_t(rows * local));
-      std::vector<float> six = numbered(rows, global, 6);
-      cx.takeColumns(six.data(), rows, blocks, expected.data());
-      cx.reduceScatterColumns(partial.data(), rows, blocks, got.data(), "scatter columns");
-      if (got != expected)
-        return false;
-      std::vector<float> row(static_cast<size_t>(global));
-      cx.reduceScatterRows(partial.data(), rows, global, row.data(), "scatter rows");
-      if (!std::equal(row.begin(), row.end(), six.begin() + rank * global))
-        return false;
-
-      // Tokens to features and back.
-      std::vector<float> byColumns(size_t(rows * local)), byRows(static_cast<size_t>(global));
-      cx.allToAll(whole.data() + rank * global, rows, blocks, true, byColumns.data(), "to columns");
-      if (byColumns != mine)
-        return false;
-      cx.allToAll(mine.data(), rows, blocks, false, byRows.data(), "to rows");
-      if (!std::equal(byRows.begin(), byRows.end(), whole.begin() + rank * global))
-        return false;
-
-      // What went on the wire: each call once, its bytes the larger buffer of one rank, with
-      // the padding (4 local columns, 12 with every rank's), but for the gathers: Gloo's
-      // allgatherv moves the real columns only (9, and 4).
-      group->barrier();
-      std::vector<std::pair<std::string, uint64_t>> wire;
-      for (const TraceEntry &e : trace)
-        wire.push_back({e.kind + " " + e.module, e.bytes});
-      return wire == std::vector<std::pair<std::string, uint64_t>>{
-                         {"all_gather gather", 3 * 9 * 4},
-                         {"all_gather gather four", 3 * 4 * 4},
-                         {"reduce_scatter scatter columns", 3 * 12 * 4},
-                         {"reduce_scatter scatter rows", 3 * 9 * 4},
-                         {"all_to_all to columns", 12 * 4},
-                         {"all_to_all to rows", 12 * 4}};
+      return body(rank, *group, trace);
     }));
+  });
+}
+
+TEST(Collectives, UnevenStridedBlocksAcrossThreeRanks) {
+  // A feature dim of two strided blocks, 5 and 4 wide, over 3 ranks: pieces of 2 (the last
+  // rank's piece of the first block holds 1 real column, padding after it) and 2 (the last
+  // one's piece of the second block is padding only). 3 tokens, one per rank when split.
+  onThreeTracedRanks("rdzv-collectives", [](int rank, Comm &group, std::vector<TraceEntry> &trace) {
+    HostMemory memory;
+    // The CPU target's gather mode: every CPU transport gathers pieces of their own size.
+    Collectives cx(group.communicator(), memory, /*variableGathers=*/true);
+    const std::vector<int64_t> blocks = {5, 4};
+    const int64_t rows = 3, global = 9, local = 4;
+    std::vector<float> whole = numbered(rows, global), mine(size_t(rows * local));
+    cx.takeColumns(whole.data(), rows, blocks, mine.data());
+
+    std::vector<float> gathered(size_t(rows * global));
+    cx.allGatherColumns(mine.data(), rows, blocks, gathered.data(), "gather");
+    if (gathered != whole)
+      return false;
+    // One block of 4: pieces of 2, 2 and none (rank 2 holds padding only).
+    std::vector<float> four = numbered(rows, 4), twoOfFour(size_t(rows * 2)), back(four.size());
+    cx.takeColumns(four.data(), rows, {4}, twoOfFour.data());
+    cx.allGatherColumns(twoOfFour.data(), rows, {4}, back.data(), "gather four");
+    if (back != four)
+      return false;
+
+    // Partial sums (rank r holds (r + 1) * whole): reduce-scattered, this rank's columns of
+    // 6 * whole; by rows, its token of it.
+    std::vector<float> partial = numbered(rows, global, float(rank + 1));
+    std::vector<float> expected(size_t(rows * local)), got(size_t(rows * local));
+    std::vector<float> six = numbered(rows, global, 6);
+    cx.takeColumns(six.data(), rows, blocks, expected.data());
+    cx.reduceScatterColumns(partial.data(), rows, blocks, got.data(), "scatter columns");
+    if (got != expected)
+      return false;
+    std::vector<float> row(static_cast<size_t>(global));
+    cx.reduceScatterRows(partial.data(), rows, global, row.data(), "scatter rows");
+    if (!std::equal(row.begin(), row.end(), six.begin() + rank * global))
+      return false;
+
+    // Tokens to features and back.
+    std::vector<float> byColumns(size_t(rows * local)), byRows(static_cast<size_t>(global));
+    cx.allToAll(whole.data() + rank * global, rows, blocks, true, byColumns.data(), "to columns");
+    if (byColumns != mine)
+      return false;
+    cx.allToAll(mine.data(), rows, blocks, false, byRows.data(), "to rows");
+    if (!std::equal(byRows.begin(), byRows.end(), whole.begin() + rank * global))
+      return false;
+
+    // What went on the wire: each call once, its bytes the larger buffer of one rank, with
+    // the padding (4 local columns, 12 with every rank's), but for the gathers: Gloo's
+    // allgatherv moves the real columns only (9, and 4).
+    group.barrier();
+    std::vector<std::pair<std::string, uint64_t>> wire;
+    for (const TraceEntry &e : trace)
+      wire.push_back({e.kind + " " + e.module, e.bytes});
+    return wire == std::vector<std::pair<std::string, uint64_t>>{
+                       {"all_gather gather", 3 * 9 * 4},
+                       {"all_gather gather four", 3 * 4 * 4},
+                       {"reduce_scatter scatter columns", 3 * 12 * 4},
+                       {"reduce_scatter scatter rows", 3 * 9 * 4},
+                       {"all_to_all to columns", 12 * 4},
+                       {"all_to_all to rows", 12 * 4}};
+  });
+}
+
+TEST(Collectives, GreedyArgmaxOnTheRanksIsTheGatheredRowsArgmax) {
+  // A greedy step's argmax found on the ranks (Context::argmaxColumns) against the argmax of
+  // the gathered rows, as the sampler takes it: the first of equal logits. A vocabulary of 8
+  // over 3 ranks (pieces of 3, 3 and 2 real columns) and one of 4 (2, 2 and none: rank 2
+  // holds padding only); rows with the largest on the last rank, equal across ranks, equal
+  // within a rank, all equal, all negative.
+  onThreeTracedRanks("rdzv-argmax", [](int rank, Comm &group, std::vector<TraceEntry> &trace) {
+    Context cx;
+    cx.rank = rank;
+    cx.tp = 3;
+    cx.attach(group, /*variableGathers=*/true);
+    bool ok = true;
+    auto check = [&](const std::vector<float> &whole, int64_t vocab) {
+      int64_t rows = int64_t(whole.size()) / vocab, local = pieceSize(vocab, 3);
+      std::vector<float> mine(size_t(rows * local));
+      cx.collectives().takeColumns(whole.data(), rows, {vocab}, mine.data());
+      cx.argmaxReady = false;
+      cx.argmaxColumns(mine.data(), rows, {vocab}, "lm_head");
+      ok &= cx.argmaxReady && cx.argmax.size() == size_t(rows);
+      for (int64_t r = 0; ok && r < rows; ++r) {
+        const float *row = whole.data() + r * vocab;
+        ok &= cx.argmax[size_t(r)] == std::max_element(row, row + vocab) - row;
+      }
+    };
+    check({0, 1, 2, 3, 4, 5, 6, 9,         // the last rank's
+           1, 7, 0, 2, 7, 3, 7, 1,         // equal on ranks 0, 1 and 2: the first
+           0, 0, 1, 5, 2, 5, 0, 0,         // equal within rank 1
+           2, 2, 2, 2, 2, 2, 2, 2,         // all equal: id 0
+           -9, -3, -4, -8, -2.5f, -7, -6, -2.75f},
+          8);
+    check({1, 3, 3, 0, -1, -5, -1, -2}, 4);
+    // On the wire: a (logit, id) pair a row from each rank, 4 bytes an element.
+    group.barrier();
+    ok &= trace.size() == 2 && trace[0].kind == "all_gather" && trace[0].module == "lm_head" &&
+          trace[0].bytes == 3 * 5 * 2 * 4 && trace[1].bytes == 3 * 2 * 2 * 4;
+    return ok;
   });
 }
 

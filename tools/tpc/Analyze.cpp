@@ -53,6 +53,10 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                   "arena, its element type sizes it (cpu: fp32, cuda: bf16)")
       ->check(CLI::IsMember(target::targetNames()));
   addWeightsDtype(cmd, opts->analysis.weights);
+  cmd->add_flag("--sampled", opts->analysis.sampled,
+                "report steps that sample (or want logprobs, penalties or dumped logits): "
+                "lm_head's gather carries the logits, where a greedy step (the default) "
+                "gathers each rank's argmax alone");
   cmd->add_flag("--no-fold", opts->analysis.noFold,
                 "report the program compiled with --no-fold (tp-fold-redistribute left out)");
   cmd->add_flag("--json", opts->json, "print the report as JSON");

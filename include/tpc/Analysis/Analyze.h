@@ -27,6 +27,10 @@ struct AnalyzeOptions {
   /// sampled (0: none).
   int64_t stepTokens = 0, stepSequences = 0;
   bool sequenceParallel = false, noFold = false;
+  /// The steps sample, or read whole rows of logits otherwise (penalties, logprobs, dumped
+  /// logits): the binary gathers the logits even where tp-greedy-argmax let a greedy step
+  /// gather each row's argmax alone. False: greedy, the binary's default.
+  bool sampled = false;
   std::string weights = "stored"; // --weights-dtype
 };
 

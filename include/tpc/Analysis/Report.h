@@ -27,6 +27,9 @@ struct CollectiveEntry {
   /// Of `bytes`, the padding: where tp does not divide the dim, the communicator moves equal
   /// pieces, torch.chunk's short last ones padded to the first's size.
   double paddedBytes = 0;
+  /// tpc's gather of the logits marked argmax_if_greedy, on a greedy step: each rank's
+  /// largest logit of every row and its id (two elements a row), not the rows.
+  bool argmax = false;
 };
 
 struct PhaseReport {
@@ -61,9 +64,12 @@ std::string layerOf(llvm::StringRef module);
 /// `tp` ranks with elements of `elementBytes`: the communicator call each is and its bytes
 /// on the wire. `variableGather`: the target's communicator gathers uneven pieces unpadded
 /// (the CPU's Gloo allgatherv), so such a gather moves the whole tensor and no padding.
+/// `greedy`: the step's sampled rows are all greedy, so a gather marked argmax_if_greedy
+/// moves each row's (logit, id) pair of every rank instead of the logits.
 std::vector<CollectiveEntry> programCollectives(mlir::func::FuncOp forward, int64_t tokens,
                                                 int64_t tp, int64_t elementBytes,
-                                                bool variableGather, int64_t sampled = 1);
+                                                bool variableGather, int64_t sampled = 1,
+                                                bool greedy = false);
 
 /// transformers' count, from its module-boundary hooks before any folding: every module with
 /// a strategy whose forward hook communicates (the strategy table of docs/plans.md) runs that

@@ -145,7 +145,7 @@ bool tpc::tp::samePlacement(PlacementAttr a, PlacementAttr b, int64_t rank) {
 
 LogicalResult TargetAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
                                  StringRef name, Type activation, bool, bool, bool, bool,
-                                 GatherMode) {
+                                 GatherMode, bool) {
   if (name.empty())
     return emitError() << "a target needs a name";
   if (!isa<FloatType>(activation) || activation.getIntOrFloatBitWidth() % 8 != 0)

@@ -614,7 +614,24 @@ static LogicalResult verifyResizesOneDim(Operation *op, int64_t dim) {
   return success();
 }
 
-LogicalResult AllGatherOp::verify() { return verifyResizesOneDim(*this, getDim()); }
+LogicalResult AllGatherOp::verify() {
+  if (failed(verifyResizesOneDim(*this, getDim())))
+    return failure();
+  if (!getArgmaxIfGreedy())
+    return success();
+  // What the runtime returns in its place is one id a row: only the forward's logits qualify.
+  RankedTensorType type = typeOf(getInput());
+  if (type.getRank() != 2 || normalizeDim(getDim(), 2) != 1)
+    return moduleError(*this) << "argmax_if_greedy needs a gather of the columns of a 2-D "
+                                 "tensor (the logits), got dim "
+                              << getDim() << " of " << type;
+  Value result = getResult();
+  if (!result.hasOneUse() ||
+      result.getUses().begin()->getOwner()->getName().getStringRef() != "func.return")
+    return moduleError(*this) << "argmax_if_greedy needs the gathered logits to be used by the "
+                                 "forward's return alone";
+  return success();
+}
 LogicalResult ReduceScatterOp::verify() { return verifyResizesOneDim(*this, getDim()); }
 
 LogicalResult AllToAllOp::verify() {

@@ -23,9 +23,11 @@ public:
   tp::TargetAttr describe(MLIRContext *ctx) const override {
     // The runtime's kernels call BLAS and vectorized loops and keep each weight in its own
     // buffer: nothing to fuse or group. Every CPU transport gathers pieces of their own size.
+    // Its runtime reduces a greedy step's logits to their argmax on the ranks.
     return tp::TargetAttr::get(ctx, name(), Float32Type::get(ctx), /*fuseElementwise=*/false,
                                /*fuseNorm=*/false, /*fuseRotary=*/false,
-                               /*groupLinears=*/false, tp::GatherMode::variable);
+                               /*groupLinears=*/false, tp::GatherMode::variable,
+                               /*greedyArgmax=*/true);
   }
   std::unique_ptr<Spelling> spelling() const override { return makeCpuSpelling(); }
 

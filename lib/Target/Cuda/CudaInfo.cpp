@@ -27,10 +27,11 @@ public:
   tp::TargetAttr describe(MLIRContext *ctx) const override {
     // Every launch costs on a GPU: each fusable chain becomes one kernel and linears of one
     // input one GEMM. NCCL has no gather of pieces of different sizes, so uneven ones are
-    // padded to the largest.
+    // padded to the largest. The device program gathers the logits whole on every step (the
+    // argmax on the ranks is the CPU runtime's so far).
     return tp::TargetAttr::get(ctx, name(), BFloat16Type::get(ctx), /*fuseElementwise=*/true,
                                /*fuseNorm=*/true, /*fuseRotary=*/true, /*groupLinears=*/true,
-                               tp::GatherMode::padded);
+                               tp::GatherMode::padded, /*greedyArgmax=*/false);
   }
   std::unique_ptr<Spelling> spelling() const override { return makeCudaSpelling(); }
 

@@ -42,7 +42,9 @@ LogicalResult lower(FunctionLowering &l, AllReduceOp reduce) {
 }
 
 LogicalResult lower(FunctionLowering &l, AllGatherOp gather) {
-  return lowerRowsOrColumns(l, gather, gather.getDim(), "allGatherRows", "allGatherColumns",
+  // tp-greedy-argmax's mark: the runtime decides each step between the gather and the argmax.
+  return lowerRowsOrColumns(l, gather, gather.getDim(), "allGatherRows",
+                            gather.getArgmaxIfGreedy() ? "allGatherLogits" : "allGatherColumns",
                             gather.getInput(), columns(gather.getResult()));
 }
 

@@ -27,6 +27,10 @@ struct Step {
   const int64_t *ids = nullptr, *positions = nullptr;
   int64_t tokens = 0;
   std::vector<StepSequence> sequences;
+  /// Every sampled row is greedy, with nothing that reads the whole row (a penalty,
+  /// logprobs, dumped logits): a program that can (a gather of the logits marked
+  /// argmax_if_greedy) returns each row's argmax (Backend::argmax) instead of its logits.
+  bool argmax = false;
   /// The rows the forward returns logits for: the sequences with `sampled`.
   int64_t sampledRows() const {
     int64_t rows = 0;

@@ -34,8 +34,8 @@ inline cpu::StepCache kvCache(Context &cx, int64_t layer) {
 }
 #include "tpcrt/program_ops.inc"
 
-// What only the CPU target runs (TPC_CPU_CALL in tpcrt/calls.def): mixtures of experts and
-// DeepSeek's multi-head latent attention.
+// What only the CPU target runs (TPC_CPU_CALL in tpcrt/calls.def): mixtures of experts,
+// DeepSeek's multi-head latent attention and a greedy step's argmax on the ranks.
 inline ProgramMatrix matrix(Context &cx, int64_t i) { return cx.matrix(size_t(i)); }
 inline void router(Context &cx, const float *x, int64_t rows, int64_t hidden, const float *w,
                    int64_t experts, int64_t topK, bool normalize, float *out, const float *bias,
@@ -53,6 +53,13 @@ inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, c
           cpu::ExpertsForm{inOutInterleaved, gateUpBias, downBias, alpha, limit, inOut,
                            scaleInput},
           out);
+}
+inline void allGatherLogits(Context &cx, const float *x, int64_t rows,
+                            const std::vector<int64_t> &blocks, float *out, const char *module) {
+  if (cx.step && cx.step->argmax)
+    cx.argmaxColumns(x, rows, blocks, module);
+  else
+    cx.collectives().allGatherColumns(x, rows, blocks, out, module);
 }
 inline void l2Norm(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t width,
                    double epsilon, float *out) {

@@ -98,6 +98,14 @@ struct Context {
   void attach(Comm &comm, bool variableGathers);
   /// The placement changes the CPU program calls.
   Collectives &collectives() { return *placement; }
+  /// A greedy step's argmax of each of `rows` rows of the logits split by vocabulary (`in`,
+  /// this rank's pieces of `blocks`, as allGatherColumns takes them), without gathering
+  /// them: every rank's largest logit of each row and its id are gathered, and `argmax`
+  /// gets each row's largest (ties: the lowest id, as the argmax of a gathered row).
+  void argmaxColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
+                     const char *module);
+  std::vector<int64_t> argmax; // the rows' ids, after argmaxColumns in this forward
+  bool argmaxReady = false;    // whether this forward made them
 
 private:
   HostMemory memory;
