@@ -284,6 +284,10 @@ const float *Device::forward(const Step &batch, bool sequenceParallel) {
              sequenceParallel ? sequenceParallelFn : forwardFn);
 }
 
+const int64_t *Device::argmax() const {
+  return state->argmaxReady ? state->hostArgmax : nullptr;
+}
+
 void releaseForRegrowth(Device::State &state, const char *what) {
   if (state.capturing) // the eager run before a capture sizes everything a capture needs
     throw std::runtime_error(std::string(what) + " grew during a CUDA graph capture");
@@ -318,6 +322,8 @@ Device::~Device() {
   for (auto &[key, frequencies] : state->invFreqs)
     cudaFree(frequencies);
   cudaFreeHost(state->hostLogits);
+  cudaFree(state->argmaxIds);
+  cudaFreeHost(state->hostArgmax);
   if (state->lt)
     cublasLtDestroy(state->lt);
   if (state->stream)
@@ -373,6 +379,18 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     check(cudaMallocHost(&state->hostLogits, count * sizeof(act)), "cudaMallocHost (logits)");
     state->hostLogitsCount = count;
   }
+  bool argmax = step && step->argmax;
+  if (argmax && size_t(rows) > state->argmaxCount) {
+    cudaFree(state->argmaxIds);
+    cudaFreeHost(state->hostArgmax);
+    state->argmaxIds = state->hostArgmax = nullptr;
+    state->argmaxCount = 0;
+    check(cudaMalloc(&state->argmaxIds, size_t(rows) * sizeof(int64_t)), "cudaMalloc (argmax)");
+    check(cudaMallocHost(&state->hostArgmax, size_t(rows) * sizeof(int64_t)),
+          "cudaMallocHost (argmax)");
+    state->argmaxCount = size_t(rows);
+  }
+  state->argmaxReady = false;
   check(cudaMemcpyAsync(state->ids, ids, tokens * sizeof(int64_t), cudaMemcpyHostToDevice,
                         state->stream),
         "cudaMemcpyAsync (ids)");
@@ -415,6 +433,19 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     logits = fn(*this, state->ids, state->positions, tokens);
     if (graph)
       ++graph->eagerRuns;
+  }
+  if (argmax) {
+    // A greedy step: each row's argmax on the device, only the ids back (after a graph's
+    // launch, outside any capture).
+    rowArgmax(*state, logits, rows, spec.vocab, state->argmaxIds);
+    check(cudaMemcpyAsync(state->hostArgmax, state->argmaxIds, size_t(rows) * sizeof(int64_t),
+                          cudaMemcpyDeviceToHost, state->stream),
+          "cudaMemcpyAsync (argmax)");
+    wait("the forward");
+    for (KVCache &cache : caches)
+      cache.length += tokens;
+    state->argmaxReady = true;
+    return nullptr;
   }
   check(cudaMemcpyAsync(state->hostLogits, logits, count * sizeof(act), cudaMemcpyDeviceToHost,
                         state->stream),

@@ -49,6 +49,41 @@ __global__ void sumSquaresKernel(const act *x, int64_t cols, bool contribute, ac
     out[blockIdx.x] = __float2bfloat16(total);
 }
 
+/// Each row's argmax of [rows, vocab] logits, a block a row: the largest value, the lowest id
+/// among equal ones (the CPU sampler's std::max_element), as an int64 id.
+__global__ void rowArgmaxKernel(const act *logits, int64_t vocab, int64_t *out) {
+  __shared__ float values[kThreads];
+  __shared__ int64_t ids[kThreads];
+  const act *row = logits + int64_t(blockIdx.x) * vocab;
+  float best = 0;
+  int64_t bestId = -1;
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) { // ids grow: the first of equals
+    float v = load(row, c);
+    if (bestId < 0 || v > best) {
+      best = v;
+      bestId = c;
+    }
+  }
+  values[threadIdx.x] = best;
+  ids[threadIdx.x] = bestId;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      float v = values[threadIdx.x + half];
+      int64_t id = ids[threadIdx.x + half];
+      int64_t mine = ids[threadIdx.x];
+      if (id >= 0 && (mine < 0 || v > values[threadIdx.x] ||
+                      (v == values[threadIdx.x] && id < mine))) {
+        values[threadIdx.x] = v;
+        ids[threadIdx.x] = id;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = ids[0];
+}
+
 __global__ void rmsNormOfTotalsKernel(const act *x, int64_t cols, const act *totals,
                                       float features, const act *w, float epsilon, float offset,
                                       act *out) {
@@ -140,6 +175,14 @@ void rmsNorm(Device::State &state, const act *x, int64_t rows, int64_t cols, con
   rmsNormKernel<<<unsigned(rows), kThreads, 0, state.stream>>>(x, cols, weight, float(epsilon),
                                                                float(weightOffset), out);
   launched("rms_norm");
+}
+
+void rowArgmax(Device::State &state, const act *logits, int64_t rows, int64_t vocab,
+               int64_t *out) {
+  if (rows == 0)
+    return;
+  rowArgmaxKernel<<<unsigned(rows), kThreads, 0, state.stream>>>(logits, vocab, out);
+  launched("the logits' argmax");
 }
 
 void sumSquares(Device::State &state, const act *x, int64_t rows, int64_t cols, bool contribute,

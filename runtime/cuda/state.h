@@ -37,6 +37,11 @@ struct Device::State {
   /// The copy into it follows a graph's launch, outside the capture: no graph holds it.
   act *hostLogits = nullptr;
   size_t hostLogitsCount = 0;
+  /// A greedy step's argmax of each row, on the device and pinned on the host (grown with the
+  /// logits' staging), and whether the last forward made them.
+  int64_t *argmaxIds = nullptr, *hostArgmax = nullptr;
+  size_t argmaxCount = 0;
+  bool argmaxReady = false;
   /// --timeout, kept here: the Device outlives the group it joined (it is deleted after
   /// runModel returns, and finalizing NCCL is watched too).
   int timeoutSeconds = 30;

@@ -99,10 +99,10 @@ public:
   /// collective's failure, and where the backend cannot run the step (the CUDA target runs
   /// one sequence a step).
   virtual const float *forward(const Step &step, bool sequenceParallel) = 0;
-  /// After a forward of a step with `argmax`, where the program reduced the logits to each
-  /// row's argmax on the ranks instead of gathering them: the id of each row's largest logit
-  /// (the lowest of equal ones), rows as forward()'s; the logits forward() returned are then
-  /// not computed. Null where the program returned the logits.
+  /// After a forward of a step with `argmax`, where the backend found each row's argmax
+  /// instead of returning the logits: the id of each row's largest logit (the lowest of equal
+  /// ones), rows as forward()'s; what forward() returned is then not the logits. Null where
+  /// it returned the logits.
   virtual const int64_t *argmax() const { return nullptr; }
   /// How it computes, for --verbose: its kernels and libraries, as chosen on this machine.
   virtual std::string describe() const { return ""; }

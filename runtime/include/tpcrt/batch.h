@@ -28,8 +28,10 @@ struct Step {
   int64_t tokens = 0;
   std::vector<StepSequence> sequences;
   /// Every sampled row is greedy, with nothing that reads the whole row (a penalty,
-  /// logprobs, dumped logits): a program that can (a gather of the logits marked
-  /// argmax_if_greedy) returns each row's argmax (Backend::argmax) instead of its logits.
+  /// logprobs, dumped logits): a backend that can returns each row's argmax
+  /// (Backend::argmax) instead of its logits: the CPU program where its gather of the logits
+  /// is marked argmax_if_greedy (found on the ranks, the logits not gathered), the CUDA
+  /// device always (found on the device, only the ids copied to the host).
   bool argmax = false;
   /// The rows the forward returns logits for: the sequences with `sampled`.
   int64_t sampledRows() const {

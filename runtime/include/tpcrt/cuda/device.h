@@ -69,13 +69,17 @@ public:
   /// tokens are what the caches hold, or none (a new sequence: the caches are emptied).
   /// Batches of several sequences are refused until the CUDA kernels for them exist.
   const float *forward(const Step &step, bool sequenceParallel) override;
+  /// After a forward of a step with `argmax`: each row's argmax, found on the device from the
+  /// gathered logits, only the ids copied back (the logits are not).
+  const int64_t *argmax() const override;
   /// Empties the KV caches. Captured graphs stay valid: they read the length from the
   /// device.
   void resetCaches();
   /// Launches a kernel that writes through a null pointer (TPC_FAULT=device).
   bool injectFault() override;
 
-  /// One forward: ids and positions to the device, `fn`, the logits back as fp32. A
+  /// One forward: ids and positions to the device, `fn`, the logits back as fp32 (on a step
+  /// with `argmax`, each row's argmax instead, and null returned). A
   /// one-token forward is captured in a CUDA graph the second time it runs and replayed
   /// from then on, unless collectives go through the host (TPC_CUDA_COMM=gloo) or
   /// TPC_CUDA_GRAPHS=0. The host waits once per forward, polling NCCL's asynchronous error
@@ -135,6 +139,10 @@ void rmsNormOfTotals(Device::State &state, const act *x, int64_t rows, int64_t c
                      double weightOffset, act *out);
 void rmsNorm(Device::State &state, const act *x, int64_t rows, int64_t cols, const act *weight,
              double epsilon, double weightOffset, act *out);
+/// Each of `rows` rows' argmax of [rows, vocab] logits into `out` (device int64s): the
+/// largest, the lowest id among equals.
+void rowArgmax(Device::State &state, const act *logits, int64_t rows, int64_t vocab,
+               int64_t *out);
 void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const act *w, int64_t out,
             const act *bias, act *y);
 void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t headDim,
