@@ -6,7 +6,8 @@ lists for one decode step, to estimate tp N's latency on N GPUs.
     python3 per_rank_model.py TP COMPUTE_MS_PER_TOKEN TRACE.json.rank0 [--bus-GBps B]
         [--latency-us L]
 
-The model, per collective of B bytes (bf16: half the fp32 bytes the trace records), ring
+The model, per collective of B bytes (what the trace records: the binary's own element type,
+bf16 for the CUDA binary, so nothing is halved here), ring
 algorithms as NCCL's tests count them: all_reduce L + 2 (N-1)/N x B / bus; all_gather and
 reduce_scatter L + (N-1)/N x B / bus; no overlap with compute. Its inputs are assumptions,
 stated here, not measurements: bus = 360 GB/s, about 80% of the 450 GB/s per direction of the
@@ -34,7 +35,7 @@ step = decode[:period]
 n, bus, lat = a.tp, a.bus_GBps * 1e9, a.latency_us * 1e-6
 comm_s = 0.0
 for c in step:
-    b = int(c["bytes"]) / 2  # bf16 on the GPU
+    b = int(c["bytes"])  # on the wire, in the binary's element type
     factor = 2 * (n - 1) / n if c["kind"] == "all_reduce" else (n - 1) / n
     comm_s += lat + factor * b / bus
 comm_ms = comm_s * 1e3
