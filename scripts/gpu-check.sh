@@ -261,9 +261,11 @@ device_fault_stage() {
     return 1
   fi
   echo "$out"
-  local expected="CUDA error in .*"
-  [[ -f $dir/dry-run ]] && expected="TPC_FAULT: device faults need a device (--target cuda)"
-  grep -q "error: rank 0: $expected (while running llama, decode step 2)" <<< "$out" ||
+  # The fault surfaces at the next call that checks the device: a CUDA call's check, or a
+  # cuBLASLt call that meets the faulted context first (then its status string).
+  local expected="(CUDA|cuBLASLt) error in .*"
+  [[ -f $dir/dry-run ]] && expected="TPC_FAULT: device faults need a device \\(--target cuda\\)"
+  grep -Eq "error: rank 0: $expected \(while running llama, decode step 2\)" <<< "$out" ||
     { echo "device-fault: not reported as a CUDA error of decode step 2"; return 1; }
   if grep -q peer <<< "$out"; then
     echo "device-fault: a peer is blamed"
