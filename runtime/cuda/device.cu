@@ -246,11 +246,29 @@ void Device::start() {
     state->communicator =
         std::make_unique<HostStagedCommunicator>(info.comm->communicator(), state->stream);
   } else {
-    if (info.localRank >= visibleDevices)
-      throw std::runtime_error("NCCL needs a GPU per rank: local rank " +
-                               std::to_string(info.localRank) + " sees " +
-                               std::to_string(visibleDevices) +
-                               " GPU(s); TPC_CUDA_COMM=gloo lets ranks share one");
+    // NCCL needs a GPU per rank. A process may see every GPU of the machine (each local
+    // rank takes its own) or only its own (SLURM, Kubernetes: one visible GPU per process),
+    // so what is checked is the GPU itself: each rank's device UUID, sent to every rank.
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    cudaDeviceProp properties{};
+    check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+    // Every rank learns every UUID, so that all of them refuse alike (one that went on to
+    // NCCL's init would wait there for the ones that refused).
+    constexpr size_t kUuid = sizeof properties.uuid.bytes;
+    std::vector<std::string> uuids(size_t(tp), std::string(kUuid, '\0'));
+    for (int r = 0; r < tp; ++r) {
+      if (r == rank)
+        std::memcpy(&uuids[size_t(r)][0], properties.uuid.bytes, kUuid);
+      info.comm->broadcast(&uuids[size_t(r)][0], kUuid, r);
+    }
+    for (int a = 0; a < tp; ++a)
+      for (int b = a + 1; b < tp; ++b)
+        if (uuids[size_t(a)] == uuids[size_t(b)])
+          throw std::runtime_error(
+              "NCCL needs a GPU per rank: ranks " + std::to_string(a) + " and " +
+              std::to_string(b) + " run on the same GPU; give each rank its own "
+              "(CUDA_VISIBLE_DEVICES), or set TPC_CUDA_COMM=gloo to let ranks share one");
     Device::State *s = state.get();
     auto nccl = std::make_unique<NcclCommunicator>(*info.comm, state->stream,
                                                    info.timeoutSeconds,
