@@ -15,8 +15,18 @@
 #                                       on LD_LIBRARY_PATH; each stage's result goes to
 #                                       DIR/results/STAGE.txt and a stage whose result exists
 #                                       is skipped, so a rerun resumes. Prints each stage's
-#                                       time and the total (also in DIR/results/times.txt),
-#                                       and copies the results to $OUT when that is set.
+#                                       time and the total (also in DIR/results/times.txt).
+#                                       After every stage, DIR/results (logits dumps over
+#                                       1 MiB left out) is packed into one archive,
+#                                       $OUT/gpu-check-results.tgz when OUT is set, so a run
+#                                       stopped from outside still brings back what it did.
+#                                       TPC_GPU_CHECK_DEADLINE=S: the stages of this run end
+#                                       within S seconds (each stage's limit is cut to what
+#                                       is left); the stages there is no time for are skipped
+#                                       and named, and the run exits 3. TPC_GPU_CHECK_RESUME=
+#                                       ARCHIVE: the results of an earlier run, unpacked
+#                                       first, so a fresh machine with the bundle and that
+#                                       archive runs only what is missing.
 #
 # The dry run, on this machine: TPC_GPU_CHECK_DRY_RUN=1 makes `bundle` build every binary for
 # the CPU target instead (and the benchmark's model small: bench/llama3-tiny-config.json), and
@@ -162,6 +172,18 @@ stage() {
     echo "== $name: done before ($(tail -n 1 "$result"))"
     return 0
   fi
+  # The run's deadline: a stage gets what is left of it, and none under 10 s of it.
+  if ((deadline > 0)); then
+    local left=$((deadline - ($(date +%s) - run_start)))
+    if ((left < 10)); then
+      echo "== $name: skipped (${left} s left of the run's deadline of $deadline s)"
+      skipped+=("$name")
+      return 0
+    fi
+    if awk -v a="$left" -v b="$limit" 'BEGIN { exit !(a < b) }'; then
+      limit=$left
+    fi
+  fi
   echo "== $name"
   local log start took status=0
   log=$(mktemp)
@@ -179,8 +201,21 @@ stage() {
     echo "$name $took s FAILED" >> "$dir/results/times.txt"
     echo "   FAILED after $took s (log in results/$name.failed.txt):"
     tail -n 8 "$log" | sed 's/^/   /'
+    pack_results
     return 1
   fi
+  pack_results
+}
+
+# The results so far as one archive in $OUT (written aside, then renamed: a run killed while
+# packing leaves the previous one whole). The logits dumps over 1 MiB stay behind; the small
+# ones that later stages read (graph-eager's) travel.
+pack_results() {
+  [[ -n ${OUT:-} ]] || return 0
+  mkdir -p "$OUT"
+  (cd "$dir" && find results -maxdepth 1 -type f ! \( -name '*.bin' -size +1024k \) |
+    sort | tar czf "$OUT/gpu-check-results.tgz.part" -T -) &&
+    mv "$OUT/gpu-check-results.tgz.part" "$OUT/gpu-check-results.tgz"
 }
 
 # The machine, before anything runs on it: the probe (scripts/gpu-probe.cu: the cuBLASLt and
@@ -329,6 +364,18 @@ run() {
     { echo "no bundle at $dir: run 'gpu-check.sh bundle' first" >&2; exit 1; }
   [[ -d $dir/bin ]] || tar xzf "$dir/payload.tgz" -C "$dir"
   mkdir -p "$dir/results"
+  if [[ -n ${TPC_GPU_CHECK_RESUME:-} ]]; then
+    [[ -f $TPC_GPU_CHECK_RESUME ]] ||
+      { echo "gpu-check: TPC_GPU_CHECK_RESUME: no archive at $TPC_GPU_CHECK_RESUME" >&2; return 2; }
+    tar xzf "$TPC_GPU_CHECK_RESUME" -C "$dir" ||
+      { echo "gpu-check: TPC_GPU_CHECK_RESUME: $TPC_GPU_CHECK_RESUME is not an archive of results" >&2; return 2; }
+    echo "gpu-check: resuming from $TPC_GPU_CHECK_RESUME ($(ls "$dir"/results/*.txt 2>/dev/null | wc -l) results)"
+  fi
+  deadline=${TPC_GPU_CHECK_DEADLINE:-0}
+  [[ $deadline =~ ^[0-9]+$ ]] ||
+    { echo "gpu-check: TPC_GPU_CHECK_DEADLINE must be whole seconds, got '$deadline'" >&2; return 2; }
+  run_start=$(date +%s)
+  skipped=()
   # The machine's own NCCL and cuBLAS, from the wheels PyTorch brought.
   local wheels
   wheels=$("$py" -c "import importlib.util, os
@@ -361,11 +408,13 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   stage example-tp4-gloo example_stage 4 gloo || failed=1
   stage_limit=240 stage bench bench_stage || failed=1
   stage per-rank per_rank_stage || failed=1
-  if [[ -n ${OUT:-} ]]; then
-    # Every result but the logits dumps (up to 33 MB each): the logs, bench.json and the
-    # per-rank traces (per-rank-tpN.json.rank0, which a *.json pattern misses).
-    mkdir -p "$OUT/results"
-    find "$dir/results" -maxdepth 1 -type f ! -name '*.bin' -exec cp {} "$OUT/results/" \;
+  pack_results
+  if ((${#skipped[@]} > 0)); then
+    echo "gpu-check: $([[ $failed == 0 ]] && echo incomplete || echo FAILED): ${#skipped[@]}" \
+      "stages skipped by the deadline of $deadline s: ${skipped[*]}; resume with" \
+      "TPC_GPU_CHECK_RESUME=gpu-check-results.tgz ($(seconds_since "$start") s in this run)"
+    ((failed == 0)) && return 3
+    return 1
   fi
   echo "gpu-check: $([[ $failed == 0 ]] && echo ok || echo FAILED) ($(seconds_since "$start") s" \
     "in this run$([[ -f $dir/dry-run ]] && echo ", a dry run on CPU binaries"))"
