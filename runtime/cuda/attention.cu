@@ -743,7 +743,7 @@ void fallback(Device::State &state, const act *q, int64_t rows, int64_t heads, i
       std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(64) << 20) / (heads * keys)));
   size_t needed = size_t(chunk * heads * keys);
   if (needed > state.scoresCapacity) {
-    check(cudaStreamSynchronize(state.stream), "cudaStreamSynchronize (attention scores)");
+    waitForStream(state, "before regrowing the attention scores");
     cudaFree(state.scores);
     state.scores = nullptr;
     state.scoresCapacity = 0;

@@ -309,7 +309,7 @@ const int64_t *Device::argmax() const {
 void releaseForRegrowth(Device::State &state, const char *what) {
   if (state.capturing) // the eager run before a capture sizes everything a capture needs
     throw std::runtime_error(std::string(what) + " grew during a CUDA graph capture");
-  check(cudaStreamSynchronize(state.stream), "cudaStreamSynchronize (before regrowing a buffer)");
+  waitForStream(state, "before regrowing a buffer");
   releaseGraphs(state);
 }
 
@@ -363,16 +363,20 @@ bool Device::injectFault() {
   return true;
 }
 
-void Device::wait(const char *what) {
-  // The one point the host waits for the device: collectives themselves are only enqueued,
-  // so a decode step's kernels and NCCL calls stay back to back. Only a communicator's peers
-  // can leave it waiting forever: a rank alone has no deadline (a long forward at tp 1 is not
-  // a lost peer).
-  if (state->nccl)
-    state->nccl->watch(what, /*stream=*/true);
+void waitForStream(Device::State &state, const char *what) {
+  // Only a communicator's peers can leave a wait hanging forever: a rank alone has no
+  // deadline (a long forward at tp 1 is not a lost peer).
+  if (state.nccl)
+    state.nccl->watch(what, /*stream=*/true);
   else
-    check(cudaStreamSynchronize(state->stream),
+    check(cudaStreamSynchronize(state.stream),
           ("cudaStreamSynchronize (" + std::string(what) + ")").c_str());
+}
+
+void Device::wait(const char *what) {
+  // The point the host waits for the device in every forward: collectives themselves are
+  // only enqueued, so a decode step's kernels and NCCL calls stay back to back.
+  waitForStream(*state, what);
 }
 
 Collectives &Device::collectives() { return *state->collectives; }

@@ -284,6 +284,9 @@ void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int6
     std::vector<float> values(half);
     for (int64_t i = 0; i < half; ++i)
       values[i] = float(invFreq[i]);
+    // A plain cudaMemcpy waits for the stream's work, collectives included, out of the
+    // watchdog's reach: wait through it first, so the copy finds the stream idle.
+    waitForStream(state, "before copying the rotary frequencies");
     check(cudaMalloc(&frequencies, half * sizeof(float)), "cudaMalloc (rotary)");
     check(cudaMemcpy(frequencies, values.data(), half * sizeof(float), cudaMemcpyHostToDevice),
           "cudaMemcpy (rotary)");

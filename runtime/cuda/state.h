@@ -113,6 +113,11 @@ void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
 void check(cudaError_t e, const char *what);
 /// The check after each launch: a DeviceError naming the kernel `what` when one is pending.
 void launched(const char *what);
+/// Waits for the stream (`what` names the wait in errors): through NCCL's watchdog where the
+/// communicator is NCCL's, so that a peer that stops answering makes the wait end after
+/// --timeout instead of hanging the rank; plainly for a rank alone. Every host wait inside a
+/// forward goes through this.
+void waitForStream(Device::State &state, const char *what);
 /// Before a buffer that a decode graph may hold is freed to grow: waits for the stream and
 /// destroys the graphs (the next decode step captures again with the new address). Throws
 /// while a capture is under way, whose eager run should have sized the buffer.
