@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -424,27 +425,62 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
         "cudaMemcpyAsync (KV length)");
   const act *logits = nullptr;
   State::Graph *graph = tokens == 1 && state->graphsAllowed ? &state->graphs[fn] : nullptr;
-  if (graph && !graph->exec && graph->eagerRuns > 0) {
-    cudaGraph_t captured = nullptr;
-    check(cudaStreamBeginCapture(state->stream, cudaStreamCaptureModeThreadLocal),
-          "cudaStreamBeginCapture (the decode step)");
-    state->capturing = graph;
+  if (graph && !graph->exec && !graph->failed && graph->eagerRuns > 0) {
     size_t traced = info.trace->size();
-    try {
-      graph->logits = fn(*this, state->ids, state->positions, tokens);
-    } catch (...) {
+    // The capture: "" when it made a graph, else why not (the forward's own exception kept
+    // in `thrown`).
+    std::exception_ptr thrown;
+    auto capture = [&]() -> std::string {
+      cudaError_t e = cudaStreamBeginCapture(state->stream, cudaStreamCaptureModeThreadLocal);
+      if (e != cudaSuccess)
+        return std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(e);
+      state->capturing = graph;
+      std::string why;
+      try {
+        graph->logits = fn(*this, state->ids, state->positions, tokens);
+      } catch (const std::exception &error) {
+        thrown = std::current_exception();
+        why = error.what();
+      }
       state->capturing = nullptr;
-      cudaStreamEndCapture(state->stream, &captured);
-      throw;
+      cudaGraph_t captured = nullptr;
+      e = cudaStreamEndCapture(state->stream, &captured);
+      if (why.empty() && e != cudaSuccess)
+        why = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e);
+      if (why.empty() && (e = cudaGraphInstantiate(&graph->exec, captured, 0)) != cudaSuccess) {
+        why = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+        graph->exec = nullptr;
+      }
+      if (captured)
+        cudaGraphDestroy(captured);
+      if (!why.empty())
+        cudaGetLastError(); // a failed capture's error is not the next call's
+      return why;
+    };
+    std::string why = capture();
+    if (why.empty()) {
+      // The communicator recorded the captured collectives, which have not run yet: the
+      // graph keeps them, and each launch (the one below too) records them again.
+      graph->records.assign(info.trace->begin() + std::ptrdiff_t(traced), info.trace->end());
+      info.trace->resize(traced);
+    } else {
+      info.trace->resize(traced); // the failed capture's collectives never ran
+      // NCCL calls enqueued into a capture that failed leave the communicator in a state no
+      // eager step can trust: stop, saying how to run without graphs. A rank without NCCL
+      // (alone, or one rank's view) runs its decode steps eagerly instead.
+      if (state->nccl) {
+        if (thrown)
+          std::rethrow_exception(thrown);
+        throw DeviceError("CUDA", "capturing the decode step in a CUDA graph",
+                          why + "; at tp " + std::to_string(tp) +
+                              " its NCCL calls are lost with it: run with TPC_CUDA_GRAPHS=0");
+      }
+      graph->failed = true;
+      std::fprintf(stderr,
+                   "warning: rank %d: capturing the decode step in a CUDA graph failed (%s); "
+                   "its decode steps run eagerly\n",
+                   rank, why.c_str());
     }
-    state->capturing = nullptr;
-    check(cudaStreamEndCapture(state->stream, &captured), "cudaStreamEndCapture (the decode step)");
-    check(cudaGraphInstantiate(&graph->exec, captured, 0), "cudaGraphInstantiate (the decode step)");
-    cudaGraphDestroy(captured);
-    // The communicator recorded the captured collectives, which have not run yet: the graph
-    // keeps them, and each launch (the one below too) records them again.
-    graph->records.assign(info.trace->begin() + std::ptrdiff_t(traced), info.trace->end());
-    info.trace->resize(traced);
   }
   if (graph && graph->exec) {
     check(cudaGraphLaunch(graph->exec, state->stream), "cudaGraphLaunch (the decode step)");

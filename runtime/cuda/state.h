@@ -72,6 +72,7 @@ struct Device::State {
   /// on every replay.
   struct Graph {
     int eagerRuns = 0;
+    bool failed = false; // its capture failed: eager from then on (a rank without NCCL)
     cudaGraphExec_t exec = nullptr;
     const act *logits = nullptr;
     std::vector<TraceEntry> records;
