@@ -188,12 +188,17 @@ def TP_TargetAttr : TP_Attr<"Target", "target"> {
       rank's real columns only) or `padded` (every piece padded to the largest).
     - `greedy_argmax`: whether its runtime can reduce the vocabulary-split logits of a greedy
       step to each row's argmax on the ranks (tp-greedy-argmax marks the gather it may skip).
+    - `arena_align`: tp-plan-arena starts every slot at a multiple of this many elements per
+      token, so that every slot's address is a multiple of that many elements for any token
+      count (the CUDA target: 8 bf16, the 16 bytes cuBLASLt's fastest kernels ask of their
+      matrices; the CPU target: 1).
   }];
   let parameters = (ins StringRefParameter<"the target's name">:$name,
                         "::mlir::Type":$activation,
                         "bool":$fuse_elementwise, "bool":$fuse_norm, "bool":$fuse_rotary,
                         "bool":$group_linears,
-                        EnumParameter<TP_GatherMode>:$gather, "bool":$greedy_argmax);
+                        EnumParameter<TP_GatherMode>:$gather, "bool":$greedy_argmax,
+                        "int64_t":$arena_align);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{

@@ -209,8 +209,11 @@ def TPPlanArena : Pass<"tp-plan-arena", "::mlir::ModuleOp"> {
     First fit over lifetimes, in elements per token (a value of [n, c] takes c per token, so
     the arena for n tokens is its size times n). A tp.fused unit is one step: what it reads
     lives until it runs; its results are placed when it runs, a `linears` unit's one after
-    the other. Records `tp.arena = array<i64: ...>` (one offset per result) on every op whose
-    results live in the arena, and `tp.arena_size` on each function.
+    the other. Every offset is a multiple of the module's `#tp.target` `arena_align` (8 on
+    the CUDA target: each slot starts at 16 bytes for any token count, as cuBLASLt's fastest
+    kernels ask; 1 without a target). Records `tp.arena = array<i64: ...>` (one offset per
+    result) on every op whose results live in the arena, and `tp.arena_size` on each
+    function.
 
     The other memory a forward touches, the KV cache, is paged: a module with attention gets
     `tp.kv_block_size` (tokens per block of every layer's cache), which the runtime's cache

@@ -55,7 +55,7 @@ std::optional<ProgramOptions> programOptions(const ProgramArgs &args, MLIRContex
   }
   options.target = tp::TargetAttr::get(&ctx, target.getName(), target.getActivation(),
                                        elementwise, norm, rotary, linears, target.getGather(),
-                                       target.getGreedyArgmax());
+                                       target.getGreedyArgmax(), target.getArenaAlign());
   return options;
 }
 

@@ -2,7 +2,8 @@
 // lifetime, so that a forward over n tokens allocates nothing. Offsets are in elements per
 // token: a [n, c] value takes c, and the arena for n tokens is the function's size times n
 // (values of one row, after tp.last_token, take a whole slot as well; what that wastes is
-// one row of each, which is not worth a second arena).
+// one row of each, which is not worth a second arena). Every slot starts at a multiple of the
+// target's arena_align elements, so its address is aligned for any token count.
 #include "tpc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -25,14 +26,15 @@ struct Live {
   size_t end;
 };
 
-/// The lowest offset where `size` fits between the live slots.
-int64_t firstFit(std::vector<Live> &live, int64_t size) {
+/// The lowest offset, a multiple of `align`, where `size` fits between the live slots.
+int64_t firstFit(std::vector<Live> &live, int64_t size, int64_t align) {
   llvm::sort(live, [](const Live &a, const Live &b) { return a.offset < b.offset; });
   int64_t offset = 0;
   for (const Live &l : live) {
     if (offset + size <= l.offset)
       break;
-    offset = std::max(offset, l.offset + l.size);
+    int64_t end = l.offset + l.size;
+    offset = std::max(offset, (end + align - 1) / align * align);
   }
   return offset;
 }
@@ -47,6 +49,9 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
                                  << blockSize;
       return signalPassFailure();
     }
+    // The target's slot alignment (none without a target).
+    TargetAttr target = getTarget(getOperation());
+    align = target ? target.getArenaAlign() : 1;
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal())
         plan(func);
@@ -89,7 +94,7 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
           width += columns(result);
           end = std::max(end, lastRead(result, at));
         }
-        int64_t offset = firstFit(live, width);
+        int64_t offset = firstFit(live, width, align);
         live.push_back({offset, width, end});
         for (Value result : op.getResults()) {
           offsets.push_back(offset);
@@ -98,7 +103,7 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
         size = std::max(size, offset);
       } else {
         for (Value result : op.getResults()) {
-          int64_t offset = firstFit(live, columns(result));
+          int64_t offset = firstFit(live, columns(result), align);
           live.push_back({offset, columns(result), lastRead(result, at)});
           offsets.push_back(offset);
           size = std::max(size, offset + columns(result));
@@ -108,6 +113,8 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
     }
     func->setAttr(kArenaSizeAttrName, builder.getI64IntegerAttr(size));
   }
+
+  int64_t align = 1;
 };
 
 } // namespace

@@ -1027,7 +1027,7 @@ module {
 
 module {
   // expected-error @+1 {{'tp.target' belongs on the module, not on func.func}}
-  func.func @f() attributes {tp.target = #tp.target<name = "cpu", activation = f32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable, greedy_argmax = true>} { return }
+  func.func @f() attributes {tp.target = #tp.target<name = "cpu", activation = f32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable, greedy_argmax = true, arena_align = 1>} { return }
 }
 
 // -----
@@ -1038,7 +1038,7 @@ module attributes {tp.target = "cpu"} {}
 // -----
 
 // expected-error @+1 {{a target's activation must be a float type of whole bytes, got 'i32'}}
-module attributes {tp.target = #tp.target<name = "cpu", activation = i32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable, greedy_argmax = true>} {}
+module attributes {tp.target = #tp.target<name = "cpu", activation = i32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable, greedy_argmax = true, arena_align = 1>} {}
 
 // -----
 

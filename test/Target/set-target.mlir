@@ -9,8 +9,8 @@
 // RUN: tpc-opt %s -split-input-file --tp-set-target=target=cuda --tp-fuse=elementwise=false | FileCheck %s --check-prefix=NARROWED
 // RUN: not tpc-opt %s -split-input-file --tp-lower-to-emitc 2>&1 | FileCheck %s --check-prefix=NONE
 
-// CUDA: module attributes {tp.mesh = #tp.mesh<tp = 2>, tp.target = #tp.target<name = "cuda", activation = bf16, fuse_elementwise = true, fuse_norm = true, fuse_rotary = true, group_linears = true, gather = padded, greedy_argmax = false>}
-// CPU: module attributes {tp.mesh = #tp.mesh<tp = 2>, tp.target = #tp.target<name = "cpu", activation = f32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable, greedy_argmax = true>}
+// CUDA: module attributes {tp.mesh = #tp.mesh<tp = 2>, tp.target = #tp.target<name = "cuda", activation = bf16, fuse_elementwise = true, fuse_norm = true, fuse_rotary = true, group_linears = true, gather = padded, greedy_argmax = false, arena_align = 8>}
+// CPU: module attributes {tp.mesh = #tp.mesh<tp = 2>, tp.target = #tp.target<name = "cpu", activation = f32, fuse_elementwise = false, fuse_norm = false, fuse_rotary = false, group_linears = false, gather = variable, greedy_argmax = true, arena_align = 1>}
 
 // CUDA-DECIDED-LABEL: func.func @swiglu
 // CUDA-DECIDED-NEXT:    tp.fused elementwise

@@ -5,6 +5,10 @@
 // RUN: tpc-opt %s -split-input-file --tp-plan-arena | FileCheck %s --check-prefix=BLOCKS
 // RUN: tpc-opt %s -split-input-file --tp-plan-arena=kv-block-size=64 | FileCheck %s --check-prefix=BLOCKS64
 // RUN: not tpc-opt %s -split-input-file --tp-plan-arena=kv-block-size=0 2>&1 | FileCheck %s --check-prefix=BLOCKS0
+// The CUDA target's slots start at multiples of 8 elements (16 bytes of bf16); the CPU's
+// anywhere, as without a target.
+// RUN: tpc-opt %s -split-input-file --tp-set-target=target=cuda --tp-plan-arena | FileCheck %s --check-prefix=CUDA
+// RUN: tpc-opt %s -split-input-file --tp-set-target=target=cpu --tp-plan-arena | FileCheck %s --check-prefix=CPU
 // BLOCKS:      module {
 // BLOCKS:      module {
 // BLOCKS:      module attributes {tp.kv_block_size = 16 : i64} {
@@ -134,5 +138,29 @@ module {
   func.func @narrow(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
     %a = tp.silu "m" %x : (tensor<?x8xf32>) -> tensor<?x8xf32>
     return %a : tensor<?x8xf32>
+  }
+}
+
+// -----
+
+// A width that is not a multiple of 8 (a gate of 100 columns): after a slot of 100 the next
+// starts at 104 on the CUDA target, at 100 elsewhere; the slice takes the freed slot at 0.
+// CHECK-LABEL: func.func @odd_widths
+// CHECK-SAME:    attributes {tp.arena_size = 200 : i64}
+// CHECK-NEXT:    tp.silu "m" %arg0 {tp.arena = array<i64: 0>}
+// CHECK-NEXT:    tp.gelu "m" %{{.*}} {tp.arena = array<i64: 100>}
+// CHECK-NEXT:    tp.slice "m" %{{.*}} {dim = -1 : i64, offset = 0 : i64, size = 60 : i64, tp.arena = array<i64: 0>}
+// CUDA-LABEL:  func.func @odd_widths
+// CUDA-SAME:     attributes {tp.arena_size = 204 : i64}
+// CUDA-NEXT:     tp.silu "m" %arg0 {tp.arena = array<i64: 0>}
+// CUDA-NEXT:     tp.gelu "m" %{{.*}} {tp.arena = array<i64: 104>}
+// CPU-LABEL:   func.func @odd_widths
+// CPU-SAME:      attributes {tp.arena_size = 200 : i64}
+module attributes {tp.mesh = #tp.mesh<tp = 1>} {
+  func.func @odd_widths(%x: tensor<?x100xf32>) -> tensor<?x60xf32> {
+    %a = tp.silu "m" %x : (tensor<?x100xf32>) -> tensor<?x100xf32>
+    %b = tp.gelu "m" %a : (tensor<?x100xf32>) -> tensor<?x100xf32>
+    %c = tp.slice "m" %b {dim = -1 : i64, offset = 0 : i64, size = 60 : i64} : (tensor<?x100xf32>) -> tensor<?x60xf32>
+    return %c : tensor<?x60xf32>
   }
 }

@@ -145,12 +145,15 @@ bool tpc::tp::samePlacement(PlacementAttr a, PlacementAttr b, int64_t rank) {
 
 LogicalResult TargetAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
                                  StringRef name, Type activation, bool, bool, bool, bool,
-                                 GatherMode, bool) {
+                                 GatherMode, bool, int64_t arenaAlign) {
   if (name.empty())
     return emitError() << "a target needs a name";
   if (!isa<FloatType>(activation) || activation.getIntOrFloatBitWidth() % 8 != 0)
     return emitError() << "a target's activation must be a float type of whole bytes, got "
                        << activation;
+  if (arenaAlign < 1)
+    return emitError() << "a target's arena_align must be at least 1 element, got "
+                       << arenaAlign;
   return success();
 }
 

@@ -27,7 +27,7 @@ public:
     return tp::TargetAttr::get(ctx, name(), Float32Type::get(ctx), /*fuseElementwise=*/false,
                                /*fuseNorm=*/false, /*fuseRotary=*/false,
                                /*groupLinears=*/false, tp::GatherMode::variable,
-                               /*greedyArgmax=*/true);
+                               /*greedyArgmax=*/true, /*arenaAlign=*/1);
   }
   std::unique_ptr<Spelling> spelling() const override { return makeCpuSpelling(); }
 

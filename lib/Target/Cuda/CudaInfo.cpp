@@ -28,10 +28,12 @@ public:
     // Every launch costs on a GPU: each fusable chain becomes one kernel and linears of one
     // input one GEMM. NCCL has no gather of pieces of different sizes, so uneven ones are
     // padded to the largest. The device program gathers the logits whole on every step (the
-    // argmax on the ranks is the CPU runtime's so far).
+    // argmax on the ranks is the CPU runtime's so far). Arena slots start at 16 bytes, the
+    // alignment cuBLASLt's fastest kernels ask of their matrices.
     return tp::TargetAttr::get(ctx, name(), BFloat16Type::get(ctx), /*fuseElementwise=*/true,
                                /*fuseNorm=*/true, /*fuseRotary=*/true, /*groupLinears=*/true,
-                               tp::GatherMode::padded, /*greedyArgmax=*/false);
+                               tp::GatherMode::padded, /*greedyArgmax=*/false,
+                               /*arenaAlign=*/8);
   }
   std::unique_ptr<Spelling> spelling() const override { return makeCudaSpelling(); }
 
