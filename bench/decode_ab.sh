@@ -19,18 +19,14 @@ for side in a b; do
   "$tpc" compile "$work/llama100m.mlir" --plan "$root/examples/plan.json" --tp "$tp" \
     -o "$work/$side" > /dev/null 2>&1
 done
-declare -A times
-for ((i = 0; i < runs; ++i)); do
-  for side in a b; do
-    tpc=${!side}
-    ms=$("$tpc" launch -n "$tp" "$work/$side/llama_12l" --random-weights 1 --prompt-ids "$prompt" \
-      --max-new-tokens "$new_tokens" --ignore-eos --max-seq-len 1024 |
-      sed -n 's/.*decode: \([0-9.]*\) ms per token.*/\1/p')
-    times[$side]+="$ms "
-    echo "run $i $side: $ms ms/token"
-  done
-done
+source "$root/bench/ab.sh"
+decode_ms() { # decode_ms SIDE: one run of the side's binary
+  local tpc=${!1}
+  "$tpc" launch -n "$tp" "$work/$1/llama_12l" --random-weights 1 --prompt-ids "$prompt" \
+    --max-new-tokens "$new_tokens" --ignore-eos --max-seq-len 1024 |
+    sed -n 's/.*decode: \([0-9.]*\) ms per token.*/\1/p'
+}
+ab_interleave "$runs" decode_ms
 for side in a b; do
-  median=$(printf '%s\n' ${times[$side]} | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
-  echo "$side (${!side}): median $median ms/token over $runs runs"
+  echo "$side (${!side}): median $(ab_median $side) ms/token over $runs runs"
 done

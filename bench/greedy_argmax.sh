@@ -17,21 +17,17 @@ trap 'rm -rf "$work"' EXIT
 "$tpc" compile "$work/model.mlir" --plan auto --tp "$tp" -o "$work/out" > /dev/null 2>&1
 binary=$(ls "$work/out" | grep -v '\.')
 prompt=$(python3 -c "print(','.join(str((7919 * i + 3) % 262144) for i in range(16)))")
-declare -A times
-for ((i = 0; i < runs; ++i)); do
-  for side in a b; do
-    extra=()
-    [[ $side == b ]] && extra=(--dump-logits "$work/logits.bin")
-    ms=$("$tpc" launch -n "$tp" "$work/out/$binary" --random-weights 1 --prompt-ids "$prompt" \
-      --max-new-tokens "$new_tokens" --ignore-eos --max-seq-len 256 --trace "$work/$side.json" \
-      "${extra[@]}" | sed -n 's/.*decode: \([0-9.]*\) ms per token.*/\1/p')
-    times[$side]+="$ms "
-    echo "run $i $side: $ms ms/token"
-  done
-done
+source "$root/bench/ab.sh"
+decode_ms() { # decode_ms SIDE: a, the argmax on the ranks; b, the logits gathered
+  local extra=()
+  [[ $1 == b ]] && extra=(--dump-logits "$work/logits.bin")
+  "$tpc" launch -n "$tp" "$work/out/$binary" --random-weights 1 --prompt-ids "$prompt" \
+    --max-new-tokens "$new_tokens" --ignore-eos --max-seq-len 256 --trace "$work/$1.json" \
+    "${extra[@]}" | sed -n 's/.*decode: \([0-9.]*\) ms per token.*/\1/p'
+}
+ab_interleave "$runs" decode_ms
 for side in a b; do
-  median=$(printf '%s\n' ${times[$side]} | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
   bytes=$(python3 -c "import json, sys; t = json.load(open(sys.argv[1])); print(sum(c['bytes'] for c in t['collectives'] if c['module'] == 'lm_head'))" "$work/$side.json.rank0")
   what=$([[ $side == a ]] && echo "argmax on the ranks" || echo "logits gathered")
-  echo "$side ($what): median $median ms/token over $runs runs; lm_head moved $bytes bytes in $new_tokens steps"
+  echo "$side ($what): median $(ab_median $side) ms/token over $runs runs; lm_head moved $bytes bytes in $new_tokens steps"
 done
