@@ -35,7 +35,9 @@ void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int
   // the second (the communicator moves bytes; nothing adds them). A rank with no real column
   // of a row sends id -1.
   int64_t local = localWidth(blocks, tp);
-  std::vector<float> mine(size_t(rows * 2)), gathered(size_t(tp * rows * 2));
+  // A step that samples no row (a prompt's chunk) still makes the call, as the gather would;
+  // the buffers are never empty, so no null pointer reaches the communicator's copies.
+  std::vector<float> mine(size_t(rows * 2) + 1), gathered(size_t(tp * rows * 2) + 1);
   auto pack = [](float value, int32_t id, float *pair) {
     pair[0] = value;
     std::memcpy(pair + 1, &id, sizeof id);
@@ -55,7 +57,7 @@ void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int
   }
   Communicator &communicator = comm->communicator();
   communicator.label(module, rows);
-  communicator.allGather(mine.data(), mine.size(), gathered.data());
+  communicator.allGather(mine.data(), size_t(rows * 2), gathered.data());
   argmax.assign(size_t(rows), -1);
   for (int64_t row = 0; row < rows; ++row) {
     float best = 0;
