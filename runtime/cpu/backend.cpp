@@ -35,8 +35,8 @@ void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int
   // the second (the communicator moves bytes; nothing adds them). A rank with no real column
   // of a row sends id -1.
   int64_t local = localWidth(blocks, tp);
-  // A step that samples no row (a prompt's chunk) still makes the call, as the gather would;
-  // the buffers are never empty, so no null pointer reaches the communicator's copies.
+  // Never empty (a forward's logits have a row at least, but a null data() must not reach the
+  // communicator's copies even so).
   std::vector<float> mine(size_t(rows * 2) + 1), gathered(size_t(tp * rows * 2) + 1);
   auto pack = [](float value, int32_t id, float *pair) {
     pair[0] = value;
