@@ -5,6 +5,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TPC_BUILD_DIR:-$root/build}
 
+# ccache keys on paths relative to the clone, so a fresh clone elsewhere (CI's) reuses what
+# another clone compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+
 if [[ ! -f $build/build.ninja ]]; then
   # TPC_CMAKE_ARGS: more options for a first configure (scripts/test.sh's sanitizer build).
   # shellcheck disable=SC2086

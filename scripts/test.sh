@@ -26,19 +26,24 @@ else
 fi
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+results=$(mktemp -d)
+trap 'rm -rf "$log" "$results"' EXIT
 status=0
 summaries=()
-# suite NAME LIT-PATHS...: runs lit, keeps its summary line; a suite where nothing ran fails.
+reports=()
+# suite NAME LIT-PATHS...: runs lit (each test under the per-test timeout test/lit.cfg.py
+# sets, TPC_TEST_TIMEOUT), keeps its summary line and each test's time (lit's JSON report,
+# for the slowest tests below); a suite where nothing ran fails.
 suite() {
-  local name=$1 code=0
+  local name=$1 code=0 report="$results/${#summaries[@]}.json"
   shift
-  /usr/lib/llvm-22/bin/lit -sv "$@" 2>&1 | tee "$log" || code=$?
+  reports+=("$name=$report")
+  /usr/lib/llvm-22/bin/lit -sv -o "$report" "$@" 2>&1 | tee "$log" || code=$?
   # lit pads the names when it prints several ("Passed     : 84").
   count() { sed -n "s/^ *$1 *: *\([0-9]*\).*/\1/p" "$log" | tail -n 1; }
   local passed failed unresolved unsupported
   passed=$(count Passed)
-  failed=$(( $(count Failed || true) + 0 ))
+  failed=$(( $(count Failed || true) + $(count 'Timed Out' || true) + 0 ))
   unresolved=$(( $(count Unresolved || true) + 0 ))
   unsupported=$(( $(count Unsupported || true) + 0 ))
   summaries+=("$name: ${passed:-0} passed, $((failed + unresolved)) failed, $unsupported unsupported")
@@ -66,6 +71,21 @@ if [[ ${TPC_NO_SANITIZE:-0} != 1 ]]; then
     "$asan/test/unit"
 fi
 
+# The ten slowest tests of every suite: where the run's time goes.
+python3 - "${reports[@]}" <<'EOF' || true
+import json, sys
+tests = []
+for arg in sys.argv[1:]:
+    suite, path = arg.split("=", 1)
+    try:
+        report = json.load(open(path))["tests"]
+    except (OSError, ValueError, KeyError):
+        continue
+    tests += [(t.get("elapsed") or 0.0, f"{suite}: {t['name']}") for t in report]
+print("ten slowest tests:")
+for elapsed, name in sorted(tests, reverse=True)[:10]:
+    print(f"  {elapsed:7.1f} s  {name}")
+EOF
 for line in "${summaries[@]}"; do
   echo "$line"
 done

@@ -28,6 +28,16 @@ config.substitutions.append(
 # The end-to-end tests launch several ranks each; two at a time keep a 2-core machine sane.
 lit_config.parallelism_groups["e2e"] = 1
 
+# Every test has at most TPC_TEST_TIMEOUT seconds (default 600, the slowest test's several
+# times over): a hung one fails with its name instead of holding the run to CI's limit. lit
+# needs psutil for it (python3-psutil, which scripts/bootstrap.sh installs).
+tpc_test_timeout = int(os.environ.get("TPC_TEST_TIMEOUT", "600"))
+supported, why = lit_config.maxIndividualTestTimeIsSupported
+if supported:
+    lit_config.maxIndividualTestTime = tpc_test_timeout
+else:
+    lit_config.warning("no per-test timeout: " + why)
+
 # torchrun, from the test venv scripts/venv.sh makes (TPC_VENV): tests that need it say
 # REQUIRES: torchrun.
 venv = os.environ.get("TPC_VENV", os.path.expanduser("~/.cache/tpc-venv"))
