@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   spec.vocab = 256;
   tpcrt::Args defaults;
   defaults.maxSeqLen = 64;
-  defaults.sampling.temperature = 0;
+  defaults.params.sampling.temperature = 0;
   tpcrt::serve::ApiContext context;
   context.spec = &spec;
   context.defaults = &defaults;
@@ -56,9 +56,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       __builtin_trap();
     return 0;
   }
-  const tpcrt::Args &a = request.args;
-  if (a.prompt.empty() || a.maxNewTokens < 1 ||
-      int64_t(a.prompt.size()) + a.maxNewTokens > defaults.maxSeqLen ||
+  const tpcrt::RequestParams &a = request.params;
+  if (a.prompt.empty() || a.maxTokens < 1 ||
+      int64_t(a.prompt.size()) + a.maxTokens > defaults.maxSeqLen ||
       !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty() ||
       request.chat != chat || (request.includeUsage && !request.stream))
     __builtin_trap();

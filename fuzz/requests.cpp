@@ -4,7 +4,7 @@
 // come out either refused with an error or runnable: a non-empty prompt of the vocabulary's
 // ids that fits the context with its max_tokens, and sampling parameters in range. Nothing
 // may crash or hang.
-#include "driver.h"
+#include "core.h"
 
 #include "tpcrt/tokenizer.h"
 
@@ -33,8 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   spec.vocab = 256;
   tpcrt::Args command;
   command.maxSeqLen = 64;
-  command.maxNewTokens = 4;
-  command.sampling.temperature = 0;
+  command.params.maxTokens = 4;
+  command.params.sampling.temperature = 0;
   std::vector<tpcrt::BatchRequest> jobs;
   std::string text(reinterpret_cast<const char *>(data), size);
   // Every other input without a tokenizer, as for a checkpoint that has none.
@@ -44,9 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (const tpcrt::BatchRequest &job : jobs) {
     if (!job.error.empty())
       continue;
-    const tpcrt::Args &a = job.args;
-    if (a.prompt.empty() || a.maxNewTokens < 1 ||
-        int64_t(a.prompt.size()) + a.maxNewTokens > command.maxSeqLen ||
+    const tpcrt::RequestParams &a = job.params;
+    if (a.prompt.empty() || a.maxTokens < 1 ||
+        int64_t(a.prompt.size()) + a.maxTokens > command.maxSeqLen ||
         !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty())
       __builtin_trap();
     for (int64_t id : a.prompt)

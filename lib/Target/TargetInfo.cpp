@@ -30,6 +30,12 @@ llvm::SmallVector<llvm::StringRef> tpc::target::systemLibraries() {
   return libraries;
 }
 
+std::vector<std::string> tpc::target::programLibraries() {
+  llvm::SmallVector<llvm::StringRef> libraries;
+  llvm::StringRef(TPC_PROGRAM_LIBRARIES).split(libraries, ',', -1, /*KeepEmpty=*/false);
+  return std::vector<std::string>(libraries.begin(), libraries.end());
+}
+
 const TargetInfo *tpc::target::targetOf(tp::TargetAttr attr) {
   return attr ? findTarget(attr.getName()) : nullptr;
 }

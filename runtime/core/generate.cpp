@@ -4,7 +4,7 @@
 // step. With --warmup, throwaway forwards first, so that the times reported are those of a
 // warm process. TPC_FAULT's kill and device faults strike here, as the step they name
 // starts.
-#include "driver.h"
+#include "core.h"
 
 #include <algorithm>
 #include <chrono>
@@ -104,7 +104,7 @@ std::vector<int64_t> Generator::generate(const Args &args,
   Engine engine(spec, backend, rank, limits);
   std::vector<EngineRequest> one;
   if (decides)
-    one.push_back(engineRequest(spec, args));
+    one.push_back(engineRequest(spec, args, args.params));
   EngineHooks hooks;
   hooks.beforeStep = [&](int64_t n) {
     step = n;
@@ -124,7 +124,7 @@ std::vector<int64_t> Generator::generate(const Args &args,
   const std::vector<double> &ms = engine.stepMs();
   int64_t chunk = std::max<int64_t>(1, limits.maxBatchTokens);
   size_t prefillSteps =
-      std::min(ms.size(), size_t((int64_t(args.prompt.size()) + chunk - 1) / chunk));
+      std::min(ms.size(), size_t((int64_t(args.params.prompt.size()) + chunk - 1) / chunk));
   double prefill = 0;
   for (size_t i = 0; i < prefillSteps; ++i)
     prefill += ms[i];
@@ -152,9 +152,9 @@ void printReport(const Args &args, const std::vector<int64_t> &tokens, const Tim
   if (args.warmup && !tokens.empty()) {
     std::printf("warm-up: a prefill of %zu tokens and 2 decode steps, then the KV cache "
                 "emptied (%.3f ms, not counted)\n",
-                args.prompt.size(), times.warmupMs);
+                args.params.prompt.size(), times.warmupMs);
     std::printf("prefill: %.3f ms for %zu tokens (median of %zu warm prefills:",
-                median(prefillMs), args.prompt.size(), prefillMs.size());
+                median(prefillMs), args.params.prompt.size(), prefillMs.size());
     for (double ms : prefillMs)
       std::printf(" %.3f", ms);
     std::printf(")\n");
@@ -163,7 +163,7 @@ void printReport(const Args &args, const std::vector<int64_t> &tokens, const Tim
                   median(stepMs), stepMs.size(), decodeTotal / double(stepMs.size()));
   } else {
     // A cold process: the first prefill and the first decode steps include one-time setup.
-    std::printf("prefill: %.3f ms for %zu tokens\n", prefillMs.back(), args.prompt.size());
+    std::printf("prefill: %.3f ms for %zu tokens\n", prefillMs.back(), args.params.prompt.size());
     if (!stepMs.empty())
       std::printf("decode: %.3f ms per token over %zu tokens\n",
                   decodeTotal / double(stepMs.size()), stepMs.size());
@@ -180,7 +180,7 @@ void printTextSummary(const Args &args, const std::vector<int64_t> &tokens,
   std::fprintf(stderr, "\nprefill %.1f ms (%zu tokens); decode %.1f ms per token (%zu tokens, "
                        "%.1f tokens/s)\n",
                args.warmup ? median(times.prefillMs) : times.prefillMs.back(),
-               args.prompt.size(), perToken, tokens.size(), perToken > 0 ? 1000 / perToken : 0.0);
+               args.params.prompt.size(), perToken, tokens.size(), perToken > 0 ? 1000 / perToken : 0.0);
 }
 
 } // namespace tpcrt

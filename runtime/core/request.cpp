@@ -1,7 +1,7 @@
 // What an emitted binary is asked to do: its flags, its rank identity (RANK, WORLD_SIZE,
 // LOCAL_RANK, or mpirun's OMPI_COMM_WORLD_*) and TPC_FAULT, each checked, and the request checked against the model (the
 // context length, the vocabulary) before any peer is waited for.
-#include "driver.h"
+#include "core.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -92,7 +92,7 @@ const Flag kFlags[] = {
      }},
     {"--prompt-ids", "1,2,3", "the prompt as token ids (prints ids back)",
      [](Args &a, const char *f, const char *v, std::string &e) {
-       return idsOf(f, v, a.prompt, e);
+       return idsOf(f, v, a.params.prompt, e);
      }},
     {"--prompt", "TEXT", "the prompt as text, through the checkpoint's tokenizer.json",
      [](Args &a, const char *, const char *v, std::string &) { return a.promptText = v, true; }},
@@ -105,14 +105,14 @@ const Flag kFlags[] = {
      [](Args &a, const char *, const char *v, std::string &) { return a.system = v, true; }},
     {"--max-new-tokens", "N", "the most tokens to generate (default 16)",
      [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 0, a.maxNewTokens, e);
+       return integerOf(f, v, 0, a.params.maxTokens, e);
      }},
     {"--eos-id", "ID", "stop at this id instead of the model's end-of-sequence ids",
      [](Args &a, const char *f, const char *v, std::string &e) {
        return integerInto(f, v, 0, a.eosId, e);
      }},
     {"--ignore-eos", nullptr, "generate --max-new-tokens whatever the model says",
-     [](Args &a, const char *, const char *, std::string &) { return a.ignoreEos = true; }},
+     [](Args &a, const char *, const char *, std::string &) { return a.params.ignoreEos = true; }},
     {"--temperature", "T",
      "sample at this temperature; 0 is greedy (the default, unless generation_config.json "
      "sets do_sample)",
@@ -151,11 +151,11 @@ const Flag kFlags[] = {
     {"--stop", "TEXT",
      "stop when the text contains TEXT, which is not printed (repeatable; text prompts)",
      [](Args &a, const char *, const char *v, std::string &) {
-       return a.stop.push_back(v), true;
+       return a.params.stop.push_back(v), true;
      }},
     {"--stop-token-ids", "1,2", "stop after any of these ids, whatever --ignore-eos says",
      [](Args &a, const char *f, const char *v, std::string &e) {
-       return idsOf(f, v, a.stopIds, e);
+       return idsOf(f, v, a.params.stopIds, e);
      }},
     {"--max-seq-len", "S",
      "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
@@ -189,7 +189,7 @@ const Flag kFlags[] = {
      "feed these tokens to the decode steps instead of the model's own (teacher forcing); "
      "the printed tokens stay its own",
      [](Args &a, const char *f, const char *v, std::string &e) {
-       return idsOf(f, v, a.forced, e);
+       return idsOf(f, v, a.params.forced, e);
      }},
     {"--requests", "IN.jsonl",
      "run the requests of IN.jsonl (one JSON object a line: id, prompt or prompt_token_ids, "
@@ -314,7 +314,7 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     return std::nullopt;
   }
   bool requests = !args.requestsFile.empty(), serving = !args.serve.empty();
-  if (int(!args.prompt.empty()) + int(bool(args.promptText)) + int(!args.promptFile.empty()) +
+  if (int(!args.params.prompt.empty()) + int(bool(args.promptText)) + int(!args.promptFile.empty()) +
           int(requests) + int(serving) !=
       1) {
     error = "give exactly one of --prompt-ids, --prompt, --prompt-file, --requests and --serve";
@@ -327,7 +327,7 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
   }
   if (requests || serving)
     for (auto [flag, given] :
-         {std::pair{"--chat", args.chat}, {"--force-ids", !args.forced.empty()},
+         {std::pair{"--chat", args.chat}, {"--force-ids", !args.params.forced.empty()},
           {"--dump-logits", !args.dumpLogits.empty()}, {"--warmup", args.warmup}})
       if (given) {
         error = std::string(flag) + " is for one prompt, not " +
@@ -347,24 +347,24 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
     error = "give at most one of --kv-cache-tokens and --kv-cache-memory";
     return std::nullopt;
   }
-  if (args.eosId && args.ignoreEos) {
+  if (args.eosId && args.params.ignoreEos) {
     error = "give at most one of --eos-id and --ignore-eos";
     return std::nullopt;
   }
-  if (!args.stop.empty() && !args.promptText && args.promptFile.empty() && !requests &&
+  if (!args.params.stop.empty() && !args.promptText && args.promptFile.empty() && !requests &&
       !serving) {
     error = "--stop matches the generated text: give a text prompt (--prompt or "
             "--prompt-file), or stop on ids with --stop-token-ids";
     return std::nullopt;
   }
-  if (std::string why = checkStopStrings(args.stop); !why.empty()) {
+  if (std::string why = checkStopStrings(args.params.stop); !why.empty()) {
     error = "--stop: " + why;
     return std::nullopt;
   }
-  if (!args.forced.empty() && int64_t(args.forced.size()) + 1 < args.maxNewTokens) {
-    error = "--force-ids gives " + std::to_string(args.forced.size()) +
-            " tokens; " + std::to_string(args.maxNewTokens) + " new tokens need " +
-            std::to_string(args.maxNewTokens - 1);
+  if (!args.params.forced.empty() && int64_t(args.params.forced.size()) + 1 < args.params.maxTokens) {
+    error = "--force-ids gives " + std::to_string(args.params.forced.size()) +
+            " tokens; " + std::to_string(args.params.maxTokens) + " new tokens need " +
+            std::to_string(args.params.maxTokens - 1);
     return std::nullopt;
   }
   return args;
@@ -426,19 +426,19 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
 /// Whether the KV cache and the vocabulary hold what `args` asks for; says why not.
 bool fits(const ModelSpec &spec, const Args &args) {
   // --warmup's two decode steps fill the cache up to the prompt + 2.
-  int64_t cached = args.warmup && args.maxNewTokens > 0 ? std::max<int64_t>(args.maxNewTokens, 2)
-                                                        : args.maxNewTokens;
-  int64_t total = int64_t(args.prompt.size()) + cached;
+  int64_t cached = args.warmup && args.params.maxTokens > 0 ? std::max<int64_t>(args.params.maxTokens, 2)
+                                                        : args.params.maxTokens;
+  int64_t total = int64_t(args.params.prompt.size()) + cached;
   if (total > args.maxSeqLen) {
     std::fprintf(stderr,
                  "error: the request needs %lld tokens (%zu prompt + %lld new%s), more than "
                  "--max-seq-len %lld\n",
-                 (long long)total, args.prompt.size(), (long long)args.maxNewTokens,
-                 cached > args.maxNewTokens ? ", and --warmup decodes 2" : "",
+                 (long long)total, args.params.prompt.size(), (long long)args.params.maxTokens,
+                 cached > args.params.maxTokens ? ", and --warmup decodes 2" : "",
                  (long long)args.maxSeqLen);
     return false;
   }
-  for (const auto &[ids, what] : {std::pair{&args.prompt, "prompt"}, {&args.forced, "forced"}})
+  for (const auto &[ids, what] : {std::pair{&args.params.prompt, "prompt"}, {&args.params.forced, "forced"}})
     for (int64_t id : *ids)
       if (id >= spec.vocab) {
         std::fprintf(stderr, "error: %s id %lld is outside the vocabulary of %lld\n", what,
@@ -490,19 +490,6 @@ std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args
            std::to_string(args.maxSeqLen);
   args.kvCacheTokens = tokens;
   return "";
-}
-
-std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t maxPositions,
-                                       std::string &error) {
-  if (!requested)
-    return defaultMaxSeqLen(maxPositions);
-  // Positions past the ones the model was trained on give rotary angles it never saw.
-  if (maxPositions > 0 && *requested > maxPositions) {
-    error = "--max-seq-len " + std::to_string(*requested) + " is more than the model's " +
-            std::to_string(maxPositions) + " positions (config.json's max_position_embeddings)";
-    return std::nullopt;
-  }
-  return requested;
 }
 
 std::optional<Request> readRequest(const ModelSpec &spec, int argc, char **argv, int &status) {

@@ -3,8 +3,8 @@
 // with an error that names it and its field, the others run), tokenizes, and writes each
 // request's result as it finishes; the engine's step descriptors carry the tokens to the
 // other ranks, which read nothing of their own.
-#include "driver.h"
-#include "engine.h"
+#include "core.h"
+#include "../engine/engine.h"
 
 #include "tpcrt/file.h"
 #include "tpcrt/gguf.h"
@@ -41,52 +41,52 @@ const std::set<std::string> kNotImplemented = {
 } // namespace
 
 std::optional<std::string> readSamplingField(const std::string &key, const nlohmann::json &value,
-                                             Args &args) {
+                                             RequestParams &params) {
   std::string why;
   if (key == "max_tokens") {
-    why = jsonNumber(value, args.maxNewTokens);
-    if (why.empty() && args.maxNewTokens < 1)
+    why = jsonNumber(value, params.maxTokens);
+    if (why.empty() && params.maxTokens < 1)
       why = "must be at least 1, got " + value.dump();
   } else if (key == "temperature") {
-    why = jsonNumber(value, args.sampling.temperature);
+    why = jsonNumber(value, params.sampling.temperature);
   } else if (key == "top_k") {
-    why = jsonNumber(value, args.sampling.topK);
+    why = jsonNumber(value, params.sampling.topK);
   } else if (key == "top_p") {
-    why = jsonNumber(value, args.sampling.topP);
+    why = jsonNumber(value, params.sampling.topP);
   } else if (key == "min_p") {
-    why = jsonNumber(value, args.sampling.minP);
+    why = jsonNumber(value, params.sampling.minP);
   } else if (key == "repetition_penalty") {
-    why = jsonNumber(value, args.sampling.repetitionPenalty);
+    why = jsonNumber(value, params.sampling.repetitionPenalty);
   } else if (key == "presence_penalty") {
-    why = jsonNumber(value, args.sampling.presencePenalty);
+    why = jsonNumber(value, params.sampling.presencePenalty);
   } else if (key == "frequency_penalty") {
-    why = jsonNumber(value, args.sampling.frequencyPenalty);
+    why = jsonNumber(value, params.sampling.frequencyPenalty);
   } else if (key == "seed") {
     int64_t seed = 0;
     why = jsonNumber(value, seed);
-    args.sampling.seed = uint64_t(seed);
+    params.sampling.seed = uint64_t(seed);
   } else if (key == "ignore_eos") {
     if (!value.is_boolean())
       return "field 'ignore_eos' must be true or false, not " + value.dump();
-    args.ignoreEos = value.get<bool>();
+    params.ignoreEos = value.get<bool>();
   } else if (key == "stop") {
-    args.stop.clear();
+    params.stop.clear();
     for (const nlohmann::json &s : value.is_array() ? value : nlohmann::json::array({value})) {
       if (!s.is_string())
         return "field 'stop' must be a string or a list of strings, not " + value.dump();
-      args.stop.push_back(s.get<std::string>());
+      params.stop.push_back(s.get<std::string>());
     }
-    if (std::string bad = checkStopStrings(args.stop); !bad.empty())
+    if (std::string bad = checkStopStrings(params.stop); !bad.empty())
       return "field 'stop': " + bad;
   } else if (key == "stop_token_ids") {
-    args.stopIds.clear();
+    params.stopIds.clear();
     if (!value.is_array())
       return "field 'stop_token_ids' must be a list of token ids, not " + value.dump();
     for (const nlohmann::json &id : value) {
       int64_t token = -1;
       if (!jsonNumber(id, token).empty() || token < 0)
         return "field 'stop_token_ids': " + id.dump() + " is not a token id";
-      args.stopIds.push_back(token);
+      params.stopIds.push_back(token);
     }
   } else {
     return std::nullopt;
@@ -96,13 +96,13 @@ std::optional<std::string> readSamplingField(const std::string &key, const nlohm
 
 namespace {
 
-/// Reads one request object into `job.args` (which holds the command's values); "" or what
-/// is wrong, naming the field.
-std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
+/// Reads one request object into `job.params` (which holds the command's values), its context
+/// at most `maxSeqLen`; "" or what is wrong, naming the field.
+std::string readJob(const nlohmann::json &request, const ModelSpec &spec, int64_t maxSeqLen,
                     const Tokenizer *tokenizer, const std::string &tokenizerError,
                     BatchRequest &job) {
-  Args &args = job.args;
-  args.prompt.clear();
+  RequestParams &params = job.params;
+  params.prompt.clear();
   bool hasPrompt = false, hasIds = false;
   for (const auto &[key, value] : request.items()) {
     std::string why;
@@ -120,7 +120,7 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
         if (!jsonNumber(id, token).empty() || token < 0 || token >= spec.vocab)
           return "field 'prompt_token_ids': " + id.dump() +
                  " is not a token id of the vocabulary of " + std::to_string(spec.vocab);
-        args.prompt.push_back(token);
+        params.prompt.push_back(token);
       }
       hasIds = true;
     } else if (key == "logprobs") {
@@ -129,8 +129,8 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
                                count > kMaxLogprobs))
         return "field 'logprobs' must be an integer from 0 to " + std::to_string(kMaxLogprobs) +
                ", not " + value.dump();
-      args.logprobs = int(count);
-    } else if (std::optional<std::string> bad = readSamplingField(key, value, args)) {
+      params.logprobs = int(count);
+    } else if (std::optional<std::string> bad = readSamplingField(key, value, params)) {
       if (!bad->empty())
         return *bad;
     } else if (kNotImplemented.count(key)) {
@@ -143,9 +143,9 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
   }
   if (hasPrompt == hasIds)
     return "give exactly one of the fields 'prompt' and 'prompt_token_ids'";
-  if (std::string why = args.sampling.validate(); !why.empty()) // "top_p must be ..."
+  if (std::string why = params.sampling.validate(); !why.empty()) // "top_p must be ..."
     return "field '" + why.substr(0, why.find(' ')) + "'" + why.substr(why.find(' '));
-  if ((hasPrompt || !args.stop.empty()) && !tokenizer)
+  if ((hasPrompt || !params.stop.empty()) && !tokenizer)
     return std::string(hasPrompt ? "field 'prompt'" : "field 'stop'") +
            " needs the checkpoint's tokenizer: " + tokenizerError;
   if (hasPrompt) {
@@ -156,14 +156,14 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec,
       return "field 'prompt': " + error;
     if (ids->empty())
       return "field 'prompt' is no tokens at all";
-    args.prompt = std::move(*ids);
+    params.prompt = std::move(*ids);
     job.textPrompt = true;
   }
-  int64_t total = int64_t(args.prompt.size()) + args.maxNewTokens;
-  if (total > args.maxSeqLen)
-    return "the prompt's " + std::to_string(args.prompt.size()) + " tokens and max_tokens " +
-           std::to_string(args.maxNewTokens) + " need " + std::to_string(total) +
-           " tokens of context, more than --max-seq-len " + std::to_string(args.maxSeqLen);
+  int64_t total = int64_t(params.prompt.size()) + params.maxTokens;
+  if (total > maxSeqLen)
+    return "the prompt's " + std::to_string(params.prompt.size()) + " tokens and max_tokens " +
+           std::to_string(params.maxTokens) + " need " + std::to_string(total) +
+           " tokens of context, more than --max-seq-len " + std::to_string(maxSeqLen);
   return "";
 }
 
@@ -223,7 +223,7 @@ bool readRequestsText(const std::string &text, const Args &command, const ModelS
       return false;
     BatchRequest &job = jobs.emplace_back();
     job.line = line;
-    job.args = command;
+    job.params = command.params;
     nlohmann::json request;
     try {
       request = parseUntrustedJson(row, kMaxRequestJsonDepth);
@@ -246,26 +246,27 @@ bool readRequestsText(const std::string &text, const Args &command, const ModelS
                   std::to_string(at->second) + " too";
       continue;
     }
-    job.error = readJob(request, spec, tokenizer, tokenizerError, job);
+    job.error = readJob(request, spec, command.maxSeqLen, tokenizer, tokenizerError, job);
   }
   return true;
 }
 
-EngineRequest engineRequest(const ModelSpec &spec, const Args &args) {
+EngineRequest engineRequest(const ModelSpec &spec, const Args &command,
+                            const RequestParams &params) {
   EngineRequest r;
-  r.prompt = args.prompt;
-  r.maxTokens = args.maxNewTokens;
-  r.sampling = args.sampling;
-  r.stopIds = args.stopIds;
-  if (!args.ignoreEos) {
+  r.prompt = params.prompt;
+  r.maxTokens = params.maxTokens;
+  r.sampling = params.sampling;
+  r.stopIds = params.stopIds;
+  if (!params.ignoreEos) {
     std::vector<int64_t> eos = spec.eosIds;
-    eos.insert(eos.end(), args.moreEos.begin(), args.moreEos.end());
-    if (args.eosId)
-      eos = {*args.eosId};
+    eos.insert(eos.end(), command.moreEos.begin(), command.moreEos.end());
+    if (command.eosId)
+      eos = {*command.eosId};
     r.stopIds.insert(r.stopIds.end(), eos.begin(), eos.end());
   }
-  r.logprobs = args.logprobs;
-  r.forced = args.forced;
+  r.logprobs = params.logprobs;
+  r.forced = params.forced;
   return r;
 }
 
@@ -310,7 +311,7 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
       ++refused;
       continue;
     }
-    requests.push_back(engineRequest(spec, job.args));
+    requests.push_back(engineRequest(spec, args, job.params));
     runs.push_back(&job);
   }
   // Each request's text as it comes, stop strings held back (a stop string needs a tokenizer:
@@ -319,7 +320,7 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
   std::vector<std::optional<GeneratedText>> shown(requests.size());
   if (tokenizer)
     for (size_t i = 0; i < requests.size(); ++i)
-      shown[i].emplace(*tokenizer, runs[i]->args.stop);
+      shown[i].emplace(*tokenizer, runs[i]->params.stop);
   int64_t promptTokens = 0, generatedTokens = 0;
   auto onToken = [&](size_t i, int64_t id) {
     if (!shown[i])

@@ -2,7 +2,7 @@
 // and --system) into the prompt's ids, and its generation_config.json adds the ids generate
 // stops at. The checkpoint is the directory --weights names (or the one its file is in); where
 // that is a GGUF file (ggufPathOf), the tokenizer and the chat template are its metadata's.
-#include "driver.h"
+#include "core.h"
 
 #include "tpcrt/chat_template.h"
 #include "tpcrt/file.h"
@@ -106,8 +106,8 @@ bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &token
     error = "the prompt: " + error;
     return false;
   }
-  args.prompt = std::move(*ids);
-  if (args.prompt.empty()) {
+  args.params.prompt = std::move(*ids);
+  if (args.params.prompt.empty()) {
     error = "the prompt is no tokens at all";
     return false;
   }
@@ -152,7 +152,7 @@ bool readGenerationConfig(Args &args, int rank, std::string &error) {
     }
     return true;
   };
-  SamplingParams &p = args.sampling;
+  SamplingParams &p = args.params.sampling;
   bool doSample = false;
   if (auto it = config.find("do_sample"); it != config.end() && it->is_boolean())
     doSample = it->get<bool>();

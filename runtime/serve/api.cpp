@@ -109,7 +109,7 @@ std::optional<ApiError> renderMessages(const nlohmann::json &value, const ApiCon
 
 /// A completion's prompt: a string, a list of token ids, or a list of one of either.
 std::optional<ApiError> readPrompt(const nlohmann::json &value, const ApiContext &context,
-                                   Args &args) {
+                                   RequestParams &params) {
   const nlohmann::json *prompt = &value;
   if (value.is_array() && value.size() == 1 && (value[0].is_string() || value[0].is_array()))
     prompt = &value[0];
@@ -123,7 +123,7 @@ std::optional<ApiError> readPrompt(const nlohmann::json &value, const ApiContext
         context.tokenizer->encode(prompt->get<std::string>(), /*addSpecial=*/true, error);
     if (!ids)
       return invalid("field 'prompt': " + error, "prompt");
-    args.prompt = std::move(*ids);
+    params.prompt = std::move(*ids);
   } else if (prompt->is_array()) {
     for (const nlohmann::json &id : *prompt) {
       int64_t token = -1;
@@ -131,14 +131,14 @@ std::optional<ApiError> readPrompt(const nlohmann::json &value, const ApiContext
         return invalid("field 'prompt': " + id.dump() + " is not a token id of the vocabulary "
                        "of " + std::to_string(context.spec->vocab),
                        "prompt");
-      args.prompt.push_back(token);
+      params.prompt.push_back(token);
     }
   } else {
     return invalid("field 'prompt' must be a string or a list of token ids, not " +
                        value.dump(),
                    "prompt");
   }
-  if (args.prompt.empty())
+  if (params.prompt.empty())
     return invalid("field 'prompt' is no tokens at all", "prompt");
   return std::nullopt;
 }
@@ -176,11 +176,11 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
   if (!j.is_object())
     return invalid("the body must be a JSON object");
   request.chat = chat;
-  Args &args = request.args = *context.defaults;
-  args.prompt.clear();
-  args.stop.clear();
-  args.stopIds.clear();
-  args.maxNewTokens = chat ? 0 : 16; // chat: the rest of the context (vLLM), completions: 16
+  RequestParams &params = request.params = context.defaults->params;
+  params.prompt.clear();
+  params.stop.clear();
+  params.stopIds.clear();
+  params.maxTokens = chat ? 0 : 16; // chat: the rest of the context (vLLM), completions: 16
   if (auto model = j.find("model"); model != j.end() && !model->is_null()) {
     if (!model->is_string())
       return invalid("field 'model' must be a string, not " + model->dump(), "model");
@@ -199,7 +199,7 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
     if (key == "model" || key == promptField || value.is_null()) // null: not given
       continue;
     if (key == "max_completion_tokens" || key == "max_tokens") {
-      if (std::optional<std::string> bad = readSamplingField("max_tokens", value, args);
+      if (std::optional<std::string> bad = readSamplingField("max_tokens", value, params);
           bad && !bad->empty())
         return invalid("field '" + key + bad->substr(std::string("field 'max_tokens").size()),
                        key);
@@ -227,7 +227,7 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
         return notImplemented(key);
     } else if (key == "suffix" || kNotImplemented.count(key)) {
       return notImplemented(key);
-    } else if (std::optional<std::string> bad = readSamplingField(key, value, args)) {
+    } else if (std::optional<std::string> bad = readSamplingField(key, value, params)) {
       if (!bad->empty())
         return invalid(*bad, key);
     } // anything else changes nothing here: ignored, as the OpenAI clients send such fields
@@ -235,7 +235,7 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
   if (request.includeUsage && !request.stream)
     return invalid("field 'stream_options' is only for streamed requests (stream: true)",
                    "stream_options");
-  if (std::string why = args.sampling.validate(); !why.empty()) { // "top_p must be ..."
+  if (std::string why = params.sampling.validate(); !why.empty()) { // "top_p must be ..."
     std::string field = why.substr(0, why.find(' '));
     return invalid("field '" + field + "'" + why.substr(why.find(' ')), field);
   }
@@ -250,23 +250,23 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
       return invalid("the rendered messages: " + error, "messages");
     if (ids->empty())
       return invalid("the rendered messages are no tokens at all", "messages");
-    args.prompt = std::move(*ids);
-  } else if (std::optional<ApiError> bad = readPrompt(*prompt, context, args)) {
+    params.prompt = std::move(*ids);
+  } else if (std::optional<ApiError> bad = readPrompt(*prompt, context, params)) {
     return bad;
   }
-  int64_t contextLen = args.maxSeqLen, promptTokens = int64_t(args.prompt.size());
+  int64_t contextLen = context.defaults->maxSeqLen, promptTokens = int64_t(params.prompt.size());
   if (promptTokens >= contextLen)
     return invalid("the prompt is " + std::to_string(promptTokens) + " tokens, and this "
                    "model's maximum context length is " + std::to_string(contextLen) +
                    " tokens (prompt and completion)",
                    promptField, "context_length_exceeded");
-  if (args.maxNewTokens == 0) // chat without max_tokens: what the context has left
-    args.maxNewTokens = contextLen - promptTokens;
-  if (promptTokens + args.maxNewTokens > contextLen)
+  if (params.maxTokens == 0) // chat without max_tokens: what the context has left
+    params.maxTokens = contextLen - promptTokens;
+  if (promptTokens + params.maxTokens > contextLen)
     return invalid("this model's maximum context length is " + std::to_string(contextLen) +
-                       " tokens, but " + std::to_string(promptTokens + args.maxNewTokens) +
+                       " tokens, but " + std::to_string(promptTokens + params.maxTokens) +
                        " were requested (" + std::to_string(promptTokens) +
-                       " in the prompt, " + std::to_string(args.maxNewTokens) +
+                       " in the prompt, " + std::to_string(params.maxTokens) +
                        " max_tokens for the completion)",
                    "max_tokens", "context_length_exceeded");
   return std::nullopt;

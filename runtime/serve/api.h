@@ -5,7 +5,7 @@
 #ifndef TPCRT_SERVE_API_H
 #define TPCRT_SERVE_API_H
 
-#include "../core/driver.h"
+#include "../core/core.h"
 
 #include <nlohmann/json.hpp>
 
@@ -42,7 +42,7 @@ struct ApiRequest {
   bool chat = false;
   bool stream = false;
   bool includeUsage = false; // stream_options.include_usage
-  Args args;                 // the prompt's ids, max_tokens, sampling, stop strings and ids
+  RequestParams params;      // the prompt's ids, max_tokens, sampling, stop strings and ids
 };
 
 /// Reads the body of POST /v1/completions (`chat` false) or /v1/chat/completions into

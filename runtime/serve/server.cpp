@@ -281,8 +281,8 @@ void Server::State::complete(const httplib::Request &req, httplib::Response &res
     reply(res, *bad, bad->status == 404 ? "not_found" : "invalid");
     return;
   }
-  job->request = engineRequest(spec, job->api.args);
-  job->text.emplace(*context.tokenizer, job->api.args.stop, /*incremental=*/true);
+  job->request = engineRequest(spec, args, job->api.params);
+  job->text.emplace(*context.tokenizer, job->api.params.stop, /*incremental=*/true);
   job->usage.prompt = int64_t(job->request.prompt.size());
   {
     std::lock_guard<std::mutex> lock(mutex);

@@ -7,7 +7,7 @@
 #ifndef TPCRT_SERVE_SERVER_H
 #define TPCRT_SERVE_SERVER_H
 
-#include "../core/driver.h"
+#include "../core/core.h"
 
 #include <memory>
 #include <string>

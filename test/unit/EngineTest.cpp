@@ -1,4 +1,4 @@
-// The engine's scheduler (runtime/core/engine.cpp) on a backend that computes nothing: each
+// The engine core (runtime/engine/engine.h) on a backend that computes nothing: each
 // sampled sequence's logits make its next token its last token plus one, so every request's
 // output is known without a model, and the queues and blocks the scheduler keeps can be
 // watched step by step: requests arriving while others run, aborts, preemption.
@@ -15,8 +15,14 @@ namespace {
 
 class CountingBackend final : public Backend {
 public:
-  explicit CountingBackend(int64_t vocab) : vocab(vocab) {}
+  explicit CountingBackend(int64_t vocab, int64_t stepSequences = 0)
+      : vocab(vocab), stepSequences(stepSequences) {}
 
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities can;
+    can.stepSequences = stepSequences;
+    return can;
+  }
   void attach(const RankInfo &) override {}
   DType weightType(const WeightDesc &) const override { return DType::F32; }
   void allocateWeights(const std::vector<WeightDesc> &) override {}
@@ -48,14 +54,14 @@ public:
   std::vector<int64_t> sequencesPerStep;
 
 private:
-  int64_t vocab;
+  int64_t vocab, stepSequences;
   std::vector<float> logits;
 };
 
 struct Fixture {
-  explicit Fixture(EngineLimits limits)
-      : spec(*newSpec("counting", 1, kVocab, 1, /*lastTokenOnly=*/true)), backend(kVocab),
-        engine(spec, backend, rank, limits) {}
+  explicit Fixture(EngineLimits limits, int64_t stepSequences = 0)
+      : spec(*newSpec("counting", 1, kVocab, 1, /*lastTokenOnly=*/true)),
+        backend(kVocab, stepSequences), engine(spec, backend, rank, limits) {}
   static constexpr int64_t kVocab = 1000;
   ModelSpec &spec;
   CountingBackend backend;
@@ -139,6 +145,20 @@ TEST(Engine, PreemptedRequestsStillGiveTheirTokens) {
   for (int64_t i = 0; i < 3; ++i)
     EXPECT_EQ(f.engine.request(handles[size_t(i)]).output, following(100 * (i + 1) + 3, 8));
   EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+}
+
+TEST(Engine, AStepHoldsNoMoreSequencesThanTheBackendCanRun) {
+  // --max-num-seqs 4, on a backend that runs one sequence a step (the CUDA target's).
+  Fixture f({4, 64, 16, 4, 32}, /*stepSequences=*/1);
+  EXPECT_EQ(f.engine.limitsInForce().maxNumSeqs, 1);
+  std::vector<size_t> handles;
+  for (int64_t i = 0; i < 3; ++i)
+    handles.push_back(f.engine.submit(counting(100 * (i + 1), 3, 4)));
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.backend.sequencesPerStep, std::vector<int64_t>(12, 1)); // 3 requests x 4 steps
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_EQ(f.engine.request(handles[size_t(i)]).output, following(100 * (i + 1) + 2, 4));
 }
 
 } // namespace

@@ -59,8 +59,12 @@ const TargetInfo *targetOf(tp::TargetAttr attr);
 const TargetInfo &cpuTarget();
 const TargetInfo &cudaTarget();
 
-/// The system libraries libtpcrt_core needs beyond Gloo (MPI's for the mpirun path, PCRE2's
-/// and ICU's for the tokenizers), as this tpc was configured: every target links them.
+/// The runtime's libraries every program links after its backend, from the driver down to
+/// the base, in link order (runtime/CMakeLists.txt's TPC_PROGRAM_LIBRARIES), as files.
+std::vector<std::string> programLibraries();
+/// The system libraries those need beyond Gloo (MPI's for the mpirun path, PCRE2's and ICU's
+/// for the tokenizers, cpp-httplib's for --serve), as this tpc was configured: every target
+/// links them.
 llvm::SmallVector<llvm::StringRef> systemLibraries();
 
 } // namespace tpc::target

@@ -1,6 +1,6 @@
 // The CPU target: fp32 activations, C++ kernels and OpenBLAS, collectives over shared memory,
 // Gloo or MPI; its binaries are built by the system C++ compiler against this build's
-// libtpcrt (the CPU backend) and libtpcrt_core. Where those are was fixed when tpc was
+// libtpcrt (the CPU backend) and the runtime's layers. Where those are was fixed when tpc was
 // configured (lib/Target/CMakeLists.txt).
 #include "tpc/Target/TargetInfo.h"
 
@@ -34,7 +34,10 @@ public:
   StringRef sourceExtension() const override { return ".cpp"; }
   bool canBuild(std::string &) const override { return true; }
   std::vector<std::string> runtimeLibraries() const override {
-    return {TPC_RUNTIME_LIBRARY, TPC_CORE_RUNTIME_LIBRARY};
+    std::vector<std::string> libraries = {TPC_RUNTIME_LIBRARY};
+    for (std::string &library : programLibraries())
+      libraries.push_back(std::move(library));
+    return libraries;
   }
 
   SmallVector<std::string> buildCommand(StringRef source, StringRef output,
@@ -52,9 +55,11 @@ public:
     StringRef(TPC_SANITIZE_FLAGS).split(sanitize, ' ', -1, /*KeepEmpty=*/false);
     for (StringRef flag : sanitize)
       args.push_back(flag.str());
-    // The CPU backend, the core, and what they need.
-    args.append({"-I" TPC_RUNTIME_INCLUDE_DIR, source.str(), TPC_RUNTIME_LIBRARY,
-                 TPC_CORE_RUNTIME_LIBRARY, TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY});
+    // The CPU backend, the runtime's layers, and what they need.
+    args.append({"-I" TPC_RUNTIME_INCLUDE_DIR, source.str()});
+    for (std::string &library : runtimeLibraries())
+      args.push_back(std::move(library));
+    args.append({TPC_GLOO_LIBRARY, TPC_OPENBLAS_LIBRARY});
     for (StringRef library : systemLibraries())
       args.push_back(library.str());
     args.append({"-lpthread", "-o", output.str()});

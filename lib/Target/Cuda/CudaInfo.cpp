@@ -1,7 +1,7 @@
 // The CUDA target: bf16 activations on Hopper, generated kernels for every fusable chain,
 // cuBLASLt GEMMs over grouped weights, NCCL collectives; its binaries are built by nvcc
-// against this build's libtpcrt_cuda and libtpcrt_core, when nvcc was found at configure
-// time.
+// against this build's libtpcrt_cuda and the runtime's layers, when nvcc was found at
+// configure time.
 #include "tpc/Target/TargetInfo.h"
 
 #include "mlir/IR/Builders.h"
@@ -50,7 +50,10 @@ public:
 
   std::vector<std::string> runtimeLibraries() const override {
 #ifdef TPC_NVCC
-    return {TPC_CUDA_RUNTIME_LIBRARY, TPC_CORE_RUNTIME_LIBRARY};
+    std::vector<std::string> libraries = {TPC_CUDA_RUNTIME_LIBRARY};
+    for (std::string &library : programLibraries())
+      libraries.push_back(std::move(library));
+    return libraries;
 #else
     return {};
 #endif
@@ -61,11 +64,13 @@ public:
 #ifdef TPC_NVCC
     // sm_90a, not -arch=sm_90a: that shorthand can add a plain sm_90 pass, which rejects
     // Hopper-only instructions. Libraries go to the linker as they are (nvcc only knows
-    // .a/.so by name): the CUDA backend, the core, no CPU backend and no BLAS.
-    SmallVector<std::string> args = {
-        TPC_NVCC, "-std=c++17", "-O2", "-gencode=arch=compute_90a,code=sm_90a",
-        "-I" TPC_RUNTIME_INCLUDE_DIR, source.str(), "-Xlinker", TPC_CUDA_RUNTIME_LIBRARY,
-        "-Xlinker", TPC_CORE_RUNTIME_LIBRARY, "-Xlinker", TPC_GLOO_LIBRARY};
+    // .a/.so by name): the CUDA backend, the runtime's layers, no CPU backend and no BLAS.
+    SmallVector<std::string> args = {TPC_NVCC, "-std=c++17", "-O2",
+                                     "-gencode=arch=compute_90a,code=sm_90a",
+                                     "-I" TPC_RUNTIME_INCLUDE_DIR, source.str()};
+    for (const std::string &library : runtimeLibraries())
+      args.append({"-Xlinker", library});
+    args.append({"-Xlinker", TPC_GLOO_LIBRARY});
     for (StringRef library : systemLibraries())
       args.append({"-Xlinker", library.str()});
     args.append({"-L" TPC_CUDA_LIB_DIR, "-lcublasLt", "-lnccl", "-lpthread", "-Xlinker",

@@ -50,6 +50,13 @@ struct RankInfo {
   bool variableGathers = false; // the program's gather mode (ModelSpec::variableGathers)
 };
 
+/// What a backend can run, which the engine and the driver ask before they plan a run, rather
+/// than meet a refusal in the middle of one.
+struct BackendCapabilities {
+  /// The most sequences one step may hold; 0: any. The CUDA target's kernels run one.
+  int64_t stepSequences = 0;
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -90,14 +97,15 @@ public:
   /// bytes (--trace's arena_bytes).
   virtual uint64_t allocateArena(int64_t perToken, int64_t tokens) = 0;
 
+  /// What it can run (the defaults: everything the CPU backend can).
+  virtual BackendCapabilities capabilities() const { return {}; }
   /// Whether the program has a sequence-parallel forward, which the core runs for the token
   /// counts the program's rule gives (ModelSpec::sequenceParallelTokens).
   virtual bool hasSequenceParallel() const = 0;
   /// One forward over a step's tokens (each sequence's after what its blocks hold): this
   /// rank's logits as fp32 on the host, [step.sampledRows(), vocab] ([tokens, vocab] where
   /// the model has no tp.last_token), valid until the next call. Throws on a device's or a
-  /// collective's failure, and where the backend cannot run the step (the CUDA target runs
-  /// one sequence a step).
+  /// collective's failure, and on a step past its capabilities().
   virtual const float *forward(const Step &step, bool sequenceParallel) = 0;
   /// After a forward of a step with `argmax`, where the backend found each row's argmax
   /// instead of returning the logits: the id of each row's largest logit (the lowest of equal

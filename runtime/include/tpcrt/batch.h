@@ -1,5 +1,5 @@
 // A step: what one forward computes, for any number of sequences at once. Rank 0's scheduler
-// (runtime/core/engine.cpp) makes one and sends it to every rank; a forward reads it through
+// (runtime/engine/scheduler.cpp) plans one and sends it to every rank; a forward reads it through
 // its context (the ops that are per token need nothing of it; the attention reads each
 // sequence's keys and values through its block table, and tp.last_token's rows are the last
 // token of each sequence the step samples).

@@ -77,9 +77,21 @@ inline int64_t defaultMaxSeqLen(int64_t maxPositions) {
   return maxPositions > 0 ? std::min(kDefaultMaxSeqLen, maxPositions) : kDefaultMaxSeqLen;
 }
 /// The context a run holds: `requested` (--max-seq-len) or the default. Empty, with `error`
-/// naming both numbers, when the request is longer than the model's positions.
-std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested, int64_t maxPositions,
-                                       std::string &error);
+/// naming both numbers, when the request is longer than the model's positions. Inline, like
+/// the default: the compiler (`tpc analyze`) asks it too, and links no runtime layer above the
+/// formats.
+inline std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested,
+                                              int64_t maxPositions, std::string &error) {
+  if (!requested)
+    return defaultMaxSeqLen(maxPositions);
+  // Positions past the ones the model was trained on give rotary angles it never saw.
+  if (maxPositions > 0 && *requested > maxPositions) {
+    error = "--max-seq-len " + std::to_string(*requested) + " is more than the model's " +
+            std::to_string(maxPositions) + " positions (config.json's max_position_embeddings)";
+    return std::nullopt;
+  }
+  return requested;
+}
 
 /// Which heads a rank holds where tp does not divide them (the attention's rank_heads):
 /// `heads` query heads of the model from `firstHead`, and KV heads from `firstKvHead`, `group`

@@ -17,7 +17,7 @@ namespace tpcrt {
 
 /// What a request asks of the sampler. The defaults are vLLM's SamplingParams' (temperature
 /// 1); tpc run and the binary start from greedy instead, as transformers' generate does,
-/// unless generation_config.json sets do_sample (see samplingDefaults in driver.h).
+/// unless generation_config.json sets do_sample (see readGenerationConfig in core/core.h).
 struct SamplingParams {
   double temperature = 1.0;       // 0: greedy
   int64_t topK = 0;               // 0 or -1: every token

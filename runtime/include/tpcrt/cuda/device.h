@@ -64,6 +64,12 @@ public:
   /// Connects the communicator: NCCL, its unique id sent through the group's broadcast,
   /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
   void start() override;
+  /// One sequence a step: batches wait for batched kernels.
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities can;
+    can.stepSequences = 1;
+    return can;
+  }
   bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
   /// A step of one sequence, whose block table the contiguous caches stand for: its cached
   /// tokens are what the caches hold, or none (a new sequence: the caches are emptied).

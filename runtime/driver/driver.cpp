@@ -1,9 +1,9 @@
 // The main of every emitted binary, runModel, and the steps it reads as a list of: the request
-// (request.cpp), joining the tp group, this rank's weights loaded into the backend, the
-// generation (generate.cpp), the files it writes (--dump-logits, --trace), and leaving
-// together. Whatever the backend: it owns the buffers, this only says what they hold.
-#include "driver.h"
-
+// (core/request.cpp), joining the tp group (core/group.cpp), this rank's weights loaded into
+// the backend, the generation (core/generate.cpp, or the server: serve/), the files it writes
+// (--dump-logits, --trace), and leaving together. Whatever the backend: it owns the buffers,
+// this only says what they hold. The top of the runtime's layers: nothing includes it.
+#include "../core/core.h"
 #include "../serve/server.h"
 
 #include <nlohmann/json.hpp>
@@ -19,59 +19,6 @@
 namespace tpcrt {
 
 namespace {
-
-/// Joins the tp group of `request`'s rank, or says why not: empty, with the exit status in
-/// `status` (0 for TPC_FAULT=nostart's rank).
-std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request, int &status) {
-  Group group;
-  group.rank = request.rank;
-  group.world = request.world;
-  group.localRank = request.localRank;
-  // The per-rank view: rank 0 of the compiled tp group, alone, with a communicator that moves
-  // nothing, to time one rank's compute (the GPU benchmark models the collectives apart).
-  const char *viewEnv = std::getenv("TPC_SINGLE_RANK_VIEW");
-  group.view = viewEnv && std::string(viewEnv) == "1";
-  if (group.view) {
-    if (group.world != 1) {
-      std::fprintf(stderr, "error: TPC_SINGLE_RANK_VIEW=1 runs one rank alone; WORLD_SIZE is %d\n",
-                   group.world);
-      status = 1;
-      return std::nullopt;
-    }
-    group.world = int(spec.tp);
-    std::printf("per-rank view: rank 0 of tp %d alone, with a no-op communicator (compute "
-                "only; the collectives run nowhere, their kinds and bytes go to --trace)\n",
-                group.world);
-  }
-  if (group.world != spec.tp) {
-    std::fprintf(stderr,
-                 "error: %s was compiled for tp %lld, but %s is %d; compile it again "
-                 "with --tp %d or launch %lld ranks\n",
-                 spec.name, (long long)spec.tp, request.worldFrom, group.world, group.world,
-                 (long long)spec.tp);
-    status = 1;
-    return std::nullopt;
-  }
-  if (request.fault.rank == group.rank && request.fault.kind == Fault::NoStart) {
-    std::fprintf(stderr, "TPC_FAULT: rank %d exits before the rendezvous\n", group.rank);
-    status = 0;
-    return std::nullopt;
-  }
-  // A write to a peer that died raises SIGPIPE, which would end this rank without a word;
-  // ignored, the write fails and Gloo reports it as a failed collective.
-  std::signal(SIGPIPE, SIG_IGN);
-  const Args &args = request.args;
-  CommOptions options{group.rank, group.world, rendezvousDirFromEnv(), args.host,
-                      args.timeoutSeconds};
-  std::string error;
-  group.comm = group.view ? Comm::noop(group.world) : Comm::connect(options, error);
-  if (!group.comm) {
-    std::fprintf(stderr, "error: rank %d: %s\n", group.rank, error.c_str());
-    status = 1;
-    return std::nullopt;
-  }
-  return group;
-}
 
 /// The product of `factors` as an element count; throws std::length_error when it overflows
 /// (a --max-seq-len of 2^62, say), which the caller reports like a failed allocation.
@@ -264,20 +211,6 @@ int leave(const Group &group, int exitCode) {
 
 } // namespace
 
-int Group::stop(const std::string &message) const {
-  std::fprintf(stderr, "error: rank %d: %s\n", rank, message.c_str());
-  comm->recordExit(message);
-  return 1;
-}
-
-std::string describeFailure(const std::exception &e, bool peers, const std::string &lost,
-                            const std::string &model, const std::string &phase) {
-  if (dynamic_cast<const DeviceError *>(&e) || !peers)
-    return std::string(e.what()) + " (while running " + model + ", " + phase + ")";
-  return (lost.empty() ? "a peer stopped answering" : lost) + "; a collective of " + phase +
-         " failed: " + e.what();
-}
-
 int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   int status = 0;
   std::optional<Request> request = readRequest(spec, argc, argv, status);
@@ -333,8 +266,8 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
 
   Generator generator(spec, backend, rank, request->fault);
   try {
-    if (args.warmup && args.maxNewTokens > 0)
-      generator.warmUp(args.prompt);
+    if (args.warmup && args.params.maxTokens > 0)
+      generator.warmUp(args.params.prompt);
     if (!args.serve.empty()) {
       int status = server ? server->run(args, backend, rank, *group, request->fault)
                           : serve::follow(spec, args, backend, rank, *group, request->fault);
@@ -344,7 +277,7 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
       if (int status = runRequests(spec, args, backend, rank, *group); status != 0)
         return status; // rank 0 stopped, saying why
     } else if (request->tokenizer) { // text out, rank 0's as it comes, stop strings withheld
-      GeneratedText text(*request->tokenizer, args.stop);
+      GeneratedText text(*request->tokenizer, args.params.stop);
       auto print = [](const std::string &piece) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);

@@ -1,10 +1,11 @@
-// The parts runModel (driver.cpp) is made of, shared by the files that hold them: the
-// request (request.cpp, text.cpp), the group, the weights (driver.cpp) and the generation
-// (generate.cpp). Private to libtpcrt; emitted code sees only tpcrt/model.h.
-#ifndef TPCRT_CORE_DRIVER_H
-#define TPCRT_CORE_DRIVER_H
+// The core: the parts runModel (runtime/driver/driver.cpp) and the server (runtime/serve/) are
+// made of, shared by the files that hold them: the request (request.cpp, text.cpp,
+// requests.cpp), the group (group.cpp) and the generation (generate.cpp). Private to
+// libtpcrt; emitted code sees only tpcrt/model.h.
+#ifndef TPCRT_CORE_CORE_H
+#define TPCRT_CORE_CORE_H
 
-#include "engine.h"
+#include "../engine/engine.h"
 #include "tpcrt/backend.h"
 #include "tpcrt/model.h"
 #include "tpcrt/sampling.h"
@@ -35,26 +36,22 @@ struct Args {
   /// End-of-sequence ids beside the model's: generation_config.json's, as generate stops.
   std::vector<int64_t> moreEos;
   std::optional<uint64_t> randomSeed;
-  std::vector<int64_t> prompt, forced;
+  /// The one prompt's request (--prompt-ids, --max-new-tokens, --ignore-eos, --stop,
+  /// --stop-token-ids, --force-ids; `sampling` once readGenerationConfig has run), and the
+  /// defaults of every --requests line and API request.
+  RequestParams params;
   std::optional<int64_t> eosId; // overrides the model's end-of-sequence ids
-  bool ignoreEos = false, warmup = false, verbose = false;
-  int64_t maxNewTokens = 16, maxSeqLen = 0; // maxSeqLen 0: not given, see chooseMaxSeqLen
+  bool warmup = false, verbose = false;
+  int64_t maxSeqLen = 0; // 0: not given, see chooseMaxSeqLen
   int timeoutSeconds = 30;
   /// The sampling flags given (--temperature, --top-k, ...); unset ones take
   /// generation_config.json's values, else vLLM's defaults, except temperature, whose
   /// default is 0 (greedy, as transformers' generate) unless generation_config.json sets
-  /// do_sample. `sampling` holds the result once readGenerationConfig has run.
+  /// do_sample. `params.sampling` holds the result once readGenerationConfig has run.
   std::optional<double> temperature, topP, minP, repetitionPenalty, presencePenalty,
       frequencyPenalty;
   std::optional<int64_t> topK;
   std::optional<uint64_t> seed;
-  SamplingParams sampling;
-  /// Stop strings (withheld from the text) and stop ids; neither is turned off by --ignore-eos.
-  std::vector<std::string> stop;
-  std::vector<int64_t> stopIds;
-  /// Log-probabilities of each generated token and of this many most likely ones (0 to
-  /// kMaxLogprobs); -1: none (a request's logprobs field).
-  int logprobs = -1;
   /// --requests IN.jsonl and --output OUT.jsonl: many requests, one after another, instead of
   /// one prompt (requests.cpp).
   std::string requestsFile, outputFile;
@@ -128,6 +125,10 @@ struct Group {
   /// the exit status.
   int stop(const std::string &message) const;
 };
+
+/// Joins the tp group of `request`'s rank (group.cpp), or says why not: empty, with the exit
+/// status in `status` (0 for TPC_FAULT=nostart's rank).
+std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request, int &status);
 
 /// What the forwards of a generation took, for rank 0's report.
 struct Timings {
@@ -246,9 +247,9 @@ template <typename T> std::string jsonNumber(const nlohmann::json &value, T &int
 
 /// One request of a --requests file, checked: what to run, or why it cannot run.
 struct BatchRequest {
-  nlohmann::json id; // as given: a string or an integer (null where there is none)
-  size_t line = 0;   // 1-based
-  Args args;         // the command's, with this request's prompt, length, sampling, stops
+  nlohmann::json id;    // as given: a string or an integer (null where there is none)
+  size_t line = 0;      // 1-based
+  RequestParams params; // the command's, with this request's prompt, length, sampling, stops
   bool textPrompt = false;
   std::string error; // non-empty: refused with this, naming the field
 };
@@ -265,11 +266,13 @@ bool readRequestsText(const std::string &text, const Args &command, const ModelS
 /// sampling or the stop rules, read into `args`: "" when read, what is wrong (naming the
 /// field) when it is wrong, nothing when `key` is none of them.
 std::optional<std::string> readSamplingField(const std::string &key, const nlohmann::json &value,
-                                             Args &args);
+                                             RequestParams &params);
 
-/// The request `args` describe, as the engine runs it: its prompt, length, sampling, stop ids
-/// (the model's end-of-sequence ids unless ignored) and forced tokens.
-EngineRequest engineRequest(const ModelSpec &spec, const Args &args);
+/// Request `params` as the engine runs it: its stop ids are its own and the model's
+/// end-of-sequence ids (unless ignored: `command`'s --eos-id or the model's and
+/// generation_config.json's).
+EngineRequest engineRequest(const ModelSpec &spec, const Args &command,
+                            const RequestParams &params);
 
 /// --requests: runs every request of the file on the group's ranks through the engine, as
 /// many at once as --max-num-seqs allows, rank 0 reading, checking and deciding, and writing
@@ -286,4 +289,4 @@ bool readGenerationConfig(Args &args, int rank, std::string &error);
 
 } // namespace tpcrt
 
-#endif // TPCRT_CORE_DRIVER_H
+#endif // TPCRT_CORE_CORE_H

@@ -1,0 +1,69 @@
+// Joining the tp group (core.h's Group): this rank's place, the per-rank view, the world size
+// checked against the compiled tp, and the communicator; and how a rank that stops leaves its
+// reason where the peers read it.
+#include "core.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tpcrt {
+
+std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request, int &status) {
+  Group group;
+  group.rank = request.rank;
+  group.world = request.world;
+  group.localRank = request.localRank;
+  // The per-rank view: rank 0 of the compiled tp group, alone, with a communicator that moves
+  // nothing, to time one rank's compute (the GPU benchmark models the collectives apart).
+  const char *viewEnv = std::getenv("TPC_SINGLE_RANK_VIEW");
+  group.view = viewEnv && std::string(viewEnv) == "1";
+  if (group.view) {
+    if (group.world != 1) {
+      std::fprintf(stderr, "error: TPC_SINGLE_RANK_VIEW=1 runs one rank alone; WORLD_SIZE is %d\n",
+                   group.world);
+      status = 1;
+      return std::nullopt;
+    }
+    group.world = int(spec.tp);
+    std::printf("per-rank view: rank 0 of tp %d alone, with a no-op communicator (compute "
+                "only; the collectives run nowhere, their kinds and bytes go to --trace)\n",
+                group.world);
+  }
+  if (group.world != spec.tp) {
+    std::fprintf(stderr,
+                 "error: %s was compiled for tp %lld, but %s is %d; compile it again "
+                 "with --tp %d or launch %lld ranks\n",
+                 spec.name, (long long)spec.tp, request.worldFrom, group.world, group.world,
+                 (long long)spec.tp);
+    status = 1;
+    return std::nullopt;
+  }
+  if (request.fault.rank == group.rank && request.fault.kind == Fault::NoStart) {
+    std::fprintf(stderr, "TPC_FAULT: rank %d exits before the rendezvous\n", group.rank);
+    status = 0;
+    return std::nullopt;
+  }
+  // A write to a peer that died raises SIGPIPE, which would end this rank without a word;
+  // ignored, the write fails and Gloo reports it as a failed collective.
+  std::signal(SIGPIPE, SIG_IGN);
+  const Args &args = request.args;
+  CommOptions options{group.rank, group.world, rendezvousDirFromEnv(), args.host,
+                      args.timeoutSeconds};
+  std::string error;
+  group.comm = group.view ? Comm::noop(group.world) : Comm::connect(options, error);
+  if (!group.comm) {
+    std::fprintf(stderr, "error: rank %d: %s\n", group.rank, error.c_str());
+    status = 1;
+    return std::nullopt;
+  }
+  return group;
+}
+
+int Group::stop(const std::string &message) const {
+  std::fprintf(stderr, "error: rank %d: %s\n", rank, message.c_str());
+  comm->recordExit(message);
+  return 1;
+}
+
+} // namespace tpcrt

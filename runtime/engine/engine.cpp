@@ -1,0 +1,249 @@
+// The engine core (engine.h): the loop every rank runs, rank 0's request bookkeeping and its
+// sampling. What a step holds is the scheduler's (scheduler.cpp); how it travels is the
+// codec's (step_codec.cpp).
+#include "engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace tpcrt {
+
+/// A request rank 0 holds: what was asked and what came of it, its sequence, its sampler,
+/// and when it arrived.
+struct Engine::Entry {
+  EngineRequest request;
+  Sequence sequence;
+  std::optional<Sampler> sampler;
+  std::chrono::steady_clock::time_point arrived;
+};
+
+namespace {
+
+double millisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+/// The flags' limits, with no more sequences a step than the backend can run.
+EngineLimits runnable(EngineLimits limits, const Backend &backend) {
+  int64_t most = backend.capabilities().stepSequences;
+  if (most > 0)
+    limits.maxNumSeqs = std::min(limits.maxNumSeqs, most);
+  return limits;
+}
+
+StepLayout layoutOf(const EngineLimits &limits) {
+  StepLayout layout;
+  layout.maxTokens = limits.maxBatchTokens;
+  layout.maxSequences = limits.maxNumSeqs;
+  layout.blocksPerSequence = limits.blocksFor(limits.maxSeqLen);
+  layout.blockSize = limits.blockSize;
+  layout.blocks = limits.blocks;
+  return layout;
+}
+
+} // namespace
+
+Engine::Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank,
+               EngineLimits flags)
+    : spec(spec), backend(backend), rank(rank), limits(runnable(flags, backend)),
+      codec(layoutOf(limits)), scheduler(limits) {}
+
+Engine::~Engine() = default;
+
+void Engine::share(std::vector<int64_t> &d) {
+  if (rank.tp == 1 || !rank.comm)
+    return;
+  gathered.resize(d.size() * size_t(rank.tp));
+  rank.comm->communicator().exchange(d.data(), d.size() * sizeof(int64_t), gathered.data());
+  std::copy(gathered.begin(), gathered.begin() + ptrdiff_t(d.size()), d.begin());
+}
+
+const float *Engine::forward(const Step &step, const EngineHooks &hooks) {
+  if (hooks.beforeStep)
+    hooks.beforeStep(stepCount);
+  ++stepCount;
+  // The program's sequence-parallel forward (tp.sequence_parallel) for one sequence's tokens
+  // in the counts its rule gives.
+  int64_t multiple = spec.sequenceParallelTokens;
+  bool split = backend.hasSequenceParallel() && step.sequences.size() == 1 && multiple > 0 &&
+               step.tokens >= multiple && step.tokens % multiple == 0;
+  return backend.forward(step, split);
+}
+
+void Engine::follow(const EngineHooks &hooks) {
+  std::vector<int64_t> d(codec.length());
+  DecodedStep step;
+  for (;;) {
+    auto start = std::chrono::steady_clock::now();
+    share(d);
+    StepKind kind = codec.kind(d);
+    if (kind == StepKind::End)
+      return;
+    if (kind == StepKind::Idle)
+      continue;
+    codec.decode(d, step);
+    forward(step.step, hooks);
+    stepTimes.push_back(millisSince(start));
+  }
+}
+
+size_t Engine::submit(EngineRequest request) {
+  size_t handle = nextHandle++;
+  Entry &e = entries[handle];
+  e.arrived = std::chrono::steady_clock::now();
+  e.request = std::move(request);
+  e.sequence.handle = handle;
+  e.sequence.tokens = e.request.prompt;
+  e.sampler.emplace(e.request.sampling, e.request.prompt, spec.vocab);
+  if (e.request.maxTokens > 0)
+    scheduler.add(&e.sequence);
+  else
+    e.request.finishReason = "length";
+  return handle;
+}
+
+EngineRequest &Engine::request(size_t handle) {
+  auto it = entries.find(handle);
+  if (it == entries.end())
+    throw std::logic_error("internal error: no engine request " + std::to_string(handle));
+  it->second.request.preempted = it->second.sequence.preempted;
+  return it->second.request;
+}
+
+void Engine::forget(size_t handle) {
+  auto it = entries.find(handle);
+  if (it == entries.end())
+    return;
+  if (!it->second.request.finishReason)
+    throw std::logic_error("internal error: engine request " + std::to_string(handle) +
+                           " forgotten while it runs");
+  entries.erase(it);
+}
+
+void Engine::abort(size_t handle) {
+  auto it = entries.find(handle);
+  if (it == entries.end() || it->second.request.finishReason)
+    return;
+  scheduler.remove(&it->second.sequence);
+  it->second.request.finishReason = "abort";
+  it->second.request.finishedMs = millisSince(it->second.arrived);
+}
+
+void Engine::stop() {
+  codec.encodeSignal(StepKind::End, descriptor);
+  share(descriptor);
+}
+
+void Engine::idle() {
+  codec.encodeSignal(StepKind::Idle, descriptor);
+  share(descriptor);
+}
+
+void Engine::run(std::vector<EngineRequest> &requests, const EngineHooks &hooks) {
+  if (rank.rank != 0)
+    return follow(hooks);
+  // The hooks name requests by their index here, handles counting from `first`.
+  size_t first = nextHandle;
+  for (EngineRequest &r : requests)
+    submit(std::move(r));
+  EngineHooks indexed = hooks;
+  if (hooks.onToken)
+    indexed.onToken = [&](size_t h, int64_t id) { return hooks.onToken(h - first, id); };
+  if (hooks.onFinish)
+    indexed.onFinish = [&](size_t h) {
+      requests[h - first] = request(h); // its results, before the caller looks
+      hooks.onFinish(h - first);
+    };
+  if (hooks.onLogits)
+    indexed.onLogits = [&](size_t h, const float *row) { hooks.onLogits(h - first, row); };
+  while (busy())
+    step(indexed);
+  stop();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i] = std::move(request(first + i));
+    forget(first + i);
+  }
+}
+
+bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &hooks) {
+  if (hooks.onLogits)
+    return false;
+  for (const Scheduled &s : plan) {
+    if (!s.sampled())
+      continue;
+    const EngineRequest &r = entries.at(s.sequence->handle).request;
+    if (!r.sampling.greedy() || r.sampling.penalized() || r.logprobs >= 0)
+      return false;
+  }
+  return true;
+}
+
+void Engine::step(const EngineHooks &hooks) {
+  if (!busy())
+    return;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<Scheduled> plan = scheduler.schedule();
+  planned.clear();
+  for (const Scheduled &s : plan)
+    planned.push_back({s.sequence->tokens.data() + s.sequence->computed, s.count,
+                       s.sequence->computed, s.sampled(), &s.sequence->blocks});
+  codec.encode(planned, argmaxOnly(plan, hooks), descriptor);
+  share(descriptor);
+  codec.decode(descriptor, current);
+  const float *logits = forward(current.step, hooks);
+  scheduler.computed(plan);
+  sample(plan, logits, hooks);
+  stepTimes.push_back(millisSince(start));
+}
+
+void Engine::sample(const std::vector<Scheduled> &plan, const float *logits,
+                    const EngineHooks &hooks) {
+  const int64_t *chosen = current.step.argmax ? backend.argmax() : nullptr;
+  // The sequences whose known tokens are all computed now have their rows of the logits, one
+  // each in the step's order (the last token's of every token where the program has no
+  // tp.last_token).
+  int64_t row = 0;
+  for (size_t p = 0; p < plan.size(); ++p) {
+    Sequence *s = plan[p].sequence;
+    if (s->pending() > 0)
+      continue; // a prompt's chunk, more to come
+    Entry &e = entries.at(s->handle);
+    EngineRequest &r = e.request;
+    const StepSequence &mineInStep = current.step.sequences[p];
+    int64_t at = spec.lastTokenOnly ? row++ : mineInStep.first + mineInStep.count - 1;
+    int64_t token;
+    if (chosen) { // the argmax found on the ranks: no row of logits came
+      token = chosen[at];
+      e.sampler->record(token);
+    } else {
+      const float *mine = logits + at * spec.vocab;
+      if (hooks.onLogits)
+        hooks.onLogits(s->handle, mine);
+      token = e.sampler->sample(mine);
+      if (r.logprobs >= 0)
+        r.outputLogprobs.push_back(logprobsOf(mine, spec.vocab, token, r.logprobs));
+    }
+    r.output.push_back(token);
+    if (r.output.size() == 1)
+      r.firstTokenMs = millisSince(e.arrived);
+    bool stopString = hooks.onToken && hooks.onToken(s->handle, token);
+    bool stopId = std::find(r.stopIds.begin(), r.stopIds.end(), token) != r.stopIds.end();
+    if (!r.forced.empty()) // teacher forcing: the length alone ends it
+      stopString = stopId = false;
+    if (stopString || stopId || int64_t(r.output.size()) >= r.maxTokens) {
+      r.finishReason = stopString || stopId ? "stop" : "length";
+      r.finishedMs = millisSince(e.arrived);
+      scheduler.finish(s);
+      if (hooks.onFinish)
+        hooks.onFinish(s->handle);
+    } else {
+      s->tokens.push_back(r.forced.empty() ? token : r.forced[r.output.size() - 1]);
+    }
+  }
+}
+
+} // namespace tpcrt

@@ -1,0 +1,86 @@
+// The scheduler's policy (scheduler.h).
+#include "scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace tpcrt {
+
+void Scheduler::grow(Sequence *s, int64_t count) {
+  while (int64_t(s->blocks.size()) < limits.blocksFor(s->computed + count))
+    s->blocks.push_back(pool.allocate());
+}
+
+Sequence *Scheduler::preemptNewest() {
+  Sequence *victim = runningList.back();
+  runningList.pop_back();
+  pool.releaseAll(victim->blocks);
+  victim->computed = 0; // recomputed from its prompt and output when readmitted
+  ++victim->preempted;
+  ++preemptionCount;
+  waitingQueue.push_front(victim);
+  return victim;
+}
+
+void Scheduler::admit(std::vector<Scheduled> &plan, int64_t &budget) {
+  while (budget > 0 && int64_t(runningList.size()) < limits.maxNumSeqs &&
+         !waitingQueue.empty()) {
+    Sequence *s = waitingQueue.front();
+    int64_t count = std::min(s->pending(), budget);
+    if (limits.blocksFor(count) > pool.available())
+      break;
+    waitingQueue.pop_front();
+    runningList.push_back(s);
+    grow(s, count);
+    plan.push_back({s, count});
+    budget -= count;
+  }
+}
+
+std::vector<Scheduled> Scheduler::schedule() {
+  std::vector<Scheduled> plan;
+  if (!busy())
+    return plan;
+  int64_t budget = limits.maxBatchTokens;
+  int64_t preemptedBefore = preemptionCount;
+  for (size_t i = 0; i < runningList.size() && budget > 0; ++i) {
+    Sequence *s = runningList[i];
+    int64_t count = std::min(s->pending(), budget);
+    bool preemptedItself = false;
+    while (limits.blocksFor(s->computed + count) - int64_t(s->blocks.size()) >
+           pool.available())
+      if (preemptNewest() == s) {
+        preemptedItself = true;
+        break;
+      }
+    if (preemptedItself)
+      break; // it was the newest: nothing after it runs
+    grow(s, count);
+    plan.push_back({s, count});
+    budget -= count;
+  }
+  if (preemptionCount == preemptedBefore)
+    admit(plan, budget);
+  if (plan.empty()) // cannot happen: a lone sequence always fits (--kv-cache-tokens)
+    throw std::logic_error("internal error: the scheduler found nothing to run");
+  return plan;
+}
+
+void Scheduler::computed(const std::vector<Scheduled> &step) {
+  for (const Scheduled &s : step)
+    s.sequence->computed += s.count;
+}
+
+void Scheduler::finish(Sequence *s) {
+  pool.releaseAll(s->blocks);
+  runningList.erase(std::find(runningList.begin(), runningList.end(), s));
+}
+
+void Scheduler::remove(Sequence *s) {
+  pool.releaseAll(s->blocks);
+  runningList.erase(std::remove(runningList.begin(), runningList.end(), s), runningList.end());
+  waitingQueue.erase(std::remove(waitingQueue.begin(), waitingQueue.end(), s),
+                     waitingQueue.end());
+}
+
+} // namespace tpcrt

@@ -1,0 +1,100 @@
+// Rank 0's scheduler: which sequences a step computes, how many of their tokens, and where
+// their keys and values go. It sees sequences as token lists and block tables only (no model,
+// no ranks, no sampling), so its policy is tested on its own (test/unit/SchedulerTest.cpp).
+//
+// Each step, under the token budget (--max-batch-tokens) and --max-num-seqs:
+//   1. The running sequences, oldest first, each with what it has not computed yet: one token
+//      for a decode, the rest of its prompt (as much as the budget leaves: a chunk) for a
+//      prefill. Decodes thus keep running while a long prompt is prefilled in chunks.
+//   2. Then waiting sequences, in arrival order, while the budget, --max-num-seqs and the free
+//      blocks allow.
+// A sequence gets KV blocks as its tokens need them. When none are free, the newest running
+// sequence is preempted: its blocks are freed and it goes back to the front of the queue, to
+// be recomputed (its prompt and what it has generated, prefilled again) when blocks free up.
+// Recomputing rather than swapping to other memory, as vLLM does by default: on a CPU the
+// cache lives in the same memory a swap would go to, and the newest sequence has the least
+// computed to lose. A step that had to preempt admits nobody: the blocks are short already.
+#ifndef TPCRT_ENGINE_SCHEDULER_H
+#define TPCRT_ENGINE_SCHEDULER_H
+
+#include "block_pool.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+namespace tpcrt {
+
+/// What the engine may hold at once (the flags of the same names).
+struct EngineLimits {
+  int64_t maxNumSeqs = 1;     // --max-num-seqs: sequences in one step
+  int64_t maxBatchTokens = 1; // --max-batch-tokens: tokens in one step
+  int64_t blocks = 1;         // the KV cache's blocks (--kv-cache-tokens / block size)
+  int64_t blockSize = 16;     // tokens per block (the program's)
+  int64_t maxSeqLen = 1;      // --max-seq-len: the longest sequence (prompt + output)
+
+  int64_t blocksFor(int64_t tokens) const { return (tokens + blockSize - 1) / blockSize; }
+};
+
+/// A sequence as the scheduler keeps it; its owner (the engine) keeps it in place while the
+/// scheduler holds it.
+struct Sequence {
+  size_t handle = 0;           // the owner's name for it
+  std::vector<int64_t> tokens; // the prompt, then what it has generated
+  int64_t computed = 0;        // tokens whose keys and values are in its blocks
+  std::vector<int32_t> blocks; // its block table
+  int64_t preempted = 0;       // times its blocks were taken back
+
+  int64_t pending() const { return int64_t(tokens.size()) - computed; }
+};
+
+/// One sequence's part of a step: `count` tokens from `computed` on.
+struct Scheduled {
+  Sequence *sequence = nullptr;
+  int64_t count = 0;
+  /// The step computes the last token the sequence has: its next token is sampled after it.
+  bool sampled() const { return sequence->computed + count == int64_t(sequence->tokens.size()); }
+};
+
+class Scheduler {
+public:
+  explicit Scheduler(const EngineLimits &limits) : limits(limits), pool(limits.blocks) {}
+
+  /// A new sequence, waiting at the back of the queue.
+  void add(Sequence *s) { waitingQueue.push_back(s); }
+  /// The next step's sequences, their blocks allocated for the tokens it computes; empty when
+  /// none is waiting or running. It may preempt (see above).
+  std::vector<Scheduled> schedule();
+  /// After the step's forward: its tokens are computed.
+  void computed(const std::vector<Scheduled> &step);
+  /// A running sequence has its last token: its blocks are free for the next step.
+  void finish(Sequence *s);
+  /// Takes a sequence out wherever it is (a client went away): its blocks are free.
+  void remove(Sequence *s);
+
+  bool busy() const { return !waitingQueue.empty() || !runningList.empty(); }
+  const std::vector<Sequence *> &running() const { return runningList; } // oldest first
+  const std::deque<Sequence *> &waiting() const { return waitingQueue; }
+  const BlockPool &blocks() const { return pool; }
+  int64_t preemptions() const { return preemptionCount; }
+
+private:
+  /// Blocks for `count` more tokens of `s` (there are enough).
+  void grow(Sequence *s, int64_t count);
+  /// Takes the newest running sequence's blocks back, queueing it first to be recomputed;
+  /// returns it.
+  Sequence *preemptNewest();
+  /// Admits waiting sequences into `plan` while `budget` and the blocks allow.
+  void admit(std::vector<Scheduled> &plan, int64_t &budget);
+
+  EngineLimits limits;
+  BlockPool pool;
+  std::deque<Sequence *> waitingQueue;
+  std::vector<Sequence *> runningList;
+  int64_t preemptionCount = 0;
+};
+
+} // namespace tpcrt
+
+#endif // TPCRT_ENGINE_SCHEDULER_H

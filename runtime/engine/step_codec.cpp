@@ -1,0 +1,123 @@
+// The step descriptor's encoding (step_codec.h). The header and each sequence's fields are
+// copied as their structs' words, so a field is named once, in the struct.
+#include "step_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace tpcrt {
+
+namespace {
+constexpr size_t kHeaderWords = sizeof(StepHeader) / sizeof(int64_t);
+constexpr size_t kSequenceWords = sizeof(SequenceFields) / sizeof(int64_t);
+static_assert(sizeof(StepHeader) == kHeaderWords * sizeof(int64_t), "words only");
+static_assert(sizeof(SequenceFields) == kSequenceWords * sizeof(int64_t), "words only");
+
+[[noreturn]] void corrupt(const std::string &what) {
+  throw std::runtime_error("internal error: a step descriptor" + what);
+}
+} // namespace
+
+size_t StepCodec::sequencesOffset() const { return kHeaderWords + size_t(layout.maxTokens); }
+
+size_t StepCodec::tablesOffset() const {
+  return sequencesOffset() + size_t(layout.maxSequences) * kSequenceWords;
+}
+
+size_t StepCodec::length() const {
+  return tablesOffset() + size_t(layout.maxSequences) * size_t(layout.blocksPerSequence);
+}
+
+void StepCodec::encodeSignal(StepKind kind, std::vector<int64_t> &d) const {
+  d.assign(length(), 0);
+  StepHeader header;
+  header.kind = int64_t(kind);
+  std::memcpy(d.data(), &header, sizeof header);
+}
+
+void StepCodec::encode(const std::vector<PlannedSequence> &plan, bool argmax,
+                       std::vector<int64_t> &d) const {
+  if (plan.empty() || int64_t(plan.size()) > layout.maxSequences)
+    corrupt(" of " + std::to_string(plan.size()) + " sequences was asked for");
+  d.assign(length(), 0);
+  StepHeader header;
+  header.kind = int64_t(StepKind::Run);
+  header.sequences = int64_t(plan.size());
+  header.argmax = argmax;
+  for (size_t s = 0; s < plan.size(); ++s) {
+    const PlannedSequence &p = plan[s];
+    if (header.tokens + p.count > layout.maxTokens ||
+        int64_t(p.blocks->size()) > layout.blocksPerSequence)
+      corrupt(" over its layout was asked for");
+    SequenceFields fields;
+    fields.first = header.tokens;
+    fields.count = p.count;
+    fields.cached = p.cached;
+    fields.sampled = p.sampled;
+    std::memcpy(d.data() + sequencesOffset() + s * kSequenceWords, &fields, sizeof fields);
+    std::copy(p.tokens, p.tokens + p.count, d.begin() + ptrdiff_t(kHeaderWords) + header.tokens);
+    std::copy(p.blocks->begin(), p.blocks->end(),
+              d.begin() + ptrdiff_t(tablesOffset() + s * size_t(layout.blocksPerSequence)));
+    header.tokens += p.count;
+  }
+  std::memcpy(d.data(), &header, sizeof header);
+}
+
+StepKind StepCodec::kind(const std::vector<int64_t> &d) const {
+  if (d.size() != length())
+    corrupt(" of " + std::to_string(d.size()) + " words, not " + std::to_string(length()));
+  int64_t kind = d[0];
+  if (kind != int64_t(StepKind::End) && kind != int64_t(StepKind::Run) &&
+      kind != int64_t(StepKind::Idle))
+    corrupt(" of kind " + std::to_string(kind));
+  return StepKind(kind);
+}
+
+void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {
+  if (kind(d) != StepKind::Run)
+    corrupt(" with no step was decoded");
+  StepHeader header;
+  std::memcpy(&header, d.data(), sizeof header);
+  if (header.tokens < 1 || header.tokens > layout.maxTokens || header.sequences < 1 ||
+      header.sequences > layout.maxSequences)
+    corrupt(" of " + std::to_string(header.tokens) + " tokens in " +
+            std::to_string(header.sequences) + " sequences");
+  out.ids.assign(d.begin() + ptrdiff_t(kHeaderWords),
+                 d.begin() + ptrdiff_t(kHeaderWords + size_t(header.tokens)));
+  out.positions.resize(size_t(header.tokens));
+  out.tables.resize(size_t(layout.maxSequences * layout.blocksPerSequence));
+  Step &step = out.step;
+  step.sequences.clear();
+  for (int64_t s = 0; s < header.sequences; ++s) {
+    SequenceFields f;
+    std::memcpy(&f, d.data() + sequencesOffset() + size_t(s) * kSequenceWords, sizeof f);
+    int64_t used = (f.cached + f.count + layout.blockSize - 1) / layout.blockSize;
+    if (f.first < 0 || f.count < 1 || f.first + f.count > header.tokens || f.cached < 0 ||
+        used > layout.blocksPerSequence)
+      corrupt("'s sequence " + std::to_string(s) + " is out of range");
+    const int64_t *table = d.data() + tablesOffset() + size_t(s * layout.blocksPerSequence);
+    int32_t *mine = out.tables.data() + s * layout.blocksPerSequence;
+    for (int64_t b = 0; b < used; ++b) {
+      if (table[b] < 0 || table[b] >= layout.blocks)
+        corrupt(" names KV block " + std::to_string(table[b]));
+      mine[b] = int32_t(table[b]);
+    }
+    for (int64_t i = 0; i < f.count; ++i)
+      out.positions[size_t(f.first + i)] = f.cached + i;
+    StepSequence sequence;
+    sequence.first = f.first;
+    sequence.count = f.count;
+    sequence.cached = f.cached;
+    sequence.sampled = f.sampled != 0;
+    sequence.blocks = mine;
+    step.sequences.push_back(sequence);
+  }
+  step.ids = out.ids.data();
+  step.positions = out.positions.data();
+  step.tokens = header.tokens;
+  step.argmax = header.argmax != 0;
+}
+
+} // namespace tpcrt

@@ -1,0 +1,93 @@
+// The step descriptor: what rank 0 sends every rank each step, and the one place it is
+// written and read. It is int64 throughout and of one length for the whole run, fixed by the
+// limits alone, so every rank knows how much to receive before it knows what the step holds:
+//
+//   header         kind, tokens, sequences, argmax                         (StepHeader)
+//   ids            the step's token ids                  maxTokens slots
+//   per sequence   first, count, cached, sampled         maxSequences x 4  (SequenceFields)
+//   block tables   each sequence's blocks, in order      maxSequences x blocksPerSequence
+//
+// A peer runs exactly the step it decodes; decoding checks every count, offset and block
+// against the layout, so a corrupt descriptor is an error and never a read out of bounds.
+#ifndef TPCRT_ENGINE_STEP_CODEC_H
+#define TPCRT_ENGINE_STEP_CODEC_H
+
+#include "tpcrt/batch.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace tpcrt {
+
+/// What a descriptor tells the ranks.
+enum class StepKind : int64_t {
+  End = 0,  // the run is over: the peers return
+  Run = 1,  // a forward of the step that follows
+  Idle = 2, // nothing to run yet: a server's heartbeat between requests
+};
+
+/// The descriptor's fixed size, the same on every rank: from the engine's limits.
+struct StepLayout {
+  int64_t maxTokens = 1;         // --max-batch-tokens
+  int64_t maxSequences = 1;      // --max-num-seqs
+  int64_t blocksPerSequence = 1; // ceil(--max-seq-len / block size)
+  int64_t blockSize = 16;        // tokens per KV block
+  int64_t blocks = 1;            // the KV cache's blocks, which a table may name
+};
+
+/// The descriptor's first words.
+struct StepHeader {
+  int64_t kind = int64_t(StepKind::End);
+  int64_t tokens = 0, sequences = 0;
+  int64_t argmax = 0; // Step::argmax
+};
+
+/// One sequence's words.
+struct SequenceFields {
+  int64_t first = 0, count = 0, cached = 0;
+  int64_t sampled = 0;
+};
+
+/// One sequence of a step, as rank 0 planned it: `count` tokens from `tokens`, after the
+/// `cached` ones its `blocks` already hold.
+struct PlannedSequence {
+  const int64_t *tokens = nullptr;
+  int64_t count = 0, cached = 0;
+  bool sampled = false;
+  const std::vector<int32_t> *blocks = nullptr;
+};
+
+/// A decoded step and the storage its pointers point into (kept from step to step).
+struct DecodedStep {
+  Step step;
+  std::vector<int64_t> ids, positions;
+  std::vector<int32_t> tables;
+};
+
+class StepCodec {
+public:
+  explicit StepCodec(const StepLayout &layout) : layout(layout) {}
+
+  /// The descriptor's length in int64 words.
+  size_t length() const;
+  /// A Run descriptor of `plan` into `d`.
+  void encode(const std::vector<PlannedSequence> &plan, bool argmax,
+              std::vector<int64_t> &d) const;
+  /// A descriptor that carries no step (End or Idle) into `d`.
+  void encodeSignal(StepKind kind, std::vector<int64_t> &d) const;
+  /// The kind of a received descriptor; an unknown kind is an internal error.
+  StepKind kind(const std::vector<int64_t> &d) const;
+  /// A Run descriptor into `out`, every field checked against the layout.
+  void decode(const std::vector<int64_t> &d, DecodedStep &out) const;
+
+private:
+  size_t sequencesOffset() const;
+  size_t tablesOffset() const;
+
+  StepLayout layout;
+};
+
+} // namespace tpcrt
+
+#endif // TPCRT_ENGINE_STEP_CODEC_H

@@ -1,0 +1,145 @@
+// Rank 0's scheduler (runtime/engine/scheduler.h) without a model: sequences are token lists,
+// a step's forward is `computed`, and each expectation is worked out by hand from the policy
+// its header states (decodes first, prompts in chunks under the token budget, admission in
+// arrival order, the newest preempted when blocks run out, nobody admitted after a preemption).
+#include "scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace tpcrt {
+namespace {
+
+Sequence promptOf(size_t handle, int64_t length) {
+  Sequence s;
+  s.handle = handle;
+  s.tokens.resize(size_t(length));
+  std::iota(s.tokens.begin(), s.tokens.end(), int64_t(100 * handle));
+  return s;
+}
+
+/// What a step holds, as (handle, count) pairs.
+std::vector<std::pair<size_t, int64_t>> shape(const std::vector<Scheduled> &step) {
+  std::vector<std::pair<size_t, int64_t>> out;
+  for (const Scheduled &s : step)
+    out.push_back({s.sequence->handle, s.count});
+  return out;
+}
+
+/// The step's forward, then a generated token for every sequence it sampled.
+void runStep(Scheduler &scheduler, const std::vector<Scheduled> &step) {
+  std::vector<Sequence *> sampled;
+  for (const Scheduled &s : step)
+    if (s.sampled())
+      sampled.push_back(s.sequence);
+  scheduler.computed(step);
+  for (Sequence *s : sampled)
+    s->tokens.push_back(0);
+}
+
+using Pairs = std::vector<std::pair<size_t, int64_t>>;
+
+TEST(Scheduler, AdmitsInArrivalOrderUpToMaxNumSeqs) {
+  Scheduler scheduler({/*maxNumSeqs=*/2, /*maxBatchTokens=*/100, /*blocks=*/10,
+                       /*blockSize=*/4, /*maxSeqLen=*/40});
+  Sequence a = promptOf(1, 5), b = promptOf(2, 5), c = promptOf(3, 5);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  scheduler.add(&c);
+  std::vector<Scheduled> step = scheduler.schedule();
+  EXPECT_EQ(shape(step), (Pairs{{1, 5}, {2, 5}}));
+  EXPECT_TRUE(step[0].sampled() && step[1].sampled());
+  EXPECT_EQ(scheduler.running().size(), 2u);
+  ASSERT_EQ(scheduler.waiting().size(), 1u);
+  EXPECT_EQ(scheduler.waiting().front(), &c);
+  // 5 tokens in blocks of 4: two blocks each.
+  EXPECT_EQ(a.blocks.size(), 2u);
+  EXPECT_EQ(scheduler.blocks().available(), 6);
+  runStep(scheduler, step);
+  scheduler.finish(&a);
+  EXPECT_EQ(scheduler.blocks().available(), 8);
+  // The freed place goes to c, beside b's decode.
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{2, 1}, {3, 5}}));
+}
+
+TEST(Scheduler, ALongPromptIsPrefilledInChunksBesideDecodes) {
+  Scheduler scheduler({4, /*maxBatchTokens=*/8, 20, 4, 64});
+  Sequence a = promptOf(1, 3), b = promptOf(2, 20);
+  scheduler.add(&a);
+  std::vector<Scheduled> step = scheduler.schedule();
+  EXPECT_EQ(shape(step), (Pairs{{1, 3}}));
+  runStep(scheduler, step);
+  scheduler.add(&b);
+  // a decodes one token; b's prompt takes what the budget leaves: 7, then 7, then 6.
+  for (int64_t chunk : {7, 7, 6}) {
+    step = scheduler.schedule();
+    ASSERT_EQ(shape(step), (Pairs{{1, 1}, {2, chunk}}));
+    EXPECT_TRUE(step[0].sampled());
+    EXPECT_EQ(step[1].sampled(), chunk == 6); // only the prompt's last chunk is sampled
+    runStep(scheduler, step);
+  }
+  EXPECT_EQ(b.computed, 20);
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{1, 1}, {2, 1}}));
+}
+
+TEST(Scheduler, TheNewestRunningSequenceIsPreemptedAndNobodyAdmitted) {
+  // Four blocks of four tokens; three sequences of four-token prompts take three of them.
+  Scheduler scheduler({4, 64, /*blocks=*/4, /*blockSize=*/4, 16});
+  Sequence a = promptOf(1, 4), b = promptOf(2, 4), c = promptOf(3, 4), d = promptOf(4, 1);
+  for (Sequence *s : {&a, &b, &c})
+    scheduler.add(s);
+  std::vector<Scheduled> step = scheduler.schedule();
+  EXPECT_EQ(shape(step), (Pairs{{1, 4}, {2, 4}, {3, 4}}));
+  EXPECT_EQ(scheduler.blocks().available(), 1);
+  runStep(scheduler, step); // each now has a fifth token, which needs a second block
+  scheduler.add(&d);
+  // a takes the last block; b needs one more: c, the newest, gives its block back and goes to
+  // the front of the queue, before d; d is not admitted in a step that preempted.
+  step = scheduler.schedule();
+  EXPECT_EQ(shape(step), (Pairs{{1, 1}, {2, 1}}));
+  EXPECT_EQ(scheduler.preemptions(), 1);
+  EXPECT_EQ(c.preempted, 1);
+  EXPECT_EQ(c.computed, 0); // recomputed from its prompt and output
+  EXPECT_TRUE(c.blocks.empty());
+  ASSERT_EQ(scheduler.waiting().size(), 2u);
+  EXPECT_EQ(scheduler.waiting()[0], &c);
+  EXPECT_EQ(scheduler.waiting()[1], &d);
+  EXPECT_EQ(scheduler.blocks().available(), 0);
+}
+
+TEST(Scheduler, TheNewestPreemptsItselfWhenItIsTheOneShortOfBlocks) {
+  Scheduler scheduler({4, 64, /*blocks=*/3, /*blockSize=*/4, 16});
+  Sequence a = promptOf(1, 7), b = promptOf(2, 4);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  runStep(scheduler, scheduler.schedule()); // a: two blocks, b: one; none left
+  // a's eighth token fits its second block; b's fifth needs a block, and b is the newest: it
+  // gives its own back and waits, and the step runs a alone.
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{1, 1}}));
+  EXPECT_EQ(b.preempted, 1);
+  EXPECT_EQ(a.preempted, 0);
+  ASSERT_EQ(scheduler.waiting().size(), 1u);
+  EXPECT_EQ(scheduler.waiting().front(), &b);
+  EXPECT_EQ(scheduler.blocks().available(), 1);
+}
+
+TEST(Scheduler, EveryBlockComesBackFromFinishedAndRemovedSequences) {
+  Scheduler scheduler({2, 64, 8, 4, 32});
+  Sequence a = promptOf(1, 9), b = promptOf(2, 2), c = promptOf(3, 2);
+  for (Sequence *s : {&a, &b, &c})
+    scheduler.add(s);
+  std::vector<Scheduled> step = scheduler.schedule();
+  EXPECT_EQ(scheduler.blocks().available(), 8 - 3 - 1);
+  runStep(scheduler, step);
+  scheduler.remove(&c); // waiting: nothing to give back
+  scheduler.remove(&a); // running
+  EXPECT_EQ(scheduler.blocks().available(), 8 - 1);
+  scheduler.finish(&b);
+  EXPECT_FALSE(scheduler.busy());
+  EXPECT_EQ(scheduler.blocks().available(), 8);
+  EXPECT_TRUE(scheduler.schedule().empty());
+}
+
+} // namespace
+} // namespace tpcrt

@@ -1,0 +1,111 @@
+// The step descriptor (runtime/engine/step_codec.h): its words where its layout comment puts
+// them (the peers of a run read them there), a round trip through encode and decode, and
+// descriptors a peer must refuse rather than read past.
+#include "step_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace tpcrt {
+namespace {
+
+StepLayout smallLayout() {
+  StepLayout layout;
+  layout.maxTokens = 8;
+  layout.maxSequences = 3;
+  layout.blocksPerSequence = 2;
+  layout.blockSize = 4;
+  layout.blocks = 10;
+  return layout;
+}
+
+TEST(StepCodec, TheWordsAreWhereTheLayoutSays) {
+  StepCodec codec(smallLayout());
+  // 4 header words, 8 token slots, 3 sequences of 4 words, 3 tables of 2 blocks.
+  EXPECT_EQ(codec.length(), 4u + 8u + 12u + 6u);
+  std::vector<int64_t> aTokens = {11, 12, 13}, bTokens = {21};
+  std::vector<int32_t> aBlocks = {7}, bBlocks = {2, 5};
+  std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, false, &aBlocks},
+                                       {bTokens.data(), 1, 6, true, &bBlocks}};
+  std::vector<int64_t> d;
+  codec.encode(plan, /*argmax=*/true, d);
+  ASSERT_EQ(d.size(), codec.length());
+  EXPECT_EQ((std::vector<int64_t>(d.begin(), d.begin() + 4)), (std::vector<int64_t>{1, 4, 2, 1}));
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 4, d.begin() + 8)),
+            (std::vector<int64_t>{11, 12, 13, 21}));
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 12, d.begin() + 20)),
+            (std::vector<int64_t>{0, 3, 0, 0, 3, 1, 6, 1}));
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 24, d.begin() + 28)),
+            (std::vector<int64_t>{7, 0, 2, 5}));
+}
+
+TEST(StepCodec, ADecodedStepIsThePlannedOne) {
+  StepCodec codec(smallLayout());
+  std::vector<int64_t> aTokens = {11, 12, 13}, bTokens = {21};
+  std::vector<int32_t> aBlocks = {7}, bBlocks = {2, 5};
+  std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, false, &aBlocks},
+                                       {bTokens.data(), 1, 6, true, &bBlocks}};
+  std::vector<int64_t> d;
+  codec.encode(plan, false, d);
+  EXPECT_EQ(codec.kind(d), StepKind::Run);
+  DecodedStep out;
+  codec.decode(d, out);
+  const Step &step = out.step;
+  EXPECT_EQ(step.tokens, 4);
+  EXPECT_FALSE(step.argmax);
+  EXPECT_EQ(std::vector<int64_t>(step.ids, step.ids + 4), (std::vector<int64_t>{11, 12, 13, 21}));
+  // Each token's position: after what its sequence has cached.
+  EXPECT_EQ(std::vector<int64_t>(step.positions, step.positions + 4),
+            (std::vector<int64_t>{0, 1, 2, 6}));
+  ASSERT_EQ(step.sequences.size(), 2u);
+  EXPECT_EQ(step.sequences[0].first, 0);
+  EXPECT_EQ(step.sequences[0].count, 3);
+  EXPECT_FALSE(step.sequences[0].sampled);
+  EXPECT_EQ(step.sequences[0].blocks[0], 7);
+  EXPECT_EQ(step.sequences[1].first, 3);
+  EXPECT_EQ(step.sequences[1].cached, 6);
+  EXPECT_TRUE(step.sequences[1].sampled);
+  EXPECT_EQ(step.sequences[1].blocks[0], 2);
+  EXPECT_EQ(step.sequences[1].blocks[1], 5);
+  EXPECT_EQ(step.sampledRows(), 1);
+}
+
+TEST(StepCodec, SignalsCarryNoStep) {
+  StepCodec codec(smallLayout());
+  std::vector<int64_t> d;
+  codec.encodeSignal(StepKind::Idle, d);
+  EXPECT_EQ(codec.kind(d), StepKind::Idle);
+  DecodedStep out;
+  EXPECT_THROW(codec.decode(d, out), std::runtime_error);
+  codec.encodeSignal(StepKind::End, d);
+  EXPECT_EQ(codec.kind(d), StepKind::End);
+  EXPECT_EQ(d, std::vector<int64_t>(codec.length(), 0));
+}
+
+TEST(StepCodec, ACorruptDescriptorIsRefusedNotRead) {
+  StepCodec codec(smallLayout());
+  std::vector<int64_t> tokens = {1, 2};
+  std::vector<int32_t> blocks = {3};
+  std::vector<int64_t> good;
+  codec.encode({{tokens.data(), 2, 0, true, &blocks}}, false, good);
+  DecodedStep out;
+  auto refused = [&](size_t word, int64_t value) {
+    std::vector<int64_t> d = good;
+    d[word] = value;
+    EXPECT_THROW({ codec.kind(d); codec.decode(d, out); }, std::runtime_error)
+        << "word " << word << " = " << value;
+  };
+  refused(0, 7);     // no such kind
+  refused(1, 9);     // more tokens than the layout holds
+  refused(2, 4);     // more sequences than the layout holds
+  refused(12, -1);   // first token before the step
+  refused(13, 3);    // more tokens than the step has
+  refused(14, 7);    // cached so many that the table would need 3 blocks
+  refused(24, 10);   // a block past the cache
+  std::vector<int64_t> shorter(good.begin(), good.end() - 1);
+  EXPECT_THROW(codec.kind(shorter), std::runtime_error);
+}
+
+} // namespace
+} // namespace tpcrt
