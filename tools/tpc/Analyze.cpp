@@ -1,15 +1,11 @@
-// tpc analyze's options and output (lib/Analysis/Analyze.cpp does the analysis).
+// tpc analyze's options and output (lib/Driver/Analyze.cpp runs it, lib/Analysis/Analyze.cpp
+// does the analysis).
 #include "Commands.h"
 
-#include "tpc/Analysis/Analyze.h"
-#include "tpc/Driver/Session.h"
+#include "tpc/Driver/Analyze.h"
 #include "tpc/Target/TargetInfo.h"
 
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
-
-#include <fmt/core.h>
 
 using namespace mlir;
 
@@ -19,16 +15,14 @@ using namespace driver;
 
 namespace {
 
-struct AnalyzeArgs : PlanArgs {
-  std::string dot;
+struct AnalyzeCommand : AnalyzeArgs {
   bool json = false;
-  analysis::AnalyzeOptions analysis;
 };
 
 } // namespace
 
 void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
-  auto opts = std::make_shared<AnalyzeArgs>();
+  auto opts = std::make_shared<AnalyzeCommand>();
   CLI::App *cmd = app.add_subcommand(
       "analyze", "Collectives per layer for a prefill and a decode step, against transformers' "
                  "count, and memory per rank");
@@ -67,52 +61,11 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
     opts->analysis.maxSeqLenGiven = maxSeqLenOption->count() > 0;
     opts->analysis.prefillLenGiven = prefillLenOption->count() > 0;
     run = [opts]() -> int {
-      const AnalyzeArgs &o = *opts;
-      if (!checkTpArg(o))
-        return 1;
-      if (o.analysis.prefillLen < 1 || o.analysis.maxSeqLen < 1) {
-        reportError("--prefill-len and --max-seq-len must be at least 1");
-        return 1;
-      }
-      analysis::AnalyzeOptions options = o.analysis;
-      if (options.stepTokens > 0 && options.stepSequences == 0)
-        options.stepSequences = 1;
-      if (options.stepTokens < 0 ||
-          (options.stepTokens > 0 &&
-           (options.stepSequences < 1 || options.stepSequences > options.stepTokens))) {
-        reportError(fmt::format("--step-tokens {} of --step-seqs {}: a step has at least one "
-                                "token for each of its sequences, and at least one sequence",
-                                options.stepTokens, options.stepSequences));
-        return 1;
-      }
+      const AnalyzeCommand &o = *opts;
       Session session;
-      OwningOpRef<ModuleOp> module = session.loadModel(o.model);
-      if (!module)
+      FailureOr<analysis::Analysis> report = analyzeModel(session, o);
+      if (failed(report))
         return 1;
-      options.model = o.model;
-      options.plan = o.plan;
-      options.strategies = o.strategies;
-      options.tp = o.tp;
-      std::string error;
-      FailureOr<analysis::Analysis> report = analysis::analyze(*module, options, error);
-      if (failed(report)) {
-        if (!error.empty())
-          reportError(error);
-        return 1;
-      }
-      if (!o.dot.empty()) {
-        std::string graph;
-        llvm::raw_string_ostream os(graph);
-        writeDot(*report->prefill, os);
-        if (!writeAtomically(o.dot, graph))
-          return 1;
-        if (auto dot = llvm::sys::findProgramByName("dot")) {
-          std::string svg = o.dot + ".svg";
-          llvm::StringRef args[] = {*dot, "-Tsvg", o.dot, "-o", svg};
-          if (llvm::sys::ExecuteAndWait(*dot, args) != 0)
-            reportError("dot could not render " + o.dot);
-        }
-      }
       (o.json ? analysis::printJson : analysis::printText)(*report, llvm::outs());
       return session.errors() ? 1 : 0;
     };

@@ -3,6 +3,7 @@
 #ifndef TPC_TOOLS_TPC_COMMANDS_H
 #define TPC_TOOLS_TPC_COMMANDS_H
 
+#include "tpc/Driver/Checkpoint.h"
 #include "tpc/Driver/Compile.h"
 #include "tpc/Driver/Run.h"
 
@@ -10,7 +11,6 @@
 
 #include <functional>
 #include <string>
-#include <vector>
 
 namespace tpc {
 
@@ -27,11 +27,6 @@ void addWeightsDtype(CLI::App *cmd, std::string &weights);
 /// What tpc run and tpc serve take alike: the checkpoint, --tp, --target, --plan,
 /// --sequence-parallel, --weights-dtype and --no-cache.
 void addCheckpointArgs(CLI::App *cmd, driver::RunBuild &o);
-/// The checkpoint of `o` compiled (or taken from the cache) and launched as `launch` says,
-/// `command` being the binary's arguments after it; the exit code. `name` ("tpc run")
-/// names the command in errors.
-int launchCheckpoint(const char *name, const driver::RunBuild &o, driver::LaunchOptions launch,
-                     const std::vector<std::string> &command);
 
 void addCheckCommand(CLI::App &app, CommandRunner &run);
 void addAnalyzeCommand(CLI::App &app, CommandRunner &run);

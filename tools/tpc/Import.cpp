@@ -1,16 +1,12 @@
-// tpc import: a Hugging Face config.json -> model.mlir, parsed and verified before it is
-// written. `--auto-plans` prints the table `--plan auto` uses instead.
+// tpc import's options and output: a Hugging Face config.json -> model.mlir, parsed and
+// verified before it is written (lib/Driver/Import.cpp). `--auto-plans` prints the table
+// `--plan auto` uses instead.
 #include "Commands.h"
-#include "tpc/Driver/Run.h"
-#include "tpc/Driver/Session.h"
 
 #include "tpc/Dialect/TP/TPDialect.h"
-#include "tpc/Import/Importer.h"
+#include "tpc/Driver/Import.h"
 #include "tpc/Plan/DefaultPlans.h"
 
-#include "mlir/IR/BuiltinOps.h"
-#include "mlir/Parser/Parser.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/core.h>
@@ -48,26 +44,15 @@ void addImportCommand(CLI::App &app, CommandRunner &run) {
         return 2;
       }
       Session session;
-      // The checkpoint beside config.json (or the GGUF file) says how its tensors are stored.
-      std::optional<driver::CheckpointConfig> config = driver::readCheckpointConfig(opts->config);
-      if (!config)
+      std::string text;
+      OwningOpRef<ModuleOp> module = driver::importCheckpoint(session, opts->config, text);
+      if (!module)
         return 1;
-      FailureOr<std::string> text = import::importConfigText(config->name, config->text,
-                                                             &session.context(), &config->stored);
-      if (failed(text))
-        return 1;
-      // What was written must be a valid model: parse and verify it before anyone sees it.
-      OwningOpRef<ModuleOp> module =
-          parseSourceString<ModuleOp>(*text, ParserConfig(&session.context()), "imported");
-      if (!module) {
-        reportError("internal error: the imported model does not verify (see above)");
-        return 1;
-      }
       if (opts->output.empty()) {
-        llvm::outs() << *text;
+        llvm::outs() << text;
         return 0;
       }
-      if (!writeAtomically(opts->output, *text))
+      if (!writeAtomically(opts->output, text))
         return 1;
       size_t params = llvm::range_size(module->getOps<tp::ParamOp>());
       llvm::outs() << fmt::format("wrote {} ({} parameters, {} warning{})\n", opts->output,

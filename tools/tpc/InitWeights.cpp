@@ -1,14 +1,13 @@
-// tpc init-weights: a safetensors checkpoint of seeded random weights under the model's HF
-// names, the same values the binaries' --random-weights generate.
+// tpc init-weights' options and output (lib/Driver/InitWeights.cpp writes the weights): a
+// safetensors checkpoint of seeded random weights under the model's HF names, the same values
+// the binaries' --random-weights generate.
 #include "Commands.h"
-#include "tpc/Driver/Session.h"
 
-#include "tpc/Dialect/TP/TPDialect.h"
-#include "tpcrt/weights.h"
+#include "tpc/Driver/InitWeights.h"
+
+#include "llvm/Support/raw_ostream.h"
 
 #include <fmt/core.h>
-
-using namespace mlir;
 
 namespace tpc {
 
@@ -30,22 +29,11 @@ void addInitWeightsCommand(CLI::App &app, CommandRunner &run) {
   cmd->add_option("--dtype", opts->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([opts, &run] {
     run = [opts]() -> int {
-      Session session;
-      OwningOpRef<ModuleOp> module = session.loadModel(opts->model);
-      if (!module)
+      std::optional<size_t> tensors = driver::writeRandomWeights(
+          opts->model, opts->output, opts->seed, opts->dtype == "bf16");
+      if (!tensors)
         return 1;
-      std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
-      for (auto param : module->getOps<tp::ParamOp>()) {
-        auto shape = param.getTensorType().getShape();
-        tensors.push_back({param.getSymName().str(), {shape.begin(), shape.end()}});
-      }
-      std::string error;
-      if (!tpcrt::writeRandomCheckpoint(opts->output, opts->seed, tensors,
-                                        opts->dtype == "bf16", error)) {
-        reportError(error);
-        return 1;
-      }
-      llvm::outs() << fmt::format("wrote {} tensors to {} ({}, seed {})\n", tensors.size(),
+      llvm::outs() << fmt::format("wrote {} tensors to {} ({}, seed {})\n", *tensors,
                                   opts->output, opts->dtype, opts->seed);
       return 0;
     };

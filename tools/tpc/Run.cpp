@@ -6,12 +6,7 @@
 #include "tpc/Driver/Run.h"
 #include "tpc/Target/TargetInfo.h"
 
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/raw_ostream.h"
-
 #include <fmt/core.h>
-
 
 namespace tpc {
 
@@ -98,27 +93,6 @@ int run(const RunOptions &o) {
 }
 
 } // namespace
-
-int launchCheckpoint(const char *name, const driver::RunBuild &o, driver::LaunchOptions launch,
-                     const std::vector<std::string> &command) {
-  if (!driver::checkpointExists(name, o.checkpoint))
-    return 2;
-  std::optional<driver::CheckpointConfig> config = driver::readCheckpointConfig(o.checkpoint);
-  if (!config)
-    return 1;
-  std::string scratch;
-  std::optional<std::string> binary = driver::binaryFor(o, *config, scratch);
-  int status = 1;
-  if (binary) {
-    launch.ranks = int(o.tp);
-    launch.command = {*binary};
-    launch.command.insert(launch.command.end(), command.begin(), command.end());
-    status = driver::launchRanks(launch);
-  }
-  if (!scratch.empty())
-    llvm::sys::fs::remove_directories(scratch);
-  return status;
-}
 
 void addCheckpointArgs(CLI::App *cmd, driver::RunBuild &o) {
   cmd->add_option("checkpoint", o.checkpoint,
