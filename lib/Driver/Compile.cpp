@@ -109,7 +109,7 @@ int compileModel(CompileArgs &o, llvm::raw_ostream &log) {
     reportError(why);
     return 1;
   }
-  Session session;
+  Session session(o.quiet);
   std::optional<ProgramOptions> program = programOptions(o, session.context());
   if (!program)
     return 1;

@@ -105,7 +105,8 @@ std::optional<std::string> compileInto(const RunBuild &o, const CheckpointConfig
   args.sequenceParallel = o.sequenceParallel;
   args.weights = o.weights;
   args.output = dir;
-  if (compileModel(args, llvm::errs()) != 0)
+  args.quiet = !o.verbose;
+  if (compileModel(args, o.verbose ? llvm::errs() : llvm::nulls()) != 0)
     return std::nullopt;
   return args.binary;
 }

@@ -20,7 +20,7 @@ bool printOpOnDiagnostic = false;
 
 void setPrintOpOnDiagnostic(bool print) { printOpOnDiagnostic = print; }
 
-Session::Session() {
+Session::Session(bool quiet) {
   DialectRegistry registry;
   registry.insert<tp::TPDialect, func::FuncDialect>();
   ctx.appendDialectRegistry(registry);
@@ -29,13 +29,14 @@ Session::Session() {
   // in generic form is for whoever debugs tpc.
   ctx.printOpOnDiagnostic(printOpOnDiagnostic);
   printer = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &ctx, llvm::errs());
-  // Registered last, so it sees each diagnostic first, counts it, and passes it on.
-  counter = ctx.getDiagEngine().registerHandler([this](Diagnostic &diag) {
+  // Registered last, so it sees each diagnostic first, counts it, and passes it on (a quiet
+  // session keeps all but errors: handled here, they are not printed).
+  counter = ctx.getDiagEngine().registerHandler([this, quiet](Diagnostic &diag) {
     if (diag.getSeverity() == DiagnosticSeverity::Error)
       ++errorCount;
     else if (diag.getSeverity() == DiagnosticSeverity::Warning)
       ++warningCount;
-    return failure();
+    return success(quiet && diag.getSeverity() != DiagnosticSeverity::Error);
   });
 }
 

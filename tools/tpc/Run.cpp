@@ -17,7 +17,7 @@ namespace {
 struct RunOptions : driver::RunBuild {
   std::string prompt, promptFile, promptIds, system, requests, output;
   int64_t maxNewTokens = 64;
-  bool chat = false, ignoreEos = false, warmup = false, verbose = false;
+  bool chat = false, ignoreEos = false, warmup = false;
   // The sampler's flags, passed on as given (the binary checks them and fills in
   // generation_config.json's defaults).
   std::string temperature, topK, topP, minP, repetitionPenalty, presencePenalty,
@@ -188,8 +188,9 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
   cmd->add_flag("--warmup", opts->warmup,
                 "a throwaway prefill and two decode steps first, then the median of three "
                 "warm prefills and the median decode step are reported (for benchmarks)");
-  cmd->add_flag("--verbose", opts->verbose,
-                "say how rank 0 computes: its kernels, BLAS core and weight types");
+  cmd->add_flag("-v,--verbose", opts->verbose,
+                "show the compiler's stages, warnings and notes, and say how rank 0 computes: "
+                "its kernels, BLAS core and weight types");
   cmd->footer("Decoding is greedy unless --temperature (or the checkpoint's "
               "generation_config.json, with do_sample) asks for sampling: vLLM's parameters, "
               "on rank 0, which sends every rank its choice. The binary compiled for a "

@@ -16,7 +16,6 @@ struct ServeOptions : driver::RunBuild {
   int64_t timeout = 30, drainSeconds = 30;
   // The engine's limits, passed on as given (the binary checks them).
   std::string maxNumSeqs, maxBatchTokens, maxModelLen, kvCacheTokens, kvCacheMemory, maxQueue;
-  bool verbose = false;
 };
 
 int serve(const ServeOptions &o) {
@@ -99,8 +98,9 @@ void addServeCommand(CLI::App &app, CommandRunner &runner) {
   cmd->add_option("--drain-seconds", opts->drainSeconds,
                   "on SIGTERM or Ctrl-C, how long requests in flight may finish before they "
                   "are aborted (default 30)");
-  cmd->add_flag("--verbose", opts->verbose,
-                "say how rank 0 computes: its kernels, BLAS core and weight types");
+  cmd->add_flag("-v,--verbose", opts->verbose,
+                "show the compiler's stages, warnings and notes, and say how rank 0 computes: "
+                "its kernels, BLAS core and weight types");
   cmd->footer("Endpoints: POST /v1/completions, POST /v1/chat/completions (streamed with "
               "\"stream\": true), GET /v1/models, GET /health, GET /metrics (Prometheus). "
               "Sampling defaults come from the checkpoint's generation_config.json (greedy "

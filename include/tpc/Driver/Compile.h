@@ -55,6 +55,8 @@ bool runFrontHalf(Session &session, const ProgramArgs &args, const ProgramOption
 struct CompileArgs : ProgramArgs {
   std::string output;
   bool emitOnly = false;
+  /// Warnings and notes counted, not printed (errors always are).
+  bool quiet = false;
   /// The binary written (set by compileModel when it succeeds).
   std::string binary;
 };

@@ -19,6 +19,9 @@ struct RunBuild {
   int64_t tp = 1;
   std::string weights = "stored"; // --weights-dtype
   bool noCache = false, sequenceParallel = false;
+  /// -v, --verbose: the compiler's stages, warnings and notes too (and the binary's account of
+  /// how rank 0 computes); without it, one line says whether it compiles or takes the cache.
+  bool verbose = false;
 };
 
 /// A checkpoint's config.json and how it stores its tensors, from the path a user gives.

@@ -14,7 +14,9 @@ namespace tpc {
 
 class Session {
 public:
-  Session();
+  /// `quiet`: warnings and notes are counted but not printed (tpc run and serve without
+  /// --verbose: the compiler's notes are tpc check's to show); errors always are.
+  explicit Session(bool quiet = false);
   ~Session();
 
   /// Parses and verifies a tp model; errors are reported and give null.
