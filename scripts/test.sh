@@ -67,8 +67,11 @@ if [[ ${TPC_NO_SANITIZE:-0} != 1 ]]; then
   # tests of out-of-memory errors test the same path.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  suite "tpc tests (ASan+UBSan)" "$asan"/test/{Dialect,Plan,Import,Transforms,Tools,Target,e2e} \
-    "$asan/test/unit"
+  # Native code paths only: the tests whose subject is a script checked against torch (the GPU
+  # check's dry run and benchmark, torchrun's comparison) are left out, as the conformance
+  # tests are.
+  suite "tpc tests (ASan+UBSan)" --filter-out 'gpu-check-dry-run|gpu-bench|torchrun' \
+    "$asan"/test/{Dialect,Plan,Import,Transforms,Tools,Target,e2e} "$asan/test/unit"
 fi
 
 # The ten slowest tests of every suite: where the run's time goes.
