@@ -54,6 +54,7 @@ struct Scheduled {
   Sequence *sequence = nullptr;
   int64_t count = 0;
   /// The step computes the last token the sequence has: its next token is sampled after it.
+  /// Asked before Scheduler::computed moves `computed` past the step's tokens.
   bool sampled() const { return sequence->computed + count == int64_t(sequence->tokens.size()); }
 };
 
