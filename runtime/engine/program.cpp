@@ -1,5 +1,5 @@
-// The model description an emitted program's main() builds, call by call (tpcrt/model.h),
-// whatever its target.
+// The model description an emitted program's main() builds, call by call (tpcrt/model.h,
+// declared from tpcrt/calls.def), whatever its target.
 #include "tpcrt/model.h"
 
 namespace tpcrt {
@@ -21,11 +21,9 @@ void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, S
   spec->params.push_back({name, std::move(hfShape), std::move(slice), std::move(sources), dtype});
 }
 
-void addKvCache(ModelSpec *spec, int64_t width) { addKvCache(spec, width, width); }
-
 void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth) {
   spec->kvWidths.push_back(width);
-  spec->kvValueWidths.push_back(valueWidth);
+  spec->kvValueWidths.push_back(valueWidth ? valueWidth : width);
 }
 
 void addEosId(ModelSpec *spec, int64_t id) { spec->eosIds.push_back(id); }

@@ -1,7 +1,8 @@
 // The runtime's calls as tpcrt/calls.def describes them, and the builder that checks each
-// call the lowering makes against that description: the runtime declares its functions from
-// the same lines, so an argument added, dropped or reordered on one side is an error on the
-// other, not a program that calls an overload nobody meant.
+// call the lowering makes against that description, a forward's and main()'s alike: the
+// runtime declares its functions from the same lines, so an argument added, dropped or
+// reordered on one side is an error on the other, not a program that calls an overload nobody
+// meant.
 #include "Lowering.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -15,13 +16,19 @@ ArrayRef<CallSpec> tpc::target::lowering::allCalls() {
     auto add = [&](CallSpec spec) { t.push_back(std::move(spec)); };
 #define TPC_ARG(type, name) CallArg{#type, #name, std::nullopt},
 #define TPC_OPT(type, name, value) CallArg{#type, #name, llvm::StringRef(#value)},
-#define TPC_CALL(result, name, args) add(CallSpec{#name, {args}});
+#define TPC_CALL(result, name, args) add(CallSpec{#name, {args}, CallKind::forward});
 #define TPC_CPU_CALL TPC_CALL
+#define TPC_SPEC_CALL(result, name, args) add(CallSpec{#name, {args}, CallKind::model});
+#define TPC_TARGET_SPEC_CALL(result, name, args) add(CallSpec{#name, {args}, CallKind::program});
+#define TPC_CUDA_SPEC_CALL TPC_TARGET_SPEC_CALL
 #include "tpcrt/calls.def"
 #undef TPC_ARG
 #undef TPC_OPT
 #undef TPC_CALL
 #undef TPC_CPU_CALL
+#undef TPC_SPEC_CALL
+#undef TPC_TARGET_SPEC_CALL
+#undef TPC_CUDA_SPEC_CALL
     return t;
   }();
   return table;
@@ -63,11 +70,28 @@ Value tpc::target::lowering::emitCall(OpBuilder &b, Location loc, StringRef call
   return result ? op.getResult(0) : Value();
 }
 
+/// A forward's calls and main()'s are apart in calls.def: a call of the one kind that names
+/// the other is no call the runtime declares where it is made.
+Call::Call(OpBuilder &b, Operation *op, StringRef name, bool forward, bool &failed)
+    : builder(b), op(op), name(name.str()), spec(lookupCall(name)), failed(failed),
+      args(b.getContext()) {
+  if (!spec || (spec->kind == CallKind::forward) != forward)
+    mismatch = std::string("is not one of calls.def's calls of ") +
+               (forward ? "a forward" : "main()");
+}
+
 Call::Call(FunctionLowering &l, Operation *op, StringRef name)
-    : l(l), op(op), name(name.str()), spec(lookupCall(name)), args(l.ctx) {
+    : Call(l.builder, op, name, /*forward=*/true, l.mismatchedCall) {
+  this->l = &l;
+  callee = l.callee(name);
   args.value(l.cx);
-  if (!spec)
-    mismatch = "calls.def describes no '" + this->name + "'";
+}
+
+Call::Call(OpBuilder &b, const Spelling &spelling, Operation *op, StringRef name, bool &failed)
+    : Call(b, op, name, /*forward=*/false, failed) {
+  // The model's description is tpcrt's, whatever the target; the rest is the target's own.
+  StringRef ns = spec && spec->kind == CallKind::model ? StringRef("tpcrt") : spelling.ns();
+  callee = (ns + "::" + name).str();
 }
 
 /// Moves to the argument `name`, spelling the optional ones before it that the caller left
@@ -103,12 +127,14 @@ Call &Call::pointer(StringRef argName, Value v) {
 }
 
 Call &Call::rows(StringRef argName, Value v) {
-  l.addRows(next(argName).args, v);
+  assert(l && "rows are a forward's");
+  l->addRows(next(argName).args, v);
   return *this;
 }
 
 Call &Call::input(Value v, StringRef argName) {
-  return value(argName, l.ref(v)).rows("rows", v).integer("cols", columns(v));
+  assert(l && "inputs are a forward's");
+  return value(argName, l->ref(v)).rows("rows", v).integer("cols", columns(v));
 }
 
 Value Call::emit(Type result) {
@@ -121,8 +147,8 @@ Value Call::emit(Type result) {
   if (!mismatch.empty()) {
     op->emitError() << "lowers to a runtime call '" << name
                     << "' that does not match tpcrt/calls.def: it " << mismatch;
-    l.mismatchedCall = true;
+    failed = true;
     return Value();
   }
-  return emitCall(l.builder, op->getLoc(), l.callee(name), args, result);
+  return emitCall(builder, op->getLoc(), callee, args, result);
 }

@@ -30,7 +30,16 @@ std::string braced(llvm::ArrayRef<int64_t> values);
 /// Global block sizes of a feature dim placed as `p`, whose global size is `global`.
 std::string blocksOf(tp::PlacementAttr p, int64_t global);
 
-/// How one runtime call of tpcrt/calls.def is spelled: its arguments after the context.
+/// Who makes a call of tpcrt/calls.def, and so where it lives and what comes before its
+/// arguments.
+enum class CallKind {
+  forward, // TPC_CALL, TPC_CPU_CALL: in the target's namespace, the rank's context first
+  model,   // TPC_SPEC_CALL: main()'s, in tpcrt, every argument listed
+  program, // TPC_TARGET_SPEC_CALL, TPC_CUDA_SPEC_CALL: main()'s, in the target's namespace
+};
+
+/// How one runtime call of tpcrt/calls.def is spelled: its arguments (a forward's after the
+/// context).
 struct CallArg {
   llvm::StringRef type, name;
   std::optional<llvm::StringRef> fallback; // the value of an optional argument left out
@@ -38,6 +47,7 @@ struct CallArg {
 struct CallSpec {
   llvm::StringRef name;
   std::vector<CallArg> args;
+  CallKind kind = CallKind::forward;
 };
 /// The entry of calls.def named `name`; null for a name it does not describe.
 const CallSpec *lookupCall(llvm::StringRef name);
@@ -81,7 +91,12 @@ class FunctionLowering;
 /// and an optional argument left out before one given is spelled with calls.def's value.
 class Call {
 public:
+  /// A forward's call `name` at `op`, the rank's context first.
   Call(FunctionLowering &l, mlir::Operation *op, llvm::StringRef name);
+  /// main()'s call `name` (the model's description), built with `b` and emitted at `op`;
+  /// a mismatch sets `failed`. Only the arguments the caller passes: the spec among them.
+  Call(mlir::OpBuilder &b, const Spelling &spelling, mlir::Operation *op, llvm::StringRef name,
+       bool &failed);
 
   // The argument `name`, as Args spells it.
   Call &value(llvm::StringRef name, mlir::Value v) { return next(name).add(&Args::value, v); }
@@ -94,9 +109,10 @@ public:
   }
   /// A pointer that may be absent: null is spelled nullptr.
   Call &pointer(llvm::StringRef name, mlir::Value v);
-  /// The rows `v` has on this rank.
+  /// The rows `v` has on this rank (a forward's calls only).
   Call &rows(llvm::StringRef name, mlir::Value v);
-  /// A [rows, cols] input: its pointer as `name`, then its rows and columns.
+  /// A [rows, cols] input: its pointer as `name`, then its rows and columns (a forward's
+  /// calls only).
   Call &input(mlir::Value v, llvm::StringRef name = "x");
 
   /// The call, with the result type `result` if any. Where it does not match calls.def, an
@@ -104,6 +120,8 @@ public:
   mlir::Value emit(mlir::Type result = {});
 
 private:
+  Call(mlir::OpBuilder &b, mlir::Operation *op, llvm::StringRef name, bool forward,
+       bool &failed);
   Call &next(llvm::StringRef name);
   template <typename T> Call &add(Args &(Args::*spell)(T), T v) {
     (args.*spell)(v);
@@ -111,12 +129,14 @@ private:
   }
   void fillOptional(const CallArg &arg);
 
-  FunctionLowering &l;
+  FunctionLowering *l = nullptr; // a forward's; null for main()'s
+  mlir::OpBuilder &builder;
   mlir::Operation *op;
-  std::string name;
+  std::string name, callee;
   const CallSpec *spec;
   size_t at = 0;
   std::string mismatch;
+  bool &failed;
   Args args;
 };
 

@@ -1,7 +1,8 @@
 // main() of the generated program: the model described to the runtime (its name, tp, vocab
 // and arena; each parameter's HF shape and this rank's slice of it; a KV cache per attention
 // layer; the EOS ids and the context length), what only the device needs (weight groups,
-// attention bounds), the forwards, then the runtime's driver.
+// attention bounds), the forwards, then the runtime's driver. Each is a call of tpcrt/calls.def
+// (TPC_SPEC_CALL and the targets' own), built and checked as a forward's calls are.
 #include "Lowering.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -13,26 +14,23 @@ using namespace tpc::target::lowering;
 
 namespace {
 
-/// main()'s body as it is built: each call takes the spec first.
+/// main()'s body as it is built: each call checked against calls.def, any mismatch an error
+/// at the module.
 class MainBuilder {
 public:
-  MainBuilder(OpBuilder b, Location loc) : b(b), loc(loc), ctx(b.getContext()) {}
+  MainBuilder(OpBuilder b, ModuleOp module, const Spelling &spelling)
+      : b(b), module(module), spelling(spelling) {}
 
-  Value call(StringRef callee, Args &a, Type result = {}) {
-    return emitCall(b, loc, callee, a, result);
-  }
-  /// `callee(spec, ...)`, the rest of the arguments from `fill`.
-  Value onSpec(StringRef callee, llvm::function_ref<void(Args &)> fill, Type result = {}) {
-    Args a(ctx);
-    a.value(spec);
-    fill(a);
-    return call(callee, a, result);
-  }
+  /// main()'s call `name`.
+  Call call(StringRef name) { return Call(b, spelling, module, name, failed); }
+  /// `name(spec, ...)`: every call after newSpec describes the spec it made.
+  Call onSpec(StringRef name) { return call(name).value("spec", spec); }
 
   OpBuilder b;
-  Location loc;
-  MLIRContext *ctx;
+  ModuleOp module;
+  const Spelling &spelling;
   Value spec;
+  bool failed = false;
 };
 
 /// This rank's slice of a parameter, as tpcrt::SliceSpec spells it.
@@ -90,6 +88,89 @@ std::vector<SmallVector<int64_t>> weightGroups(ArrayRef<ParamOp> params,
   return groups;
 }
 
+/// newSpec: the model's name, tp, vocab and arena, and whether the forwards return the last
+/// token's row only. Fails where the call does not match calls.def: the rest of main() takes
+/// the spec it returns.
+LogicalResult newSpec(MainBuilder &m, StringRef name, int64_t tp, ArrayRef<func::FuncOp> forwards) {
+  func::FuncOp plain = forwards.front();
+  Value logits = plain.getBody().front().getTerminator()->getOperand(0);
+  int64_t arena = 0;
+  for (func::FuncOp f : forwards)
+    arena = std::max(arena, f->getAttrOfType<IntegerAttr>(kArenaSizeAttrName).getInt());
+  MLIRContext *ctx = m.b.getContext();
+  m.spec = m.call("newSpec")
+               .string("name", name)
+               .integer("tp", tp)
+               .integer("vocab", columns(logits))
+               .integer("arenaPerToken", arena)
+               .boolean("lastTokenOnly", typeOf(logits).getDimSize(0) == 1)
+               .emit(emitc::PointerType::get(emitc::OpaqueType::get(ctx, "tpcrt::ModelSpec")));
+  return success(m.spec != nullptr);
+}
+
+/// Parameters: their HF shapes and what this rank loads of them.
+void addParams(MainBuilder &m, ArrayRef<ParamOp> params) {
+  std::optional<WeightType> activation = weightTypeOf(getTarget(m.module).getActivation());
+  for (ParamOp param : params) {
+    SmallVector<int64_t> hfShape(param.getTensorType().getShape());
+    if (ShardDescAttr shard = param.getShardAttr())
+      hfShape.assign(shard.getHfShape().begin(), shard.getHfShape().end());
+    Call add = m.onSpec("addParam");
+    add.string("name", param.getSymName())
+        .text("hfShape", "std::vector<int64_t>" + braced(hfShape))
+        .text("slice", sliceOf(param))
+        .text("sources", sourcesOf(param));
+    // How the rank holds it, where that is not the activation type (the CPU's bf16 and f16
+    // matrices; tp-weight-storage decided).
+    WeightType held = param.getWeightType();
+    if (held != activation)
+      add.text("dtype", "tpcrt::DType::" + StringRef(stringifyWeightType(held)).upper());
+    add.emit();
+  }
+}
+
+/// One KV cache per attention layer (the plain forward's; the other has the same layers).
+void addKvCaches(MainBuilder &m, func::FuncOp plain) {
+  plain.walk([&](AttentionOp attention) {
+    Call add = m.onSpec("addKvCache");
+    add.integer("width", attention.getNumKvHeads() * attention.getHeadDim());
+    if (std::optional<int64_t> valueHeadDim = attention.getValueHeadDim())
+      add.integer("valueWidth", attention.getNumKvHeads() * *valueHeadDim);
+    add.emit();
+  });
+}
+
+/// What only a device that groups linears needs: the groups, and the bounds it sizes its
+/// attention's scratch by.
+void describeDevice(MainBuilder &m, ArrayRef<ParamOp> params, ArrayRef<func::FuncOp> forwards) {
+  for (const SmallVector<int64_t> &group : weightGroups(params, forwards))
+    m.onSpec("addWeightGroup").text("group", "std::vector<int>" + braced(group)).emit();
+  int64_t maxHeads = 0, maxHeadDim = 0;
+  func::FuncOp plain = forwards.front();
+  plain.walk([&](AttentionOp attention) {
+    maxHeads = std::max<int64_t>(maxHeads, attention.getNumHeads());
+    maxHeadDim = std::max<int64_t>(maxHeadDim, attention.getHeadDim());
+  });
+  m.onSpec("setAttentionBounds")
+      .integer("maxHeads", maxHeads)
+      .integer("maxHeadDim", maxHeadDim)
+      .emit();
+}
+
+/// What the compiler decided and the runtime obeys: the sequence-parallel forward's rule, the
+/// KV cache's blocks and how uneven gathers cross the wire.
+void describeDecisions(MainBuilder &m, func::FuncOp split) {
+  if (split)
+    m.onSpec("setSequenceParallelTokens")
+        .integer("tokens", *sequenceParallelTokens(split))
+        .emit();
+  if (auto blockSize = m.module->getAttrOfType<IntegerAttr>(kKvBlockSizeAttrName))
+    m.onSpec("setKvBlockSize").integer("tokens", blockSize.getInt()).emit();
+  m.onSpec("setVariableGathers")
+      .boolean("variable", getTarget(m.module).getGather() == GatherMode::variable)
+      .emit();
+}
+
 } // namespace
 
 LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &spelling,
@@ -97,91 +178,39 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
                                                func::FuncOp plain, func::FuncOp split,
                                                OpBuilder &mb) {
   MLIRContext *ctx = module.getContext();
-  Location loc = module.getLoc();
   Type charPtrPtr =
       emitc::PointerType::get(emitc::PointerType::get(emitc::OpaqueType::get(ctx, "char")));
   auto mainType = FunctionType::get(ctx, {mb.getI32Type(), charPtrPtr}, {mb.getI32Type()});
-  auto main = emitc::FuncOp::create(mb, loc, "main", mainType);
+  auto main = emitc::FuncOp::create(mb, module.getLoc(), "main", mainType);
   Block *entry = main.addEntryBlock();
-  MainBuilder m(OpBuilder::atBlockEnd(entry), loc);
-  auto inTarget = [&](StringRef callee) { return (spelling.ns() + "::" + callee).str(); };
+  MainBuilder m(OpBuilder::atBlockEnd(entry), module, spelling);
   SmallVector<func::FuncOp> forwards{plain};
   if (split)
     forwards.push_back(split);
 
-  Value logits = plain.getBody().front().getTerminator()->getOperand(0);
-  int64_t arena = 0;
-  for (func::FuncOp f : forwards)
-    arena = std::max(arena, f->getAttrOfType<IntegerAttr>(kArenaSizeAttrName).getInt());
-  Args s(ctx);
-  s.string(name)
-      .integer(tp)
-      .integer(columns(logits))
-      .integer(arena)
-      .boolean(typeOf(logits).getDimSize(0) == 1);
-  m.spec = m.call("tpcrt::newSpec", s,
-                  emitc::PointerType::get(emitc::OpaqueType::get(ctx, "tpcrt::ModelSpec")));
-
-  // Parameters: their HF shapes and what this rank loads of them.
-  for (ParamOp param : params) {
-    SmallVector<int64_t> hfShape(param.getTensorType().getShape());
-    if (ShardDescAttr shard = param.getShardAttr())
-      hfShape.assign(shard.getHfShape().begin(), shard.getHfShape().end());
-    // How the rank holds it, where that is not the activation type (the CPU's bf16 and f16
-    // matrices; tp-weight-storage decided).
-    WeightType held = param.getWeightType();
-    bool ownType = weightTypeOf(getTarget(module).getActivation()) != held;
-    m.onSpec("tpcrt::addParam", [&](Args &a) {
-      a.string(param.getSymName())
-          .text("std::vector<int64_t>" + braced(hfShape))
-          .text(sliceOf(param))
-          .text(sourcesOf(param));
-      if (ownType)
-        a.text("tpcrt::DType::" + llvm::StringRef(stringifyWeightType(held)).upper());
-    });
-  }
-  // One KV cache per attention layer (the plain forward's; the other has the same layers).
-  int64_t maxHeads = 0, maxHeadDim = 0;
-  plain.walk([&](AttentionOp attention) {
-    m.onSpec("tpcrt::addKvCache", [&](Args &a) {
-      a.integer(attention.getNumKvHeads() * attention.getHeadDim());
-      if (std::optional<int64_t> valueHeadDim = attention.getValueHeadDim())
-        a.integer(attention.getNumKvHeads() * *valueHeadDim);
-    });
-    maxHeads = std::max<int64_t>(maxHeads, attention.getNumHeads());
-    maxHeadDim = std::max<int64_t>(maxHeadDim, attention.getHeadDim());
-  });
+  if (failed(newSpec(m, name, tp, forwards)))
+    return failure();
+  addParams(m, params);
+  addKvCaches(m, plain);
   if (auto eos = module->getAttrOfType<DenseI64ArrayAttr>(kEosTokenIdsAttrName))
     for (int64_t id : eos.asArrayRef())
-      m.onSpec("tpcrt::addEosId", [&](Args &a) { a.integer(id); });
+      m.onSpec("addEosId").integer("id", id).emit();
   // The context the model was made for bounds the binary's default --max-seq-len.
   if (auto positions = module->getAttrOfType<IntegerAttr>(kMaxPositionEmbeddingsAttrName))
-    m.onSpec("tpcrt::setMaxPositions", [&](Args &a) { a.integer(positions.getInt()); });
-  if (getTarget(module).getGroupLinears()) {
-    for (const SmallVector<int64_t> &group : weightGroups(params, forwards))
-      m.onSpec(inTarget("addWeightGroup"),
-               [&](Args &a) { a.text("std::vector<int>" + braced(group)); });
-    m.onSpec(inTarget("setAttentionBounds"),
-             [&](Args &a) { a.integer(maxHeads).integer(maxHeadDim); });
-  }
-  // What the compiler decided and the runtime obeys: the sequence-parallel forward's rule
-  // and how uneven gathers cross the wire.
-  if (split)
-    m.onSpec("tpcrt::setSequenceParallelTokens", [&](Args &a) {
-      a.integer(*sequenceParallelTokens(split));
-    });
-  if (auto blockSize = module->getAttrOfType<IntegerAttr>(kKvBlockSizeAttrName))
-    m.onSpec("tpcrt::setKvBlockSize", [&](Args &a) { a.integer(blockSize.getInt()); });
-  m.onSpec("tpcrt::setVariableGathers", [&](Args &a) {
-    a.boolean(getTarget(module).getGather() == GatherMode::variable);
-  });
-  m.onSpec(inTarget("setForwards"), [&](Args &a) {
-    a.text(plain.getSymName()).text(split ? split.getSymName() : "nullptr");
-  });
-  Value code = m.onSpec(
-      inTarget("runModel"),
-      [&](Args &a) { a.value(entry->getArgument(0)).value(entry->getArgument(1)); },
-      m.b.getI32Type());
-  emitc::ReturnOp::create(m.b, loc, code);
+    m.onSpec("setMaxPositions").integer("positions", positions.getInt()).emit();
+  if (getTarget(module).getGroupLinears())
+    describeDevice(m, params, forwards);
+  describeDecisions(m, split);
+  m.onSpec("setForwards")
+      .text("forward", plain.getSymName())
+      .text("sequenceParallel", split ? split.getSymName() : "nullptr")
+      .emit();
+  Value code = m.onSpec("runModel")
+                   .value("argc", entry->getArgument(0))
+                   .value("argv", entry->getArgument(1))
+                   .emit(m.b.getI32Type());
+  if (m.failed)
+    return failure();
+  emitc::ReturnOp::create(m.b, module.getLoc(), code);
   return success();
 }

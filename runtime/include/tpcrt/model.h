@@ -52,23 +52,29 @@ struct ModelSpec {
   int64_t kvBlockSize = 16;
 };
 
-// The model, as main() describes it. The spec lives as long as the program.
-ModelSpec *newSpec(const char *name, int64_t tp, int64_t vocab, int64_t arenaPerToken,
-                   bool lastTokenOnly);
-void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, SliceSpec slice,
-              std::vector<std::string> sources, DType dtype = DType::F32);
-void addKvCache(ModelSpec *spec, int64_t width);
-/// A layer whose value heads are narrower or wider than its key heads (DeepSeek's MLA).
-void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth);
-void addEosId(ModelSpec *spec, int64_t id);
-/// config.json's max_position_embeddings: the default --max-seq-len is no more than that.
-void setMaxPositions(ModelSpec *spec, int64_t positions);
-/// What the compiler decided, which the runtime obeys: the token counts the
-/// sequence-parallel forward runs (multiples of `tokens`), and the gather mode.
-void setSequenceParallelTokens(ModelSpec *spec, int64_t tokens);
-void setVariableGathers(ModelSpec *spec, bool variable);
-/// The paged KV cache's tokens per block (the module's tp.kv_block_size).
-void setKvBlockSize(ModelSpec *spec, int64_t tokens);
+// The model, as main() describes it: calls.def's TPC_SPEC_CALLs, declared from that table,
+// which the lowering checks main()'s calls against (each target's own, such as runModel, are
+// declared by its program header). Written out by hand they could drift from what main()
+// passes, and the first to notice would be the C++ compiler of a generated program.
+#define TPC_ARG(type, name) , type name
+#define TPC_OPT(type, name, value) , type name = value
+// The arguments without the comma TPC_ARG puts before the first: these calls have no context
+// before them.
+#define TPC_PARAMS(none, ...) __VA_ARGS__
+#define TPC_SPEC_CALL(result, name, args) result name(TPC_PARAMS(args));
+#define TPC_CALL(result, name, args)
+#define TPC_CPU_CALL(result, name, args)
+#define TPC_TARGET_SPEC_CALL(result, name, args)
+#define TPC_CUDA_SPEC_CALL(result, name, args)
+#include "tpcrt/calls.def"
+#undef TPC_ARG
+#undef TPC_OPT
+#undef TPC_PARAMS
+#undef TPC_SPEC_CALL
+#undef TPC_CALL
+#undef TPC_CPU_CALL
+#undef TPC_TARGET_SPEC_CALL
+#undef TPC_CUDA_SPEC_CALL
 
 /// --max-seq-len when none is given: 2048 tokens, or the model's max_position_embeddings
 /// where that is fewer (`maxPositions` 0: unknown). `tpc analyze` reports with it too.

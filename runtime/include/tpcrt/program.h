@@ -17,13 +17,11 @@
 
 namespace tpcrt {
 
-/// The CPU program's forwards (null `sequenceParallel`: none).
-void setForwards(ModelSpec *spec, ForwardFn forward, ForwardFn sequenceParallel);
-/// runModel on the CPU backend (runtime/cpu).
-int runModel(ModelSpec *spec, int argc, char **argv);
-
 using ProgramContext = Context;
 using ProgramAct = float;
+/// What setForwards takes; it and runModel (on the CPU backend, runtime/cpu) are declared
+/// from tpcrt/calls.def with the calls below.
+using ProgramForward = ForwardFn;
 /// A weight matrix as the rank holds it (fp32, bf16 or f16): what linear and embedding take.
 using ProgramMatrix = cpu::Matrix;
 /// The state the CPU kernels take: none (tpcrt/cpu/kernels.h).

@@ -17,18 +17,12 @@
 
 namespace tpcrt::cuda {
 
-/// The parameters (by index) the device lays one after the other, so that linears reading
-/// one input run as one GEMM for one row.
-void addWeightGroup(ModelSpec *spec, std::vector<int> group);
-/// The most local query heads and the largest head size of any attention layer.
-void setAttentionBounds(ModelSpec *spec, int64_t maxHeads, int64_t maxHeadDim);
-/// The forwards, which run on the device (null `sequenceParallel`: none).
-void setForwards(ModelSpec *spec, DeviceForwardFn forward, DeviceForwardFn sequenceParallel);
-/// tpcrt::runModel on a Device, freed once every rank is done (NCCL finalizes together).
-int runModel(ModelSpec *spec, int argc, char **argv);
-
 using ProgramContext = Device;
 using ProgramAct = act;
+/// The forwards, which run on the device: what setForwards takes. It, runModel (tpcrt's on a
+/// Device, freed once every rank is done: NCCL finalizes together) and the device's own calls
+/// of main() (addWeightGroup, setAttentionBounds) are declared from tpcrt/calls.def below.
+using ProgramForward = DeviceForwardFn;
 /// Every weight is held in the activation type on the device: a matrix is a pointer.
 using ProgramMatrix = const act *;
 /// The state the device's kernels take: the stream, cuBLASLt, their scratch.
@@ -59,8 +53,10 @@ inline void rotary(Device::State &state, const act *x, int64_t rows, int64_t col
   rotary(state, x, rows, cols, headDim, invFreq, positions, out, scaling);
 }
 
-// The CPU-only calls of tpcrt/calls.def are not declared here.
+// The CPU-only calls of tpcrt/calls.def are not declared here; the CUDA-only ones of main()
+// are, as the target's own.
 #define TPC_CPU_CALL(result, name, args)
+#define TPC_CUDA_SPEC_CALL TPC_TARGET_SPEC_CALL
 #include "tpcrt/program_ops.inc"
 
 } // namespace tpcrt::cuda
