@@ -3,44 +3,38 @@
 
 #include "tpcrt/gguf.h"
 
+#include <array>
+#include <iterator>
 #include <stdexcept>
 
 namespace tpcrt {
 
+namespace {
+
+constexpr size_t kDTypes = std::size(kDTypeLines);
+
+/// types.def's names in lower case, as the storage attribute and --weights-dtype spell them.
+const std::string *lowerNames() {
+  static const auto names = [] {
+    std::array<std::string, kDTypes> lower;
+    for (size_t i = 0; i < kDTypes; ++i)
+      for (const char *c = kDTypeLines[i].ggmlName; *c; ++c)
+        lower[i] += char(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+    return lower;
+  }();
+  return names.data();
+}
+
+} // namespace
+
 const char *dtypeName(DType type) {
-  switch (type) {
-  case DType::F32:
-    return "f32";
-  case DType::BF16:
-    return "bf16";
-  case DType::F16:
-    return "f16";
-  case DType::Q8_0:
-    return "q8_0";
-  case DType::Q4_0:
-    return "q4_0";
-  case DType::Q4_1:
-    return "q4_1";
-  case DType::Q4_K:
-    return "q4_k";
-  }
-  return "?";
+  return size_t(type) < kDTypes ? lowerNames()[size_t(type)].c_str() : "?";
 }
 
 std::optional<DType> parseDType(const std::string &name) {
-  if (name == "f32" || name == "F32")
-    return DType::F32;
-  if (name == "bf16" || name == "BF16")
-    return DType::BF16;
-  if (name == "f16" || name == "F16")
-    return DType::F16;
-  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
-    std::string upper = dtypeName(type);
-    for (char &c : upper)
-      c = char(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
-    if (name == dtypeName(type) || name == upper)
-      return type;
-  }
+  for (size_t i = 0; i < kDTypes; ++i)
+    if (name == lowerNames()[i] || name == kDTypeLines[i].ggmlName)
+      return DType(i);
   return std::nullopt;
 }
 
@@ -99,7 +93,7 @@ void widen(const void *in, DType type, float *out, size_t count) {
     return;
   }
   if (isQuantized(type)) {
-    std::string error; // none: the four types are all dequantizable, counts whole blocks
+    std::string error; // none: a held type is one tpc reads (types.def), counts whole blocks
     dequantize(ggmlTypeOf(type), in, int64_t(count), out, error);
     return;
   }

@@ -15,47 +15,29 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
 
 namespace tpcrt {
 
 namespace {
 
-// gguf-py's GGML_QUANT_SIZES, with which types tpc dequantizes.
+// types.def's lines, in its order (the order ggmlDequantizableTypes lists them in).
 const GgmlTypeInfo kTypes[] = {
-    {GgmlType::F32, "F32", 1, 4, true},
-    {GgmlType::F16, "F16", 1, 2, true},
-    {GgmlType::Q4_0, "Q4_0", 32, 18, true},
-    {GgmlType::Q4_1, "Q4_1", 32, 20, true},
-    {GgmlType::Q5_0, "Q5_0", 32, 22, true},
-    {GgmlType::Q5_1, "Q5_1", 32, 24, true},
-    {GgmlType::Q8_0, "Q8_0", 32, 34, true},
-    {GgmlType::Q8_1, "Q8_1", 32, 40, false},
-    {GgmlType::Q2_K, "Q2_K", 256, 84, false},
-    {GgmlType::Q3_K, "Q3_K", 256, 110, false},
-    {GgmlType::Q4_K, "Q4_K", 256, 144, true},
-    {GgmlType::Q5_K, "Q5_K", 256, 176, true},
-    {GgmlType::Q6_K, "Q6_K", 256, 210, true},
-    {GgmlType::Q8_K, "Q8_K", 256, 292, false},
-    {GgmlType::IQ2_XXS, "IQ2_XXS", 256, 66, false},
-    {GgmlType::IQ2_XS, "IQ2_XS", 256, 74, false},
-    {GgmlType::IQ3_XXS, "IQ3_XXS", 256, 98, false},
-    {GgmlType::IQ1_S, "IQ1_S", 256, 50, false},
-    {GgmlType::IQ4_NL, "IQ4_NL", 32, 18, false},
-    {GgmlType::IQ3_S, "IQ3_S", 256, 110, false},
-    {GgmlType::IQ2_S, "IQ2_S", 256, 82, false},
-    {GgmlType::IQ4_XS, "IQ4_XS", 256, 136, false},
-    {GgmlType::I8, "I8", 1, 1, false},
-    {GgmlType::I16, "I16", 1, 2, false},
-    {GgmlType::I32, "I32", 1, 4, false},
-    {GgmlType::I64, "I64", 1, 8, false},
-    {GgmlType::F64, "F64", 1, 8, false},
-    {GgmlType::IQ1_M, "IQ1_M", 256, 56, false},
-    {GgmlType::BF16, "BF16", 1, 2, true},
-    {GgmlType::TQ1_0, "TQ1_0", 256, 54, false},
-    {GgmlType::TQ2_0, "TQ2_0", 256, 66, false},
-    {GgmlType::MXFP4, "MXFP4", 32, 17, false},
-    {GgmlType::NVFP4, "NVFP4", 64, 36, false},
-    {GgmlType::Q1_0, "Q1_0", 128, 18, false},
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)                                              \
+  {GgmlType::NAME, #NAME, ELEMENTS, BYTES, READS},
+#define TPC_HELD_TYPE TPC_TYPE
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
+};
+
+// The held types' lines: each DType beside its ggml type.
+const std::pair<DType, GgmlType> kHeld[] = {
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)
+#define TPC_HELD_TYPE(NAME, ID, ELEMENTS, BYTES, READS) {DType::NAME, GgmlType::NAME},
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
 };
 
 constexpr uint32_t kMagic = 0x46554747; // "GGUF", little-endian
@@ -185,15 +167,10 @@ const GgmlTypeInfo *ggmlTypeInfo(uint32_t id) {
 }
 
 std::string ggmlDequantizableTypes() {
-  // In the order a reader thinks of them: plain floats, then the block types.
-  static const GgmlType order[] = {
-      GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
-      GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-      GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   std::string names;
-  for (GgmlType type : order)
-    names +=
-        (names.empty() ? "" : ", ") + std::string(ggmlTypeInfo(type)->name);
+  for (const GgmlTypeInfo &info : kTypes)
+    if (info.dequantizable)
+      names += (names.empty() ? "" : ", ") + std::string(info.name);
   return names;
 }
 
@@ -960,30 +937,16 @@ bool GgufFile::readRowsF32(const std::string &name, int64_t firstRow,
 }
 
 GgmlType ggmlTypeOf(DType type) {
-  switch (type) {
-  case DType::F32:
-    return GgmlType::F32;
-  case DType::BF16:
-    return GgmlType::BF16;
-  case DType::F16:
-    return GgmlType::F16;
-  case DType::Q8_0:
-    return GgmlType::Q8_0;
-  case DType::Q4_0:
-    return GgmlType::Q4_0;
-  case DType::Q4_1:
-    return GgmlType::Q4_1;
-  case DType::Q4_K:
-    return GgmlType::Q4_K;
-  }
+  for (auto [dtype, ggml] : kHeld)
+    if (dtype == type)
+      return ggml;
   return GgmlType::F32;
 }
 
 std::optional<DType> dtypeOf(GgmlType type) {
-  for (DType d : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                  DType::Q4_K})
-    if (ggmlTypeOf(d) == type)
-      return d;
+  for (auto [dtype, ggml] : kHeld)
+    if (ggml == type)
+      return dtype;
   return std::nullopt;
 }
 

@@ -6,6 +6,7 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/ErrorHandling.h"
 
 using namespace mlir;
 using namespace tpc::tp;
@@ -205,33 +206,21 @@ std::optional<WeightType> tpc::tp::weightTypeOf(Type elementType) {
   return std::nullopt;
 }
 
-/// Elements and bytes of one block of `type` (of one element for the float types): ggml's
-/// block_q8_0, block_q4_0, ... (a f16 scale, and a min or 6-bit sub-block scales for some).
+/// Elements and bytes of one block of `type` (of one element for the float types), as
+/// tpcrt/types.def gives them for the ggml type the WeightType's name spells in upper case
+/// (q4_k: Q4_K), so that the compiler's sizes are the runtime's.
 static std::pair<int64_t, int64_t> blockOf(WeightType type) {
-  switch (type) {
-  case WeightType::f32:
-    return {1, 4};
-  case WeightType::bf16:
-  case WeightType::f16:
-    return {1, 2};
-  case WeightType::q8_0:
-    return {32, 34};
-  case WeightType::q4_0:
-    return {32, 18};
-  case WeightType::q4_1:
-    return {32, 20};
-  case WeightType::q4_k:
-    return {256, 144};
-  case WeightType::q5_0:
-    return {32, 22};
-  case WeightType::q5_1:
-    return {32, 24};
-  case WeightType::q5_k:
-    return {256, 176};
-  case WeightType::q6_k:
-    return {256, 210};
-  }
-  llvm_unreachable("a weight type without a size");
+  StringRef name = stringifyWeightType(type);
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)                                              \
+  if (name.equals_insensitive(#NAME))                                                          \
+    return {ELEMENTS, BYTES};
+#define TPC_HELD_TYPE TPC_TYPE
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
+  // Not a switch the compiler checks for every case: a WeightType added without its line
+  // fails here (and in the unit test), not with a size made up.
+  llvm::report_fatal_error("tp.storage type '" + name + "' has no line in tpcrt/types.def");
 }
 
 double tpc::tp::bytesPerElement(WeightType type) {

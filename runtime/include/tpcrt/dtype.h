@@ -15,35 +15,36 @@ namespace tpcrt {
 /// A weight's element type as stored: a float type, or one of ggml's block-quantized types
 /// kept as the GGUF file stores them (runs of `dtypeBlockElements` elements in
 /// `dtypeBlockBytes` bytes, laid out as ggml's block_q8_0, block_q4_0, block_q4_1 and
-/// block_q4_K; a row of a matrix is whole blocks).
-enum class DType { F32, BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K };
+/// block_q4_K; a row of a matrix is whole blocks). The types are tpcrt/types.def's held ones.
+enum class DType {
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)
+#define TPC_HELD_TYPE(NAME, ID, ELEMENTS, BYTES, READS) NAME,
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
+};
 
-inline bool isQuantized(DType type) {
-  return type != DType::F32 && type != DType::BF16 && type != DType::F16;
-}
-/// Elements per block: 1 for the float types, 32 for Q8_0, Q4_0 and Q4_1, 256 for Q4_K.
-inline int64_t dtypeBlockElements(DType type) {
-  return !isQuantized(type) ? 1 : type == DType::Q4_K ? 256 : 32;
-}
+/// types.def's line of each DType, in DType's order, so that the size of a type is read
+/// from the one table (inline: the kernels ask it per matrix).
+struct DTypeLine {
+  const char *ggmlName;
+  int64_t blockElements;
+  size_t blockBytes;
+};
+inline constexpr DTypeLine kDTypeLines[] = {
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)
+#define TPC_HELD_TYPE(NAME, ID, ELEMENTS, BYTES, READS) {#NAME, ELEMENTS, BYTES},
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
+};
+
+/// Elements per block: 1 for the float types.
+inline int64_t dtypeBlockElements(DType type) { return kDTypeLines[size_t(type)].blockElements; }
 /// Bytes per block (of one element for the float types).
-inline size_t dtypeBlockBytes(DType type) {
-  switch (type) {
-  case DType::F32:
-    return 4;
-  case DType::BF16:
-  case DType::F16:
-    return 2;
-  case DType::Q8_0:
-    return 34; // f16 scale, 32 int8
-  case DType::Q4_0:
-    return 18; // f16 scale, 32 nibbles
-  case DType::Q4_1:
-    return 20; // f16 scale and min, 32 nibbles
-  case DType::Q4_K:
-    return 144; // f16 d and dmin, 12 bytes of 6-bit scales and mins, 256 nibbles
-  }
-  return 0;
-}
+inline size_t dtypeBlockBytes(DType type) { return kDTypeLines[size_t(type)].blockBytes; }
+/// A block type: one whose blocks hold more than one element.
+inline bool isQuantized(DType type) { return dtypeBlockElements(type) > 1; }
 /// The bytes of one element of a float type (of a quantized type: of its block).
 inline size_t dtypeBytes(DType type) { return dtypeBlockBytes(type); }
 /// The bytes of `count` elements, `count` a multiple of the block size.

@@ -17,45 +17,17 @@
 
 namespace tpcrt {
 
-/// A ggml tensor type (the ids of gguf-py's GGMLQuantizationType).
+/// A ggml tensor type: a line of tpcrt/types.def, its value the id a GGUF file holds (gguf-py's
+/// GGMLQuantizationType).
 enum class GgmlType : uint32_t {
-  F32 = 0,
-  F16 = 1,
-  Q4_0 = 2,
-  Q4_1 = 3,
-  Q5_0 = 6,
-  Q5_1 = 7,
-  Q8_0 = 8,
-  Q8_1 = 9,
-  Q2_K = 10,
-  Q3_K = 11,
-  Q4_K = 12,
-  Q5_K = 13,
-  Q6_K = 14,
-  Q8_K = 15,
-  IQ2_XXS = 16,
-  IQ2_XS = 17,
-  IQ3_XXS = 18,
-  IQ1_S = 19,
-  IQ4_NL = 20,
-  IQ3_S = 21,
-  IQ2_S = 22,
-  IQ4_XS = 23,
-  I8 = 24,
-  I16 = 25,
-  I32 = 26,
-  I64 = 27,
-  F64 = 28,
-  IQ1_M = 29,
-  BF16 = 30,
-  TQ1_0 = 34,
-  TQ2_0 = 35,
-  MXFP4 = 39,
-  NVFP4 = 40,
-  Q1_0 = 41
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS) NAME = ID,
+#define TPC_HELD_TYPE TPC_TYPE
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
 };
 
-/// What the table knows of a ggml type: its name, elements per block, bytes per
+/// What types.def says of a ggml type: its name, elements per block, bytes per
 /// block, and whether tpc dequantizes it.
 struct GgmlTypeInfo {
   GgmlType type;
