@@ -24,7 +24,7 @@ for model in "$root/examples/model.mlir" "$work/llama100m.mlir"; do
       > /dev/null 2>&1
     binary=$(ls "$work/$name-$tp" | grep -v '\.cpp$')
     result=$("$tpc" launch -n "$tp" "$work/$name-$tp/$binary" --random-weights 1 \
-      --prompt-ids "$prompt" --max-new-tokens "$new_tokens" --max-seq-len 4096 |
+      --prompt-ids "$prompt" --max-new-tokens "$new_tokens" --max-model-len 4096 |
       grep -E "prefill|decode" | sed 's/\[rank 0\] //' | tr '\n' ';')
     echo "$name tp $tp: $result"
   done

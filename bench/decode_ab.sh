@@ -23,7 +23,7 @@ source "$root/bench/ab.sh"
 decode_ms() { # decode_ms SIDE: one run of the side's binary
   local tpc=${!1}
   "$tpc" launch -n "$tp" "$work/$1/llama_12l" --random-weights 1 --prompt-ids "$prompt" \
-    --max-new-tokens "$new_tokens" --ignore-eos --max-seq-len 1024 |
+    --max-new-tokens "$new_tokens" --ignore-eos --max-model-len 1024 |
     sed -n 's/.*decode: \([0-9.]*\) ms per token.*/\1/p'
 }
 ab_interleave "$runs" decode_ms

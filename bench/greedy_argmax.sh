@@ -22,7 +22,7 @@ decode_ms() { # decode_ms SIDE: a, the argmax on the ranks; b, the logits gather
   local extra=()
   [[ $1 == b ]] && extra=(--dump-logits "$work/logits.bin")
   "$tpc" launch -n "$tp" "$work/out/$binary" --random-weights 1 --prompt-ids "$prompt" \
-    --max-new-tokens "$new_tokens" --ignore-eos --max-seq-len 256 --trace "$work/$1.json" \
+    --max-new-tokens "$new_tokens" --ignore-eos --max-model-len 256 --trace "$work/$1.json" \
     "${extra[@]}" | sed -n 's/.*decode: \([0-9.]*\) ms per token.*/\1/p'
 }
 ab_interleave "$runs" decode_ms

@@ -15,9 +15,9 @@ cp "$root/bench/llama3-8b-config.json" "$work/ckpt/config.json"
 "$tpc" import "$work/ckpt/config.json" -o "$work/model.mlir" > /dev/null
 "$tpc" compile "$work/model.mlir" --plan auto --tp 2 --weights-dtype bf16 -o "$work/out" \
   > /dev/null 2>&1
-"$tpc" analyze "$work/model.mlir" --plan auto --tp 2 --weights-dtype bf16 --max-seq-len 256 \
+"$tpc" analyze "$work/model.mlir" --plan auto --tp 2 --weights-dtype bf16 --max-model-len 256 \
   --prefill-len 8 --json > "$work/analyze.json" 2> /dev/null
-"$tpc" analyze "$work/model.mlir" --plan auto --tp 2 --weights-dtype bf16 --max-seq-len 256 \
+"$tpc" analyze "$work/model.mlir" --plan auto --tp 2 --weights-dtype bf16 --max-model-len 256 \
   --prefill-len 8 2> /dev/null | sed -n '/memory per rank/,/activation arena/p'
 binary=$(find "$work/out" -maxdepth 1 -type f -executable | head -1)
 # Each rank under /usr/bin/time for its peak resident set.
@@ -28,7 +28,7 @@ EOS
 chmod +x "$work/rank.sh"
 start=$(date +%s)
 "$tpc" launch -n 2 "$work/rank.sh" "$binary" --random-weights 1 --prompt-ids 1,2,3,4,5,6,7,8 \
-  --max-new-tokens 4 --ignore-eos --max-seq-len 256 --trace "$work/trace.json" --verbose
+  --max-new-tokens 4 --ignore-eos --max-model-len 256 --trace "$work/trace.json" --verbose
 echo "wall: $(( $(date +%s) - start )) s (generating 8B random values dominates)"
 cat "$work/time.0" "$work/time.1"
 python3 - "$work/analyze.json" "$work/trace.json.rank0" "$work/trace.json.rank1" << 'EOP'

@@ -327,14 +327,14 @@ bench_stage() {
   ids=$(bench_ids $((context + new - 1))) || return 1
   out=$("$bin" --random-weights 1 --prompt-ids "$(cut -d, -f1-$context <<< "$ids")" \
     --force-ids "$(cut -d, -f$((context + 1))- <<< "$ids")" --max-new-tokens $new \
-    --ignore-eos --max-seq-len $((context + new)) --warmup \
+    --ignore-eos --max-model-len $((context + new)) --warmup \
     --dump-logits "$dir/results/bench-forced.bin") || return 1
   echo "$out"
   local decode prefill_ms
   decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
   ids=$(bench_ids $prefill) || return 1
   out=$("$bin" --random-weights 1 --prompt-ids "$ids" --max-new-tokens 1 --ignore-eos \
-    --max-seq-len $((prefill + 2)) --warmup) || return 1
+    --max-model-len $((prefill + 2)) --warmup) || return 1
   echo "$out"
   prefill_ms=$(sed -n 's/^prefill: \([0-9.]*\) ms.*/\1/p' <<< "$out")
   "$py" "$dir/gpu_bench.py" bench "$dir/bench-config.json" --seed 1 --device $device \
@@ -350,7 +350,7 @@ per_rank_stage() {
   ids=$(bench_ids $context) || return 1
   for tp in 2 4 8; do
     out=$(TPC_SINGLE_RANK_VIEW=1 "$dir/bin/bench-tp$tp" --random-weights 1 \
-      --prompt-ids "$ids" --max-new-tokens $new --ignore-eos --max-seq-len $((context + new)) \
+      --prompt-ids "$ids" --max-new-tokens $new --ignore-eos --max-model-len $((context + new)) \
       --warmup --trace "$dir/results/per-rank-tp$tp.json") || return 1
     echo "$out"
     decode=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")

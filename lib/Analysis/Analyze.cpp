@@ -23,7 +23,7 @@ using namespace mlir;
 namespace tpc::analysis {
 
 static_assert(tpcrt::kDefaultMaxSeqLen == 2048,
-              "AnalyzeOptions::maxSeqLen defaults to the binary's --max-seq-len");
+              "AnalyzeOptions::maxSeqLen defaults to the binary's --max-model-len");
 
 namespace {
 
@@ -245,7 +245,7 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
     notes.push_back(refused + ": the binary refuses it");
   int64_t maxSeqLen = o.maxSeqLen;
   std::string &maxSeqLenFrom = a.maxSeqLenFrom, &maxSeqLenWhy = a.maxSeqLenWhy;
-  maxSeqLenFrom = maxSeqLenWhy = "--max-seq-len";
+  maxSeqLenFrom = maxSeqLenWhy = "--max-model-len";
   if (!o.maxSeqLenGiven) {
     maxSeqLen = tpcrt::defaultMaxSeqLen(positions);
     bool fewer = positions && positions < tpcrt::kDefaultMaxSeqLen;
@@ -261,12 +261,12 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   // context rather than refused.
   int64_t prefillLen = o.prefillLenGiven ? o.prefillLen : std::min(o.prefillLen, maxSeqLen);
   if (prefillLen > maxSeqLen) {
-    error = fmt::format("--prefill-len {} exceeds --max-seq-len {}{}", prefillLen, maxSeqLen,
+    error = fmt::format("--prefill-len {} exceeds --max-model-len {}{}", prefillLen, maxSeqLen,
                         o.maxSeqLenGiven ? "" : " (" + maxSeqLenWhy + ")");
     return failure();
   }
   if (o.stepTokens > o.stepSequences * maxSeqLen) {
-    error = fmt::format("--step-tokens {} is more than --step-seqs {} sequences of --max-seq-len "
+    error = fmt::format("--step-tokens {} is more than --step-seqs {} sequences of --max-model-len "
                         "{} hold",
                         o.stepTokens, o.stepSequences, maxSeqLen);
     return failure();
@@ -305,7 +305,7 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   if (o.tp > 1)
     notes.push_back("each step (the prefill, every decode step) begins with rank 0 sending the "
                     "other ranks the step's descriptor (its tokens, positions and block tables; "
-                    "8 x (4 + --max-batch-tokens + --max-num-seqs x (4 + --max-seq-len / "
+                    "8 x (4 + --max-batch-tokens + --max-num-seqs x (4 + --max-model-len / "
                     "the block size)) bytes) through the host transport's all-gather, not a "
                     "collective of the model (not listed above, nor in --trace)");
   auto forwardFor = [&](int64_t tokens) { return tp::forwardFor(*decided, tokens); };

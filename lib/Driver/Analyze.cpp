@@ -18,7 +18,7 @@ std::optional<analysis::AnalyzeOptions> analyzeOptions(const AnalyzeArgs &args) 
   if (!checkTpArg(args))
     return std::nullopt;
   if (args.analysis.prefillLen < 1 || args.analysis.maxSeqLen < 1) {
-    reportError("--prefill-len and --max-seq-len must be at least 1");
+    reportError("--prefill-len and --max-model-len must be at least 1");
     return std::nullopt;
   }
   analysis::AnalyzeOptions options = args.analysis;

@@ -99,7 +99,7 @@ int runConcurrencies(const BenchOptions &o, const std::vector<int64_t> &concurre
     launch.command = {binary, "--weights", o.checkpoint, "--requests", requests, "--output",
                       out, "--request-metrics", "--max-new-tokens", std::to_string(o.outputLen),
                       "--max-num-seqs", std::to_string(c),
-                      "--max-seq-len", std::to_string(o.promptLen + o.outputLen)};
+                      "--max-model-len", std::to_string(o.promptLen + o.outputLen)};
     if (int status = launchRanks(launch))
       return status;
     BenchResult result;

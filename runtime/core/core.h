@@ -72,13 +72,13 @@ struct Args {
   bool requestMetrics = false;
 };
 
-/// The engine's limits not given, once --max-seq-len is chosen: --max-num-seqs 8 with
-/// --requests (1 for one prompt), --max-batch-tokens --max-seq-len, --kv-cache-tokens room for
-/// --max-num-seqs sequences of --max-seq-len. "" or what is wrong (the cache too small for
-/// one sequence of --max-seq-len).
+/// The engine's limits not given, once --max-model-len is chosen: --max-num-seqs 8 with
+/// --requests (1 for one prompt), --max-batch-tokens --max-model-len, --kv-cache-tokens room for
+/// --max-num-seqs sequences of --max-model-len. "" or what is wrong (the cache too small for
+/// one sequence of --max-model-len).
 std::string engineDefaults(Args &args);
 /// --kv-cache-memory as --kv-cache-tokens: as many tokens as its bytes hold on this rank, in
-/// the backend's element width. "" or what is wrong (less than one sequence of --max-seq-len).
+/// the backend's element width. "" or what is wrong (less than one sequence of --max-model-len).
 std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args);
 /// The KV cache's blocks: --kv-cache-tokens in blocks of the program's size.
 inline int64_t kvBlocks(const ModelSpec &spec, const Args &args) {

@@ -3,6 +3,8 @@
 // context length, the vocabulary) before any peer is waited for.
 #include "core.h"
 
+#include "tpcrt/flags.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -24,14 +26,6 @@ bool parseInt(const char *text, int64_t &value) {
   value = v;
   return true;
 }
-
-/// One flag of the binary: its name, its value's placeholder (none for a switch), what it
-/// does, and how its value is read into Args (false, with `error` set, when it is wrong).
-/// The table is the parser and --help both, so they cannot disagree.
-struct Flag {
-  const char *name, *value, *help;
-  bool (*set)(Args &args, const char *flag, const char *value, std::string &error);
-};
 
 bool integerOf(const char *flag, const char *value, int64_t min, int64_t &into,
                std::string &error) {
@@ -83,169 +77,101 @@ bool idsOf(const char *flag, const char *value, std::vector<int64_t> &into,
   return true;
 }
 
-const Flag kFlags[] = {
-    {"--weights", "PATH", "the checkpoint: a .safetensors file or a directory of them",
-     [](Args &a, const char *, const char *v, std::string &) { return a.weights = v, true; }},
-    {"--random-weights", "SEED", "seeded random weights instead (tpc init-weights' values)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerInto(f, v, 0, a.randomSeed, e);
-     }},
-    {"--prompt-ids", "1,2,3", "the prompt as token ids (prints ids back)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return idsOf(f, v, a.params.prompt, e);
-     }},
-    {"--prompt", "TEXT", "the prompt as text, through the checkpoint's tokenizer.json",
-     [](Args &a, const char *, const char *v, std::string &) { return a.promptText = v, true; }},
-    {"--prompt-file", "FILE", "a file holding the prompt text",
-     [](Args &a, const char *, const char *v, std::string &) { return a.promptFile = v, true; }},
-    {"--chat", nullptr,
-     "render the prompt as a user message through the checkpoint's chat template",
-     [](Args &a, const char *, const char *, std::string &) { return a.chat = true; }},
-    {"--system", "TEXT", "with --chat: a system message first",
-     [](Args &a, const char *, const char *v, std::string &) { return a.system = v, true; }},
-    {"--max-new-tokens", "N", "the most tokens to generate (default 16)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 0, a.params.maxTokens, e);
-     }},
-    {"--eos-id", "ID", "stop at this id instead of the model's end-of-sequence ids",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerInto(f, v, 0, a.eosId, e);
-     }},
-    {"--ignore-eos", nullptr, "generate --max-new-tokens whatever the model says",
-     [](Args &a, const char *, const char *, std::string &) { return a.params.ignoreEos = true; }},
-    {"--temperature", "T",
-     "sample at this temperature; 0 is greedy (the default, unless generation_config.json "
-     "sets do_sample)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return realOf(f, v, a.temperature, e);
-     }},
-    {"--top-k", "K", "sample from the K most likely tokens (0 or -1: all)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerInto(f, v, -1, a.topK, e);
-     }},
-    {"--top-p", "P", "sample from the most likely tokens that make up P of the probability",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return realOf(f, v, a.topP, e);
-     }},
-    {"--min-p", "P", "drop tokens less likely than P times the most likely one",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return realOf(f, v, a.minP, e);
-     }},
-    {"--repetition-penalty", "R",
-     "divide positive logits (multiply negative ones) of tokens in the prompt or output by R",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return realOf(f, v, a.repetitionPenalty, e);
-     }},
-    {"--presence-penalty", "X", "subtract X from the logits of tokens in the output",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return realOf(f, v, a.presencePenalty, e);
-     }},
-    {"--frequency-penalty", "X", "subtract X per occurrence in the output from a token's logit",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return realOf(f, v, a.frequencyPenalty, e);
-     }},
-    {"--seed", "S", "the sampler's seed: the same seed, the same tokens (default: a random one)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerInto(f, v, 0, a.seed, e);
-     }},
-    {"--stop", "TEXT",
-     "stop when the text contains TEXT, which is not printed (repeatable; text prompts)",
-     [](Args &a, const char *, const char *v, std::string &) {
-       return a.params.stop.push_back(v), true;
-     }},
-    {"--stop-token-ids", "1,2", "stop after any of these ids, whatever --ignore-eos says",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return idsOf(f, v, a.params.stopIds, e);
-     }},
-    {"--max-seq-len", "S",
-     "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
-     "fewer)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 1, a.maxSeqLen, e);
-     }},
-    {"--max-num-seqs", "N",
-     "with --requests: run up to N sequences in one step (default 8)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 1, a.maxNumSeqs, e);
-     }},
-    {"--max-batch-tokens", "N",
-     "the most tokens one step computes; longer prompts are prefilled in chunks (default "
-     "--max-seq-len)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 1, a.maxBatchTokens, e);
-     }},
-    {"--kv-cache-tokens", "N",
-     "the KV cache's size in tokens, shared by the sequences; when full, the newest is "
-     "preempted and recomputed later (default --max-num-seqs times --max-seq-len)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 1, a.kvCacheTokens, e);
-     }},
-    {"--kv-cache-memory", "BYTES",
-     "the KV cache's size in bytes on each rank, instead of --kv-cache-tokens",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 1, a.kvCacheMemory, e);
-     }},
-    {"--force-ids", "4,5,6",
-     "feed these tokens to the decode steps instead of the model's own (teacher forcing); "
-     "the printed tokens stay its own",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return idsOf(f, v, a.params.forced, e);
-     }},
-    {"--requests", "IN.jsonl",
-     "run the requests of IN.jsonl (one JSON object a line: id, prompt or prompt_token_ids, "
-     "max_tokens, sampling fields), one after another, instead of one prompt",
-     [](Args &a, const char *, const char *v, std::string &) { return a.requestsFile = v, true; }},
-    {"--serve", "HOST:PORT",
-     "serve the OpenAI HTTP API on HOST:PORT (rank 0; port 0: any free one, printed) instead "
-     "of running one prompt",
-     [](Args &a, const char *, const char *v, std::string &) { return a.serve = v, true; }},
-    {"--served-model-name", "NAME", "with --serve: the model's name in the API (default: "
-     "the checkpoint's directory name)",
-     [](Args &a, const char *, const char *v, std::string &) {
-       return a.servedModelName = v, true;
-     }},
-    {"--max-queue", "N",
-     "with --serve: requests that may wait beyond --max-num-seqs running ones; more are "
-     "refused with 503 and Retry-After (default 64)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 0, a.maxQueue, e);
-     }},
-    {"--drain-seconds", "S",
-     "with --serve: on SIGTERM, how long requests in flight may finish before they are "
-     "aborted (default 30)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerOf(f, v, 0, a.drainSeconds, e);
-     }},
-    {"--request-metrics", nullptr,
-     "with --requests: each line's metrics, the ms from the start to its first token and to "
-     "its end",
-     [](Args &a, const char *, const char *, std::string &) { return a.requestMetrics = true; }},
-    {"--output", "OUT.jsonl", "with --requests: one JSON line per request, as each finishes",
-     [](Args &a, const char *, const char *v, std::string &) { return a.outputFile = v, true; }},
-    {"--dump-logits", "FILE", "rank 0 writes the last token's logits of every step to FILE",
-     [](Args &a, const char *, const char *v, std::string &) { return a.dumpLogits = v, true; }},
-    {"--trace", "FILE", "write every collective this rank runs, with its bytes, to FILE",
-     [](Args &a, const char *, const char *v, std::string &) { return a.trace = v, true; }},
-    {"--host", "ADDRESS", "the address this rank's transport listens on (default 127.0.0.1)",
-     [](Args &a, const char *, const char *v, std::string &) { return a.host = v, true; }},
-    {"--timeout", "SECONDS",
-     "bound the rendezvous and each collective's wait for a peer (default 30)",
-     [](Args &a, const char *f, const char *v, std::string &e) {
-       return integerInto(f, v, 1, a.timeoutSeconds, e);
-     }},
-    {"--warmup", nullptr,
-     "run a throwaway prefill and two decode steps first, then time 3 prefills (their "
-     "median is printed); tokens and logits are the same",
-     [](Args &a, const char *, const char *, std::string &) { return a.warmup = true; }},
-    {"--verbose", nullptr,
-     "rank 0 says how it computes: the matrix kernels and BLAS core the backend chose, and "
-     "the types its weights are held in",
-     [](Args &a, const char *, const char *, std::string &) { return a.verbose = true; }},
+/// Reads `value` of flag `id` into `args`; false, with `error` set, when it is wrong.
+bool setFlag(Args &a, FlagId id, const char *f, const char *v, std::string &e) {
+  switch (id) {
+  case FlagId::Weights:
+    return a.weights = v, true;
+  case FlagId::RandomWeights:
+    return integerInto(f, v, 0, a.randomSeed, e);
+  case FlagId::PromptIds:
+    return idsOf(f, v, a.params.prompt, e);
+  case FlagId::Prompt:
+    return a.promptText = v, true;
+  case FlagId::PromptFile:
+    return a.promptFile = v, true;
+  case FlagId::Chat:
+    return a.chat = true;
+  case FlagId::System:
+    return a.system = v, true;
+  case FlagId::Requests:
+    return a.requestsFile = v, true;
+  case FlagId::Output:
+    return a.outputFile = v, true;
+  case FlagId::RequestMetrics:
+    return a.requestMetrics = true;
+  case FlagId::MaxNewTokens:
+    return integerOf(f, v, 0, a.params.maxTokens, e);
+  case FlagId::EosId:
+    return integerInto(f, v, 0, a.eosId, e);
+  case FlagId::IgnoreEos:
+    return a.params.ignoreEos = true;
+  case FlagId::Stop:
+    return a.params.stop.push_back(v), true;
+  case FlagId::StopTokenIds:
+    return idsOf(f, v, a.params.stopIds, e);
+  case FlagId::Temperature:
+    return realOf(f, v, a.temperature, e);
+  case FlagId::TopK:
+    return integerInto(f, v, -1, a.topK, e);
+  case FlagId::TopP:
+    return realOf(f, v, a.topP, e);
+  case FlagId::MinP:
+    return realOf(f, v, a.minP, e);
+  case FlagId::RepetitionPenalty:
+    return realOf(f, v, a.repetitionPenalty, e);
+  case FlagId::PresencePenalty:
+    return realOf(f, v, a.presencePenalty, e);
+  case FlagId::FrequencyPenalty:
+    return realOf(f, v, a.frequencyPenalty, e);
+  case FlagId::Seed:
+    return integerInto(f, v, 0, a.seed, e);
+  case FlagId::MaxModelLen:
+    return integerOf(f, v, 1, a.maxSeqLen, e);
+  case FlagId::MaxNumSeqs:
+    return integerOf(f, v, 1, a.maxNumSeqs, e);
+  case FlagId::MaxBatchTokens:
+    return integerOf(f, v, 1, a.maxBatchTokens, e);
+  case FlagId::KvCacheTokens:
+    return integerOf(f, v, 1, a.kvCacheTokens, e);
+  case FlagId::KvCacheMemory:
+    return integerOf(f, v, 1, a.kvCacheMemory, e);
+  case FlagId::Serve:
+    return a.serve = v, true;
+  case FlagId::ServedModelName:
+    return a.servedModelName = v, true;
+  case FlagId::MaxQueue:
+    return integerOf(f, v, 0, a.maxQueue, e);
+  case FlagId::DrainSeconds:
+    return integerOf(f, v, 0, a.drainSeconds, e);
+  case FlagId::ForceIds:
+    return idsOf(f, v, a.params.forced, e);
+  case FlagId::DumpLogits:
+    return a.dumpLogits = v, true;
+  case FlagId::Trace:
+    return a.trace = v, true;
+  case FlagId::Host:
+    return a.host = v, true;
+  case FlagId::Timeout:
+    return integerInto(f, v, 1, a.timeoutSeconds, e);
+  case FlagId::Warmup:
+    return a.warmup = true;
+  case FlagId::Verbose:
+    return a.verbose = true;
+  }
+  e = std::string("no setter for ") + f; // unreachable while the switch covers the table
+  return false;
+}
+
+/// Flags that were renamed, so that an old command line says what to write instead.
+const std::pair<const char *, const char *> kRenamedFlags[] = {
+    {"--max-seq-len", "--max-model-len"},
 };
 
 const char *kUsageNotes =
     "Give one of --weights and --random-weights, and one of --prompt-ids, --prompt,\n"
-    "--prompt-file and --requests (with --output). Text prompts print the generated text as\n"
+    "--prompt-file, --requests (with --output) and --serve (with which --served-model-name,\n"
+    "--max-queue and --drain-seconds go). Text prompts print the generated text as\n"
     "it comes. Generation stops at the model's end-of-sequence ids (config.json's\n"
     "eos_token_id, and generation_config.json's beside --weights) unless --eos-id or\n"
     "--ignore-eos says otherwise, and at --stop strings and --stop-token-ids. Decoding is\n"
@@ -265,11 +191,11 @@ const char *kUsageNotes =
 /// The usage, from the flag table.
 void printUsage(std::FILE *to, const char *program) {
   std::fprintf(to, "usage: %s [options]\n", program);
-  for (const Flag &flag : kFlags) {
+  for (const FlagInfo &flag : kFlagTable) {
     std::string left = std::string(flag.name) + (flag.value ? std::string(" ") + flag.value : "");
     // The help wrapped at 90 columns, under itself.
-    std::string help = flag.help, line;
-    std::stringstream words(help);
+    std::string line;
+    std::stringstream words(flag.described());
     for (std::string word; words >> word;) {
       if (!line.empty() && line.size() + 1 + word.size() > 63) {
         std::fprintf(to, "  %-24s %s\n", left.c_str(), line.c_str());
@@ -292,10 +218,13 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
       printUsage(stdout, argv[0]);
       std::exit(0);
     }
-    const Flag *flag = std::find_if(std::begin(kFlags), std::end(kFlags),
-                                    [&](const Flag &f) { return name == f.name; });
-    if (flag == std::end(kFlags)) {
+    const FlagInfo *flag = std::find_if(std::begin(kFlagTable), std::end(kFlagTable),
+                                        [&](const FlagInfo &f) { return name == f.name; });
+    if (flag == std::end(kFlagTable)) {
       error = "unknown option " + name;
+      for (auto [old, now] : kRenamedFlags)
+        if (name == old)
+          error = name + " is now " + now;
       return std::nullopt;
     }
     const char *value = nullptr;
@@ -306,7 +235,7 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
       }
       value = argv[++i];
     }
-    if (!flag->set(args, flag->name, value, error))
+    if (!setFlag(args, flag->id, flag->name, value, error))
       return std::nullopt;
   }
   if (args.weights.empty() == !args.randomSeed) {
@@ -432,7 +361,7 @@ bool fits(const ModelSpec &spec, const Args &args) {
   if (total > args.maxSeqLen) {
     std::fprintf(stderr,
                  "error: the request needs %lld tokens (%zu prompt + %lld new%s), more than "
-                 "--max-seq-len %lld\n",
+                 "--max-model-len %lld\n",
                  (long long)total, args.params.prompt.size(), (long long)args.params.maxTokens,
                  cached > args.params.maxTokens ? ", and --warmup decodes 2" : "",
                  (long long)args.maxSeqLen);
@@ -459,7 +388,7 @@ std::string engineDefaults(Args &args) {
                                                                    : args.maxSeqLen * kMaxSequences;
   if (args.maxBatchTokens > mostTokens)
     return "--max-batch-tokens " + std::to_string(args.maxBatchTokens) +
-           " is more than --max-num-seqs' limit times --max-seq-len";
+           " is more than --max-num-seqs' limit times --max-model-len";
   if (!args.maxNumSeqs)
     args.maxNumSeqs = args.requestsFile.empty() && args.serve.empty() ? 1 : 8;
   if (!args.maxBatchTokens)
@@ -470,7 +399,7 @@ std::string engineDefaults(Args &args) {
                              : args.maxNumSeqs * args.maxSeqLen;
   if (args.kvCacheTokens < args.maxSeqLen)
     return "--kv-cache-tokens " + std::to_string(args.kvCacheTokens) +
-           " holds less than one sequence of --max-seq-len " + std::to_string(args.maxSeqLen);
+           " holds less than one sequence of --max-model-len " + std::to_string(args.maxSeqLen);
   return "";
 }
 
@@ -486,7 +415,7 @@ std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args
   if (tokens < args.maxSeqLen)
     return "--kv-cache-memory " + std::to_string(args.kvCacheMemory) + " holds " +
            std::to_string(tokens) + " tokens at " + std::to_string(perToken) +
-           " bytes a token on this rank, less than one sequence of --max-seq-len " +
+           " bytes a token on this rank, less than one sequence of --max-model-len " +
            std::to_string(args.maxSeqLen);
   args.kvCacheTokens = tokens;
   return "";

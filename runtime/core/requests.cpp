@@ -163,7 +163,7 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec, int64_
   if (total > maxSeqLen)
     return "the prompt's " + std::to_string(params.prompt.size()) + " tokens and max_tokens " +
            std::to_string(params.maxTokens) + " need " + std::to_string(total) +
-           " tokens of context, more than --max-seq-len " + std::to_string(maxSeqLen);
+           " tokens of context, more than --max-model-len " + std::to_string(maxSeqLen);
   return "";
 }
 

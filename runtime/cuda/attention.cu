@@ -814,7 +814,7 @@ void attention(Device::State &state, const act *q, const act *k, const act *v, i
   int64_t start = rows > 1 ? cache.length : 0;
   if (rows > 1 && start + rows > cache.capacity)
     throw std::runtime_error("the KV cache holds " + std::to_string(cache.capacity) +
-                             " tokens; --max-seq-len is too small");
+                             " tokens; --max-model-len is too small");
   append(state, k, v, rows, width, cache);
   if (rows == 1) {
     decode(state, q, heads, kvHeads, headDim, scale, slidingWindow, softcap, cache, out);

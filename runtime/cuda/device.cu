@@ -389,7 +389,7 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
   if (!caches.empty() && start + tokens > caches.front().capacity)
     throw std::runtime_error("the KV cache holds " + std::to_string(caches.front().capacity) +
                              " tokens and this forward would need " +
-                             std::to_string(start + tokens) + "; raise --max-seq-len");
+                             std::to_string(start + tokens) + "; raise --max-model-len");
   // The logits come back through pinned memory (a copy to pageable memory would wait for the
   // forward inside cudaMemcpyAsync, out of the watchdog's reach); grown here, while the stream
   // is idle.

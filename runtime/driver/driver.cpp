@@ -21,7 +21,7 @@ namespace tpcrt {
 namespace {
 
 /// The product of `factors` as an element count; throws std::length_error when it overflows
-/// (a --max-seq-len of 2^62, say), which the caller reports like a failed allocation.
+/// (a --max-model-len of 2^62, say), which the caller reports like a failed allocation.
 size_t elementCount(std::initializer_list<int64_t> factors) {
   uint64_t n = 1;
   for (int64_t f : factors)

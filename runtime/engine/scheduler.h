@@ -32,7 +32,7 @@ struct EngineLimits {
   int64_t maxBatchTokens = 1; // --max-batch-tokens: tokens in one step
   int64_t blocks = 1;         // the KV cache's blocks (--kv-cache-tokens / block size)
   int64_t blockSize = 16;     // tokens per block (the program's)
-  int64_t maxSeqLen = 1;      // --max-seq-len: the longest sequence (prompt + output)
+  int64_t maxSeqLen = 1;      // --max-model-len: the longest sequence (prompt + output)
 
   int64_t blocksFor(int64_t tokens) const { return (tokens + blockSize - 1) / blockSize; }
 };

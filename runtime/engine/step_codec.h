@@ -31,7 +31,7 @@ enum class StepKind : int64_t {
 struct StepLayout {
   int64_t maxTokens = 1;         // --max-batch-tokens
   int64_t maxSequences = 1;      // --max-num-seqs
-  int64_t blocksPerSequence = 1; // ceil(--max-seq-len / block size)
+  int64_t blocksPerSequence = 1; // ceil(--max-model-len / block size)
   int64_t blockSize = 16;        // tokens per KV block
   int64_t blocks = 1;            // the KV cache's blocks, which a table may name
 };

@@ -27,7 +27,7 @@ struct ApiError {
 std::string errorBody(const ApiError &error);
 
 /// What requests are read against: the model, the command's defaults (sampling from
-/// generation_config.json, --max-seq-len), the tokenizer and the chat template.
+/// generation_config.json, --max-model-len), the tokenizer and the chat template.
 struct ApiContext {
   const ModelSpec *spec = nullptr;
   const Args *defaults = nullptr;

@@ -864,7 +864,7 @@ TEST(Files, ReadFileReadsWholeRegularFilesOnly) {
   std::remove(path.c_str());
 }
 
-// --max-seq-len: 2048 by default, fewer where the model was made for fewer; a request
+// --max-model-len: 2048 by default, fewer where the model was made for fewer; a request
 // beyond the model's positions is refused with both numbers; 0 positions means unknown.
 TEST(Driver, MaxSeqLenDefaultsToModelPositions) {
   std::string error;
@@ -880,7 +880,7 @@ TEST(Driver, MaxSeqLenDefaultsToModelPositions) {
 TEST(Driver, MaxSeqLenBeyondModelPositionsIsRefused) {
   std::string error;
   EXPECT_EQ(chooseMaxSeqLen(4096, 2048, error), std::nullopt);
-  EXPECT_EQ(error, "--max-seq-len 4096 is more than the model's 2048 positions (config.json's "
+  EXPECT_EQ(error, "--max-model-len 4096 is more than the model's 2048 positions (config.json's "
                    "max_position_embeddings)");
 }
 
@@ -956,7 +956,7 @@ TEST(Driver, LoadsWeightsIntoTheBackendTensorByTensor) {
   spec.lastTokenOnly = true;
   RecordingBackend backend(spec.vocab);
   const char *argv[] = {"toy",           "--random-weights", "5", "--prompt-ids", "3",
-                        "--max-new-tokens", "3",             "--max-seq-len", "16"};
+                        "--max-new-tokens", "3",             "--max-model-len", "16"};
   ::testing::internal::CaptureStdout();
   int code = runModel(spec, backend, 9, const_cast<char **>(argv));
   std::string out = ::testing::internal::GetCapturedStdout();

@@ -31,9 +31,9 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                 "split the residual stream by tokens where the token count divides by tp");
   CLI::Option *prefillLenOption = cmd->add_option(
       "--prefill-len", opts->analysis.prefillLen,
-      "prompt tokens of the prefill (default 128, or the whole --max-seq-len where shorter)");
+      "prompt tokens of the prefill (default 128, or the whole --max-model-len where shorter)");
   CLI::Option *maxSeqLenOption = cmd->add_option(
-      "--max-seq-len", opts->analysis.maxSeqLen,
+      "--max-model-len", opts->analysis.maxSeqLen,
       "tokens the KV cache holds (default 2048, or the model's max_position_embeddings where "
       "fewer, as the binary's)");
   CLI::Option *stepTokens = cmd->add_option(

@@ -2,6 +2,7 @@
 // config.json, apply the plan, compile (or take the binary from the cache), and launch the
 // ranks with the checkpoint's weights, rank 0's output streamed as it comes.
 #include "Commands.h"
+#include "Forwarded.h"
 
 #include "tpc/Driver/Run.h"
 #include "tpc/Target/TargetInfo.h"
@@ -11,82 +12,55 @@
 namespace tpc {
 
 using namespace driver;
+using tpcrt::FlagId;
 
 namespace {
 
 struct RunOptions : driver::RunBuild {
-  std::string prompt, promptFile, promptIds, system, requests, output;
-  int64_t maxNewTokens = 64;
-  bool chat = false, ignoreEos = false, warmup = false;
-  // The sampler's flags, passed on as given (the binary checks them and fills in
-  // generation_config.json's defaults).
-  std::string temperature, topK, topP, minP, repetitionPenalty, presencePenalty,
-      frequencyPenalty, seed, stopTokenIds;
-  // The engine's limits, passed on as given (the binary checks them).
-  std::string maxNumSeqs, maxBatchTokens, kvCacheTokens, maxSeqLen;
-  std::vector<std::string> stop;
+  /// The binary's flags tpc run passes on as given (the binary checks their values and fills
+  /// in generation_config.json's defaults).
+  ForwardedFlags flags;
 };
 
+/// What a longer answer than the binary's default suits: tpc run is the command people read.
+constexpr const char *kRunMaxNewTokens = "64";
+
+/// The mistakes that need no compile to find, refused before one starts (the binary would
+/// refuse them too, later).
+std::string misuse(const RunOptions &o) {
+  const ForwardedFlags &f = o.flags;
+  int prompts = f.given(FlagId::Prompt) + f.given(FlagId::PromptFile) +
+                f.given(FlagId::PromptIds) + f.given(FlagId::Requests);
+  if (prompts != 1)
+    return "tpc run: give exactly one of --prompt, --prompt-file, --prompt-ids and --requests";
+  if (f.given(FlagId::Requests) != f.given(FlagId::Output))
+    return "tpc run: --requests IN.jsonl and --output OUT.jsonl go together";
+  if (o.tp < 1)
+    return fmt::format("--tp must be at least 1, got {}", o.tp);
+  // The binary takes 0 (a prefill alone); a person asking for an answer wants one.
+  if (const std::string *tokens = f.value(FlagId::MaxNewTokens)) {
+    long long count = 0;
+    if (llvm::StringRef(*tokens).getAsInteger(10, count) == false && count < 1)
+      return fmt::format("--max-new-tokens must be at least 1, got {}", *tokens);
+  }
+  if (f.given(FlagId::PromptIds) && (f.given(FlagId::Chat) || f.given(FlagId::System)))
+    return "tpc run: --chat and --system render text through the chat template; "
+           "--prompt-ids are tokens already";
+  if (f.given(FlagId::System) && !f.given(FlagId::Chat))
+    return "tpc run: --system is the system message of a --chat conversation";
+  return "";
+}
+
 int run(const RunOptions &o) {
-  int given = !o.prompt.empty() + !o.promptFile.empty() + !o.promptIds.empty() +
-              !o.requests.empty();
-  if (given != 1) {
-    reportError(
-        "tpc run: give exactly one of --prompt, --prompt-file, --prompt-ids and --requests");
+  if (std::string why = misuse(o); !why.empty()) {
+    reportError(why);
     return 2;
   }
-  if (o.requests.empty() != o.output.empty()) {
-    reportError("tpc run: --requests IN.jsonl and --output OUT.jsonl go together");
-    return 2;
-  }
-  if (o.tp < 1) {
-    reportError(fmt::format("--tp must be at least 1, got {}", o.tp));
-    return 2;
-  }
-  if (o.maxNewTokens < 1) {
-    reportError(fmt::format("--max-new-tokens must be at least 1, got {}", o.maxNewTokens));
-    return 2;
-  }
-  if (!o.promptIds.empty() && (o.chat || !o.system.empty())) {
-    reportError("tpc run: --chat and --system render text through the chat template; "
-                "--prompt-ids are tokens already");
-    return 2;
-  }
-  if (!o.system.empty() && !o.chat) {
-    reportError("tpc run: --system is the system message of a --chat conversation");
-    return 2;
-  }
-  std::vector<std::string> command = {"--weights", o.checkpoint, "--max-new-tokens",
-                                      std::to_string(o.maxNewTokens)};
-  auto add = [&](const char *flag, const std::string &value) {
-    if (!value.empty())
-      command.insert(command.end(), {flag, value});
-  };
-  add("--prompt", o.prompt);
-  add("--prompt-file", o.promptFile);
-  add("--prompt-ids", o.promptIds);
-  add("--system", o.system);
-  add("--requests", o.requests);
-  add("--output", o.output);
-  add("--temperature", o.temperature);
-  add("--top-k", o.topK);
-  add("--top-p", o.topP);
-  add("--min-p", o.minP);
-  add("--repetition-penalty", o.repetitionPenalty);
-  add("--presence-penalty", o.presencePenalty);
-  add("--frequency-penalty", o.frequencyPenalty);
-  add("--seed", o.seed);
-  add("--stop-token-ids", o.stopTokenIds);
-  add("--max-num-seqs", o.maxNumSeqs);
-  add("--max-batch-tokens", o.maxBatchTokens);
-  add("--kv-cache-tokens", o.kvCacheTokens);
-  add("--max-seq-len", o.maxSeqLen);
-  for (const std::string &stop : o.stop)
-    command.insert(command.end(), {"--stop", stop});
-  for (auto [flag, on] : {std::pair{"--chat", o.chat}, {"--ignore-eos", o.ignoreEos},
-                          {"--warmup", o.warmup}, {"--verbose", o.verbose}})
-    if (on)
-      command.push_back(flag);
+  std::vector<std::string> command = {"--weights", o.checkpoint};
+  for (std::string &argument : o.flags.arguments())
+    command.push_back(std::move(argument));
+  if (o.verbose)
+    command.push_back("--verbose");
   driver::LaunchOptions launch;
   launch.rankZeroRaw = true;
   return launchCheckpoint("tpc run", o, launch, command);
@@ -118,76 +92,7 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
       "run", "Import, compile (once; cached) and run a checkpoint on local ranks: a prompt "
              "in, generated text out");
   addCheckpointArgs(cmd, *opts);
-  cmd->add_option("--prompt", opts->prompt, "the prompt, as text");
-  cmd->add_option("--prompt-file", opts->promptFile, "a file holding the prompt text");
-  cmd->add_option("--prompt-ids", opts->promptIds,
-                  "the prompt as token ids, comma-separated (prints ids back)");
-  cmd->add_option("--requests", opts->requests,
-                  "run the requests of this JSON-lines file (id, prompt or prompt_token_ids, "
-                  "max_tokens, sampling fields), several at once (--max-num-seqs)")
-      ->type_name("IN.jsonl");
-  cmd->add_option("--max-num-seqs", opts->maxNumSeqs,
-                  "with --requests: run up to N sequences in one step (default 8)")
-      ->type_name("N");
-  cmd->add_option("--max-batch-tokens", opts->maxBatchTokens,
-                  "the most tokens one step computes; longer prompts are prefilled in chunks "
-                  "(default --max-seq-len)")
-      ->type_name("N");
-  cmd->add_option("--kv-cache-tokens", opts->kvCacheTokens,
-                  "the KV cache's size in tokens, shared by the sequences; when full, the "
-                  "newest is preempted and recomputed (default --max-num-seqs x --max-seq-len)")
-      ->type_name("N");
-  cmd->add_option("--max-seq-len", opts->maxSeqLen,
-                  "the longest sequence, prompt and output (default 2048, or the model's "
-                  "max_position_embeddings where fewer)")
-      ->type_name("N");
-  cmd->add_option("--output", opts->output,
-                  "with --requests: one JSON line per request (text, token_ids, "
-                  "finish_reason, usage, or an error naming the field)")
-      ->type_name("OUT.jsonl");
-  cmd->add_option("--max-new-tokens", opts->maxNewTokens,
-                  "the most tokens to generate, not counting the prompt (default 64); "
-                  "generation stops earlier at an end-of-sequence token, as generate does");
-  cmd->add_flag("--chat", opts->chat,
-                "render the prompt as a user message through the checkpoint's chat template, "
-                "with the generation prompt (apply_chat_template)");
-  cmd->add_option("--system", opts->system, "with --chat: a system message first");
-  cmd->add_flag("--ignore-eos", opts->ignoreEos,
-                "generate --max-new-tokens whatever the model says (for benchmarks)");
-  cmd->add_option("--temperature", opts->temperature,
-                  "sample at this temperature; 0 is greedy (the default, unless the "
-                  "checkpoint's generation_config.json sets do_sample)")
-      ->type_name("FLOAT");
-  cmd->add_option("--top-k", opts->topK, "sample from the K most likely tokens (0 or -1: all)")
-      ->type_name("INT");
-  cmd->add_option("--top-p", opts->topP,
-                  "sample from the most likely tokens that make up P of the probability")
-      ->type_name("FLOAT");
-  cmd->add_option("--min-p", opts->minP,
-                  "drop tokens less likely than P times the most likely one")
-      ->type_name("FLOAT");
-  cmd->add_option("--repetition-penalty", opts->repetitionPenalty,
-                  "divide positive logits (multiply negative ones) of the prompt's and the "
-                  "output's tokens by R")
-      ->type_name("FLOAT");
-  cmd->add_option("--presence-penalty", opts->presencePenalty,
-                  "subtract X from the logits of the tokens in the output")
-      ->type_name("FLOAT");
-  cmd->add_option("--frequency-penalty", opts->frequencyPenalty,
-                  "subtract X per occurrence in the output from a token's logit")
-      ->type_name("FLOAT");
-  cmd->add_option("--seed", opts->seed,
-                  "the sampler's seed: the same seed gives the same text (default: random)")
-      ->type_name("INT");
-  cmd->add_option("--stop", opts->stop,
-                  "stop when the text contains this string, which is not printed (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--stop-token-ids", opts->stopTokenIds,
-                  "stop after any of these ids (comma-separated), whatever --ignore-eos says")
-      ->type_name("IDS");
-  cmd->add_flag("--warmup", opts->warmup,
-                "a throwaway prefill and two decode steps first, then the median of three "
-                "warm prefills and the median decode step are reported (for benchmarks)");
+  opts->flags.addTo(cmd, tpcrt::flag_use::Run, {{FlagId::MaxNewTokens, kRunMaxNewTokens}});
   cmd->add_flag("-v,--verbose", opts->verbose,
                 "show the compiler's stages, warnings and notes, and say how rank 0 computes: "
                 "its kernels, BLAS core and weight types");

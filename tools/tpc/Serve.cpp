@@ -3,6 +3,7 @@
 // SIGTERM or Ctrl-C goes to rank 0, which drains and stops its peers; a rank that fails gives
 // rank 0 its --timeout to answer its clients before the group is stopped.
 #include "Commands.h"
+#include "Forwarded.h"
 
 #include <fmt/core.h>
 
@@ -11,11 +12,12 @@ namespace tpc {
 namespace {
 
 struct ServeOptions : driver::RunBuild {
-  std::string host = "127.0.0.1", servedModelName;
+  std::string host = "127.0.0.1";
   int port = 8000;
-  int64_t timeout = 30, drainSeconds = 30;
-  // The engine's limits, passed on as given (the binary checks them).
-  std::string maxNumSeqs, maxBatchTokens, maxModelLen, kvCacheTokens, kvCacheMemory, maxQueue;
+  int64_t timeout = 30;
+  /// The binary's flags tpc serve passes on as given (the binary checks them): the engine's
+  /// limits, the model's name, the queue and the drain.
+  ForwardedFlags flags;
 };
 
 int serve(const ServeOptions &o) {
@@ -38,19 +40,9 @@ int serve(const ServeOptions &o) {
   std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   std::vector<std::string> command = {"--weights", o.checkpoint,
                                       "--serve", host + ":" + std::to_string(o.port),
-                                      "--timeout", std::to_string(o.timeout),
-                                      "--drain-seconds", std::to_string(o.drainSeconds)};
-  auto add = [&](const char *flag, const std::string &value) {
-    if (!value.empty())
-      command.insert(command.end(), {flag, value});
-  };
-  add("--served-model-name", o.servedModelName);
-  add("--max-num-seqs", o.maxNumSeqs);
-  add("--max-batch-tokens", o.maxBatchTokens);
-  add("--max-seq-len", o.maxModelLen);
-  add("--kv-cache-tokens", o.kvCacheTokens);
-  add("--kv-cache-memory", o.kvCacheMemory);
-  add("--max-queue", o.maxQueue);
+                                      "--timeout", std::to_string(o.timeout)};
+  for (std::string &argument : o.flags.arguments())
+    command.push_back(std::move(argument));
   if (o.verbose)
     command.push_back("--verbose");
   return launchCheckpoint("tpc serve", o, launch, command);
@@ -68,36 +60,10 @@ void addServeCommand(CLI::App &app, CommandRunner &runner) {
   cmd->add_option("--port", opts->port,
                   "the port to listen on (default 8000; 0: any free one, printed as "
                   "'listening on HOST:PORT')");
-  cmd->add_option("--served-model-name", opts->servedModelName,
-                  "the model's name in the API (default: the checkpoint's directory name)");
-  cmd->add_option("--max-num-seqs", opts->maxNumSeqs,
-                  "run up to N requests in one step (default 8)")
-      ->type_name("N");
-  cmd->add_option("--max-batch-tokens", opts->maxBatchTokens,
-                  "the most tokens one step computes; longer prompts are prefilled in chunks "
-                  "(default --max-model-len)")
-      ->type_name("N");
-  cmd->add_option("--max-model-len", opts->maxModelLen,
-                  "the longest request, prompt and completion (default 2048, or the model's "
-                  "max_position_embeddings where fewer)")
-      ->type_name("N");
-  cmd->add_option("--kv-cache-tokens", opts->kvCacheTokens,
-                  "the KV cache's size in tokens, shared by the requests (default "
-                  "--max-num-seqs x --max-model-len)")
-      ->type_name("N");
-  cmd->add_option("--kv-cache-memory", opts->kvCacheMemory,
-                  "the KV cache's size in bytes on each rank, instead of --kv-cache-tokens")
-      ->type_name("BYTES");
-  cmd->add_option("--max-queue", opts->maxQueue,
-                  "requests that may wait beyond the running ones; more get 503 with "
-                  "Retry-After (default 64)")
-      ->type_name("N");
+  opts->flags.addTo(cmd, tpcrt::flag_use::Serve);
   cmd->add_option("--timeout", opts->timeout,
                   "seconds a rank waits for a lost peer before the server fails (and exits "
                   "non-zero, for a supervisor to restart it; default 30)");
-  cmd->add_option("--drain-seconds", opts->drainSeconds,
-                  "on SIGTERM or Ctrl-C, how long requests in flight may finish before they "
-                  "are aborted (default 30)");
   cmd->add_flag("-v,--verbose", opts->verbose,
                 "show the compiler's stages, warnings and notes, and say how rank 0 computes: "
                 "its kernels, BLAS core and weight types");

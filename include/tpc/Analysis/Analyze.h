@@ -46,7 +46,7 @@ struct Analysis {
 };
 
 /// Applies the plan to `module` and analyzes what the binary for `options` does. A usage
-/// problem (--prefill-len past --max-seq-len) fails with `error` set; a plan or pass that
+/// problem (--prefill-len past --max-model-len) fails with `error` set; a plan or pass that
 /// fails reports its diagnostics and fails with `error` empty.
 mlir::FailureOr<Analysis> analyze(mlir::ModuleOp module, const AnalyzeOptions &options,
                                   std::string &error);

@@ -133,7 +133,7 @@ double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
 /// on every rank) where tpc caches per-head keys and values; 0 without MLA.
 double mlaLatentCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
 /// The activation arena tp-plan-arena laid out, in elements per token: the largest of the
-/// program's forwards, which share it. The binary allocates it for --max-seq-len tokens.
+/// program's forwards, which share it. The binary allocates it for --max-model-len tokens.
 int64_t arenaElementsPerToken(mlir::ModuleOp program);
 
 /// Graphviz DOT of a lowered module: ops as nodes (collectives highlighted), edges labelled

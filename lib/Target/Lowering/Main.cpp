@@ -195,7 +195,7 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
   if (auto eos = module->getAttrOfType<DenseI64ArrayAttr>(kEosTokenIdsAttrName))
     for (int64_t id : eos.asArrayRef())
       m.onSpec("addEosId").integer("id", id).emit();
-  // The context the model was made for bounds the binary's default --max-seq-len.
+  // The context the model was made for bounds the binary's default --max-model-len.
   if (auto positions = module->getAttrOfType<IntegerAttr>(kMaxPositionEmbeddingsAttrName))
     m.onSpec("setMaxPositions").integer("positions", positions.getInt()).emit();
   if (getTarget(module).getGroupLinears())

@@ -39,7 +39,7 @@ struct ModelSpec {
   bool lastTokenOnly = false;        // forwards return the last token's row only
   std::vector<int64_t> eosIds;       // generation stops at these (config.json's eos_token_id)
   /// config.json's max_position_embeddings (the module's tp.max_position_embeddings), which
-  /// bounds --max-seq-len; 0 where unknown. Last, so that specs written without it still
+  /// bounds --max-model-len; 0 where unknown. Last, so that specs written without it still
   /// initialize every other field.
   int64_t maxPositions = 0;
   /// The program's rule for its sequence-parallel forward (tp.sequence_parallel): it runs
@@ -76,13 +76,13 @@ struct ModelSpec {
 #undef TPC_TARGET_SPEC_CALL
 #undef TPC_CUDA_SPEC_CALL
 
-/// --max-seq-len when none is given: 2048 tokens, or the model's max_position_embeddings
+/// --max-model-len when none is given: 2048 tokens, or the model's max_position_embeddings
 /// where that is fewer (`maxPositions` 0: unknown). `tpc analyze` reports with it too.
 inline constexpr int64_t kDefaultMaxSeqLen = 2048;
 inline int64_t defaultMaxSeqLen(int64_t maxPositions) {
   return maxPositions > 0 ? std::min(kDefaultMaxSeqLen, maxPositions) : kDefaultMaxSeqLen;
 }
-/// The context a run holds: `requested` (--max-seq-len) or the default. Empty, with `error`
+/// The context a run holds: `requested` (--max-model-len) or the default. Empty, with `error`
 /// naming both numbers, when the request is longer than the model's positions. Inline, like
 /// the default: the compiler (`tpc analyze`) asks it too, and links no runtime layer above the
 /// formats.
@@ -92,7 +92,7 @@ inline std::optional<int64_t> chooseMaxSeqLen(std::optional<int64_t> requested,
     return defaultMaxSeqLen(maxPositions);
   // Positions past the ones the model was trained on give rotary angles it never saw.
   if (maxPositions > 0 && *requested > maxPositions) {
-    error = "--max-seq-len " + std::to_string(*requested) + " is more than the model's " +
+    error = "--max-model-len " + std::to_string(*requested) + " is more than the model's " +
             std::to_string(maxPositions) + " positions (config.json's max_position_embeddings)";
     return std::nullopt;
   }

@@ -8,7 +8,7 @@ kinds, modules and bytes analyze lists (with --steps: N times the step of A.json
 bytes analyze says that rank holds (a replicated run cannot pass as a sharded one); held the
 weight bytes analyze reports per rank (in the types the binary holds them, padding
 included); allocated the activation arena analyze reports (run analyze with the binary's
---target, --max-seq-len and --weights-dtype); and a KV cache no larger than analyze's on
+--target, --max-model-len and --weights-dtype); and a KV cache no larger than analyze's on
 any rank and as large on the largest (analyze's kv_cache_bytes, or with --kv-tokens its
 kv_cache_bytes_per_token times T, the binary's --kv-cache-tokens).
 """

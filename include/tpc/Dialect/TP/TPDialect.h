@@ -42,7 +42,7 @@ inline constexpr llvm::StringLiteral kEosTokenIdsAttrName = "tp.eos_token_ids";
 /// of the module names --plan auto writes; absent, "model.".
 inline constexpr llvm::StringLiteral kHfBasePrefixAttrName = "tp.hf_base_prefix";
 /// config.json's max_position_embeddings (an i64): the longest context the model was made
-/// for, which bounds the default --max-seq-len of analyze and of the binary.
+/// for, which bounds the default --max-model-len of analyze and of the binary.
 inline constexpr llvm::StringLiteral kMaxPositionEmbeddingsAttrName =
     "tp.max_position_embeddings";
 /// What tp-plan-arena decides: each stored result's offset in the activation arena
