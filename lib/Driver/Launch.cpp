@@ -67,6 +67,10 @@ int launchRanks(const LaunchOptions &o) {
     dir = pattern;
   }
   std::vector<Rank> ranks(o.ranks);
+  // Rank 0's output, streamed as it comes, reaches a terminal through its pipe: the binary
+  // may show it the weights' load (TPC_PROGRESS, which a user's setting overrides).
+  bool rankZeroOnTerminal = o.rankZeroRaw && isatty(o.ranksToStderr ? STDERR_FILENO
+                                                                      : STDOUT_FILENO);
   for (int r = 0; r < o.ranks; ++r) {
     int fds[2];
     if (pipe(fds) != 0) {
@@ -84,6 +88,8 @@ int launchRanks(const LaunchOptions &o) {
       setenv("WORLD_SIZE", std::to_string(o.ranks).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(o.ranks).c_str(), 1);
       setenv("TPC_RENDEZVOUS_DIR", dir.c_str(), 1);
+      if (r == 0 && rankZeroOnTerminal)
+        setenv("TPC_PROGRESS", "terminal", 0);
       std::vector<char *> argv;
       for (const std::string &a : o.command)
         argv.push_back(const_cast<char *>(a.c_str()));

@@ -5,6 +5,7 @@
 // this only says what they hold. The top of the runtime's layers: nothing includes it.
 #include "../core/core.h"
 #include "../serve/server.h"
+#include "progress.h"
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,8 @@
 #include <fstream>
 #include <map>
 #include <stdexcept>
+
+#include <unistd.h>
 
 namespace tpcrt {
 
@@ -43,9 +46,10 @@ struct Footprint {
 /// --random-weights), one tensor at a time: straight into the backend's host memory where
 /// it has some, else through one staging buffer the size of the largest tensor, never a copy
 /// of the whole slice; then has it make its KV caches and activation arena, and start. On
-/// failure says why in `error`.
+/// failure says why in `error`. Rank 0 shows the load in `shown` mode (progress.h).
 bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
-                 Backend &backend, Footprint &footprint, std::string &error) {
+                 Backend &backend, Footprint &footprint, ProgressMode shown,
+                 std::string &error) {
   std::unique_ptr<Checkpoint> checkpoint;
   if (!args.weights.empty() && !(checkpoint = Checkpoint::open(args.weights, error)))
     return false;
@@ -80,8 +84,15 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
     allocating = "the weights (" + std::to_string(total) + " bytes)";
     backend.allocateWeights(weights);
     std::vector<float> staging;
+    LoadProgress progress(rank.rank == 0 ? shown : ProgressMode::Never, total);
     for (size_t i = 0; i < spec.params.size(); ++i) {
       const ParamDesc &param = spec.params[i];
+      // Counted when the tensor is in, whichever way it comes.
+      struct Loaded {
+        LoadProgress &progress;
+        uint64_t bytes;
+        ~Loaded() { progress.advance(bytes); }
+      } loaded{progress, weights[i].bytes()};
       if (!checkpoint && backend.generateWeight(i, *args.randomSeed, param, slices[i]))
         continue;
       int64_t elements = weights[i].elements();
@@ -137,6 +148,7 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
     elementCount({spec.floatsPerToken, tokens});
     footprint.arenaBytes = backend.allocateArena(spec.floatsPerToken, tokens);
     backend.start();
+    progress.finish(); // the caches and the arena made too: ready
   } catch (const std::bad_alloc &) {
     error = "out of memory allocating " + allocating;
     return false;
@@ -217,6 +229,13 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   if (!request)
     return status;
   const Args &args = request->args;
+  const char *progressError = nullptr;
+  ProgressMode progress =
+      progressMode(std::getenv("TPC_PROGRESS"), isatty(STDERR_FILENO), progressError);
+  if (progressError) {
+    std::fprintf(stderr, "error: %s\n", progressError);
+    return 2;
+  }
   // A server answers (503) while the group meets and loads.
   std::unique_ptr<serve::Server> server;
   if (!args.serve.empty() && request->rank == 0) {
@@ -252,7 +271,7 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   }
   if (std::string why = sizeKvCache(spec, backend.kvElementBytes(), request->args); !why.empty())
     return group->stop(why);
-  if (!loadWeights(spec, args, rank, backend, footprint, error))
+  if (!loadWeights(spec, args, rank, backend, footprint, progress, error))
     return group->stop(error);
   if (args.verbose && group->rank == 0) {
     std::string types;
