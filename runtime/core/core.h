@@ -84,6 +84,12 @@ std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args
 inline int64_t kvBlocks(const ModelSpec &spec, const Args &args) {
   return args.kvCacheTokens / spec.kvBlockSize + (args.kvCacheTokens % spec.kvBlockSize != 0);
 }
+/// The engine's limits as the flags give them (the engine makes them runnable on its
+/// backend: runnableLimits).
+inline EngineLimits engineLimits(const ModelSpec &spec, const Args &args) {
+  return {args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args), spec.kvBlockSize,
+          args.maxSeqLen};
+}
 
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
 /// point of a run, or keep it from joining, deterministically.

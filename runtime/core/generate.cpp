@@ -99,8 +99,8 @@ std::vector<int64_t> Generator::generate(const Args &args,
   // One request through the engine, as --requests runs many: rank 0 schedules, samples and
   // decides; every step it sends the peers the step they run.
   bool decides = rank.rank == 0;
-  EngineLimits limits{1, args.maxBatchTokens, kvBlocks(spec, args), spec.kvBlockSize,
-                      args.maxSeqLen};
+  EngineLimits limits = engineLimits(spec, args);
+  limits.maxNumSeqs = 1;
   Engine engine(spec, backend, rank, limits);
   std::vector<EngineRequest> one;
   if (decides)

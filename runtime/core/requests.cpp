@@ -273,9 +273,7 @@ EngineRequest engineRequest(const ModelSpec &spec, const Args &command,
 int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const RankInfo &rank,
                 const Group &group) {
   bool lead = group.rank == 0;
-  EngineLimits limits{args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args),
-                      spec.kvBlockSize, args.maxSeqLen};
-  Engine engine(spec, backend, rank, limits);
+  Engine engine(spec, backend, rank, engineLimits(spec, args));
   std::vector<EngineRequest> none;
   if (!lead) { // the peers run rank 0's steps until it ends
     engine.run(none);

@@ -82,9 +82,22 @@ namespace {
 
 class CpuBackend final : public Backend {
 public:
-  /// The program's forwards: every token count, and token counts tp divides (or null).
-  CpuBackend(ForwardFn forwardFn, ForwardFn sequenceParallelFn)
-      : forwardFn(forwardFn), sequenceParallelFn(sequenceParallelFn) {}
+  /// The program's forwards: every token count, and token counts tp divides (or null);
+  /// whether its gather of the logits finds the argmax on the ranks (ModelSpec).
+  CpuBackend(ForwardFn forwardFn, ForwardFn sequenceParallelFn, bool argmaxOnRanks)
+      : forwardFn(forwardFn), sequenceParallelFn(sequenceParallelFn),
+        argmaxOnRanks(argmaxOnRanks) {}
+
+  /// Batched steps over a paged cache; the argmax where the program's gather of the logits
+  /// is marked for it (ModelSpec::argmaxOnRanks); matrices held in a file's Q8_0, Q4_0, Q4_1
+  /// and Q4_K blocks, and quantized to Q8_0 and Q4_0 (dtype.h's narrow).
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities can;
+    can.argmax = argmaxOnRanks;
+    can.blocksAsStored = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K};
+    can.blocksFromFloats = {DType::Q8_0, DType::Q4_0};
+    return can;
+  }
 
   void attach(const RankInfo &rank) override {
     // One BLAS thread per rank unless asked otherwise: ranks share the machine's cores.
@@ -114,12 +127,7 @@ public:
     return isQuantized(cx.weights.type(i)) ? cx.weights.raw(i) : nullptr;
   }
   void writeWeight(size_t i, int64_t offset, const float *values, int64_t count) override {
-    DType type = cx.weights.type(i);
-    if (type == DType::Q4_1 || type == DType::Q4_K)
-      throw std::invalid_argument(std::string("held as ") +
-                                  dtypeName(type) +
-                                  ", blocks that only a GGUF file of that type gives; tpc "
-                                  "quantizes fp32 values to q8_0 and q4_0 only");
+    DType type = cx.weights.type(i); // one the driver asked capabilities() it can be given
     narrow(values, type, static_cast<std::byte *>(cx.weights.raw(i)) + dtypeBytesFor(type, offset),
            size_t(count));
   }
@@ -159,6 +167,7 @@ public:
 
 private:
   ForwardFn forwardFn, sequenceParallelFn;
+  bool argmaxOnRanks;
   Context cx;
   std::vector<std::vector<float>> cacheMemory;
   std::vector<float> arena;
@@ -187,7 +196,8 @@ int runModel(ModelSpec *spec, int argc, char **argv) {
   cpu::chooseBlasCore(argv);
   // The process's one backend. A rank that stops (Context::fail) calls exit from inside a
   // forward; exit's destructors then free these buffers, which nothing reads after.
-  static cpu::CpuBackend backend(cpu::forwards().forward, cpu::forwards().sequenceParallel);
+  static cpu::CpuBackend backend(cpu::forwards().forward, cpu::forwards().sequenceParallel,
+                                 spec->argmaxOnRanks);
   return runModel(*spec, backend, argc, argv);
 }
 

@@ -42,6 +42,31 @@ struct Footprint {
   std::map<std::string, int> held; // parameters held in each type ("bf16": 211)
 };
 
+/// Whether the backend can be given every weight in the type it holds it in: as the file
+/// stores it, or made from fp32 values (a checkpoint of another type, or --random-weights).
+/// Asked before anything is allocated; says which weight it cannot in `error`.
+bool takesEveryWeight(const ModelSpec &spec, const std::vector<WeightDesc> &weights,
+                      const Checkpoint *checkpoint, const BackendCapabilities &can,
+                      std::string &error) {
+  for (const WeightDesc &weight : weights) {
+    const ParamDesc &param = spec.params[weight.param];
+    const TensorInfo *stored = checkpoint ? checkpoint->find(param.name) : nullptr;
+    bool asStored = stored && parseDType(stored->dtype) == weight.dtype;
+    if (can.takes(weight.dtype, asStored))
+      continue;
+    std::string makes;
+    for (DType type : can.blocksFromFloats)
+      makes += (makes.empty() ? "" : " and ") + std::string(dtypeName(type));
+    error = std::string("parameter ") + param.name + ": held as " + dtypeName(weight.dtype) +
+            ", blocks that only a file storing them gives (" +
+            (stored ? "the checkpoint stores " + stored->dtype : std::string("--random-weights")) +
+            "); this backend quantizes fp32 values to " + (makes.empty() ? "no type" : makes) +
+            " only";
+    return false;
+  }
+  return true;
+}
+
 /// Loads this rank's weights into `backend` (its slices of the checkpoint, or generated from
 /// --random-weights), one tensor at a time: straight into the backend's host memory where
 /// it has some, else through one staging buffer the size of the largest tensor, never a copy
@@ -81,6 +106,8 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       slices.push_back(slice);
     }
     footprint.heldBytes = total;
+    if (!takesEveryWeight(spec, weights, checkpoint.get(), backend.capabilities(), error))
+      return false;
     allocating = "the weights (" + std::to_string(total) + " bytes)";
     backend.allocateWeights(weights);
     std::vector<float> staging;
@@ -134,7 +161,9 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       }
     }
     staging = {};
-    int64_t blocks = kvBlocks(spec, args);
+    // As many blocks as the engine will use on this backend (one sequence's where its cache
+    // is not paged).
+    int64_t blocks = runnableLimits(engineLimits(spec, args), backend.capabilities()).blocks;
     allocating = "the KV cache of --kv-cache-tokens " + std::to_string(args.kvCacheTokens);
     std::vector<KVCacheDesc> layers;
     for (size_t i = 0; i < spec.kvWidths.size(); ++i) {

@@ -27,14 +27,6 @@ double millisSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-/// The flags' limits, with no more sequences a step than the backend can run.
-EngineLimits runnable(EngineLimits limits, const Backend &backend) {
-  int64_t most = backend.capabilities().stepSequences;
-  if (most > 0)
-    limits.maxNumSeqs = std::min(limits.maxNumSeqs, most);
-  return limits;
-}
-
 StepLayout layoutOf(const EngineLimits &limits) {
   StepLayout layout;
   layout.maxTokens = limits.maxBatchTokens;
@@ -47,10 +39,20 @@ StepLayout layoutOf(const EngineLimits &limits) {
 
 } // namespace
 
+EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can) {
+  if (can.stepSequences > 0)
+    limits.maxNumSeqs = std::min(limits.maxNumSeqs, can.stepSequences);
+  if (!can.pagedKvCache) { // one sequence, contiguous: its blocks are the cache
+    limits.maxNumSeqs = 1;
+    limits.blocks = std::min(limits.blocks, limits.blocksFor(limits.maxSeqLen));
+  }
+  return limits;
+}
+
 Engine::Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank,
                EngineLimits flags)
-    : spec(spec), backend(backend), rank(rank), limits(runnable(flags, backend)),
-      codec(layoutOf(limits)), scheduler(limits) {}
+    : spec(spec), backend(backend), rank(rank), can(backend.capabilities()),
+      limits(runnableLimits(flags, can)), codec(layoutOf(limits)), scheduler(limits) {}
 
 Engine::~Engine() = default;
 
@@ -170,7 +172,7 @@ void Engine::run(std::vector<EngineRequest> &requests, const EngineHooks &hooks)
 }
 
 bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &hooks) {
-  if (hooks.onLogits)
+  if (!can.argmax || hooks.onLogits)
     return false;
   for (const Scheduled &s : plan) {
     if (!s.sampled())
@@ -203,6 +205,9 @@ void Engine::step(const EngineHooks &hooks) {
 void Engine::sample(const std::vector<Scheduled> &plan, const float *logits,
                     const EngineHooks &hooks) {
   const int64_t *chosen = current.step.argmax ? backend.argmax() : nullptr;
+  if (current.step.argmax && !chosen) // it said it could (capabilities().argmax)
+    throw std::logic_error("the backend was asked for each row's argmax, which it says it "
+                           "finds, and gave none");
   // The sequences whose known tokens are all computed now have their rows of the logits, one
   // each in the step's order (the last token's of every token where the program has no
   // tp.last_token).

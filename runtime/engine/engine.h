@@ -35,10 +35,14 @@ struct EngineHooks {
   std::function<void(int64_t)> beforeStep;
 };
 
+/// The flags' limits as a backend of `can` runs them: no more sequences a step than it can
+/// hold, and a cache of one sequence where its KV cache is not paged. The engine runs these,
+/// and the driver makes the cache this size.
+EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can);
+
 class Engine {
 public:
-  /// `limits` as the flags give them; a step holds no more sequences than the backend can
-  /// run (Backend::capabilities), whatever --max-num-seqs says.
+  /// `limits` as the flags give them, made runnable on `backend` (runnableLimits).
   Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank, EngineLimits limits);
   ~Engine();
 
@@ -99,6 +103,7 @@ private:
   const ModelSpec &spec;
   Backend &backend;
   const RankInfo &rank;
+  BackendCapabilities can; // the backend's, asked once
   EngineLimits limits;
   StepCodec codec;
   Scheduler scheduler; // rank 0's

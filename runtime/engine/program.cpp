@@ -34,5 +34,6 @@ void setSequenceParallelTokens(ModelSpec *spec, int64_t tokens) {
 }
 void setVariableGathers(ModelSpec *spec, bool variable) { spec->variableGathers = variable; }
 void setKvBlockSize(ModelSpec *spec, int64_t tokens) { spec->kvBlockSize = tokens; }
+void setArgmaxOnRanks(ModelSpec *spec, bool onRanks) { spec->argmaxOnRanks = onRanks; }
 
 } // namespace tpcrt

@@ -529,9 +529,7 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
   }
   const Args &args = s.args;
 
-  EngineLimits limits{args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args),
-                      spec.kvBlockSize, args.maxSeqLen};
-  Engine engine(spec, backend, rank, limits);
+  Engine engine(spec, backend, rank, engineLimits(spec, args));
   std::string error;
   s.context.tokenizer = loadTokenizer(args.weights, spec.vocab, s.gguf, error);
   if (!s.context.tokenizer) {
@@ -693,9 +691,7 @@ int follow(const ModelSpec &spec, const Args &args, Backend &backend, const Rank
            const Group &group, const Fault &fault) {
   std::signal(SIGTERM, SIG_IGN);
   std::signal(SIGINT, SIG_IGN);
-  EngineLimits limits{args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args),
-                      spec.kvBlockSize, args.maxSeqLen};
-  Engine engine(spec, backend, rank, limits);
+  Engine engine(spec, backend, rank, engineLimits(spec, args));
   EngineHooks hooks;
   hooks.beforeStep = [&](int64_t n) { strikeFault(fault, rank.rank, backend, n); };
   try {

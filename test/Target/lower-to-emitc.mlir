@@ -41,6 +41,7 @@ module @tiny attributes {tp.mesh = #tp.mesh<tp = 1>, tp.eos_token_ids = array<i6
 // CPU-NEXT:   call_opaque "tpcrt::addParam"(%[[SPEC]]) {args = [0 : index, #emitc.opaque<"\22embed.weight\22">, #emitc.opaque<"std::vector<int64_t>{32, 8}">, #emitc.opaque<"tpcrt::SliceSpec{}">, #emitc.opaque<"std::vector<std::string>{}">]}
 // CPU:        call_opaque "tpcrt::addEosId"(%[[SPEC]]) {args = [0 : index, 7]}
 // CPU-NEXT:   call_opaque "tpcrt::setVariableGathers"(%[[SPEC]]) {args = [0 : index, #emitc.opaque<"true">]}
+// CPU-NEXT:   call_opaque "tpcrt::setArgmaxOnRanks"(%[[SPEC]]) {args = [0 : index, #emitc.opaque<"false">]}
 // CPU-NEXT:   call_opaque "tpcrt::setForwards"(%[[SPEC]]) {args = [0 : index, #emitc.opaque<"forward">, #emitc.opaque<"nullptr">]}
 // CPU-NEXT:   %[[CODE:.*]] = call_opaque "tpcrt::runModel"(%[[SPEC]], %[[ARGC]], %[[ARGV]])
 // CPU-NEXT:   return %[[CODE]] : i32
@@ -53,5 +54,6 @@ module @tiny attributes {tp.mesh = #tp.mesh<tp = 1>, tp.eos_token_ids = array<i6
 // CUDA:        call_opaque "forward_fused_0"
 // CUDA:        call_opaque "tpcrt::cuda::setAttentionBounds"(%{{.*}}) {args = [0 : index, 0, 0]}
 // CUDA-NEXT:   call_opaque "tpcrt::setVariableGathers"(%{{.*}}) {args = [0 : index, #emitc.opaque<"false">]}
+// CUDA-NEXT:   call_opaque "tpcrt::setArgmaxOnRanks"(%{{.*}}) {args = [0 : index, #emitc.opaque<"false">]}
 // CUDA-NEXT:   call_opaque "tpcrt::cuda::setForwards"
 // CUDA-NEXT:   call_opaque "tpcrt::cuda::runModel"

@@ -15,14 +15,9 @@ namespace {
 
 class CountingBackend final : public Backend {
 public:
-  explicit CountingBackend(int64_t vocab, int64_t stepSequences = 0)
-      : vocab(vocab), stepSequences(stepSequences) {}
+  CountingBackend(int64_t vocab, BackendCapabilities can) : vocab(vocab), can(can) {}
 
-  BackendCapabilities capabilities() const override {
-    BackendCapabilities can;
-    can.stepSequences = stepSequences;
-    return can;
-  }
+  BackendCapabilities capabilities() const override { return can; }
   void attach(const RankInfo &) override {}
   DType weightType(const WeightDesc &) const override { return DType::F32; }
   void allocateWeights(const std::vector<WeightDesc> &) override {}
@@ -37,31 +32,51 @@ public:
   uint64_t allocateArena(int64_t, int64_t) override { return 0; }
   void start() override {}
   bool hasSequenceParallel() const override { return false; }
+  /// The counting logits; on a step asking for the argmax (which the engine does only when
+  /// `can.argmax`), the counting ids instead and logits that point elsewhere, unless
+  /// `withholdArgmax`.
   const float *forward(const Step &step, bool) override {
     sequencesPerStep.push_back(int64_t(step.sequences.size()));
+    argmaxAsked.push_back(step.argmax);
     logits.clear();
+    chosen.clear();
     for (const StepSequence &s : step.sequences) {
       if (!s.sampled)
         continue;
+      int64_t next = (step.ids[s.first + s.count - 1] + 1) % vocab;
       std::vector<float> row(size_t(vocab), 0.0f);
-      row[size_t((step.ids[s.first + s.count - 1] + 1) % vocab)] = 1.0f;
+      row[size_t(step.argmax ? 0 : next)] = 1.0f;
       logits.insert(logits.end(), row.begin(), row.end());
+      chosen.push_back(next);
     }
     return logits.data();
+  }
+  const int64_t *argmax() const override {
+    return argmaxAsked.back() && !withholdArgmax ? chosen.data() : nullptr;
   }
   bool injectFault() override { return false; }
 
   std::vector<int64_t> sequencesPerStep;
+  std::vector<bool> argmaxAsked;
+  bool withholdArgmax = false;
 
 private:
-  int64_t vocab, stepSequences;
+  int64_t vocab;
+  BackendCapabilities can;
   std::vector<float> logits;
+  std::vector<int64_t> chosen;
 };
 
+BackendCapabilities runningAtMost(int64_t stepSequences) {
+  BackendCapabilities can;
+  can.stepSequences = stepSequences;
+  return can;
+}
+
 struct Fixture {
-  explicit Fixture(EngineLimits limits, int64_t stepSequences = 0)
+  explicit Fixture(EngineLimits limits, BackendCapabilities can = {})
       : spec(*newSpec("counting", 1, kVocab, 1, /*lastTokenOnly=*/true)),
-        backend(kVocab, stepSequences), engine(spec, backend, rank, limits) {}
+        backend(kVocab, can), engine(spec, backend, rank, limits) {}
   static constexpr int64_t kVocab = 1000;
   ModelSpec &spec;
   CountingBackend backend;
@@ -149,7 +164,7 @@ TEST(Engine, PreemptedRequestsStillGiveTheirTokens) {
 
 TEST(Engine, AStepHoldsNoMoreSequencesThanTheBackendCanRun) {
   // --max-num-seqs 4, on a backend that runs one sequence a step (the CUDA target's).
-  Fixture f({4, 64, 16, 4, 32}, /*stepSequences=*/1);
+  Fixture f({4, 64, 16, 4, 32}, runningAtMost(1));
   EXPECT_EQ(f.engine.limitsInForce().maxNumSeqs, 1);
   std::vector<size_t> handles;
   for (int64_t i = 0; i < 3; ++i)
@@ -159,6 +174,59 @@ TEST(Engine, AStepHoldsNoMoreSequencesThanTheBackendCanRun) {
   EXPECT_EQ(f.backend.sequencesPerStep, std::vector<int64_t>(12, 1)); // 3 requests x 4 steps
   for (int64_t i = 0; i < 3; ++i)
     EXPECT_EQ(f.engine.request(handles[size_t(i)]).output, following(100 * (i + 1) + 2, 4));
+}
+
+TEST(Engine, OnlyABackendThatFindsTheArgmaxIsAskedForIt) {
+  for (bool finds : {false, true}) {
+    BackendCapabilities can;
+    can.argmax = finds;
+    Fixture f({2, 64, 16, 4, 32}, can);
+    size_t greedy = f.engine.submit(counting(10, 3, 4));
+    while (f.engine.busy())
+      f.engine.step();
+    // Greedy steps ask where the backend finds it, and its ids are the tokens (its logits
+    // point at token 0); elsewhere the logits are sampled.
+    EXPECT_EQ(f.backend.argmaxAsked, std::vector<bool>(4, finds));
+    EXPECT_EQ(f.engine.request(greedy).output, following(12, 4));
+  }
+}
+
+TEST(Engine, ASampledOrPenalizedRequestGetsLogitsEvenWhereTheArgmaxIsFound) {
+  BackendCapabilities can;
+  can.argmax = true;
+  Fixture f({2, 64, 16, 4, 32}, can);
+  EngineRequest penalized = counting(10, 3, 2);
+  penalized.sampling.repetitionPenalty = 1.5;
+  f.engine.submit(penalized);
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.backend.argmaxAsked, std::vector<bool>(2, false));
+}
+
+TEST(Engine, ABackendThatSaysItFindsTheArgmaxAndGivesNoneIsAnError) {
+  BackendCapabilities can;
+  can.argmax = true;
+  Fixture f({2, 64, 16, 4, 32}, can);
+  f.backend.withholdArgmax = true;
+  f.engine.submit(counting(10, 3, 2));
+  EXPECT_THROW(f.engine.step(), std::logic_error);
+}
+
+TEST(Engine, AnUnpagedCacheHoldsOneSequenceOfTheLongestLength) {
+  // --max-num-seqs 4 and a cache of 16 blocks, on a backend whose cache is one contiguous
+  // sequence (the CUDA target's): one sequence a step, a cache of --max-model-len's 8 blocks.
+  BackendCapabilities can;
+  can.pagedKvCache = false;
+  Fixture f({4, 64, 16, 4, 32}, can);
+  EXPECT_EQ(f.engine.limitsInForce().maxNumSeqs, 1);
+  EXPECT_EQ(f.engine.totalBlocks(), 8);
+  EXPECT_EQ(runnableLimits({4, 64, 6, 4, 32}, can).blocks, 6); // a smaller cache stays
+  size_t a = f.engine.submit(counting(10, 3, 4)), b = f.engine.submit(counting(50, 3, 4));
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.backend.sequencesPerStep, std::vector<int64_t>(8, 1));
+  EXPECT_EQ(f.engine.request(a).output, following(12, 4));
+  EXPECT_EQ(f.engine.request(b).output, following(52, 4));
 }
 
 } // namespace

@@ -158,8 +158,9 @@ void describeDevice(MainBuilder &m, ArrayRef<ParamOp> params, ArrayRef<func::Fun
 }
 
 /// What the compiler decided and the runtime obeys: the sequence-parallel forward's rule, the
-/// KV cache's blocks and how uneven gathers cross the wire.
-void describeDecisions(MainBuilder &m, func::FuncOp split) {
+/// KV cache's blocks, how uneven gathers cross the wire, and whether the ranks find a greedy
+/// step's argmax.
+void describeDecisions(MainBuilder &m, func::FuncOp plain, func::FuncOp split) {
   if (split)
     m.onSpec("setSequenceParallelTokens")
         .integer("tokens", *sequenceParallelTokens(split))
@@ -169,6 +170,9 @@ void describeDecisions(MainBuilder &m, func::FuncOp split) {
   m.onSpec("setVariableGathers")
       .boolean("variable", getTarget(m.module).getGather() == GatherMode::variable)
       .emit();
+  bool argmaxOnRanks = false;
+  plain.walk([&](AllGatherOp gather) { argmaxOnRanks |= gather.getArgmaxIfGreedy(); });
+  m.onSpec("setArgmaxOnRanks").boolean("onRanks", argmaxOnRanks).emit();
 }
 
 } // namespace
@@ -200,7 +204,7 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
     m.onSpec("setMaxPositions").integer("positions", positions.getInt()).emit();
   if (getTarget(module).getGroupLinears())
     describeDevice(m, params, forwards);
-  describeDecisions(m, split);
+  describeDecisions(m, plain, split);
   m.onSpec("setForwards")
       .text("forward", plain.getSymName())
       .text("sequenceParallel", split ? split.getSymName() : "nullptr")

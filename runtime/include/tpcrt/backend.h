@@ -11,6 +11,7 @@
 #include "tpcrt/dtype.h"
 #include "tpcrt/model.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,6 +56,25 @@ struct RankInfo {
 struct BackendCapabilities {
   /// The most sequences one step may hold; 0: any. The CUDA target's kernels run one.
   int64_t stepSequences = 0;
+  /// Whether its KV cache is paged: each sequence's keys in the blocks its block table names,
+  /// several sequences in one cache. Without, the cache is one sequence long and contiguous
+  /// (the block tables are not read): the engine runs one sequence a step, and the driver
+  /// makes the cache no longer than --max-model-len.
+  bool pagedKvCache = true;
+  /// Whether a step with Step::argmax gets each sampled row's argmax (Backend::argmax)
+  /// instead of its logits; the engine asks for it only then.
+  bool argmax = false;
+  /// The block types it holds weights in as a file stores them (Backend::hostBlocks), and
+  /// those it makes from fp32 values (--quantize's, through writeWeight). The driver refuses
+  /// a weight held in a block type it can be given in neither way before it allocates.
+  std::vector<DType> blocksAsStored, blocksFromFloats;
+
+  /// Whether it can hold a weight in `held`, given as the checkpoint stores it in that type
+  /// (`asStored`) or as fp32 values (a plain type always: it narrows them).
+  bool takes(DType held, bool asStored) const {
+    const std::vector<DType> &types = asStored ? blocksAsStored : blocksFromFloats;
+    return !isQuantized(held) || std::find(types.begin(), types.end(), held) != types.end();
+  }
 };
 
 class Backend {

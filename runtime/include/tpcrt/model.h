@@ -50,6 +50,9 @@ struct ModelSpec {
   bool variableGathers = false;
   /// Tokens per block of the paged KV cache (tpcrt/batch.h): tp-plan-arena's choice.
   int64_t kvBlockSize = 16;
+  /// Whether the forward's gather of the logits is marked argmax_if_greedy
+  /// (tp-greedy-argmax): on a greedy step the ranks find each row's argmax instead.
+  bool argmaxOnRanks = false;
 };
 
 // The model, as main() describes it: calls.def's TPC_SPEC_CALLs, declared from that table,

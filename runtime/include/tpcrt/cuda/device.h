@@ -65,9 +65,13 @@ public:
   /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
   void start() override;
   /// One sequence a step: batches wait for batched kernels.
+  /// One sequence a step, in contiguous caches (no paging yet); each row's argmax found on
+  /// the device (rowArgmax); every weight held in bf16, no block type.
   BackendCapabilities capabilities() const override {
     BackendCapabilities can;
     can.stepSequences = 1;
+    can.pagedKvCache = false;
+    can.argmax = true;
     return can;
   }
   bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
