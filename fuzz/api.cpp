@@ -57,8 +57,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   const tpcrt::RequestParams &a = request.params;
-  if (a.prompt.empty() || a.maxTokens < 1 ||
-      int64_t(a.prompt.size()) + a.maxTokens > defaults.maxSeqLen ||
+  // Each bounded by the 64-token context first, so that the sum cannot wrap (a max_tokens of
+  // 2^63 - 1 must be refused, not pass as a small total).
+  uint64_t most = uint64_t(defaults.maxSeqLen);
+  if (a.prompt.empty() || a.maxTokens < 1 || uint64_t(a.maxTokens) > most ||
+      a.prompt.size() > most || a.prompt.size() + uint64_t(a.maxTokens) > most ||
       !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty() ||
       request.chat != chat || (request.includeUsage && !request.stream))
     __builtin_trap();

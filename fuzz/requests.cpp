@@ -45,8 +45,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!job.error.empty())
       continue;
     const tpcrt::RequestParams &a = job.params;
-    if (a.prompt.empty() || a.maxTokens < 1 ||
-        int64_t(a.prompt.size()) + a.maxTokens > command.maxSeqLen ||
+    // Each bounded by the context first, so that the sum cannot wrap (a max_tokens of
+    // 2^63 - 1 must be refused, not pass as a small total).
+    uint64_t most = uint64_t(command.maxSeqLen);
+    if (a.prompt.empty() || a.maxTokens < 1 || uint64_t(a.maxTokens) > most ||
+        a.prompt.size() > most || a.prompt.size() + uint64_t(a.maxTokens) > most ||
         !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty())
       __builtin_trap();
     for (int64_t id : a.prompt)

@@ -136,6 +136,8 @@ std::vector<int64_t> Generator::generate(const Args &args,
     return {};
   if (one[0].finishReason)
     finished = one[0].finishReason;
+  if (!one[0].error.empty()) // the prompt's run failed (its logits not finite)
+    throw std::runtime_error(one[0].error);
   tokenLogprobs = one[0].outputLogprobs;
   return one[0].output;
 }

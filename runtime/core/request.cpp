@@ -357,12 +357,13 @@ bool fits(const ModelSpec &spec, const Args &args) {
   // --warmup's two decode steps fill the cache up to the prompt + 2.
   int64_t cached = args.warmup && args.params.maxTokens > 0 ? std::max<int64_t>(args.params.maxTokens, 2)
                                                         : args.params.maxTokens;
-  int64_t total = int64_t(args.params.prompt.size()) + cached;
-  if (total > args.maxSeqLen) {
+  int64_t prompt = int64_t(args.params.prompt.size());
+  if (!fitsContext(prompt, cached, args.maxSeqLen)) {
     std::fprintf(stderr,
-                 "error: the request needs %lld tokens (%zu prompt + %lld new%s), more than "
+                 "error: the request needs %llu tokens (%zu prompt + %lld new%s), more than "
                  "--max-model-len %lld\n",
-                 (long long)total, args.params.prompt.size(), (long long)args.params.maxTokens,
+                 (unsigned long long)tokensNeeded(prompt, cached), args.params.prompt.size(),
+                 (long long)args.params.maxTokens,
                  cached > args.params.maxTokens ? ", and --warmup decodes 2" : "",
                  (long long)args.maxSeqLen);
     return false;

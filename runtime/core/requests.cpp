@@ -64,6 +64,8 @@ std::optional<std::string> readSamplingField(const std::string &key, const nlohm
   } else if (key == "seed") {
     int64_t seed = 0;
     why = jsonNumber(value, seed);
+    if (why.empty() && seed < 0)
+      why = "must be at least 0, got " + value.dump();
     params.sampling.seed = uint64_t(seed);
   } else if (key == "ignore_eos") {
     if (!value.is_boolean())
@@ -159,10 +161,11 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec, int64_
     params.prompt = std::move(*ids);
     job.textPrompt = true;
   }
-  int64_t total = int64_t(params.prompt.size()) + params.maxTokens;
-  if (total > maxSeqLen)
-    return "the prompt's " + std::to_string(params.prompt.size()) + " tokens and max_tokens " +
-           std::to_string(params.maxTokens) + " need " + std::to_string(total) +
+  int64_t promptTokens = int64_t(params.prompt.size());
+  if (!fitsContext(promptTokens, params.maxTokens, maxSeqLen))
+    return "the prompt's " + std::to_string(promptTokens) + " tokens and max_tokens " +
+           std::to_string(params.maxTokens) + " need " +
+           std::to_string(tokensNeeded(promptTokens, params.maxTokens)) +
            " tokens of context, more than --max-model-len " + std::to_string(maxSeqLen);
   return "";
 }
@@ -346,6 +349,8 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
       line["logprobs"] = all;
     }
     line["finish_reason"] = r.finishReason;
+    if (!r.error.empty()) // it failed alone (its logits not finite): the others ran on
+      line["error"] = {{"message", r.error}};
     if (shown[i] && shown[i]->stopped())
       line["stop_reason"] = shown[i]->matched();
     line["usage"] = {{"prompt_tokens", prompt},

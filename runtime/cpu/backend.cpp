@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -29,11 +30,16 @@ void Context::attach(Comm &group, bool variableGathers) {
   placement = std::make_unique<Collectives>(group.communicator(), memory, variableGathers);
 }
 
+/// The argmax of a row with a logit that is not finite (Backend::argmax).
+constexpr int32_t kNotFinite = -2;
+
 void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
                             const char *module) {
   // Each row's best of this rank as a (logit, id) pair of fp32 slots, the id's int32 bits in
   // the second (the communicator moves bytes; nothing adds them). A rank with no real column
-  // of a row sends id -1.
+  // of a row sends id -1, and one with a logit that is not finite (NaN or infinite) id -2,
+  // which makes the row's argmax -2 whatever the others hold: the engine fails that request,
+  // as it does where it reads the whole row (every tp decides alike).
   int64_t local = localWidth(blocks, tp);
   // Never empty (a forward's logits have a row at least, but a null data() must not reach the
   // communicator's copies even so).
@@ -46,13 +52,20 @@ void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int
     const float *x = in + row * local;
     float best = 0;
     int32_t bestId = -1;
+    bool finite = true;
     forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t from, int64_t count, int64_t) {
-      for (int64_t i = 0; i < count; ++i)
+      for (int64_t i = 0; i < count; ++i) {
+        finite &= std::isfinite(x[at + i]);
         if (bestId < 0 || best < x[at + i]) { // pieces in column order: the first of equals
           best = x[at + i];
           bestId = int32_t(from + i);
         }
+      }
     });
+    if (!finite) {
+      best = 0;
+      bestId = kNotFinite;
+    }
     pack(best, bestId, &mine[size_t(row * 2)]);
   }
   Communicator &communicator = comm->communicator();
@@ -66,12 +79,16 @@ void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int
       const float *pair = &gathered[size_t((int64_t(r) * rows + row) * 2)];
       int32_t id;
       std::memcpy(&id, pair + 1, sizeof id);
+      if (id == kNotFinite) {
+        bestId = kNotFinite;
+        break;
+      }
       if (id >= 0 && (bestId < 0 || best < pair[0] || (pair[0] == best && id < bestId))) {
         best = pair[0];
         bestId = id;
       }
     }
-    if (bestId < 0)
+    if (bestId == -1)
       fail("internal error: no rank holds a logit of row " + std::to_string(row));
   }
   argmaxReady = true;

@@ -55,10 +55,17 @@ __global__ void rowArgmaxKernel(const act *logits, int64_t vocab, int64_t *out) 
   __shared__ float values[kThreads];
   __shared__ int64_t ids[kThreads];
   const act *row = logits + int64_t(blockIdx.x) * vocab;
+  // A logit that is not finite makes the row's id -2 (kNotFinite), which wins every compare:
+  // the engine fails that request, as the CPU's argmax and the host's sampler do.
+  constexpr int64_t kNotFinite = -2;
   float best = 0;
   int64_t bestId = -1;
   for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) { // ids grow: the first of equals
     float v = load(row, c);
+    if (!isfinite(v)) {
+      bestId = kNotFinite;
+      break;
+    }
     if (bestId < 0 || v > best) {
       best = v;
       bestId = c;
@@ -72,8 +79,9 @@ __global__ void rowArgmaxKernel(const act *logits, int64_t vocab, int64_t *out) 
       float v = values[threadIdx.x + half];
       int64_t id = ids[threadIdx.x + half];
       int64_t mine = ids[threadIdx.x];
-      if (id >= 0 && (mine < 0 || v > values[threadIdx.x] ||
-                      (v == values[threadIdx.x] && id < mine))) {
+      bool better = id >= 0 && (mine < 0 || v > values[threadIdx.x] ||
+                                (v == values[threadIdx.x] && id < mine));
+      if (mine != kNotFinite && (id == kNotFinite || better)) {
         values[threadIdx.x] = v;
         ids[threadIdx.x] = id;
       }

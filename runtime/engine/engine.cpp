@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -101,10 +102,19 @@ size_t Engine::submit(EngineRequest request) {
   e.sequence.handle = handle;
   e.sequence.tokens = e.request.prompt;
   e.sampler.emplace(e.request.sampling, e.request.prompt, spec.vocab);
-  if (e.request.maxTokens > 0)
+  int64_t prompt = int64_t(e.request.prompt.size()), most = e.request.maxTokens;
+  if (most < 0 || !fitsContext(prompt, most, limits.maxSeqLen)) {
+    // What the readers of requests refuse first; here so that no caller can make a sequence
+    // outgrow its block table.
+    e.request.finishReason = "error";
+    e.request.error = "the prompt's " + std::to_string(prompt) + " tokens and max_tokens " +
+                      std::to_string(most) + " need more than --max-model-len " +
+                      std::to_string(limits.maxSeqLen) + " tokens";
+  } else if (most > 0) {
     scheduler.add(&e.sequence);
-  else
+  } else {
     e.request.finishReason = "length";
+  }
   return handle;
 }
 
@@ -221,11 +231,21 @@ void Engine::sample(const std::vector<Scheduled> &plan, const float *logits,
     const StepSequence &mineInStep = current.step.sequences[p];
     int64_t at = spec.lastTokenOnly ? row++ : mineInStep.first + mineInStep.count - 1;
     int64_t token;
+    if (chosen && chosen[at] < 0) { // a rank saw a logit that is not finite
+      fail(s, "the model's logits are not finite (NaN or infinite) for its token " +
+                  std::to_string(r.output.size() + 1), hooks);
+      continue;
+    }
     if (chosen) { // the argmax found on the ranks: no row of logits came
       token = chosen[at];
       e.sampler->record(token);
     } else {
       const float *mine = logits + at * spec.vocab;
+      if (!std::all_of(mine, mine + spec.vocab, [](float x) { return std::isfinite(x); })) {
+        fail(s, "the model's logits are not finite (NaN or infinite) for its token " +
+                    std::to_string(r.output.size() + 1), hooks);
+        continue;
+      }
       if (hooks.onLogits)
         hooks.onLogits(s->handle, mine);
       token = e.sampler->sample(mine);
@@ -249,6 +269,16 @@ void Engine::sample(const std::vector<Scheduled> &plan, const float *logits,
       s->tokens.push_back(r.forced.empty() ? token : r.forced[r.output.size() - 1]);
     }
   }
+}
+
+void Engine::fail(Sequence *s, const std::string &why, const EngineHooks &hooks) {
+  Entry &e = entries.at(s->handle);
+  e.request.finishReason = "error";
+  e.request.error = why;
+  e.request.finishedMs = millisSince(e.arrived);
+  scheduler.finish(s);
+  if (hooks.onFinish)
+    hooks.onFinish(s->handle);
 }
 
 } // namespace tpcrt

@@ -99,6 +99,9 @@ private:
   /// Rank 0, after a step's forward: the next token of each sequence it sampled, and the
   /// stop rules.
   void sample(const std::vector<Scheduled> &plan, const float *logits, const EngineHooks &hooks);
+  /// Ends one sequence's request with an error (its logits not finite): that request alone,
+  /// the others run on.
+  void fail(Sequence *s, const std::string &why, const EngineHooks &hooks);
 
   const ModelSpec &spec;
   Backend &backend;

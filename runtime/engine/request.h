@@ -43,10 +43,24 @@ struct EngineRequest {
 
   std::vector<int64_t> output;
   std::vector<TokenLogprobs> outputLogprobs;
-  const char *finishReason = nullptr; // "stop", "length" or "abort", once finished
+  /// "stop", "length" or "abort", once finished; "error" when it could not run or go on
+  /// (`error` says why: more than the context at submit, the model's logits not finite).
+  const char *finishReason = nullptr;
+  std::string error;
   int64_t preempted = 0;              // times its blocks were taken back and it was recomputed
   double firstTokenMs = 0, finishedMs = 0; // since it arrived (submit)
 };
+
+/// Whether a prompt of `prompt` tokens and up to `maxTokens` more fit a context of `context`
+/// tokens, all three at least 0: compared without a sum that could overflow (a client's
+/// max_tokens of 2^63 - 1 is refused, not wrapped into a small number).
+inline bool fitsContext(int64_t prompt, int64_t maxTokens, int64_t context) {
+  return prompt <= context && maxTokens <= context - prompt;
+}
+/// The tokens such a request needs, exact: two int64s of at least 0 add up below 2^64.
+inline uint64_t tokensNeeded(int64_t prompt, int64_t maxTokens) {
+  return uint64_t(prompt) + uint64_t(maxTokens);
+}
 
 } // namespace tpcrt
 

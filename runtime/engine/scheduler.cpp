@@ -3,10 +3,19 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace tpcrt {
 
 void Scheduler::grow(Sequence *s, int64_t count) {
+  // A block table has room for --max-model-len's blocks and no more (the step descriptor's
+  // slot): the engine refuses at submit a request that could outgrow it, so this guards a
+  // caller's mistake, before anything is written past the slot.
+  if (s->computed + count > limits.maxSeqLen)
+    throw std::logic_error("internal error: sequence " + std::to_string(s->handle) + " would "
+                           "hold " + std::to_string(s->computed + count) +
+                           " tokens, more than --max-model-len " +
+                           std::to_string(limits.maxSeqLen));
   while (int64_t(s->blocks.size()) < limits.blocksFor(s->computed + count))
     s->blocks.push_back(pool.allocate());
 }

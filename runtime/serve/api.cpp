@@ -262,9 +262,10 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
                    promptField, "context_length_exceeded");
   if (params.maxTokens == 0) // chat without max_tokens: what the context has left
     params.maxTokens = contextLen - promptTokens;
-  if (promptTokens + params.maxTokens > contextLen)
+  if (!fitsContext(promptTokens, params.maxTokens, contextLen))
     return invalid("this model's maximum context length is " + std::to_string(contextLen) +
-                       " tokens, but " + std::to_string(promptTokens + params.maxTokens) +
+                       " tokens, but " +
+                       std::to_string(tokensNeeded(promptTokens, params.maxTokens)) +
                        " were requested (" + std::to_string(promptTokens) +
                        " in the prompt, " + std::to_string(params.maxTokens) +
                        " max_tokens for the completion)",

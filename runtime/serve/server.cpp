@@ -83,7 +83,9 @@ struct Job {
   std::string all;                    // the whole text, for a non-streamed response
   Usage usage;
   const char *finish = nullptr;       // "stop", "length" or "abort", once finished
-  std::string error;                  // the server failed under it
+  std::string error;                  // the server failed under it, or it failed alone:
+  int errorStatus = 503;              // 500 for the latter (its logits not finite)
+  const char *errorCode = "engine_failed";
   bool cancelled = false;
   std::condition_variable changed;
 };
@@ -312,8 +314,9 @@ void Server::State::complete(const httplib::Request &req, httplib::Response &res
     std::unique_lock<std::mutex> lock(mutex);
     job->changed.wait(lock, [&] { return job->finish || !job->error.empty(); });
     if (!job->error.empty()) {
-      res.status = 503;
-      res.set_content(errorBody({503, job->error, "", "engine_failed"}), "application/json");
+      res.status = job->errorStatus;
+      res.set_content(errorBody({job->errorStatus, job->error, "", job->errorCode}),
+                      "application/json");
     } else {
       res.set_content(dump(response(job->head, job->all, job->finish, job->usage)),
                       "application/json");
@@ -344,7 +347,8 @@ void Server::State::complete(const httplib::Request &req, httplib::Response &res
           usage = job->usage;
         }
         if (!error.empty()) { // in-band, then the end: the client sees why
-          out += "data: " + errorBody({503, error, "", "engine_failed"}) + "\n\ndata: [DONE]\n\n";
+          out += "data: " + errorBody({job->errorStatus, error, "", job->errorCode}) +
+                 "\n\ndata: [DONE]\n\n";
           sink.write(out.data(), out.size());
           sink.done();
           return true;
@@ -570,7 +574,13 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     std::lock_guard<std::mutex> lock(s.mutex);
     job.pending += piece;
     job.all += piece;
-    s.finishJob(job, engine.request(handle).finishReason);
+    const EngineRequest &r = engine.request(handle);
+    if (!r.error.empty()) { // this request alone failed; the others run on
+      job.error = r.error;
+      job.errorStatus = 500;
+      job.errorCode = "request_failed";
+    }
+    s.finishJob(job, r.finishReason);
     done.push_back(handle);
   };
   // Idle steps keep the peers, waiting under --timeout, sure that rank 0 lives.
@@ -608,6 +618,15 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
         s.promptTokens += uint64_t(job->usage.prompt);
         job->handle = engine.submit(std::move(job->request));
         job->submitted = true;
+        if (const EngineRequest &r = engine.request(job->handle); r.finishReason) {
+          // Refused at submit (what readRequest lets through cannot be: a guard).
+          job->error = r.error.empty() ? "the request asked for no tokens" : r.error;
+          job->errorStatus = 400;
+          job->errorCode = "invalid_request";
+          s.finishJob(*job, r.finishReason);
+          engine.forget(job->handle);
+          continue;
+        }
         running[job->handle] = job;
       }
       auto abortJob = [&](const std::shared_ptr<Job> &job, const std::string &why) {

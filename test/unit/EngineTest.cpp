@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cmath>
 #include <numeric>
 
 namespace tpcrt {
@@ -32,7 +34,8 @@ public:
   uint64_t allocateArena(int64_t, int64_t) override { return 0; }
   void start() override {}
   bool hasSequenceParallel() const override { return false; }
-  /// The counting logits; on a step asking for the argmax (which the engine does only when
+  /// The counting logits (a NaN in the row of a sequence whose last token is `poisoned`); on
+  /// a step asking for the argmax (which the engine does only when
   /// `can.argmax`), the counting ids instead and logits that point elsewhere, unless
   /// `withholdArgmax`.
   const float *forward(const Step &step, bool) override {
@@ -43,11 +46,13 @@ public:
     for (const StepSequence &s : step.sequences) {
       if (!s.sampled)
         continue;
-      int64_t next = (step.ids[s.first + s.count - 1] + 1) % vocab;
+      int64_t last = step.ids[s.first + s.count - 1], next = (last + 1) % vocab;
       std::vector<float> row(size_t(vocab), 0.0f);
       row[size_t(step.argmax ? 0 : next)] = 1.0f;
+      if (last == poisoned)
+        row[size_t(vocab / 2)] = std::nanf("");
       logits.insert(logits.end(), row.begin(), row.end());
-      chosen.push_back(next);
+      chosen.push_back(last == poisoned ? -2 : next);
     }
     return logits.data();
   }
@@ -59,6 +64,7 @@ public:
   std::vector<int64_t> sequencesPerStep;
   std::vector<bool> argmaxAsked;
   bool withholdArgmax = false;
+  int64_t poisoned = -1;
 
 private:
   int64_t vocab;
@@ -227,6 +233,48 @@ TEST(Engine, AnUnpagedCacheHoldsOneSequenceOfTheLongestLength) {
   EXPECT_EQ(f.backend.sequencesPerStep, std::vector<int64_t>(8, 1));
   EXPECT_EQ(f.engine.request(a).output, following(12, 4));
   EXPECT_EQ(f.engine.request(b).output, following(52, 4));
+}
+
+TEST(Engine, MoreThanTheContextIsRefusedAtSubmitWithoutOverflow) {
+  Fixture f({2, 64, 16, 4, 32});
+  size_t huge = f.engine.submit(counting(10, 3, INT64_MAX)); // 3 + (2^63 - 1) wraps if added
+  size_t over = f.engine.submit(counting(10, 3, 30));        // one past --max-model-len 32
+  size_t fits = f.engine.submit(counting(10, 3, 29));
+  for (size_t refused : {huge, over}) {
+    EXPECT_STREQ(f.engine.request(refused).finishReason, "error");
+    EXPECT_NE(f.engine.request(refused).error.find("need more than --max-model-len 32"),
+              std::string::npos)
+        << f.engine.request(refused).error;
+  }
+  EXPECT_EQ(f.engine.waitingCount(), 1);
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.engine.request(fits).output, following(12, 29));
+  EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+}
+
+TEST(Engine, LogitsThatAreNotFiniteFailTheirRequestAloneOnEitherPath) {
+  for (bool argmax : {false, true}) {
+    BackendCapabilities can;
+    can.argmax = argmax;
+    Fixture f({2, 64, 16, 4, 32}, can);
+    f.backend.poisoned = 102; // b's second generated token comes from a NaN row
+    size_t a = f.engine.submit(counting(10, 3, 6));
+    size_t b = f.engine.submit(counting(100, 2, 6));
+    std::vector<size_t> finished;
+    EngineHooks hooks;
+    hooks.onFinish = [&](size_t handle) { finished.push_back(handle); };
+    while (f.engine.busy())
+      f.engine.step(hooks);
+    EXPECT_STREQ(f.engine.request(b).finishReason, "error");
+    EXPECT_EQ(f.engine.request(b).error,
+              "the model's logits are not finite (NaN or infinite) for its token 2");
+    EXPECT_EQ(f.engine.request(b).output, following(101, 1));
+    EXPECT_STREQ(f.engine.request(a).finishReason, "length");
+    EXPECT_EQ(f.engine.request(a).output, following(12, 6));
+    EXPECT_EQ(finished, (std::vector<size_t>{b, a}));
+    EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+  }
 }
 
 } // namespace

@@ -803,6 +803,39 @@ TEST(Collectives, GreedyArgmaxOnTheRanksIsTheGatheredRowsArgmax) {
   });
 }
 
+TEST(Collectives, ARowWithALogitNotFiniteOnAnyRankHasNoArgmax) {
+  // A vocabulary of 8 over 3 ranks (columns 0-2, 3-5 and 6-7): a NaN placed on each rank in
+  // turn, in the first column of its slice (where it once hid the rank's real maximum) and in
+  // its last, and an infinity, each make the row's argmax -2, whatever the others hold; a
+  // clean row beside them keeps its argmax. The oracle is the rows as written.
+  onThreeTracedRanks("rdzv-argmax-nan", [](int rank, Comm &group, std::vector<TraceEntry> &) {
+    Context cx;
+    cx.rank = rank;
+    cx.tp = 3;
+    cx.attach(group, /*variableGathers=*/true);
+    const float nan = std::nanf(""), inf = INFINITY;
+    std::vector<std::vector<float>> rows;
+    for (int64_t column : {0, 2, 3, 5, 6, 7})
+      for (float bad : {nan, inf, -inf}) {
+        std::vector<float> row = {0, 1, 2, 9, 4, 5, 6, 7};
+        row[size_t(column)] = bad;
+        rows.push_back(row);
+      }
+    rows.push_back({0, 1, 2, 9, 4, 5, 6, 7}); // clean: 3
+    std::vector<float> whole;
+    for (const std::vector<float> &row : rows)
+      whole.insert(whole.end(), row.begin(), row.end());
+    int64_t count = int64_t(rows.size()), local = pieceSize(8, 3);
+    std::vector<float> mine(size_t(count * local));
+    cx.collectives().takeColumns(whole.data(), count, {8}, mine.data());
+    cx.argmaxColumns(mine.data(), count, {8}, "lm_head");
+    bool ok = cx.argmaxReady && cx.argmax.size() == rows.size();
+    for (size_t r = 0; ok && r + 1 < rows.size(); ++r)
+      ok &= cx.argmax[r] == -2;
+    return ok && cx.argmax.back() == 3;
+  });
+}
+
 TEST(Comm, StaleRendezvousIsRefused) {
   std::string dir = tempPath("rdzv-stale");
   ASSERT_TRUE(forkRanks(2, [&](int rank) {

@@ -63,6 +63,20 @@ TEST(Scheduler, AdmitsInArrivalOrderUpToMaxNumSeqs) {
   EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{2, 1}, {3, 5}}));
 }
 
+TEST(Scheduler, NoSequenceOutgrowsItsBlockTable) {
+  // --max-model-len 10 in blocks of 4: a table of 3 blocks. A sequence that reaches 10 tokens
+  // still runs; one token more is refused before a fourth block is taken.
+  Scheduler scheduler({1, 100, 8, 4, /*maxSeqLen=*/10});
+  Sequence a = promptOf(1, 9);
+  scheduler.add(&a);
+  runStep(scheduler, scheduler.schedule()); // 9 computed, a 10th token generated
+  runStep(scheduler, scheduler.schedule()); // 10 computed, an 11th generated
+  EXPECT_EQ(a.blocks.size(), 3u);
+  EXPECT_THROW(scheduler.schedule(), std::logic_error);
+  EXPECT_EQ(a.blocks.size(), 3u);
+  EXPECT_EQ(scheduler.blocks().available(), 5);
+}
+
 TEST(Scheduler, ALongPromptIsPrefilledInChunksBesideDecodes) {
   Scheduler scheduler({4, /*maxBatchTokens=*/8, 20, 4, 64});
   Sequence a = promptOf(1, 3), b = promptOf(2, 20);

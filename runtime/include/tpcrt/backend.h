@@ -129,8 +129,9 @@ public:
   virtual const float *forward(const Step &step, bool sequenceParallel) = 0;
   /// After a forward of a step with `argmax`, where the backend found each row's argmax
   /// instead of returning the logits: the id of each row's largest logit (the lowest of equal
-  /// ones), rows as forward()'s; what forward() returned is then not the logits. Null where
-  /// it returned the logits.
+  /// ones), rows as forward()'s, or a negative id for a row with a logit that is not finite
+  /// (the engine fails that request); what forward() returned is then not the logits. Null
+  /// where it returned the logits.
   virtual const int64_t *argmax() const { return nullptr; }
   /// How it computes, for --verbose: its kernels and libraries, as chosen on this machine.
   virtual std::string describe() const { return ""; }
