@@ -67,6 +67,10 @@ struct Args {
   /// --drain-seconds how long SIGTERM lets requests in flight finish.
   std::string serve, servedModelName;
   int64_t maxQueue = 64, drainSeconds = 30;
+  /// --api-key (and TPC_API_KEY's): the keys a client must give as a Bearer token on /v1/*
+  /// and /metrics (but for --metrics-public); none: the server is open.
+  std::vector<std::string> apiKeys;
+  bool metricsPublic = false;
   /// --request-metrics: each --requests line says when its first token came and when it
   /// finished (tpc bench reads them).
   bool requestMetrics = false;

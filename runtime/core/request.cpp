@@ -77,6 +77,30 @@ bool idsOf(const char *flag, const char *value, std::vector<int64_t> &into,
   return true;
 }
 
+/// API keys, comma-separated: each 1 to 256 printable ASCII characters, no space or comma (a
+/// Bearer token's characters).
+bool apiKeysOf(const char *from, const char *value, std::vector<std::string> &into,
+               std::string &error) {
+  std::stringstream in(value);
+  std::string key;
+  size_t before = into.size();
+  while (std::getline(in, key, ',')) {
+    bool printable = std::all_of(key.begin(), key.end(), [](char c) { return c > ' ' && c < 127; });
+    if (key.empty() || key.size() > 256 || !printable) {
+      error = std::string(from) + ": an API key is 1 to 256 printable ASCII characters "
+              "without spaces or commas (key " + std::to_string(into.size() - before + 1) +
+              " is not)"; // the key itself is a secret: never printed
+      return false;
+    }
+    into.push_back(key);
+  }
+  if (into.size() == before) {
+    error = std::string(from) + " gives no key";
+    return false;
+  }
+  return true;
+}
+
 /// Reads `value` of flag `id` into `args`; false, with `error` set, when it is wrong.
 bool setFlag(Args &a, FlagId id, const char *f, const char *v, std::string &e) {
   switch (id) {
@@ -144,6 +168,10 @@ bool setFlag(Args &a, FlagId id, const char *f, const char *v, std::string &e) {
     return integerOf(f, v, 0, a.maxQueue, e);
   case FlagId::DrainSeconds:
     return integerOf(f, v, 0, a.drainSeconds, e);
+  case FlagId::ApiKey:
+    return apiKeysOf(f, v, a.apiKeys, e);
+  case FlagId::MetricsPublic:
+    return a.metricsPublic = true;
   case FlagId::ForceIds:
     return idsOf(f, v, a.params.forced, e);
   case FlagId::DumpLogits:
@@ -263,6 +291,19 @@ std::optional<Args> parseArgs(int argc, char **argv, std::string &error) {
                 (requests ? "--requests" : "--serve");
         return std::nullopt;
       }
+  if ((!args.apiKeys.empty() || args.metricsPublic) && !serving) {
+    error = "--api-key and --metrics-public are --serve's";
+    return std::nullopt;
+  }
+  // The environment's keys count where there is a server to guard (an exported TPC_API_KEY
+  // does not stop a run of one prompt).
+  if (const char *keys = std::getenv("TPC_API_KEY"); serving && keys && *keys &&
+      !apiKeysOf("TPC_API_KEY", keys, args.apiKeys, error))
+    return std::nullopt;
+  if (args.metricsPublic && args.apiKeys.empty()) {
+    error = "--metrics-public opens /metrics where --api-key closes it: give a key too";
+    return std::nullopt;
+  }
   if (args.chat && !args.promptText && args.promptFile.empty()) {
     error = "--chat renders a text prompt through the chat template: give --prompt or "
             "--prompt-file, not --prompt-ids";

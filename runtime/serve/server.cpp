@@ -157,6 +157,33 @@ const std::map<std::string, std::string> kRoutes = {{"/v1/completions", "POST"},
                                                     {"/health", "GET"},
                                                     {"/metrics", "GET"}};
 
+/// Whether `given` is `secret`, in time that depends on neither's content: every byte of the
+/// longer is visited whatever the first difference (a key must not leak through timing).
+bool sameSecret(const std::string &given, const std::string &secret) {
+  size_t n = std::max(given.size(), secret.size());
+  unsigned char differ = given.size() != secret.size();
+  for (size_t i = 0; i < n; ++i)
+    differ |= (i < given.size() ? given[i] : 0) ^ (i < secret.size() ? secret[i] : 0);
+  return differ == 0;
+}
+
+/// Whether the request carries one of `keys` as its Bearer token (every key compared).
+bool authorized(const httplib::Request &req, const std::vector<std::string> &keys) {
+  const std::string header = req.get_header_value("Authorization");
+  const std::string scheme = "Bearer ";
+  bool bearer = header.size() > scheme.size() && header.compare(0, scheme.size(), scheme) == 0;
+  std::string token = bearer ? header.substr(scheme.size()) : std::string();
+  bool found = false;
+  for (const std::string &key : keys)
+    found |= sameSecret(token, key);
+  return bearer && found;
+}
+
+/// Whether `host` is this machine's loopback alone.
+bool loopback(const std::string &host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 } // namespace
 
 void Server::State::reply(httplib::Response &res, const ApiError &error,
@@ -193,6 +220,17 @@ void Server::State::routes() {
       reply(res, {404, "no route " + req.method + " " + req.path + " (routes: POST "
                   "/v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, "
                   "GET /metrics)", "", "not_found"}, "not_found");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // /health stays open (a load balancer's probe); /metrics too where --metrics-public.
+    bool guarded = req.path.rfind("/v1/", 0) == 0 || (req.path == "/metrics" && !args.metricsPublic);
+    if (!args.apiKeys.empty() && guarded && !authorized(req, args.apiKeys)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      reply(res, {401, req.has_header("Authorization")
+                           ? "the API key given is not one this server takes"
+                           : "this server needs an API key: send 'Authorization: Bearer KEY'",
+                  "", "invalid_api_key"},
+            "unauthorized");
       return httplib::Server::HandlerResponse::Handled;
     }
     bool get = route->second == "GET";
@@ -406,7 +444,7 @@ std::string Server::State::metrics() {
            double(finished[reason]));
   metric("requests_rejected_total", "counter", "Requests refused, by reason.");
   for (const char *reason : {"invalid", "not_found", "method_not_allowed", "body_too_large",
-                             "queue_full", "loading", "unavailable", "internal"})
+                             "queue_full", "loading", "unavailable", "internal", "unauthorized"})
     sample("requests_rejected_total", model + ",reason=\"" + reason + "\"",
            double(rejected[reason]));
   auto histogram = [&](const char *name, const char *help, const Histogram &h) {
@@ -511,6 +549,10 @@ std::unique_ptr<Server> Server::start(const ModelSpec &spec, const Args &args,
   waitUntilListening(s.http);
   std::printf("listening on %s\n", s.address.c_str());
   std::fflush(stdout);
+  if (args.apiKeys.empty() && !loopback(host))
+    std::fprintf(stderr, "tpc serve: warning: %s is reachable beyond this machine and has no "
+                         "--api-key: anyone who reaches it can use it\n",
+                 s.address.c_str());
   return server;
 }
 

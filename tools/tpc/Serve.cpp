@@ -7,6 +7,8 @@
 
 #include <fmt/core.h>
 
+#include <cstdlib>
+
 namespace tpc {
 
 namespace {
@@ -15,6 +17,7 @@ struct ServeOptions : driver::RunBuild {
   std::string host = "127.0.0.1";
   int port = 8000;
   int64_t timeout = 30;
+  std::vector<std::string> apiKeys;
   /// The binary's flags tpc serve passes on as given (the binary checks them): the engine's
   /// limits, the model's name, the queue and the drain.
   ForwardedFlags flags;
@@ -45,6 +48,14 @@ int serve(const ServeOptions &o) {
     command.push_back(std::move(argument));
   if (o.verbose)
     command.push_back("--verbose");
+  // The keys reach the ranks through their environment (TPC_API_KEY, with any the caller's
+  // has), never their command lines, which every user of the machine can list.
+  if (!o.apiKeys.empty()) {
+    std::string keys = std::getenv("TPC_API_KEY") ? std::getenv("TPC_API_KEY") : "";
+    for (const std::string &key : o.apiKeys)
+      keys += (keys.empty() ? "" : ",") + key;
+    setenv("TPC_API_KEY", keys.c_str(), 1);
+  }
   return launchCheckpoint("tpc serve", o, launch, command);
 }
 
@@ -61,6 +72,12 @@ void addServeCommand(CLI::App &app, CommandRunner &runner) {
                   "the port to listen on (default 8000; 0: any free one, printed as "
                   "'listening on HOST:PORT')");
   opts->flags.addTo(cmd, tpcrt::flag_use::Serve);
+  cmd->add_option("--api-key", opts->apiKeys,
+                  "require 'Authorization: Bearer KEY' on /v1/* and /metrics (repeatable: any "
+                  "of them; TPC_API_KEY adds comma-separated ones); passed to the ranks in "
+                  "their environment, not their command lines")
+      ->type_name("KEY")
+      ->allow_extra_args(false);
   cmd->add_option("--timeout", opts->timeout,
                   "seconds a rank waits for a lost peer before the server fails (and exits "
                   "non-zero, for a supervisor to restart it; default 30)");

@@ -20,6 +20,9 @@ Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot
               none of its processes is left
   sigterm     (--timeout 2) idle for 3 s, still healthy; then SIGTERM with two streams in
               flight: both finish, new requests are refused, the server exits 0
+  auth        (--api-key alpha, and TPC_API_KEY=beta,gamma in the environment) /v1/* and
+              /metrics need one of the keys as a Bearer token, /health does not; no process's
+              command line holds a key; then a server with --metrics-public as well
 
 The server is started here, with --port 0, and always stopped: every wait is bounded.
 """
@@ -384,16 +387,71 @@ def sigterm(server):
     print("exit: %s" % server.wait(60))
 
 
+def auth(server, checkpoint, flags, env):
+    body = {"prompt": "hello", "max_tokens": 2}
+    json_headers = {"Content-Type": "application/json"}
+    rows = [
+        ("no key", "POST", "/v1/completions", {}),
+        ("a wrong key", "POST", "/v1/completions", {"Authorization": "Bearer delta"}),
+        ("a key's prefix", "POST", "/v1/completions", {"Authorization": "Bearer alph"}),
+        ("not Bearer", "POST", "/v1/completions", {"Authorization": "Basic alpha"}),
+        ("the flag's key", "POST", "/v1/completions", {"Authorization": "Bearer alpha"}),
+        ("the environment's second key", "POST", "/v1/completions",
+         {"Authorization": "Bearer gamma"}),
+        ("models, no key", "GET", "/v1/models", {}),
+        ("health, no key", "GET", "/health", {}),
+        ("metrics, no key", "GET", "/metrics", {}),
+    ]
+    for name, method, path, headers in rows:
+        status, text, answer_headers = server.request(
+            method, path, body if method == "POST" else None, dict(json_headers, **headers))
+        line = "%s: %s" % (name, status)
+        if status == 401:
+            error = json.loads(text)["error"]
+            line += " %s %s www-authenticate=%s: %s" % (
+                error["type"], error["code"], answer_headers.get("WWW-Authenticate"),
+                error["message"])
+        print(line)
+    status, text, _ = server.request("GET", "/metrics", None, {"Authorization": "Bearer beta"})
+    unauthorized = re.search(r'requests_rejected_total\{[^}]*reason="unauthorized"\} (\S+)', text)
+    print("metrics with a key: %s, unauthorized %s" % (status, unauthorized and unauthorized.group(1)))
+    # No key on any of the server's command lines (ps shows them to every user).
+    leaked = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        # The ranks: the binary's command line names --serve (tpc serve's and this script's
+        # hold the flag's key, as they were given it).
+        if b"--serve\0" in cmdline and any(k in cmdline for k in (b"alpha", b"beta", b"gamma")):
+            leaked.append(pid)
+    print("keys on command lines: %d" % len(leaked))
+    server.stop()
+    public = Server(checkpoint, flags + ["--metrics-public"], env)
+    try:
+        print("public metrics, no key: %s" % public.get("/metrics")[0])
+        print("public, completions without a key: %s" %
+              public.post("/v1/completions", body)[0])
+    finally:
+        public.stop()
+
+
 def main():
     scenario, checkpoint, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
     signal.alarm(TIMEOUT * 3)  # a hang fails the test instead of holding it
     env = dict(os.environ)
+    if scenario == "auth":
+        env["TPC_API_KEY"] = "beta,gamma"
     server = Server(checkpoint, flags, env)
     try:
         if scenario == "fault":
             fault(server, int(flags[flags.index("--timeout") + 1]))
         elif scenario == "sigterm":
             sigterm(server)
+        elif scenario == "auth":
+            auth(server, checkpoint, flags, env)
         else:
             {"errors": errors, "template": template, "stream": stream, "overload": overload,
              "disconnect": disconnect}[scenario](server)
