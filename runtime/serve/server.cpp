@@ -21,7 +21,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -102,6 +104,7 @@ struct Server::State {
   std::string address; // HOST:PORT, as bound
   int64_t created = 0; // Unix seconds, for the responses
   uint64_t nextId = 0;
+  std::atomic<uint64_t> requestIds{0}; // the ids given to requests that bring none
 
   std::mutex mutex;
   std::condition_variable wake; // the engine thread: an inbox, a cancellation or a signal
@@ -179,6 +182,27 @@ bool authorized(const httplib::Request &req, const std::vector<std::string> &key
   return bearer && found;
 }
 
+/// What the access log says of the request this connection's thread is answering: cpp-httplib
+/// runs one request, from routing to its logger (after a stream's last chunk), on one thread.
+struct AccessRecord {
+  std::string id;
+  Clock::time_point start;
+  int64_t prompt = -1, completion = -1; // the usage, where a completion ran
+};
+thread_local AccessRecord access;
+
+/// The client's X-Request-Id where it is one a log line can carry (1 to 128 of
+/// [A-Za-z0-9._:-]), else a new one.
+std::string requestIdOf(const httplib::Request &req, std::atomic<uint64_t> &counter) {
+  std::string given = req.get_header_value("X-Request-Id");
+  bool usable = !given.empty() && given.size() <= 128 &&
+                std::all_of(given.begin(), given.end(), [](char c) {
+                  return std::isalnum((unsigned char)c) || c == '.' || c == '_' || c == ':' ||
+                         c == '-';
+                });
+  return usable ? given : "tpc-" + std::to_string(++counter);
+}
+
 /// Whether `host` is this machine's loopback alone.
 bool loopback(const std::string &host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
@@ -215,6 +239,8 @@ void Server::State::cancel(const std::shared_ptr<Job> &job) {
 
 void Server::State::routes() {
   http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
+    access = {requestIdOf(req, requestIds), Clock::now()};
+    res.set_header("X-Request-Id", access.id);
     auto route = kRoutes.find(req.path);
     if (route == kRoutes.end()) {
       reply(res, {404, "no route " + req.method + " " + req.path + " (routes: POST "
@@ -261,17 +287,33 @@ void Server::State::routes() {
                                                    "(status " + std::to_string(res.status) + ")"}),
                       "application/json");
   });
+  // What went wrong inside is the server's log's, under the request's id; the client learns
+  // that id, not the server's internals (paths, exception texts).
   http.set_exception_handler(
       [this](const httplib::Request &, httplib::Response &res, std::exception_ptr e) {
-        std::string what = "internal error";
+        std::string what = "an exception of no known type";
         try {
           std::rethrow_exception(e);
         } catch (const std::exception &ex) {
-          what += std::string(": ") + ex.what();
+          what = ex.what();
         } catch (...) {
         }
-        reply(res, {500, what}, "internal");
+        std::fprintf(stderr, "tpc serve: request %s: internal error: %s\n", access.id.c_str(),
+                     what.c_str());
+        reply(res, {500, "internal error; the server's log has it under request id " +
+                             access.id},
+              "internal");
       });
+  // One line a request, once it is answered (a stream: after its last chunk).
+  http.set_logger([](const httplib::Request &req, const httplib::Response &res) {
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - access.start).count();
+    std::string usage = access.prompt < 0 ? ""
+                                          : " prompt_tokens=" + std::to_string(access.prompt) +
+                                                " completion_tokens=" +
+                                                std::to_string(access.completion);
+    std::fprintf(stderr, "tpc serve: request %s: %s %s %d%s %.1f ms\n", access.id.c_str(),
+                 req.method.c_str(), req.path.c_str(), res.status, usage.c_str(), ms);
+  });
   http.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
     std::lock_guard<std::mutex> lock(mutex);
     std::string why = !failed.empty() ? "a rank was lost: " + failed
@@ -359,6 +401,8 @@ void Server::State::complete(const httplib::Request &req, httplib::Response &res
       res.set_content(dump(response(job->head, job->all, job->finish, job->usage)),
                       "application/json");
     }
+    access.prompt = job->usage.prompt;
+    access.completion = job->usage.completion;
     if (--openHandlers == 0)
       handlersDone.notify_all();
     return;
@@ -397,6 +441,8 @@ void Server::State::complete(const httplib::Request &req, httplib::Response &res
           if (job->api.includeUsage)
             out += event(usageChunk(job->head, usage));
           out += "data: [DONE]\n\n";
+          access.prompt = usage.prompt;
+          access.completion = usage.completion;
         }
         if (!out.empty() && !sink.write(out.data(), out.size()))
           return false; // the client is gone: the releaser aborts the request

@@ -225,10 +225,24 @@ def errors(server):
         allow = " allow=" + headers["Allow"] if "Allow" in headers else ""
         print("%s: %s %s%s: %s" % (name, status, e["type"], allow, e["message"]))
     # An unknown harmless field is ignored; the server is healthy after all of the above.
-    status, text, _ = server.post("/v1/completions", {"prompt": "The capital of France is",
-                                                      "max_tokens": 3, "store": False,
-                                                      "temperature": 0})
+    status, text, headers = server.request(
+        "POST", "/v1/completions",
+        {"prompt": "The capital of France is", "max_tokens": 3, "store": False,
+         "temperature": 0},
+        {"Content-Type": "application/json", "X-Request-Id": "client-42"})
     print("harmless unknown field: %s %s" % (status, json.loads(text)["usage"]))
+    # The client's request id comes back, and names the request's line in the access log; a
+    # request without one (or with one no log line can carry) gets the server's.
+    print("request id echoed: %s" % headers.get("X-Request-Id"))
+    _, _, headers = server.request("GET", "/health", None, {"X-Request-Id": "bad id\u00e9"})
+    print("request id made: %s" % headers.get("X-Request-Id"))
+    made = "request %s:" % headers.get("X-Request-Id")
+    deadline = time.time() + 10  # the log line follows the answer, through the launcher
+    while time.time() < deadline and not any(made in line for line in server.lines):
+        time.sleep(0.05)
+    for line in list(server.lines):
+        if "request client-42:" in line or made in line:
+            print("access log: " + line)
     print("health after: %s" % server.get("/health")[0])
     for reason in ("invalid", "not_found", "method_not_allowed", "body_too_large"):
         print("rejected as %s: %d" % (reason, server.metric("requests_rejected_total",
