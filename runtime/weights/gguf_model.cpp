@@ -192,47 +192,54 @@ struct RowWindow {
   }
 };
 
-} // namespace
+/// What every step of mapping one file reads: the file, the name its errors give it, and its
+/// architecture, whose name begins the hyperparameters' keys.
+struct GgufSource {
+  const GgufFile &file;
+  const std::string &where; // "GGUF file PATH"
+  const std::string &architecture; // general.architecture
+  const GgufArchitecture &arch;
 
-std::unique_ptr<GgufModel> GgufModel::open(const std::string &path, std::string &error) {
-  std::unique_ptr<GgufModel> model(new GgufModel());
-  model->file_ = GgufFile::open(path, error);
-  if (!model->file_)
-    return nullptr;
-  const GgufFile &file = *model->file_;
-  const std::string where = "GGUF file " + path;
-  std::string architecture;
+  std::string key(const char *suffix) const { return architecture + "." + suffix; }
+};
+
+/// The entry of kArchitectures for the file's general.architecture (which goes to
+/// `architecture`), or null with `error` set.
+const GgufArchitecture *findArchitecture(const GgufFile &file, const std::string &where,
+                                         std::string &architecture, std::string &error) {
   if (!file.getString("general.architecture", architecture, error))
     return nullptr;
   const GgufArchitecture *arch = nullptr;
   for (const GgufArchitecture &a : kArchitectures)
     if (architecture == a.gguf)
       arch = &a;
-  if (!arch) {
+  if (!arch)
     error = where + ": general.architecture '" + architecture +
             "' is not one tpc imports from GGUF (it imports " + supportedArchitectures() + ")";
-    return nullptr;
-  }
-  model->modelType_ = arch->modelType;
-  // transformers calls a llama file mistral when general.name is exactly "mistral" (it tests
-  // membership in the list of the field's values); its keys stay llama.*.
-  if (architecture == "llama") {
-    std::string name, ignored;
-    if (file.find("general.name") && file.getString("general.name", name, ignored) &&
-        name == "mistral")
-      model->modelType_ = "mistral";
-  }
+  return arch;
+}
 
-  nlohmann::ordered_json config;
-  config["model_type"] = model->modelType_;
-  auto key = [&](const char *suffix) { return architecture + "." + suffix; };
-  // Hyperparameters every architecture has; transformers leaves out what the file does not
-  // hold (the config class's default applies), and so does this.
-  struct Field {
-    const char *gguf, *hf;
-    bool isFloat;
-  };
-  std::vector<Field> fields = {
+/// transformers calls a llama file mistral when general.name is exactly "mistral" (it tests
+/// membership in the list of the field's values); its keys stay llama.*.
+std::string modelTypeOf(const GgufSource &source) {
+  if (source.architecture == "llama") {
+    std::string name, ignored;
+    if (source.file.find("general.name") &&
+        source.file.getString("general.name", name, ignored) && name == "mistral")
+      return "mistral";
+  }
+  return source.arch.modelType;
+}
+
+/// A hyperparameter's key (less the architecture) and its config.json field.
+struct Hyperparameter {
+  const char *gguf, *hf;
+  bool isFloat;
+};
+
+/// The hyperparameters transformers reads from a file of `arch`.
+std::vector<Hyperparameter> hyperparametersOf(const GgufArchitecture &arch) {
+  std::vector<Hyperparameter> fields = {
       {"context_length", "max_position_embeddings", false},
       {"block_count", "num_hidden_layers", false},
       {"feed_forward_length", "intermediate_size", false},
@@ -243,120 +250,214 @@ std::unique_ptr<GgufModel> GgufModel::open(const std::string &path, std::string 
       {"attention.layer_norm_rms_epsilon", "rms_norm_eps", true},
       {"vocab_size", "vocab_size", false},
   };
-  if (arch->ropeDimIsHeadDim)
+  if (arch.ropeDimIsHeadDim)
     fields.push_back({"rope.dimension_count", "head_dim", false});
-  if (arch->keyLengthIsHeadDim)
+  if (arch.keyLengthIsHeadDim)
     fields.push_back({"attention.key_length", "head_dim", false});
-  if (arch->slidingWindow)
+  if (arch.slidingWindow)
     fields.push_back({"attention.sliding_window", "sliding_window", false});
   // transformers 5.17's loader reads neither of these (qwen3's head_dim, gemma2's softcaps),
   // so its config class's default applies (kClassDefaults). The converter writes them from
   // the Hugging Face config, where every released Qwen3 and Gemma 2 model has those very
   // values; tpc reads what the file says, which is the model even where it is not.
-  if (arch->softcapping) {
+  if (arch.softcapping) {
     fields.push_back({"attn_logit_softcapping", "attn_logit_softcapping", true});
     fields.push_back({"final_logit_softcapping", "final_logit_softcapping", true});
   }
-  for (const Field &field : fields) {
-    std::string k = key(field.gguf);
-    if (!file.find(k))
+  return fields;
+}
+
+/// Copies the hyperparameters the file holds into `config`. transformers leaves out what the
+/// file does not hold (the config class's default applies), and so does this.
+bool readHyperparameters(const GgufSource &source, nlohmann::ordered_json &config,
+                         std::string &error) {
+  for (const Hyperparameter &field : hyperparametersOf(source.arch)) {
+    std::string k = source.key(field.gguf);
+    if (!source.file.find(k))
       continue;
     if (field.isFloat) {
       double value = 0;
-      if (!file.getFloat(k, value, error))
-        return nullptr;
+      if (!source.file.getFloat(k, value, error))
+        return false;
       config[field.hf] = value;
     } else {
       int64_t value = 0;
-      if (!file.getInt(k, value, error, 0, int64_t(1) << 40))
-        return nullptr;
+      if (!source.file.getInt(k, value, error, 0, int64_t(1) << 40))
+        return false;
       config[field.hf] = value;
     }
   }
+  return true;
+}
+
+void applyClassDefaults(const std::string &modelType, nlohmann::ordered_json &config) {
   for (const ClassDefault &d : kClassDefaults)
-    if (model->modelType_ == d.modelType && !config.contains(d.field)) {
+    if (modelType == d.modelType && !config.contains(d.field)) {
       if (d.isFloat)
         config[d.field] = d.value;
       else
         config[d.field] = int64_t(d.value);
     }
+}
+
+bool checkRequiredHyperparameters(const GgufSource &source, std::string &error) {
   for (const char *required : {"block_count", "embedding_length", "attention.head_count"})
-    if (!file.find(key(required))) {
-      error = where + ": no metadata '" + key(required) + "', which a " + architecture +
-              " model needs";
-      return nullptr;
+    if (!source.file.find(source.key(required))) {
+      error = source.where + ": no metadata '" + source.key(required) + "', which a " +
+              source.architecture + " model needs";
+      return false;
     }
+  return true;
+}
+
+bool readSpecialTokens(const GgufFile &file, nlohmann::ordered_json &config, std::string &error) {
   for (auto [gguf, hf] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
                           {"tokenizer.ggml.eos_token_id", "eos_token_id"},
                           {"tokenizer.ggml.padding_token_id", "pad_token_id"}}) {
     int64_t id = 0;
     if (file.find(gguf)) {
       if (!file.getInt(gguf, id, error, 0, UINT32_MAX))
-        return nullptr;
+        return false;
       config[hf] = id;
     }
   }
-  // transformers takes the vocabulary's size from the tokens when the file does not say it.
-  if (!config.contains("vocab_size")) {
-    const GgufValue *tokens = file.find("tokenizer.ggml.tokens");
-    if (!tokens || tokens->type != GgufValueType::Array) {
-      error = where + ": no " + key("vocab_size") + " and no tokenizer.ggml.tokens to count";
-      return nullptr;
-    }
-    config["vocab_size"] = tokens->size();
-  }
-  bool hasOutput = file.tensor("output.weight") != nullptr;
-  config["tie_word_embeddings"] = !hasOutput;
+  return true;
+}
 
+/// transformers takes the vocabulary's size from the tokens when the file does not say it.
+bool fillVocabSize(const GgufSource &source, nlohmann::ordered_json &config, std::string &error) {
+  if (config.contains("vocab_size"))
+    return true;
+  const GgufValue *tokens = source.file.find("tokenizer.ggml.tokens");
+  if (!tokens || tokens->type != GgufValueType::Array) {
+    error = source.where + ": no " + source.key("vocab_size") +
+            " and no tokenizer.ggml.tokens to count";
+    return false;
+  }
+  config["vocab_size"] = tokens->size();
+  return true;
+}
+
+/// The config.json transformers 5.17 builds from the file's metadata.
+bool buildConfig(const GgufSource &source, const std::string &modelType,
+                 nlohmann::ordered_json &config, std::string &error) {
+  config["model_type"] = modelType;
+  if (!readHyperparameters(source, config, error))
+    return false;
+  applyClassDefaults(modelType, config);
+  if (!checkRequiredHyperparameters(source, error) ||
+      !readSpecialTokens(source.file, config, error) || !fillVocabSize(source, config, error))
+    return false;
+  bool hasOutput = source.file.tensor("output.weight") != nullptr;
+  config["tie_word_embeddings"] = !hasOutput;
+  return true;
+}
+
+/// llama.cpp keeps rope scaling factors as tensors; transformers' loader ignores them and its
+/// config has no rope_scaling, so the two would compute different models.
+bool checkNotRopeFactors(const GgufTensor &t, const std::string &where, std::string &error) {
+  if (t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
+      t.name == "rope_factors_short.weight") {
+    error = where + ": tensor " + t.name +
+            " holds RoPE scaling factors, which tpc does not read from GGUF yet (transformers "
+            "5.17's GGUF loader ignores them, so neither would compute this model as "
+            "llama.cpp does)";
+    return false;
+  }
+  return true;
+}
+
+bool checkDequantizable(const GgufTensor &t, const std::string &where, std::string &error) {
+  const GgmlTypeInfo *info = ggmlTypeInfo(t.type);
+  if (!info || !info->dequantizable) {
+    error = where + ": tensor " + t.name + " has type " + (info ? info->name : "unknown") +
+            ", which tpc does not read (it reads " + ggmlDequantizableTypes() + ")";
+    return false;
+  }
+  return true;
+}
+
+/// Checks that `t` is a matrix whose rows the converter's RoPE permutation could have
+/// shuffled in `heads` heads of pairs, which reading undoes.
+bool checkPermutable(const GgufTensor &t, int64_t heads, const std::string &where,
+                     std::string &error) {
+  int64_t rows = t.shape.size() == 2 ? t.shape[0] : 0;
+  if (t.shape.size() != 2) {
+    error = where + ": tensor " + t.name + " has shape " + shapeText(t.shape) +
+            "; tpc undoes the converter's RoPE permutation of matrices only";
+    return false;
+  }
+  if (heads <= 0 || rows % (2 * heads) != 0) {
+    error = where + ": tensor " + t.name + " has " + std::to_string(rows) +
+            " rows, which do not split into " + std::to_string(heads) +
+            " heads of pairs (the converter's RoPE permutation)";
+    return false;
+  }
+  return true;
+}
+
+/// Adds tensor `t` to `tensors` under its Hugging Face name, with what reading must undo;
+/// `heads` and `kvHeads` are the query's and the key's heads.
+bool mapTensor(const GgufSource &source, const std::string &modelType, const GgufTensor &t,
+               int64_t heads, int64_t kvHeads, std::map<std::string, GgufModelTensor> &tensors,
+               std::string &error) {
+  if (!checkNotRopeFactors(t, source.where, error))
+    return false;
+  std::string module;
+  std::string name = hfName(t.name, source.arch, module);
+  if (name.empty()) {
+    error = source.where + ": tensor " + t.name + " has no counterpart in a Hugging Face " +
+            modelType + " model that tpc knows";
+    return false;
+  }
+  if (!checkDequantizable(t, source.where, error))
+    return false;
+  GgufModelTensor mapped;
+  mapped.tensor = &t;
+  if (source.arch.permuteQK && (module == "attn_q" || module == "attn_k")) {
+    mapped.permutedHeads = module == "attn_q" ? heads : kvHeads;
+    if (!checkPermutable(t, mapped.permutedHeads, source.where, error))
+      return false;
+  }
+  mapped.minusOne = source.arch.normMinusOne && t.name.find("norm.weight") != std::string::npos;
+  if (!tensors.emplace(name, mapped).second) {
+    error = source.where + ": two tensors map to " + name;
+    return false;
+  }
+  return true;
+}
+
+/// Maps every tensor of the file (mapTensor), the heads taken from `config`.
+bool mapTensors(const GgufSource &source, const std::string &modelType,
+                const nlohmann::ordered_json &config,
+                std::map<std::string, GgufModelTensor> &tensors, std::string &error) {
   int64_t heads = config.value("num_attention_heads", int64_t(0));
   int64_t kvHeads = config.value("num_key_value_heads", heads);
-  for (const GgufTensor &t : file.tensors()) {
-    // llama.cpp keeps rope scaling factors as tensors; transformers' loader ignores them and
-    // its config has no rope_scaling, so the two would compute different models.
-    if (t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
-        t.name == "rope_factors_short.weight") {
-      error = where + ": tensor " + t.name +
-              " holds RoPE scaling factors, which tpc does not read from GGUF yet (transformers "
-              "5.17's GGUF loader ignores them, so neither would compute this model as "
-              "llama.cpp does)";
-      return nullptr;
-    }
-    std::string module;
-    std::string name = hfName(t.name, *arch, module);
-    if (name.empty()) {
-      error = where + ": tensor " + t.name + " has no counterpart in a Hugging Face " +
-              model->modelType_ + " model that tpc knows";
-      return nullptr;
-    }
-    const GgmlTypeInfo *info = ggmlTypeInfo(t.type);
-    if (!info || !info->dequantizable) {
-      error = where + ": tensor " + t.name + " has type " + (info ? info->name : "unknown") +
-              ", which tpc does not read (it reads " + ggmlDequantizableTypes() + ")";
-      return nullptr;
-    }
-    GgufModelTensor mapped;
-    mapped.tensor = &t;
-    if (arch->permuteQK && (module == "attn_q" || module == "attn_k")) {
-      mapped.permutedHeads = module == "attn_q" ? heads : kvHeads;
-      int64_t rows = t.shape.size() == 2 ? t.shape[0] : 0;
-      if (t.shape.size() != 2) {
-        error = where + ": tensor " + t.name + " has shape " + shapeText(t.shape) +
-                "; tpc undoes the converter's RoPE permutation of matrices only";
-        return nullptr;
-      }
-      if (mapped.permutedHeads <= 0 || rows % (2 * mapped.permutedHeads) != 0) {
-        error = where + ": tensor " + t.name + " has " + std::to_string(rows) +
-                " rows, which do not split into " + std::to_string(mapped.permutedHeads) +
-                " heads of pairs (the converter's RoPE permutation)";
-        return nullptr;
-      }
-    }
-    mapped.minusOne = arch->normMinusOne && t.name.find("norm.weight") != std::string::npos;
-    if (!model->tensors_.emplace(name, mapped).second) {
-      error = where + ": two tensors map to " + name;
-      return nullptr;
-    }
-  }
+  for (const GgufTensor &t : source.file.tensors())
+    if (!mapTensor(source, modelType, t, heads, kvHeads, tensors, error))
+      return false;
+  return true;
+}
+
+} // namespace
+
+std::unique_ptr<GgufModel> GgufModel::open(const std::string &path, std::string &error) {
+  std::unique_ptr<GgufModel> model(new GgufModel());
+  model->file_ = GgufFile::open(path, error);
+  if (!model->file_)
+    return nullptr;
+  const GgufFile &file = *model->file_;
+  const std::string where = "GGUF file " + path;
+  std::string architecture;
+  const GgufArchitecture *arch = findArchitecture(file, where, architecture, error);
+  if (!arch)
+    return nullptr;
+  const GgufSource source{file, where, architecture, *arch};
+  model->modelType_ = modelTypeOf(source);
+  nlohmann::ordered_json config;
+  if (!buildConfig(source, model->modelType_, config, error) ||
+      !mapTensors(source, model->modelType_, config, model->tensors_, error))
+    return nullptr;
   model->config_ = config.dump(2) + "\n";
   return model;
 }

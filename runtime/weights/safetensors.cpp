@@ -130,6 +130,196 @@ bool exists(const std::string &path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+/// The size of the file open as `fd`, which must be a regular file.
+bool regularFileSize(int fd, const std::string &path, uint64_t &size, std::string &error) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    error = path + " is not a regular file";
+    return false;
+  }
+  size = uint64_t(st.st_size);
+  return true;
+}
+
+/// The header's length, from the file's first 8 bytes: it must fit in the file and under
+/// safetensors' limit.
+bool readHeaderLength(int fd, const std::string &path, uint64_t fileSize, uint64_t &headerSize,
+                      std::string &error) {
+  unsigned char length[8];
+  if (fileSize < 8 || pread(fd, length, 8, 0) != 8) {
+    error = path +
+            ": truncated safetensors file (no complete header): " + std::to_string(fileSize) +
+            " bytes";
+    return false;
+  }
+  headerSize = 0; // little-endian, whatever this machine is
+  for (int i = 7; i >= 0; --i)
+    headerSize = headerSize << 8 | length[i];
+  if (headerSize > fileSize - 8) {
+    error = path + ": the header length " + std::to_string(headerSize) + " is larger than the " +
+            std::to_string(fileSize - 8) + " bytes after it (a truncated or damaged file)";
+    return false;
+  }
+  if (headerSize > kMaxHeaderBytes) {
+    error = path + ": the header length " + std::to_string(headerSize) +
+            " is over safetensors' limit of " + std::to_string(kMaxHeaderBytes) + " bytes";
+    return false;
+  }
+  return true;
+}
+
+/// The JSON header of `headerSize` bytes after the length: an object of tensors.
+bool readHeaderJson(int fd, const std::string &path, uint64_t headerSize, nlohmann::json &json,
+                    std::string &error) {
+  std::string header(headerSize, '\0');
+  if (pread(fd, header.data(), headerSize, 8) != ssize_t(headerSize)) {
+    error = path + ": truncated safetensors header";
+    return false;
+  }
+  try {
+    json = parseUntrustedJson(header, kMaxJsonDepth);
+  } catch (const std::exception &e) {
+    error = path + ": malformed safetensors header: " + e.what();
+    return false;
+  }
+  if (!json.is_object()) {
+    error =
+        path + ": malformed safetensors header: " + json.type_name() + ", not an object of tensors";
+    return false;
+  }
+  return true;
+}
+
+/// Reads a tensor's sizes into `shape` and multiplies them into `totalBits` (on entry the
+/// bits of one element): the element count, in bits, must not overflow before it is compared
+/// with the offsets. `what` names the tensor in errors.
+bool readShape(const nlohmann::json &sizes, const std::string &what, std::vector<int64_t> &shape,
+               uint64_t &totalBits, std::string &error) {
+  for (const nlohmann::json &d : sizes) {
+    uint64_t size = 0;
+    if (!readCount(d, size)) {
+      error = what + " has a malformed shape: its sizes must be non-negative integers";
+      return false;
+    }
+    shape.push_back(int64_t(size));
+    if (totalBits && size && __builtin_mul_overflow(totalBits, size, &totalBits)) {
+      error = what + " has shape " + shapeString(shape) + ", too large for any file";
+      return false;
+    }
+    if (!size)
+      totalBits = 0;
+  }
+  return true;
+}
+
+/// Reads tensor `name`'s data_offsets [begin, end], which count from the header's end and
+/// must lie in the `dataSize` bytes of data that follow it in `path`.
+bool readDataOffsets(const nlohmann::json &offsets, const std::string &path,
+                     const std::string &name, uint64_t dataSize, uint64_t &begin, uint64_t &end,
+                     std::string &error) {
+  if (offsets.size() != 2 || !readCount(offsets[0], begin) || !readCount(offsets[1], end)) {
+    error = path + ": tensor " + name +
+            " has malformed data_offsets: they must be two non-negative integers " +
+            "[begin, end]";
+    return false;
+  }
+  if (end < begin) {
+    error = path + ": tensor " + name + " has data_offsets " + offsetsString(begin, end) +
+            " that end before they begin";
+    return false;
+  }
+  if (end > dataSize) {
+    error = "tensor " + name + " is truncated: its data runs past the end of " + path +
+            " (data_offsets " + offsetsString(begin, end) + ", but the data holds " +
+            std::to_string(dataSize) + " bytes)";
+    return false;
+  }
+  return true;
+}
+
+/// Checks that [begin, end) holds exactly the `totalBits` of tensor `info` (of `bits` an
+/// element), and begins on a whole element.
+bool checkDataExtent(const std::string &what, const TensorInfo &info, unsigned bits,
+                     uint64_t totalBits, uint64_t begin, uint64_t end, std::string &error) {
+  if (totalBits % 8 || (end - begin) != totalBits / 8) {
+    error = what + " of shape " + shapeString(info.shape) + " and dtype " + info.dtype +
+            " needs " +
+            (totalBits % 8 ? std::to_string(totalBits) + " bits"
+                           : std::to_string(totalBits / 8) + " bytes") +
+            ", but its data_offsets " + offsetsString(begin, end) + " hold " +
+            std::to_string(end - begin);
+    return false;
+  }
+  if (bits >= 8 && begin % (bits / 8)) {
+    error = what + " is misaligned: its data begins at offset " + std::to_string(begin) +
+            ", not a multiple of its dtype " + info.dtype + "'s " + std::to_string(bits / 8) +
+            " bytes";
+    return false;
+  }
+  return true;
+}
+
+/// Reads the header entry of tensor `name` in `path` into `info`, checking it against the
+/// `dataSize` bytes of data, which begin at `dataStart` in the file.
+bool readTensorEntry(const std::string &path, const std::string &name,
+                     const nlohmann::json &entry, uint64_t dataStart, uint64_t dataSize,
+                     TensorInfo &info, std::string &error) {
+  std::string what = path + ": tensor " + name;
+  const nlohmann::json *dtype =
+      entry.is_object() && entry.contains("dtype") ? &entry["dtype"] : nullptr;
+  const nlohmann::json *shape =
+      entry.is_object() && entry.contains("shape") ? &entry["shape"] : nullptr;
+  const nlohmann::json *offsets =
+      entry.is_object() && entry.contains("data_offsets") ? &entry["data_offsets"] : nullptr;
+  if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets ||
+      !offsets->is_array()) {
+    error = what + " has a malformed header entry: it needs a dtype string and shape and "
+                   "data_offsets arrays";
+    return false;
+  }
+  info.dtype = dtype->get<std::string>();
+  unsigned bits = dtypeBits(info.dtype);
+  if (!bits) {
+    error = what + " has dtype '" + info.dtype + "', which is not a safetensors dtype";
+    return false;
+  }
+  uint64_t totalBits = bits, begin = 0, end = 0;
+  if (!readShape(*shape, what, info.shape, totalBits, error) ||
+      !readDataOffsets(*offsets, path, name, dataSize, begin, end, error) ||
+      !checkDataExtent(what, info, bits, totalBits, begin, end, error))
+    return false;
+  info.begin = dataStart + begin;
+  info.end = dataStart + end;
+  info.file = path;
+  return true;
+}
+
+/// A tensor by name and where its data is.
+using Extent = std::pair<std::string, const TensorInfo *>;
+
+/// Two tensors may not share bytes: writing one would change the other. Sorts `extents` (the
+/// tensors of `path`, whose data begins at `dataStart`) by where they begin.
+bool checkNoOverlap(const std::string &path, uint64_t dataStart, std::vector<Extent> &extents,
+                    std::string &error) {
+  std::sort(extents.begin(), extents.end(),
+            [](const auto &a, const auto &b) { return a.second->begin < b.second->begin; });
+  const Extent *last = nullptr;
+  for (const auto &extent : extents) {
+    if (extent.second->begin == extent.second->end)
+      continue; // an empty tensor holds no bytes
+    if (last && extent.second->begin < last->second->end) {
+      error = path + ": tensors " + last->first + " " +
+              offsetsString(last->second->begin - dataStart, last->second->end - dataStart) +
+              " and " + extent.first + " " +
+              offsetsString(extent.second->begin - dataStart, extent.second->end - dataStart) +
+              " overlap";
+      return false;
+    }
+    last = &extent;
+  }
+  return true;
+}
+
 } // namespace
 
 SliceSpec SliceSpec::forRank(int rank, int tp) const {
@@ -272,151 +462,30 @@ bool Checkpoint::addFile(const std::string &path, std::string &error) {
     return false;
   }
   fds[path] = fd;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    error = path + " is not a regular file";
+  uint64_t fileSize = 0, headerSize = 0;
+  if (!regularFileSize(fd, path, fileSize, error))
     return false;
-  }
-  uint64_t fileSize = uint64_t(st.st_size);
   sizes[path] = fileSize;
-  unsigned char length[8];
-  if (fileSize < 8 || pread(fd, length, 8, 0) != 8) {
-    error = path +
-            ": truncated safetensors file (no complete header): " + std::to_string(fileSize) +
-            " bytes";
-    return false;
-  }
-  uint64_t headerSize = 0; // little-endian, whatever this machine is
-  for (int i = 7; i >= 0; --i)
-    headerSize = headerSize << 8 | length[i];
-  if (headerSize > fileSize - 8) {
-    error = path + ": the header length " + std::to_string(headerSize) + " is larger than the " +
-            std::to_string(fileSize - 8) + " bytes after it (a truncated or damaged file)";
-    return false;
-  }
-  if (headerSize > kMaxHeaderBytes) {
-    error = path + ": the header length " + std::to_string(headerSize) +
-            " is over safetensors' limit of " + std::to_string(kMaxHeaderBytes) + " bytes";
-    return false;
-  }
-  std::string header(headerSize, '\0');
-  if (pread(fd, header.data(), headerSize, 8) != ssize_t(headerSize)) {
-    error = path + ": truncated safetensors header";
-    return false;
-  }
   nlohmann::json json;
-  try {
-    json = parseUntrustedJson(header, kMaxJsonDepth);
-  } catch (const std::exception &e) {
-    error = path + ": malformed safetensors header: " + e.what();
+  if (!readHeaderLength(fd, path, fileSize, headerSize, error) ||
+      !readHeaderJson(fd, path, headerSize, json, error))
     return false;
-  }
-  if (!json.is_object()) {
-    error =
-        path + ": malformed safetensors header: " + json.type_name() + ", not an object of tensors";
-    return false;
-  }
-  uint64_t dataSize = fileSize - 8 - headerSize; // offsets count from the header's end
-  std::vector<std::pair<std::string, const TensorInfo *>> extents;
+  uint64_t dataStart = 8 + headerSize; // offsets count from the header's end
+  uint64_t dataSize = fileSize - 8 - headerSize;
+  std::vector<Extent> extents;
   for (auto &[name, entry] : json.items()) {
     if (name == "__metadata__")
       continue;
-    std::string what = path + ": tensor " + name;
-    const nlohmann::json *dtype =
-        entry.is_object() && entry.contains("dtype") ? &entry["dtype"] : nullptr;
-    const nlohmann::json *shape =
-        entry.is_object() && entry.contains("shape") ? &entry["shape"] : nullptr;
-    const nlohmann::json *offsets =
-        entry.is_object() && entry.contains("data_offsets") ? &entry["data_offsets"] : nullptr;
-    if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets ||
-        !offsets->is_array()) {
-      error = what + " has a malformed header entry: it needs a dtype string and shape and "
-                     "data_offsets arrays";
-      return false;
-    }
     TensorInfo info;
-    info.dtype = dtype->get<std::string>();
-    unsigned bits = dtypeBits(info.dtype);
-    if (!bits) {
-      error = what + " has dtype '" + info.dtype + "', which is not a safetensors dtype";
+    if (!readTensorEntry(path, name, entry, dataStart, dataSize, info, error))
       return false;
-    }
-    // The element count, in bits, must not overflow before it is compared with the offsets.
-    uint64_t totalBits = bits;
-    for (const nlohmann::json &d : *shape) {
-      uint64_t size = 0;
-      if (!readCount(d, size)) {
-        error = what + " has a malformed shape: its sizes must be non-negative integers";
-        return false;
-      }
-      info.shape.push_back(int64_t(size));
-      if (totalBits && size && __builtin_mul_overflow(totalBits, size, &totalBits)) {
-        error = what + " has shape " + shapeString(info.shape) + ", too large for any file";
-        return false;
-      }
-      if (!size)
-        totalBits = 0;
-    }
-    uint64_t begin = 0, end = 0;
-    if (offsets->size() != 2 || !readCount((*offsets)[0], begin) ||
-        !readCount((*offsets)[1], end)) {
-      error = what + " has malformed data_offsets: they must be two non-negative integers " +
-              "[begin, end]";
-      return false;
-    }
-    if (end < begin) {
-      error =
-          what + " has data_offsets " + offsetsString(begin, end) + " that end before they begin";
-      return false;
-    }
-    if (end > dataSize) {
-      error = "tensor " + name + " is truncated: its data runs past the end of " + path +
-              " (data_offsets " + offsetsString(begin, end) + ", but the data holds " +
-              std::to_string(dataSize) + " bytes)";
-      return false;
-    }
-    if (totalBits % 8 || (end - begin) != totalBits / 8) {
-      error = what + " of shape " + shapeString(info.shape) + " and dtype " + info.dtype +
-              " needs " +
-              (totalBits % 8 ? std::to_string(totalBits) + " bits"
-                             : std::to_string(totalBits / 8) + " bytes") +
-              ", but its data_offsets " + offsetsString(begin, end) + " hold " +
-              std::to_string(end - begin);
-      return false;
-    }
-    if (bits >= 8 && begin % (bits / 8)) {
-      error = what + " is misaligned: its data begins at offset " + std::to_string(begin) +
-              ", not a multiple of its dtype " + info.dtype + "'s " + std::to_string(bits / 8) +
-              " bytes";
-      return false;
-    }
-    info.begin = 8 + headerSize + begin;
-    info.end = 8 + headerSize + end;
-    info.file = path;
     if (const TensorInfo *other = find(name)) {
       error = "tensor " + name + " is in both " + other->file + " and " + path;
       return false;
     }
     extents.push_back({name, &(tensors[name] = info)});
   }
-  // Two tensors may not share bytes: writing one would change the other.
-  std::sort(extents.begin(), extents.end(),
-            [](const auto &a, const auto &b) { return a.second->begin < b.second->begin; });
-  const std::pair<std::string, const TensorInfo *> *last = nullptr;
-  for (const auto &extent : extents) {
-    if (extent.second->begin == extent.second->end)
-      continue; // an empty tensor holds no bytes
-    if (last && extent.second->begin < last->second->end) {
-      uint64_t base = 8 + headerSize;
-      error = path + ": tensors " + last->first + " " +
-              offsetsString(last->second->begin - base, last->second->end - base) + " and " +
-              extent.first + " " +
-              offsetsString(extent.second->begin - base, extent.second->end - base) + " overlap";
-      return false;
-    }
-    last = &extent;
-  }
-  return true;
+  return checkNoOverlap(path, dataStart, extents, error);
 }
 
 const TensorInfo *Checkpoint::find(const std::string &name) const {
