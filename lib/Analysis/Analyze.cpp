@@ -229,20 +229,16 @@ void replicatedEmbeddingNote(ModuleOp planned, int64_t tp, int64_t elementBytes,
   });
 }
 
-} // namespace
-
-FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::string &error) {
-  Analysis a;
-  a.options = o;
-  // The KV cache holds what the binary's would: the same default, from the model's
-  // positions where import recorded them.
-  std::vector<std::string> &notes = a.notes;
+/// The KV cache's length, as the binary would choose it: --max-model-len, or the same
+/// default, from the model's positions where import recorded them. Sets where it came from
+/// in `a`, and a note where the binary would refuse --max-model-len.
+int64_t contextOf(ModuleOp module, const AnalyzeOptions &o, Analysis &a) {
   auto recorded = module->getAttrOfType<IntegerAttr>(tp::kMaxPositionEmbeddingsAttrName);
   int64_t positions = a.positions = recorded ? recorded.getInt() : 0;
   std::string refused;
   if (!tpcrt::chooseMaxSeqLen(o.maxSeqLenGiven ? std::optional(o.maxSeqLen) : std::nullopt,
                               positions, refused))
-    notes.push_back(refused + ": the binary refuses it");
+    a.notes.push_back(refused + ": the binary refuses it");
   int64_t maxSeqLen = o.maxSeqLen;
   std::string &maxSeqLenFrom = a.maxSeqLenFrom, &maxSeqLenWhy = a.maxSeqLenWhy;
   maxSeqLenFrom = maxSeqLenWhy = "--max-model-len";
@@ -257,6 +253,12 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
                                : "the default; the model records no "
                                  "max_position_embeddings";
   }
+  return maxSeqLen;
+}
+
+/// The prefill's length; `error` set where it, or --step-tokens, does not fit the KV cache.
+FailureOr<int64_t> prefillLength(const AnalyzeOptions &o, int64_t maxSeqLen,
+                                 const std::string &maxSeqLenWhy, std::string &error) {
   // A model made for fewer positions than the default prefill is analyzed at its whole
   // context rather than refused.
   int64_t prefillLen = o.prefillLenGiven ? o.prefillLen : std::min(o.prefillLen, maxSeqLen);
@@ -271,6 +273,144 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
                         o.stepTokens, o.stepSequences, maxSeqLen);
     return failure();
   }
+  return prefillLen;
+}
+
+/// Whether the forward the program runs for `tokens` splits them over the ranks. Which
+/// forward runs a token count is the program's rule (tp.sequence_parallel), the one the
+/// runtime obeys: split by tokens where they split evenly, all_reduce where not.
+bool splitsTokens(ModuleOp decided, int64_t tokens) {
+  return tp::sequenceParallelTokens(tp::forwardFor(decided, tokens)).has_value();
+}
+
+/// Where sequence parallelism falls back to all_reduce, and what every step sends besides
+/// the model's collectives.
+void sequenceParallelNotes(ModuleOp decided, const AnalyzeOptions &o, int64_t prefillLen,
+                           bool sequenceParallel, bool prefillSplits,
+                           std::vector<std::string> &notes) {
+  if (sequenceParallel && !prefillSplits)
+    notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
+                                "prefill: {} tokens do not split evenly over tp {}",
+                                prefillLen, o.tp));
+  if (sequenceParallel && !splitsTokens(decided, 1))
+    notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
+                    "(1 token does not split over tp " + std::to_string(o.tp) + ")");
+  if (o.sequenceParallel && !sequenceParallel)
+    notes.push_back("--sequence-parallel does nothing on one rank");
+  if (o.tp > 1)
+    notes.push_back("each step (the prefill, every decode step) begins with rank 0 sending the "
+                    "other ranks the step's descriptor (its tokens, positions and block tables; "
+                    "8 x (4 + --max-batch-tokens + --max-num-seqs x (4 + --max-model-len / "
+                    "the block size)) bytes) through the host transport's all-gather, not a "
+                    "collective of the model (not listed above, nor in --trace)");
+}
+
+/// The phases reported: the prefill, a decode step and, with --step-tokens, a step of the
+/// engine's; each beside the collectives transformers' hooks run for it, where its TP runs
+/// this at all.
+std::vector<PhaseReport> phasesOf(ModuleOp module, ModuleOp decided, const AnalyzeOptions &o,
+                                  int64_t prefillLen, bool prefillSplits) {
+  auto forwardFor = [&](int64_t tokens) { return tp::forwardFor(decided, tokens); };
+  tp::TargetAttr target = tp::getTarget(decided);
+  int64_t elementBytes = target.activationBytes();
+  bool variableGather = target.getGather() == tp::GatherMode::variable;
+  bool greedy = !o.sampled;
+  std::string transformersFails = transformersFailure(module);
+  auto transformersFor = [&](int64_t tokens) {
+    return transformersFails.empty() ? transformersCollectives(module, tokens)
+                                     : std::vector<CollectiveEntry>();
+  };
+  std::vector<PhaseReport> phases = {
+      {"prefill", prefillLen, 1, prefillSplits,
+       programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes,
+                          variableGather, 1, greedy),
+       transformersFor(prefillLen), transformersFails},
+      {"decode step", 1, 1, false,
+       programCollectives(forwardFor(1), 1, o.tp, elementBytes, variableGather, 1, greedy),
+       transformersFor(1), transformersFails}};
+  if (o.stepTokens > 0) {
+    // A step of the engine's: the sequences' tokens in one forward, each sequence's last
+    // token's row sampled; one sequence's step runs the forward its count picks.
+    func::FuncOp forward = tp::forwardFor(decided, o.stepTokens, o.stepSequences);
+    bool one = o.stepSequences == 1;
+    phases.push_back(
+        {"step", o.stepTokens, o.stepSequences,
+         tp::sequenceParallelTokens(forward).has_value(),
+         programCollectives(forward, o.stepTokens, o.tp, elementBytes, variableGather,
+                            o.stepSequences, greedy),
+         one ? transformersFor(o.stepTokens) : std::vector<CollectiveEntry>(),
+         one || !transformersFails.empty()
+             ? transformersFails
+             : "not compared (its tensor parallelism runs one batch shape, not ragged steps)"});
+  }
+  return phases;
+}
+
+/// logitsGatherNote for the program's decode step, greedy and sampled.
+void decodeLogitsNote(ModuleOp decided, const AnalyzeOptions &o, std::vector<std::string> &notes) {
+  if (o.tp <= 1)
+    return;
+  tp::TargetAttr target = tp::getTarget(decided);
+  int64_t elementBytes = target.activationBytes();
+  bool variableGather = target.getGather() == tp::GatherMode::variable;
+  func::FuncOp decode = tp::forwardFor(decided, 1);
+  auto decodeStep = [&](bool greedyStep) {
+    return programCollectives(decode, 1, o.tp, elementBytes, variableGather, 1, greedyStep);
+  };
+  logitsGatherNote(decodeStep(true), decodeStep(false), target.getGreedyArgmax(), !o.sampled,
+                   notes);
+}
+
+/// The per-rank weights and KV cache, and the graph --dot draws, from the prefill's
+/// collectives pipeline (its warnings were said once, building the program). Fails, its
+/// errors reported, where a pass does.
+LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr target,
+                             const AnalyzeOptions &o, bool sequenceParallel, bool prefillSplits,
+                             Analysis &a) {
+  OwningOpRef<ModuleOp> &prefill = a.prefill, partitioned;
+  {
+    ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &d) {
+      return success(d.getSeverity() != DiagnosticSeverity::Error);
+    });
+    prefill = runOnCopy(module, [&](OpPassManager &pm) {
+      buildCollectivesPipeline(pm, prefillSplits ? "on" : sequenceParallel ? "off" : "auto",
+                               !o.noFold);
+      pm.addPass(tp::createTPElideCollectives());
+    });
+    // The weights as the binary holds them: the target's types (tp-weight-storage).
+    if (prefill) {
+      (*prefill)->setAttr(tp::kTargetAttrName, target);
+      partitioned = runOnCopy(*prefill, [&](OpPassManager &pm) {
+        pm.addPass(tp::createTPPartition());
+        pm.addPass(tp::createTPWeightStorage({o.weights}));
+      });
+    }
+  }
+  if (!prefill || !partitioned)
+    return failure();
+  MemoryReport &memory = a.memory;
+  memory.weights = parameterBytes(*partitioned);
+  memory.unshardedWeights = unshardedParameterBytes(*partitioned);
+  memory.decodeReads = decodeWeightReads(*partitioned);
+  memory.heldTypes = heldTypes(*partitioned);
+  memory.kvCache = kvCacheBytes(*partitioned, memory.maxSeqLen);
+  memory.kvCachePerToken = kvCacheBytes(*partitioned, 1);
+  if (auto blockSize = decided->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName))
+    memory.kvBlockSize = blockSize.getInt();
+  memory.mlaLatentCache = mlaLatentCacheBytes(*partitioned, memory.maxSeqLen);
+  a.shares = rankShares(*partitioned);
+  return success();
+}
+
+} // namespace
+
+FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::string &error) {
+  Analysis a;
+  a.options = o;
+  int64_t maxSeqLen = contextOf(module, o, a);
+  FailureOr<int64_t> prefillLen = prefillLength(o, maxSeqLen, a.maxSeqLenWhy, error);
+  if (failed(prefillLen))
+    return failure();
   MemoryReport &memory = a.memory;
   memory.maxSeqLen = maxSeqLen;
   if (failed(plan::applyPlan(module, {o.plan, o.strategies, o.tp})))
@@ -286,198 +426,112 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   OwningOpRef<ModuleOp> decided = buildProgram(module, program);
   if (!decided)
     return failure();
-  // Which forward runs a token count is the program's rule (tp.sequence_parallel), the
-  // one the runtime obeys: split by tokens where they split evenly, all_reduce where not.
   bool sequenceParallel = wantsSequenceParallel(module, o.sequenceParallel);
-  auto splits = [&](int64_t tokens) {
-    return tp::sequenceParallelTokens(tp::forwardFor(*decided, tokens)).has_value();
-  };
-  bool prefillSplits = splits(prefillLen);
-  if (sequenceParallel && !prefillSplits)
-    notes.push_back(fmt::format("sequence parallelism falls back to all_reduce for the "
-                                "prefill: {} tokens do not split evenly over tp {}",
-                                prefillLen, o.tp));
-  if (sequenceParallel && !splits(1))
-    notes.push_back("sequence parallelism falls back to all_reduce for decode steps "
-                    "(1 token does not split over tp " + std::to_string(o.tp) + ")");
-  if (o.sequenceParallel && !sequenceParallel)
-    notes.push_back("--sequence-parallel does nothing on one rank");
-  if (o.tp > 1)
-    notes.push_back("each step (the prefill, every decode step) begins with rank 0 sending the "
-                    "other ranks the step's descriptor (its tokens, positions and block tables; "
-                    "8 x (4 + --max-batch-tokens + --max-num-seqs x (4 + --max-model-len / "
-                    "the block size)) bytes) through the host transport's all-gather, not a "
-                    "collective of the model (not listed above, nor in --trace)");
-  auto forwardFor = [&](int64_t tokens) { return tp::forwardFor(*decided, tokens); };
-  tp::TargetAttr target = tp::getTarget(*decided);
-  int64_t elementBytes = target.activationBytes();
-  bool variableGather = target.getGather() == tp::GatherMode::variable;
-  bool greedy = !o.sampled;
-  // transformers' side: the collectives its hooks run, where its TP runs this at all.
-  std::string transformersFails = transformersFailure(module);
-  auto transformersFor = [&](int64_t tokens) {
-    return transformersFails.empty() ? transformersCollectives(module, tokens)
-                                     : std::vector<CollectiveEntry>();
-  };
-  a.phases = {
-      {"prefill", prefillLen, 1, prefillSplits,
-       programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes,
-                          variableGather, 1, greedy),
-       transformersFor(prefillLen), transformersFails},
-      {"decode step", 1, 1, false,
-       programCollectives(forwardFor(1), 1, o.tp, elementBytes, variableGather, 1, greedy),
-       transformersFor(1), transformersFails}};
-  if (o.stepTokens > 0) {
-    // A step of the engine's: the sequences' tokens in one forward, each sequence's last
-    // token's row sampled; one sequence's step runs the forward its count picks.
-    func::FuncOp forward = tp::forwardFor(*decided, o.stepTokens, o.stepSequences);
-    bool one = o.stepSequences == 1;
-    a.phases.push_back(
-        {"step", o.stepTokens, o.stepSequences,
-         tp::sequenceParallelTokens(forward).has_value(),
-         programCollectives(forward, o.stepTokens, o.tp, elementBytes, variableGather,
-                            o.stepSequences, greedy),
-         one ? transformersFor(o.stepTokens) : std::vector<CollectiveEntry>(),
-         one || !transformersFails.empty()
-             ? transformersFails
-             : "not compared (its tensor parallelism runs one batch shape, not ragged steps)"});
-  }
-  if (o.tp > 1) {
-    func::FuncOp decode = forwardFor(1);
-    auto decodeStep = [&](bool greedyStep) {
-      return programCollectives(decode, 1, o.tp, elementBytes, variableGather, 1, greedyStep);
-    };
-    logitsGatherNote(decodeStep(true), decodeStep(false), target.getGreedyArgmax(), greedy,
-                     notes);
-  }
-  replicatedEmbeddingNote(module, o.tp, elementBytes, notes);
+  bool prefillSplits = splitsTokens(*decided, *prefillLen);
+  sequenceParallelNotes(*decided, o, *prefillLen, sequenceParallel, prefillSplits, a.notes);
+  a.phases = phasesOf(module, *decided, o, *prefillLen, prefillSplits);
+  decodeLogitsNote(*decided, o, a.notes);
+  int64_t elementBytes = tp::getTarget(*decided).activationBytes();
+  replicatedEmbeddingNote(module, o.tp, elementBytes, a.notes);
   memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
   memory.arena =
       double(memory.arenaElementsPerToken) * double(maxSeqLen) * double(elementBytes);
-
-  // The per-rank weights and KV cache, and the graph --dot draws, from the prefill's
-  // collectives pipeline (its warnings were said once, building the program above).
-  OwningOpRef<ModuleOp> &prefill = a.prefill, partitioned;
-  {
-    ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &d) {
-      return success(d.getSeverity() != DiagnosticSeverity::Error);
-    });
-    prefill = runOnCopy(module, [&](OpPassManager &pm) {
-      buildCollectivesPipeline(pm, prefillSplits ? "on" : sequenceParallel ? "off" : "auto",
-                               !o.noFold);
-      pm.addPass(tp::createTPElideCollectives());
-    });
-    // The weights as the binary holds them: the target's types (tp-weight-storage).
-    if (prefill) {
-      (*prefill)->setAttr(tp::kTargetAttrName, program.target);
-      partitioned = runOnCopy(*prefill, [&](OpPassManager &pm) {
-        pm.addPass(tp::createTPPartition());
-        pm.addPass(tp::createTPWeightStorage({o.weights}));
-      });
-    }
-  }
-  if (!prefill || !partitioned)
+  if (failed(measurePrefill(module, *decided, program.target, o, sequenceParallel,
+                            prefillSplits, a)))
     return failure();
-  memory.weights = parameterBytes(*partitioned);
-  memory.unshardedWeights = unshardedParameterBytes(*partitioned);
-  memory.decodeReads = decodeWeightReads(*partitioned);
-  memory.heldTypes = heldTypes(*partitioned);
-  memory.kvCache = kvCacheBytes(*partitioned, maxSeqLen);
-  memory.kvCachePerToken = kvCacheBytes(*partitioned, 1);
-  if (auto blockSize = (*decided)->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName))
-    memory.kvBlockSize = blockSize.getInt();
-  memory.mlaLatentCache = mlaLatentCacheBytes(*partitioned, maxSeqLen);
-  a.shares = rankShares(*partitioned);
   return a;
 }
 
-static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
-  const AnalyzeOptions &o = a.options;
-  const MemoryReport &memory = a.memory;
-  const std::vector<PhaseReport> &phases = a.phases;
-  const RankShares &shares = a.shares;
-  const std::vector<std::string> &notes = a.notes;
-  const std::string &maxSeqLenFrom = a.maxSeqLenFrom, &maxSeqLenWhy = a.maxSeqLenWhy;
-  int64_t positions = a.positions;
-  std::vector<Share> shareList = sharesOf(shares);
-  double ratio = memory.unshardedWeights ? memory.weights / memory.unshardedWeights : 0;
-  if (json) {
-    nlohmann::ordered_json j;
-    j["model"] = o.model;
-    j["plan"] = o.plan;
-    j["tp"] = o.tp;
-    j["bytes"] = "tpc: what goes on the wire, the larger of one rank's buffers of the "
-                 "communicator call (padding included) in the target's element type; "
-                 "transformers: the module output's full tensor; sent_bytes_per_rank by "
-                 "ring algorithms: all_reduce 2(n-1)/n of it, the others (n-1)/n";
-    j["transformers_formula"] = "one collective per module whose strategy's forward hook "
-                                "communicates, on the module output, before any folding; "
-                                "lm_head on the last token (generate's logits_to_keep=1)";
-    for (const PhaseReport &phase : phases) {
-      nlohmann::ordered_json p;
-      p["tokens"] = phase.tokens;
-      if (phase.name == "step")
-        p["sequences"] = phase.sequences;
-      p["sequence_parallel"] = phase.sequenceParallel;
-      p["collectives"] = toJson(phase.collectives);
-      p["total"] = summaryJson(phase.collectives);
-      if (!phase.transformersFails.empty())
-        p["transformers"] = {{"fails", phase.transformersFails}};
-      else
-        p["transformers"] = {{"collectives", toJson(phase.transformers)},
-                             {"total", summaryJson(phase.transformers)}};
-      j[phase.name == "decode step" ? "decode" : phase.name] = p;
-    }
-    nlohmann::ordered_json imbalanceJson;
-    for (const Share &share : shareList) {
-      double total = 0;
-      for (double v : share.perRank)
-        total += v;
-      imbalanceJson[share.name] = {
-          {"by_rank", share.perRank},
-          {"largest", *std::max_element(share.perRank.begin(), share.perRank.end())},
-          {"even_share", total / double(share.perRank.size())},
-          {"ratio", imbalance(share.perRank)}};
-    }
-    j["imbalance"] = imbalanceJson;
-    j["memory_per_rank"] = {{"weights_bytes", memory.weights},
-                            {"weights_bytes_by_rank", shares.weightBytes},
-                            {"unsharded_weights_bytes", memory.unshardedWeights},
-                            {"weights_held_as", memory.heldTypes},
-                            {"decode_step_weight_bytes_read", memory.decodeReads},
-                            {"weights_ratio", ratio},
-                            {"kv_cache_bytes", memory.kvCache},
-                            {"kv_cache_bytes_per_token", memory.kvCachePerToken},
-                            {"kv_block_size", memory.kvBlockSize},
-                            {"mla_latent_cache_bytes", memory.mlaLatentCache},
-                            {"max_seq_len", memory.maxSeqLen},
-                            {"max_seq_len_from", maxSeqLenFrom},
-                            {"max_position_embeddings",
-                             positions ? nlohmann::ordered_json(positions)
-                                       : nlohmann::ordered_json()},
-                            {"target", o.target},
-                            {"activation_arena_bytes", memory.arena},
-                            {"arena_elements_per_token", memory.arenaElementsPerToken}};
-    j["notes"] = notes;
-    os << j.dump(2) << "\n";
-    return;
-  }
+namespace {
 
-  os << fmt::format("tpc analyze: {} with plan {} at tp {}\n", o.model, o.plan, o.tp);
-  os << "bytes: tpc's on the wire (one rank's larger buffer of each call); transformers: "
-        "one collective per module whose strategy hook communicates, on its full output, "
-        "before folding\n";
-  for (const PhaseReport &phase : phases)
-    printPhase(phase, os);
+double weightsRatio(const MemoryReport &memory) {
+  return memory.unshardedWeights ? memory.weights / memory.unshardedWeights : 0;
+}
+
+nlohmann::ordered_json phaseJson(const PhaseReport &phase) {
+  nlohmann::ordered_json p;
+  p["tokens"] = phase.tokens;
+  if (phase.name == "step")
+    p["sequences"] = phase.sequences;
+  p["sequence_parallel"] = phase.sequenceParallel;
+  p["collectives"] = toJson(phase.collectives);
+  p["total"] = summaryJson(phase.collectives);
+  if (!phase.transformersFails.empty())
+    p["transformers"] = {{"fails", phase.transformersFails}};
+  else
+    p["transformers"] = {{"collectives", toJson(phase.transformers)},
+                         {"total", summaryJson(phase.transformers)}};
+  return p;
+}
+
+nlohmann::ordered_json imbalanceJson(const RankShares &shares) {
+  nlohmann::ordered_json imbalanceJson;
+  for (const Share &share : sharesOf(shares)) {
+    double total = 0;
+    for (double v : share.perRank)
+      total += v;
+    imbalanceJson[share.name] = {
+        {"by_rank", share.perRank},
+        {"largest", *std::max_element(share.perRank.begin(), share.perRank.end())},
+        {"even_share", total / double(share.perRank.size())},
+        {"ratio", imbalance(share.perRank)}};
+  }
+  return imbalanceJson;
+}
+
+nlohmann::ordered_json memoryJson(const Analysis &a) {
+  const MemoryReport &memory = a.memory;
+  return {{"weights_bytes", memory.weights},
+          {"weights_bytes_by_rank", a.shares.weightBytes},
+          {"unsharded_weights_bytes", memory.unshardedWeights},
+          {"weights_held_as", memory.heldTypes},
+          {"decode_step_weight_bytes_read", memory.decodeReads},
+          {"weights_ratio", weightsRatio(memory)},
+          {"kv_cache_bytes", memory.kvCache},
+          {"kv_cache_bytes_per_token", memory.kvCachePerToken},
+          {"kv_block_size", memory.kvBlockSize},
+          {"mla_latent_cache_bytes", memory.mlaLatentCache},
+          {"max_seq_len", memory.maxSeqLen},
+          {"max_seq_len_from", a.maxSeqLenFrom},
+          {"max_position_embeddings",
+           a.positions ? nlohmann::ordered_json(a.positions) : nlohmann::ordered_json()},
+          {"target", a.options.target},
+          {"activation_arena_bytes", memory.arena},
+          {"arena_elements_per_token", memory.arenaElementsPerToken}};
+}
+
+void renderJson(const Analysis &a, llvm::raw_ostream &os) {
+  const AnalyzeOptions &o = a.options;
+  nlohmann::ordered_json j;
+  j["model"] = o.model;
+  j["plan"] = o.plan;
+  j["tp"] = o.tp;
+  j["bytes"] = "tpc: what goes on the wire, the larger of one rank's buffers of the "
+               "communicator call (padding included) in the target's element type; "
+               "transformers: the module output's full tensor; sent_bytes_per_rank by "
+               "ring algorithms: all_reduce 2(n-1)/n of it, the others (n-1)/n";
+  j["transformers_formula"] = "one collective per module whose strategy's forward hook "
+                              "communicates, on the module output, before any folding; "
+                              "lm_head on the last token (generate's logits_to_keep=1)";
+  for (const PhaseReport &phase : a.phases)
+    j[phase.name == "decode step" ? "decode" : phase.name] = phaseJson(phase);
+  j["imbalance"] = imbalanceJson(a.shares);
+  j["memory_per_rank"] = memoryJson(a);
+  j["notes"] = a.notes;
+  os << j.dump(2) << "\n";
+}
+
+void printMemory(const Analysis &a, llvm::raw_ostream &os) {
+  const MemoryReport &memory = a.memory;
   os << "\nmemory per rank:\n";
   os << fmt::format("  weights             {:>14.0f} bytes ({:.1f}% of the unsharded "
                     "{:.0f})\n",
-                    memory.weights, 100 * ratio, memory.unshardedWeights);
+                    memory.weights, 100 * weightsRatio(memory), memory.unshardedWeights);
   os << fmt::format("                      held as {}; a decode step reads {:.0f} bytes of "
                     "them (the largest rank's)\n",
                     memory.heldTypes, memory.decodeReads);
   os << fmt::format("  KV cache            {:>14.0f} bytes at {} tokens ({})\n",
-                    memory.kvCache, memory.maxSeqLen, maxSeqLenWhy);
+                    memory.kvCache, memory.maxSeqLen, a.maxSeqLenWhy);
   if (memory.mlaLatentCache > 0)
     os << fmt::format(
         "                      (MLA: keys and values of this rank's heads, where the latent "
@@ -498,13 +552,17 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
   }
   os << fmt::format("  activation arena    {:>14.0f} bytes ({} elements per token x {} "
                     "tokens, --target {}: what the binary allocates)\n",
-                    memory.arena, memory.arenaElementsPerToken, memory.maxSeqLen, o.target);
-  // Where tp splits something unevenly, the largest rank sets the pace.
+                    memory.arena, memory.arenaElementsPerToken, memory.maxSeqLen,
+                    a.options.target);
+}
+
+/// Where tp splits something unevenly, the largest rank sets the pace.
+void printImbalance(const RankShares &shares, llvm::raw_ostream &os) {
   std::string uneven;
   auto number = [](double v) { // whole where it is large, a few digits where it is small
     return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v);
   };
-  for (const Share &share : shareList) {
+  for (const Share &share : sharesOf(shares)) {
     double ratio = imbalance(share.perRank);
     double largest = *std::max_element(share.perRank.begin(), share.perRank.end());
     if (ratio > 1 + 1e-9)
@@ -514,11 +572,25 @@ static void render(const Analysis &a, bool json, llvm::raw_ostream &os) {
   }
   os << (uneven.empty() ? "\nimbalance: none, every rank holds and computes an even share\n"
                         : "\nimbalance (split unevenly; padding left out):\n" + uneven);
-  for (const std::string &note : notes)
+}
+
+void renderText(const Analysis &a, llvm::raw_ostream &os) {
+  const AnalyzeOptions &o = a.options;
+  os << fmt::format("tpc analyze: {} with plan {} at tp {}\n", o.model, o.plan, o.tp);
+  os << "bytes: tpc's on the wire (one rank's larger buffer of each call); transformers: "
+        "one collective per module whose strategy hook communicates, on its full output, "
+        "before folding\n";
+  for (const PhaseReport &phase : a.phases)
+    printPhase(phase, os);
+  printMemory(a, os);
+  printImbalance(a.shares, os);
+  for (const std::string &note : a.notes)
     os << "note: " << note << "\n";
 }
 
-void printJson(const Analysis &analysis, llvm::raw_ostream &os) { render(analysis, true, os); }
-void printText(const Analysis &analysis, llvm::raw_ostream &os) { render(analysis, false, os); }
+} // namespace
+
+void printJson(const Analysis &analysis, llvm::raw_ostream &os) { renderJson(analysis, os); }
+void printText(const Analysis &analysis, llvm::raw_ostream &os) { renderText(analysis, os); }
 
 } // namespace tpc::analysis

@@ -53,83 +53,151 @@ void flushLines(int rank, Rank &r, bool all, const LaunchOptions &o) {
   os.flush();
 }
 
-} // namespace
+/// Only the pipes with something to read (or closed): a read of a quiet rank's pipe would
+/// wait for its output, and a server's ranks are quiet for as long as it serves.
+bool readable(const std::vector<pollfd> &polls, int fd) {
+  for (const pollfd &p : polls)
+    if (p.fd == fd)
+      return (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  return false;
+}
 
-int launchRanks(const LaunchOptions &o) {
-  std::string dir = o.rendezvous;
-  bool ownDir = dir.empty();
-  if (ownDir) {
-    char pattern[] = "/tmp/tpc-launch-XXXXXX";
-    if (!mkdtemp(pattern)) {
-      reportError(std::string("cannot create a rendezvous directory: ") + std::strerror(errno));
-      return 1;
-    }
-    dir = pattern;
+/// A fresh rendezvous directory under /tmp, in `dir`; false (reported) where none can be made.
+bool makeRendezvous(std::string &dir) {
+  char pattern[] = "/tmp/tpc-launch-XXXXXX";
+  if (!mkdtemp(pattern)) {
+    reportError(std::string("cannot create a rendezvous directory: ") + std::strerror(errno));
+    return false;
   }
-  std::vector<Rank> ranks(o.ranks);
-  // Rank 0's output, streamed as it comes, reaches a terminal through its pipe: the binary
-  // may show it the weights' load (TPC_PROGRESS, which a user's setting overrides).
-  bool rankZeroOnTerminal = o.rankZeroRaw && isatty(o.ranksToStderr ? STDERR_FILENO
-                                                                      : STDOUT_FILENO);
-  for (int r = 0; r < o.ranks; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) {
-      reportError(std::string("pipe: ") + std::strerror(errno));
-      return 1;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(o.ranks).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(o.ranks).c_str(), 1);
-      setenv("TPC_RENDEZVOUS_DIR", dir.c_str(), 1);
-      if (r == 0 && rankZeroOnTerminal)
-        setenv("TPC_PROGRESS", "terminal", 0);
-      std::vector<char *> argv;
-      for (const std::string &a : o.command)
-        argv.push_back(const_cast<char *>(a.c_str()));
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
-      std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-      _exit(127);
-    }
-    close(fds[1]);
-    ranks[r].pid = pid;
-    ranks[r].out = fds[0];
-  }
+  dir = pattern;
+  return true;
+}
 
-  int status = 0, running = o.ranks;
-  std::optional<std::chrono::steady_clock::time_point> killedAt, failedAt;
-  int forwarded = 0;
+/// In the forked child: rank `r`'s output into the pipe `fds`, torchrun's environment, then
+/// the binary.
+[[noreturn]] void execRank(int r, int fds[2], const std::string &dir, const LaunchOptions &o,
+                           bool rankZeroOnTerminal) {
+  dup2(fds[1], STDOUT_FILENO);
+  dup2(fds[1], STDERR_FILENO);
+  close(fds[0]);
+  close(fds[1]);
+  setenv("RANK", std::to_string(r).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(o.ranks).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(o.ranks).c_str(), 1);
+  setenv("TPC_RENDEZVOUS_DIR", dir.c_str(), 1);
+  if (r == 0 && rankZeroOnTerminal)
+    setenv("TPC_PROGRESS", "terminal", 0);
+  std::vector<char *> argv;
+  for (const std::string &a : o.command)
+    argv.push_back(const_cast<char *>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+  _exit(127);
+}
+
+/// When a rank failed, or the ranks were sent SIGTERM, if that has happened: the deadlines
+/// count from it. (A flag and a time rather than an optional: GCC takes an optional member's
+/// time for uninitialized, -Wmaybe-uninitialized.)
+struct Moment {
+  bool happened = false;
+  std::chrono::steady_clock::time_point at{};
+
+  void mark() {
+    happened = true;
+    at = std::chrono::steady_clock::now();
+  }
+  /// Whether it happened more than `limit` ago.
+  bool passed(std::chrono::seconds limit) const {
+    return happened && std::chrono::steady_clock::now() - at > limit;
+  }
+};
+
+/// The launcher's SIGTERM and SIGINT handlers while it forwards them to the ranks
+/// (forwardSignals), and the ones they replaced.
+struct SignalForwarding {
   struct sigaction previousTerm {}, previousInt {};
-  if (o.forwardSignals) {
+
+  void install() {
     struct sigaction action {};
     action.sa_handler = onSignal; // no SA_RESTART: poll() returns at once
     sigemptyset(&action.sa_mask);
     sigaction(SIGTERM, &action, &previousTerm);
     sigaction(SIGINT, &action, &previousInt);
   }
-  auto terminateAll = [&] {
-    for (Rank &other : ranks)
-      if (other.running)
-        kill(other.pid, SIGTERM);
-    killedAt = std::chrono::steady_clock::now();
-  };
-  while (running > 0) {
-    if (signalsReceived > forwarded) {
-      ++forwarded;
-      if (forwarded == 1 && ranks[0].running)
-        kill(ranks[0].pid, SIGTERM);
-      else
-        for (Rank &r : ranks)
-          if (r.running)
-            kill(r.pid, SIGKILL);
+  void restore() {
+    sigaction(SIGTERM, &previousTerm, nullptr);
+    sigaction(SIGINT, &previousInt, nullptr);
+  }
+};
+
+/// The running ranks: their output relayed as it comes, each reaped as it stops; the first
+/// failure stops the others, after the grace.
+class RankGroup {
+public:
+  explicit RankGroup(const LaunchOptions &o) : o(o), ranks(o.ranks) {}
+
+  /// Forks every rank; false (reported) where a pipe cannot be made.
+  bool start(const std::string &dir) {
+    // Rank 0's output, streamed as it comes, reaches a terminal through its pipe: the binary
+    // may show it the weights' load (TPC_PROGRESS, which a user's setting overrides).
+    bool rankZeroOnTerminal = o.rankZeroRaw && isatty(o.ranksToStderr ? STDERR_FILENO
+                                                                        : STDOUT_FILENO);
+    for (int r = 0; r < o.ranks; ++r) {
+      int fds[2];
+      if (pipe(fds) != 0) {
+        reportError(std::string("pipe: ") + std::strerror(errno));
+        return false;
+      }
+      pid_t pid = fork();
+      if (pid == 0)
+        execRank(r, fds, dir, o, rankZeroOnTerminal);
+      close(fds[1]);
+      ranks[r].pid = pid;
+      ranks[r].out = fds[0];
     }
+    running = o.ranks;
+    return true;
+  }
+
+  /// Until every rank has stopped; the exit code.
+  int wait() {
+    while (running > 0) {
+      forwardReceivedSignals();
+      std::vector<pollfd> polls = pollOutputs();
+      for (int i = 0; i < o.ranks; ++i) {
+        relayOutput(i, polls);
+        reap(i);
+      }
+      enforceDeadlines();
+    }
+    return status;
+  }
+
+  /// What the ranks left without a newline.
+  void flushAll() {
+    for (int i = 0; i < o.ranks; ++i)
+      flushLines(i, ranks[i], true, o);
+  }
+
+private:
+  /// The first signal asks rank 0 to stop (a server drains and stops its peers); a further
+  /// one, or the first once rank 0 has stopped, kills every rank.
+  void forwardReceivedSignals() {
+    if (signalsReceived <= forwarded)
+      return;
+    ++forwarded;
+    if (forwarded == 1 && ranks[0].running)
+      kill(ranks[0].pid, SIGTERM);
+    else
+      for (Rank &r : ranks)
+        if (r.running)
+          kill(r.pid, SIGKILL);
+  }
+
+  /// Waits up to 100 ms for output from the ranks' open pipes.
+  std::vector<pollfd> pollOutputs() {
     std::vector<pollfd> polls;
     for (Rank &r : ranks)
       if (r.out >= 0)
@@ -138,63 +206,89 @@ int launchRanks(const LaunchOptions &o) {
       poll(polls.data(), polls.size(), 100);
     else
       usleep(100000);
-    // Only the pipes with something to read (or closed): a read of a quiet rank's pipe would
-    // wait for its output, and a server's ranks are quiet for as long as it serves.
-    auto readable = [&](int fd) {
-      for (const pollfd &p : polls)
-        if (p.fd == fd)
-          return (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-      return false;
-    };
-    for (int i = 0; i < o.ranks; ++i) {
-      Rank &r = ranks[i];
-      if (r.out >= 0 && readable(r.out)) {
-        char buffer[4096];
-        ssize_t got;
-        while ((got = read(r.out, buffer, sizeof buffer)) > 0) {
-          r.pending.append(buffer, size_t(got));
-          if (got < ssize_t(sizeof buffer))
-            break;
-        }
-        if (got == 0) {
-          close(r.out);
-          r.out = -1;
-        }
-        flushLines(i, r, r.out < 0, o);
-      }
-      int code;
-      if (r.running && waitpid(r.pid, &code, WNOHANG) == r.pid) {
-        r.running = false;
-        --running;
-        bool ok = WIFEXITED(code) && WEXITSTATUS(code) == 0;
-        if (!ok && status == 0) {
-          status = 1;
-          std::string why = WIFSIGNALED(code)
-                                ? fmt::format("was killed by signal {}", WTERMSIG(code))
-                                : fmt::format("exited with code {}", WEXITSTATUS(code));
-          llvm::errs() << fmt::format("tpc launch: rank {} {}; stopping the other ranks\n", i,
-                                      why);
-          failedAt = std::chrono::steady_clock::now();
-          if (o.failureGraceSeconds <= 0)
-            terminateAll();
-        }
-      }
+    return polls;
+  }
+
+  /// Rank `i`'s output that has come, its complete lines printed.
+  void relayOutput(int i, const std::vector<pollfd> &polls) {
+    Rank &r = ranks[i];
+    if (r.out < 0 || !readable(polls, r.out))
+      return;
+    char buffer[4096];
+    ssize_t got;
+    while ((got = read(r.out, buffer, sizeof buffer)) > 0) {
+      r.pending.append(buffer, size_t(got));
+      if (got < ssize_t(sizeof buffer))
+        break;
     }
-    if (failedAt && !killedAt &&
-        std::chrono::steady_clock::now() - *failedAt >
-            std::chrono::seconds(o.failureGraceSeconds))
+    if (got == 0) {
+      close(r.out);
+      r.out = -1;
+    }
+    flushLines(i, r, r.out < 0, o);
+  }
+
+  /// Rank `i`'s exit, where it has stopped; the first failure starts the grace.
+  void reap(int i) {
+    Rank &r = ranks[i];
+    int code;
+    if (!r.running || waitpid(r.pid, &code, WNOHANG) != r.pid)
+      return;
+    r.running = false;
+    --running;
+    bool ok = WIFEXITED(code) && WEXITSTATUS(code) == 0;
+    if (ok || status != 0)
+      return;
+    status = 1;
+    std::string why = WIFSIGNALED(code) ? fmt::format("was killed by signal {}", WTERMSIG(code))
+                                        : fmt::format("exited with code {}", WEXITSTATUS(code));
+    llvm::errs() << fmt::format("tpc launch: rank {} {}; stopping the other ranks\n", i, why);
+    failedAt.mark();
+    if (o.failureGraceSeconds <= 0)
       terminateAll();
-    if (killedAt && std::chrono::steady_clock::now() - *killedAt > std::chrono::seconds(5))
+  }
+
+  /// SIGTERM once the grace after a failure has passed; SIGKILL 5 s after the SIGTERM.
+  void enforceDeadlines() {
+    if (!killedAt.happened && failedAt.passed(std::chrono::seconds(o.failureGraceSeconds)))
+      terminateAll();
+    if (killedAt.passed(std::chrono::seconds(5)))
       for (Rank &other : ranks)
         if (other.running)
           kill(other.pid, SIGKILL);
   }
-  if (o.forwardSignals) {
-    sigaction(SIGTERM, &previousTerm, nullptr);
-    sigaction(SIGINT, &previousInt, nullptr);
+
+  void terminateAll() {
+    for (Rank &other : ranks)
+      if (other.running)
+        kill(other.pid, SIGTERM);
+    killedAt.mark();
   }
-  for (int i = 0; i < o.ranks; ++i)
-    flushLines(i, ranks[i], true, o);
+
+  const LaunchOptions &o;
+  std::vector<Rank> ranks;
+  int status = 0, running = 0;
+  Moment killedAt, failedAt;
+  int forwarded = 0; // of signalsReceived
+};
+
+} // namespace
+
+int launchRanks(const LaunchOptions &o) {
+  std::string dir = o.rendezvous;
+  bool ownDir = dir.empty();
+  if (ownDir && !makeRendezvous(dir))
+    return 1;
+  RankGroup group(o);
+  if (!group.start(dir))
+    return 1;
+  SignalForwarding signals;
+  if (o.forwardSignals)
+    signals.install();
+  int status = group.wait();
+  if (o.forwardSignals)
+    signals.restore();
+  group.flushAll();
   if (ownDir) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);

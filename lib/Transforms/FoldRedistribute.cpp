@@ -219,6 +219,18 @@ private:
     return true;
   }
 
+  /// What keepGatheredDataSharded works on: the gathered linears, the ops their gathered
+  /// data flows through up to the splits, and the sharded placements it tries for them.
+  struct GatheredRegion {
+    llvm::SetVector<Operation *> linears, region;
+    SmallVector<RedistributeOp> splits;
+    llvm::DenseMap<Operation *, PlacementAttr> newWeights;
+    llvm::DenseMap<Operation *, RedistributeOp> gathers;
+    SmallVector<Operation *> ordered; // the region in block order
+    llvm::DenseMap<Value, PlacementAttr> trial;
+    SmallVector<std::pair<RMSNormOp, PlacementAttr>> distributed; // norm, its weight's split
+  };
+
   /// transformers' Phi3 and OLMo2 plans gather colwise linears' outputs
   /// (colwise_gather_output) and split them again at a rowwise_split_input linear. When
   /// everything in between works on whole heads or blocks, or normalizes whole rows, shard
@@ -231,13 +243,22 @@ private:
   void keepGatheredDataSharded(LinearOp seed) {
     if (!gatherOf(seed))
       return;
-    // The region the gathered data flows through, up to the splits, and every gathered
-    // linear whose data joins it.
-    llvm::SetVector<Operation *> linears, region;
-    SmallVector<RedistributeOp> splits;
+    GatheredRegion g;
+    if (!collectGatheredRegion(seed, g) || g.splits.empty() || !blockWeights(g))
+      return;
+    g.ordered.assign(g.region.begin(), g.region.end());
+    llvm::sort(g.ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    if (tryShardedRegion(g))
+      commitShardedRegion(g);
+  }
+
+  /// The region the gathered data flows through, up to the splits, and every gathered
+  /// linear whose data joins it. False where the data meets an op that cannot take it
+  /// sharded, or a split other than to Shard(1).
+  bool collectGatheredRegion(LinearOp seed, GatheredRegion &g) {
     SmallVector<Value> work;
     auto join = [&](LinearOp linear) {
-      if (linears.insert(linear))
+      if (g.linears.insert(linear))
         work.push_back(gatherOf(linear).getResult());
     };
     join(seed);
@@ -247,75 +268,93 @@ private:
         if (auto split = dyn_cast<RedistributeOp>(user)) {
           if (!isa<ReplicateAttr>(split.getSrc()) ||
               normalizePlacement(split.getDst(), 2) != rules.shard(1))
-            return;
-          if (!llvm::is_contained(splits, split))
-            splits.push_back(split);
+            return false;
+          if (!llvm::is_contained(g.splits, split))
+            g.splits.push_back(split);
           continue;
         }
         if (!isa<SliceOp, RotaryOp, AttentionOp, SiluOp, GeluOp, MulOp, AddOp, RMSNormOp>(user))
-          return;
+          return false;
         if (auto norm = dyn_cast<RMSNormOp>(user);
             norm && (norm.getSumSquares() || norm.getInput() != v ||
                      (!norm.getHeadDim() && !norm.getWeight().hasOneUse())))
-          return;
-        if (!region.insert(user))
+          return false;
+        if (!g.region.insert(user))
           continue;
         work.push_back(user->getResult(0));
-        for (Value operand : user->getOperands()) {
-          // Back from the operand to a gather, through what a gathered value passes.
-          while (Operation *def = operand.getDefiningOp()) {
-            if (!isa<SliceOp, RotaryOp, RMSNormOp, SiluOp, GeluOp>(def))
-              break;
-            operand = def->getOperand(0);
-          }
-          if (auto gather = operand.getDefiningOp<RedistributeOp>())
-            if (auto linear = gather.getInput().getDefiningOp<LinearOp>();
-                linear && gatherOf(linear) == gather)
-              join(linear);
-        }
+        for (Value operand : user->getOperands())
+          if (LinearOp linear = gatheredLinearBehind(operand))
+            join(linear);
       }
     }
-    if (splits.empty())
-      return;
+    return true;
+  }
 
-    llvm::DenseMap<Operation *, PlacementAttr> newWeights;
-    llvm::DenseMap<Operation *, RedistributeOp> gathers;
-    for (Operation *op : linears) {
+  /// The linear whose gather `operand` comes from, through what a gathered value passes;
+  /// null where it comes from none.
+  LinearOp gatheredLinearBehind(Value operand) {
+    while (Operation *def = operand.getDefiningOp()) {
+      if (!isa<SliceOp, RotaryOp, RMSNormOp, SiluOp, GeluOp>(def))
+        break;
+      operand = def->getOperand(0);
+    }
+    if (auto gather = operand.getDefiningOp<RedistributeOp>())
+      if (auto linear = gather.getInput().getDefiningOp<LinearOp>();
+          linear && gatherOf(linear) == gather)
+        return linear;
+    return {};
+  }
+
+  /// Each gathered linear's gather and the blocked split of its weight; false where a
+  /// weight has none, or a bias could not follow it.
+  bool blockWeights(GatheredRegion &g) {
+    for (Operation *op : g.linears) {
       auto linear = cast<LinearOp>(op);
-      gathers[linear] = gatherOf(linear);
+      g.gathers[linear] = gatherOf(linear);
       FailureOr<PlacementAttr> placement = blockedWeight(linear, gatherOf(linear));
       Value bias = linear.getBias();
       if (failed(placement) || (bias && (!paramOf(bias) || !bias.hasOneUse())))
-        return;
-      newWeights[linear] = *placement;
+        return false;
+      g.newWeights[linear] = *placement;
     }
-    SmallVector<Operation *> ordered(region.begin(), region.end());
-    llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    return true;
+  }
 
-    // Try it: every op of the region must take the sharded data as it comes. Virtual KV
-    // heads widen types first; a failed try puts them back.
+  /// Try it: every op of the region must take the sharded data as it comes. Virtual KV
+  /// heads widen types first; a failed try puts them back.
+  bool tryShardedRegion(GatheredRegion &g) {
     WideningLog undo;
-    auto fail = [&] { undo.restore(); };
-    for (Operation *op : ordered)
+    for (Operation *op : g.ordered)
       if (auto attention = dyn_cast<AttentionOp>(op))
-        if (!widenToVirtualKVHeads(attention, linears, undo))
-          return fail();
-    llvm::DenseMap<Value, PlacementAttr> trial;
-    for (Operation *op : linears) {
+        if (!widenToVirtualKVHeads(attention, g.linears, undo)) {
+          undo.restore();
+          return false;
+        }
+    if (!inferShardedRegion(g)) {
+      undo.restore();
+      return false;
+    }
+    return true;
+  }
+
+  /// The placements the layout rules give the region's values with the weights blocked
+  /// (g.trial), and the whole-row norms that become distributed; false where an op would
+  /// want its operands otherwise, or a split would not receive Shard(1).
+  bool inferShardedRegion(GatheredRegion &g) {
+    for (Operation *op : g.linears) {
       auto linear = cast<LinearOp>(op);
       SmallVector<PlacementAttr> in = placementsOf(linear);
-      in[1] = newWeights.lookup(linear);
+      in[1] = g.newWeights.lookup(linear);
       FailureOr<OpLayout> layout = quietInfer(linear, in);
       if (failed(layout))
-        return fail();
-      trial[linear.getResult()] = layout->result;
-      trial[gathers.lookup(linear).getResult()] = layout->result;
+        return false;
+      g.trial[linear.getResult()] = layout->result;
+      g.trial[g.gathers.lookup(linear).getResult()] = layout->result;
     }
-    SmallVector<std::pair<RMSNormOp, PlacementAttr>> distributed; // norm, its weight's split
-    for (Operation *op : ordered) {
+    for (Operation *op : g.ordered) {
       SmallVector<PlacementAttr> in = placementsOf(op);
       for (auto [i, v] : llvm::enumerate(op->getOperands()))
-        if (PlacementAttr p = trial.lookup(v))
+        if (PlacementAttr p = g.trial.lookup(v))
           in[i] = p;
       auto norm = dyn_cast<RMSNormOp>(op);
       if (norm && !norm.getHeadDim()) {
@@ -323,25 +362,28 @@ private:
         OpLayout layout = rules.normWithTotals(in[0]);
         if (isa<ReplicateAttr>(layout.result) || isa<PartialAttr>(layout.result) ||
             layout.operands[0] != in[0])
-          return fail();
-        distributed.push_back({norm, layout.operands[1]});
-        trial[norm.getResult()] = layout.result;
+          return false;
+        g.distributed.push_back({norm, layout.operands[1]});
+        g.trial[norm.getResult()] = layout.result;
         continue;
       }
       FailureOr<OpLayout> layout = quietInfer(op, in);
       if (failed(layout) || layout->operands != in)
-        return fail();
-      trial[op->getResult(0)] = layout->result;
+        return false;
+      g.trial[op->getResult(0)] = layout->result;
     }
-    for (RedistributeOp split : splits)
-      if (trial.lookup(split.getInput()) != rules.shard(1))
-        return fail();
+    for (RedistributeOp split : g.splits)
+      if (g.trial.lookup(split.getInput()) != rules.shard(1))
+        return false;
+    return true;
+  }
 
-    // It works: shard the weights (and biases) by blocks, drop the gathers and the splits,
-    // and distribute the norms.
-    for (Operation *op : linears) {
+  /// It works: shard the weights (and biases) by blocks, drop the gathers and the splits,
+  /// and distribute the norms.
+  void commitShardedRegion(GatheredRegion &g) {
+    for (Operation *op : g.linears) {
       auto linear = cast<LinearOp>(op);
-      PlacementAttr placement = newWeights.lookup(linear);
+      PlacementAttr placement = g.newWeights.lookup(linear);
       for (Value param : {linear.getWeight(), linear.getBias()}) {
         if (!param)
           continue; // a 1-D bias is split like the weight's rows
@@ -349,19 +391,19 @@ private:
         param.setType(withPlacement(param.getType(), placement));
       }
       Value result = linear.getResult();
-      result.setType(withPlacement(result.getType(), trial.lookup(result)));
-      RedistributeOp gather = gathers.lookup(linear);
+      result.setType(withPlacement(result.getType(), g.trial.lookup(result)));
+      RedistributeOp gather = g.gathers.lookup(linear);
       gather.replaceAllUsesWith(result);
       gather.erase();
     }
-    for (Operation *op : ordered)
+    for (Operation *op : g.ordered)
       op->getResult(0).setType(withPlacement(op->getResult(0).getType(),
-                                             trial.lookup(op->getResult(0))));
-    for (RedistributeOp split : splits) {
+                                             g.trial.lookup(op->getResult(0))));
+    for (RedistributeOp split : g.splits) {
       split.replaceAllUsesWith(split.getInput());
       split.erase();
     }
-    for (auto [norm, weightSplit] : distributed)
+    for (auto [norm, weightSplit] : g.distributed)
       distributeNorm(norm, weightSplit);
   }
 
