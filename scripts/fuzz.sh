@@ -173,6 +173,11 @@ for ((t = 0; t < count; t++)); do
 done
 cp "$root"/test/conformance/Inputs/chat_templates/*.jinja "$seeds/template/"
 cp "$root"/test/e2e/Inputs/requests.jsonl "$seeds/requests/"
+# The committed corpora (the seeds and every input that once found a bug), which the test
+# command replays (test/fuzz/replay.test).
+for dir in "$root"/fuzz/corpus/*/; do
+  cp "$dir"* "$seeds/$(basename "$dir")/"
+done
 printf '\x01{"model": "fuzz", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "stop": ["\\n"], "stream": true, "stream_options": {"include_usage": true}}' > "$seeds/api/chat"
 printf '\x00{"prompt": "The capital of France is", "max_tokens": 4, "seed": 3, "stop_token_ids": [2], "ignore_eos": true, "n": 1}' > "$seeds/api/completion"
 printf '\x00{"prompt": [1, 2, 3, 4], "max_completion_tokens": 2, "logprobs": null, "echo": false}' > "$seeds/api/ids"
