@@ -71,7 +71,7 @@ if [[ ${TPC_NO_SANITIZE:-0} != 1 ]]; then
   # check's dry run and benchmark, torchrun's comparison) are left out, as the conformance
   # tests are.
   suite "tpc tests (ASan+UBSan)" --filter-out 'gpu-check-dry-run|gpu-bench|torchrun' \
-    "$asan"/test/{Dialect,Plan,Import,Transforms,Tools,Target,e2e} "$asan/test/unit"
+    "$asan"/test/{Dialect,Plan,Import,Transforms,Tools,Target,e2e,fuzz} "$asan/test/unit"
 fi
 
 # The ten slowest tests of every suite: where the run's time goes.
