@@ -230,22 +230,21 @@ void Engine::sample(const std::vector<Scheduled> &plan, const float *logits,
     EngineRequest &r = e.request;
     const StepSequence &mineInStep = current.step.sequences[p];
     int64_t at = spec.lastTokenOnly ? row++ : mineInStep.first + mineInStep.count - 1;
-    int64_t token;
-    if (chosen && chosen[at] < 0) { // a rank saw a logit that is not finite
+    const float *mine = chosen ? nullptr : logits + at * spec.vocab;
+    // A logit that is not finite, seen by a rank (a negative argmax) or here in the row.
+    bool finite = chosen ? chosen[at] >= 0
+                         : std::all_of(mine, mine + spec.vocab,
+                                       [](float x) { return std::isfinite(x); });
+    if (!finite) {
       fail(s, "the model's logits are not finite (NaN or infinite) for its token " +
                   std::to_string(r.output.size() + 1), hooks);
       continue;
     }
+    int64_t token;
     if (chosen) { // the argmax found on the ranks: no row of logits came
       token = chosen[at];
       e.sampler->record(token);
     } else {
-      const float *mine = logits + at * spec.vocab;
-      if (!std::all_of(mine, mine + spec.vocab, [](float x) { return std::isfinite(x); })) {
-        fail(s, "the model's logits are not finite (NaN or infinite) for its token " +
-                    std::to_string(r.output.size() + 1), hooks);
-        continue;
-      }
       if (hooks.onLogits)
         hooks.onLogits(s->handle, mine);
       token = e.sampler->sample(mine);

@@ -13,9 +13,8 @@ void ForwardedFlags::addTo(CLI::App *cmd, unsigned use,
   for (const FlagInfo &flag : tpcrt::kFlagTable) {
     if (!(flag.uses & use))
       continue;
-    std::string help = flag.described();
-    if (auto own = fallbacks_.find(flag.id); own != fallbacks_.end())
-      help = std::string(flag.help) + " (default " + own->second + ")";
+    auto own = fallbacks_.find(flag.id);
+    std::string help = flag.described(own != fallbacks_.end() ? own->second.c_str() : nullptr);
     if (!flag.takesValue()) {
       cmd->add_flag(flag.name, switches_[flag.id], help);
       continue;

@@ -30,9 +30,11 @@ struct FlagInfo {
   const char *help;
 
   bool takesValue() const { return value != nullptr; }
-  /// The help with its default: what every --help prints.
-  std::string described() const {
-    return *fallback ? std::string(help) + " (default " + fallback + ")" : std::string(help);
+  /// The help with its default (`other`'s, where a command passes another): what every
+  /// --help prints.
+  std::string described(const char *other = nullptr) const {
+    const char *shown = other ? other : fallback;
+    return *shown ? std::string(help) + " (default " + shown + ")" : std::string(help);
   }
 };
 
