@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tpc needs on Debian 12, idempotently: Debian's LLVM/MLIR 22 (with lit and
 # FileCheck), CLI11, fmt, nlohmann-json, GoogleTest, Gloo, Open MPI, OpenBLAS, CMake, Ninja
-# and ccache; PCRE2 and ICU for the tokenizers; cpp-httplib for tpc serve; psutil, which
+# and ccache; PCRE2 and ICU for the tokenizers; Boost (Asio, Beast) for tpc serve; psutil, which
 # lit's per-test timeout needs. Packages already present are left alone, so a warm machine
 # spends no time here.
 set -euo pipefail
@@ -11,7 +11,7 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev
   libgloo-dev libopenmpi-dev openmpi-bin libopenblas-dev libpcre2-dev libicu-dev
-  libcpp-httplib-dev pkg-config
+  libboost-dev pkg-config
   bc python3 python3-venv python3-psutil
 )
 

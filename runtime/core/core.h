@@ -71,6 +71,10 @@ struct Args {
   /// and /metrics (but for --metrics-public); none: the server is open.
   std::vector<std::string> apiKeys;
   bool metricsPublic = false;
+  /// The connection layer's limits (serve/http.h): connections open at once, and the seconds
+  /// a request's head, its body, an idle connection and each write of an answer may take.
+  int64_t maxConnections = 4096, headerTimeout = 10, bodyTimeout = 30, keepAliveTimeout = 5,
+          writeTimeout = 30;
   /// --request-metrics: each --requests line says when its first token came and when it
   /// finished (tpc bench reads them).
   bool requestMetrics = false;

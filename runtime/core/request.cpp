@@ -39,6 +39,22 @@ bool integerOf(const char *flag, const char *value, int64_t min, int64_t &into,
   return true;
 }
 
+constexpr int64_t kDay = 86400;
+
+/// integerOf with an upper bound too (a deadline of a day, a million connections: what would
+/// overflow a clock or a table past them is refused where it is given).
+bool integerWithin(const char *flag, const char *value, int64_t min, int64_t max, int64_t &into,
+                   std::string &error) {
+  int64_t number = 0;
+  if (!parseInt(value, number) || number < min || number > max) {
+    error = std::string(flag) + " needs an integer from " + std::to_string(min) + " to " +
+            std::to_string(max) + ", got '" + value + "'";
+    return false;
+  }
+  into = number;
+  return true;
+}
+
 /// integerOf into a field of another type (an int, an optional id or seed).
 template <typename T>
 bool integerInto(const char *flag, const char *value, int64_t min, T &into, std::string &error) {
@@ -172,6 +188,16 @@ bool setFlag(Args &a, FlagId id, const char *f, const char *v, std::string &e) {
     return apiKeysOf(f, v, a.apiKeys, e);
   case FlagId::MetricsPublic:
     return a.metricsPublic = true;
+  case FlagId::MaxConnections:
+    return integerWithin(f, v, 1, int64_t(1) << 20, a.maxConnections, e);
+  case FlagId::HeaderTimeout:
+    return integerWithin(f, v, 1, kDay, a.headerTimeout, e);
+  case FlagId::BodyTimeout:
+    return integerWithin(f, v, 1, kDay, a.bodyTimeout, e);
+  case FlagId::KeepAliveTimeout:
+    return integerWithin(f, v, 1, kDay, a.keepAliveTimeout, e);
+  case FlagId::WriteTimeout:
+    return integerWithin(f, v, 1, kDay, a.writeTimeout, e);
   case FlagId::ForceIds:
     return idsOf(f, v, a.params.forced, e);
   case FlagId::DumpLogits:

@@ -1,13 +1,15 @@
-// The server (server.h). Threads: cpp-httplib's pool answers HTTP; rank 0's main thread runs
-// the engine. They share one mutex: the HTTP side queues a checked request (a Job) in the
-// inbox and waits on the job for text; the engine side submits what the inbox holds, steps,
-// and appends each token's text to its job. A client that goes away (a streamed response whose
-// write fails) queues its job for an abort, which frees its sequence's slot and KV blocks at
-// the start of the next step.
+// The server (server.h). Threads: the connection layer's I/O thread (http.h) reads requests
+// and writes answers; two reader threads check completion requests (JSON, the chat template,
+// the tokenizer: work too long for the I/O thread); rank 0's main thread runs the engine. No
+// thread waits on a client: a checked request (a Job) goes to the inbox under the server's
+// mutex, the engine thread submits it, steps, and writes each token's text to its exchange,
+// which queues it for the I/O thread. A client that goes away (it closed its connection, or
+// did not read its answer in time) queues its job for an abort, which frees its sequence's
+// slot and KV blocks at the start of the next step.
 //
-// Admission is bounded: at most --max-num-seqs + --max-queue requests are in flight (running
-// or waiting); one more is refused at once with 503 and Retry-After, never queued without
-// bound.
+// Admission is bounded: at most --max-num-seqs + --max-queue requests are in flight (being
+// read, running or waiting); one more is refused at once with 503 and Retry-After, never
+// queued without bound.
 //
 // Failures: a collective that fails (a rank died or hung past --timeout) ends the engine; every
 // open request is told (an error event then [DONE] in a stream, 503 otherwise), /health turns
@@ -15,11 +17,10 @@
 #include "server.h"
 
 #include "api.h"
+#include "http.h"
 
 #include "tpcrt/chat_template.h"
 #include "tpcrt/gguf.h"
-
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +31,7 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -42,9 +44,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// A body larger than this is refused with 413 before it is read.
-constexpr size_t kMaxBodyBytes = size_t(4) << 20;
-/// HTTP worker threads: each open stream holds one while it runs.
-constexpr size_t kHttpThreads = 64;
+constexpr uint64_t kMaxBodyBytes = uint64_t(4) << 20;
+/// Threads that read completion requests.
+constexpr size_t kReaders = 2;
 
 /// SIGTERM or SIGINT on rank 0: drain and exit.
 volatile std::sig_atomic_t terminateRequested = 0;
@@ -71,26 +73,83 @@ struct Histogram {
   }
 };
 
-/// One API request, from the HTTP thread that read it to the engine and back.
+/// Threads that run tasks in order of arrival; what is queued is bounded by the caller (here:
+/// by admission).
+class Workers {
+public:
+  explicit Workers(size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      threads.emplace_back([this] { work(); });
+  }
+  ~Workers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    ready.notify_all();
+    for (std::thread &t : threads)
+      t.join();
+  }
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      tasks.push_back(std::move(task));
+    }
+    ready.notify_one();
+  }
+
+private:
+  void work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        ready.wait(lock, [&] { return stopping || !tasks.empty(); });
+        if (tasks.empty())
+          return;
+        task = std::move(tasks.front());
+        tasks.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<std::function<void()>> tasks;
+  bool stopping = false;
+  std::vector<std::thread> threads;
+};
+
+/// One API request, from the reader thread that checked it to the engine and back.
 struct Job {
+  std::shared_ptr<http::Exchange> exchange;
+  std::string id; // X-Request-Id
   ApiRequest api;
   ResponseHead head;
   EngineRequest request;              // moved into the engine when submitted
-  std::optional<GeneratedText> text;  // the engine thread's alone
+  // The engine thread's alone once queued:
+  std::optional<GeneratedText> text;
   Clock::time_point arrived, lastToken;
   size_t handle = 0;
   bool submitted = false;
-  // Under the server's mutex:
-  std::string pending;                // text not yet handed to the client
   std::string all;                    // the whole text, for a non-streamed response
+  std::string tail;                   // a stream's text at the finish, not sent yet
   Usage usage;
+  bool answered = false;
+  // Under the server's mutex:
   const char *finish = nullptr;       // "stop", "length" or "abort", once finished
-  std::string error;                  // the server failed under it, or it failed alone:
-  int errorStatus = 503;              // 500 for the latter (its logits not finite)
-  const char *errorCode = "engine_failed";
   bool cancelled = false;
-  std::condition_variable changed;
 };
+
+http::Response jsonResponse(int status, std::string body, const std::string &id) {
+  http::Response response;
+  response.status = status;
+  response.body = std::move(body);
+  response.headers.emplace_back("X-Request-Id", id);
+  if (status == 503)
+    response.headers.emplace_back("Retry-After", "1");
+  return response;
+}
 
 } // namespace
 
@@ -99,8 +158,8 @@ struct Server::State {
   Args args;
   ApiContext context;
   std::unique_ptr<GgufFile> gguf; // a GGUF checkpoint's tokenizer and template live in it
-  httplib::Server http;
-  std::thread listener;
+  std::unique_ptr<http::Server> http;
+  std::unique_ptr<Workers> readers;
   std::string address; // HOST:PORT, as bound
   int64_t created = 0; // Unix seconds, for the responses
   uint64_t nextId = 0;
@@ -113,8 +172,6 @@ struct Server::State {
   int64_t inFlight = 0; // admitted, not finished
   bool ready = false, draining = false;
   std::string failed;   // why the engine stopped
-  int64_t openHandlers = 0; // HTTP handlers (and streams) not done yet
-  std::condition_variable handlersDone;
 
   // /metrics, under the mutex.
   int64_t running = 0, waiting = 0, blocksUsed = 0, blocksTotal = 0, preemptions = 0;
@@ -129,27 +186,24 @@ struct Server::State {
 
   State(const ModelSpec &spec, const Args &args) : spec(spec), args(args) {}
 
-  // The HTTP side.
-  void routes();
-  void complete(const httplib::Request &req, httplib::Response &res, bool chat);
-  void reply(httplib::Response &res, const ApiError &error, const char *rejectedAs);
+  // The I/O thread.
+  void handle(const std::shared_ptr<http::Exchange> &exchange);
+  void refuse(http::Exchange &exchange, const std::string &id, const ApiError &error,
+              const char *rejectedAs);
   std::string metrics();
   void cancel(const std::shared_ptr<Job> &job);
-  void handlerDone();
+  // A reader thread.
+  void complete(const std::shared_ptr<Job> &job, bool chat);
 
   // The engine side, on rank 0's main thread.
+  void answer(Job &job, const std::string &error, int status, const char *code);
   void finishJob(Job &job, const char *reason);
   void failAll(const std::string &message);
+  /// Until every answer is written (or `limit` passes).
+  void waitForAnswers(std::chrono::seconds limit);
 };
 
 namespace {
-
-/// Until the listener thread accepts (at most a second): cpp-httplib's stop() does nothing
-/// before then, and the listener would run on.
-void waitUntilListening(const httplib::Server &http) {
-  for (int i = 0; i < 1000 && !http.is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
 
 std::string event(const nlohmann::ordered_json &value) { return "data: " + dump(value) + "\n\n"; }
 
@@ -171,36 +225,28 @@ bool sameSecret(const std::string &given, const std::string &secret) {
 }
 
 /// Whether the request carries one of `keys` as its Bearer token (every key compared).
-bool authorized(const httplib::Request &req, const std::vector<std::string> &keys) {
-  const std::string header = req.get_header_value("Authorization");
+bool authorized(const http::Request &req, const std::vector<std::string> &keys) {
+  const std::string *header = req.header("Authorization");
   const std::string scheme = "Bearer ";
-  bool bearer = header.size() > scheme.size() && header.compare(0, scheme.size(), scheme) == 0;
-  std::string token = bearer ? header.substr(scheme.size()) : std::string();
+  bool bearer = header && header->size() > scheme.size() &&
+                header->compare(0, scheme.size(), scheme) == 0;
+  std::string token = bearer ? header->substr(scheme.size()) : std::string();
   bool found = false;
   for (const std::string &key : keys)
     found |= sameSecret(token, key);
   return bearer && found;
 }
 
-/// What the access log says of the request this connection's thread is answering: cpp-httplib
-/// runs one request, from routing to its logger (after a stream's last chunk), on one thread.
-struct AccessRecord {
-  std::string id;
-  Clock::time_point start;
-  int64_t prompt = -1, completion = -1; // the usage, where a completion ran
-};
-thread_local AccessRecord access;
-
 /// The client's X-Request-Id where it is one a log line can carry (1 to 128 of
 /// [A-Za-z0-9._:-]), else a new one.
-std::string requestIdOf(const httplib::Request &req, std::atomic<uint64_t> &counter) {
-  std::string given = req.get_header_value("X-Request-Id");
-  bool usable = !given.empty() && given.size() <= 128 &&
-                std::all_of(given.begin(), given.end(), [](char c) {
+std::string requestIdOf(const http::Request &req, std::atomic<uint64_t> &counter) {
+  const std::string *given = req.header("X-Request-Id");
+  bool usable = given && !given->empty() && given->size() <= 128 &&
+                std::all_of(given->begin(), given->end(), [](char c) {
                   return std::isalnum((unsigned char)c) || c == '.' || c == '_' || c == ':' ||
                          c == '-';
                 });
-  return usable ? given : "tpc-" + std::to_string(++counter);
+  return usable ? *given : "tpc-" + std::to_string(++counter);
 }
 
 /// Whether `host` is this machine's loopback alone.
@@ -210,22 +256,17 @@ bool loopback(const std::string &host) {
 
 } // namespace
 
-void Server::State::reply(httplib::Response &res, const ApiError &error,
-                          const char *rejectedAs) {
-  res.status = error.status;
-  if (error.status == 503)
-    res.set_header("Retry-After", "1");
-  res.set_content(errorBody(error), "application/json");
+void Server::State::refuse(http::Exchange &exchange, const std::string &id,
+                           const ApiError &error, const char *rejectedAs) {
+  http::Response response = jsonResponse(error.status, errorBody(error), id);
+  if (error.status == 401)
+    response.headers.emplace_back("WWW-Authenticate", "Bearer");
   if (rejectedAs) {
     std::lock_guard<std::mutex> lock(mutex);
     ++rejected[rejectedAs];
   }
-}
-
-void Server::State::handlerDone() {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (--openHandlers == 0)
-    handlersDone.notify_all();
+  exchange.describe(id, "");
+  exchange.respond(std::move(response));
 }
 
 void Server::State::cancel(const std::shared_ptr<Job> &job) {
@@ -237,224 +278,195 @@ void Server::State::cancel(const std::shared_ptr<Job> &job) {
   wake.notify_one();
 }
 
-void Server::State::routes() {
-  http.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
-    access = {requestIdOf(req, requestIds), Clock::now()};
-    res.set_header("X-Request-Id", access.id);
-    auto route = kRoutes.find(req.path);
-    if (route == kRoutes.end()) {
-      reply(res, {404, "no route " + req.method + " " + req.path + " (routes: POST "
-                  "/v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, "
-                  "GET /metrics)", "", "not_found"}, "not_found");
-      return httplib::Server::HandlerResponse::Handled;
+void Server::State::handle(const std::shared_ptr<http::Exchange> &exchange) {
+  const http::Request &req = exchange->request();
+  std::string id = requestIdOf(req, requestIds);
+  auto route = kRoutes.find(req.path);
+  if (route == kRoutes.end()) {
+    refuse(*exchange, id, {404, "no route " + req.method + " " + req.path + " (routes: POST "
+                           "/v1/completions, POST /v1/chat/completions, GET /v1/models, GET "
+                           "/health, GET /metrics)", "", "not_found"}, "not_found");
+    return;
+  }
+  std::vector<std::string> keys;
+  bool metricsPublic;
+  {
+    std::lock_guard<std::mutex> lock(mutex); // run() sets the arguments
+    keys = args.apiKeys;
+    metricsPublic = args.metricsPublic;
+  }
+  // /health stays open (a load balancer's probe); /metrics too where --metrics-public.
+  bool guarded = req.path.rfind("/v1/", 0) == 0 || (req.path == "/metrics" && !metricsPublic);
+  if (!keys.empty() && guarded && !authorized(req, keys)) {
+    refuse(*exchange, id, {401, req.header("Authorization")
+                                    ? "the API key given is not one this server takes"
+                                    : "this server needs an API key: send 'Authorization: "
+                                      "Bearer KEY'", "", "invalid_api_key"}, "unauthorized");
+    return;
+  }
+  bool get = route->second == "GET";
+  if (req.method != route->second && !(get && req.method == "HEAD")) {
+    ApiError error{405, req.method + " " + req.path + " is not allowed; use " + route->second,
+                   "", "method_not_allowed"};
+    http::Response response = jsonResponse(405, errorBody(error), id);
+    response.headers.emplace_back("Allow", get ? "GET, HEAD" : "POST");
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++rejected["method_not_allowed"];
     }
-    // /health stays open (a load balancer's probe); /metrics too where --metrics-public.
-    bool guarded = req.path.rfind("/v1/", 0) == 0 || (req.path == "/metrics" && !args.metricsPublic);
-    if (!args.apiKeys.empty() && guarded && !authorized(req, args.apiKeys)) {
-      res.set_header("WWW-Authenticate", "Bearer");
-      reply(res, {401, req.has_header("Authorization")
-                           ? "the API key given is not one this server takes"
-                           : "this server needs an API key: send 'Authorization: Bearer KEY'",
-                  "", "invalid_api_key"},
-            "unauthorized");
-      return httplib::Server::HandlerResponse::Handled;
+    exchange->describe(id, "");
+    exchange->respond(std::move(response));
+    return;
+  }
+  if (req.path == "/health") {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      why = !failed.empty() ? "a rank was lost: " + failed
+            : draining      ? std::string("shutting down")
+            : !ready        ? std::string("loading: the ranks have not all met and loaded "
+                                          "their weights yet")
+                            : "";
     }
-    bool get = route->second == "GET";
-    if (req.method != route->second && !(get && req.method == "HEAD")) {
-      res.set_header("Allow", get ? "GET, HEAD" : "POST");
-      reply(res, {405, req.method + " " + req.path + " is not allowed; use " + route->second,
-                  "", "method_not_allowed"}, "method_not_allowed");
-      return httplib::Server::HandlerResponse::Handled;
+    exchange->describe(id, "");
+    exchange->respond(jsonResponse(why.empty() ? 200 : 503,
+                                   why.empty() ? "{\"status\":\"ok\"}" : errorBody({503, why}),
+                                   id));
+    return;
+  }
+  if (req.path == "/v1/models") {
+    std::string body;
+    {
+      std::lock_guard<std::mutex> lock(mutex); // run() sets the arguments it reads
+      body = dump(modelList(context, created));
     }
-    if (req.has_header("Content-Length") &&
-        req.get_header_value<uint64_t>("Content-Length") > kMaxBodyBytes) {
-      res.set_header("Connection", "close");
-      reply(res, {413, "the body has " + req.get_header_value("Content-Length") +
-                  " bytes, more than the limit of " + std::to_string(kMaxBodyBytes), "",
-                  "body_too_large"}, "body_too_large");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // What the library answers by itself (a chunked body over the limit: 413; a request it
-  // cannot parse: 400) gets an error body too.
-  http.set_error_handler([](const httplib::Request &, httplib::Response &res) {
-    if (res.body.empty())
-      res.set_content(errorBody({res.status, res.status == 413
-                                                 ? "the body is larger than the limit of " +
-                                                       std::to_string(kMaxBodyBytes) + " bytes"
-                                                 : "the request is not one HTTP/1.1 can carry "
-                                                   "(status " + std::to_string(res.status) + ")"}),
-                      "application/json");
-  });
-  // What went wrong inside is the server's log's, under the request's id; the client learns
-  // that id, not the server's internals (paths, exception texts).
-  http.set_exception_handler(
-      [this](const httplib::Request &, httplib::Response &res, std::exception_ptr e) {
-        std::string what = "an exception of no known type";
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception &ex) {
-          what = ex.what();
-        } catch (...) {
-        }
-        std::fprintf(stderr, "tpc serve: request %s: internal error: %s\n", access.id.c_str(),
-                     what.c_str());
-        reply(res, {500, "internal error; the server's log has it under request id " +
-                             access.id},
-              "internal");
-      });
-  // One line a request, once it is answered (a stream: after its last chunk).
-  http.set_logger([](const httplib::Request &req, const httplib::Response &res) {
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - access.start).count();
-    std::string usage = access.prompt < 0 ? ""
-                                          : " prompt_tokens=" + std::to_string(access.prompt) +
-                                                " completion_tokens=" +
-                                                std::to_string(access.completion);
-    std::fprintf(stderr, "tpc serve: request %s: %s %s %d%s %.1f ms\n", access.id.c_str(),
-                 req.method.c_str(), req.path.c_str(), res.status, usage.c_str(), ms);
-  });
-  http.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::string why = !failed.empty() ? "a rank was lost: " + failed
-                      : draining      ? std::string("shutting down")
-                      : !ready        ? std::string("loading: the ranks have not all met and "
-                                                    "loaded their weights yet")
-                                      : "";
-    if (why.empty())
-      res.set_content("{\"status\":\"ok\"}", "application/json");
-    else {
-      res.status = 503;
-      res.set_content(errorBody({503, why}), "application/json");
-    }
-  });
-  http.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
-    std::lock_guard<std::mutex> lock(mutex); // run() sets the arguments it reads
-    res.set_content(dump(modelList(context, created)), "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
-    res.set_content(metrics(), "text/plain; version=0.0.4");
-  });
-  http.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
-    complete(req, res, /*chat=*/false);
-  });
-  http.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) {
-    complete(req, res, /*chat=*/true);
-  });
-}
-
-void Server::State::complete(const httplib::Request &req, httplib::Response &res, bool chat) {
-  auto job = std::make_shared<Job>();
+    exchange->describe(id, "");
+    exchange->respond(jsonResponse(200, std::move(body), id));
+    return;
+  }
+  if (req.path == "/metrics") {
+    http::Response response = jsonResponse(200, metrics(), id);
+    response.contentType = "text/plain; version=0.0.4";
+    exchange->describe(id, "");
+    exchange->respond(std::move(response));
+    return;
+  }
+  // A completion: admitted here (a slot while it is read), read on a reader thread.
   {
     std::lock_guard<std::mutex> lock(mutex);
     std::string why = !failed.empty() ? "a rank was lost: " + failed
                       : draining      ? std::string("the server is shutting down")
                       : !ready        ? std::string("the server is still loading")
                                       : "";
-    if (!why.empty()) {
-      ++rejected[ready ? "unavailable" : "loading"];
-      res.status = 503;
-      res.set_header("Retry-After", "1");
-      res.set_content(errorBody({503, why}), "application/json");
-      return;
+    ApiError error{503, why};
+    const char *as = ready ? "unavailable" : "loading";
+    if (why.empty() && inFlight >= args.maxNumSeqs + args.maxQueue) {
+      error = {503, "the server is at capacity: " + std::to_string(inFlight) +
+                        " requests in flight (--max-num-seqs " +
+                        std::to_string(args.maxNumSeqs) + " running, --max-queue " +
+                        std::to_string(args.maxQueue) + " waiting)", "", "queue_full"};
+      as = "queue_full";
     }
-  }
-  if (std::optional<ApiError> bad = readRequest(req.body, chat, context, job->api)) {
-    reply(res, *bad, bad->status == 404 ? "not_found" : "invalid");
-    return;
-  }
-  job->request = engineRequest(spec, args, job->api.params);
-  job->text.emplace(*context.tokenizer, job->api.params.stop, /*incremental=*/true);
-  job->usage.prompt = int64_t(job->request.prompt.size());
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (inFlight >= args.maxNumSeqs + args.maxQueue) {
-      ++rejected["queue_full"];
-      res.status = 503;
-      res.set_header("Retry-After", "1");
-      res.set_content(errorBody({503, "the server is at capacity: " +
-                                          std::to_string(inFlight) + " requests in flight "
-                                          "(--max-num-seqs " + std::to_string(args.maxNumSeqs) +
-                                          " running, --max-queue " +
-                                          std::to_string(args.maxQueue) + " waiting)",
-                                 "", "queue_full"}),
-                      "application/json");
+    if (!error.message.empty()) {
+      ++rejected[as];
+      exchange->describe(id, "");
+      exchange->respond(jsonResponse(503, errorBody(error), id));
       return;
     }
     ++inFlight;
-    ++openHandlers;
+  }
+  auto job = std::make_shared<Job>();
+  job->exchange = exchange;
+  job->id = id;
+  job->arrived = Clock::now();
+  bool chat = req.path == "/v1/chat/completions";
+  readers->post([this, job, chat] { complete(job, chat); });
+}
+
+void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
+  http::Exchange &exchange = *job->exchange;
+  auto refused = [&](const ApiError &error, const char *as) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      --inFlight;
+    }
+    refuse(exchange, job->id, error, as);
+  };
+  try {
+    if (std::optional<ApiError> bad =
+            readRequest(exchange.request().body, chat, context, job->api)) {
+      refused(*bad, bad->status == 404 ? "not_found" : "invalid");
+      return;
+    }
+    Args defaults;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      defaults = args;
+    }
+    job->request = engineRequest(spec, defaults, job->api.params);
+    job->text.emplace(*context.tokenizer, job->api.params.stop, /*incremental=*/true);
+  } catch (const std::exception &e) {
+    // What went wrong inside is the server's log's, under the request's id; the client
+    // learns that id, not the server's internals (paths, exception texts).
+    std::fprintf(stderr, "tpc serve: request %s: internal error: %s\n", job->id.c_str(),
+                 e.what());
+    refused({500, "internal error; the server's log has it under request id " + job->id},
+            "internal");
+    return;
+  }
+  job->usage.prompt = int64_t(job->request.prompt.size());
+  if (job->api.stream) {
+    http::Response head = jsonResponse(200, "", job->id);
+    head.contentType = "text/event-stream";
+    head.headers.emplace_back("Cache-Control", "no-cache");
+    exchange.open(std::move(head));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
     job->head = {std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(created) + "-" +
                      std::to_string(nextId++),
                  created, context.modelName, chat};
-    job->arrived = Clock::now();
-    inbox.push_back(job);
-    wake.notify_one();
   }
-  if (!job->api.stream) {
-    std::unique_lock<std::mutex> lock(mutex);
-    job->changed.wait(lock, [&] { return job->finish || !job->error.empty(); });
-    if (!job->error.empty()) {
-      res.status = job->errorStatus;
-      res.set_content(errorBody({job->errorStatus, job->error, "", job->errorCode}),
-                      "application/json");
-    } else {
-      res.set_content(dump(response(job->head, job->all, job->finish, job->usage)),
-                      "application/json");
-    }
-    access.prompt = job->usage.prompt;
-    access.completion = job->usage.completion;
-    if (--openHandlers == 0)
-      handlersDone.notify_all();
+  if (job->api.stream && chat) // the role first, as OpenAI's and vLLM's streams begin
+    exchange.send(event(chunk(job->head, "", nullptr, /*role=*/true)));
+  // (before the job is queued: where the client has gone already, this cancels it at once)
+  std::weak_ptr<Job> weak = job;
+  exchange.onGone([this, weak] {
+    if (std::shared_ptr<Job> gone = weak.lock())
+      cancel(gone);
+  });
+  std::lock_guard<std::mutex> lock(mutex);
+  inbox.push_back(job);
+  wake.notify_one();
+}
+
+void Server::State::answer(Job &job, const std::string &error, int status, const char *code) {
+  if (job.answered)
+    return;
+  job.answered = true;
+  http::Exchange &exchange = *job.exchange;
+  exchange.describe(job.id, error.empty() || job.usage.completion > 0
+                                ? "prompt_tokens=" + std::to_string(job.usage.prompt) +
+                                      " completion_tokens=" +
+                                      std::to_string(job.usage.completion)
+                                : "");
+  if (!job.api.stream) {
+    exchange.respond(error.empty()
+                         ? jsonResponse(200, dump(response(job.head, job.all, job.finish,
+                                                           job.usage)), job.id)
+                         : jsonResponse(status, errorBody({status, error, "", code}), job.id));
     return;
   }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, job, first = true](size_t, httplib::DataSink &sink) mutable {
-        std::string out;
-        if (first && job->head.chat) // the role first, as OpenAI's and vLLM's streams begin
-          out += event(chunk(job->head, "", nullptr, /*role=*/true));
-        first = false;
-        std::string text, error;
-        const char *finish = nullptr;
-        Usage usage;
-        {
-          std::unique_lock<std::mutex> lock(mutex);
-          job->changed.wait_for(lock, std::chrono::milliseconds(200), [&] {
-            return !job->pending.empty() || job->finish || !job->error.empty();
-          });
-          text.swap(job->pending);
-          finish = job->finish;
-          error = job->error;
-          usage = job->usage;
-        }
-        if (!error.empty()) { // in-band, then the end: the client sees why
-          out += "data: " + errorBody({job->errorStatus, error, "", job->errorCode}) +
-                 "\n\ndata: [DONE]\n\n";
-          sink.write(out.data(), out.size());
-          sink.done();
-          return true;
-        }
-        if (!text.empty() || finish)
-          out += event(chunk(job->head, text, finish));
-        if (finish) {
-          if (job->api.includeUsage)
-            out += event(usageChunk(job->head, usage));
-          out += "data: [DONE]\n\n";
-          access.prompt = usage.prompt;
-          access.completion = usage.completion;
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size()))
-          return false; // the client is gone: the releaser aborts the request
-        if (finish)
-          sink.done();
-        return true;
-      },
-      [this, job](bool success) {
-        if (!success)
-          cancel(job);
-        handlerDone();
-      });
+  // In-band, then the end: a stream's client sees why.
+  if (!error.empty()) {
+    exchange.send("data: " + errorBody({status, error, "", code}) + "\n\ndata: [DONE]\n\n");
+  } else {
+    std::string out = event(chunk(job.head, job.tail, job.finish));
+    if (job.api.includeUsage)
+      out += event(usageChunk(job.head, job.usage));
+    exchange.send(out + "data: [DONE]\n\n");
+  }
+  exchange.end();
 }
 
 std::string Server::State::metrics() {
@@ -489,10 +501,33 @@ std::string Server::State::metrics() {
     sample("request_success_total", model + ",finished_reason=\"" + reason + "\"",
            double(finished[reason]));
   metric("requests_rejected_total", "counter", "Requests refused, by reason.");
+  // (the connection layer refuses a body over the limit before any route sees it)
+  rejected["body_too_large"] = http ? http->stats().bodiesTooLarge : 0;
   for (const char *reason : {"invalid", "not_found", "method_not_allowed", "body_too_large",
                              "queue_full", "loading", "unavailable", "internal", "unauthorized"})
     sample("requests_rejected_total", model + ",reason=\"" + reason + "\"",
            double(rejected[reason]));
+  if (http) {
+    http::Stats c = http->stats();
+    metric("http_connections_open", "gauge", "Client connections open.");
+    sample("http_connections_open", model, double(c.open));
+    metric("http_connections_max", "gauge", "Client connections that may be open at once.");
+    sample("http_connections_max", model, double(http->maxConnections()));
+    metric("http_connections_refused_total", "counter",
+           "Connections refused (503, closed) past --max-connections.");
+    sample("http_connections_refused_total", model, double(c.refused));
+    metric("http_connections_closed_total", "counter",
+           "Connections the server closed, by reason: a deadline passed (a request's head or "
+           "body, an idle connection, an answer's write) or the bytes were not HTTP it reads.");
+    for (auto [reason, count] : {std::pair<const char *, uint64_t>{"header_timeout",
+                                                                   c.headerTimeouts},
+                                 {"body_timeout", c.bodyTimeouts},
+                                 {"idle", c.idleClosed},
+                                 {"write_timeout", c.writeTimeouts},
+                                 {"bad_request", c.badRequests}})
+      sample("http_connections_closed_total", model + ",reason=\"" + reason + "\"",
+             double(count));
+  }
   auto histogram = [&](const char *name, const char *help, const Histogram &h) {
     metric(name, "histogram", help);
     uint64_t cumulative = 0;
@@ -519,19 +554,25 @@ void Server::State::finishJob(Job &job, const char *reason) {
   --inFlight;
   ++finished[reason];
   e2e.observe(secondsSince(job.arrived));
-  job.changed.notify_all();
 }
 
 void Server::State::failAll(const std::string &message) {
-  std::unique_lock<std::mutex> lock(mutex);
-  failed = message;
-  // Every job not finished is told; the handlers answer and return.
-  for (auto &job : inbox) {
-    job->error = message;
-    job->changed.notify_all();
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    failed = message;
+    left.swap(inbox);
   }
-  inbox.clear();
+  // Every job not started is told.
+  for (auto &job : left)
+    answer(*job, message, 503, "engine_failed");
   wake.notify_all();
+}
+
+void Server::State::waitForAnswers(std::chrono::seconds limit) {
+  auto until = Clock::now() + limit;
+  while (http && http->stats().exchanges > 0 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 std::unique_ptr<Server> Server::start(const ModelSpec &spec, const Args &args,
@@ -567,32 +608,28 @@ std::unique_ptr<Server> Server::start(const ModelSpec &spec, const Args &args,
     if (s.context.modelName.empty())
       s.context.modelName = spec.name;
   }
-  s.http.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
-  s.http.set_payload_max_length(kMaxBodyBytes);
-  s.http.set_read_timeout(30);
-  s.http.set_write_timeout(30);
-  s.http.set_keep_alive_timeout(5); // bounds how long a stop waits on idle connections
-  s.http.set_keep_alive_max_count(1000);
-  s.routes();
+  http::Limits limits;
+  limits.maxConnections = args.maxConnections;
+  limits.header = std::chrono::seconds(args.headerTimeout);
+  limits.body = std::chrono::seconds(args.bodyTimeout);
+  limits.keepAlive = std::chrono::seconds(args.keepAliveTimeout);
+  limits.write = std::chrono::seconds(args.writeTimeout);
+  limits.maxBodyBytes = kMaxBodyBytes;
+  std::string why;
+  s.http = http::Server::bind(
+      host, port, limits, "tpc serve",
+      [](int status, const std::string &message) { return errorBody({status, message}); }, why);
+  if (!s.http) {
+    error = "--serve " + args.serve + ": cannot listen there (" + why + ")";
+    return nullptr;
+  }
   std::signal(SIGPIPE, SIG_IGN); // a client gone: the write fails instead
   std::signal(SIGTERM, onTerminate);
   std::signal(SIGINT, onTerminate);
-  if (port == 0) {
-    port = s.http.bind_to_any_port(host);
-    if (port < 0)
-      port = 0;
-  } else if (!s.http.bind_to_port(host, port)) {
-    port = 0;
-  }
-  if (port == 0) {
-    error = "--serve " + args.serve + ": cannot listen there (the address is not this "
-            "machine's, or the port is taken)";
-    return nullptr;
-  }
+  s.readers = std::make_unique<Workers>(kReaders);
   s.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-              std::to_string(port);
-  s.listener = std::thread([&s] { s.http.listen_after_bind(); });
-  waitUntilListening(s.http);
+              std::to_string(s.http->port());
+  s.http->start([&s](std::shared_ptr<http::Exchange> exchange) { s.handle(exchange); });
   std::printf("listening on %s\n", s.address.c_str());
   std::fflush(stdout);
   if (args.apiKeys.empty() && !loopback(host))
@@ -605,10 +642,8 @@ std::unique_ptr<Server> Server::start(const ModelSpec &spec, const Args &args,
 Server::~Server() {
   if (!state)
     return;
-  waitUntilListening(state->http); // a stop() before the listener runs would not stop it
-  state->http.stop();
-  if (state->listener.joinable())
-    state->listener.join();
+  state->http.reset(); // no handler runs after this
+  state->readers.reset();
 }
 
 int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, const Group &group,
@@ -642,33 +677,30 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     Job &job = *running.at(handle);
     std::string piece = job.text->push(id);
     auto now = Clock::now();
-    std::lock_guard<std::mutex> lock(s.mutex);
     ++job.usage.completion;
+    if (job.api.stream && !piece.empty()) // queued for the I/O thread: never a wait here
+      job.exchange->send(event(chunk(job.head, piece, nullptr)));
+    job.all += piece;
+    std::lock_guard<std::mutex> lock(s.mutex);
     ++s.generationTokens;
     if (job.usage.completion == 1)
       s.ttft.observe(std::chrono::duration<double>(now - job.arrived).count());
     else
       s.itl.observe(std::chrono::duration<double>(now - job.lastToken).count());
     job.lastToken = now;
-    job.pending += piece;
-    job.all += piece;
-    if (!piece.empty())
-      job.changed.notify_all();
     return job.text->stopped();
   };
   hooks.onFinish = [&](size_t handle) {
     Job &job = *running.at(handle);
-    std::string piece = job.text->finish();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    job.pending += piece;
-    job.all += piece;
+    job.tail = job.text->finish();
+    job.all += job.tail;
     const EngineRequest &r = engine.request(handle);
-    if (!r.error.empty()) { // this request alone failed; the others run on
-      job.error = r.error;
-      job.errorStatus = 500;
-      job.errorCode = "request_failed";
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.finishJob(job, r.finishReason);
     }
-    s.finishJob(job, r.finishReason);
+    // This request alone may have failed (its logits not finite); the others run on.
+    s.answer(job, r.error, 500, "request_failed");
     done.push_back(handle);
   };
   // Idle steps keep the peers, waiting under --timeout, sure that rank 0 lives.
@@ -698,20 +730,24 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
         }
       }
       for (auto &job : fresh) {
-        std::lock_guard<std::mutex> lock(s.mutex);
-        if (job->cancelled) { // gone before it started
-          s.finishJob(*job, "abort");
-          continue;
+        {
+          std::lock_guard<std::mutex> lock(s.mutex);
+          if (job->cancelled) { // gone before it started
+            s.finishJob(*job, "abort");
+            continue;
+          }
+          s.promptTokens += uint64_t(job->usage.prompt);
         }
-        s.promptTokens += uint64_t(job->usage.prompt);
         job->handle = engine.submit(std::move(job->request));
         job->submitted = true;
         if (const EngineRequest &r = engine.request(job->handle); r.finishReason) {
           // Refused at submit (what readRequest lets through cannot be: a guard).
-          job->error = r.error.empty() ? "the request asked for no tokens" : r.error;
-          job->errorStatus = 400;
-          job->errorCode = "invalid_request";
-          s.finishJob(*job, r.finishReason);
+          std::string why = r.error.empty() ? "the request asked for no tokens" : r.error;
+          {
+            std::lock_guard<std::mutex> lock(s.mutex);
+            s.finishJob(*job, r.finishReason);
+          }
+          s.answer(*job, why, 400, "invalid_request");
           engine.forget(job->handle);
           continue;
         }
@@ -724,9 +760,12 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
         engine.abort(job->handle);
         engine.forget(job->handle);
         running.erase(it);
-        std::lock_guard<std::mutex> lock(s.mutex);
-        job->error = why;
-        s.finishJob(*job, "abort");
+        {
+          std::lock_guard<std::mutex> lock(s.mutex);
+          s.finishJob(*job, "abort");
+        }
+        if (!why.empty()) // (a client that cancelled is gone: nobody to tell)
+          s.answer(*job, why, 503, "engine_failed");
       };
       for (auto &job : cancelled)
         abortJob(job, "");
@@ -767,28 +806,17 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
   } catch (const std::exception &e) {
     std::string message = describeFailure(e, group.peers(), group.comm->lostPeers(), spec.name,
                                           "serving");
-    {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      for (auto &[handle, job] : running)
-        job->error = message;
-      for (auto &[handle, job] : running)
-        job->changed.notify_all();
-    }
+    for (auto &[handle, job] : running)
+      s.answer(*job, message, 503, "engine_failed");
     s.failAll(message);
-    {
-      // The open requests are answered before the process goes (a few seconds at most), and
-      // /health says 503 a moment longer, for whoever checks it.
-      std::unique_lock<std::mutex> lock(s.mutex);
-      s.handlersDone.wait_for(lock, std::chrono::seconds(3), [&] { return s.openHandlers == 0; });
-    }
+    // The open requests are answered before the process goes (a few seconds at most), and
+    // /health says 503 a moment longer, for whoever checks it.
+    s.waitForAnswers(std::chrono::seconds(3));
     std::this_thread::sleep_for(std::chrono::seconds(2));
     return group.stop(message);
   }
   engine.stop();
-  {
-    std::unique_lock<std::mutex> lock(s.mutex);
-    s.handlersDone.wait_for(lock, std::chrono::seconds(3), [&] { return s.openHandlers == 0; });
-  }
+  s.waitForAnswers(std::chrono::seconds(3));
   std::fprintf(stderr, "tpc serve: stopped; %llu prompt and %llu generated tokens served\n",
                (unsigned long long)s.promptTokens, (unsigned long long)s.generationTokens);
   return 0;

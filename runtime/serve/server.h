@@ -1,5 +1,5 @@
 // --serve HOST:PORT: the OpenAI-compatible HTTP server (tpc serve). Rank 0 owns everything a
-// client touches: HTTP (cpp-httplib, Debian's package), the tokenizer, the chat template, and
+// client touches: HTTP (http.h, on Boost.Asio), the tokenizer, the chat template, and
 // the engine's scheduler and sampler, stepped on rank 0's main thread; the HTTP threads only
 // hand requests to it and carry back what it produced. The other ranks follow the engine's
 // steps, as in any run; between requests rank 0 sends them idle steps, so that neither side

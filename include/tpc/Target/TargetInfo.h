@@ -63,7 +63,7 @@ const TargetInfo &cudaTarget();
 /// the base, in link order (runtime/CMakeLists.txt's TPC_PROGRAM_LIBRARIES), as files.
 std::vector<std::string> programLibraries();
 /// The system libraries those need beyond Gloo (MPI's for the mpirun path, PCRE2's and ICU's
-/// for the tokenizers, cpp-httplib's for --serve), as this tpc was configured: every target
+/// for the tokenizers), as this tpc was configured: every target
 /// links them.
 llvm::SmallVector<llvm::StringRef> systemLibraries();
 
