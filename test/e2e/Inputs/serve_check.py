@@ -23,6 +23,13 @@ Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot
   auth        (--api-key alpha, and TPC_API_KEY=beta,gamma in the environment) /v1/* and
               /metrics need one of the keys as a Bearer token, /health does not; no process's
               command line holds a key; then a server with --metrics-public as well
+  hostile     (short deadlines: --header-timeout 2 --body-timeout 2 --keep-alive-timeout 2)
+              what a hostile client sends, with a valid request between: max_tokens' overflowing
+              relatives; idle, slow-header, slow-body and idle keep-alive sockets (/health stays
+              fast, a completion is answered, the server closes each by its deadline); an
+              oversized head; 10,000-deep JSON; invalid UTF-8; duplicate keys; a chunked body;
+              pipelined requests; a client that stops reading a stream; a storm of cancels;
+              then the KV blocks are back at their baseline and the server still answers
 
 The server is started here, with --port 0, and always stopped: every wait is bounded.
 """
@@ -452,6 +459,217 @@ def auth(server, checkpoint, flags, env):
         public.stop()
 
 
+def exchange(port, data, timeout=10.0, keep=False):
+    """Sends raw bytes on a new connection; reads until the server closes it or `timeout`
+    passes (or, with `keep`, returns the open socket and nothing read)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if data:
+        s.sendall(data)
+    if keep:
+        return s
+    out = b""
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline:
+            piece = s.recv(65536)
+            if not piece:
+                break
+            out += piece
+    except OSError:
+        pass
+    s.close()
+    return out
+
+
+def responses(raw):
+    """HTTP/1.1 responses out of a connection's bytes: [(status, headers, body)], decoding
+    Content-Length and chunked bodies (written here, independent of the server's code)."""
+    out = []
+    while raw:
+        head, sep, raw = raw.partition(b"\r\n\r\n")
+        if not sep:
+            break
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        if status == 100:
+            continue
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size_line, _, raw = raw.partition(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                body += raw[:size]
+                raw = raw[size + 2:]
+                if size == 0:
+                    break
+        else:
+            n = int(headers.get("content-length", "0"))
+            body, raw = raw[:n], raw[n:]
+        out.append((status, headers, body.decode(errors="replace")))
+    return out
+
+
+def post_bytes(path, body, extra=b""):
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s"
+            b"Content-Length: %d\r\n\r\n%s" % (path.encode(), extra, len(body), body))
+
+
+def closed_by_server(sock, until):
+    """Whether the server closes `sock` before `until` (a time)."""
+    try:
+        while time.time() < until:
+            sock.settimeout(max(0.05, until - time.time()))
+            if not sock.recv(65536):
+                return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True  # reset: closed too
+    return False
+
+
+def hostile(server):
+    port = server.port
+    ask = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+    status, text, _ = server.post("/v1/completions", ask)
+    reference = json.loads(text)["choices"][0]["text"]
+    print("reference: %s %r" % (status, reference))
+    base_used = server.metric("kv_cache_blocks_used")
+
+    def same(reply):
+        status, text, _ = reply
+        return status == 200 and json.loads(text)["choices"][0]["text"] == reference
+
+    # max_tokens and its overflowing relatives: each a 400, none admitted.
+    statuses = []
+    for value in [-1, 2**63 - 1, 2**64, 1.5, "many", 512]:
+        statuses.append(server.post("/v1/completions", {"prompt": [504], "max_tokens": value})[0])
+    print("max_tokens relatives: %s" % statuses)
+
+    # Idle, slow-header, slow-body and idle keep-alive sockets, all open at once.
+    idle = [exchange(port, b"", keep=True) for _ in range(40)]
+    slow_head = [exchange(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n", keep=True)
+                 for _ in range(10)]
+    slow_body = [exchange(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: 100\r\n\r\n{", keep=True) for _ in range(10)]
+    kept = [exchange(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", keep=True)
+            for _ in range(10)]
+    for s in kept:
+        s.recv(65536)  # the answer; the connection stays open, idle
+    opened = time.time()
+    stop_dripping = threading.Event()
+
+    def drip():  # one byte of a header every half second
+        while not stop_dripping.wait(0.5):
+            for s in slow_head:
+                try:
+                    s.send(b"X")
+                except OSError:
+                    pass
+
+    dripper = threading.Thread(target=drip, daemon=True)
+    dripper.start()
+    worst = 0.0
+    for _ in range(10):
+        t = time.time()
+        if server.get("/health")[0] != 200:
+            fail("/health failed with hostile sockets open")
+        worst = max(worst, time.time() - t)
+    print("during: /health under 0.5 s: %s; completion answered alike: %s" % (
+        worst < 0.5, same(server.post("/v1/completions", ask))))
+    until = opened + 6
+    counts = [sum(closed_by_server(s, until) for s in group)
+              for group in (idle, slow_head, slow_body, kept)]
+    stop_dripping.set()
+    print("closed by the server: idle %d/40, slow headers %d/10, slow bodies %d/10, "
+          "keep-alive %d/10" % tuple(counts))
+    for s in idle + slow_head + slow_body + kept:
+        s.close()
+    print("closed by reason: header_timeout %d, body_timeout %d, idle at least 50: %s" % (
+        server.metric("http_connections_closed_total", 'reason="header_timeout"'),
+        server.metric("http_connections_closed_total", 'reason="body_timeout"'),
+        server.metric("http_connections_closed_total", 'reason="idle"') >= 50))
+
+    # Bytes no parser should choke on.
+    big = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n"
+    print("oversized head: %s" % [r[0] for r in responses(exchange(port, big))])
+    deep = b'{"prompt": ' + b"[" * 10000 + b"]" * 10000 + b"}"
+    print("10,000-deep JSON: %s" % server.post("/v1/completions", deep)[0])
+    bad_utf8 = b'{"prompt": "caf\xc3\x28 \xff", "max_tokens": 2}'
+    print("invalid UTF-8: %s" % server.post("/v1/completions", bad_utf8)[0])
+    twice = json.dumps(ask)[:-1].encode() + b', "max_tokens": 8, "prompt": "The capital of France is"}'
+    status, text, _ = server.post("/v1/completions", twice)
+    print("duplicate keys: %s %s" % (status, json.loads(text)["error"]["message"]))
+    body = json.dumps(ask).encode()
+    chunked = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    for piece in (body[:7], body[7:30], body[30:]):
+        chunked += b"%x\r\n%s\r\n" % (len(piece), piece)
+    chunked += b"0\r\n\r\n"
+    got = responses(exchange(port, chunked))
+    print("chunked body: %s, answered alike: %s" % (
+        [r[0] for r in got], bool(got) and json.loads(got[0][2])["choices"][0]["text"] == reference))
+    pipelined = (b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" +
+                 post_bytes("/v1/completions", body) +
+                 b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = responses(exchange(port, pipelined))
+    print("pipelined: %s, the completion answered alike: %s" % (
+        [r[0] for r in got],
+        len(got) == 3 and json.loads(got[1][2])["choices"][0]["text"] == reference))
+
+    # A client that stops reading its stream: the others are served meanwhile.
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect(("127.0.0.1", port))
+    stalled.sendall(post_bytes("/v1/completions", json.dumps(
+        {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True,
+         "stream": True}).encode()))
+    time.sleep(0.5)
+    t = time.time()
+    answered = same(server.post("/v1/completions", ask))
+    print("a stalled reader open: completion answered alike: %s, health: %s" % (
+        answered, server.get("/health")[0]))
+    stalled.close()
+
+    # A storm of cancels: streams and plain requests closed at once or after a first event.
+    def cancel(i):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            s.sendall(post_bytes("/v1/completions", json.dumps(
+                {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True,
+                 "stream": i % 2 == 0}).encode()))
+            if i % 3 == 0:
+                s.recv(1)
+            s.close()
+        except OSError:
+            pass
+
+    storm = [threading.Thread(target=cancel, args=(i,)) for i in range(40)]
+    for th in storm:
+        th.start()
+    for th in storm:
+        th.join(30)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if (server.metric("num_requests_running") == 0 and
+                server.metric("num_requests_waiting") == 0 and
+                server.metric("kv_cache_blocks_used") == base_used):
+            break
+        time.sleep(0.1)
+    print("after the storm: running %d, waiting %d, blocks back at the baseline: %s" % (
+        server.metric("num_requests_running"), server.metric("num_requests_waiting"),
+        server.metric("kv_cache_blocks_used") == base_used))
+    print("blocks used %d, at the start %d" % (server.metric("kv_cache_blocks_used"), base_used))
+    print("aborted at least 20: %s" % (
+        server.metric("request_success_total", 'finished_reason="abort"') >= 20))
+    print("after all: health %s, completion answered alike: %s" % (
+        server.get("/health")[0], same(server.post("/v1/completions", ask))))
+
+
 def main():
     scenario, checkpoint, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
     signal.alarm(TIMEOUT * 3)  # a hang fails the test instead of holding it
@@ -468,7 +686,7 @@ def main():
             auth(server, checkpoint, flags, env)
         else:
             {"errors": errors, "template": template, "stream": stream, "overload": overload,
-             "disconnect": disconnect}[scenario](server)
+             "disconnect": disconnect, "hostile": hostile}[scenario](server)
     finally:
         server.stop()
         sys.stdout.flush()
