@@ -100,15 +100,15 @@ inline EngineLimits engineLimits(const ModelSpec &spec, const Args &args) {
 }
 
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
-/// point of a run, or keep it from joining, deterministically.
+/// point of a run, make its logits NaN, or keep it from joining, deterministically.
 struct Fault {
-  enum Kind { None, Kill, Device, NoStart } kind = None;
+  enum Kind { None, Kill, Device, Nan, NoStart } kind = None;
   int rank = -1;
   int64_t step = -1;
 };
 
-/// TPC_FAULT's kill or device fault, where `fault` names this rank and `step` (0: the first
-/// step of a run) is about to start.
+/// TPC_FAULT's kill, device or nan fault, where `fault` names this rank and `step` (0: the
+/// first step of a run) is about to start.
 void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step);
 
 /// What this process is asked to do, from its flags and its environment, checked against
@@ -290,10 +290,11 @@ EngineRequest engineRequest(const ModelSpec &spec, const Args &command,
 
 /// --requests: runs every request of the file on the group's ranks through the engine, as
 /// many at once as --max-num-seqs allows, rank 0 reading, checking and deciding, and writing
-/// one JSON line per request to --output as each finishes. Returns the exit status (0 even
-/// when some requests were refused: their lines say why).
+/// one JSON line per request to --output as each finishes. TPC_FAULT's `fault` strikes as
+/// the engine's step it names starts. Returns the exit status (0 even when some requests
+/// were refused or failed: their lines say why).
 int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const RankInfo &rank,
-                const Group &group);
+                const Group &group, const Fault &fault);
 
 /// generation_config.json beside --weights, where there is one: its eos_token_id (one or a
 /// list) into `args.moreEos`, and its sampling fields as the defaults of the flags not given,

@@ -2,7 +2,7 @@
 // prefills it and decodes a token a step, the chosen token fed back unless --force-ids gives
 // it; rank 0 alone decides (samples, applies the stop rules) and sends the other ranks each
 // step. With --warmup, throwaway forwards first, so that the times reported are those of a
-// warm process. TPC_FAULT's kill and device faults strike here, as the step they name
+// warm process. TPC_FAULT's kill, device and nan faults strike here, as the step they name
 // starts.
 #include "core.h"
 
@@ -45,6 +45,14 @@ void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step) {
         throw std::runtime_error("TPC_FAULT: device faults need a device (--target cuda)");
       std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n",
                    rank, (long long)step);
+    }
+    if (fault.kind == Fault::Nan) {
+      // The forward below writes the NaN into this rank's share of the logits.
+      if (!backend.poisonLogits())
+        throw std::runtime_error("TPC_FAULT: nan faults need logits split by vocabulary "
+                                 "and gathered from the ranks (the CPU target at tp > 1)");
+      std::fprintf(stderr, "TPC_FAULT: rank %d makes its logits NaN at step %lld\n", rank,
+                   (long long)step);
     }
   }
 }
@@ -137,7 +145,7 @@ std::vector<int64_t> Generator::generate(const Args &args,
   if (one[0].finishReason)
     finished = one[0].finishReason;
   if (!one[0].error.empty()) // the prompt's run failed (its logits not finite)
-    throw std::runtime_error(one[0].error);
+    throw RequestError(one[0].error);
   tokenLogprobs = one[0].outputLogprobs;
   return one[0].output;
 }

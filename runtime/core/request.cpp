@@ -240,7 +240,9 @@ const char *kUsageNotes =
     "TPC_FAULT injects a fault, for tests of failure handling: kill:rank=R:step=S makes rank R\n"
     "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step; --warmup's\n"
     "forwards are not steps); device:rank=R:step=S makes rank R's device fault there (the CUDA\n"
-    "target); nostart:rank=R makes rank R exit (status 0) before the rendezvous.\n";
+    "target); nan:rank=R:step=S makes rank R's share of step S's logits NaN before they are\n"
+    "gathered (the CPU target at tp > 1); nostart:rank=R makes rank R exit (status 0) before\n"
+    "the rendezvous.\n";
 
 /// The usage, from the flag table.
 void printUsage(std::FILE *to, const char *program) {
@@ -389,11 +391,14 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
     fault.kind = Fault::Kill;
   else if (item == "device")
     fault.kind = Fault::Device;
+  else if (item == "nan")
+    fault.kind = Fault::Nan;
   else if (item == "nostart")
     fault.kind = Fault::NoStart;
   else {
     error = "TPC_FAULT: unknown fault '" + item +
-            "'; give kill:rank=R:step=S, device:rank=R:step=S or nostart:rank=R";
+            "'; give kill:rank=R:step=S, device:rank=R:step=S, nan:rank=R:step=S or "
+            "nostart:rank=R";
     return std::nullopt;
   }
   bool stepped = fault.kind != Fault::NoStart;

@@ -274,12 +274,14 @@ EngineRequest engineRequest(const ModelSpec &spec, const Args &command,
 }
 
 int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const RankInfo &rank,
-                const Group &group) {
+                const Group &group, const Fault &fault) {
   bool lead = group.rank == 0;
   Engine engine(spec, backend, rank, engineLimits(spec, args));
   std::vector<EngineRequest> none;
+  EngineHooks hooks;
+  hooks.beforeStep = [&](int64_t n) { strikeFault(fault, rank.rank, backend, n); };
   if (!lead) { // the peers run rank 0's steps until it ends
-    engine.run(none);
+    engine.run(none, hooks);
     return 0;
   }
   std::vector<BatchRequest> jobs;
@@ -362,7 +364,6 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
     promptTokens += prompt;
     generatedTokens += completion;
   };
-  EngineHooks hooks;
   hooks.onToken = onToken;
   hooks.onFinish = onFinish;
   engine.run(requests, hooks);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 namespace tpcrt {
@@ -92,6 +93,23 @@ void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int
       fail("internal error: no rank holds a logit of row " + std::to_string(row));
   }
   argmaxReady = true;
+}
+
+const float *Context::poisonedLogits(const float *in, int64_t rows,
+                                     const std::vector<int64_t> &blocks) {
+  poisonNextLogits = false;
+  int64_t local = localWidth(blocks, tp), first = -1;
+  forEachPiece(blocks, tp, rank, [&](int64_t at, int64_t, int64_t count, int64_t) {
+    if (first < 0 && count > 0)
+      first = at;
+  });
+  if (first < 0)
+    throw std::runtime_error("TPC_FAULT: rank " + std::to_string(rank) +
+                             " holds no logit to make NaN");
+  poisoned.assign(in, in + rows * local);
+  for (int64_t row = 0; row < rows; ++row)
+    poisoned[size_t(row * local + first)] = std::numeric_limits<float>::quiet_NaN();
+  return poisoned.data();
 }
 
 namespace cpu {
@@ -175,11 +193,25 @@ public:
   const float *forward(const Step &step, bool sequenceParallel) override {
     cx.step = &step;
     cx.argmaxReady = false;
-    return (sequenceParallel ? sequenceParallelFn : forwardFn)(cx, step.ids, step.positions,
-                                                               step.tokens);
+    const float *logits = (sequenceParallel ? sequenceParallelFn : forwardFn)(
+        cx, step.ids, step.positions, step.tokens);
+    if (cx.poisonNextLogits) { // no gather of the logits (allGatherLogits) took the NaN
+      cx.poisonNextLogits = false;
+      throw std::runtime_error("TPC_FAULT: nan faults need logits split by vocabulary and "
+                               "gathered from the ranks; this forward gathered none");
+    }
+    return logits;
   }
   const int64_t *argmax() const override { return cx.argmaxReady ? cx.argmax.data() : nullptr; }
   bool injectFault() override { return false; }
+  /// Where the program gathers the logits split by vocabulary through allGatherLogits (which
+  /// tp-greedy-argmax marks on the CPU target: ModelSpec::argmaxOnRanks).
+  bool poisonLogits() override {
+    if (!argmaxOnRanks)
+      return false;
+    cx.poisonNextLogits = true;
+    return true;
+  }
   std::string describe() const override { return "CPU: " + matrixKernels(); }
 
 private:

@@ -322,7 +322,8 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
       if (status != 0)
         return status; // stopped, saying why
     } else if (!args.requestsFile.empty()) {
-      if (int status = runRequests(spec, args, backend, rank, *group); status != 0)
+      if (int status = runRequests(spec, args, backend, rank, *group, request->fault);
+          status != 0)
         return status; // rank 0 stopped, saying why
     } else if (request->tokenizer) { // text out, rank 0's as it comes, stop strings withheld
       GeneratedText text(*request->tokenizer, args.params.stop);
@@ -343,6 +344,12 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
       if (group->rank == 0)
         printReport(args, tokens, generator.timings());
     }
+  } catch (const RequestError &e) {
+    // The prompt failed alone (its logits not finite) after every rank ran its steps to the
+    // engine's end: rank 0 says why, as at tp 1, and leaves with its peers, which blame none.
+    std::fprintf(stderr, "error: rank %d: %s\n", group->rank,
+                 describeFailure(e, group->peers(), "", spec.name, generator.phase()).c_str());
+    return leave(*group, 1);
   } catch (const std::exception &e) {
     return group->stop(describeFailure(e, group->peers(), group->comm->lostPeers(), spec.name,
                                        generator.phase()));

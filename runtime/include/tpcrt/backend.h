@@ -138,6 +138,12 @@ public:
   /// TPC_FAULT=device: makes the device fault on purpose, so that the forward under way
   /// fails with a device error. False where the backend has no device to fault.
   virtual bool injectFault() = 0;
+  /// TPC_FAULT=nan: makes the next forward write a NaN into this rank's share of the logits
+  /// (its first logit of each row) before the ranks' shares are gathered, so that the step's
+  /// requests fail as for a model whose logits are not finite. False where the backend cannot
+  /// (no gather of logits split by vocabulary: one rank, or the CUDA target, whose gather
+  /// runs on the device inside the forward).
+  virtual bool poisonLogits() { return false; }
 };
 
 } // namespace tpcrt

@@ -18,10 +18,17 @@ struct DeviceError : std::runtime_error {
       : std::runtime_error(library + " error in " + call + ": " + reason) {}
 };
 
+/// A request that failed alone while every rank ran its steps (its logits not finite): with
+/// one prompt, the run's error. Thrown by the core on rank 0; no peer is to blame.
+struct RequestError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /// The message a rank stops with when a forward throws `e`. `model` and `phase` ("the
-/// prefill", "decode step 3") say what was running. A DeviceError is the device's, whatever
-/// the tp; with `peers`, anything else is a collective that lost one (`lost`, from
-/// Comm::lostPeers, names it when it can); a rank alone has no peer to blame.
+/// prefill", "decode step 3") say what was running. A DeviceError is the device's and a
+/// RequestError the request's, whatever the tp; with `peers`, anything else is a collective
+/// that lost one (`lost`, from Comm::lostPeers, names it when it can); a rank alone has no
+/// peer to blame.
 std::string describeFailure(const std::exception &e, bool peers, const std::string &lost,
                             const std::string &model, const std::string &phase);
 

@@ -54,6 +54,8 @@ inline void experts(Context &cx, const float *x, int64_t rows, int64_t hidden, c
 }
 inline void allGatherLogits(Context &cx, const float *x, int64_t rows,
                             const std::vector<int64_t> &blocks, float *out, const char *module) {
+  if (cx.poisonNextLogits) // TPC_FAULT=nan
+    x = cx.poisonedLogits(x, rows, blocks);
   if (cx.step && cx.step->argmax)
     cx.argmaxColumns(x, rows, blocks, module);
   else

@@ -106,10 +106,18 @@ struct Context {
                      const char *module);
   std::vector<int64_t> argmax; // the rows' ids, after argmaxColumns in this forward
   bool argmaxReady = false;    // whether this forward made them
+  /// TPC_FAULT=nan: the next gather of the logits (allGatherLogits) sends this rank's pieces
+  /// with a NaN for its first logit of each row (poisonedLogits).
+  bool poisonNextLogits = false;
+  /// A copy of `rows` rows of this rank's pieces of the logits `in` (of `blocks`, as
+  /// allGatherColumns takes them), its first real logit of each row NaN; clears
+  /// poisonNextLogits. Valid until the next call.
+  const float *poisonedLogits(const float *in, int64_t rows, const std::vector<int64_t> &blocks);
 
 private:
   HostMemory memory;
   std::unique_ptr<Collectives> placement;
+  std::vector<float> poisoned; // poisonedLogits' copy
 };
 
 } // namespace tpcrt
