@@ -40,6 +40,7 @@ struct Request {
   std::string method, target, path; // path: the target without its query
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  int version = 11; // 10 or 11: HTTP/1.0 or 1.1
   bool keepAlive = true;
   /// The first header of that name (case-insensitive), or null.
   const std::string *header(std::string_view name) const;
@@ -98,7 +99,8 @@ public:
   virtual const Request &request() const = 0;
   /// A whole response; the exchange ends.
   virtual void respond(Response response) = 0;
-  /// A chunked response's head (its body is ignored).
+  /// A streamed response's head (its body is ignored): chunked, or to an HTTP/1.0 client
+  /// the bytes as they come, then the connection's close.
   virtual void open(Response head) = 0;
   /// One chunk of an open response; false when the client has gone (the rest is dropped).
   virtual bool send(std::string bytes) = 0;
