@@ -626,7 +626,7 @@ def hostile(server):
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stalled.connect(("127.0.0.1", port))
     stalled.sendall(post_bytes("/v1/completions", json.dumps(
-        {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True,
+        {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True,
          "stream": True}).encode()))
     time.sleep(0.5)
     t = time.time()
@@ -640,7 +640,7 @@ def hostile(server):
         try:
             s = socket.create_connection(("127.0.0.1", port), timeout=30)
             s.sendall(post_bytes("/v1/completions", json.dumps(
-                {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True,
+                {"prompt": "Once upon a time", "max_tokens": 64, "ignore_eos": True,
                  "stream": i % 2 == 0}).encode()))
             if i % 3 == 0:
                 s.recv(1)
