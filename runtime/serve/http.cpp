@@ -66,14 +66,29 @@ struct RequestReader::State {
   std::string bytes;   // received, not yet parsed
   std::optional<bhttp::request_parser<bhttp::string_body>> parser;
   bool headReported = false;
+  size_t scanned = 0;            // bytes searched for the head's end so far
+  std::optional<Request> headOf; // the head as it came, without the trailers
   std::optional<std::pair<int, std::string>> failure;
 
   explicit State(const Limits &limits) : limits(limits) { fresh(); }
   void fresh() {
     parser.emplace();
     parser->header_limit(limits.maxHeaderBytes);
-    parser->body_limit(limits.maxBodyBytes);
+    parser->body_limit(limits.maxBodyBytes); // a Content-Length over it: refused at the head
     headReported = false;
+    scanned = 0;
+    headOf.reset();
+  }
+  /// What HTTP/1.1 requires of a head beyond what Beast checks; empty when it is fine.
+  std::string headFault() const {
+    const auto &message = parser->get();
+    auto coding = message.find(bhttp::field::transfer_encoding);
+    if (coding != message.end() && !beast::iequals(coding->value(), "chunked"))
+      return "Transfer-Encoding '" + std::string(coding->value()) + "' is not one this "
+             "server reads (only chunked)";
+    if (message.version() >= 11 && message.count(bhttp::field::host) != 1)
+      return "an HTTP/1.1 request must carry one Host header";
+    return "";
   }
   void fail(const beast::error_code &ec) {
     if (ec == bhttp::error::header_limit) {
@@ -113,17 +128,37 @@ Parsed RequestReader::parse() {
   for (;;) {
     if (s.parser->is_header_done() && !s.headReported) {
       s.headReported = true;
+      s.headOf = head();
+      if (std::string fault = s.headFault(); !fault.empty()) {
+        s.failure = {400, fault};
+        return Parsed::Error;
+      }
+      // A chunked body is counted here, not by Beast, whose count goes wrong where it reads
+      // a chunk's line twice (a quoted extension running past the line's end).
+      if (s.parser->get().chunked())
+        s.parser->body_limit(boost::none);
       return Parsed::Head;
     }
     if (s.parser->is_done())
       return Parsed::Request;
+    if (!s.parser->is_header_done() && s.scanned == 0) {
+      // Empty lines before a request line are let pass (RFC 9112, 2.2).
+      size_t blank = 0;
+      while (blank < s.bytes.size() && (s.bytes[blank] == '\r' || s.bytes[blank] == '\n'))
+        ++blank;
+      s.bytes.erase(0, blank);
+    }
     if (s.bytes.empty())
       return Parsed::More;
     size_t give = 0;
     if (!s.parser->is_header_done()) {
       // The head ends at its first empty line: CRLF CRLF, or LF LF, which Beast refuses.
+      // (The search resumes where it stopped: a head that comes a byte at a time is searched
+      // once, not once a byte.)
       std::string_view seen(s.bytes.data(), std::min(s.bytes.size(), size_t(limit) + 4));
-      size_t crlf = seen.find("\r\n\r\n"), lf = seen.find("\n\n");
+      size_t from = s.scanned > 3 ? s.scanned - 3 : 0;
+      size_t crlf = seen.find("\r\n\r\n", from), lf = seen.find("\n\n", from);
+      s.scanned = seen.size();
       size_t end = std::min(crlf == seen.npos ? seen.npos : crlf + 4,
                             lf == seen.npos ? seen.npos : lf + 2);
       if (end == seen.npos) {
@@ -151,13 +186,22 @@ Parsed RequestReader::parse() {
       return Parsed::Error;
     }
     s.bytes.erase(0, used);
+    if (s.parser->is_header_done() && s.headReported &&
+        s.parser->get().body().size() > s.limits.maxBodyBytes) { // (before Beast's faults)
+      s.failure = {413, "the body is larger than the limit of " +
+                            std::to_string(s.limits.maxBodyBytes) + " bytes"};
+      return Parsed::Error;
+    }
     if (ec && ec != bhttp::error::need_more) {
       s.fail(ec);
       return Parsed::Error;
     }
     if (used == 0 && !s.parser->is_done() && !(s.parser->is_header_done() && !s.headReported)) {
-      if (!s.parser->is_header_done() || give == limit) {
-        // A whole head that Beast wants more of, or a chunk line or trailers past the slice.
+      if (!s.parser->is_header_done()) { // all of a head, and Beast wants more of it
+        s.failure = {400, "the request's head is not HTTP/1.1 this server reads"};
+        return Parsed::Error;
+      }
+      if (give == limit) { // a chunk's line or the trailers longer than a slice
         s.failure = {400, "a line of the request (a chunk's size, or the trailers) is longer "
                           "than " + std::to_string(limit) + " bytes"};
         return Parsed::Error;
@@ -195,7 +239,9 @@ Request RequestReader::head() const {
 }
 
 Request RequestReader::take() {
-  Request request = head();
+  // The head's fields as they came; trailers are not headers (RFC 9110, 6.5.1) and are
+  // dropped.
+  Request request = state->headOf ? std::move(*state->headOf) : head();
   request.body = std::move(state->parser->get().body());
   state->fresh();
   return request;

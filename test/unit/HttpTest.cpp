@@ -327,9 +327,40 @@ TEST(HttpReader, KeepAliveFollowsVersionAndConnection) {
     return out.requests.empty() ? true : out.requests[0].keepAlive;
   };
   EXPECT_TRUE(keepAlive("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
-  EXPECT_FALSE(keepAlive("GET / HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  EXPECT_FALSE(keepAlive("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
   EXPECT_FALSE(keepAlive("GET / HTTP/1.0\r\n\r\n"));
   EXPECT_TRUE(keepAlive("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+}
+
+// What RFC 9112 and 9110 ask beyond the grammar: a Host on HTTP/1.1 (3.2), no transfer coding
+// but chunked that the server cannot undo (6.1: else a body's end is unknowable, the way to
+// smuggle a request), empty lines before a request line let pass (2.2), trailers not made
+// headers (RFC 9110, 6.5.1).
+TEST(HttpReader, RefusesWhatHttp11Forbids) {
+  ReadOut out = feed(readerLimits(), "GET / HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->first, 400);
+  out = feed(readerLimits(), "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->first, 400);
+  for (const char *coding : {"gzip", "gzip, chunked"}) {
+    out = feed(readerLimits(), std::string("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") +
+                                   coding + "\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    ASSERT_TRUE(out.error) << coding;
+    EXPECT_EQ(out.error->first, 400) << coding;
+    EXPECT_TRUE(out.requests.empty()) << coding;
+  }
+}
+
+TEST(HttpReader, EmptyLinesBeforeARequestAndTrailersAreNotHeaders) {
+  ReadOut out = feed(readerLimits(), "\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n\r\n"
+                                     "POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+                                     "\r\n\r\n2\r\nhi\r\n0\r\nAuthorization: Bearer x\r\n\r\n");
+  ASSERT_FALSE(out.error) << out.error->second;
+  ASSERT_EQ(out.requests.size(), 2u);
+  EXPECT_EQ(out.requests[0].target, "/a");
+  EXPECT_EQ(out.requests[1].body, "hi");
+  EXPECT_EQ(out.requests[1].header("Authorization"), nullptr);
 }
 
 // ---- A client, and a response parsed by the protocol -----------------------------------------
