@@ -66,7 +66,9 @@ struct RequestReader::State {
   std::string bytes;   // received, not yet parsed
   std::optional<bhttp::request_parser<bhttp::string_body>> parser;
   bool headReported = false;
-  size_t scanned = 0;            // bytes searched for the head's end so far
+  size_t scanned = 0;            // bytes searched for the head's end, none found before
+  bool started = false;          // Beast has had bytes of this request
+  size_t headUsed = 0;           // bytes of the head Beast has taken
   std::optional<Request> headOf; // the head as it came, without the trailers
   std::optional<std::pair<int, std::string>> failure;
 
@@ -77,6 +79,8 @@ struct RequestReader::State {
     parser->body_limit(limits.maxBodyBytes); // a Content-Length over it: refused at the head
     headReported = false;
     scanned = 0;
+    started = false;
+    headUsed = 0;
     headOf.reset();
   }
   /// What HTTP/1.1 requires of a head beyond what Beast checks; empty when it is fine.
@@ -141,7 +145,7 @@ Parsed RequestReader::parse() {
     }
     if (s.parser->is_done())
       return Parsed::Request;
-    if (!s.parser->is_header_done() && s.scanned == 0) {
+    if (!s.started) {
       // Empty lines before a request line are let pass (RFC 9112, 2.2).
       size_t blank = 0;
       while (blank < s.bytes.size() && (s.bytes[blank] == '\r' || s.bytes[blank] == '\n'))
@@ -155,20 +159,21 @@ Parsed RequestReader::parse() {
       // The head ends at its first empty line: CRLF CRLF, or LF LF, which Beast refuses.
       // (The search resumes where it stopped: a head that comes a byte at a time is searched
       // once, not once a byte.)
-      std::string_view seen(s.bytes.data(), std::min(s.bytes.size(), size_t(limit) + 4));
+      std::string_view seen(s.bytes.data(),
+                            std::min(s.bytes.size(), size_t(limit) - s.headUsed + 4));
       size_t from = s.scanned > 3 ? s.scanned - 3 : 0;
       size_t crlf = seen.find("\r\n\r\n", from), lf = seen.find("\n\n", from);
-      s.scanned = seen.size();
       size_t end = std::min(crlf == seen.npos ? seen.npos : crlf + 4,
                             lf == seen.npos ? seen.npos : lf + 2);
+      s.scanned = end == seen.npos ? seen.size() : end;
       if (end == seen.npos) {
-        if (s.bytes.size() > limit) {
+        if (s.headUsed + s.bytes.size() > limit) {
           s.fail(bhttp::error::header_limit);
           return Parsed::Error;
         }
         return Parsed::More;
       }
-      if (end > limit) {
+      if (s.headUsed + end > limit) {
         s.fail(bhttp::error::header_limit);
         return Parsed::Error;
       }
@@ -178,6 +183,8 @@ Parsed RequestReader::parse() {
     }
     beast::error_code ec;
     size_t used = 0;
+    s.started = true;
+    bool inHead = !s.parser->is_header_done();
     try {
       used = s.parser->put(asio::buffer(s.bytes.data(), give), ec);
     } catch (const std::exception &e) { // Beast throws where a field outgrows its own limits
@@ -186,6 +193,9 @@ Parsed RequestReader::parse() {
       return Parsed::Error;
     }
     s.bytes.erase(0, used);
+    s.scanned = s.scanned > used ? s.scanned - used : 0; // (Beast may take part of a head)
+    if (inHead)
+      s.headUsed += used;
     if (s.parser->is_header_done() && s.headReported &&
         s.parser->get().body().size() > s.limits.maxBodyBytes) { // (before Beast's faults)
       s.failure = {413, "the body is larger than the limit of " +
