@@ -70,6 +70,11 @@ if os.path.exists(venv_python) and glob.glob(
         os.path.join(venv, "lib", "python3*", "site-packages", "openai-3.57.0.dist-info")):
     config.available_features.add("openai")
 
+# Network namespaces (root and iproute2): a test may make a host of its own to bind beyond
+# loopback, reachable from nothing outside it (REQUIRES: netns).
+if os.geteuid() == 0 and shutil.which("ip"):
+    config.available_features.add("netns")
+
 # The real SmolLM2-135M-Instruct checkpoint bench/smollm2_uneven.sh makes (REQUIRES: smollm2):
 # its tokenizer.json is a conformance case where it exists.
 smollm2 = os.path.join(

@@ -30,6 +30,10 @@ Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot
               oversized head; 10,000-deep JSON; invalid UTF-8; duplicate keys; a chunked body;
               pipelined requests; a client that stops reading a stream; a storm of cancels;
               then the KV blocks are back at their baseline and the server still answers
+  beyond      (as root) in a network namespace made here, whose loopback also holds
+              10.231.0.1: a server on that address without a key warns that anyone who
+              reaches it can use it; one with --api-key does not; one on 127.0.0.1 does not.
+              The namespace is removed at the end, whatever happened
 
 The server is started here, with --port 0, and always stopped: every wait is bounded.
 """
@@ -53,9 +57,9 @@ def fail(message):
 
 
 class Server:
-    def __init__(self, checkpoint, flags, env=None):
+    def __init__(self, checkpoint, flags, env=None, prefix=(), host="127.0.0.1"):
         self.proc = subprocess.Popen(
-            [os.path.join(os.environ.get("TPC_BIN", ""), "tpc"), "serve", checkpoint, "--port", "0"] + flags, stdout=subprocess.PIPE,
+            list(prefix) + [os.path.join(os.environ.get("TPC_BIN", ""), "tpc"), "serve", checkpoint, "--port", "0"] + flags, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.lines = []
         self.port = None
@@ -65,7 +69,7 @@ class Server:
             for raw in self.proc.stdout:
                 line = raw.decode(errors="replace").rstrip("\n")
                 self.lines.append(line)
-                m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+                m = re.search(r"listening on %s:(\d+)" % re.escape(host), line)
                 if m:
                     self.port = int(m.group(1))
                     ready.set()
@@ -75,6 +79,15 @@ class Server:
         if not ready.wait(TIMEOUT) or self.port is None:
             self.stop()
             fail("no 'listening on' line:\n" + "\n".join(self.lines[-20:]))
+        self.host = host
+        if prefix:  # not reachable from here: its log says when it is ready
+            deadline = time.time() + TIMEOUT
+            while not any("tpc serve: ready on" in l for l in self.lines):
+                if time.time() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    fail("never ready:\n" + "\n".join(self.lines[-20:]))
+                time.sleep(0.1)
+            return
         deadline = time.time() + TIMEOUT
         while self.get("/health")[0] != 200:
             if time.time() > deadline or self.proc.poll() is not None:
@@ -670,9 +683,35 @@ def hostile(server):
         server.get("/health")[0], same(server.post("/v1/completions", ask))))
 
 
+def beyond(checkpoint, flags):
+    ns = "tpc-serve-check-%d" % os.getpid()
+    ip = lambda *a: subprocess.run(["ip", "netns", "exec", ns, "ip"] + list(a), check=True)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        ip("link", "set", "lo", "up")
+        ip("addr", "add", "10.231.0.1/8", "dev", "lo")
+        inside = ["ip", "netns", "exec", ns]
+        for name, host, extra in [("no key, 10.231.0.1", "10.231.0.1", []),
+                                  ("a key, 10.231.0.1", "10.231.0.1", ["--api-key", "k"]),
+                                  ("no key, 127.0.0.1", "127.0.0.1", [])]:
+            server = Server(checkpoint, flags + ["--host", host] + extra, prefix=inside,
+                            host=host)
+            server.stop()
+            warned = [l for l in server.lines if l.startswith("tpc serve: warning")]
+            print("%s: %s, exit %s" % (name, warned[0] if warned else "no warning",
+                                       server.proc.returncode))
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        print("namespace left: %s" % (ns in left))
+
+
 def main():
     scenario, checkpoint, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
     signal.alarm(TIMEOUT * 3)  # a hang fails the test instead of holding it
+    if scenario == "beyond":
+        beyond(checkpoint, flags)
+        return
     env = dict(os.environ)
     if scenario == "auth":
         env["TPC_API_KEY"] = "beta,gamma"
