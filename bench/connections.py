@@ -23,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "e2e", "Inputs"))
-from serve_check import Server  # noqa: E402
+from serve_check import Server, exchange  # noqa: E402
 
 
 def option(args, name, default):
@@ -44,15 +44,7 @@ def health_times(port, n):
     times = []
     for _ in range(n):
         t = time.perf_counter()
-        s = socket.create_connection(("127.0.0.1", port), timeout=10)
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        data = b""
-        while True:
-            piece = s.recv(4096)
-            if not piece:
-                break
-            data += piece
-        s.close()
+        data = exchange(port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         if not data.startswith(b"HTTP/1.1 200"):
             raise SystemExit("/health answered %r" % data[:40])
         times.append(time.perf_counter() - t)
@@ -122,17 +114,7 @@ def refusal_times(port, n):
     times = []
     for _ in range(n):
         t = time.perf_counter()
-        s = socket.create_connection(("127.0.0.1", port), timeout=10)
-        data = b""
-        try:
-            while True:
-                piece = s.recv(4096)
-                if not piece:
-                    break
-                data += piece
-        except ConnectionResetError:
-            pass
-        s.close()
+        data = exchange(port, b"")  # (a reset after the 503 ends it too)
         if not data.startswith(b"HTTP/1.1 503"):
             raise SystemExit("a connection past the limit got %r" % data[:40])
         times.append(time.perf_counter() - t)

@@ -1275,8 +1275,9 @@ TEST(HttpGone, ClientClosingAQuietStreamRunsOnGone) {
   EXPECT_TRUE(eventually([&] { return server->stats().open == 0; }));
 }
 
-// The same for a keep-alive connection's second request, sent after the first's answer.
-TEST(HttpGone, ClientClosingDuringItsSecondRequestRunsOnGone) {
+// The same for a second request: sent after the first's answer on a kept-alive connection, or
+// pipelined behind it; the client closes while the second is unanswered.
+void expectGoneBehindAnAnswer(bool pipelined) {
   Mailbox<std::shared_ptr<http::Exchange>> exchanges;
   Signal gone;
   auto server = startServer(smallLimits(), [&](std::shared_ptr<http::Exchange> exchange) {
@@ -1291,38 +1292,14 @@ TEST(HttpGone, ClientClosingDuringItsSecondRequestRunsOnGone) {
   std::optional<std::shared_ptr<http::Exchange>> exchange;
   {
     Client client(server->port());
-    ASSERT_TRUE(client.send("GET /now HTTP/1.1\r\nHost: x\r\n\r\n"));
+    const std::string held = "GET /held HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_TRUE(client.send("GET /now HTTP/1.1\r\nHost: x\r\n\r\n" +
+                            (pipelined ? held : std::string())));
     ASSERT_RESPONSE(first, client);
     EXPECT_EQ(first.body, "you asked for /now");
-    ASSERT_TRUE(client.send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n"));
-    exchange = exchanges.take();
-    ASSERT_TRUE(exchange);
-  }
-  EXPECT_TRUE(gone.wait(1000ms)) << "onGone did not run within 1 s of the client closing";
-  EXPECT_TRUE(eventually([&] { return server->stats().open == 0; }, 1000ms));
-}
-
-// The same, for a request that came pipelined behind one answered at once: the client closes
-// while the second is unanswered.
-TEST(HttpGone, ClientClosingBehindAPipelinedRequestRunsOnGone) {
-  Mailbox<std::shared_ptr<http::Exchange>> exchanges;
-  Signal gone;
-  auto server = startServer(smallLimits(), [&](std::shared_ptr<http::Exchange> exchange) {
-    if (exchange->request().path == "/now") {
-      answerNow(exchange);
-      return;
+    if (!pipelined) {
+      ASSERT_TRUE(client.send(held));
     }
-    exchange->onGone([&] { gone.raise(); });
-    exchanges.put(std::move(exchange));
-  });
-  ASSERT_TRUE(server);
-  std::optional<std::shared_ptr<http::Exchange>> exchange;
-  {
-    Client client(server->port());
-    ASSERT_TRUE(client.send("GET /now HTTP/1.1\r\nHost: x\r\n\r\n"
-                            "GET /held HTTP/1.1\r\nHost: x\r\n\r\n"));
-    ASSERT_RESPONSE(first, client);
-    EXPECT_EQ(first.body, "you asked for /now");
     exchange = exchanges.take();
     ASSERT_TRUE(exchange);
     EXPECT_EQ((*exchange)->request().path, "/held");
@@ -1330,7 +1307,15 @@ TEST(HttpGone, ClientClosingBehindAPipelinedRequestRunsOnGone) {
   EXPECT_TRUE(gone.wait(1000ms)) << "onGone did not run within 1 s of the client closing";
   EXPECT_TRUE(eventually([&] { return server->stats().open == 0; }, 1000ms))
       << server->stats().open << " connection(s) still open";
-  (*exchange)->respond(http::Response());
+  (*exchange)->respond(http::Response()); // after the client has gone: nothing
+}
+
+TEST(HttpGone, ClientClosingDuringItsSecondRequestRunsOnGone) {
+  expectGoneBehindAnAnswer(/*pipelined=*/false);
+}
+
+TEST(HttpGone, ClientClosingBehindAPipelinedRequestRunsOnGone) {
+  expectGoneBehindAnAnswer(/*pipelined=*/true);
 }
 
 TEST(HttpGone, ClientThatStopsReadingAStreamIsDropped) {
