@@ -6,7 +6,9 @@ Computes transformers' greedy answers (fp32) to a chat question (through the che
 template, as apply_chat_template renders it) and to a completion prompt, then starts
 `tpc serve CKPT` (test/e2e/Inputs/serve_check.py's Server) and asks it the same through
 openai.OpenAI: chat and completions, streamed and not. Prints each answer and whether it is
-transformers' byte for byte.
+transformers' byte for byte. Where the flags give --api-key KEY, the client sends KEY, and a
+client with another key must get the client's AuthenticationError (401, invalid_api_key);
+/health answers without a key and /metrics only with it.
 """
 import os
 import sys
@@ -46,10 +48,24 @@ def main():
     want = reference(ckpt)
     print("transformers chat: %r" % want["chat"])
     print("transformers completion: %r" % want["completion"])
+    key = flags[flags.index("--api-key") + 1] if "--api-key" in flags else None
     server = Server(ckpt, flags)
     try:
-        client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % server.port,
-                               api_key="unused", max_retries=0, timeout=120)
+        base = "http://127.0.0.1:%d/v1" % server.port
+        client = openai.OpenAI(base_url=base, api_key=key or "unused", max_retries=0,
+                               timeout=120)
+        if key:
+            stranger = openai.OpenAI(base_url=base, api_key="not-" + key, max_retries=0,
+                                     timeout=30)
+            try:
+                stranger.models.list()
+                print("another key: answered")
+            except openai.AuthenticationError as e:
+                print("another key: %s %s" % (e.status_code, e.body["code"]))
+            print("health without a key: %s" % server.get("/health")[0])
+            print("metrics without a key: %s, with it: %s" % (
+                server.get("/metrics")[0],
+                server.request("GET", "/metrics", headers={"Authorization": "Bearer " + key})[0]))
         print("models: %s" % [m.id for m in client.models.list().data])
         chat = client.chat.completions.create(model="ckpt", messages=QUESTION,
                                               max_tokens=CHAT_TOKENS, temperature=0)
