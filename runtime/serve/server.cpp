@@ -188,8 +188,10 @@ struct Server::State {
 
   // The I/O thread.
   void handle(const std::shared_ptr<http::Exchange> &exchange);
+  /// An error answer, counted in /metrics as `rejectedAs` where given.
   void refuse(http::Exchange &exchange, const std::string &id, const ApiError &error,
-              const char *rejectedAs);
+              const char *rejectedAs,
+              std::vector<std::pair<std::string, std::string>> headers = {});
   std::string metrics();
   void cancel(const std::shared_ptr<Job> &job);
   // A reader thread.
@@ -257,10 +259,10 @@ bool loopback(const std::string &host) {
 } // namespace
 
 void Server::State::refuse(http::Exchange &exchange, const std::string &id,
-                           const ApiError &error, const char *rejectedAs) {
+                           const ApiError &error, const char *rejectedAs,
+                           std::vector<std::pair<std::string, std::string>> headers) {
   http::Response response = jsonResponse(error.status, errorBody(error), id);
-  if (error.status == 401)
-    response.headers.emplace_back("WWW-Authenticate", "Bearer");
+  response.headers.insert(response.headers.end(), headers.begin(), headers.end());
   if (rejectedAs) {
     std::lock_guard<std::mutex> lock(mutex);
     ++rejected[rejectedAs];
@@ -301,21 +303,15 @@ void Server::State::handle(const std::shared_ptr<http::Exchange> &exchange) {
     refuse(*exchange, id, {401, req.header("Authorization")
                                     ? "the API key given is not one this server takes"
                                     : "this server needs an API key: send 'Authorization: "
-                                      "Bearer KEY'", "", "invalid_api_key"}, "unauthorized");
+                                      "Bearer KEY'", "", "invalid_api_key"}, "unauthorized",
+           {{"WWW-Authenticate", "Bearer"}});
     return;
   }
   bool get = route->second == "GET";
   if (req.method != route->second && !(get && req.method == "HEAD")) {
-    ApiError error{405, req.method + " " + req.path + " is not allowed; use " + route->second,
-                   "", "method_not_allowed"};
-    http::Response response = jsonResponse(405, errorBody(error), id);
-    response.headers.emplace_back("Allow", get ? "GET, HEAD" : "POST");
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++rejected["method_not_allowed"];
-    }
-    exchange->describe(id, "");
-    exchange->respond(std::move(response));
+    refuse(*exchange, id, {405, req.method + " " + req.path + " is not allowed; use " +
+                                    route->second, "", "method_not_allowed"},
+           "method_not_allowed", {{"Allow", get ? "GET, HEAD" : "POST"}});
     return;
   }
   if (req.path == "/health") {
@@ -352,28 +348,28 @@ void Server::State::handle(const std::shared_ptr<http::Exchange> &exchange) {
     return;
   }
   // A completion: admitted here (a slot while it is read), read on a reader thread.
+  ApiError refusal{503, ""};
+  const char *as = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    std::string why = !failed.empty() ? "a rank was lost: " + failed
+    refusal.message = !failed.empty() ? "a rank was lost: " + failed
                       : draining      ? std::string("the server is shutting down")
                       : !ready        ? std::string("the server is still loading")
                                       : "";
-    ApiError error{503, why};
-    const char *as = ready ? "unavailable" : "loading";
-    if (why.empty() && inFlight >= args.maxNumSeqs + args.maxQueue) {
-      error = {503, "the server is at capacity: " + std::to_string(inFlight) +
-                        " requests in flight (--max-num-seqs " +
-                        std::to_string(args.maxNumSeqs) + " running, --max-queue " +
-                        std::to_string(args.maxQueue) + " waiting)", "", "queue_full"};
+    as = ready ? "unavailable" : "loading";
+    if (refusal.message.empty() && inFlight >= args.maxNumSeqs + args.maxQueue) {
+      refusal = {503, "the server is at capacity: " + std::to_string(inFlight) +
+                          " requests in flight (--max-num-seqs " +
+                          std::to_string(args.maxNumSeqs) + " running, --max-queue " +
+                          std::to_string(args.maxQueue) + " waiting)", "", "queue_full"};
       as = "queue_full";
     }
-    if (!error.message.empty()) {
-      ++rejected[as];
-      exchange->describe(id, "");
-      exchange->respond(jsonResponse(503, errorBody(error), id));
-      return;
-    }
-    ++inFlight;
+    if (refusal.message.empty())
+      ++inFlight;
+  }
+  if (!refusal.message.empty()) {
+    refuse(*exchange, id, refusal, as);
+    return;
   }
   auto job = std::make_shared<Job>();
   job->exchange = exchange;
