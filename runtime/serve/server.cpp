@@ -394,12 +394,9 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
       refused(*bad, bad->status == 404 ? "not_found" : "invalid");
       return;
     }
-    Args defaults;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      defaults = args;
-    }
-    job->request = engineRequest(spec, defaults, job->api.params);
+    // (run() set the arguments before `ready`, which admission read under the mutex: they
+    // no longer change, as readRequest's context.defaults assumes too)
+    job->request = engineRequest(spec, args, job->api.params);
     job->text.emplace(*context.tokenizer, job->api.params.stop, /*incremental=*/true);
   } catch (const std::exception &e) {
     // What went wrong inside is the server's log's, under the request's id; the client
