@@ -70,7 +70,7 @@ if [[ ${TPC_NO_SANITIZE:-0} != 1 ]]; then
   # Native code paths only: the tests whose subject is a script checked against torch (the GPU
   # check's dry run and benchmark, torchrun's comparison) are left out, as the conformance
   # tests are.
-  suite "tpc tests (ASan+UBSan)" --filter-out 'gpu-check-dry-run|gpu-bench|torchrun' \
+  suite "tpc tests (ASan+UBSan)" --filter-out 'gpu-check-dry-run|gpu-bench|torchrun|multi-host' \
     "$asan"/test/{Dialect,Plan,Import,Transforms,Tools,Target,e2e,fuzz} "$asan/test/unit"
 fi
 

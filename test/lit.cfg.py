@@ -3,6 +3,7 @@
 import glob
 import os
 import shutil
+import subprocess
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -74,6 +75,22 @@ if os.path.exists(venv_python) and glob.glob(
 # loopback, reachable from nothing outside it (REQUIRES: netns).
 if os.geteuid() == 0 and shutil.which("ip"):
     config.available_features.add("netns")
+
+# A cluster of hosts made of network namespaces (scripts/netns-cluster.sh: REQUIRES:
+# netns-cluster, %netns_cluster): where it cannot be made here, the tests that need it are
+# unsupported, and the reason is said once.
+netns_cluster = os.path.join(config.tpc_src_root, "scripts", "netns-cluster.sh")
+config.substitutions.append(("%netns_cluster", netns_cluster))
+try:
+    checked = subprocess.run([netns_cluster, "check"], capture_output=True, text=True,
+                             timeout=30)
+    why = "" if checked.returncode == 0 else (checked.stdout or checked.stderr).strip()
+except (OSError, subprocess.TimeoutExpired) as e:
+    why = str(e)
+if not why:
+    config.available_features.add("netns-cluster")
+else:
+    lit_config.note("tests across hosts (REQUIRES: netns-cluster) are unsupported: " + why)
 
 # The real SmolLM2-135M-Instruct checkpoint bench/smollm2_uneven.sh makes (REQUIRES: smollm2):
 # its tokenizer.json is a conformance case where it exists.

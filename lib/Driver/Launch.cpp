@@ -4,6 +4,8 @@
 // why (a server answers its clients first).
 #include "tpc/Driver/Compile.h"
 
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/core.h>
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <optional>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,19 +76,103 @@ bool makeRendezvous(std::string &dir) {
   return true;
 }
 
+/// This node's ranks: how many, the first's global rank, and the world of every node's.
+struct NodeRanks {
+  int count = 0, first = 0, world = 0;
+};
+
+/// This node's ranks from the world and the node options; reported where they do not fit.
+std::optional<NodeRanks> placeRanks(const LaunchOptions &o) {
+  const NodeOptions &n = o.nodes;
+  if (!n.spansHosts())
+    return NodeRanks{o.ranks, 0, o.ranks};
+  if (n.nnodes < 1 || n.nnodes > 4096) {
+    reportError(fmt::format("--nnodes must be from 1 to 4096, got {}", n.nnodes));
+    return std::nullopt;
+  }
+  if (n.nodeRank < 0 || n.nodeRank >= n.nnodes) {
+    reportError(fmt::format("--node-rank must be from 0 to {} (--nnodes {}), got {}",
+                            n.nnodes - 1, n.nnodes, n.nodeRank));
+    return std::nullopt;
+  }
+  if (n.masterAddr.empty()) {
+    reportError("--nnodes above 1 needs --master-addr: the address of node 0, where rank 0 "
+                "serves the rendezvous");
+    return std::nullopt;
+  }
+  if (n.masterPort < 1 || n.masterPort > 65535) {
+    reportError(fmt::format("--master-port must be from 1 to 65535, got {}", n.masterPort));
+    return std::nullopt;
+  }
+  std::vector<int> perNode;
+  if (n.nprocPerNode.empty()) {
+    if (o.ranks < 1 || o.ranks % n.nnodes != 0) {
+      reportError(fmt::format("{} ranks do not divide over {} nodes: give --nproc-per-node, "
+                              "one count or one per node (\"2,1\")",
+                              o.ranks, n.nnodes));
+      return std::nullopt;
+    }
+    perNode.assign(size_t(n.nnodes), o.ranks / n.nnodes);
+  } else {
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(n.nprocPerNode).split(parts, ',');
+    for (llvm::StringRef part : parts) {
+      int count = 0;
+      if (part.trim().getAsInteger(10, count) || count < 1 || count > 4096) {
+        reportError(fmt::format("--nproc-per-node must be a count from 1 to 4096, or one per "
+                                "node separated by commas; '{}' is not",
+                                n.nprocPerNode));
+        return std::nullopt;
+      }
+      perNode.push_back(count);
+    }
+    if (perNode.size() == 1)
+      perNode.assign(size_t(n.nnodes), perNode[0]);
+    if (perNode.size() != size_t(n.nnodes)) {
+      reportError(fmt::format("--nproc-per-node gives {} counts for {} nodes", perNode.size(),
+                              n.nnodes));
+      return std::nullopt;
+    }
+  }
+  int world = 0;
+  for (int count : perNode)
+    world += count;
+  if (o.ranks > 0 && world != o.ranks) {
+    reportError(fmt::format("--nproc-per-node {} makes {} ranks over the nodes, but the job "
+                            "has {}",
+                            n.nprocPerNode, world, o.ranks));
+    return std::nullopt;
+  }
+  NodeRanks mine{perNode[size_t(n.nodeRank)], 0, world};
+  for (int k = 0; k < n.nodeRank; ++k)
+    mine.first += perNode[size_t(k)];
+  return mine;
+}
+
 /// In the forked child: rank `r`'s output into the pipe `fds`, torchrun's environment, then
 /// the binary.
-[[noreturn]] void execRank(int r, int fds[2], const std::string &dir, const LaunchOptions &o,
+[[noreturn]] void execRank(int local, const NodeRanks &node, int fds[2],
+                           const std::string &dir, const LaunchOptions &o,
                            bool rankZeroOnTerminal) {
   dup2(fds[1], STDOUT_FILENO);
   dup2(fds[1], STDERR_FILENO);
   close(fds[0]);
   close(fds[1]);
+  int r = node.first + local;
   setenv("RANK", std::to_string(r).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(o.ranks).c_str(), 1);
-  setenv("LOCAL_WORLD_SIZE", std::to_string(o.ranks).c_str(), 1);
-  setenv("TPC_RENDEZVOUS_DIR", dir.c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(node.world).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(node.count).c_str(), 1);
+  if (o.nodes.spansHosts()) {
+    // Rank 0's store on node 0 (the binary serves and finds it), no directory.
+    setenv("MASTER_ADDR", o.nodes.masterAddr.c_str(), 1);
+    setenv("MASTER_PORT", std::to_string(o.nodes.masterPort).c_str(), 1);
+    setenv("GROUP_RANK", std::to_string(o.nodes.nodeRank).c_str(), 1);
+    unsetenv("TPC_RENDEZVOUS_DIR");
+    unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  } else {
+    setenv("TPC_RENDEZVOUS_DIR", dir.c_str(), 1);
+  }
   if (r == 0 && rankZeroOnTerminal)
     setenv("TPC_PROGRESS", "terminal", 0);
   std::vector<char *> argv;
@@ -136,7 +223,8 @@ struct SignalForwarding {
 /// failure stops the others, after the grace.
 class RankGroup {
 public:
-  explicit RankGroup(const LaunchOptions &o) : o(o), ranks(o.ranks) {}
+  RankGroup(const LaunchOptions &o, NodeRanks node)
+      : o(o), node(node), ranks(size_t(node.count)) {}
 
   /// Forks every rank; false (reported) where a pipe cannot be made.
   bool start(const std::string &dir) {
@@ -144,7 +232,7 @@ public:
     // may show it the weights' load (TPC_PROGRESS, which a user's setting overrides).
     bool rankZeroOnTerminal = o.rankZeroRaw && isatty(o.ranksToStderr ? STDERR_FILENO
                                                                         : STDOUT_FILENO);
-    for (int r = 0; r < o.ranks; ++r) {
+    for (int r = 0; r < node.count; ++r) {
       int fds[2];
       if (pipe(fds) != 0) {
         reportError(std::string("pipe: ") + std::strerror(errno));
@@ -152,12 +240,12 @@ public:
       }
       pid_t pid = fork();
       if (pid == 0)
-        execRank(r, fds, dir, o, rankZeroOnTerminal);
+        execRank(r, node, fds, dir, o, rankZeroOnTerminal);
       close(fds[1]);
       ranks[r].pid = pid;
       ranks[r].out = fds[0];
     }
-    running = o.ranks;
+    running = node.count;
     return true;
   }
 
@@ -166,7 +254,7 @@ public:
     while (running > 0) {
       forwardReceivedSignals();
       std::vector<pollfd> polls = pollOutputs();
-      for (int i = 0; i < o.ranks; ++i) {
+      for (int i = 0; i < node.count; ++i) {
         relayOutput(i, polls);
         reap(i);
       }
@@ -177,8 +265,8 @@ public:
 
   /// What the ranks left without a newline.
   void flushAll() {
-    for (int i = 0; i < o.ranks; ++i)
-      flushLines(i, ranks[i], true, o);
+    for (int i = 0; i < node.count; ++i)
+      flushLines(node.first + i, ranks[size_t(i)], true, o);
   }
 
 private:
@@ -225,7 +313,7 @@ private:
       close(r.out);
       r.out = -1;
     }
-    flushLines(i, r, r.out < 0, o);
+    flushLines(node.first + i, r, r.out < 0, o);
   }
 
   /// Rank `i`'s exit, where it has stopped; the first failure starts the grace.
@@ -242,7 +330,9 @@ private:
     status = 1;
     std::string why = WIFSIGNALED(code) ? fmt::format("was killed by signal {}", WTERMSIG(code))
                                         : fmt::format("exited with code {}", WEXITSTATUS(code));
-    llvm::errs() << fmt::format("tpc launch: rank {} {}; stopping the other ranks\n", i, why);
+    llvm::errs() << fmt::format("tpc launch: rank {} {}; stopping the other ranks{}\n",
+                                node.first + i, why,
+                                o.nodes.spansHosts() ? " of this node" : "");
     failedAt.mark();
     if (o.failureGraceSeconds <= 0)
       terminateAll();
@@ -266,6 +356,7 @@ private:
   }
 
   const LaunchOptions &o;
+  NodeRanks node;
   std::vector<Rank> ranks;
   int status = 0, running = 0;
   Moment killedAt, failedAt;
@@ -275,11 +366,14 @@ private:
 } // namespace
 
 int launchRanks(const LaunchOptions &o) {
+  std::optional<NodeRanks> node = placeRanks(o);
+  if (!node)
+    return 2;
   std::string dir = o.rendezvous;
-  bool ownDir = dir.empty();
+  bool ownDir = dir.empty() && !o.nodes.spansHosts();
   if (ownDir && !makeRendezvous(dir))
     return 1;
-  RankGroup group(o);
+  RankGroup group(o, *node);
   if (!group.start(dir))
     return 1;
   SignalForwarding signals;

@@ -50,7 +50,8 @@ void *HostMemory::scratch(size_t count) {
 
 void Communicator::record(const char *kind, size_t elements) {
   if (trace)
-    trace->push_back({kind, labelModule, labelTokens, uint64_t(elements) * elementBytes});
+    trace->push_back(
+        {kind, labelModule, labelTokens, uint64_t(elements) * elementBytes, pathOf(kind)});
 }
 
 void Communicator::allReduce(void *data, size_t count) {

@@ -43,40 +43,11 @@ std::string transportFromEnv() {
 
 } // namespace
 
-std::string claimPath(const std::string &dir, int rank) {
-  return dir + "/tpc.rank" + std::to_string(rank);
-}
-
-std::string exitPath(const std::string &dir, int rank) {
-  return dir + "/tpc.exit" + std::to_string(rank);
-}
-
 std::string joinList(const std::vector<std::string> &items, const char *separator) {
   std::string out;
   for (const std::string &item : items)
     out += (out.empty() ? "" : separator) + item;
   return out;
-}
-
-void lookForPeers(const CommOptions &options, std::vector<std::string> &lost,
-                  std::vector<std::string> &stopped) {
-  const std::string &dir = options.rendezvousDir;
-  std::string host = hostName();
-  for (int r = 0; r < options.world; ++r) {
-    if (r == options.rank)
-      continue;
-    std::string reason;
-    if (std::ifstream in(exitPath(dir, r)); in && std::getline(in, reason)) {
-      stopped.push_back("rank " + std::to_string(r) + " stopped: " + reason);
-      continue;
-    }
-    std::ifstream claim(claimPath(dir, r));
-    std::string peerHost;
-    long pid = 0;
-    if (claim >> peerHost >> pid && peerHost == host && processEnded(pid))
-      lost.push_back("rank " + std::to_string(r) + " (process " + std::to_string(pid) +
-                     " is gone)");
-  }
 }
 
 std::string hostName() {
@@ -101,6 +72,9 @@ bool processEnded(long pid) {
 std::string rendezvousDirFromEnv() {
   if (const char *dir = std::getenv("TPC_RENDEZVOUS_DIR"); dir && *dir)
     return dir;
+  // torchrun gives MASTER_ADDR: its ranks meet at rank 0's store, on one machine or several.
+  if (const char *master = std::getenv("MASTER_ADDR"); master && *master)
+    return "";
   if (const char *run = std::getenv("TORCHELASTIC_RUN_ID"); run && *run) {
     const char *root = std::getenv("TPC_RENDEZVOUS_ROOT");
     std::string dir = std::string(root && *root ? root : "/tmp") + "/tpc-rendezvous-" + run;
@@ -111,6 +85,44 @@ std::string rendezvousDirFromEnv() {
     return dir;
   }
   return "";
+}
+
+bool storeFromEnv(CommOptions &options, std::string &error) {
+  const char *master = std::getenv("MASTER_ADDR");
+  if (!master || !*master)
+    return true;
+  auto port = [&](const char *name, int &out) {
+    const char *text = std::getenv(name);
+    char *end = nullptr;
+    long value = text && *text ? std::strtol(text, &end, 10) : -1;
+    if (!text || !*text || *end != '\0' || value < 1 || value > 65535) {
+      error = std::string(name) + " must be a port, 1 to 65535, not '" + (text ? text : "") +
+              "'";
+      return false;
+    }
+    out = int(value);
+    return true;
+  };
+  options.storeHost = master;
+  if (const char *own = std::getenv("TPC_STORE_PORT"); own && *own)
+    return port("TPC_STORE_PORT", options.storePort);
+  if (!port("MASTER_PORT", options.storePort))
+    return false;
+  // torchrun's agent serves its own store on MASTER_PORT; tpc's is the next port.
+  if (const char *agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+      agent && std::string(agent) == "True") {
+    if (options.storePort == 65535) {
+      error = "MASTER_PORT is 65535 under torchrun's agent store, which leaves tpc's store "
+              "(the next port) none: set TPC_STORE_PORT";
+      return false;
+    }
+    ++options.storePort;
+  }
+  if (const char *run = std::getenv("TORCHELASTIC_RUN_ID"); run && *run)
+    options.runId = run;
+  else if (const char *own = std::getenv("TPC_RUN_ID"); own && *own)
+    options.runId = own;
+  return true;
 }
 
 bool startedByMpirun() {
@@ -148,42 +160,19 @@ std::unique_ptr<Comm> Comm::connect(const CommOptions &options, std::string &err
     return std::make_unique<LocalComm>(options);
   if (mpirun)
     return connectMpi(options, transport, error);
-  if (options.rendezvousDir.empty()) {
-    error = "no rendezvous directory: set TPC_RENDEZVOUS_DIR (tpc launch does) or run under "
-            "torchrun (TORCHELASTIC_RUN_ID)";
+  if (options.rendezvousDir.empty() && options.storeHost.empty()) {
+    error = "no rendezvous: set MASTER_ADDR and MASTER_PORT (rank 0's store; tpc launch "
+            "--nnodes and torchrun do) or TPC_RENDEZVOUS_DIR (tpc launch on one machine)";
     return nullptr;
   }
   return connectGloo(options, transport, error);
 }
 
-void Comm::retire() {
-  if (options.world > 1 && options.rank == 0) {
-    int fd = ::open((options.rendezvousDir + "/tpc.retired").c_str(), O_CREAT | O_WRONLY, 0600);
-    if (fd >= 0)
-      ::close(fd);
-  }
-}
+void Comm::retire() {}
 
-void Comm::recordExit(const std::string &reason) const {
-  if (options.world < 2 || options.rendezvousDir.empty())
-    return;
-  std::ofstream(exitPath(options.rendezvousDir, options.rank)) << reason << "\n";
-}
+void Comm::recordExit(const std::string &) const {}
 
 std::string Comm::lostPeers() const {
-  if (options.world < 2 || options.rendezvousDir.empty())
-    return "";
-  std::vector<std::string> lost, stopped;
-  // A killed peer's sockets close a moment before its process is reaped: look for a second.
-  for (int attempt = 0; attempt < 20 && lost.empty() && stopped.empty(); ++attempt) {
-    if (attempt)
-      ::usleep(50000);
-    lookForPeers(options, lost, stopped);
-  }
-  if (!lost.empty())
-    return "lost " + joinList(lost, ", ");
-  if (!stopped.empty())
-    return joinList(stopped, "; ");
   if (options.world == 2)
     return "lost rank " + std::to_string(1 - options.rank) + " (it stopped answering)";
   return "";
@@ -201,31 +190,32 @@ bool ConnectedGroup::shareMemory(const std::string &transport, bool allHere,
   // not).
   char name[64] = {};
   std::string why;
-  std::unique_ptr<ShmCommunicator> shm;
+  std::unique_ptr<ShmCommunicator> segment;
   if (rank() == 0) {
     std::snprintf(name, sizeof name, "/%s-%ld-%lx", prefix, long(::getpid()),
                   (unsigned long)std::chrono::steady_clock::now().time_since_epoch().count());
-    shm = ShmCommunicator::open(name, 0, world(), options.timeoutSeconds, peerGone, why);
-    if (!shm)
+    segment = ShmCommunicator::open(name, 0, world(), options.timeoutSeconds, peerGone, why);
+    if (!segment)
       name[0] = '\0';
   }
   broadcast(name, sizeof name, 0);
   if (rank() != 0 && name[0])
-    shm = ShmCommunicator::open(name, rank(), world(), options.timeoutSeconds, peerGone, why);
+    segment = ShmCommunicator::open(name, rank(), world(), options.timeoutSeconds, peerGone, why);
   else if (rank() != 0)
     why = "rank 0 could not make the shared-memory segment";
   // Whether every rank has it: the group uses it only if all do (through its own
   // collectives, the shared memory not being in use yet).
-  float failed = shm ? 0.0f : 1.0f;
+  float failed = segment ? 0.0f : 1.0f;
   own().allReduce(&failed, 1);
   if (rank() == 0 && name[0]) // every rank has mapped it, or given up
     ::shm_unlink(name);
   if (failed > 0) {
     if (transport == "shm")
-      error = shm ? "another rank could not map the shared-memory segment" : why;
+      error = segment ? "another rank could not map the shared-memory segment" : why;
     return transport == "auto";
   }
-  same = std::move(shm);
+  shm = segment.get();
+  chosen = std::move(segment);
   return true;
 }
 

@@ -1,7 +1,10 @@
-// A tp group through Gloo: a full mesh of TCP pairs set up through a FileStore in the
-// rendezvous directory, and Gloo's collectives behind tpcrt::Communicator (the same-host
-// transport where it can).
+// A tp group through Gloo: a full mesh of TCP pairs set up through the rendezvous (a
+// directory, or rank 0's TCP store), and Gloo's collectives behind tpcrt::Communicator; the
+// same-host transport where every rank is on one host, and where they are on several, the
+// hierarchy: inside each host through shared memory, between hosts over TCP among one rank a
+// host.
 #include "group.h"
+#include "rendezvous.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -12,15 +15,15 @@
 #include <gloo/reduce_scatter.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fcntl.h>
-#include <fstream>
-#include <sys/stat.h>
+#include <map>
+#include <optional>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
 
@@ -34,6 +37,8 @@ class GlooCommunicator : public Communicator {
 public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context)
       : Communicator(context->rank, context->size, sizeof(float)), context(std::move(context)) {}
+  bool gathersVariableSizes() const override { return true; }
+  std::string pathOf(const std::string &) const override { return "tcp"; }
 
 protected:
   void runAllReduce(void *data, size_t count) override {
@@ -51,7 +56,6 @@ protected:
     gloo::allgather(opts);
   }
 
-  bool gathersVariableSizes() const override { return true; }
   void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override {
     gloo::AllgathervOptions opts(context);
     opts.setInput(const_cast<float *>(static_cast<const float *>(in)), counts[size_t(rank)]);
@@ -104,11 +108,132 @@ private:
   std::vector<ReduceScatter> reduceScatters;
 };
 
+/// Where the ranks are: the hosts in the order of their first rank, each host's ranks.
+struct Topology {
+  std::vector<std::string> hosts;
+  std::vector<std::vector<int>> ranksOf; // per host, ascending
+  std::vector<int> hostOf;               // per rank
+
+  static Topology of(const std::vector<std::optional<Claim>> &claims) {
+    Topology t;
+    std::map<std::string, int> index;
+    for (size_t r = 0; r < claims.size(); ++r) {
+      std::string host = claims[r] ? claims[r]->host : "?" + std::to_string(r);
+      auto [it, added] = index.try_emplace(host, int(t.hosts.size()));
+      if (added) {
+        t.hosts.push_back(host);
+        t.ranksOf.emplace_back();
+      }
+      t.ranksOf[size_t(it->second)].push_back(int(r));
+      t.hostOf.push_back(it->second);
+    }
+    return t;
+  }
+
+  /// Whether each host's ranks follow one another (node-major, as torchrun and tpc launch
+  /// number them): a gather of the hosts' blocks in host order is then in rank order.
+  bool contiguous() const {
+    int next = 0;
+    for (const std::vector<int> &ranks : ranksOf)
+      for (int r : ranks)
+        if (r != next++)
+          return false;
+    return true;
+  }
+};
+
+/// The hierarchy over several hosts (NCCL's between nodes, on CPUs): an all-reduce sums inside
+/// each host through shared memory, the hosts' sums are summed over TCP among one rank a host
+/// (the host's first), and the result is spread inside each host; a gather likewise, a host's
+/// block at a time. Every rank ends with the same bits. All-to-all, which the hierarchy does
+/// not shorten, goes over the whole group's TCP mesh.
+class HostsCommunicator : public Communicator {
+public:
+  HostsCommunicator(int rank, int world, const Topology &topology,
+                    std::unique_ptr<ShmCommunicator> local,
+                    std::unique_ptr<GlooCommunicator> between, Communicator &all)
+      : Communicator(rank, world, sizeof(float)), topology(topology), local(std::move(local)),
+        between(std::move(between)), all(all), host(topology.hostOf[size_t(rank)]) {}
+  bool gathersVariableSizes() const override { return true; }
+  std::string pathOf(const std::string &kind) const override {
+    return kind == "all_to_all" ? "tcp" : "shm+tcp";
+  }
+  ShmCommunicator *segment() const { return local.get(); }
+
+protected:
+  void runAllReduce(void *data, size_t count) override {
+    if (local)
+      local->allReduce(data, count);
+    if (between)
+      between->allReduce(data, count);
+    if (local)
+      local->broadcast(data, count, 0);
+  }
+
+  void runAllGather(const void *in, size_t count, void *out) override {
+    runAllGatherV(in, std::vector<size_t>(size_t(world), count), out);
+  }
+
+  void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override {
+    const std::vector<int> &mine = topology.ranksOf[size_t(host)];
+    std::vector<size_t> localCounts, blocks;
+    for (int r : mine)
+      localCounts.push_back(counts[size_t(r)]);
+    size_t block = 0, total = 0;
+    for (size_t c : localCounts)
+      block += c;
+    for (const std::vector<int> &ranks : topology.ranksOf) {
+      size_t b = 0;
+      for (int r : ranks)
+        b += counts[size_t(r)];
+      blocks.push_back(b);
+      total += b;
+    }
+    // This host's block, where it lands in the whole (hosts in rank order).
+    size_t offset = 0;
+    for (int h = 0; h < host; ++h)
+      offset += blocks[size_t(h)];
+    float *y = static_cast<float *>(out);
+    if (local)
+      local->allGatherV(in, localCounts, y + offset);
+    else
+      std::memcpy(y + offset, in, block * sizeof(float));
+    if (between) {
+      staging.assign(y + offset, y + offset + block);
+      between->allGatherV(staging.data(), blocks, y);
+    }
+    if (local)
+      local->broadcast(y, total, 0);
+  }
+
+  void runReduceScatter(const void *in, size_t count, void *out) override {
+    staging.assign(static_cast<const float *>(in),
+                   static_cast<const float *>(in) + count * size_t(world));
+    runAllReduce(staging.data(), staging.size());
+    std::memcpy(out, staging.data() + size_t(rank) * count, count * sizeof(float));
+  }
+
+  void runAllToAll(const void *in, size_t count, void *out) override {
+    all.allToAll(in, count, out);
+  }
+
+private:
+  Topology topology;
+  std::unique_ptr<ShmCommunicator> local;    // this host's ranks; none where it has one
+  std::unique_ptr<GlooCommunicator> between; // the hosts' first ranks; on those only
+  Communicator &all;
+  int host;
+  std::vector<float> staging;
+};
+
 /// A group connected through Gloo.
 class GlooComm : public ConnectedGroup {
 public:
-  GlooComm(const CommOptions &options, std::shared_ptr<gloo::Context> context)
-      : ConnectedGroup(options), context(context), gloo(context) {}
+  GlooComm(const CommOptions &options, std::shared_ptr<Rendezvous> meeting,
+           std::shared_ptr<gloo::transport::Device> device,
+           std::shared_ptr<gloo::rendezvous::Context> context)
+      : ConnectedGroup(options), meeting(std::move(meeting)), device(std::move(device)),
+        context(context), gloo(context) {}
 
   void broadcast(void *data, size_t bytes, int root) override {
     gloo::BroadcastOptions opts(context);
@@ -122,102 +247,164 @@ public:
     gloo::barrier(opts);
   }
 
+  void retire() override { meeting->retire(); }
+
+  void recordExit(const std::string &reason) const override {
+    ConnectedGroup::recordExit(reason);
+    meeting->recordExit(options.rank, reason);
+  }
+
+  std::string lostPeers() const override {
+    std::string lost;
+    // A killed peer's sockets close a moment before its process is reaped: look for a second.
+    for (int attempt = 0; attempt < 20 && lost.empty(); ++attempt) {
+      if (attempt)
+        ::usleep(50000);
+      lost = meeting->lostPeers(options);
+    }
+    return lost.empty() ? Comm::lostPeers() : lost;
+  }
+
+  /// The collectives through shared memory where every rank is on this host, the hierarchy
+  /// where they are on several (TPC_TRANSPORT auto, the default, or shm on one host); Gloo's
+  /// TCP between every pair otherwise (TPC_TRANSPORT=gloo, one rank a host, or ranks of a
+  /// host that are not numbered one after another). False, with `error`, where shm was asked for and cannot be
+  /// had.
+  bool chooseTransport(const std::string &transport, std::string &error) {
+    Topology topology = Topology::of(meeting->readClaims(options.world));
+    if (transport == "gloo")
+      return true;
+    auto gone = [this] { return peersGoneHere(); };
+    if (topology.hosts.size() == 1 || transport == "shm")
+      return shareMemory(transport, topology.hosts.size() == 1,
+                         "the ranks that met through " + meeting->where() + " are on " +
+                             std::to_string(topology.hosts.size()) + " hosts",
+                         "tpc", gone, error);
+    // With one rank a host the hierarchy is Gloo's mesh itself.
+    bool alone = std::all_of(topology.ranksOf.begin(), topology.ranksOf.end(),
+                             [](const std::vector<int> &ranks) { return ranks.size() == 1; });
+    if (alone || !topology.contiguous())
+      return true;
+    return spanHosts(topology);
+  }
+
 protected:
   Communicator &own() override { return gloo; }
 
 private:
-  std::shared_ptr<gloo::Context> context;
+  /// The peers on this host whose process has ended, "" while all may answer.
+  std::string peersGoneHere() const {
+    std::string here = thisHost(), lost;
+    const auto &claims = meeting->claims();
+    for (size_t r = 0; r < claims.size(); ++r)
+      if (int(r) != options.rank && claims[r] && claims[r]->host == here &&
+          processEnded(claims[r]->pid))
+        lost += (lost.empty() ? "lost rank " : ", rank ") + std::to_string(r) + " (process " +
+                std::to_string(claims[r]->pid) + " is gone)";
+    return lost;
+  }
+
+  /// The hierarchy: a segment for each host of several ranks (its first rank makes it and
+  /// names it in the store), a Gloo mesh among the hosts' first ranks. Every rank decides the
+  /// same: where any rank could not have its part, the group stays on Gloo's TCP.
+  bool spanHosts(const Topology &topology) {
+    int host = topology.hostOf[size_t(options.rank)];
+    const std::vector<int> &mine = topology.ranksOf[size_t(host)];
+    int localRank = int(std::find(mine.begin(), mine.end(), options.rank) - mine.begin());
+    bool first = localRank == 0;
+    std::string key = "tpc/shm/" + std::to_string(host), name;
+    std::unique_ptr<ShmCommunicator> local;
+    std::unique_ptr<GlooCommunicator> between;
+    bool ok = true;
+    try {
+      if (mine.size() > 1) {
+        std::string why;
+        // A rank of this host waits on its first rank, which waits on the other hosts for
+        // up to --timeout: it waits longer, to hear why that one stopped.
+        int wait = options.timeoutSeconds + 5;
+        auto gone = [this] { return peersGoneHere(); };
+        if (first) {
+          char text[64];
+          std::snprintf(text, sizeof text, "/tpc-h%d-%ld-%lx", host, long(::getpid()),
+                        (unsigned long)std::chrono::steady_clock::now().time_since_epoch().count());
+          local = ShmCommunicator::open(text, 0, int(mine.size()), wait, gone, why);
+          name = local ? text : "";
+          meeting->store().set(key, std::vector<char>(name.begin(), name.end()));
+        } else {
+          std::vector<char> got = meeting->store().get(key);
+          name.assign(got.begin(), got.end());
+          if (!name.empty())
+            local = ShmCommunicator::open(name, localRank, int(mine.size()), wait, gone, why);
+        }
+        if (local)
+          local->nameRanksFrom(mine.front());
+        ok = local != nullptr;
+      }
+      if (first) {
+        gloo::rendezvous::PrefixStore hosts("tpc/hosts", meeting->store());
+        auto ctx = std::make_shared<gloo::rendezvous::Context>(host, int(topology.hosts.size()));
+        ctx->setTimeout(std::chrono::seconds(options.timeoutSeconds));
+        ctx->connectFullMesh(hosts, device);
+        between = std::make_unique<GlooCommunicator>(ctx);
+      }
+    } catch (const std::exception &) {
+      ok = false;
+    }
+    float failed = ok ? 0.0f : 1.0f;
+    gloo.allReduce(&failed, 1);
+    if (first && !name.empty()) // every rank of this host has mapped it, or given up
+      ::shm_unlink(name.c_str());
+    if (failed > 0)
+      return true;
+    auto hosts = std::make_unique<HostsCommunicator>(options.rank, options.world, topology,
+                                                     std::move(local), std::move(between), gloo);
+    shm = hosts->segment();
+    chosen = std::move(hosts);
+    return true;
+  }
+
+  std::shared_ptr<Rendezvous> meeting;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
   GlooCommunicator gloo;
 };
-
-/// Whether every rank claimed its place from this machine.
-bool allOnThisHost(const CommOptions &options) {
-  std::string host = hostName();
-  for (int r = 0; r < options.world; ++r) {
-    std::ifstream claim(claimPath(options.rendezvousDir, r));
-    std::string peerHost;
-    if (!(claim >> peerHost) || peerHost != host)
-      return false;
-  }
-  return true;
-}
-
-/// The collectives through shared memory where every rank is on this machine (TPC_TRANSPORT
-/// auto, the default, or shm); Gloo's TCP otherwise (TPC_TRANSPORT=gloo). False, with
-/// `error`, where shm was asked for and cannot be had.
-bool chooseTransport(GlooComm &comm, const CommOptions &options, const std::string &transport,
-                     std::string &error) {
-  if (transport == "gloo")
-    return true;
-  CommOptions peers = options;
-  auto gone = [peers] {
-    std::vector<std::string> lost, stopped;
-    lookForPeers(peers, lost, stopped);
-    return joinList(lost.empty() ? stopped : lost, ", ");
-  };
-  return comm.shareMemory(transport, allOnThisHost(options),
-                          "the ranks of " + options.rendezvousDir + " are not", "tpc", gone,
-                          error);
-}
 
 } // namespace
 
 std::unique_ptr<Comm> connectGloo(const CommOptions &options, const std::string &transport,
                                   std::string &error) {
-  const std::string &dir = options.rendezvousDir;
-  ::mkdir(dir.c_str(), 0700);
-  if (::access((dir + "/tpc.retired").c_str(), F_OK) == 0) {
-    error = "rendezvous directory " + dir + " is stale: an earlier job finished there; use a "
-            "fresh directory";
+  std::shared_ptr<Rendezvous> meeting = Rendezvous::join(options, error);
+  if (!meeting)
     return nullptr;
-  }
-  // Each rank claims its place once; a claim already there is an earlier job's.
-  std::string claim = claimPath(dir, options.rank);
-  int fd = ::open(claim.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
-  if (fd < 0) {
-    error = errno == EEXIST ? "rendezvous directory " + dir + " is stale: rank " +
-                                  std::to_string(options.rank) +
-                                  " of an earlier job joined it; use a fresh directory"
-                            : "cannot use rendezvous directory " + dir + ": " +
-                                  std::strerror(errno);
-    return nullptr;
-  }
-  // Who joined, and where: a peer that later vanishes can be named, and checked for.
-  std::string who = hostName() + " " + std::to_string(long(::getpid())) + "\n";
-  bool written = ::write(fd, who.data(), who.size()) == ssize_t(who.size());
-  ::close(fd);
-  if (!written) {
-    error = "cannot write to rendezvous directory " + dir + ": " + std::strerror(errno);
-    return nullptr;
-  }
+  Rendezvous &place = *meeting; // outlives the group made of it, here
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = options.host;
+    attr.hostname = place.address();
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::FileStore store(dir);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world);
     context->setTimeout(std::chrono::seconds(options.timeoutSeconds));
-    context->connectFullMesh(store, device);
-    auto comm = std::make_unique<GlooComm>(options, context);
+    context->connectFullMesh(place.store(), device);
+    auto comm = std::make_unique<GlooComm>(options, meeting, device, context);
     // A rank that returned from connecting could otherwise exit (on a bad checkpoint, say)
     // while a peer is still finishing the handshake, and the peer would report a confusing
     // connection error rather than the failure that follows.
     comm->barrier();
     // Every rank decides the same: chooseTransport's own collectives keep them together.
-    if (!chooseTransport(*comm, options, transport, error))
+    if (!comm->chooseTransport(transport, error))
       return nullptr;
     return comm;
   } catch (const std::exception &e) {
     // Gloo says which store key it waited for; the claims say which rank that is.
     std::vector<std::string> absent;
     for (int r = 0; r < options.world; ++r)
-      if (::access(claimPath(dir, r).c_str(), F_OK) != 0)
+      if (!place.claimOf(r))
         absent.push_back(std::to_string(r));
     if (!absent.empty())
-      error = "the rendezvous in " + dir + " timed out after " +
+      error = "the rendezvous through " + place.where() + " timed out after " +
               std::to_string(options.timeoutSeconds) + " s: rank" +
               (absent.size() > 1 ? "s " : " ") + joinList(absent, ", ") +
-              " never joined (not started, or given another rendezvous directory)";
+              " never joined (not started, or given another rendezvous)" +
+              place.refusals();
     else
       error = std::string("could not connect the ranks: ") + e.what();
     return nullptr;

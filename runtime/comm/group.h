@@ -14,11 +14,15 @@
 namespace tpcrt {
 
 /// A connected group of several ranks whose collectives move to the same-host transport
-/// (ShmCommunicator) where every rank is on this machine and the transport allows it.
+/// (ShmCommunicator) where every rank is on this machine and the transport allows it, or to
+/// the hierarchical one where the ranks are on several hosts.
 class ConnectedGroup : public Comm {
 public:
-  Communicator &communicator() override {
-    return same ? static_cast<Communicator &>(*same) : own();
+  Communicator &communicator() override { return chosen ? *chosen : own(); }
+  /// Into the shared-memory segment, where this rank has one.
+  void recordExit(const std::string &reason) const override {
+    if (shm)
+      shm->recordExit(reason);
   }
 
   /// TPC_TRANSPORT auto or shm (`transport`): rank 0 makes a shared-memory segment named from
@@ -35,12 +39,14 @@ protected:
   /// The transport's own collectives (Gloo's, MPI's).
   virtual Communicator &own() = 0;
 
-private:
-  std::unique_ptr<ShmCommunicator> same;
+  /// The collectives where not own(): shared memory, or the hierarchy over hosts.
+  std::unique_ptr<Communicator> chosen;
+  /// This rank's same-host segment (chosen, or the hierarchy's part inside this host).
+  ShmCommunicator *shm = nullptr;
 };
 
-/// Connects the ranks of the rendezvous directory through Gloo (`options.world` > 1, the
-/// directory set). `transport` is TPC_TRANSPORT, already checked to be auto, shm or gloo.
+/// Connects the ranks through Gloo (`options.world` > 1), met in the rendezvous directory or
+/// at rank 0's TCP store. `transport` is TPC_TRANSPORT, already checked to be auto, shm or gloo.
 std::unique_ptr<Comm> connectGloo(const CommOptions &options, const std::string &transport,
                                   std::string &error);
 
@@ -58,16 +64,6 @@ std::string hostName();
 /// Whether process `pid` of this machine has ended: gone, or a zombie its parent has not
 /// reaped yet.
 bool processEnded(long pid);
-
-// What a rank leaves in the rendezvous directory: its claim ("host pid", written when it
-// joins) and, when it stops on an error, the reason.
-std::string claimPath(const std::string &dir, int rank);
-std::string exitPath(const std::string &dir, int rank);
-
-/// One look at the rendezvous directory for `options.rank`'s peers: those whose process on
-/// this machine is gone, and those that left a reason for stopping.
-void lookForPeers(const CommOptions &options, std::vector<std::string> &lost,
-                  std::vector<std::string> &stopped);
 
 /// `items` joined with `separator` between them.
 std::string joinList(const std::vector<std::string> &items, const char *separator);

@@ -75,6 +75,7 @@ public:
   MpiCommunicator(MPI_Comm comm, int rank, int world)
       : Communicator(rank, world, sizeof(float)), comm(comm) {}
   bool gathersVariableSizes() const override { return true; }
+  std::string pathOf(const std::string &) const override { return "mpi"; }
 
 protected:
   void runAllReduce(void *data, size_t count) override {

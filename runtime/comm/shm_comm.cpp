@@ -66,10 +66,12 @@ void pause() {
 #endif
 }
 
-/// Each rank's two sequence words (a Header), then each rank's slot.
+/// Each rank's two sequence words (a Header), each rank's reason for stopping, then each
+/// rank's slot.
 constexpr size_t kHeaderBytes = 128;
+constexpr size_t kReasonBytes = 512;
 size_t segmentBytes(int world) {
-  return size_t(world) * (kHeaderBytes + ShmCommunicator::kSlotBytes);
+  return size_t(world) * (kHeaderBytes + kReasonBytes + ShmCommunicator::kSlotBytes);
 }
 
 } // namespace
@@ -129,9 +131,24 @@ ShmCommunicator::ShmCommunicator(int rank, int world, void *base, size_t bytes, 
 
 ShmCommunicator::~ShmCommunicator() { ::munmap(base, bytes); }
 
+char *ShmCommunicator::reasonOf(int r) const {
+  return static_cast<char *>(base) + size_t(world) * sizeof(Header) + size_t(r) * kReasonBytes;
+}
+
 float *ShmCommunicator::slot(int r) const {
-  char *slots = static_cast<char *>(base) + size_t(world) * sizeof(Header);
+  char *slots = static_cast<char *>(base) + size_t(world) * (sizeof(Header) + kReasonBytes);
   return reinterpret_cast<float *>(slots + size_t(r) * kSlotBytes);
+}
+
+void ShmCommunicator::recordExit(const std::string &reason) const {
+  // The text first, then its first byte, which peers look at: they never see half of it.
+  char *mine = reasonOf(rank);
+  size_t n = std::min(reason.size(), kReasonBytes - 1);
+  if (n == 0)
+    return;
+  std::memcpy(mine + 1, reason.data() + 1, n - 1);
+  mine[n] = '\0';
+  reinterpret_cast<std::atomic<char> *>(mine)->store(reason[0], std::memory_order_release);
 }
 
 void ShmCommunicator::waitFor(int peer, bool released, uint32_t target) {
@@ -155,12 +172,18 @@ void ShmCommunicator::waitFor(int peer, bool released, uint32_t target) {
     auto now = Clock::now();
     if (now >= nextCheck) {
       nextCheck = now + std::chrono::milliseconds(100);
+      for (int r = 0; r < world; ++r)
+        if (r != rank &&
+            reinterpret_cast<std::atomic<char> *>(reasonOf(r))->load(std::memory_order_acquire))
+          throw std::runtime_error("shared-memory collective: rank " +
+                                   std::to_string(firstRank + r) + " stopped: " + std::string(reasonOf(r)));
       if (peerGone)
         if (std::string gone = peerGone(); !gone.empty())
           throw std::runtime_error("shared-memory collective: " + gone);
     }
     if (now >= deadline)
-      throw std::runtime_error("shared-memory collective: rank " + std::to_string(peer) +
+      throw std::runtime_error("shared-memory collective: rank " +
+                               std::to_string(firstRank + peer) +
                                " did not answer within " + std::to_string(timeoutSeconds) +
                                " s (--timeout)");
   }
@@ -213,6 +236,23 @@ void ShmCommunicator::runAllGatherV(const void *in, const std::vector<size_t> &c
             for (int r = 0; r < world; ++r)
               std::memcpy(y + displacement[size_t(r)] + at, slot(r), part(r, at) * sizeof(float));
           });
+}
+
+void ShmCommunicator::broadcast(void *data, size_t count, int root) {
+  float *x = static_cast<float *>(data);
+  const size_t chunk = kSlotBytes / sizeof(float);
+  for (size_t at = 0; at < count; at += chunk) {
+    size_t n = std::min(chunk, count - at);
+    round(
+        [&](float *mine) {
+          if (rank == root)
+            std::memcpy(mine, x + at, n * sizeof(float));
+        },
+        [&] {
+          if (rank != root)
+            std::memcpy(x + at, slot(root), n * sizeof(float));
+        });
+  }
 }
 
 void ShmCommunicator::inParts(const float *in, size_t count,

@@ -30,6 +30,15 @@ public:
                                                std::string &error);
   ~ShmCommunicator() override;
   bool gathersVariableSizes() const override { return true; }
+  std::string pathOf(const std::string &) const override { return "shm"; }
+
+  /// Copies `count` elements of rank `root`'s `data` into every other rank's `data`: not one
+  /// of the model's collectives (the hierarchical group spreads a host's result with it).
+  void broadcast(void *data, size_t count, int root);
+  /// Names rank r of this segment `first + r` in messages (a host's ranks within the group).
+  void nameRanksFrom(int first) { firstRank = first; }
+  /// Leaves in the segment why this rank stops: a peer waiting on it says so at once.
+  void recordExit(const std::string &reason) const;
 
   /// The bytes of one rank's slot: collectives larger than this go in rounds.
   static constexpr size_t kSlotBytes = size_t(1) << 20;
@@ -46,6 +55,7 @@ private:
   ShmCommunicator(int rank, int world, void *base, size_t bytes, int timeoutSeconds,
                   PeerCheck peerGone);
   float *slot(int r) const;
+  char *reasonOf(int r) const;
   /// One round: waits until the peers have read this rank's slot, lets `write`
   /// fill it, publishes it, waits for every peer's, lets `read` take what it
   /// needs, and says so.
@@ -64,6 +74,7 @@ private:
   int timeoutSeconds;
   PeerCheck peerGone;
   long spins;
+  int firstRank = 0;
 };
 
 } // namespace tpcrt

@@ -102,7 +102,7 @@ inline EngineLimits engineLimits(const ModelSpec &spec, const Args &args) {
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
 /// point of a run, make its logits NaN, or keep it from joining, deterministically.
 struct Fault {
-  enum Kind { None, Kill, Device, Nan, NoStart } kind = None;
+  enum Kind { None, Kill, Stop, Device, Nan, NoStart } kind = None;
   int rank = -1;
   int64_t step = -1;
 };

@@ -39,6 +39,13 @@ void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step) {
       std::fflush(stderr);
       std::raise(SIGKILL);
     }
+    if (fault.kind == Fault::Stop) {
+      // Stalls until a SIGCONT: a hung host, or (with its link cut meanwhile) a lost one.
+      std::fprintf(stderr, "TPC_FAULT: rank %d stops itself at step %lld\n", rank,
+                   (long long)step);
+      std::fflush(stderr);
+      std::raise(SIGSTOP);
+    }
     if (fault.kind == Fault::Device) {
       // The fault surfaces when the forward below waits for the device.
       if (!backend.injectFault())

@@ -48,9 +48,18 @@ std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request,
   // ignored, the write fails and Gloo reports it as a failed collective.
   std::signal(SIGPIPE, SIG_IGN);
   const Args &args = request.args;
-  CommOptions options{group.rank, group.world, rendezvousDirFromEnv(), args.host,
-                      args.timeoutSeconds};
+  CommOptions options;
+  options.rank = group.rank;
+  options.world = group.world;
+  options.rendezvousDir = rendezvousDirFromEnv();
+  options.host = args.host;
+  options.timeoutSeconds = args.timeoutSeconds;
   std::string error;
+  if (!group.view && options.rendezvousDir.empty() && !storeFromEnv(options, error)) {
+    std::fprintf(stderr, "error: rank %d: %s\n", group.rank, error.c_str());
+    status = 1;
+    return std::nullopt;
+  }
   group.comm = group.view ? Comm::noop(group.world) : Comm::connect(options, error);
   if (!group.comm) {
     std::fprintf(stderr, "error: rank %d: %s\n", group.rank, error.c_str());

@@ -232,17 +232,20 @@ const char *kUsageNotes =
     "greedy unless --temperature, or generation_config.json's do_sample, asks for sampling;\n"
     "rank 0 chooses every token and sends it to the other ranks.\n"
     "Rank identity comes from RANK and WORLD_SIZE (set by tpc launch or torchrun); the ranks\n"
-    "meet in TPC_RENDEZVOUS_DIR (or one derived from TORCHELASTIC_RUN_ID). Under mpirun they\n"
+    "meet at rank 0's store on MASTER_ADDR (MASTER_PORT, the next port under torchrun's agent,\n"
+    "or TPC_STORE_PORT), on one machine or several, else in TPC_RENDEZVOUS_DIR (or one derived\n"
+    "from TORCHELASTIC_RUN_ID); GROUP_RANK names the node. Under mpirun they\n"
     "come from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, and the ranks meet through MPI\n"
     "(TPC_TRANSPORT=auto|shm|mpi; mpirun ends the job when a rank dies). --timeout bounds\n"
     "both the rendezvous and each collective's wait for a peer; a rank alone has no peer to\n"
     "wait for, and no deadline.\n"
     "TPC_FAULT injects a fault, for tests of failure handling: kill:rank=R:step=S makes rank R\n"
     "SIGKILL itself as step S starts (0 is the prefill, S >= 1 the S-th decode step; --warmup's\n"
-    "forwards are not steps); device:rank=R:step=S makes rank R's device fault there (the CUDA\n"
-    "target); nan:rank=R:step=S makes rank R's share of step S's logits NaN before they are\n"
-    "gathered (the CPU target at tp > 1); nostart:rank=R makes rank R exit (status 0) before\n"
-    "the rendezvous.\n";
+    "forwards are not steps); stop:rank=R:step=S makes it SIGSTOP itself there (a stalled\n"
+    "host); device:rank=R:step=S makes rank R's device fault there (the CUDA target);\n"
+    "nan:rank=R:step=S makes rank R's share of step S's logits NaN before they are gathered\n"
+    "(the CPU target at tp > 1); nostart:rank=R makes rank R exit (status 0) before the\n"
+    "rendezvous.\n";
 
 /// The usage, from the flag table.
 void printUsage(std::FILE *to, const char *program) {
@@ -389,6 +392,8 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
   std::getline(in, item, ':');
   if (item == "kill")
     fault.kind = Fault::Kill;
+  else if (item == "stop")
+    fault.kind = Fault::Stop;
   else if (item == "device")
     fault.kind = Fault::Device;
   else if (item == "nan")
@@ -397,8 +402,8 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
     fault.kind = Fault::NoStart;
   else {
     error = "TPC_FAULT: unknown fault '" + item +
-            "'; give kill:rank=R:step=S, device:rank=R:step=S, nan:rank=R:step=S or "
-            "nostart:rank=R";
+            "'; give kill:rank=R:step=S, stop:rank=R:step=S, device:rank=R:step=S, "
+            "nan:rank=R:step=S or nostart:rank=R";
     return std::nullopt;
   }
   bool stepped = fault.kind != Fault::NoStart;

@@ -22,6 +22,7 @@ public:
   /// be destroyed before it lets a communicator go.
   NcclCommunicator(Comm &group, cudaStream_t stream, int timeoutSeconds,
                    std::function<void()> releaseGraphs);
+  std::string pathOf(const std::string &) const override { return "nccl"; }
   /// Finalizes the communicator (every rank does, together), watched; on failure aborts it
   /// and warns. Never throws.
   ~NcclCommunicator() override;
@@ -57,6 +58,7 @@ private:
 class HostStagedCommunicator : public Communicator {
 public:
   HostStagedCommunicator(Communicator &host, cudaStream_t stream);
+  std::string pathOf(const std::string &kind) const override { return host.pathOf(kind); }
 
 protected:
   void runAllReduce(void *data, size_t count) override;

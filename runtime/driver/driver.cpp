@@ -227,7 +227,8 @@ bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &gro
   j["collectives"] = nlohmann::ordered_json::array();
   for (const TraceEntry &e : trace)
     j["collectives"].push_back(
-        {{"kind", e.kind}, {"module", e.module}, {"tokens", e.tokens}, {"bytes", e.bytes}});
+        {{"kind", e.kind}, {"module", e.module}, {"tokens", e.tokens}, {"bytes", e.bytes},
+         {"path", e.path}});
   std::ofstream out(tracePath(file, group.rank, group.world));
   out << j.dump(1) << "\n";
   if (!out) {

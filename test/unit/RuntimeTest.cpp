@@ -19,6 +19,10 @@
 #include <fstream>
 #include <random>
 #include <thread>
+#include <arpa/inet.h>
+#include <chrono>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -645,6 +649,141 @@ TEST(Comm, SharedMemoryMovesWhatDoesNotFitOneSlot) {
             float((size_t(rank) * (n / 2) + i) % 1000) + float(from))
           return false;
     return true;
+  }));
+  ::unsetenv("TPC_TRANSPORT");
+}
+
+/// A port nothing listens on now (bound, read and closed).
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  ::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &length);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+/// Ranks that meet at rank 0's TCP store, each on the "host" `hostOf(rank)` says (GROUP_RANK):
+/// the hosts are this machine, so shared memory works inside each, and the group's
+/// collectives are the hierarchy's.
+template <typename HostOf, typename Body>
+bool hostRanks(int world, HostOf hostOf, Body body) {
+  int port = freePort();
+  return forkRanks(world, [&](int rank) {
+    ::setenv("GROUP_RANK", std::to_string(hostOf(rank)).c_str(), 1);
+    CommOptions options;
+    options.rank = rank;
+    options.world = world;
+    options.timeoutSeconds = 20;
+    options.storeHost = "127.0.0.1";
+    options.storePort = port;
+    std::string error;
+    auto group = Comm::connect(options, error);
+    if (!group) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+      return false;
+    }
+    return body(rank, *group);
+  });
+}
+
+TEST(Comm, HierarchyOverHostsSumsGathersAndExchanges) {
+  // 2 hosts of 2 ranks, and hosts of 2 + 1: every collective gives what a flat one would,
+  // the same bits on every rank, with sizes past a shared-memory slot; the trace says which
+  // path each took.
+  auto check = [](int world, auto hostOf) {
+    return hostRanks(world, hostOf, [world](int rank, Comm &group) {
+      Communicator &comm = group.communicator();
+      std::vector<TraceEntry> trace;
+      comm.traceInto(&trace);
+      size_t n = (size_t(1) << 20) / 4 * 3 + 5; // three slots and a bit
+      std::vector<float> data(n);
+      for (size_t i = 0; i < n; ++i)
+        data[i] = float(i % 97) * 0.5f + float(rank);
+      comm.allReduce(data.data(), n);
+      float ranks = float(world * (world - 1) / 2);
+      for (size_t i = 0; i < n; ++i)
+        if (data[i] != float(world) * float(i % 97) * 0.5f + ranks)
+          return false;
+      // Uneven pieces: rank r gives r + 1 elements of value 10 r + i.
+      std::vector<size_t> counts;
+      size_t total = 0;
+      for (int r = 0; r < world; ++r)
+        counts.push_back(size_t(r + 1)), total += size_t(r + 1);
+      std::vector<float> mine(size_t(rank + 1)), all(total);
+      for (int i = 0; i <= rank; ++i)
+        mine[size_t(i)] = float(10 * rank + i);
+      comm.allGatherV(mine.data(), counts, all.data());
+      size_t at = 0;
+      for (int r = 0; r < world; ++r)
+        for (int i = 0; i <= r; ++i)
+          if (all[at++] != float(10 * r + i))
+            return false;
+      std::vector<float> parts(2 * static_cast<size_t>(world)), sum(2),
+          swapped(static_cast<size_t>(world));
+      for (size_t i = 0; i < parts.size(); ++i)
+        parts[i] = float(100 * rank) + float(i);
+      comm.reduceScatter(parts.data(), 2, sum.data());
+      float base = float(100 * world * (world - 1) / 2);
+      if (sum != std::vector<float>{base + float(world * 2 * rank),
+                                    base + float(world * (2 * rank + 1))})
+        return false;
+      std::vector<float> send(static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r)
+        send[size_t(r)] = float(10 * rank + r);
+      comm.allToAll(send.data(), 1, swapped.data());
+      for (int r = 0; r < world; ++r)
+        if (swapped[size_t(r)] != float(10 * r + rank))
+          return false;
+      return trace.size() == 4 && trace[0].path == "shm+tcp" && trace[1].path == "shm+tcp" &&
+             trace[3].kind == "all_to_all" && trace[3].path == "tcp";
+    });
+  };
+  EXPECT_TRUE(check(4, [](int rank) { return rank / 2; }));
+  EXPECT_TRUE(check(3, [](int rank) { return rank < 2 ? 0 : 1; }));
+}
+
+TEST(Comm, OneRankAHostIsGlooAndOneHostIsSharedMemory) {
+  auto pathOf = [](int rank, Comm &group) {
+    Communicator &comm = group.communicator();
+    std::vector<TraceEntry> trace;
+    comm.traceInto(&trace);
+    float x = float(rank);
+    comm.allReduce(&x, 1);
+    return x == 1 && trace.size() == 1 ? trace[0].path : std::string("wrong");
+  };
+  EXPECT_TRUE(hostRanks(2, [](int rank) { return rank; },
+                        [&](int rank, Comm &group) { return pathOf(rank, group) == "tcp"; }));
+  EXPECT_TRUE(hostRanks(2, [](int) { return 0; },
+                        [&](int rank, Comm &group) { return pathOf(rank, group) == "shm"; }));
+}
+
+TEST(Comm, AStoppingRankLeavesItsReasonInTheSegment) {
+  // A peer waiting on a rank that stopped hears why at once, not after --timeout.
+  ::setenv("TPC_TRANSPORT", "shm", 1);
+  std::string dir = tempPath("rdzv-shm-reason");
+  EXPECT_TRUE(forkRanks(2, [&](int rank) {
+    std::string error;
+    auto group = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
+    if (!group)
+      return false;
+    if (rank == 1) {
+      group->recordExit("out of patience");
+      return true;
+    }
+    auto start = std::chrono::steady_clock::now();
+    float x = 1;
+    try {
+      group->communicator().allReduce(&x, 1);
+    } catch (const std::exception &e) {
+      return std::string(e.what()).find("rank 1 stopped: out of patience") !=
+                 std::string::npos &&
+             std::chrono::steady_clock::now() - start < std::chrono::seconds(5);
+    }
+    return false;
   }));
   ::unsetenv("TPC_TRANSPORT");
 }

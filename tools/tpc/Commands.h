@@ -28,6 +28,10 @@ void addWeightsDtype(CLI::App *cmd, std::string &weights);
 /// --sequence-parallel, --weights-dtype and --no-cache.
 void addCheckpointArgs(CLI::App *cmd, driver::RunBuild &o);
 
+/// --nnodes, --node-rank, --master-addr, --master-port and --nproc-per-node: the machines a
+/// job spans, as torchrun takes them (tpc launch, run and serve).
+void addNodeArgs(CLI::App *cmd, driver::NodeOptions &nodes);
+
 void addCheckCommand(CLI::App &app, CommandRunner &run);
 void addAnalyzeCommand(CLI::App &app, CommandRunner &run);
 void addCompileCommand(CLI::App &app, CommandRunner &run);

@@ -17,6 +17,7 @@ using tpcrt::FlagId;
 namespace {
 
 struct RunOptions : driver::RunBuild {
+  driver::NodeOptions nodes;
   /// The binary's flags tpc run passes on as given (the binary checks their values and fills
   /// in generation_config.json's defaults).
   ForwardedFlags flags;
@@ -62,6 +63,7 @@ int run(const RunOptions &o) {
   if (o.verbose)
     command.push_back("--verbose");
   driver::LaunchOptions launch;
+  launch.nodes = o.nodes;
   launch.rankZeroRaw = true;
   return launchCheckpoint("tpc run", o, launch, command);
 }
@@ -73,7 +75,7 @@ void addCheckpointArgs(CLI::App *cmd, driver::RunBuild &o) {
                   "the checkpoint: a directory (config.json, *.safetensors, tokenizer.json), "
                   "or a .gguf file (or a directory holding one)")
       ->required();
-  cmd->add_option("--tp", o.tp, "tensor-parallel size: how many local ranks (default 1)");
+  cmd->add_option("--tp", o.tp, "tensor-parallel size: how many ranks, over every node (default 1)");
   cmd->add_option("--target", o.target, "cpu (default) or cuda")
       ->check(CLI::IsMember(target::targetNames()));
   cmd->add_option("--plan", o.plan,
@@ -92,6 +94,7 @@ void addRunCommand(CLI::App &app, CommandRunner &runner) {
       "run", "Import, compile (once; cached) and run a checkpoint on local ranks: a prompt "
              "in, generated text out");
   addCheckpointArgs(cmd, *opts);
+  addNodeArgs(cmd, opts->nodes);
   opts->flags.addTo(cmd, tpcrt::flag_use::Run, {{FlagId::MaxNewTokens, kRunMaxNewTokens}});
   cmd->add_flag("-v,--verbose", opts->verbose,
                 "show the compiler's stages, warnings and notes, and say how rank 0 computes: "

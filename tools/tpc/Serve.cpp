@@ -14,6 +14,7 @@ namespace tpc {
 namespace {
 
 struct ServeOptions : driver::RunBuild {
+  driver::NodeOptions nodes;
   std::string host = "127.0.0.1";
   int port = 8000;
   int64_t timeout = 30;
@@ -37,6 +38,7 @@ int serve(const ServeOptions &o) {
     return 2;
   }
   driver::LaunchOptions launch;
+  launch.nodes = o.nodes;
   launch.rankZeroRaw = true; // "listening on HOST:PORT" as it comes
   launch.forwardSignals = true;
   launch.failureGraceSeconds = int(o.timeout) + 5;
@@ -67,6 +69,7 @@ void addServeCommand(CLI::App &app, CommandRunner &runner) {
       "serve", "Import, compile (once; cached) and serve a checkpoint on local ranks through "
                "an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)");
   addCheckpointArgs(cmd, *opts);
+  addNodeArgs(cmd, opts->nodes);
   cmd->add_option("--host", opts->host, "the address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", opts->port,
                   "the port to listen on (default 8000; 0: any free one, printed as "

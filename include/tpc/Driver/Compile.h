@@ -66,8 +66,23 @@ struct CompileArgs : ProgramArgs {
 int compileModel(CompileArgs &args, llvm::raw_ostream &log);
 
 /// What `tpc launch` takes: how many ranks, where they meet, the binary and its arguments.
+/// The machines a job spans, as torchrun takes them: this node's ranks and where rank 0's
+/// store is. One node with no master address: the ranks meet in a rendezvous directory.
+struct NodeOptions {
+  int nnodes = 1;
+  int nodeRank = 0;
+  std::string masterAddr;
+  int masterPort = 29500;
+  /// Ranks a node: "" (the world divided by the nodes), "N" (each node), or "N0,N1,..." (each
+  /// node's, in node order).
+  std::string nprocPerNode;
+
+  bool spansHosts() const { return nnodes > 1 || !masterAddr.empty(); }
+};
+
 struct LaunchOptions {
-  int ranks = 0;
+  int ranks = 0; // the world: every node's ranks
+  NodeOptions nodes;
   std::string rendezvous;
   std::vector<std::string> command;
   /// Rank 0's output as it comes, unprefixed (tpc run's streamed text); the others' prefixed.
@@ -82,8 +97,8 @@ struct LaunchOptions {
   /// clients first (it asks for its --timeout and more).
   int failureGraceSeconds = 2;
 };
-/// Runs the ranks, each with torchrun's environment and a rendezvous directory (a fresh one
-/// under /tmp unless given), each's output prefixed "[rank R] " line by line (on stdout unless
+/// Runs this node's ranks, each with torchrun's environment and a rendezvous directory (a
+/// fresh one under /tmp unless given) or, across nodes, rank 0's address (MASTER_ADDR), each's output prefixed "[rank R] " line by line (on stdout unless
 /// ranksToStderr); the first failure stops them all (after failureGraceSeconds). The exit code.
 int launchRanks(const LaunchOptions &options);
 

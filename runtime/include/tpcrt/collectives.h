@@ -20,6 +20,8 @@ struct TraceEntry {
   std::string module; // the HF module it serves
   int64_t tokens;     // the forward's tokens it covers
   uint64_t bytes;     // one rank's larger buffer of the call, padding included
+  std::string path;   // how it went: local, shm, tcp, mpi, nccl, or shm+tcp (within each host
+                      // through shared memory, between hosts over TCP)
 };
 
 /// Where a rank's buffers live and how it moves elements within them: host memory for the CPU
@@ -107,6 +109,9 @@ public:
   const int rank, world;
   const size_t elementBytes;
 
+  /// The path a collective of `kind` takes on this communicator (TraceEntry::path).
+  virtual std::string pathOf(const std::string &kind) const = 0;
+
 protected:
   virtual void runAllReduce(void *data, size_t count) = 0;
   virtual void runAllGather(const void *in, size_t count, void *out) = 0;
@@ -134,6 +139,7 @@ public:
       : Communicator(rank, world, memory.elementBytes), memory(memory),
         variableSizes(variableSizes) {}
   bool gathersVariableSizes() const override { return variableSizes; }
+  std::string pathOf(const std::string &) const override { return "local"; }
 
 protected:
   void runAllReduce(void *data, size_t count) override;

@@ -1,7 +1,8 @@
-// The ranks of one tp group on the CPU side: rendezvous through a FileStore directory, and
-// the Gloo communicator (TCP transport), or, in a job started by mpirun, MPI's. A rank that
-// stops answering makes the others fail after the timeout instead of hanging (under mpirun,
-// mpirun ends the job). Plain C++17.
+// The ranks of one tp group on the CPU side: rendezvous through a directory (one machine) or
+// rank 0's TCP store (MASTER_ADDR, any number of machines), and the Gloo communicator (TCP
+// between hosts, shared memory within one, hierarchical across several), or, in a job started
+// by mpirun, MPI's. A rank that stops answering makes the others fail after the timeout
+// instead of hanging (under mpirun, mpirun ends the job). Plain C++17.
 #ifndef TPCRT_COMM_H
 #define TPCRT_COMM_H
 
@@ -15,9 +16,15 @@ namespace tpcrt {
 
 struct CommOptions {
   int rank = 0, world = 1;
-  std::string rendezvousDir; // shared by the ranks (a shared filesystem across machines)
-  std::string host = "127.0.0.1"; // the address this rank's transport binds to
+  std::string rendezvousDir; // shared by the ranks (one machine, or a shared filesystem)
+  // The address this rank's transport binds to; on loopback with a store elsewhere, the
+  // address this machine reaches the store from.
+  std::string host = "127.0.0.1";
   int timeoutSeconds = 30;
+  // With no directory: rank 0's TCP store (storeFromEnv), for run `runId`.
+  std::string storeHost;
+  int storePort = 0;
+  std::string runId = "none";
 };
 
 /// This rank's place in its tp group: the rendezvous, what the peers left there, and the
@@ -47,9 +54,9 @@ public:
   /// lets MPI finalize as the process exits (a rank that exits without it makes mpirun end
   /// the job).
   virtual void retire();
-  /// Leaves in the rendezvous directory why this rank is stopping, so that peers which see
-  /// it vanish can say so rather than guess.
-  void recordExit(const std::string &reason) const;
+  /// Leaves where the peers look (the rendezvous, the shared-memory segment) why this rank
+  /// is stopping, so that peers which see it vanish can say so rather than guess.
+  virtual void recordExit(const std::string &reason) const;
   /// After a collective failed: which peers are gone and why, from the reasons they left and,
   /// for peers on this machine, whether their process still exists ("lost rank 1 (process
   /// 4242 is gone)"). With two ranks the peer is the other one even when nothing else is
@@ -65,6 +72,13 @@ protected:
 /// TORCHELASTIC_RUN_ID under TPC_RENDEZVOUS_ROOT (default /tmp), with the launching agent's
 /// pid added for torchrun's default id "none"; "" when neither is set.
 std::string rendezvousDirFromEnv();
+
+/// Rank 0's store from torchrun's environment into `options`: MASTER_ADDR and MASTER_PORT,
+/// except that under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE) that port is the
+/// agent's and tpc's is the next one; TPC_STORE_PORT overrides either. The run id is
+/// TORCHELASTIC_RUN_ID, else TPC_RUN_ID, else "none". False, with `error`, for a port that is
+/// no port; true with no store where MASTER_ADDR is not set.
+bool storeFromEnv(CommOptions &options, std::string &error);
 
 /// Whether mpirun started this process (OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_RANK are set):
 /// its rank and world come from there, and the group connects through MPI.
