@@ -112,10 +112,11 @@ private:
 };
 
 /// Who a rank is, gathered from every rank when the group connects: a peer that vanishes
-/// can be named, and checked for where it ran on this machine.
+/// can be named, and checked for where it ran on this host. The host is MPI's node (the
+/// lowest rank of MPI_COMM_TYPE_SHARED's split), not the hostname, which hosts may share.
 struct Peer {
   long pid;
-  char host[256];
+  int node;
 };
 
 /// A group mpirun started.
@@ -151,9 +152,10 @@ public:
   /// The peers on this machine whose process has ended ("rank 1 (process 4242 is gone)"),
   /// "" while all may still answer.
   std::string gone() const {
-    std::string host = hostName(), lost;
+    std::string lost;
+    int node = peers[size_t(options.rank)].node;
     for (int r = 0; r < options.world; ++r)
-      if (r != options.rank && host == peers[size_t(r)].host &&
+      if (r != options.rank && node == peers[size_t(r)].node &&
           processEnded(peers[size_t(r)].pid))
         lost += (lost.empty() ? "rank " : ", rank ") + std::to_string(r) + " (process " +
                 std::to_string(peers[size_t(r)].pid) + " is gone)";
@@ -161,9 +163,8 @@ public:
   }
 
   bool allOnThisHost() const {
-    std::string host = hostName();
     for (const Peer &peer : peers)
-      if (host != peer.host)
+      if (peer.node != peers.front().node)
         return false;
     return true;
   }
@@ -201,9 +202,13 @@ std::unique_ptr<Comm> connectMpi(const CommOptions &options, const std::string &
     return nullptr;
   }
   try {
-    Peer me{long(::getpid()), {}};
-    std::string host = hostName();
-    std::strncpy(me.host, host.c_str(), sizeof me.host - 1);
+    // This rank's node: the lowest rank among those MPI says share its memory.
+    MPI_Comm shared;
+    check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared),
+          "MPI_Comm_split_type");
+    Peer me{long(::getpid()), rank};
+    check(MPI_Allreduce(MPI_IN_PLACE, &me.node, 1, MPI_INT, MPI_MIN, shared), "MPI_Allreduce");
+    MPI_Comm_free(&shared);
     std::vector<Peer> peers(static_cast<size_t>(world));
     check(MPI_Allgather(&me, sizeof me, MPI_BYTE, peers.data(), sizeof me, MPI_BYTE, comm),
           "MPI_Allgather");
@@ -211,7 +216,7 @@ std::unique_ptr<Comm> connectMpi(const CommOptions &options, const std::string &
     // The segment's name travels through MPI; a peer is gone when its process is.
     const MpiComm *self = group.get(); // lives as long as the communicator it checks for
     if (transport != "mpi" &&
-        !group->shareMemory(transport, group->allOnThisHost(), "mpirun placed them on several",
+        !group->shareMemory(transport, group->allOnThisHost(), "mpirun placed them on several hosts",
                             "tpc-mpi", [self] { return self->gone(); }, error))
       return nullptr;
     return group;

@@ -10,7 +10,9 @@ lines for FileCheck:
 
   launch   2 hosts x 1 rank, then 2 hosts x 2 ranks, through tpc launch: the logits against
            the one-host run's, and the paths the trace shows
-  torchrun 2 hosts x 1 rank through torchrun --nnodes 2 (when the venv has torchrun)
+  torchrun 2 hosts x 1 rank through torchrun --nnodes 2
+  mpirun   2 hosts x 1 rank and 2 hosts x 2 ranks through mpirun --host, from host 0, its
+           launch agent entering host 1
   nostart  host 1 never starts: host 0 names the ranks that never joined
   kill     rank 1 (host 1) is killed at decode step 3
   stall    rank 1 stops itself (SIGSTOP) at step 3 and stays stopped
@@ -126,6 +128,38 @@ def same(tp, per_node, how):
             sys.stdout.write(open(log).read())
 
 
+def mpirun(tp, per_node):
+    """mpirun on host 0 starts host 1's ranks through a launch agent that enters host 1. Open
+    MPI tells its nodes apart by hostname, which network namespaces share: each host's
+    processes get a hostname of their own (a UTS namespace)."""
+    agent = os.path.join(out, "mpi-agent.sh")
+    with open(agent, "w") as f:
+        f.write('#!/bin/sh\n# mpirun\'s launch agent: "agent HOST CMD..." runs CMD on that host.\n'
+                'host=$1; shift\nk=$(( ${host##*.} - 1 ))\n'
+                'exec %s exec $k --name %s -- unshare --uts sh -c "hostname %s-h$k; $*"\n'
+                % (script, name, name))
+    os.chmod(agent, 0o755)
+    how = "mpirun%d" % tp
+    log = os.path.join(out, how + ".txt")
+    subnet = "10.232.0.0/24"
+    cmd = ["unshare", "--uts", "sh", "-c", 'hostname %s-h0; exec "$@"' % name, "sh",
+           "mpirun", "--allow-run-as-root", "-n", str(2 * per_node), "--host",
+           "10.232.0.1:%d,10.232.0.2:%d" % (per_node, per_node), "--mca", "plm_rsh_agent",
+           agent, "--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet,
+           "--mca", "btl", "self,vader,tcp", os.path.join(out, "llama%d" % tp, "llama"), *PROMPT,
+           "--dump-logits", os.path.join(out, how + ".bin"),
+           "--trace", os.path.join(out, how + ".json"), "--timeout", "20"]
+    code = finish([on_host(0, cmd, log)], 90)
+    ref = os.path.join(out, "ref%d.bin" % tp)
+    same_tokens = tokens_of(log) == tokens_of(ref[:-4] + ".txt")
+    print("mpirun: tp %d as 2 hosts x %d: exit %s; logits %s of one host's; tokens %s; "
+          "paths %s" % (tp, per_node, code, compare(ref, os.path.join(out, how + ".bin")),
+                        "the same" if same_tokens else "differ",
+                        " ".join(paths(os.path.join(out, how + ".json.rank0")))))
+    if code != [0]:
+        sys.stdout.write(open(log).read())
+
+
 def named(log):
     """The lines of `log` that name a lost peer, or say what the rendezvous lacked."""
     text = open(log).read()
@@ -194,6 +228,9 @@ try:
             same(4, 2, "launch")
         elif scenario == "torchrun":
             same(2, 1, "torchrun")
+        elif scenario == "mpirun":
+            mpirun(2, 1)
+            mpirun(4, 2)
         else:
             fault(scenario)
         sys.stdout.flush()
