@@ -3,9 +3,14 @@
 // all_reduce of 1 KB, 64 KB and 1 MB of fp32, median of many calls after a warm-up; then
 // checks that every rank's sum of the same random inputs has the same bits (tpc's ranks
 // decide the next token each on its own copy of the logits). Under mpirun the processes
-// mpirun started are the ranks, on MPI's collectives (mpi) and on shared memory (shm).
+// mpirun started are the ranks, on MPI's collectives (mpi) and on shared memory (shm). Under
+// tpc launch --nnodes or torchrun (MASTER_ADDR, RANK, WORLD_SIZE set) this process is one rank
+// of a group that may span hosts: it meets at rank 0's store as the binaries do, on the
+// transport they choose (auto: shared memory, the hierarchy over hosts, or Gloo's mesh) and
+// on Gloo's flat mesh (gloo), each on a store port of its own (MASTER_PORT + 2, + 3).
 //   tpc-comm-latency [WORLD] [CALLS]      (defaults 2 and 2000)
 //   mpirun -n WORLD tpc-comm-latency WORLD [CALLS]
+//   tpc launch --nnodes H ... tpc-comm-latency WORLD [CALLS]
 #include "tpcrt/comm.h"
 
 #include <algorithm>
@@ -56,7 +61,12 @@ bool sameBitsEverywhere(Comm &group) {
 /// bit, into `result` (rank 0's are the report).
 bool measure(int rank, int world, const std::string &dir, int calls, Result &result) {
   std::string error;
-  auto group = Comm::connect({rank, world, dir, "127.0.0.1", 60}, error);
+  CommOptions options{rank, world, dir, "127.0.0.1", 60};
+  if (dir.empty() && !storeFromEnv(options, error)) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+    return false;
+  }
+  auto group = Comm::connect(options, error);
   if (!group) {
     std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
     return false;
@@ -123,6 +133,34 @@ int underMpirun(int world, int calls) {
   return 0;
 }
 
+/// Under tpc launch or torchrun: this process is rank RANK, for each transport in turn.
+int launched(int world, int calls) {
+  int rank = std::atoi(std::getenv("RANK"));
+  if (std::atoi(std::getenv("WORLD_SIZE")) != world) {
+    std::fprintf(stderr, "tpc-comm-latency: WORLD is %d, but WORLD_SIZE is %s\n", world,
+                 std::getenv("WORLD_SIZE"));
+    return 2;
+  }
+  const char *port = std::getenv("MASTER_PORT");
+  if (rank == 0)
+    printHeader(world, "ranks met at MASTER_ADDR's store");
+  int next = port ? std::atoi(port) + 2 : 29502;
+  for (const char *transport : {"auto", "gloo"}) {
+    ::setenv("TPC_TRANSPORT", transport, 1);
+    ::setenv("TPC_STORE_PORT", std::to_string(next++).c_str(), 1);
+    Result result{};
+    if (!measure(rank, world, "", calls, result)) {
+      std::fprintf(stderr, "tpc-comm-latency: the %s run failed\n", transport);
+      return 1;
+    }
+    if (rank == 0) {
+      printRow(transport, result);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -133,6 +171,8 @@ int main(int argc, char **argv) {
   }
   if (startedByMpirun())
     return underMpirun(world, calls);
+  if (std::getenv("MASTER_ADDR") && std::getenv("RANK") && std::getenv("WORLD_SIZE"))
+    return launched(world, calls);
   printHeader(world, "local ranks");
   for (const char *transport : {"gloo", "shm"}) {
     ::setenv("TPC_TRANSPORT", transport, 1);

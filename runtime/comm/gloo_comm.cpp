@@ -5,6 +5,7 @@
 // host.
 #include "group.h"
 #include "rendezvous.h"
+#include "tcp_mesh.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -15,7 +16,6 @@
 #include <gloo/reduce_scatter.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -144,19 +144,21 @@ struct Topology {
 
 /// The hierarchy over several hosts (NCCL's between nodes, on CPUs): an all-reduce sums inside
 /// each host through shared memory, the hosts' sums are summed over TCP among one rank a host
-/// (the host's first), and the result is spread inside each host; a gather likewise, a host's
-/// block at a time. Every rank ends with the same bits. All-to-all, which the hierarchy does
-/// not shorten, goes over the whole group's TCP mesh.
+/// (the host's first, on a TcpMeshCommunicator), and the result is spread inside each host; a
+/// gather likewise, a host's block at a time. Every rank ends with the same bits. All-to-all,
+/// which the hierarchy does not shorten, goes over Gloo's mesh of the whole group.
 class HostsCommunicator : public Communicator {
 public:
   HostsCommunicator(int rank, int world, const Topology &topology,
                     std::unique_ptr<ShmCommunicator> local,
-                    std::unique_ptr<GlooCommunicator> between, Communicator &all)
+                    std::unique_ptr<Communicator> between, Communicator &all)
       : Communicator(rank, world, sizeof(float)), topology(topology), local(std::move(local)),
-        between(std::move(between)), all(all), host(topology.hostOf[size_t(rank)]) {}
+        between(std::move(between)), all(all), host(topology.hostOf[size_t(rank)]),
+        anyShared(std::any_of(topology.ranksOf.begin(), topology.ranksOf.end(),
+                              [](const std::vector<int> &r) { return r.size() > 1; })) {}
   bool gathersVariableSizes() const override { return true; }
   std::string pathOf(const std::string &kind) const override {
-    return kind == "all_to_all" ? "tcp" : "shm+tcp";
+    return kind == "all_to_all" || !anyShared ? "tcp" : "shm+tcp";
   }
   ShmCommunicator *segment() const { return local.get(); }
 
@@ -220,9 +222,10 @@ protected:
 private:
   Topology topology;
   std::unique_ptr<ShmCommunicator> local;    // this host's ranks; none where it has one
-  std::unique_ptr<GlooCommunicator> between; // the hosts' first ranks; on those only
+  std::unique_ptr<Communicator> between; // the hosts' first ranks' TCP mesh; on those only
   Communicator &all;
   int host;
+  bool anyShared; // some host has several ranks (else this is the TCP mesh alone)
   std::vector<float> staging;
 };
 
@@ -267,8 +270,8 @@ public:
 
   /// The collectives through shared memory where every rank is on this host, the hierarchy
   /// where they are on several (TPC_TRANSPORT auto, the default, or shm on one host); Gloo's
-  /// TCP between every pair otherwise (TPC_TRANSPORT=gloo, one rank a host, or ranks of a
-  /// host that are not numbered one after another). False, with `error`, where shm was asked for and cannot be
+  /// TCP between every pair otherwise (TPC_TRANSPORT=gloo, or ranks of a host that are not
+  /// numbered one after another). False, with `error`, where shm was asked for and cannot be
   /// had.
   bool chooseTransport(const std::string &transport, std::string &error) {
     Topology topology = Topology::of(meeting->readClaims(options.world));
@@ -280,10 +283,7 @@ public:
                          "the ranks that met through " + meeting->where() + " are on " +
                              std::to_string(topology.hosts.size()) + " hosts",
                          "tpc", gone, error);
-    // With one rank a host the hierarchy is Gloo's mesh itself.
-    bool alone = std::all_of(topology.ranksOf.begin(), topology.ranksOf.end(),
-                             [](const std::vector<int> &ranks) { return ranks.size() == 1; });
-    if (alone || !topology.contiguous())
+    if (!topology.contiguous())
       return true;
     return spanHosts(topology);
   }
@@ -314,7 +314,7 @@ private:
     bool first = localRank == 0;
     std::string key = "tpc/shm/" + std::to_string(host), name;
     std::unique_ptr<ShmCommunicator> local;
-    std::unique_ptr<GlooCommunicator> between;
+    std::unique_ptr<Communicator> between;
     bool ok = true;
     try {
       if (mine.size() > 1) {
@@ -341,11 +341,15 @@ private:
         ok = local != nullptr;
       }
       if (first) {
-        gloo::rendezvous::PrefixStore hosts("tpc/hosts", meeting->store());
-        auto ctx = std::make_shared<gloo::rendezvous::Context>(host, int(topology.hosts.size()));
-        ctx->setTimeout(std::chrono::seconds(options.timeoutSeconds));
-        ctx->connectFullMesh(hosts, device);
-        between = std::make_unique<GlooCommunicator>(ctx);
+        std::vector<std::string> names;
+        for (size_t h = 0; h < topology.hosts.size(); ++h)
+          names.push_back("rank " + std::to_string(topology.ranksOf[h].front()) + " (" +
+                          topology.hosts[h] + ")");
+        std::string why;
+        between = TcpMeshCommunicator::connect(meeting->store(), "tpc/hosts", host,
+                                               int(topology.hosts.size()), meeting->address(),
+                                               options.timeoutSeconds, std::move(names), why);
+        ok = ok && between != nullptr;
       }
     } catch (const std::exception &) {
       ok = false;

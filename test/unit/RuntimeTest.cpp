@@ -746,7 +746,7 @@ TEST(Comm, HierarchyOverHostsSumsGathersAndExchanges) {
   EXPECT_TRUE(check(3, [](int rank) { return rank < 2 ? 0 : 1; }));
 }
 
-TEST(Comm, OneRankAHostIsGlooAndOneHostIsSharedMemory) {
+TEST(Comm, OneRankAHostIsTheTcpMeshAndOneHostIsSharedMemory) {
   auto pathOf = [](int rank, Comm &group) {
     Communicator &comm = group.communicator();
     std::vector<TraceEntry> trace;
