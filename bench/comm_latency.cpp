@@ -8,6 +8,7 @@
 // of a group that may span hosts: it meets at rank 0's store as the binaries do, on the
 // transport they choose (auto: shared memory, the hierarchy over hosts, or Gloo's mesh) and
 // on Gloo's flat mesh (gloo), each on a store port of its own (MASTER_PORT + 2, + 3).
+// TPC_COMM_SIZES=B1,B2,B3 times three other sizes, in bytes (a model's decode all-reduce).
 //   tpc-comm-latency [WORLD] [CALLS]      (defaults 2 and 2000)
 //   mpirun -n WORLD tpc-comm-latency WORLD [CALLS]
 //   tpc launch --nnodes H ... tpc-comm-latency WORLD [CALLS]
@@ -30,9 +31,21 @@ namespace {
 
 /// What rank 0 reports of one transport.
 struct Result {
-  double medians[3]; // microseconds, for 1 KB, 64 KB and 1 MB
+  double medians[3]; // microseconds, for each of sizes()
   bool sameBits;     // every rank summed to the same bits
 };
+
+/// The three sizes timed, in bytes: 1 KB, 64 KB and 1 MB, or TPC_COMM_SIZES's.
+std::vector<size_t> sizes() {
+  std::vector<size_t> out = {size_t(1) << 10, size_t(64) << 10, size_t(1) << 20};
+  if (const char *given = std::getenv("TPC_COMM_SIZES")) {
+    size_t a = 0, b = 0, c = 0;
+    if (std::sscanf(given, "%zu,%zu,%zu", &a, &b, &c) == 3 && a >= 4 && b >= 4 && c >= 4 &&
+        c <= (size_t(1) << 30))
+      out = {a / 4 * 4, b / 4 * 4, c / 4 * 4};
+  }
+  return out;
+}
 
 /// Whether every rank's all_reduce of the same inputs has the same bits: sums of mixed
 /// magnitudes, one that fits a shared-memory slot and one that takes rounds.
@@ -73,7 +86,7 @@ bool measure(int rank, int world, const std::string &dir, int calls, Result &res
   }
   Communicator &comm = group->communicator();
   int size = 0;
-  for (size_t bytes : {size_t(1) << 10, size_t(64) << 10, size_t(1) << 20}) {
+  for (size_t bytes : sizes()) {
     std::vector<float> data(bytes / sizeof(float), 1.0f);
     std::vector<double> micros;
     int n = bytes >= (size_t(1) << 20) ? std::max(calls / 10, 20) : calls;
@@ -105,7 +118,15 @@ void printRow(const char *transport, const Result &r) {
 void printHeader(int world, const char *ranks) {
   std::printf("all_reduce latency, %d %s, median microseconds of back-to-back calls\n",
               world, ranks);
-  std::printf("%-10s %10s %10s %10s %10s\n", "transport", "1 KB", "64 KB", "1 MB", "same bits");
+  std::vector<size_t> s = sizes();
+  auto name = [](size_t b) {
+    return b >= (size_t(1) << 20) && b % (size_t(1) << 20) == 0
+               ? std::to_string(b >> 20) + " MB"
+           : b >= 1024 && b % 1024 == 0 ? std::to_string(b >> 10) + " KB"
+                                         : std::to_string(b) + " B";
+  };
+  std::printf("%-10s %10s %10s %10s %10s\n", "transport", name(s[0]).c_str(),
+              name(s[1]).c_str(), name(s[2]).c_str(), "same bits");
 }
 
 /// Under mpirun: this process is one of the ranks, for each transport in turn.

@@ -104,7 +104,9 @@ nlohmann::ordered_json summaryJson(const std::vector<CollectiveEntry> &entries) 
   return j;
 }
 
-void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
+/// `micros`: each collective's predicted time on --hosts machines, where asked (else empty).
+void printPhase(const PhaseReport &phase, const std::vector<double> &micros,
+                llvm::raw_ostream &os) {
   os << fmt::format("\n{} ({} token{}{}{}):\n", phase.name, phase.tokens,
                     phase.tokens == 1 ? "" : "s",
                     phase.name == "step" ? fmt::format(" of {} sequence{}, each sampled",
@@ -117,12 +119,16 @@ void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
     layerWidth = std::max(layerWidth, e.layer.size());
     moduleWidth = std::max(moduleWidth, e.module.size());
   }
+  bool timed = !micros.empty();
   if (!phase.collectives.empty())
-    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12}\n", "layer", layerWidth, "module",
-                      moduleWidth, "collective", "bytes");
-  for (const CollectiveEntry &e : phase.collectives)
-    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12.0f}\n", e.layer, layerWidth, e.module,
-                      moduleWidth, describe(e), e.bytes);
+    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12}{}\n", "layer", layerWidth, "module",
+                      moduleWidth, "collective", "bytes", timed ? "  predicted us" : "");
+  for (size_t i = 0; i < phase.collectives.size(); ++i) {
+    const CollectiveEntry &e = phase.collectives[i];
+    os << fmt::format("  {:<{}}  {:<{}}  {:<22}  {:>12.0f}{}\n", e.layer, layerWidth, e.module,
+                      moduleWidth, describe(e), e.bytes,
+                      timed ? fmt::format("  {:>12.1f}", micros[i]) : "");
+  }
   std::string layer = perLayer(phase.collectives);
   if (!layer.empty())
     os << "  per decoder layer: " << layer << "\n";
@@ -136,6 +142,12 @@ void printPhase(const PhaseReport &phase, llvm::raw_ostream &os) {
                                              "divide, padded to equal counts on the wire)",
                                              padded)
                                : "");
+  if (timed) {
+    double total = 0;
+    for (double m : micros)
+      total += m;
+    os << fmt::format("  predicted:    {:.3f} ms of collectives\n", total / 1e3);
+  }
   if (!phase.transformersFails.empty())
     os << "  transformers: " << phase.transformersFails << "\n";
   else
@@ -404,6 +416,40 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
 
 } // namespace
 
+namespace {
+
+/// The time of every phase's collectives on --hosts machines, and a decode step at every
+/// host count that divides tp.
+void predictHosts(Analysis &a) {
+  const AnalyzeOptions &o = a.options;
+  auto linkFor = [&](int64_t hosts) {
+    return LinkModel{hosts, o.linkGbps, o.linkLatencyUs};
+  };
+  for (const PhaseReport &phase : a.phases) {
+    std::vector<double> &micros = a.predictedMicros.emplace_back();
+    for (const CollectiveEntry &e : phase.collectives)
+      micros.push_back(collectiveMicros(e.kind, e.bytes, o.tp, linkFor(o.hosts)));
+  }
+  const PhaseReport *decode = nullptr;
+  for (const PhaseReport &phase : a.phases)
+    if (phase.name == "decode step")
+      decode = &phase;
+  if (!decode)
+    return;
+  for (int64_t hosts = 1; hosts <= o.tp; ++hosts) {
+    if (o.tp % hosts != 0)
+      continue;
+    HostsRow row{hosts, o.tp / hosts, 0, 0};
+    // A host's ranks read their weights at once, through its one memory bus.
+    row.computeMicros = double(row.ranksPerHost) * a.memory.decodeReads / (o.hostMemGBs * 1e3);
+    for (const CollectiveEntry &e : decode->collectives)
+      row.commMicros += collectiveMicros(e.kind, e.bytes, o.tp, linkFor(hosts));
+    a.hostsRows.push_back(row);
+  }
+}
+
+} // namespace
+
 FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::string &error) {
   Analysis a;
   a.options = o;
@@ -439,6 +485,8 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   if (failed(measurePrefill(module, *decided, program.target, o, sequenceParallel,
                             prefillSplits, a)))
     return failure();
+  if (o.hosts > 0)
+    predictHosts(a);
   return a;
 }
 
@@ -513,8 +561,30 @@ void renderJson(const Analysis &a, llvm::raw_ostream &os) {
   j["transformers_formula"] = "one collective per module whose strategy's forward hook "
                               "communicates, on the module output, before any folding; "
                               "lm_head on the last token (generate's logits_to_keep=1)";
-  for (const PhaseReport &phase : a.phases)
-    j[phase.name == "decode step" ? "decode" : phase.name] = phaseJson(phase);
+  for (size_t i = 0; i < a.phases.size(); ++i) {
+    const PhaseReport &phase = a.phases[i];
+    nlohmann::ordered_json p = phaseJson(phase);
+    if (i < a.predictedMicros.size()) {
+      double total = 0;
+      for (size_t c = 0; c < a.predictedMicros[i].size(); ++c) {
+        p["collectives"][c]["predicted_us"] = a.predictedMicros[i][c];
+        total += a.predictedMicros[i][c];
+      }
+      p["predicted_us"] = total;
+    }
+    j[phase.name == "decode step" ? "decode" : phase.name] = p;
+  }
+  if (o.hosts > 0) {
+    j["link"] = {{"hosts", o.hosts}, {"gbps", o.linkGbps}, {"latency_us", o.linkLatencyUs},
+                 {"host_memory_gbs", o.hostMemGBs}};
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const HostsRow &row : a.hostsRows)
+      rows.push_back({{"hosts", row.hosts},
+                      {"ranks_per_host", row.ranksPerHost},
+                      {"weights_us", row.computeMicros},
+                      {"collectives_us", row.commMicros}});
+    j["decode_by_hosts"] = rows;
+  }
   j["imbalance"] = imbalanceJson(a.shares);
   j["memory_per_rank"] = memoryJson(a);
   j["notes"] = a.notes;
@@ -574,14 +644,51 @@ void printImbalance(const RankShares &shares, llvm::raw_ostream &os) {
                         : "\nimbalance (split unevenly; padding left out):\n" + uneven);
 }
 
+/// A decode step at each host count that divides tp, and where adding a host stops paying.
+void printHosts(const Analysis &a, llvm::raw_ostream &os) {
+  if (a.hostsRows.empty())
+    return;
+  const AnalyzeOptions &o = a.options;
+  os << fmt::format("\ndecode step by hosts (each host's ranks share {:g} GB/s of memory for "
+                    "their {:.0f} bytes of weight reads; the link as above):\n",
+                    o.hostMemGBs, a.memory.decodeReads);
+  os << fmt::format("  {:>5}  {:>10}  {:>11}  {:>15}  {:>8}\n", "hosts", "ranks/host",
+                    "weights ms", "collectives ms", "step ms");
+  const HostsRow *best = &a.hostsRows.front();
+  for (const HostsRow &row : a.hostsRows) {
+    double step = row.computeMicros + row.commMicros;
+    os << fmt::format("  {:>5}  {:>10}  {:>11.3f}  {:>15.3f}  {:>8.3f}\n", row.hosts,
+                      row.ranksPerHost, row.computeMicros / 1e3, row.commMicros / 1e3,
+                      step / 1e3);
+    if (step < best->computeMicros + best->commMicros)
+      best = &row;
+  }
+  const HostsRow &last = a.hostsRows.back();
+  if (best == &last)
+    os << fmt::format("  every host added pays, up to {} (one rank a host)\n", last.hosts);
+  else
+    os << fmt::format("  adding hosts pays up to {}; beyond, the link costs more than the "
+                      "memory bandwidth the hosts add\n",
+                      best->hosts);
+}
+
 void renderText(const Analysis &a, llvm::raw_ostream &os) {
   const AnalyzeOptions &o = a.options;
   os << fmt::format("tpc analyze: {} with plan {} at tp {}\n", o.model, o.plan, o.tp);
   os << "bytes: tpc's on the wire (one rank's larger buffer of each call); transformers: "
         "one collective per module whose strategy hook communicates, on its full output, "
         "before folding\n";
-  for (const PhaseReport &phase : a.phases)
-    printPhase(phase, os);
+  if (o.hosts > 0)
+    os << fmt::format("predicted on {} host{} of {} rank{} (the fullest), linked at {:g} Gbit/s "
+                      "with {:g} us latency (docs/multi-host.md)\n",
+                      o.hosts, o.hosts == 1 ? "" : "s", (o.tp + o.hosts - 1) / o.hosts,
+                      (o.tp + o.hosts - 1) / o.hosts == 1 ? "" : "s", o.linkGbps,
+                      o.linkLatencyUs);
+  for (size_t i = 0; i < a.phases.size(); ++i)
+    printPhase(a.phases[i], i < a.predictedMicros.size() ? a.predictedMicros[i]
+                                                         : std::vector<double>{},
+               os);
+  printHosts(a, os);
   printMemory(a, os);
   printImbalance(a.shares, os);
   for (const std::string &note : a.notes)

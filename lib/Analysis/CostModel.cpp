@@ -3,6 +3,9 @@
 
 #include "llvm/Support/ErrorHandling.h"
 
+#include <algorithm>
+#include <cmath>
+
 using namespace tpc;
 
 double tpc::wireBytes(CollectiveKind kind, double globalBytes, int64_t tp) {
@@ -29,6 +32,59 @@ double tpc::sentBytes(CollectiveKind kind, double payloadBytes, int64_t tp) {
   case CollectiveKind::ReduceScatter:
   case CollectiveKind::AllToAll: return share * payloadBytes;
   case CollectiveKind::Local: return 0;
+  }
+  llvm_unreachable("unknown collective");
+}
+
+namespace {
+
+// The host side of a collective, measured on this 2-core machine (bench/results/multi-host.txt,
+// bench/results/comm-transport.txt): a shared-memory round between a host's ranks costs a few
+// microseconds and moves about 4 GB/s; a call on the TCP mesh costs ~15 us of system calls and
+// wake-ups on top of the link's latency; a Gloo message (all-to-all's path) ~150 us.
+constexpr double kShmRoundMicros = 4;
+constexpr double kShmBytesPerMicro = 4000;
+constexpr double kMeshCallMicros = 15;
+constexpr double kGlooMessageMicros = 150;
+
+/// A shared-memory collective moving `bytes` through each rank's slot (1 MiB a round).
+double shmMicros(double bytes) {
+  double rounds = std::max(1.0, std::ceil(bytes / double(1 << 20)));
+  return rounds * kShmRoundMicros + bytes / kShmBytesPerMicro;
+}
+
+/// `bytes` out of one host on its link, after a message's latency.
+double linkMicros(double bytes, const LinkModel &link) {
+  return link.linkLatencyUs + bytes * 8e-3 / link.linkGbps;
+}
+
+} // namespace
+
+double tpc::collectiveMicros(CollectiveKind kind, double payloadBytes, int64_t tp,
+                             const LinkModel &link) {
+  if (kind == CollectiveKind::Local || tp <= 1)
+    return 0;
+  int64_t hosts = std::max<int64_t>(1, std::min(link.hosts, tp));
+  double perHost = std::ceil(double(tp) / double(hosts)); // ranks on the fullest host
+  double h = double(hosts);
+  if (hosts == 1)
+    return shmMicros(payloadBytes);
+  // Inside the fullest host: its part gathered or summed, then the whole spread.
+  double inside = perHost > 1 ? 2 * shmMicros(payloadBytes) : 0;
+  switch (kind) {
+  case CollectiveKind::AllReduce:
+  case CollectiveKind::ReduceScatter: // the hierarchical all-reduce, sliced
+    return inside + kMeshCallMicros + linkMicros((h - 1) * payloadBytes, link);
+  case CollectiveKind::AllGather: // each host's block to every other host
+    return inside + kMeshCallMicros + linkMicros((h - 1) * payloadBytes / h, link);
+  case CollectiveKind::AllToAll: {
+    // Gloo between every pair: each rank's parts for other hosts leave through its host's
+    // link, the host's ranks' together.
+    double leaving = perHost * payloadBytes * (double(tp) - perHost) / double(tp);
+    return double(tp - 1) * kGlooMessageMicros + linkMicros(leaving, link);
+  }
+  case CollectiveKind::Local:
+    return 0;
   }
   llvm_unreachable("unknown collective");
 }

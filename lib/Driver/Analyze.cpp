@@ -7,6 +7,8 @@
 
 #include <fmt/core.h>
 
+#include <cmath>
+
 namespace tpc::driver {
 
 namespace {
@@ -30,6 +32,18 @@ std::optional<analysis::AnalyzeOptions> analyzeOptions(const AnalyzeArgs &args) 
     reportError(fmt::format("--step-tokens {} of --step-seqs {}: a step has at least one "
                             "token for each of its sequences, and at least one sequence",
                             options.stepTokens, options.stepSequences));
+    return std::nullopt;
+  }
+  if (options.hosts < 0 || (args.tp > 0 && options.hosts > args.tp)) {
+    reportError(fmt::format("--hosts must be from 1 to the tp ({}), got {}", args.tp,
+                            options.hosts));
+    return std::nullopt;
+  }
+  if (!(options.linkGbps > 0) || !(options.linkLatencyUs >= 0) || !(options.hostMemGBs > 0) ||
+      !std::isfinite(options.linkGbps) || !std::isfinite(options.linkLatencyUs) ||
+      !std::isfinite(options.hostMemGBs)) {
+    reportError("--link-gbps and --host-mem-gbs must be positive, and --link-latency-us at "
+                "least 0");
     return std::nullopt;
   }
   options.model = args.model;

@@ -51,6 +51,20 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                 "report steps that sample (or want logprobs, penalties or dumped logits): "
                 "lm_head's gather carries the logits, where a greedy step (the default) "
                 "gathers each rank's argmax alone");
+  CLI::Option *hosts = cmd->add_option(
+      "--hosts", opts->analysis.hosts,
+      "predict each collective's time with the ranks spread over this many machines, and a "
+      "decode step at every host count that divides tp (docs/multi-host.md)");
+  cmd->add_option("--link-gbps", opts->analysis.linkGbps,
+                  "the link between the hosts, Gbit/s each way (default 10)")
+      ->needs(hosts);
+  cmd->add_option("--link-latency-us", opts->analysis.linkLatencyUs,
+                  "a message's one-way time on it, microseconds (default 50)")
+      ->needs(hosts);
+  cmd->add_option("--host-mem-gbs", opts->analysis.hostMemGBs,
+                  "each host's memory bandwidth, GB/s, which its ranks' decode reads share "
+                  "(default 20)")
+      ->needs(hosts);
   cmd->add_flag("--no-fold", opts->analysis.noFold,
                 "report the program compiled with --no-fold (tp-fold-redistribute left out)");
   cmd->add_flag("--json", opts->json, "print the report as JSON");

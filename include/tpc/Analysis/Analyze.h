@@ -32,6 +32,17 @@ struct AnalyzeOptions {
   /// gather each row's argmax alone. False: greedy, the binary's default.
   bool sampled = false;
   std::string weights = "stored"; // --weights-dtype
+  /// --hosts: the ranks spread over this many machines (0: not asked), the link between
+  /// them, and each host's memory bandwidth (what its ranks' decode reads share).
+  int64_t hosts = 0;
+  double linkGbps = 10, linkLatencyUs = 50, hostMemGBs = 20;
+};
+
+/// A decode step on `hosts` machines (tpc analyze --hosts): its ranks' weight reads, which
+/// the ranks of one host share its memory bandwidth for, and its collectives on the link.
+struct HostsRow {
+  int64_t hosts = 0, ranksPerHost = 0;
+  double computeMicros = 0, commMicros = 0;
 };
 
 struct Analysis {
@@ -42,6 +53,10 @@ struct Analysis {
   std::vector<std::string> notes;
   std::string maxSeqLenFrom, maxSeqLenWhy; // where the KV cache's length came from
   int64_t positions = 0;                   // the model's max_position_embeddings; 0: unknown
+  /// With --hosts: each phase's collectives' predicted microseconds (as `phases`), and a
+  /// decode step at each host count that divides tp.
+  std::vector<std::vector<double>> predictedMicros;
+  std::vector<HostsRow> hostsRows;
   mlir::OwningOpRef<mlir::ModuleOp> prefill; // the prefill's graph, collectives explicit (--dot)
 };
 

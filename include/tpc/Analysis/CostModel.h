@@ -23,6 +23,23 @@ double wireBytes(CollectiveKind kind, double globalBytes, int64_t tp);
 /// of it, all_gather, reduce_scatter and all_to_all (n-1)/n; local reshards nothing.
 double sentBytes(CollectiveKind kind, double payloadBytes, int64_t tp);
 
+/// The machines a tp group spans and the link between them (tpc analyze --hosts): the ranks
+/// spread evenly over `hosts`, numbered host by host, as the runtime's launchers place them.
+struct LinkModel {
+  int64_t hosts = 1;
+  double linkGbps = 10;      // each host's link, each way
+  double linkLatencyUs = 50; // a message's one-way time on it, network stacks included
+};
+
+/// Microseconds one collective whose wire buffer (wireBytes) has `payloadBytes` takes over
+/// `tp` ranks on `link.hosts` hosts, as the runtime runs it (docs/multi-host.md): on one host
+/// through shared memory; on several, the hierarchy (shared memory inside each host, each
+/// host's first rank sending its host's part to every other host on tpc's TCP mesh, the
+/// result spread inside the host), all-to-all over Gloo between every pair. The host-side
+/// constants are this machine's, measured (bench/results/multi-host.txt).
+double collectiveMicros(CollectiveKind kind, double payloadBytes, int64_t tp,
+                        const LinkModel &link);
+
 } // namespace tpc
 
 #endif // TPC_ANALYSIS_COSTMODEL_H
