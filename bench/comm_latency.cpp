@@ -129,18 +129,14 @@ void printHeader(int world, const char *ranks) {
               name(s[1]).c_str(), name(s[2]).c_str(), "same bits");
 }
 
-/// Under mpirun: this process is one of the ranks, for each transport in turn.
-int underMpirun(int world, int calls) {
-  int rank = std::atoi(std::getenv("OMPI_COMM_WORLD_RANK"));
-  if (std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) != world) {
-    std::fprintf(stderr, "tpc-comm-latency: WORLD is %d, but mpirun started %s ranks\n", world,
-                 std::getenv("OMPI_COMM_WORLD_SIZE"));
-    return 2;
-  }
-  if (rank == 0)
-    printHeader(world, "ranks started by mpirun");
-  for (const char *transport : {"mpi", "shm"}) {
+/// This process as rank `rank`, for each of `transports` in turn; with `storePort`, each
+/// meets at a store port of its own from there.
+int eachTransport(int rank, int world, int calls, std::vector<const char *> transports,
+                  int storePort) {
+  for (const char *transport : transports) {
     ::setenv("TPC_TRANSPORT", transport, 1);
+    if (storePort > 0)
+      ::setenv("TPC_STORE_PORT", std::to_string(storePort++).c_str(), 1);
     Result result{};
     if (!measure(rank, world, "", calls, result)) {
       std::fprintf(stderr, "tpc-comm-latency: the %s run failed\n", transport);
@@ -154,32 +150,36 @@ int underMpirun(int world, int calls) {
   return 0;
 }
 
-/// Under tpc launch or torchrun: this process is rank RANK, for each transport in turn.
-int launched(int world, int calls) {
-  int rank = std::atoi(std::getenv("RANK"));
-  if (std::atoi(std::getenv("WORLD_SIZE")) != world) {
-    std::fprintf(stderr, "tpc-comm-latency: WORLD is %d, but WORLD_SIZE is %s\n", world,
-                 std::getenv("WORLD_SIZE"));
-    return 2;
+/// This process's rank from `rankVar`, checked against `worldVar`; -1 where that is not WORLD.
+int rankFrom(const char *rankVar, const char *worldVar, int world) {
+  if (std::atoi(std::getenv(worldVar)) != world) {
+    std::fprintf(stderr, "tpc-comm-latency: WORLD is %d, but %s is %s\n", world, worldVar,
+                 std::getenv(worldVar));
+    return -1;
   }
-  const char *port = std::getenv("MASTER_PORT");
+  return std::atoi(std::getenv(rankVar));
+}
+
+/// Under mpirun: this process is one of the ranks, on MPI's collectives and on shared memory.
+int underMpirun(int world, int calls) {
+  int rank = rankFrom("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", world);
+  if (rank < 0)
+    return 2;
+  if (rank == 0)
+    printHeader(world, "ranks started by mpirun");
+  return eachTransport(rank, world, calls, {"mpi", "shm"}, 0);
+}
+
+/// Under tpc launch or torchrun: this process is rank RANK, on the transport the binaries
+/// choose and on Gloo's flat mesh.
+int launched(int world, int calls) {
+  int rank = rankFrom("RANK", "WORLD_SIZE", world);
+  if (rank < 0)
+    return 2;
   if (rank == 0)
     printHeader(world, "ranks met at MASTER_ADDR's store");
-  int next = port ? std::atoi(port) + 2 : 29502;
-  for (const char *transport : {"auto", "gloo"}) {
-    ::setenv("TPC_TRANSPORT", transport, 1);
-    ::setenv("TPC_STORE_PORT", std::to_string(next++).c_str(), 1);
-    Result result{};
-    if (!measure(rank, world, "", calls, result)) {
-      std::fprintf(stderr, "tpc-comm-latency: the %s run failed\n", transport);
-      return 1;
-    }
-    if (rank == 0) {
-      printRow(transport, result);
-      std::fflush(stdout);
-    }
-  }
-  return 0;
+  const char *port = std::getenv("MASTER_PORT");
+  return eachTransport(rank, world, calls, {"auto", "gloo"}, (port ? std::atoi(port) : 29500) + 2);
 }
 
 } // namespace

@@ -38,12 +38,14 @@ double tpc::sentBytes(CollectiveKind kind, double payloadBytes, int64_t tp) {
 
 namespace {
 
-// The host side of a collective, measured on this 2-core machine (bench/results/multi-host.txt,
-// bench/results/comm-transport.txt): a shared-memory round between a host's ranks costs a few
-// microseconds and moves about 4 GB/s; a call on the TCP mesh costs ~15 us of system calls and
-// wake-ups on top of the link's latency; a Gloo message (all-to-all's path) ~150 us.
-constexpr double kShmRoundMicros = 4;
-constexpr double kShmBytesPerMicro = 4000;
+// The host side of a collective, measured on this 2-core machine with tpc-comm-latency
+// (bench/results/multi-host.txt, bench/results/comm-transport.txt): a shared-memory round
+// between a host's ranks costs about a microsecond and moves 6-7 GB/s (2 KB in 0.3-0.8 us,
+// 1 MiB in 140-170 us); a call on the TCP mesh ~15 us of system calls and wake-ups beyond
+// the link's latency (28-35 us for 2 KB between two namespace hosts whose ping-pong takes
+// 12-15 us one way); a Gloo message (all-to-all's path) ~150 us.
+constexpr double kShmRoundMicros = 1;
+constexpr double kShmBytesPerMicro = 6500;
 constexpr double kMeshCallMicros = 15;
 constexpr double kGlooMessageMicros = 150;
 

@@ -94,6 +94,7 @@ int runConcurrencies(const BenchOptions &o, const std::vector<int64_t> &concurre
   for (int64_t c : concurrencies) {
     std::string out = dir + "/out-" + std::to_string(c) + ".jsonl";
     LaunchOptions launch;
+    launch.name = "tpc bench";
     launch.ranks = int(o.tp);
     launch.ranksToStderr = true;
     launch.command = {binary, "--weights", o.checkpoint, "--requests", requests, "--output",

@@ -330,7 +330,7 @@ private:
     status = 1;
     std::string why = WIFSIGNALED(code) ? fmt::format("was killed by signal {}", WTERMSIG(code))
                                         : fmt::format("exited with code {}", WEXITSTATUS(code));
-    llvm::errs() << fmt::format("tpc launch: rank {} {}; stopping the other ranks{}\n",
+    llvm::errs() << fmt::format("{}: rank {} {}; stopping the other ranks{}\n", o.name,
                                 node.first + i, why,
                                 o.nodes.spansHosts() ? " of this node" : "");
     failedAt.mark();

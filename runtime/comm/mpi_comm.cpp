@@ -78,17 +78,36 @@ public:
   std::string pathOf(const std::string &) const override { return "mpi"; }
 
 protected:
+  /// Of two ranks, MPI's own sum (a + b is b + a); of more, every rank's part gathered and
+  /// summed in rank order, as shared memory and the hosts' mesh sum: MPI associates a sum of
+  /// three its own way, and the logits would differ from the same model's on one host in
+  /// their last bits (2.7e-5 for SmolLM2 at tp 3, bench/results/multi-host.txt).
   void runAllReduce(void *data, size_t count) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, mpiCount(count), MPI_FLOAT, MPI_SUM, comm),
-          "MPI_Allreduce");
+    if (world == 2) {
+      check(MPI_Allreduce(MPI_IN_PLACE, data, mpiCount(count), MPI_FLOAT, MPI_SUM, comm),
+            "MPI_Allreduce");
+      return;
+    }
+    parts.resize(count * size_t(world));
+    int n = mpiCount(count);
+    check(MPI_Allgather(data, n, MPI_FLOAT, parts.data(), n, MPI_FLOAT, comm), "MPI_Allgather");
+    sumInRankOrder(parts.data(), count, static_cast<float *>(data));
   }
   void runAllGather(const void *in, size_t count, void *out) override {
     int n = mpiCount(count);
     check(MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm), "MPI_Allgather");
   }
   void runReduceScatter(const void *in, size_t count, void *out) override {
-    check(MPI_Reduce_scatter_block(in, out, mpiCount(count), MPI_FLOAT, MPI_SUM, comm),
-          "MPI_Reduce_scatter_block");
+    if (world == 2) {
+      check(MPI_Reduce_scatter_block(in, out, mpiCount(count), MPI_FLOAT, MPI_SUM, comm),
+            "MPI_Reduce_scatter_block");
+      return;
+    }
+    // Every rank's part for this rank, summed in rank order (as runAllReduce).
+    parts.resize(count * size_t(world));
+    int n = mpiCount(count);
+    check(MPI_Alltoall(in, n, MPI_FLOAT, parts.data(), n, MPI_FLOAT, comm), "MPI_Alltoall");
+    sumInRankOrder(parts.data(), count, static_cast<float *>(out));
   }
   void runAllToAll(const void *in, size_t count, void *out) override {
     int n = mpiCount(count);
@@ -108,7 +127,16 @@ protected:
   }
 
 private:
+  /// The sum of `world` parts of `count` elements, part 0 first.
+  void sumInRankOrder(const float *all, size_t count, float *out) const {
+    std::memcpy(out, all, count * sizeof(float));
+    for (int r = 1; r < world; ++r)
+      for (size_t i = 0; i < count; ++i)
+        out[i] += all[size_t(r) * count + i];
+  }
+
   MPI_Comm comm;
+  std::vector<float> parts;
 };
 
 /// Who a rank is, gathered from every rank when the group connects: a peer that vanishes

@@ -73,9 +73,14 @@ bool resolve(const std::string &host, int port, sockaddr_in &addr, std::string &
 /// One client of the server: what it sent that is not a whole frame yet, what is to go back.
 struct Client {
   int fd;
+  std::chrono::steady_clock::time_point since; // accepted
   std::string in, out;
   bool greeted = false, closing = false;
 };
+
+/// How long a connection may take to say hello: one that does not is closed, so that
+/// connections from anything else on the network cannot take the ranks' places.
+constexpr auto kHelloWithin = std::chrono::seconds(10);
 
 } // namespace
 
@@ -142,7 +147,8 @@ void TcpStoreServer::serve() {
     switch (op) {
     case Hello: {
       int theirWorld = -1, theirRank = -1;
-      if (std::sscanf(value.c_str(), "%d %d", &theirWorld, &theirRank) != 2) {
+      if (std::sscanf(value.c_str(), "%d %d", &theirWorld, &theirRank) != 2 || theirRank < 0 ||
+          theirRank >= theirWorld) {
         c.out += answer(Refused, "a malformed hello");
         return false;
       }
@@ -220,7 +226,7 @@ void TcpStoreServer::serve() {
     std::vector<pollfd> polls{{wake[0], POLLIN, 0}, {listener, POLLIN, 0}};
     for (const Client &c : clients)
       polls.push_back({c.fd, short(c.closing ? POLLOUT : POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-    if (::poll(polls.data(), polls.size(), -1) < 0 && errno != EINTR)
+    if (::poll(polls.data(), polls.size(), 1000) < 0 && errno != EINTR)
       return;
     if (polls[0].revents)
       return;
@@ -249,7 +255,14 @@ void TcpStoreServer::serve() {
       if (events & (POLLERR | POLLHUP))
         c.out.clear(), c.closing = true;
     }
-    // Closed once what they are owed has gone.
+    // Closed once what they are owed has gone; those that never said hello, after a while.
+    auto now = std::chrono::steady_clock::now();
+    for (Client &c : clients) {
+      if (!c.greeted && now - c.since > kHelloWithin)
+        c.closing = true;
+      if (c.closing && now - c.since > kHelloWithin)
+        c.out.clear(); // a closing client that does not read its answer is not waited for
+    }
     for (size_t i = clients.size(); i-- > 0;)
       if (clients[i].closing && clients[i].out.empty()) {
         ::close(clients[i].fd);
@@ -260,7 +273,7 @@ void TcpStoreServer::serve() {
       if (fd >= 0 && clients.size() >= kMaxConnections)
         ::close(fd);
       else if (fd >= 0)
-        clients.push_back({fd, "", "", false, false});
+        clients.push_back({fd, std::chrono::steady_clock::now(), "", "", false, false});
     }
   }
 }

@@ -8,7 +8,8 @@
 // length and its bytes; the answer is a status byte and one such string. HELLO (key: the run
 // id, value: "WORLD RANK") must come first and is checked against rank 0's; SET, CLAIM (a SET
 // that fails when the key is there) and GET (the value, or "not there yet": a client that waits
-// asks again). Every length is bounded and a connection that sends anything else is closed.
+// asks again). Every length is bounded, a connection that sends anything else is closed, and
+// so is one that has not said hello within 10 s.
 #ifndef TPCRT_COMM_TCP_STORE_H
 #define TPCRT_COMM_TCP_STORE_H
 

@@ -63,6 +63,7 @@ int run(const RunOptions &o) {
   if (o.verbose)
     command.push_back("--verbose");
   driver::LaunchOptions launch;
+  launch.name = "tpc run";
   launch.nodes = o.nodes;
   launch.rankZeroRaw = true;
   return launchCheckpoint("tpc run", o, launch, command);

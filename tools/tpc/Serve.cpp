@@ -38,6 +38,7 @@ int serve(const ServeOptions &o) {
     return 2;
   }
   driver::LaunchOptions launch;
+  launch.name = "tpc serve";
   launch.nodes = o.nodes;
   launch.rankZeroRaw = true; // "listening on HOST:PORT" as it comes
   launch.forwardSignals = true;

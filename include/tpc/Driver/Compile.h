@@ -81,6 +81,8 @@ struct NodeOptions {
 };
 
 struct LaunchOptions {
+  /// The command its own messages name ("tpc launch", "tpc serve", ...).
+  std::string name = "tpc launch";
   int ranks = 0; // the world: every node's ranks
   NodeOptions nodes;
   std::string rendezvous;
