@@ -80,10 +80,11 @@ double tpc::collectiveMicros(CollectiveKind kind, double payloadBytes, int64_t t
   case CollectiveKind::AllGather: // each host's block to every other host
     return inside + kMeshCallMicros + linkMicros((h - 1) * payloadBytes / h, link);
   case CollectiveKind::AllToAll: {
-    // Gloo between every pair: each rank's parts for other hosts leave through its host's
-    // link, the host's ranks' together.
+    // Each rank's parts for other hosts leave through its host's link, the host's ranks'
+    // together: on the TCP mesh with one rank a host, else on Gloo between every pair.
     double leaving = perHost * payloadBytes * (double(tp) - perHost) / double(tp);
-    return double(tp - 1) * kGlooMessageMicros + linkMicros(leaving, link);
+    double calls = perHost == 1 ? kMeshCallMicros : double(tp - 1) * kGlooMessageMicros;
+    return calls + linkMicros(leaving, link);
   }
   case CollectiveKind::Local:
     return 0;

@@ -146,7 +146,8 @@ struct Topology {
 /// each host through shared memory, the hosts' sums are summed over TCP among one rank a host
 /// (the host's first, on a TcpMeshCommunicator), and the result is spread inside each host; a
 /// gather likewise, a host's block at a time. Every rank ends with the same bits. All-to-all,
-/// which the hierarchy does not shorten, goes over Gloo's mesh of the whole group.
+/// which the hierarchy does not shorten, goes over Gloo's mesh of the whole group; with one
+/// rank a host, the TCP mesh is the whole group and takes every collective.
 class HostsCommunicator : public Communicator {
 public:
   HostsCommunicator(int rank, int world, const Topology &topology,
@@ -209,6 +210,10 @@ protected:
   }
 
   void runReduceScatter(const void *in, size_t count, void *out) override {
+    if (!anyShared) { // one rank a host: the mesh is the group, member r rank r
+      between->reduceScatter(in, count, out);
+      return;
+    }
     staging.assign(static_cast<const float *>(in),
                    static_cast<const float *>(in) + count * size_t(world));
     runAllReduce(staging.data(), staging.size());
@@ -216,7 +221,10 @@ protected:
   }
 
   void runAllToAll(const void *in, size_t count, void *out) override {
-    all.allToAll(in, count, out);
+    if (!anyShared)
+      between->allToAll(in, count, out);
+    else
+      all.allToAll(in, count, out);
   }
 
 private:

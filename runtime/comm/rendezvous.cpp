@@ -344,7 +344,7 @@ std::string Rendezvous::lostPeers(const CommOptions &options) {
     } else if (now == Probe::Unreachable) {
       seen = now;
       lost[claim->host].push_back(rank);
-    } else if (now == Probe::Answered && seen != Probe::Refused) {
+    } else if (now == Probe::Answered) {
       lost[claim->host].push_back(rank + " (its host answers but the rank is silent: stalled?)");
     }
   }

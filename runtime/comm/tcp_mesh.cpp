@@ -248,13 +248,13 @@ void TcpMeshCommunicator::runAllToAll(const void *in, size_t count, void *out) {
 
 void TcpMeshCommunicator::runReduceScatter(const void *in, size_t count, void *out) {
   // Each member's part r goes to member r, which sums them in member order.
-  std::vector<float> parts(count * size_t(world));
-  runAllToAll(in, count, parts.data());
+  staging.resize(count * size_t(world));
+  runAllToAll(in, count, staging.data());
   float *y = static_cast<float *>(out);
-  std::memcpy(y, parts.data(), count * sizeof(float));
+  std::memcpy(y, staging.data(), count * sizeof(float));
   for (int m = 1; m < world; ++m)
     for (size_t i = 0; i < count; ++i)
-      y[i] += parts[size_t(m) * count + i];
+      y[i] += staging[size_t(m) * count + i];
 }
 
 } // namespace tpcrt

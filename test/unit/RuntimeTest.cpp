@@ -746,6 +746,28 @@ TEST(Comm, HierarchyOverHostsSumsGathersAndExchanges) {
   EXPECT_TRUE(check(3, [](int rank) { return rank < 2 ? 0 : 1; }));
 }
 
+TEST(Comm, OneRankAHostRunsEveryCollectiveOnTheTcpMesh) {
+  // 3 hosts of one rank: the mesh is the group, for all-to-all and reduce-scatter too.
+  EXPECT_TRUE(hostRanks(3, [](int rank) { return rank; }, [](int rank, Comm &group) {
+    Communicator &comm = group.communicator();
+    std::vector<TraceEntry> trace;
+    comm.traceInto(&trace);
+    std::vector<float> send(3), got(3), parts(6), sum(2);
+    for (int r = 0; r < 3; ++r)
+      send[size_t(r)] = float(10 * rank + r);
+    comm.allToAll(send.data(), 1, got.data());
+    for (int r = 0; r < 3; ++r)
+      if (got[size_t(r)] != float(10 * r + rank))
+        return false;
+    for (size_t i = 0; i < parts.size(); ++i)
+      parts[i] = float(100 * rank) + float(i);
+    comm.reduceScatter(parts.data(), 2, sum.data());
+    if (sum != std::vector<float>{float(300 + 6 * rank), float(303 + 6 * rank)})
+      return false;
+    return trace.size() == 2 && trace[0].path == "tcp" && trace[1].path == "tcp";
+  }));
+}
+
 TEST(Comm, OneRankAHostIsTheTcpMeshAndOneHostIsSharedMemory) {
   auto pathOf = [](int rank, Comm &group) {
     Communicator &comm = group.communicator();

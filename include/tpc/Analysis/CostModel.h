@@ -35,7 +35,8 @@ struct LinkModel {
 /// `tp` ranks on `link.hosts` hosts, as the runtime runs it (docs/multi-host.md): on one host
 /// through shared memory; on several, the hierarchy (shared memory inside each host, each
 /// host's first rank sending its host's part to every other host on tpc's TCP mesh, the
-/// result spread inside the host), all-to-all over Gloo between every pair. The host-side
+/// result spread inside the host), all-to-all over Gloo between every pair (on the mesh with
+/// one rank a host). The host-side
 /// constants are this machine's, measured (bench/results/multi-host.txt).
 double collectiveMicros(CollectiveKind kind, double payloadBytes, int64_t tp,
                         const LinkModel &link);
