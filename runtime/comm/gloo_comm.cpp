@@ -241,9 +241,8 @@ private:
 class GlooComm : public ConnectedGroup {
 public:
   GlooComm(const CommOptions &options, std::shared_ptr<Rendezvous> meeting,
-           std::shared_ptr<gloo::transport::Device> device,
            std::shared_ptr<gloo::rendezvous::Context> context)
-      : ConnectedGroup(options), meeting(std::move(meeting)), device(std::move(device)),
+      : ConnectedGroup(options), meeting(std::move(meeting)),
         context(context), gloo(context) {}
 
   void broadcast(void *data, size_t bytes, int root) override {
@@ -313,7 +312,7 @@ private:
   }
 
   /// The hierarchy: a segment for each host of several ranks (its first rank makes it and
-  /// names it in the store), a Gloo mesh among the hosts' first ranks. Every rank decides the
+  /// names it in the store), the TCP mesh among the hosts' first ranks. Every rank decides the
   /// same: where any rank could not have its part, the group stays on Gloo's TCP.
   bool spanHosts(const Topology &topology) {
     int host = topology.hostOf[size_t(options.rank)];
@@ -376,7 +375,6 @@ private:
   }
 
   std::shared_ptr<Rendezvous> meeting;
-  std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   GlooCommunicator gloo;
 };
@@ -396,7 +394,7 @@ std::unique_ptr<Comm> connectGloo(const CommOptions &options, const std::string 
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world);
     context->setTimeout(std::chrono::seconds(options.timeoutSeconds));
     context->connectFullMesh(place.store(), device);
-    auto comm = std::make_unique<GlooComm>(options, meeting, device, context);
+    auto comm = std::make_unique<GlooComm>(options, meeting, context);
     // A rank that returned from connecting could otherwise exit (on a bad checkpoint, say)
     // while a peer is still finishing the handshake, and the peer would report a confusing
     // connection error rather than the failure that follows.
