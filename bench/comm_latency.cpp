@@ -2,12 +2,14 @@
 // use: forks `world` ranks, connects them as the binaries do (TPC_TRANSPORT), and times
 // all_reduce of 1 KB, 64 KB and 1 MB of fp32, median of many calls after a warm-up; then
 // checks that every rank's sum of the same random inputs has the same bits (tpc's ranks
-// decide the next token each on its own copy of the logits). Under mpirun the processes
-// mpirun started are the ranks, on MPI's collectives (mpi) and on shared memory (shm). Under
-// tpc launch --nnodes or torchrun (MASTER_ADDR, RANK, WORLD_SIZE set) this process is one rank
-// of a group that may span hosts: it meets at rank 0's store as the binaries do, on the
-// transport they choose (auto: shared memory, the hierarchy over hosts, or Gloo's mesh) and
-// on Gloo's flat mesh (gloo), each on a store port of its own (MASTER_PORT + 2, + 3).
+// decide the next token each on its own copy of the logits), and, printed after the table,
+// that messages go round a ring of the ranks whole (send/recv) and that the group splits
+// into parts that sum each on their own (split), as pipeline stages use them. Under mpirun
+// the processes mpirun started are the ranks, on MPI's collectives (mpi) and on shared memory
+// (shm). Under tpc launch --nnodes or torchrun (MASTER_ADDR, RANK, WORLD_SIZE set) this process
+// is one rank of a group that may span hosts: it meets at rank 0's store as the binaries do,
+// on the transport they choose (auto: shared memory, the hierarchy over hosts, or Gloo's mesh)
+// and on Gloo's flat mesh (gloo), each on a store port of its own (MASTER_PORT + 2, + 3).
 // TPC_COMM_SIZES=B1,B2,B3 times three other sizes, in bytes (a model's decode all-reduce).
 //   tpc-comm-latency [WORLD] [CALLS]      (defaults 2 and 2000)
 //   mpirun -n WORLD tpc-comm-latency WORLD [CALLS]
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +36,8 @@ namespace {
 struct Result {
   double medians[3]; // microseconds, for each of sizes()
   bool sameBits;     // every rank summed to the same bits
+  bool messages;     // every message of the ring arrived whole
+  bool split;        // the even and the odd ranks' parts summed their own
 };
 
 /// The three sizes timed, in bytes: 1 KB, 64 KB and 1 MB, or TPC_COMM_SIZES's.
@@ -70,6 +75,56 @@ bool sameBitsEverywhere(Comm &group) {
   return mismatches == 0;
 }
 
+/// Whether each rank's message to the next (a slot and more of floats) arrives whole, on every
+/// rank. Half the ranks receive first, so that a send that waits for its receiver (MPI's, for
+/// a message this large) waits on one that is receiving.
+bool ringOfMessages(Comm &group) {
+  Communicator &comm = group.communicator();
+  int rank = group.rank(), world = group.world();
+  const size_t n = (size_t(1) << 20) / sizeof(float) + 3;
+  auto from = [n](int r) {
+    std::vector<float> m(n);
+    for (size_t i = 0; i < n; ++i)
+      m[i] = float((size_t(r) * 7919 + i) % (size_t(1) << 24));
+    return m;
+  };
+  std::vector<float> mine = from(rank), got(n);
+  int next = (rank + 1) % world, previous = (rank + world - 1) % world;
+  if (rank % 2 == 0)
+    comm.send(mine.data(), n, next);
+  comm.recv(got.data(), n, previous);
+  if (rank % 2 == 1)
+    comm.send(mine.data(), n, next);
+  float failed = got == from(previous) ? 0 : 1;
+  comm.allReduce(&failed, 1);
+  return failed == 0;
+}
+
+/// Whether the group splits into its even and its odd ranks, each part ordered from the
+/// highest rank down, and each part's sum of its ranks is its own.
+bool splitsIntoParts(Comm &group) {
+  int rank = group.rank(), world = group.world();
+  std::string error;
+  std::unique_ptr<Comm> part = group.split(rank % 2, -rank, error);
+  float failed = 1;
+  if (part) {
+    float sum = float(rank), want = 0;
+    int members = 0, above = 0;
+    for (int r = rank % 2; r < world; r += 2) {
+      want += float(r);
+      ++members;
+      above += r > rank;
+    }
+    part->communicator().allReduce(&sum, 1);
+    failed = sum == want && part->world() == members && part->rank() == above ? 0 : 1;
+  } else {
+    std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+  }
+  part.reset(); // before the group it is part of
+  group.communicator().allReduce(&failed, 1);
+  return failed == 0;
+}
+
 /// Rank `rank`'s medians in microseconds, one per size, and whether the ranks agree bit for
 /// bit, into `result` (rank 0's are the report).
 bool measure(int rank, int world, const std::string &dir, int calls, Result &result) {
@@ -105,6 +160,8 @@ bool measure(int rank, int world, const std::string &dir, int calls, Result &res
     ++size;
   }
   result.sameBits = sameBitsEverywhere(*group);
+  result.messages = ringOfMessages(*group);
+  result.split = splitsIntoParts(*group);
   group->barrier();
   group->retire();
   return true;
@@ -114,6 +171,22 @@ void printRow(const char *transport, const Result &r) {
   std::printf("%-10s %10.1f %10.1f %10.1f %10s\n", transport, r.medians[0], r.medians[1],
               r.medians[2], r.sameBits ? "yes" : "NO");
 }
+
+/// Where the checks after the table failed: the transports, each with what failed.
+struct Checks {
+  std::string messages, split;
+
+  void add(const char *transport, const Result &r) {
+    if (!r.messages)
+      messages += (messages.empty() ? "" : ", ") + std::string(transport);
+    if (!r.split)
+      split += (split.empty() ? "" : ", ") + std::string(transport);
+  }
+  void print() const {
+    std::printf("send/recv: %s\n", messages.empty() ? "ok" : ("FAILED on " + messages).c_str());
+    std::printf("split: %s\n", split.empty() ? "ok" : ("FAILED on " + split).c_str());
+  }
+};
 
 void printHeader(int world, const char *ranks) {
   std::printf("all_reduce latency, %d %s, median microseconds of back-to-back calls\n",
@@ -133,6 +206,7 @@ void printHeader(int world, const char *ranks) {
 /// meets at a store port of its own from there.
 int eachTransport(int rank, int world, int calls, std::vector<const char *> transports,
                   int storePort) {
+  Checks checks;
   for (const char *transport : transports) {
     ::setenv("TPC_TRANSPORT", transport, 1);
     if (storePort > 0)
@@ -146,7 +220,10 @@ int eachTransport(int rank, int world, int calls, std::vector<const char *> tran
       printRow(transport, result);
       std::fflush(stdout);
     }
+    checks.add(transport, result);
   }
+  if (rank == 0)
+    checks.print();
   return 0;
 }
 
@@ -195,6 +272,7 @@ int main(int argc, char **argv) {
   if (std::getenv("MASTER_ADDR") && std::getenv("RANK") && std::getenv("WORLD_SIZE"))
     return launched(world, calls);
   printHeader(world, "local ranks");
+  Checks checks;
   for (const char *transport : {"gloo", "shm"}) {
     ::setenv("TPC_TRANSPORT", transport, 1);
     char dir[] = "/tmp/tpc-comm-latency-XXXXXX";
@@ -230,6 +308,8 @@ int main(int argc, char **argv) {
     }
     printRow(transport, result);
     std::fflush(stdout);
+    checks.add(transport, result);
   }
+  checks.print();
   return 0;
 }

@@ -86,6 +86,24 @@ void Communicator::allToAll(const void *in, size_t count, void *out) {
   runAllToAll(in, count, out);
 }
 
+void Communicator::send(const void *data, size_t count, int peer) {
+  record("send", count);
+  runSend(data, count, peer);
+}
+
+void Communicator::recv(void *data, size_t count, int peer) {
+  record("recv", count);
+  runRecv(data, count, peer);
+}
+
+void Communicator::runSend(const void *, size_t, int) {
+  throw std::logic_error("this communicator has no point-to-point");
+}
+
+void Communicator::runRecv(void *, size_t, int) {
+  throw std::logic_error("this communicator has no point-to-point");
+}
+
 // Every rank is taken to hold what this one holds: a sum keeps this rank's summand, a gather
 // repeats its piece, and this rank's part of anything is its own.
 void LocalCommunicator::runAllReduce(void *, size_t) {}
@@ -115,6 +133,14 @@ void LocalCommunicator::runAllToAll(const void *in, size_t count, void *out) {
   for (int r = 0; r < world; ++r)
     memory.copy(memory.at(out, int64_t(r * count)), memory.at(in, int64_t(rank * count)),
                 int64_t(count));
+}
+
+// No peer holds a value this rank could stand in for: what it receives is zeros, of the
+// message's shape.
+void LocalCommunicator::runSend(const void *, size_t, int) {}
+
+void LocalCommunicator::runRecv(void *data, size_t count, int) {
+  memory.zero(data, int64_t(count));
 }
 
 // --- Placement changes -------------------------------------------------------------------

@@ -26,6 +26,11 @@ public:
   Communicator &communicator() override { return local; }
   void broadcast(void *, size_t, int) override {}
   void barrier() override {}
+  /// Itself again: a rank alone is its own part, and the per-rank view (several ranks' group
+  /// stood for by one) runs one pipeline stage, whose group is the whole.
+  std::unique_ptr<Comm> split(int, int, std::string &) override {
+    return std::make_unique<LocalComm>(options);
+  }
 
 private:
   HostMemory memory;
@@ -129,6 +134,10 @@ bool startedByMpirun() {
   const char *size = std::getenv("OMPI_COMM_WORLD_SIZE");
   const char *rank = std::getenv("OMPI_COMM_WORLD_RANK");
   return size && *size && rank && *rank;
+}
+
+std::unique_ptr<Comm> groupOfOne(const CommOptions &options) {
+  return std::make_unique<LocalComm>(options);
 }
 
 std::unique_ptr<Comm> Comm::noop(int world) {

@@ -2,7 +2,8 @@
 // directory, or rank 0's TCP store), and Gloo's collectives behind tpcrt::Communicator; the
 // same-host transport where every rank is on one host, and where they are on several, the
 // hierarchy: inside each host through shared memory, between hosts over TCP among one rank a
-// host.
+// host. A part of a group (split) meets under a prefix of the group's store and chooses its
+// transport the same way among its own ranks.
 #include "group.h"
 #include "rendezvous.h"
 #include "tcp_mesh.h"
@@ -16,6 +17,7 @@
 #include <gloo/reduce_scatter.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -77,7 +79,27 @@ protected:
     gloo::alltoall(opts);
   }
 
+  // Gloo's TCP pair queues the sends and the receives of each slot (std::deques in
+  // tcp::Pair) and writes a message only once its receiver asked for one, so the messages
+  // between two ranks on one slot arrive in the order they were sent, into the receives in
+  // the order they were posted: one slot does for every message.
+  void runSend(const void *data, size_t count, int peer) override {
+    auto buffer = context->createUnboundBuffer(const_cast<void *>(data), count * sizeof(float));
+    buffer->send(peer, kPointToPointSlot);
+    buffer->waitSend(context->getTimeout());
+  }
+
+  void runRecv(void *data, size_t count, int peer) override {
+    auto buffer = context->createUnboundBuffer(data, count * sizeof(float));
+    buffer->recv(peer, kPointToPointSlot);
+    buffer->waitRecv(context->getTimeout());
+  }
+
 private:
+  /// Above the slots Gloo's collectives take: a prefix byte of 1 to 8 at bit 56 and up
+  /// (gloo/types.h), or the context's counter from 0 for the algorithm classes.
+  static constexpr uint64_t kPointToPointSlot = uint64_t(1) << 62;
+
   /// Gloo's reduce-scatter is an algorithm object bound to one buffer when it is made (its
   /// peers' buffers are registered then): one per part size, reused, the latest few kept.
   struct ReduceScatter {
@@ -146,8 +168,9 @@ struct Topology {
 /// each host through shared memory, the hosts' sums are summed over TCP among one rank a host
 /// (the host's first, on a TcpMeshCommunicator), and the result is spread inside each host; a
 /// gather likewise, a host's block at a time. Every rank ends with the same bits. All-to-all,
-/// which the hierarchy does not shorten, goes over Gloo's mesh of the whole group; with one
-/// rank a host, the TCP mesh is the whole group and takes every collective.
+/// which the hierarchy does not shorten, and the messages between two ranks go over Gloo's
+/// mesh of the whole group; with one rank a host, the TCP mesh is the whole group and takes
+/// every call.
 class HostsCommunicator : public Communicator {
 public:
   HostsCommunicator(int rank, int world, const Topology &topology,
@@ -159,7 +182,8 @@ public:
                               [](const std::vector<int> &r) { return r.size() > 1; })) {}
   bool gathersVariableSizes() const override { return true; }
   std::string pathOf(const std::string &kind) const override {
-    return kind == "all_to_all" || !anyShared ? "tcp" : "shm+tcp";
+    return kind == "all_to_all" || kind == "send" || kind == "recv" || !anyShared ? "tcp"
+                                                                                  : "shm+tcp";
   }
   ShmCommunicator *segment() const { return local.get(); }
 
@@ -227,6 +251,14 @@ protected:
       all.allToAll(in, count, out);
   }
 
+  void runSend(const void *data, size_t count, int peer) override {
+    (anyShared ? all : *between).send(data, count, peer);
+  }
+
+  void runRecv(void *data, size_t count, int peer) override {
+    (anyShared ? all : *between).recv(data, count, peer);
+  }
+
 private:
   Topology topology;
   std::unique_ptr<ShmCommunicator> local;    // this host's ranks; none where it has one
@@ -237,13 +269,19 @@ private:
   std::vector<float> staging;
 };
 
-/// A group connected through Gloo.
+/// A group connected through Gloo: the ranks that met through `meeting`, or a part of such a
+/// group (split). A part meets under a prefix of its parent's store, over the same device, and
+/// asks the parent, which outlives it, about lost peers.
 class GlooComm : public ConnectedGroup {
 public:
   GlooComm(const CommOptions &options, std::shared_ptr<Rendezvous> meeting,
-           std::shared_ptr<gloo::rendezvous::Context> context)
-      : ConnectedGroup(options), meeting(std::move(meeting)),
-        context(context), gloo(context) {}
+           std::shared_ptr<gloo::transport::Device> device,
+           std::shared_ptr<gloo::rendezvous::Context> context, std::string transport)
+      : ConnectedGroup(options), meeting(std::move(meeting)), device(std::move(device)),
+        context(context), gloo(context), transport(std::move(transport)) {
+    for (int r = 0; r < options.world; ++r)
+      members.push_back(r);
+  }
 
   void broadcast(void *data, size_t bytes, int root) override {
     gloo::BroadcastOptions opts(context);
@@ -257,14 +295,24 @@ public:
     gloo::barrier(opts);
   }
 
-  void retire() override { meeting->retire(); }
+  void retire() override {
+    if (parent)
+      parent->retire();
+    else
+      meeting->retire();
+  }
 
   void recordExit(const std::string &reason) const override {
     ConnectedGroup::recordExit(reason);
-    meeting->recordExit(options.rank, reason);
+    if (parent)
+      parent->recordExit(reason);
+    else
+      meeting->recordExit(options.rank, reason);
   }
 
   std::string lostPeers() const override {
+    if (parent) // names the peers by their rank in the group that met
+      return parent->lostPeers();
     std::string lost;
     // A killed peer's sockets close a moment before its process is reaped: look for a second.
     for (int attempt = 0; attempt < 20 && lost.empty(); ++attempt) {
@@ -275,21 +323,73 @@ public:
     return lost.empty() ? Comm::lostPeers() : lost;
   }
 
+  std::unique_ptr<Comm> split(int color, int key, std::string &error) override {
+    try {
+      // Every rank's color and key, from which each finds its part's ranks and their order.
+      int32_t mine[2] = {color, key};
+      std::vector<int32_t> all(2 * size_t(options.world));
+      gloo::AllgatherOptions opts(context);
+      opts.setInput(mine, 2);
+      opts.setOutput(all.data(), all.size());
+      gloo::allgather(opts);
+      std::vector<int> part;
+      for (int r = 0; r < options.world; ++r)
+        if (all[2 * size_t(r)] == color)
+          part.push_back(r);
+      std::stable_sort(part.begin(), part.end(), [&](int a, int b) {
+        return all[2 * size_t(a) + 1] < all[2 * size_t(b) + 1];
+      });
+      CommOptions partOptions = options;
+      partOptions.rank = int(std::find(part.begin(), part.end(), options.rank) - part.begin());
+      partOptions.world = int(part.size());
+      // Every rank counts the splits alike, since each is collective: the count keeps a later
+      // split's keys apart from an earlier one's, the color those of parts made at once.
+      std::string prefix = "tpc/split/" + std::to_string(++splits) + "/" + std::to_string(color);
+      if (part.size() == 1)
+        return groupOfOne(partOptions);
+      auto partStore = std::make_unique<gloo::rendezvous::PrefixStore>(prefix, store());
+      auto partContext =
+          std::make_shared<gloo::rendezvous::Context>(partOptions.rank, partOptions.world);
+      partContext->setTimeout(std::chrono::seconds(options.timeoutSeconds));
+      partContext->connectFullMesh(*partStore, device);
+      std::unique_ptr<GlooComm> group(new GlooComm(partOptions, *this, part, std::move(partStore),
+                                                   partContext));
+      // As connectGloo does: no rank leaves before every peer has finished connecting.
+      group->barrier();
+      if (!group->chooseTransport(error))
+        return nullptr;
+      return group;
+    } catch (const std::exception &e) {
+      error = "could not connect the ranks of color " + std::to_string(color) + ": " + e.what();
+      return nullptr;
+    }
+  }
+
   /// The collectives through shared memory where every rank is on this host, the hierarchy
   /// where they are on several (TPC_TRANSPORT auto, the default, or shm on one host); Gloo's
   /// TCP between every pair otherwise (TPC_TRANSPORT=gloo, or ranks of a host that are not
   /// numbered one after another). False, with `error`, where shm was asked for and cannot be
   /// had.
-  bool chooseTransport(const std::string &transport, std::string &error) {
-    Topology topology = Topology::of(meeting->readClaims(options.world));
+  bool chooseTransport(std::string &error) {
+    if (!parent)
+      meeting->readClaims(options.world);
+    std::vector<std::optional<Claim>> claims;
+    for (int r : members)
+      claims.push_back(meeting->claims()[size_t(r)]);
+    Topology topology = Topology::of(claims);
     if (transport == "gloo")
       return true;
     auto gone = [this] { return peersGoneHere(); };
-    if (topology.hosts.size() == 1 || transport == "shm")
-      return shareMemory(transport, topology.hosts.size() == 1,
-                         "the ranks that met through " + meeting->where() + " are on " +
-                             std::to_string(topology.hosts.size()) + " hosts",
-                         "tpc", gone, error);
+    if (topology.hosts.size() == 1 || transport == "shm") {
+      if (!shareMemory(transport, topology.hosts.size() == 1,
+                       "the ranks that met through " + meeting->where() + " are on " +
+                           std::to_string(topology.hosts.size()) + " hosts",
+                       "tpc", gone, error))
+        return false;
+      if (shm)
+        shm->nameRanks(members);
+      return true;
+    }
     if (!topology.contiguous())
       return true;
     return spanHosts(topology);
@@ -299,15 +399,31 @@ protected:
   Communicator &own() override { return gloo; }
 
 private:
+  /// A part of `parent`: its rank r is the parent's `part[r]`.
+  GlooComm(const CommOptions &options, GlooComm &parent, const std::vector<int> &part,
+           std::unique_ptr<gloo::rendezvous::Store> partStore,
+           std::shared_ptr<gloo::rendezvous::Context> context)
+      : ConnectedGroup(options), meeting(parent.meeting), device(parent.device),
+        context(context), gloo(context), transport(parent.transport), parent(&parent),
+        ownStore(std::move(partStore)) {
+    for (int r : part)
+      members.push_back(parent.members[size_t(r)]);
+  }
+
+  /// Where this group's ranks meet: the rendezvous's store, or a part's prefix of it.
+  gloo::rendezvous::Store &store() { return ownStore ? *ownStore : meeting->store(); }
+
   /// The peers on this host whose process has ended, "" while all may answer.
   std::string peersGoneHere() const {
     std::string here = thisHost(), lost;
     const auto &claims = meeting->claims();
-    for (size_t r = 0; r < claims.size(); ++r)
-      if (int(r) != options.rank && claims[r] && claims[r]->host == here &&
-          processEnded(claims[r]->pid))
+    for (int r : members) {
+      const std::optional<Claim> &claim = claims[size_t(r)];
+      if (r != members[size_t(options.rank)] && claim && claim->host == here &&
+          processEnded(claim->pid))
         lost += (lost.empty() ? "lost rank " : ", rank ") + std::to_string(r) + " (process " +
-                std::to_string(claims[r]->pid) + " is gone)";
+                std::to_string(claim->pid) + " is gone)";
+    }
     return lost;
   }
 
@@ -336,24 +452,28 @@ private:
                         (unsigned long)std::chrono::steady_clock::now().time_since_epoch().count());
           local = ShmCommunicator::open(text, 0, int(mine.size()), wait, gone, why);
           name = local ? text : "";
-          meeting->store().set(key, std::vector<char>(name.begin(), name.end()));
+          store().set(key, std::vector<char>(name.begin(), name.end()));
         } else {
-          std::vector<char> got = meeting->store().get(key);
+          std::vector<char> got = store().get(key);
           name.assign(got.begin(), got.end());
           if (!name.empty())
             local = ShmCommunicator::open(name, localRank, int(mine.size()), wait, gone, why);
         }
-        if (local)
-          local->nameRanksFrom(mine.front());
+        if (local) {
+          std::vector<int> names;
+          for (int r : mine)
+            names.push_back(members[size_t(r)]);
+          local->nameRanks(std::move(names));
+        }
         ok = local != nullptr;
       }
       if (first) {
         std::vector<std::string> names;
         for (size_t h = 0; h < topology.hosts.size(); ++h)
-          names.push_back("rank " + std::to_string(topology.ranksOf[h].front()) + " (" +
-                          topology.hosts[h] + ")");
+          names.push_back("rank " + std::to_string(members[size_t(topology.ranksOf[h].front())]) +
+                          " (" + topology.hosts[h] + ")");
         std::string why;
-        between = TcpMeshCommunicator::connect(meeting->store(), "tpc/hosts", host,
+        between = TcpMeshCommunicator::connect(store(), "tpc/hosts", host,
                                                int(topology.hosts.size()), meeting->address(),
                                                options.timeoutSeconds, std::move(names), why);
         ok = ok && between != nullptr;
@@ -375,8 +495,14 @@ private:
   }
 
   std::shared_ptr<Rendezvous> meeting;
+  std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   GlooCommunicator gloo;
+  std::string transport; // TPC_TRANSPORT: a part chooses by it as its parent did
+  std::vector<int> members; // this group's ranks as the rendezvous numbers them
+  GlooComm *parent = nullptr;
+  std::unique_ptr<gloo::rendezvous::Store> ownStore; // a part's prefix of its parent's store
+  int splits = 0;
 };
 
 } // namespace
@@ -394,13 +520,13 @@ std::unique_ptr<Comm> connectGloo(const CommOptions &options, const std::string 
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world);
     context->setTimeout(std::chrono::seconds(options.timeoutSeconds));
     context->connectFullMesh(place.store(), device);
-    auto comm = std::make_unique<GlooComm>(options, meeting, context);
+    auto comm = std::make_unique<GlooComm>(options, meeting, device, context, transport);
     // A rank that returned from connecting could otherwise exit (on a bad checkpoint, say)
     // while a peer is still finishing the handshake, and the peer would report a confusing
     // connection error rather than the failure that follows.
     comm->barrier();
     // Every rank decides the same: chooseTransport's own collectives keep them together.
-    if (!comm->chooseTransport(transport, error))
+    if (!comm->chooseTransport(error))
       return nullptr;
     return comm;
   } catch (const std::exception &e) {

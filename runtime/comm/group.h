@@ -58,6 +58,9 @@ std::unique_ptr<Comm> connectGloo(const CommOptions &options, const std::string 
 std::unique_ptr<Comm> connectMpi(const CommOptions &options, const std::string &transport,
                                  std::string &error);
 
+/// A group of this rank alone (`options.world` 1): its collectives are local copies.
+std::unique_ptr<Comm> groupOfOne(const CommOptions &options);
+
 /// This machine's name.
 std::string hostName();
 

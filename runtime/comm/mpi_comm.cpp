@@ -1,7 +1,8 @@
 // A tp group started by mpirun (connectMpi, group.h): MPI starts it, with the ranks and the world
 // mpirun gave, and either moves the collectives itself (MPI_Allreduce, ...) or only starts
 // the shared-memory transport where every rank is on this machine, as the measurements in
-// bench/results/comm-transport.txt favour.
+// bench/results/comm-transport.txt favour. A part of the group (split) is MPI_Comm_split's,
+// connected the same way.
 //
 // Debian's Open MPI 4.1 has no timeout on a collective: a rank that dies leaves its peers
 // waiting in MPI, and mpirun, which sees the process end, ends the job and names the rank.
@@ -125,6 +126,14 @@ protected:
                          comm),
           "MPI_Allgatherv");
   }
+  void runSend(const void *data, size_t count, int peer) override {
+    check(MPI_Send(data, mpiCount(count * sizeof(float)), MPI_BYTE, peer, 0, comm), "MPI_Send");
+  }
+  void runRecv(void *data, size_t count, int peer) override {
+    check(MPI_Recv(data, mpiCount(count * sizeof(float)), MPI_BYTE, peer, 0, comm,
+                   MPI_STATUS_IGNORE),
+          "MPI_Recv");
+  }
 
 private:
   /// The sum of `world` parts of `count` elements, part 0 first.
@@ -145,14 +154,25 @@ private:
 struct Peer {
   long pid;
   int node;
+  int rank; // in the whole job (MPI_COMM_WORLD), which names it in messages
 };
 
-/// A group mpirun started.
+class MpiComm;
+
+/// The group of `comm`'s ranks (`options` says this rank's place in it), its transport chosen
+/// as connectMpi says; `parent`, where it is part of one, answers for its lost peers.
+std::unique_ptr<Comm> connectOn(MPI_Comm comm, const CommOptions &options,
+                                const std::string &transport, const MpiComm *parent,
+                                std::string &error);
+
+/// A group mpirun started, or a part of one (split): `parent`, which outlives it, then
+/// answers for the peers.
 class MpiComm : public ConnectedGroup {
 public:
-  MpiComm(const CommOptions &options, MPI_Comm comm, std::vector<Peer> peers)
+  MpiComm(const CommOptions &options, MPI_Comm comm, std::vector<Peer> peers,
+          std::string transport, const MpiComm *parent)
       : ConnectedGroup(options), comm(comm), mpi(comm, options.rank, options.world),
-        peers(std::move(peers)) {}
+        peers(std::move(peers)), transport(std::move(transport)), parent(parent) {}
   // The communicator is not freed: MPI_Comm_free may wait on peers where a rank leaves on an
   // error, and MPI_Finalize frees it at a clean exit.
 
@@ -162,7 +182,31 @@ public:
   void barrier() override { check(MPI_Barrier(comm), "MPI_Barrier"); }
   void retire() override { finalizeAtExit = true; }
 
+  std::unique_ptr<Comm> split(int color, int key, std::string &error) override {
+    MPI_Comm part;
+    if (MPI_Comm_split(comm, color, key, &part) != MPI_SUCCESS) {
+      error = "MPI_Comm_split failed";
+      return nullptr;
+    }
+    CommOptions partOptions = options;
+    MPI_Comm_rank(part, &partOptions.rank);
+    MPI_Comm_size(part, &partOptions.world);
+    if (partOptions.world == 1) { // a rank alone moves nothing; nothing waits on it to free
+      MPI_Comm_free(&part);
+      return groupOfOne(partOptions);
+    }
+    return connectOn(part, partOptions, transport, this, error);
+  }
+
+  void recordExit(const std::string &reason) const override {
+    ConnectedGroup::recordExit(reason);
+    if (parent)
+      parent->recordExit(reason);
+  }
+
   std::string lostPeers() const override {
+    if (parent) // names the peers by their rank in the whole job
+      return parent->lostPeers();
     std::string lost;
     // A killed peer's process is reaped a moment after it stops answering: look for a second.
     for (int attempt = 0; attempt < 20 && lost.empty(); ++attempt) {
@@ -185,9 +229,28 @@ public:
     for (int r = 0; r < options.world; ++r)
       if (r != options.rank && node == peers[size_t(r)].node &&
           processEnded(peers[size_t(r)].pid))
-        lost += (lost.empty() ? "rank " : ", rank ") + std::to_string(r) + " (process " +
-                std::to_string(peers[size_t(r)].pid) + " is gone)";
+        lost += (lost.empty() ? "rank " : ", rank ") + std::to_string(peers[size_t(r)].rank) +
+                " (process " + std::to_string(peers[size_t(r)].pid) + " is gone)";
     return lost;
+  }
+
+  /// Shared memory where every rank is on this machine and TPC_TRANSPORT allows it, MPI's own
+  /// collectives otherwise. False, with `error`, where shm was asked for and cannot be had.
+  bool chooseTransport(std::string &error) {
+    if (transport == "mpi")
+      return true;
+    // The segment's name travels through MPI; a peer is gone when its process is (this group
+    // lives as long as the segment that asks).
+    if (!shareMemory(transport, allOnThisHost(), "mpirun placed them on several hosts",
+                     "tpc-mpi", [this] { return gone(); }, error))
+      return false;
+    if (shm) {
+      std::vector<int> ranks;
+      for (const Peer &peer : peers)
+        ranks.push_back(peer.rank);
+      shm->nameRanks(std::move(ranks));
+    }
+    return true;
   }
 
   bool allOnThisHost() const {
@@ -204,7 +267,37 @@ private:
   MPI_Comm comm;
   MpiCommunicator mpi;
   std::vector<Peer> peers;
+  std::string transport; // TPC_TRANSPORT: the group's parts choose theirs as it did
+  const MpiComm *parent;
 };
+
+std::unique_ptr<Comm> connectOn(MPI_Comm comm, const CommOptions &options,
+                                const std::string &transport, const MpiComm *parent,
+                                std::string &error) {
+  // Errors come back as codes (a failed call throws and is reported like any failed
+  // collective) rather than aborting the job on the spot.
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  try {
+    // This rank's node: the lowest rank among those MPI says share its memory.
+    MPI_Comm shared;
+    check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, options.rank, MPI_INFO_NULL, &shared),
+          "MPI_Comm_split_type");
+    Peer me{long(::getpid()), options.rank, 0};
+    MPI_Comm_rank(MPI_COMM_WORLD, &me.rank);
+    check(MPI_Allreduce(MPI_IN_PLACE, &me.node, 1, MPI_INT, MPI_MIN, shared), "MPI_Allreduce");
+    MPI_Comm_free(&shared);
+    std::vector<Peer> peers(static_cast<size_t>(options.world));
+    check(MPI_Allgather(&me, sizeof me, MPI_BYTE, peers.data(), sizeof me, MPI_BYTE, comm),
+          "MPI_Allgather");
+    auto group = std::make_unique<MpiComm>(options, comm, std::move(peers), transport, parent);
+    if (!group->chooseTransport(error))
+      return nullptr;
+    return group;
+  } catch (const std::exception &e) {
+    error = std::string("could not connect the ranks through MPI: ") + e.what();
+    return nullptr;
+  }
+}
 
 } // namespace
 
@@ -212,14 +305,12 @@ std::unique_ptr<Comm> connectMpi(const CommOptions &options, const std::string &
                                  std::string &error) {
   if (!initMpi(error))
     return nullptr;
-  // A communicator of its own, whose errors come back as codes (a failed call throws and is
-  // reported like any failed collective) rather than aborting the job on the spot.
+  // A communicator of its own.
   MPI_Comm comm;
   if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS) {
     error = "MPI_Comm_dup failed";
     return nullptr;
   }
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   int rank = 0, world = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
@@ -229,29 +320,7 @@ std::unique_ptr<Comm> connectMpi(const CommOptions &options, const std::string &
             std::to_string(options.rank) + " of " + std::to_string(options.world);
     return nullptr;
   }
-  try {
-    // This rank's node: the lowest rank among those MPI says share its memory.
-    MPI_Comm shared;
-    check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared),
-          "MPI_Comm_split_type");
-    Peer me{long(::getpid()), rank};
-    check(MPI_Allreduce(MPI_IN_PLACE, &me.node, 1, MPI_INT, MPI_MIN, shared), "MPI_Allreduce");
-    MPI_Comm_free(&shared);
-    std::vector<Peer> peers(static_cast<size_t>(world));
-    check(MPI_Allgather(&me, sizeof me, MPI_BYTE, peers.data(), sizeof me, MPI_BYTE, comm),
-          "MPI_Allgather");
-    auto group = std::make_unique<MpiComm>(options, comm, std::move(peers));
-    // The segment's name travels through MPI; a peer is gone when its process is.
-    const MpiComm *self = group.get(); // lives as long as the communicator it checks for
-    if (transport != "mpi" &&
-        !group->shareMemory(transport, group->allOnThisHost(), "mpirun placed them on several hosts",
-                            "tpc-mpi", [self] { return self->gone(); }, error))
-      return nullptr;
-    return group;
-  } catch (const std::exception &e) {
-    error = std::string("could not connect the ranks through MPI: ") + e.what();
-    return nullptr;
-  }
+  return connectOn(comm, options, transport, nullptr, error);
 }
 
 } // namespace tpcrt

@@ -3,6 +3,12 @@
 // its peers' slots and bumps its `released` word; a rank writes its slot again
 // only once every peer has released the round before. Sums are taken in rank
 // order on every rank, so every rank holds the same bits.
+//
+// A message goes a chunk at a time through the sender's mailbox: the sender
+// waits until its previous chunk was taken, copies the next in, names its
+// receiver and bumps `sent`; the receiver waits for a chunk named for it, copies
+// it out and sets `taken` to it. One chunk is in a mailbox at a time, so the
+// messages from one rank arrive in the order it sent them, whoever they are for.
 #include "shm_comm.h"
 
 #include <algorithm>
@@ -23,15 +29,24 @@
 
 namespace tpcrt {
 
-/// One rank's sequence words, each on a cache line of its own, with the count of peers
-/// asleep on it: a rank makes the wake-up system call only when someone sleeps.
+/// A sequence word on a cache line of its own, with the count of peers asleep on it: a rank
+/// makes the wake-up system call only when someone sleeps.
+struct alignas(64) ShmCommunicator::Word {
+  std::atomic<uint32_t> value;
+  std::atomic<uint32_t> sleepers;
+};
+
+/// One rank's sequence words for the rounds.
 struct ShmCommunicator::Header {
-  struct alignas(64) Word {
-    std::atomic<uint32_t> value;
-    std::atomic<uint32_t> sleepers;
-  };
   Word arrived;  // the last round whose part is in the slot
   Word released; // the last round whose peers' slots it read
+};
+
+/// One rank's sequence words for its messages, and whom its chunk in the box is for.
+struct ShmCommunicator::Mailbox {
+  Word sent;  // the last chunk put in the mailbox slot
+  Word taken; // the last chunk a receiver copied out
+  alignas(64) std::atomic<int32_t> to;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futexes need plain 32-bit words");
 
@@ -66,12 +81,16 @@ void pause() {
 #endif
 }
 
-/// Each rank's two sequence words (a Header), each rank's reason for stopping, then each
-/// rank's slot.
+/// Each rank's two sequence words (a Header), each rank's reason for stopping, each rank's
+/// slot; then each rank's mailbox and each rank's mailbox slot.
 constexpr size_t kHeaderBytes = 128;
 constexpr size_t kReasonBytes = 512;
-size_t segmentBytes(int world) {
+constexpr size_t kMailboxBytes = 192;
+size_t mailboxesAt(int world) {
   return size_t(world) * (kHeaderBytes + kReasonBytes + ShmCommunicator::kSlotBytes);
+}
+size_t segmentBytes(int world) {
+  return mailboxesAt(world) + size_t(world) * (kMailboxBytes + ShmCommunicator::kSlotBytes);
 }
 
 } // namespace
@@ -109,9 +128,13 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::open(const std::string &name, 
       ::shm_unlink(name.c_str());
     return nullptr;
   }
-  if (rank == 0) // the words every rank waits on, before any other rank can see them
-    for (int r = 0; r < world; ++r)
+  if (rank == 0) { // the words every rank waits on, before any other rank can see them
+    char *mailboxes = static_cast<char *>(base) + mailboxesAt(world);
+    for (int r = 0; r < world; ++r) {
       new (static_cast<char *>(base) + size_t(r) * kHeaderBytes) Header{{{0}, {0}}, {{0}, {0}}};
+      new (mailboxes + size_t(r) * kMailboxBytes) Mailbox{{{0}, {0}}, {{0}, {0}}, {0}};
+    }
+  }
   return std::unique_ptr<ShmCommunicator>(
       new ShmCommunicator(rank, world, base, bytes, timeoutSeconds, std::move(peerGone)));
 }
@@ -122,6 +145,7 @@ ShmCommunicator::ShmCommunicator(int rank, int world, void *base, size_t bytes, 
       headers(static_cast<Header *>(base)), timeoutSeconds(timeoutSeconds),
       peerGone(std::move(peerGone)) {
   static_assert(sizeof(Header) == kHeaderBytes, "segmentBytes counts a Header per rank");
+  static_assert(sizeof(Mailbox) == kMailboxBytes, "segmentBytes counts a Mailbox per rank");
   // Spin a while before sleeping where every rank has a core; where ranks
   // outnumber cores a spinning rank would take a core from the peer it waits
   // for, so sleep at once.
@@ -140,6 +164,20 @@ float *ShmCommunicator::slot(int r) const {
   return reinterpret_cast<float *>(slots + size_t(r) * kSlotBytes);
 }
 
+ShmCommunicator::Mailbox &ShmCommunicator::mailboxOf(int r) const {
+  char *mailboxes = static_cast<char *>(base) + mailboxesAt(world);
+  return *reinterpret_cast<Mailbox *>(mailboxes + size_t(r) * kMailboxBytes);
+}
+
+float *ShmCommunicator::mailSlot(int r) const {
+  char *slots = static_cast<char *>(base) + mailboxesAt(world) + size_t(world) * kMailboxBytes;
+  return reinterpret_cast<float *>(slots + size_t(r) * kSlotBytes);
+}
+
+std::string ShmCommunicator::nameOf(int r) const {
+  return "rank " + std::to_string(names.empty() ? r : names[size_t(r)]);
+}
+
 void ShmCommunicator::recordExit(const std::string &reason) const {
   // The text first, then its first byte, which peers look at: they never see half of it.
   char *mine = reasonOf(rank);
@@ -151,8 +189,7 @@ void ShmCommunicator::recordExit(const std::string &reason) const {
   reinterpret_cast<std::atomic<char> *>(mine)->store(reason[0], std::memory_order_release);
 }
 
-void ShmCommunicator::waitFor(int peer, bool released, uint32_t target) {
-  Header::Word &w = released ? headers[peer].released : headers[peer].arrived;
+void ShmCommunicator::waitFor(Word &w, int peer, uint32_t target) {
   for (long i = 0; i < spins; ++i) {
     if (reached(w.value.load(std::memory_order_acquire), target))
       return;
@@ -175,15 +212,14 @@ void ShmCommunicator::waitFor(int peer, bool released, uint32_t target) {
       for (int r = 0; r < world; ++r)
         if (r != rank &&
             reinterpret_cast<std::atomic<char> *>(reasonOf(r))->load(std::memory_order_acquire))
-          throw std::runtime_error("shared-memory collective: rank " +
-                                   std::to_string(firstRank + r) + " stopped: " + std::string(reasonOf(r)));
+          throw std::runtime_error("shared-memory collective: " + nameOf(r) +
+                                   " stopped: " + std::string(reasonOf(r)));
       if (peerGone)
         if (std::string gone = peerGone(); !gone.empty())
           throw std::runtime_error("shared-memory collective: " + gone);
     }
     if (now >= deadline)
-      throw std::runtime_error("shared-memory collective: rank " +
-                               std::to_string(firstRank + peer) +
+      throw std::runtime_error("shared-memory collective: " + nameOf(peer) +
                                " did not answer within " + std::to_string(timeoutSeconds) +
                                " s (--timeout)");
   }
@@ -194,12 +230,12 @@ void ShmCommunicator::round(const std::function<void(float *)> &write,
   uint32_t s = ++sequence;
   for (int p = 0; p < world; ++p) // the peers have read this slot's previous round
     if (p != rank)
-      waitFor(p, true, s - 1);
+      waitFor(headers[p].released, p, s - 1);
   write(slot(rank));
   publish(headers[rank].arrived, s);
   for (int p = 0; p < world; ++p)
     if (p != rank)
-      waitFor(p, false, s);
+      waitFor(headers[p].arrived, p, s);
   read();
   publish(headers[rank].released, s);
 }
@@ -292,6 +328,46 @@ void ShmCommunicator::runAllToAll(const void *in, size_t count, void *out) {
     for (int r = 0; r < world; ++r)
       std::memcpy(y + size_t(r) * count + at, slot(r) + size_t(rank) * n, n * sizeof(float));
   });
+}
+
+void ShmCommunicator::runSend(const void *data, size_t count, int peer) {
+  const float *x = static_cast<const float *>(data);
+  Mailbox &mine = mailboxOf(rank);
+  const size_t chunk = kSlotBytes / sizeof(float);
+  for (size_t at = 0; at < count; at += chunk) {
+    size_t n = std::min(chunk, count - at);
+    uint32_t k = mine.sent.value.load(std::memory_order_relaxed) + 1; // only this rank sets it
+    waitFor(mine.taken, lastReceiver, k - 1);
+    std::memcpy(mailSlot(rank), x + at, n * sizeof(float));
+    mine.to.store(peer, std::memory_order_seq_cst);
+    publish(mine.sent, k);
+    lastReceiver = peer;
+  }
+}
+
+void ShmCommunicator::runRecv(void *data, size_t count, int peer) {
+  float *y = static_cast<float *>(data);
+  Mailbox &theirs = mailboxOf(peer);
+  const size_t chunk = kSlotBytes / sizeof(float);
+  for (size_t at = 0; at < count; at += chunk) {
+    size_t n = std::min(chunk, count - at);
+    uint32_t k;
+    for (;;) {
+      // Read in this order: while chunk k is not taken, the sender cannot name the receiver
+      // of the next one, so `to` is chunk k's.
+      k = theirs.sent.value.load(std::memory_order_seq_cst);
+      int32_t to = theirs.to.load(std::memory_order_seq_cst);
+      uint32_t taken = theirs.taken.value.load(std::memory_order_seq_cst);
+      if (taken != k && to == rank)
+        break;
+      if (taken == k) // an empty mailbox: wait for the next chunk
+        waitFor(theirs.sent, peer, k + 1);
+      else // another receiver's chunk: wait until it takes it
+        waitFor(theirs.taken, to, k);
+    }
+    std::memcpy(y + at, mailSlot(peer), n * sizeof(float));
+    publish(theirs.taken, k);
+  }
 }
 
 } // namespace tpcrt

@@ -1,8 +1,9 @@
 // The ranks of one machine, through a shared-memory segment: each rank writes
 // its part into its own slot and reads its peers' (a round), with
-// spin-then-block waiting on sequence words (futexes). Gloo stays for the
-// rendezvous, the barrier and broadcasts; this only moves the collectives'
-// elements. Plain C++17, Linux.
+// spin-then-block waiting on sequence words (futexes); a message to one peer
+// goes through the sender's mailbox, a slot of its own beside the rounds'.
+// Gloo stays for the rendezvous, the barrier and broadcasts; this only moves
+// the collectives' elements and the messages. Plain C++17, Linux.
 #ifndef TPCRT_COMM_SHM_COMM_H
 #define TPCRT_COMM_SHM_COMM_H
 
@@ -12,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tpcrt {
 
@@ -35,8 +37,9 @@ public:
   /// Copies `count` elements of rank `root`'s `data` into every other rank's `data`: not one
   /// of the model's collectives (the hierarchical group spreads a host's result with it).
   void broadcast(void *data, size_t count, int root);
-  /// Names rank r of this segment `first + r` in messages (a host's ranks within the group).
-  void nameRanksFrom(int first) { firstRank = first; }
+  /// Names rank r of this segment `ranks[r]` in messages (a host's ranks within the group, a
+  /// part's within the whole).
+  void nameRanks(std::vector<int> ranks) { names = std::move(ranks); }
   /// Leaves in the segment why this rank stops: a peer waiting on it says so at once.
   void recordExit(const std::string &reason) const;
 
@@ -49,18 +52,28 @@ protected:
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;
   void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override;
+  void runSend(const void *data, size_t count, int peer) override;
+  void runRecv(void *data, size_t count, int peer) override;
 
 private:
+  struct Word;
   struct Header;
+  struct Mailbox;
   ShmCommunicator(int rank, int world, void *base, size_t bytes, int timeoutSeconds,
                   PeerCheck peerGone);
   float *slot(int r) const;
   char *reasonOf(int r) const;
+  /// How messages name rank r: "rank 3".
+  std::string nameOf(int r) const;
+  Mailbox &mailboxOf(int r) const;
+  /// Rank r's mailbox slot: the chunk of a message it sent that its receiver has not taken.
+  float *mailSlot(int r) const;
   /// One round: waits until the peers have read this rank's slot, lets `write`
   /// fill it, publishes it, waits for every peer's, lets `read` take what it
   /// needs, and says so.
   void round(const std::function<void(float *mine)> &write, const std::function<void()> &read);
-  void waitFor(int peer, bool released, uint32_t sequence);
+  /// Waits until `w` reaches `sequence`; `peer` is the rank named when it does not in time.
+  void waitFor(Word &w, int peer, uint32_t sequence);
   /// Rounds over `in`'s world parts of `count` elements, a chunk of every part per round;
   /// `read(at, n)` takes elements [at, at + n) of them, part p of a slot at p * n.
   void inParts(const float *in, size_t count, const std::function<void(size_t at, size_t n)> &read);
@@ -74,7 +87,8 @@ private:
   int timeoutSeconds;
   PeerCheck peerGone;
   long spins;
-  int firstRank = 0;
+  std::vector<int> names; // none: rank r is "rank r"
+  int lastReceiver = 0; // of this rank's latest chunk: the one a send waits on
 };
 
 } // namespace tpcrt

@@ -257,4 +257,19 @@ void TcpMeshCommunicator::runReduceScatter(const void *in, size_t count, void *o
       y[i] += staging[size_t(m) * count + i];
 }
 
+// A message is a move with one peer's bytes: the pair's socket keeps the messages in order.
+void TcpMeshCommunicator::runSend(const void *data, size_t count, int peer) {
+  std::vector<const char *> send(size_t(world), static_cast<const char *>(data));
+  std::vector<size_t> sendBytes(size_t(world), 0), none(size_t(world), 0);
+  sendBytes[size_t(peer)] = count * sizeof(float);
+  move(send, sendBytes, std::vector<char *>(size_t(world)), none);
+}
+
+void TcpMeshCommunicator::runRecv(void *data, size_t count, int peer) {
+  std::vector<char *> recv(size_t(world), static_cast<char *>(data));
+  std::vector<size_t> recvBytes(size_t(world), 0), none(size_t(world), 0);
+  recvBytes[size_t(peer)] = count * sizeof(float);
+  move(std::vector<const char *>(size_t(world)), none, recv, recvBytes);
+}
+
 } // namespace tpcrt

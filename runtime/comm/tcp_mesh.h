@@ -1,9 +1,10 @@
-// Private to the runtime's comm/: the collectives between hosts over plain TCP sockets, a
-// connection between every pair of members, each call moved by the calling thread itself
-// (nonblocking sockets under one poll). Gloo's TCP pairs hand every message to a device thread
-// and back, about 150 us a message on these CPUs and milliseconds when the ranks outnumber
-// the cores; a decode step makes some sixty collectives, so between hosts that hand-off, not
-// the link, set the pace (docs/multi-host.md, bench/results/multi-host.txt). Plain C++17, Linux.
+// Private to the runtime's comm/: the collectives (and the messages between two members)
+// between hosts over plain TCP sockets, a connection between every pair of members, each
+// call moved by the calling thread itself (nonblocking sockets under one poll). Gloo's TCP
+// pairs hand every message to a device thread and back, about 150 us a message on these CPUs
+// and milliseconds when the ranks outnumber the cores; a decode step makes some sixty
+// collectives, so between hosts that hand-off, not the link, set the pace (docs/multi-host.md,
+// bench/results/multi-host.txt). Plain C++17, Linux.
 //
 // An all-reduce sends every member's buffer to every other and each sums them in member order:
 // one message time, not a ring's 2(n-1), the same bits on every member, and for two hosts the
@@ -42,6 +43,8 @@ protected:
   void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override;
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;
+  void runSend(const void *data, size_t count, int peer) override;
+  void runRecv(void *data, size_t count, int peer) override;
 
 private:
   TcpMeshCommunicator(int index, int count, std::vector<int> sockets, int timeoutSeconds,

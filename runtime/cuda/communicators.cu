@@ -111,6 +111,14 @@ void NcclCommunicator::runAllToAll(const void *in, size_t count, void *out) {
   enqueued(ncclGroupEnd(), "ncclGroupEnd (all-to-all)");
 }
 
+void NcclCommunicator::runSend(const void *data, size_t count, int peer) {
+  enqueued(ncclSend(data, count, ncclBfloat16, peer, comm, stream), "ncclSend");
+}
+
+void NcclCommunicator::runRecv(void *data, size_t count, int peer) {
+  enqueued(ncclRecv(data, count, ncclBfloat16, peer, comm, stream), "ncclRecv");
+}
+
 HostStagedCommunicator::HostStagedCommunicator(Communicator &host, cudaStream_t stream)
     : Communicator(host.rank, host.world, sizeof(act)), host(host), stream(stream) {}
 
@@ -118,15 +126,20 @@ template <typename Fn>
 void HostStagedCommunicator::staged(const void *in, size_t inCount, void *out, size_t outCount,
                                     Fn fn) {
   std::vector<act> copies(std::max(inCount, outCount));
-  check(cudaMemcpyAsync(copies.data(), in, inCount * sizeof(act), cudaMemcpyDeviceToHost,
-                        stream),
-        "cudaMemcpyAsync (to the host)");
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  // A message received has nothing to take to the host, one sent nothing to bring back.
+  if (inCount > 0) {
+    check(cudaMemcpyAsync(copies.data(), in, inCount * sizeof(act), cudaMemcpyDeviceToHost,
+                          stream),
+          "cudaMemcpyAsync (to the host)");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
   std::vector<float> a(inCount), b(outCount);
   for (size_t i = 0; i < inCount; ++i)
     a[i] = __bfloat162float(copies[i]);
   host.label(labelModule, labelTokens);
   fn(a.data(), b.data());
+  if (outCount == 0)
+    return;
   for (size_t i = 0; i < outCount; ++i)
     copies[i] = __float2bfloat16(b[i]);
   check(cudaMemcpyAsync(out, copies.data(), outCount * sizeof(act), cudaMemcpyHostToDevice,
@@ -155,6 +168,14 @@ void HostStagedCommunicator::runReduceScatter(const void *in, size_t count, void
 void HostStagedCommunicator::runAllToAll(const void *in, size_t count, void *out) {
   staged(in, count * world, out, count * world,
          [&](const float *a, float *b) { host.allToAll(a, count, b); });
+}
+
+void HostStagedCommunicator::runSend(const void *data, size_t count, int peer) {
+  staged(data, count, nullptr, 0, [&](const float *a, float *) { host.send(a, count, peer); });
+}
+
+void HostStagedCommunicator::runRecv(void *data, size_t count, int peer) {
+  staged(nullptr, 0, data, count, [&](const float *, float *b) { host.recv(b, count, peer); });
 }
 
 } // namespace tpcrt::cuda

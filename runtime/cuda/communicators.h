@@ -38,6 +38,8 @@ protected:
   void runAllGather(const void *in, size_t count, void *out) override;
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;
+  void runSend(const void *data, size_t count, int peer) override;
+  void runRecv(void *data, size_t count, int peer) override;
 
 private:
   /// Checks a call just made, waiting (watched) while a non-blocking one is still being
@@ -65,6 +67,8 @@ protected:
   void runAllGather(const void *in, size_t count, void *out) override;
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;
+  void runSend(const void *data, size_t count, int peer) override;
+  void runRecv(void *data, size_t count, int peer) override;
 
 private:
   /// `inCount` elements of `in` to the host as fp32, fn(host input, host output), then

@@ -821,6 +821,190 @@ TEST(Comm, UnknownTransportIsRefused) {
   ::unsetenv("TPC_TRANSPORT");
 }
 
+/// Message `salt` of `count` elements from rank `from`: whole numbers below 2^24, exact in
+/// fp32, different for every sender and message.
+std::vector<float> message(int from, int salt, size_t count) {
+  std::vector<float> m(count);
+  for (size_t i = 0; i < count; ++i)
+    m[i] = float((i * 31 + size_t(from) * 1000003 + size_t(salt) * 7919) % (size_t(1) << 24));
+  return m;
+}
+
+/// Whether rank `from`'s message `salt` of `count` elements arrives whole through `comm`.
+bool receives(Communicator &comm, int from, int salt, size_t count) {
+  std::vector<float> got(count, -1.0f);
+  comm.recv(got.data(), count, from);
+  return got == message(from, salt, count);
+}
+
+TEST(Comm, SplitAndPointToPointOnEachTransport) {
+  // 4 ranks as 2 pipeline stages of 2, numbered stage-major: each stage's group sums on its
+  // own, and the whole group carries messages between the stages: 3 floats, more than two
+  // shared-memory slots, several back to back, a reply, and one sender's messages to two
+  // receivers waiting at once. The trace lists them with their bytes.
+  onEachTransport("rdzv-split", [](const std::string &dir) {
+    EXPECT_TRUE(forkRanks(4, [&](int rank) {
+      std::string error;
+      auto world = Comm::connect({rank, 4, dir, "127.0.0.1", 20}, error);
+      auto stage = world ? world->split(rank / 2, rank % 2, error) : nullptr;
+      if (!stage) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+        return false;
+      }
+      Communicator &tp = stage->communicator();
+      if (stage->rank() != rank % 2 || stage->world() != 2 || tp.rank != rank % 2 ||
+          tp.world != 2)
+        return false;
+      float sum = float(rank);
+      tp.allReduce(&sum, 1);
+      if (sum != (rank < 2 ? 1.0f : 5.0f))
+        return false;
+      // Inside a stage too.
+      if (tp.rank == 0)
+        tp.send(message(0, 9, 3).data(), 3, 1);
+      else if (!receives(tp, 0, 9, 3))
+        return false;
+
+      Communicator &comm = world->communicator();
+      std::vector<TraceEntry> trace;
+      comm.traceInto(&trace);
+      const size_t small = 3, large = (size_t(2) << 20) / sizeof(float) + 5;
+      bool ok = true;
+      if (rank < 2) {
+        comm.send(message(rank, 0, small).data(), small, rank + 2);
+        comm.send(message(rank, 1, large).data(), large, rank + 2);
+        for (int salt = 2; salt < 5; ++salt)
+          comm.send(message(rank, salt, size_t(salt)).data(), size_t(salt), rank + 2);
+      } else {
+        ok &= receives(comm, rank - 2, 0, small) && receives(comm, rank - 2, 1, large);
+        for (int salt = 2; salt < 5; ++salt)
+          ok &= receives(comm, rank - 2, salt, size_t(salt));
+      }
+      if (rank == 3)
+        comm.send(message(3, 5, small).data(), small, 0);
+      if (rank == 0) {
+        ok &= receives(comm, 3, 5, small);
+        for (int salt = 6; salt < 9; ++salt)
+          comm.send(message(0, salt, small).data(), small, salt == 7 ? 2 : 3);
+      }
+      if (rank == 2)
+        ok &= receives(comm, 0, 7, small);
+      if (rank == 3)
+        ok &= receives(comm, 0, 6, small) && receives(comm, 0, 8, small);
+      if (!ok)
+        return false;
+
+      std::string path = std::string(std::getenv("TPC_TRANSPORT")) == "gloo" ? "tcp" : "shm";
+      std::vector<std::pair<std::string, uint64_t>> wire;
+      for (const TraceEntry &e : trace) {
+        wire.push_back({e.kind, e.bytes});
+        ok &= e.path == path;
+      }
+      using Wire = std::vector<std::pair<std::string, uint64_t>>;
+      if (rank == 0)
+        ok &= wire == Wire{{"send", 12}, {"send", large * 4}, {"send", 8}, {"send", 12},
+                           {"send", 16}, {"recv", 12}, {"send", 12}, {"send", 12},
+                           {"send", 12}};
+      if (rank == 2)
+        ok &= wire == Wire{{"recv", 12}, {"recv", large * 4}, {"recv", 8}, {"recv", 12},
+                           {"recv", 16}, {"recv", 12}};
+      comm.traceInto(nullptr);
+
+      // Parts ordered by key, not rank: {2, 0} and {3, 1}; a second split of the same group.
+      auto reversed = world->split(rank % 2, -rank, error);
+      if (!reversed || reversed->rank() != (rank < 2 ? 1 : 0))
+        return false;
+      std::vector<float> ranks(2);
+      float mine = float(rank);
+      reversed->communicator().allGather(&mine, 1, ranks.data());
+      if (ranks != (rank % 2 == 0 ? std::vector<float>{2, 0} : std::vector<float>{3, 1}))
+        return false;
+      // A rank alone in its part.
+      auto alone = world->split(rank, 0, error);
+      if (!alone || alone->world() != 1 || alone->communicator().pathOf("all_reduce") != "local")
+        return false;
+
+      // The parts go first; the whole group still works.
+      alone.reset();
+      reversed.reset();
+      stage.reset();
+      float all = 1;
+      comm.allReduce(&all, 1);
+      return all == 4;
+    }));
+  });
+}
+
+TEST(Comm, AReceiveFromAStoppedRankSaysWhy) {
+  // A message waits the way a collective does: a sender that stopped is named at once.
+  ::setenv("TPC_TRANSPORT", "shm", 1);
+  std::string dir = tempPath("rdzv-shm-recv-reason");
+  EXPECT_TRUE(forkRanks(2, [&](int rank) {
+    std::string error;
+    auto group = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
+    if (!group)
+      return false;
+    if (rank == 1) {
+      group->recordExit("out of patience");
+      return true;
+    }
+    auto start = std::chrono::steady_clock::now();
+    float x = 0;
+    try {
+      group->communicator().recv(&x, 1, 1);
+    } catch (const std::exception &e) {
+      return std::string(e.what()).find("rank 1 stopped: out of patience") !=
+                 std::string::npos &&
+             std::chrono::steady_clock::now() - start < std::chrono::seconds(5);
+    }
+    return false;
+  }));
+  ::unsetenv("TPC_TRANSPORT");
+}
+
+TEST(Comm, SplitAcrossHostsChoosesEachPartsTransport) {
+  // 2 hosts of 2 ranks: a part with a rank on each host is the hosts' TCP mesh, a part on one
+  // host shared memory; messages cross the hosts in the whole group (over Gloo's mesh) and in
+  // a part (over the TCP mesh), larger than a slot.
+  EXPECT_TRUE(hostRanks(4, [](int rank) { return rank / 2; }, [](int rank, Comm &group) {
+    std::string error;
+    auto across = group.split(rank % 2, rank, error);
+    auto within = group.split(rank / 2, rank, error);
+    if (!across || !within)
+      return false;
+    std::vector<TraceEntry> trace;
+    across->communicator().traceInto(&trace);
+    within->communicator().traceInto(&trace);
+    group.communicator().traceInto(&trace);
+    float a = float(rank), w = float(rank);
+    across->communicator().allReduce(&a, 1);
+    within->communicator().allReduce(&w, 1);
+    if (a != (rank % 2 == 0 ? 2.0f : 4.0f) || w != (rank < 2 ? 1.0f : 5.0f))
+      return false;
+    const size_t large = (size_t(1) << 20) / sizeof(float) + 7;
+    bool ok = true;
+    if (rank == 0)
+      group.communicator().send(message(0, 0, large).data(), large, 3);
+    if (rank == 3)
+      ok &= receives(group.communicator(), 0, 0, large);
+    if (rank == 1)
+      across->communicator().send(message(0, 1, large).data(), large, 1);
+    if (rank == 3)
+      ok &= receives(across->communicator(), 0, 1, large);
+    std::vector<std::string> paths;
+    for (const TraceEntry &e : trace)
+      paths.push_back(e.kind + " " + e.path);
+    std::vector<std::string> want = {"all_reduce tcp", "all_reduce shm"};
+    if (rank == 0)
+      want.push_back("send tcp");
+    if (rank == 1)
+      want.push_back("send tcp");
+    if (rank == 3)
+      want.insert(want.end(), {"recv tcp", "recv tcp"});
+    return ok && paths == want;
+  }));
+}
+
 /// The [rows, cols] matrix whose element (i, j) is i * 100 + j + 1, times `factor`.
 std::vector<float> numbered(int64_t rows, int64_t cols, float factor = 1) {
   std::vector<float> m(size_t(rows * cols));

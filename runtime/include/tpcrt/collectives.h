@@ -14,9 +14,9 @@
 
 namespace tpcrt {
 
-/// One collective as it went on the wire, for --trace.
+/// One collective (or one point-to-point message) as it went on the wire, for --trace.
 struct TraceEntry {
-  std::string kind;   // all_reduce, all_gather, reduce_scatter, all_to_all
+  std::string kind;   // all_reduce, all_gather, reduce_scatter, all_to_all, send, recv
   std::string module; // the HF module it serves
   int64_t tokens;     // the forward's tokens it covers
   uint64_t bytes;     // one rank's larger buffer of the call, padding included
@@ -65,8 +65,9 @@ private:
 };
 
 /// Moves elements between the ranks of one group: the four collectives every placement change
-/// is made of, each the real one of the engine underneath (Gloo, NCCL). Every call is recorded
-/// in the trace, when one is attached, under the label the caller set.
+/// is made of, each the real one of the engine underneath (Gloo, NCCL), and the messages
+/// between two ranks that carry a value from one pipeline stage to the next. Every call is
+/// recorded in the trace, when one is attached, under the label the caller set.
 class Communicator {
 public:
   Communicator(int rank, int world, size_t elementBytes)
@@ -88,6 +89,12 @@ public:
   /// `in` holds world parts of `count` elements; the i-th goes to rank i, which keeps it as
   /// its r-th part of `out` when it came from rank r.
   void allToAll(const void *in, size_t count, void *out);
+
+  /// `count` elements to rank `peer` of this group (a pipeline stage's activation); may return
+  /// before the peer has them.
+  void send(const void *data, size_t count, int peer);
+  /// `count` elements from rank `peer` into `data`.
+  void recv(void *data, size_t count, int peer);
 
   /// Every rank's `bytes` bytes (a multiple of elementBytes), rank-major, into `out`: a
   /// control message of the generation (rank 0's decision after each forward), not a
@@ -118,6 +125,8 @@ protected:
   virtual void runReduceScatter(const void *in, size_t count, void *out) = 0;
   virtual void runAllToAll(const void *in, size_t count, void *out) = 0;
   virtual void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out);
+  virtual void runSend(const void *data, size_t count, int peer);
+  virtual void runRecv(void *data, size_t count, int peer);
 
   const char *labelModule = "";
   int64_t labelTokens = 0;
@@ -147,6 +156,8 @@ protected:
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;
   void runAllGatherV(const void *in, const std::vector<size_t> &counts, void *out) override;
+  void runSend(const void *data, size_t count, int peer) override;
+  void runRecv(void *data, size_t count, int peer) override;
 
 private:
   Memory &memory;

@@ -50,6 +50,11 @@ public:
   virtual void broadcast(void *data, size_t bytes, int root) = 0;
   /// Returns once every rank has called it.
   virtual void barrier() = 0;
+  /// The ranks of this group with the same `color`, ordered by `key` (ties by rank), as a
+  /// group of their own; collective over the whole group, like MPI_Comm_split. Null, with
+  /// `error`, on failure. The part asks this group about its lost peers, so this group must
+  /// outlive it.
+  virtual std::unique_ptr<Comm> split(int color, int key, std::string &error) = 0;
   /// At a clean exit: marks the rendezvous directory as used up (rank 0); under mpirun,
   /// lets MPI finalize as the process exits (a rank that exits without it makes mpirun end
   /// the job).
