@@ -88,9 +88,16 @@ def TP_PartialAttr : TP_Attr<"Partial", "partial",
 }
 
 def TP_MeshAttr : TP_Attr<"Mesh", "mesh"> {
-  let summary = "The tp mesh axis of a module: how many ranks share each layer";
-  let parameters = (ins "int64_t":$size);
-  let assemblyFormat = "`<` `tp` `=` $size `>`";
+  let summary = "The module's mesh: pp pipeline stages, each of tp ranks sharing its layers";
+  let description = [{
+    Two named axes, as upstream `shard.grid` has numbered ones: `pp` pipeline stages, each
+    holding some of the layers (`tp.stage` on the ops), and `size` ranks on the tp axis, which
+    split every layer of a stage (the placements). Ranks are numbered stage-major: stage k's
+    tp group is ranks k * size to k * size + size - 1. `pp` is left out where it is 1.
+  }];
+  let parameters = (ins DefaultValuedParameter<"int64_t", "1">:$pp, "int64_t":$size);
+  let assemblyFormat = "`<` (`pp` `=` $pp^ `,` ` `)? `tp` `=` $size `>`";
+  let builders = [AttrBuilder<(ins "int64_t":$size), [{ return $_get($_ctxt, 1, size); }]>];
   let genVerifyDecl = 1;
 }
 

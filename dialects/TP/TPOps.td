@@ -43,6 +43,10 @@ def TP_ParamOp : TP_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     `tp-weight-storage` sets it to what the target's binary holds, which the loader, `tpc
     analyze` (weight bytes, bytes a step reads) and the lowering read. The tensor type stays
     the type of the arithmetic.
+
+    `stages` (set by `tp-assign-stages` on a module with pipeline stages) lists the stages
+    whose ops read the parameter, sorted: only their ranks load it. A tied embedding is read
+    by the first stage and the last. Absent: every stage.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<AnyRankedTensor>:$type,
@@ -51,7 +55,8 @@ def TP_ParamOp : TP_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<TP_I64Attr>:$head_repeat,
                        OptionalAttr<TP_ShardDescAttr>:$shard,
                        OptionalAttr<StrArrayAttr>:$sources,
-                       OptionalAttr<TP_StorageAttr>:$storage);
+                       OptionalAttr<TP_StorageAttr>:$storage,
+                       OptionalAttr<DenseI64ArrayAttr>:$stages);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -431,6 +436,24 @@ def TP_LocalReshardOp : TP_Op<"local_reshard", [Pure]> {
   let arguments = (ins TP_Tensor:$input, OptionalAttr<StrAttr>:$module);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def TP_TransferOp : TP_Op<"transfer", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "A value sent between pipeline stages: tp rank r of `from` to tp rank r of `to`";
+  let description = [{
+    `tp-insert-transfers` puts one where a value of one stage is read in another: the
+    residual stream between layers, whatever else crosses, and the logits back to the first
+    stage, which samples. Every stage has the same tp size, so each rank sends its own piece,
+    whatever its placement, to the rank of the same tp index; the value is defined in `to`.
+    ```mlir
+    %h1 = tp.transfer %h from 0 to 1 {module = "model.layers.0"} : tensor<?x64xf32, #tp.replicate>
+    ```
+  }];
+  let arguments = (ins TP_Tensor:$input, TP_I64Attr:$from, TP_I64Attr:$to,
+                       OptionalAttr<StrAttr>:$module);
+  let results = (outs TP_Tensor:$result);
+  let assemblyFormat = "$input `from` $from `to` $to attr-dict `:` type($input)";
   let hasVerifier = 1;
 }
 

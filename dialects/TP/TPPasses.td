@@ -23,7 +23,40 @@ def TPApplyPlan : Pass<"tp-apply-plan", "::mlir::ModuleOp"> {
            "a JSON file of custom strategies">,
     Option<"tpSize", "tp-size", "int64_t", /*default=*/"0",
            "ranks on the tp axis (0: keep the module's tp.mesh)">,
+    Option<"ppSize", "pp-size", "int64_t", /*default=*/"0",
+           "pipeline stages (0: keep the module's tp.mesh, else 1)">,
   ];
+}
+
+def TPAssignStages : Pass<"tp-assign-stages", "::mlir::ModuleOp"> {
+  let summary = "Place the decoder layers on the mesh's pipeline stages";
+  let description = [{
+    On a module whose mesh has pp > 1, gives every op of each forward a `tp.stage`: the
+    decoder layers in consecutive runs, `split` of them per stage where given, else balanced
+    by the cost model (weight bytes each decode step reads, KV bytes at `kv-tokens` of
+    context, and multiply-adds), the embedding on the first stage, the final norm and lm_head
+    on the last. Parameters get the `stages` that read them (a tied embedding both ends), the
+    module `tp.stage_layers`. Refuses, naming the model, more stages than layers, a split
+    that does not match, and a forward where a value of a layer is read in another stage by
+    anything but its last op (a split that would cut a layer's internals). Does nothing at
+    pp 1.
+  }];
+  let options = [
+    ListOption<"split", "split", "int64_t",
+               "decoder layers per stage (default: balanced by the cost model)">,
+    Option<"kvTokens", "kv-tokens", "int64_t", /*default=*/"2048",
+           "the context the balance prices each layer's KV reads at">,
+  ];
+}
+
+def TPInsertTransfers : Pass<"tp-insert-transfers", "::mlir::ModuleOp"> {
+  let summary = "Send the values that cross pipeline stages";
+  let description = [{
+    After tp-partition, on a module with stages: where a value defined in one stage is read
+    in another, a `tp.transfer` right after its producer carries it (one per stage that
+    reads it, each rank's local piece to the rank of the same tp index), and the forward's
+    result goes back to stage 0, which samples. Does nothing at pp 1.
+  }];
 }
 
 def TPLastToken : Pass<"tp-last-token", "::mlir::ModuleOp"> {

@@ -459,7 +459,8 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
     return failure();
   MemoryReport &memory = a.memory;
   memory.maxSeqLen = maxSeqLen;
-  if (failed(plan::applyPlan(module, {o.plan, o.strategies, o.tp})))
+  if (failed(plan::applyPlan(module, {o.plan, o.strategies, o.tp, o.pp})) ||
+      failed(assignStages(module, o.ppSplit)))
     return failure();
 
   // The program the binary is built from, for this target: its forwards' collectives,

@@ -50,6 +50,8 @@ std::optional<analysis::AnalyzeOptions> analyzeOptions(const AnalyzeArgs &args) 
   options.plan = args.plan;
   options.strategies = args.strategies;
   options.tp = args.tp;
+  options.pp = args.pp;
+  options.ppSplit = args.ppSplit;
   return options;
 }
 

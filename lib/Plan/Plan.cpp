@@ -461,6 +461,13 @@ FailureOr<PlanReport> PlanApplier::run() {
   }
   report.tpSize = tp;
   report.planPath = options.planPath;
+  int64_t pp = options.ppSize;
+  if (pp < 0) {
+    emitError(module.getLoc()) << "the pp size must be at least 1, got " << pp;
+    return failure();
+  }
+  if (pp == 0)
+    pp = tp::getPipelineStages(module);
 
   if (!options.strategiesPath.empty() &&
       failed(registry.loadCustom(options.strategiesPath, context)))
@@ -484,7 +491,7 @@ FailureOr<PlanReport> PlanApplier::run() {
   matchRules();
   placeModules();
   placeParams();
-  module->setAttr(tp::kMeshAttrName, tp::MeshAttr::get(context, tp));
+  module->setAttr(tp::kMeshAttrName, tp::MeshAttr::get(context, pp, tp));
   if (failedAny)
     return failure();
   return std::move(report);

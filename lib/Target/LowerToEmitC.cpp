@@ -60,9 +60,18 @@ std::string lowering::blocksOf(PlacementAttr p, int64_t global) {
 
 FunctionLowering::FunctionLowering(func::FuncOp func, const Spelling &spelling,
                                    llvm::DenseMap<StringAttr, int64_t> &paramIndex, int64_t tp,
-                                   OpBuilder &moduleBuilder)
-    : spelling(spelling), ctx(func.getContext()), builder(ctx), func(func), paramIndex(paramIndex),
-      tp(tp), moduleBuilder(moduleBuilder) {}
+                                   OpBuilder &moduleBuilder, std::optional<int64_t> stage)
+    : spelling(spelling), ctx(func.getContext()), builder(ctx), func(func), stage(stage),
+      emittedName(stage ? "forward_stage" + std::to_string(*stage) : func.getSymName().str()),
+      paramIndex(paramIndex), tp(tp), moduleBuilder(moduleBuilder) {}
+
+bool FunctionLowering::runsHere(Operation *op) {
+  if (!stage)
+    return true;
+  if (auto transfer = dyn_cast<TransferOp>(op))
+    return transfer.getFrom() == *stage || transfer.getTo() == *stage;
+  return stageOf(op) == *stage;
+}
 
 Type FunctionLowering::idsType() { return emitc::PointerType::get(opaque("const int64_t")); }
 Type FunctionLowering::actPtr() { return emitc::PointerType::get(opaque(spelling.element())); }
@@ -73,7 +82,7 @@ Type FunctionLowering::constActPtr() {
 LogicalResult FunctionLowering::lower() {
   Location loc = func.getLoc();
   auto type = FunctionType::get(ctx, {contextType(), idsType(), idsType(), i64()}, {actPtr()});
-  auto lowered = emitc::FuncOp::create(moduleBuilder, loc, func.getSymName(), type);
+  auto lowered = emitc::FuncOp::create(moduleBuilder, loc, emittedName, type);
   lowered.setSpecifiersAttr(builder.getStrArrayAttr({"static"}));
   Block *entry = lowered.addEntryBlock();
   builder.setInsertionPointToEnd(entry);
@@ -82,20 +91,36 @@ LogicalResult FunctionLowering::lower() {
   positions = entry->getArgument(2);
   n = entry->getArgument(3);
   bool split = false;
+  // One row a sampled sequence, in a stage that receives such rows from the stage that ran
+  // tp.last_token.
+  bool sampledHere = false, receivesSampled = false;
   func.walk([&](Operation *op) {
     if (!isa<WeightOp>(op))
       for (Value v : op->getResults())
         split |= isSplitByTokens(v);
+    if (!runsHere(op))
+      return;
+    sampledHere |= isa<LastTokenOp>(op);
+    if (auto transfer = dyn_cast<TransferOp>(op))
+      receivesSampled |= transfer.getTo() == *stage && typeOf(transfer).getDimSize(0) == 1;
   });
   if (split) {
     auto tpValue = emitc::ConstantOp::create(builder, loc, i64(), builder.getI64IntegerAttr(tp));
     ns = emitc::DivOp::create(builder, loc, i64(), n, tpValue);
   }
+  if (receivesSampled && !sampledHere)
+    sampled = call(func, "sampledRows").emit(i64());
   // Kernels of fused units go before the function, in the module.
   kernelPoint = lowered;
+  Operation *ret = func.getBody().front().getTerminator();
   for (Operation &op : func.getBody().front())
-    if (failed(lowerOp(&op)) || mismatchedCall)
+    if (runsHere(&op) && (failed(lowerOp(&op)) || mismatchedCall))
       return failure();
+  // A stage that does not return the logits returns nothing: the first stage samples.
+  if (!runsHere(ret)) {
+    Value none = emitc::LiteralOp::create(builder, loc, actPtr(), "nullptr");
+    emitc::ReturnOp::create(builder, loc, none);
+  }
   return success();
 }
 
@@ -218,7 +243,7 @@ Value FunctionLowering::invFreqOf(RotaryOp rotary) {
   std::string &name = frequencyTables[std::vector<double>(frequencies.begin(), frequencies.end())];
   if (!name.empty())
     return emitc::GetGlobalOp::create(builder, rotary.getLoc(), type, name);
-  name = (func.getSymName() + "_inv_freq_" + Twine(frequencyTables.size() - 1)).str();
+  name = (emittedName + "_inv_freq_" + Twine(frequencyTables.size() - 1)).str();
   OpBuilder::InsertionGuard guard(moduleBuilder);
   moduleBuilder.setInsertionPoint(kernelPoint);
   auto values = DenseElementsAttr::get(RankedTensorType::get({count}, builder.getF64Type()),
@@ -236,7 +261,7 @@ void FunctionLowering::addKernel(const std::string &text) {
 }
 
 std::string FunctionLowering::kernelName() {
-  return (func.getSymName() + "_fused_" + Twine(kernels++)).str();
+  return (emittedName + "_fused_" + Twine(kernels++)).str();
 }
 
 //===----------------------------------------------------------------------------------===//
@@ -286,15 +311,31 @@ struct TPLowerToEmitCPass : tpc::target::impl::TPLowerToEmitCBase<TPLowerToEmitC
     mb.setInsertionPointToEnd(module.getBody());
     Location loc = module.getLoc();
     emitc::IncludeOp::create(mb, loc, spelling.include(), /*isStandardInclude=*/true);
+    int64_t pp = getPipelineStages(module);
+    if (pp > 1 && split)
+      return module.emitError() << "the " << spelling.name()
+                                << " target runs pipeline stages of one forward, not a "
+                                   "sequence-parallel one beside it";
+    SmallVector<std::string> stages;
     for (func::FuncOp f : {plain, split}) {
       if (!f)
         continue;
       if (!f->hasAttr(kArenaSizeAttrName))
         return f.emitError() << "has no arena: run tp-plan-arena before lowering";
-      if (failed(FunctionLowering(f, spelling, paramIndex, tp, mb).lower()))
-        return failure();
+      if (pp == 1) {
+        if (failed(FunctionLowering(f, spelling, paramIndex, tp, mb).lower()))
+          return failure();
+        continue;
+      }
+      // A function per stage, from the one forward: each rank runs its stage's.
+      for (int64_t stage = 0; stage < pp; ++stage) {
+        FunctionLowering lowering(f, spelling, paramIndex, tp, mb, stage);
+        if (failed(lowering.lower()))
+          return failure();
+        stages.push_back(lowering.name());
+      }
     }
-    if (failed(lowering::lowerMain(module, spelling, name, tp, params, plain, split, mb)))
+    if (failed(lowering::lowerMain(module, spelling, name, tp, params, plain, split, stages, mb)))
       return failure();
     // What remains of the tp program is now spelled out.
     for (Operation &op : llvm::make_early_inc_range(module.getBody()->getOperations()))

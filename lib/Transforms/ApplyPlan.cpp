@@ -19,6 +19,7 @@ struct TPApplyPlanPass : tpc::tp::impl::TPApplyPlanBase<TPApplyPlanPass> {
     options.planPath = planPath;
     options.strategiesPath = strategiesPath;
     options.tpSize = tpSize;
+    options.ppSize = ppSize;
     if (failed(tpc::plan::applyPlan(getOperation(), options)))
       signalPassFailure();
   }

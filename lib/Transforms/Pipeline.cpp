@@ -27,9 +27,14 @@ void tpc::buildShardingPipeline(OpPassManager &pm, const ShardingOptions &option
   plan.planPath = options.planPath;
   plan.strategiesPath = options.strategiesPath;
   plan.tpSize = options.tpSize;
+  plan.ppSize = options.ppSize;
   pm.addPass(tp::createTPApplyPlan(plan));
+  tp::TPAssignStagesOptions stages;
+  stages.split.assign(options.ppSplit.begin(), options.ppSplit.end());
+  pm.addPass(tp::createTPAssignStages(stages));
   buildCollectivesPipeline(pm, options.sequenceParallel);
   pm.addPass(tp::createTPPartition());
+  pm.addPass(tp::createTPInsertTransfers());
 }
 
 bool tpc::wantsSequenceParallel(ModuleOp planned, bool requested) {
@@ -89,6 +94,12 @@ OwningOpRef<ModuleOp> tpc::buildProgram(ModuleOp planned, const ProgramOptions &
     planned.emitError() << "buildProgram needs a target";
     return nullptr;
   }
+  if (sequenceParallel && tp::getPipelineStages(planned) > 1) {
+    planned.emitError() << "sequence parallelism with pipeline stages (--pp "
+                        << tp::getPipelineStages(planned)
+                        << ") is not supported yet; leave out --sequence-parallel";
+    return nullptr;
+  }
   // Both forwards run the sharding passes: what they find is said once, and once for all
   // layers.
   tp::RepeatedDiagnosticHandler onePerCause(ctx);
@@ -98,6 +109,7 @@ OwningOpRef<ModuleOp> tpc::buildProgram(ModuleOp planned, const ProgramOptions &
     PassManager pm(ctx);
     buildCollectivesPipeline(pm, sequence, options.fold);
     pm.addPass(tp::createTPPartition());
+    pm.addPass(tp::createTPInsertTransfers());
     if (failed(pm.run(*copy)))
       return nullptr;
     return copy;

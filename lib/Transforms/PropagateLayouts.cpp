@@ -396,7 +396,7 @@ SmallVector<int64_t> workingTpSizes(ModuleOp module, int64_t last, StringRef seq
   SmallVector<int64_t> sizes;
   for (int64_t tp = 1; tp <= last; ++tp) {
     OwningOpRef<ModuleOp> copy = module.clone();
-    (*copy)->setAttr(kMeshAttrName, MeshAttr::get(module.getContext(), tp));
+    (*copy)->setAttr(kMeshAttrName, MeshAttr::get(module.getContext(), getPipelineStages(module), tp));
     if (succeeded(placeValues(*copy, tp, sequenceParallel)))
       sizes.push_back(tp);
   }

@@ -131,7 +131,14 @@ struct Group {
   int rank = 0, world = 1; // under the per-rank view, world is the compiled tp
   int localRank = 0;
   bool view = false; // TPC_SINGLE_RANK_VIEW=1: alone, with a no-op communicator
-  std::unique_ptr<Comm> comm;
+  std::unique_ptr<Comm> comm; // every rank
+  /// Where the program has pipeline stages: this rank's stage, and its stage's tp group
+  /// (split from comm; declared after it, so that it goes first).
+  int stage = 0, stages = 1;
+  std::unique_ptr<Comm> stageComm;
+
+  /// The ranks that share this rank's layers: its stage's, or every rank.
+  Comm &tpGroup() const { return stageComm ? *stageComm : *comm; }
 
   /// Whether a failed collective is a peer's doing; a rank alone, or viewed alone, has none.
   bool peers() const { return world > 1 && !view; }

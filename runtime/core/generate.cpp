@@ -64,7 +64,7 @@ void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step) {
   }
 }
 
-void Generator::strike() { strikeFault(fault, rank.rank, backend, step); }
+void Generator::strike() { strikeFault(fault, rank.worldRank(), backend, step); }
 
 const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
   std::vector<int64_t> positions(ids.size());
@@ -113,7 +113,7 @@ std::vector<int64_t> Generator::generate(const Args &args,
                                          const std::function<bool(int64_t)> &onToken) {
   // One request through the engine, as --requests runs many: rank 0 schedules, samples and
   // decides; every step it sends the peers the step they run.
-  bool decides = rank.rank == 0;
+  bool decides = rank.worldRank() == 0;
   EngineLimits limits = engineLimits(spec, args);
   limits.maxNumSeqs = 1;
   Engine engine(spec, backend, rank, limits);

@@ -30,7 +30,25 @@ std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request,
                 "only; the collectives run nowhere, their kinds and bytes go to --trace)\n",
                 group.world);
   }
-  if (group.world != spec.tp) {
+  if (group.view && spec.stages > 1) {
+    std::fprintf(stderr, "error: TPC_SINGLE_RANK_VIEW=1 runs one rank alone, and %s has %lld "
+                         "pipeline stages, which pass activations between ranks\n",
+                 spec.name, (long long)spec.stages);
+    status = 1;
+    return std::nullopt;
+  }
+  if (spec.stages > 1 && group.world != spec.tp * spec.stages) {
+    std::fprintf(stderr,
+                 "error: %s was compiled for pp %lld x tp %lld (%lld ranks), but %s is %d; "
+                 "compile it again with --pp and --tp whose product is %d, or launch %lld "
+                 "ranks\n",
+                 spec.name, (long long)spec.stages, (long long)spec.tp,
+                 (long long)(spec.stages * spec.tp), request.worldFrom, group.world, group.world,
+                 (long long)(spec.stages * spec.tp));
+    status = 1;
+    return std::nullopt;
+  }
+  if (spec.stages == 1 && group.world != spec.tp) {
     std::fprintf(stderr,
                  "error: %s was compiled for tp %lld, but %s is %d; compile it again "
                  "with --tp %d or launch %lld ranks\n",
@@ -65,6 +83,19 @@ std::optional<Group> connectGroup(const ModelSpec &spec, const Request &request,
     std::fprintf(stderr, "error: rank %d: %s\n", group.rank, error.c_str());
     status = 1;
     return std::nullopt;
+  }
+  // Stage-major ranks: stage k's tp group is ranks k * tp to k * tp + tp - 1.
+  group.stages = int(spec.stages);
+  if (group.stages > 1) {
+    int tp = int(spec.tp);
+    group.stage = group.rank / tp;
+    group.stageComm = group.comm->split(group.stage, group.rank % tp, error);
+    if (!group.stageComm) {
+      std::fprintf(stderr, "error: rank %d: the tp group of pipeline stage %d: %s\n",
+                   group.rank, group.stage, error.c_str());
+      status = 1;
+      return std::nullopt;
+    }
   }
   return group;
 }

@@ -484,9 +484,13 @@ std::string engineDefaults(Args &args) {
 std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args) {
   if (!args.kvCacheMemory)
     return "";
-  uint64_t perToken = 0;
+  // The stage that holds the most a token: every rank holds as many blocks, since rank 0's
+  // scheduler hands out the same block tables to every stage.
+  std::vector<uint64_t> perStage(size_t(std::max<int64_t>(spec.stages, 1)), 0);
   for (size_t i = 0; i < spec.kvWidths.size(); ++i)
-    perToken += uint64_t(spec.kvWidths[i] + spec.kvValueWidths[i]) * elementBytes;
+    perStage[i < spec.kvStages.size() ? size_t(spec.kvStages[i]) : 0] +=
+        uint64_t(spec.kvWidths[i] + spec.kvValueWidths[i]) * elementBytes;
+  uint64_t perToken = *std::max_element(perStage.begin(), perStage.end());
   if (perToken == 0) // no attention layer: nothing to hold
     return "";
   int64_t tokens = int64_t(uint64_t(args.kvCacheMemory) / perToken);

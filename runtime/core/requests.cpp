@@ -279,7 +279,7 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
   Engine engine(spec, backend, rank, engineLimits(spec, args));
   std::vector<EngineRequest> none;
   EngineHooks hooks;
-  hooks.beforeStep = [&](int64_t n) { strikeFault(fault, rank.rank, backend, n); };
+  hooks.beforeStep = [&](int64_t n) { strikeFault(fault, rank.worldRank(), backend, n); };
   if (!lead) { // the peers run rank 0's steps until it ends
     engine.run(none, hooks);
     return 0;

@@ -119,9 +119,10 @@ class CpuBackend final : public Backend {
 public:
   /// The program's forwards: every token count, and token counts tp divides (or null);
   /// whether its gather of the logits finds the argmax on the ranks (ModelSpec).
-  CpuBackend(ForwardFn forwardFn, ForwardFn sequenceParallelFn, bool argmaxOnRanks)
+  CpuBackend(ForwardFn forwardFn, ForwardFn sequenceParallelFn, bool argmaxOnRanks,
+             std::vector<ForwardFn> stageFns)
       : forwardFn(forwardFn), sequenceParallelFn(sequenceParallelFn),
-        argmaxOnRanks(argmaxOnRanks) {}
+        argmaxOnRanks(argmaxOnRanks), stageFns(std::move(stageFns)) {}
 
   /// Batched steps over a paged cache; the argmax where the program's gather of the logits
   /// is marked for it (ModelSpec::argmaxOnRanks); matrices held in a file's Q8_0, Q4_0, Q4_1
@@ -141,6 +142,14 @@ public:
     cx.rank = rank.rank;
     cx.tp = rank.tp;
     cx.attach(*rank.comm, rank.variableGathers);
+    if (rank.stages > 1) {
+      // This rank's stage's forward, and the transfers over every stage's ranks.
+      if (size_t(rank.stage) >= stageFns.size() || !stageFns[size_t(rank.stage)])
+        throw std::runtime_error("internal error: the program has no forward for pipeline "
+                                 "stage " + std::to_string(rank.stage));
+      forwardFn = stageFns[size_t(rank.stage)];
+      cx.stages = &rank.world->communicator();
+    }
   }
 
   /// What the program says (tp-weight-storage's choice): fp32, or a matrix kept in bf16 or
@@ -217,6 +226,7 @@ public:
 private:
   ForwardFn forwardFn, sequenceParallelFn;
   bool argmaxOnRanks;
+  std::vector<ForwardFn> stageFns; // each pipeline stage's, where there are several
   Context cx;
   std::vector<std::vector<float>> cacheMemory;
   std::vector<float> arena;
@@ -225,6 +235,7 @@ private:
 /// What main() told the runtime of the forwards; one program per binary, so one of these.
 struct Forwards {
   ForwardFn forward = nullptr, sequenceParallel = nullptr;
+  std::vector<ForwardFn> stages; // where the program has pipeline stages: the first is forward
 };
 
 Forwards &forwards() {
@@ -236,7 +247,15 @@ Forwards &forwards() {
 } // namespace cpu
 
 void setForwards(ModelSpec *, ForwardFn forward, ForwardFn sequenceParallel) {
-  cpu::forwards() = {forward, sequenceParallel};
+  cpu::forwards().forward = forward;
+  cpu::forwards().sequenceParallel = sequenceParallel;
+}
+
+void setStageForward(ModelSpec *, int64_t stage, ForwardFn forward) {
+  std::vector<ForwardFn> &stages = cpu::forwards().stages;
+  if (stages.size() <= size_t(stage))
+    stages.resize(size_t(stage) + 1);
+  stages[size_t(stage)] = forward;
 }
 
 int runModel(ModelSpec *spec, int argc, char **argv) {
@@ -245,8 +264,13 @@ int runModel(ModelSpec *spec, int argc, char **argv) {
   cpu::chooseBlasCore(argv);
   // The process's one backend. A rank that stops (Context::fail) calls exit from inside a
   // forward; exit's destructors then free these buffers, which nothing reads after.
+  std::vector<ForwardFn> stages = cpu::forwards().stages;
+  if (spec->stages > 1) {
+    stages.resize(size_t(spec->stages));
+    stages[0] = cpu::forwards().forward;
+  }
   static cpu::CpuBackend backend(cpu::forwards().forward, cpu::forwards().sequenceParallel,
-                                 spec->argmaxOnRanks);
+                                 spec->argmaxOnRanks, std::move(stages));
   return runModel(*spec, backend, argc, argv);
 }
 

@@ -140,6 +140,12 @@ void Device::attach(const RankInfo &joined) {
   info = joined;
   rank = info.rank;
   tp = info.tp;
+  if (info.stages > 1) {
+    if (size_t(info.stage) >= stageForwards.size() || !stageForwards[size_t(info.stage)])
+      throw std::runtime_error("internal error: the program has no forward for pipeline stage " +
+                               std::to_string(info.stage));
+    forwardFn = stageForwards[size_t(info.stage)];
+  }
   state->timeoutSeconds = info.timeoutSeconds;
   cudaError_t e = cudaGetDeviceCount(&visibleDevices);
   if (e != cudaSuccess || visibleDevices == 0)
@@ -281,9 +287,24 @@ void Device::start() {
     state->communicator->traceInto(info.trace);
   state->collectives =
       std::make_unique<Collectives>(*state->communicator, *state->memory, info.variableGathers);
-  // A graph replays device work only: collectives staged through the host cannot be in one.
+  if (info.stages > 1) {
+    // The host's communicator records its own trace; NCCL's is recorded here.
+    if (viaHost) {
+      state->pipeline = std::make_unique<HostStagedCommunicator>(info.world->communicator(),
+                                                                 state->stream);
+    } else {
+      Device::State *s = state.get();
+      state->pipeline = std::make_unique<NcclCommunicator>(*info.world, state->stream,
+                                                           info.timeoutSeconds,
+                                                           [s] { releaseGraphs(*s); });
+      state->pipeline->traceInto(info.trace);
+    }
+  }
+  // A graph replays device work only: collectives staged through the host cannot be in one;
+  // a stage's forward waits on the stage before it, which a graph's launch would not.
   const char *graphs = std::getenv("TPC_CUDA_GRAPHS");
-  state->graphsAllowed = !viaHost && !(graphs && std::string(graphs) == "0");
+  state->graphsAllowed =
+      !viaHost && info.stages == 1 && !(graphs && std::string(graphs) == "0");
 }
 
 const float *Device::forward(const Step &batch, bool sequenceParallel) {
@@ -321,6 +342,7 @@ Device::~Device() {
   releaseGraphs(*state);
   // NCCL finalizes together with the peers (its destructor never throws).
   state->collectives.reset();
+  state->pipeline.reset();
   state->nccl = nullptr;
   state->communicator.reset();
   for (act *allocation : allocations)
@@ -381,6 +403,13 @@ void Device::wait(const char *what) {
 }
 
 Collectives &Device::collectives() { return *state->collectives; }
+
+Communicator &Device::pipeline() {
+  if (!state->pipeline)
+    throw std::logic_error("internal error: a transfer between pipeline stages in a program "
+                           "of one stage");
+  return *state->pipeline;
+}
 
 const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t tokens,
                          DeviceForwardFn fn) {
@@ -503,6 +532,12 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     for (KVCache &cache : caches)
       cache.length += tokens;
     state->argmaxReady = true;
+    return nullptr;
+  }
+  if (!logits) { // a pipeline stage that hands its result on rather than returning logits
+    wait("the forward");
+    for (KVCache &cache : caches)
+      cache.length += tokens;
     return nullptr;
   }
   check(cudaMemcpyAsync(state->hostLogits, logits, count * sizeof(act), cudaMemcpyDeviceToHost,

@@ -9,6 +9,7 @@ namespace {
 /// What main() told the runtime about the device. One program per binary, so one of these.
 struct Program {
   DeviceForwardFn forward = nullptr, sequenceParallel = nullptr;
+  std::vector<DeviceForwardFn> stages; // where the program has pipeline stages
   int64_t maxHeads = 0, maxHeadDim = 0;
   std::vector<std::vector<int>> weightGroups;
 };
@@ -34,10 +35,23 @@ void setForwards(ModelSpec *, DeviceForwardFn forward, DeviceForwardFn sequenceP
   program().sequenceParallel = sequenceParallel;
 }
 
+void setStageForward(ModelSpec *, int64_t stage, DeviceForwardFn forward) {
+  std::vector<DeviceForwardFn> &stages = program().stages;
+  if (stages.size() <= size_t(stage))
+    stages.resize(size_t(stage) + 1);
+  stages[size_t(stage)] = forward;
+}
+
 int runModel(ModelSpec *spec, int argc, char **argv) {
   Program &p = program();
   auto *device = new Device(*spec, p.forward, p.sequenceParallel, p.maxHeads, p.maxHeadDim,
                             p.weightGroups);
+  if (spec->stages > 1) {
+    std::vector<DeviceForwardFn> stages = p.stages;
+    stages.resize(size_t(spec->stages));
+    stages[0] = p.forward;
+    device->setStageForwards(std::move(stages));
+  }
   int code = tpcrt::runModel(*spec, *device, argc, argv);
   // Every rank is done once runModel returns 0: NCCL is finalized together. A rank that
   // stopped leaves its Device as it is (finalizing would wait for the peers).

@@ -30,6 +30,9 @@ struct Device::State {
   std::unique_ptr<Communicator> communicator;
   NcclCommunicator *nccl = nullptr; // the communicator, when it is NCCL's: the watchdog's
   std::unique_ptr<Collectives> collectives;
+  /// Between pipeline stages, over every rank (NCCL's or the host's), where there are
+  /// several stages.
+  std::unique_ptr<Communicator> pipeline;
   int64_t *ids = nullptr, *positions = nullptr;
   std::vector<float> logits;
   /// Pinned staging for the logits coming back: a copy to pageable memory would block the

@@ -49,6 +49,8 @@ bool takesEveryWeight(const ModelSpec &spec, const std::vector<WeightDesc> &weig
                       const Checkpoint *checkpoint, const BackendCapabilities &can,
                       std::string &error) {
   for (const WeightDesc &weight : weights) {
+    if (weight.elements() == 0) // another stage's
+      continue;
     const ParamDesc &param = spec.params[weight.param];
     const TensorInfo *stored = checkpoint ? checkpoint->find(param.name) : nullptr;
     bool asStored = stored && parseDType(stored->dtype) == weight.dtype;
@@ -94,6 +96,13 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       }
       SliceSpec slice = param.slice.forRank(rank.rank, rank.tp);
       WeightDesc weight{i, slice.localShape(param.hfShape), param.dtype};
+      // Another stage's: held there, nothing here.
+      if (!spec.holds(i, rank.stage)) {
+        weight.shape = {0};
+        weights.push_back(std::move(weight));
+        slices.push_back(slice);
+        continue;
+      }
       size_t elements = 1;
       for (int64_t d : weight.shape)
         elements = elementCount({int64_t(elements), d});
@@ -111,9 +120,11 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
     allocating = "the weights (" + std::to_string(total) + " bytes)";
     backend.allocateWeights(weights);
     std::vector<float> staging;
-    LoadProgress progress(rank.rank == 0 ? shown : ProgressMode::Never, total);
+    LoadProgress progress(rank.worldRank() == 0 ? shown : ProgressMode::Never, total);
     for (size_t i = 0; i < spec.params.size(); ++i) {
       const ParamDesc &param = spec.params[i];
+      if (!spec.holds(i, rank.stage))
+        continue;
       // Counted when the tensor is in, whichever way it comes.
       struct Loaded {
         LoadProgress &progress;
@@ -167,6 +178,8 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
     allocating = "the KV cache of --kv-cache-tokens " + std::to_string(args.kvCacheTokens);
     std::vector<KVCacheDesc> layers;
     for (size_t i = 0; i < spec.kvWidths.size(); ++i) {
+      if (i < spec.kvStages.size() && spec.kvStages[i] != rank.stage)
+        continue; // another stage's layer
       elementCount({spec.kvWidths[i] + spec.kvValueWidths[i], blocks, spec.kvBlockSize});
       layers.push_back({spec.kvWidths[i], spec.kvValueWidths[i]});
     }
@@ -220,6 +233,13 @@ bool writeTrace(const ModelSpec &spec, const std::string &file, const Group &gro
   j["model"] = spec.name;
   j["rank"] = group.rank;
   j["world"] = group.world;
+  if (group.stages > 1) {
+    int tp = group.world / group.stages;
+    j["stage"] = group.stage;
+    j["stages"] = group.stages;
+    j["tp_rank"] = group.rank % tp;
+    j["tp"] = tp;
+  }
   j["weight_bytes_loaded"] = footprint.weightBytes;
   j["weight_bytes_held"] = footprint.heldBytes;
   j["arena_bytes"] = footprint.arenaBytes;
@@ -281,17 +301,23 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   // From here on the peers are connected: a rank that stops says why where they can read it.
   std::vector<TraceEntry> trace; // the collectives run, as each communicator recorded them
   RankInfo rank;
-  rank.rank = group->rank;
-  rank.tp = group->world;
+  rank.stage = group->stage;
+  rank.stages = group->stages;
+  rank.tp = group->world / group->stages;
+  rank.rank = group->rank % rank.tp;
   rank.localRank = group->localRank;
   rank.maxTokens = std::max(args.maxSeqLen, args.maxBatchTokens);
   rank.timeoutSeconds = args.timeoutSeconds;
-  rank.comm = group->comm.get();
+  rank.comm = &group->tpGroup();
+  if (group->stages > 1)
+    rank.world = group->comm.get();
   rank.trace = &trace;
   rank.variableGathers = spec.variableGathers;
   // The group's host collectives are recorded whatever the backend (a device may move its
   // own through them, TPC_CUDA_COMM=gloo's).
   group->comm->communicator().traceInto(&trace);
+  if (group->stageComm)
+    group->stageComm->communicator().traceInto(&trace);
   Footprint footprint;
   std::string error;
   try {

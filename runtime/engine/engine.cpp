@@ -58,10 +58,12 @@ Engine::Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank,
 Engine::~Engine() = default;
 
 void Engine::share(std::vector<int64_t> &d) {
-  if (rank.tp == 1 || !rank.comm)
+  // Every rank of every stage runs the step rank 0 decided.
+  Comm *everyone = rank.everyone();
+  if (rank.worldSize() == 1 || !everyone)
     return;
-  gathered.resize(d.size() * size_t(rank.tp));
-  rank.comm->communicator().exchange(d.data(), d.size() * sizeof(int64_t), gathered.data());
+  gathered.resize(d.size() * size_t(rank.worldSize()));
+  everyone->communicator().exchange(d.data(), d.size() * sizeof(int64_t), gathered.data());
   std::copy(gathered.begin(), gathered.begin() + ptrdiff_t(d.size()), d.begin());
 }
 
@@ -156,7 +158,7 @@ void Engine::idle() {
 }
 
 void Engine::run(std::vector<EngineRequest> &requests, const EngineHooks &hooks) {
-  if (rank.rank != 0)
+  if (rank.worldRank() != 0)
     return follow(hooks);
   // The hooks name requests by their index here, handles counting from `first`.
   size_t first = nextHandle;

@@ -21,9 +21,17 @@ void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, S
   spec->params.push_back({name, std::move(hfShape), std::move(slice), std::move(sources), dtype});
 }
 
-void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth) {
+void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth, int64_t stage) {
   spec->kvWidths.push_back(width);
   spec->kvValueWidths.push_back(valueWidth ? valueWidth : width);
+  spec->kvStages.push_back(stage);
+}
+
+void setPipeline(ModelSpec *spec, int64_t stages) { spec->stages = stages; }
+void setParamStages(ModelSpec *spec, int64_t param, std::vector<int64_t> stages) {
+  if (spec->paramStages.size() <= size_t(param))
+    spec->paramStages.resize(size_t(param) + 1);
+  spec->paramStages[size_t(param)] = std::move(stages);
 }
 
 void addEosId(ModelSpec *spec, int64_t id) { spec->eosIds.push_back(id); }

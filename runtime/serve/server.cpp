@@ -821,7 +821,7 @@ int follow(const ModelSpec &spec, const Args &args, Backend &backend, const Rank
   std::signal(SIGINT, SIG_IGN);
   Engine engine(spec, backend, rank, engineLimits(spec, args));
   EngineHooks hooks;
-  hooks.beforeStep = [&](int64_t n) { strikeFault(fault, rank.rank, backend, n); };
+  hooks.beforeStep = [&](int64_t n) { strikeFault(fault, rank.worldRank(), backend, n); };
   try {
     engine.follow(hooks);
   } catch (const std::exception &e) {

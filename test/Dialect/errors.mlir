@@ -1192,3 +1192,58 @@ func.func @f(%x: tensor<?x16xf32>, %w: tensor<4x16xf32>) {
   %r = tp.router "gate" %x, %w {top_k = 2 : i64, groups = 2 : i64} : (tensor<?x16xf32>, tensor<4x16xf32>) -> tensor<?x4xf32>
   return
 }
+
+// -----
+
+// expected-error @+1 {{the pp size must be at least 1, got 0}}
+module attributes {tp.mesh = #tp.mesh<pp = 0, tp = 2>} {
+}
+
+// -----
+
+module attributes {tp.mesh = #tp.mesh<pp = 2, tp = 1>} {
+  func.func @f(%x: tensor<?x8xf32>) {
+    // expected-error @+1 {{'tp.transfer' op sends from stage 1 to stage 1; a transfer joins two different stages}}
+    %y = tp.transfer %x from 1 to 1 : tensor<?x8xf32>
+    return
+  }
+}
+
+// -----
+
+module attributes {tp.mesh = #tp.mesh<pp = 2, tp = 1>} {
+  func.func @f(%x: tensor<?x8xf32>) {
+    // expected-error @+1 {{'tp.transfer' op sends from stage 0 to stage 2, but the mesh has 2 stages}}
+    %y = tp.transfer %x from 0 to 2 : tensor<?x8xf32>
+    return
+  }
+}
+
+// -----
+
+module attributes {tp.mesh = #tp.mesh<pp = 2, tp = 1>} {
+  func.func @f(%x: tensor<?x8xf32>) {
+    // expected-error @+1 {{'tp.stage' is stage 2, but the mesh has 2 stages}}
+    %y = tp.transfer %x from 0 to 1 {tp.stage = 2 : i64} : tensor<?x8xf32>
+    return
+  }
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>) {
+  // expected-error @+1 {{'tp.stage' must be a stage (an i64 >= 0), got -1 : i64}}
+  %y = tp.transfer %x from 0 to 1 {tp.stage = -1 : i64} : tensor<?x8xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{parameter w: stages must list stages (>= 0) once each, sorted, got array<i64: 1, 0>}}
+tp.param @w {stages = array<i64: 1, 0>} : tensor<8xf32>
+
+// -----
+
+// expected-error @+1 {{'tp.stage_layers' must give each stage of the mesh its layers (>= 1), got array<i64: 2>}}
+module attributes {tp.mesh = #tp.mesh<pp = 2, tp = 1>, tp.stage_layers = array<i64: 2>} {
+}

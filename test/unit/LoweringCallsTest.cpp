@@ -187,7 +187,8 @@ namespace {
 // Two decided programs (as tp-plan-arena leaves them) whose main()s make every call of main()
 // that calls.def describes between them: on the CPU, a weight held in bf16, MLA's value heads,
 // the EOS ids, the context, the KV cache's blocks and a sequence-parallel forward; on the
-// device, a "linears" unit (a weight group) and the attention's bounds.
+// device, a "linears" unit (a weight group) and the attention's bounds; with pipeline stages
+// (kPipelineProgram below), what says which stage holds what.
 constexpr llvm::StringLiteral kCpuProgram = R"mlir(
 module @tiny attributes {tp.mesh = #tp.mesh<tp = 1>, tp.eos_token_ids = array<i64: 7>,
                          tp.max_position_embeddings = 64 : i64, tp.kv_block_size = 16 : i64} {
@@ -242,6 +243,26 @@ module @tiny attributes {tp.mesh = #tp.mesh<tp = 1>} {
 }
 )mlir";
 
+// A program of two pipeline stages (the CPU's): each stage's parameters, a KV cache with its
+// stage, and the second stage's forward.
+constexpr llvm::StringLiteral kPipelineProgram = R"mlir(
+module @tiny attributes {tp.mesh = #tp.mesh<pp = 2, tp = 1>, tp.stage_layers = array<i64: 1, 1>} {
+  tp.param @"embed.weight" {stages = array<i64: 0>} : tensor<32x16xf32>
+  tp.param @"out.weight" {stages = array<i64: 1>} : tensor<16x16xf32>
+  func.func @forward(%ids: tensor<?xi64>, %positions: tensor<?xi64>) -> tensor<?x16xf32>
+      attributes {tp.arena_size = 48 : i64} {
+    %we = tp.weight @"embed.weight" {tp.stage = 0 : i64} : tensor<32x16xf32>
+    %h = tp.embedding "embed" %ids, %we {tp.arena = array<i64: 0>, tp.stage = 0 : i64} : (tensor<?xi64>, tensor<32x16xf32>) -> tensor<?x16xf32>
+    %s = tp.transfer %h from 0 to 1 {tp.arena = array<i64: 16>, tp.stage = 1 : i64} : tensor<?x16xf32>
+    %o = tp.attention "attn" %s, %s, %s {head_dim = 16 : i64, num_heads = 1 : i64, num_kv_heads = 1 : i64, tp.arena = array<i64: 32>, tp.stage = 1 : i64} : (tensor<?x16xf32>, tensor<?x16xf32>, tensor<?x16xf32>) -> tensor<?x16xf32>
+    %wo = tp.weight @"out.weight" {tp.stage = 1 : i64} : tensor<16x16xf32>
+    %y = tp.linear "out" %o, %wo {tp.arena = array<i64: 0>, tp.stage = 1 : i64} : (tensor<?x16xf32>, tensor<16x16xf32>) -> tensor<?x16xf32>
+    %b = tp.transfer %y from 1 to 0 {tp.arena = array<i64: 16>, tp.stage = 0 : i64} : tensor<?x16xf32>
+    return {tp.stage = 0 : i64} %b : tensor<?x16xf32>
+  }
+}
+)mlir";
+
 /// Checks each call of main() in `program` lowered for `target` against calls.def, which the
 /// lowering does too: where the callee lives and how many arguments it passes, read from the
 /// emitted op. Adds each callee's name to `made`.
@@ -275,6 +296,7 @@ TEST(LoweringMain, EveryCallMatchesTheTable) {
   std::set<std::string> made;
   checkMain(ctx, kCpuProgram, "cpu", made);
   checkMain(ctx, kCudaProgram, "cuda", made);
+  checkMain(ctx, kPipelineProgram, "cpu", made);
   for (const CallSpec &call : allCalls()) {
     if (call.kind != CallKind::forward) {
       EXPECT_TRUE(made.count(call.name.str())) << call.name.str() << ": neither main() makes it";

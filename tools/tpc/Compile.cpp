@@ -15,6 +15,10 @@ void addPlanArgs(CLI::App *cmd, PlanArgs &args) {
       ->required();
   cmd->add_option("--tp", args.tp, "ranks on the tp axis")->required();
   cmd->add_option("--strategies", args.strategies, "a JSON file of custom strategies");
+  cmd->add_option("--pp", args.pp, "pipeline stages, each of --tp ranks (pp x tp ranks in all)");
+  cmd->add_option("--pp-split", args.ppSplit,
+                  "decoder layers per stage, N0,N1,... (default: balanced by the cost model)")
+      ->delimiter(',');
 }
 
 void addProgramArgs(CLI::App *cmd, ProgramArgs &args) {

@@ -20,6 +20,8 @@ namespace tpc::analysis {
 struct AnalyzeOptions {
   std::string model, plan, strategies; // the model's path is for the report's heading
   int64_t tp = 0;
+  int64_t pp = 1;               // pipeline stages
+  std::vector<int64_t> ppSplit; // decoder layers per stage (empty: balanced)
   std::string target = "cpu";
   int64_t prefillLen = 128, maxSeqLen = 2048; // the binary's default (checked in Analyze.cpp)
   bool maxSeqLenGiven = false, prefillLenGiven = false; // else the binary's defaults apply

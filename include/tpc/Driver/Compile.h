@@ -17,9 +17,11 @@ namespace tpc::driver {
 struct PlanArgs {
   std::string model, plan, strategies;
   int64_t tp = 0;
+  int64_t pp = 1;               // --pp: pipeline stages
+  std::vector<int64_t> ppSplit; // --pp-split: decoder layers per stage (empty: balanced)
 };
 
-/// Reports a --tp below 1 (a usage error); true when the value is fine.
+/// Reports a --tp or --pp below 1 (a usage error); true when the values are fine.
 bool checkTpArg(const PlanArgs &args);
 
 /// What says which program compile builds (and check checks): the plan's arguments and

@@ -39,6 +39,8 @@ struct PlanOptions {
   std::string strategiesPath;
   /// Ranks on the tp axis; 0 keeps the module's tp.mesh.
   int64_t tpSize = 0;
+  /// Pipeline stages (the pp axis); 0 keeps the module's tp.mesh, or 1 where it has none.
+  int64_t ppSize = 0;
 };
 
 /// What applying a plan decided, for `tpc check --print-plan`.

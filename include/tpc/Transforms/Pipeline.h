@@ -10,6 +10,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <string>
+#include <vector>
 
 namespace tpc {
 
@@ -17,8 +18,16 @@ struct ShardingOptions {
   std::string planPath;
   std::string strategiesPath;
   int64_t tpSize = 1;
+  int64_t ppSize = 1;              // pipeline stages
+  std::vector<int64_t> ppSplit;    // decoder layers per stage; empty: balanced
   std::string sequenceParallel = "auto"; // auto, on or off
 };
+
+/// tp-assign-stages as a function, for the drivers (as plan::applyPlan is): on a module whose
+/// mesh has pipeline stages, each op's stage; nothing at pp 1. `split`: layers per stage,
+/// empty to balance them by the bytes a decode step reads at `kvTokens` of context.
+mlir::LogicalResult assignStages(mlir::ModuleOp module, llvm::ArrayRef<int64_t> split,
+                                 int64_t kvTokens = 2048);
 
 /// tp-last-token, tp-propagate-layouts, tp-insert-redistribute, tp-fold-redistribute and
 /// tp-lower-redistribute, on a module the plan has been applied to: the graph with every

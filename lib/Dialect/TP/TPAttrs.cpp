@@ -124,7 +124,10 @@ int64_t ShardDescAttr::heldElements(int64_t rank, int64_t tp) const {
   return others * rows;
 }
 
-LogicalResult MeshAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, int64_t size) {
+LogicalResult MeshAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, int64_t pp,
+                               int64_t size) {
+  if (pp < 1)
+    return emitError() << "the pp size must be at least 1, got " << pp;
   if (size < 1)
     return emitError() << "the tp size must be at least 1, got " << size;
   return success();

@@ -109,6 +109,32 @@ LogicalResult TPDialect::verifyOperationAttribute(Operation *op, NamedAttribute 
                              << attr.getValue();
     return success();
   }
+  if (name == kStageAttrName) {
+    auto stage = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!stage || !stage.getType().isSignlessInteger(64) || stage.getInt() < 0)
+      return op->emitError() << "'" << name << "' must be a stage (an i64 >= 0), got "
+                             << attr.getValue();
+    auto module = op->getParentOfType<ModuleOp>();
+    if (module && module->hasAttr(kMeshAttrName) &&
+        stage.getInt() >= getPipelineStages(module))
+      return op->emitError() << "'" << name << "' is stage " << stage.getInt()
+                             << ", but the mesh has " << getPipelineStages(module)
+                             << " stage" << (getPipelineStages(module) == 1 ? "" : "s");
+    return success();
+  }
+  if (name == kStageLayersAttrName) {
+    auto module = dyn_cast<ModuleOp>(op);
+    if (!module)
+      return op->emitError() << "'" << name << "' belongs on the module, not on "
+                             << op->getName();
+    auto layers = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!layers || int64_t(layers.size()) != getPipelineStages(module) ||
+        llvm::any_of(layers.asArrayRef(), [](int64_t n) { return n < 1; }))
+      return op->emitError() << "'" << name
+                             << "' must give each stage of the mesh its layers (>= 1), got "
+                             << attr.getValue();
+    return success();
+  }
   return op->emitError() << "unknown tp dialect attribute '" << name << "'";
 }
 
@@ -236,6 +262,37 @@ std::optional<int64_t> tpc::tp::getMeshSize(ModuleOp module) {
   if (auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttrName))
     return mesh.getSize();
   return std::nullopt;
+}
+
+int64_t tpc::tp::getPipelineStages(ModuleOp module) {
+  auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttrName);
+  return mesh ? mesh.getPp() : 1;
+}
+
+int64_t tpc::tp::stageOf(Operation *op) {
+  if (auto fused = dyn_cast<FusedOp>(op))
+    if (!fused.getBody().empty() && !fused.getBody().front().empty())
+      op = &fused.getBody().front().front();
+  auto stage = op->getAttrOfType<IntegerAttr>(kStageAttrName);
+  return stage ? stage.getInt() : 0;
+}
+
+bool tpc::tp::inStage(ParamOp param, int64_t stage) {
+  DenseI64ArrayAttr stages = param.getStagesAttr();
+  return !stages || llvm::is_contained(stages.asArrayRef(), stage);
+}
+
+std::optional<int64_t> tpc::tp::layerIndexOf(StringRef module) {
+  // The last "layers.N" component: a wrapper may nest (model.language_model.layers.3).
+  SmallVector<StringRef> parts;
+  module.split(parts, '.');
+  std::optional<int64_t> layer;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    int64_t n;
+    if (parts[i] == "layers" && !parts[i + 1].getAsInteger(10, n) && n >= 0)
+      layer = n;
+  }
+  return layer;
 }
 
 FailureOr<int64_t> tpc::tp::requireMeshSize(ModuleOp module) {

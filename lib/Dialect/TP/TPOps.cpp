@@ -102,6 +102,15 @@ WeightType ParamOp::getWeightType() {
 }
 
 LogicalResult ParamOp::verify() {
+  if (auto stages = getStagesAttr()) {
+    ArrayRef<int64_t> list = stages.asArrayRef();
+    if (list.empty() || list.front() < 0 ||
+        llvm::any_of(llvm::zip(list.drop_back(), list.drop_front()),
+                     [](auto pair) { return std::get<0>(pair) >= std::get<1>(pair); }))
+      return emitError() << "parameter " << getSymName()
+                         << ": stages must list stages (>= 0) once each, sorted, got "
+                         << stages;
+  }
   // Once partitioned (a shard descriptor is set) the type is local and the placement global.
   if (auto placement = getPlacementAttr(); placement && !getShardAttr())
     return placement.verifyFor(getTensorType().getShape(), [&] {
@@ -571,6 +580,20 @@ static LogicalResult verifyPlacedPair(Operation *op, bool sameShape) {
 
 PlacementAttr RedistributeOp::getSrc() { return getPlacement(getInput()); }
 PlacementAttr RedistributeOp::getDst() { return getPlacement(getResult()); }
+
+LogicalResult TransferOp::verify() {
+  if (getFrom() < 0 || getTo() < 0 || getFrom() == getTo())
+    return emitOpError() << "sends from stage " << getFrom() << " to stage " << getTo()
+                         << "; a transfer joins two different stages";
+  if (auto module = (*this)->getParentOfType<ModuleOp>()) {
+    int64_t stages = getPipelineStages(module);
+    if (module->hasAttr(kMeshAttrName) && std::max(getFrom(), getTo()) >= stages)
+      return emitOpError() << "sends from stage " << getFrom() << " to stage " << getTo()
+                           << ", but the mesh has " << stages << " stage"
+                           << (stages == 1 ? "" : "s");
+  }
+  return success();
+}
 
 LogicalResult RedistributeOp::verify() { return verifyPlacedPair(*this, /*sameShape=*/true); }
 

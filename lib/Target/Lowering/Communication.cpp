@@ -110,12 +110,32 @@ LogicalResult lower(FunctionLowering &l, LocalReshardOp reshard) {
   });
 }
 
+/// A transfer between pipeline stages: a send in the stage it leaves, a receive into its
+/// arena slot in the stage it reaches.
+LogicalResult lower(FunctionLowering &l, TransferOp transfer) {
+  Value in = transfer.getInput();
+  if (l.loweredStage() == transfer.getFrom()) {
+    Call c = l.call(transfer, "sendToStage");
+    c.input(in).integer("stage", transfer.getTo());
+    addModule(c, transfer);
+    c.emit();
+    return success();
+  }
+  return l.lowerInto(transfer, "recvFromStage", [&](Call &c, Value out) {
+    c.value("out", out)
+        .rows("rows", transfer.getResult())
+        .integer("cols", columns(transfer.getResult()))
+        .integer("stage", transfer.getFrom());
+    addModule(c, transfer);
+  });
+}
+
 } // namespace
 
 std::optional<LogicalResult> tpc::target::lowering::lowerCommunication(FunctionLowering &l,
                                                                        Operation *op) {
   return TypeSwitch<Operation *, std::optional<LogicalResult>>(op)
-      .Case<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, LocalReshardOp>(
+      .Case<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, LocalReshardOp, TransferOp>(
           [&](auto op) { return lower(l, op); })
       .Default([](Operation *) { return std::nullopt; });
 }

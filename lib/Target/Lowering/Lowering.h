@@ -143,9 +143,16 @@ private:
 /// One forward (a func.func of the decided program) becoming an emitc.func.
 class FunctionLowering {
 public:
+  /// `stage`: the pipeline stage whose ops it lowers, as `forward_stage<k>`, where the
+  /// program has stages; none: every op, under the func's own name.
   FunctionLowering(mlir::func::FuncOp func, const Spelling &spelling,
                    llvm::DenseMap<mlir::StringAttr, int64_t> &paramIndex, int64_t tp,
-                   mlir::OpBuilder &moduleBuilder);
+                   mlir::OpBuilder &moduleBuilder, std::optional<int64_t> stage = std::nullopt);
+
+  /// The emitted function's name.
+  const std::string &name() const { return emittedName; }
+  /// The pipeline stage it lowers, if the program has stages.
+  std::optional<int64_t> loweredStage() const { return stage; }
 
   mlir::LogicalResult lower();
 
@@ -210,7 +217,13 @@ public:
 private:
   mlir::LogicalResult lowerOp(mlir::Operation *op);
 
+  /// Whether `op` runs in this function: every op, or those of its stage (a transfer in
+  /// both of the stages it joins).
+  bool runsHere(mlir::Operation *op);
+
   mlir::func::FuncOp func;
+  std::optional<int64_t> stage;
+  std::string emittedName;
   llvm::DenseMap<mlir::StringAttr, int64_t> &paramIndex;
   int64_t tp;
   mlir::OpBuilder &moduleBuilder;
@@ -228,11 +241,13 @@ std::optional<mlir::LogicalResult> lowerLayer(FunctionLowering &l, mlir::Operati
 std::optional<mlir::LogicalResult> lowerCommunication(FunctionLowering &l, mlir::Operation *op);
 mlir::LogicalResult lowerFused(FunctionLowering &l, tp::FusedOp fused);
 
-/// main(): the model's description for the runtime, then the runtime's driver.
+/// main(): the model's description for the runtime, then the runtime's driver. `stages`: the
+/// names of the stages' functions where the program has pipeline stages (the first is
+/// `plain`'s), else empty.
 mlir::LogicalResult lowerMain(mlir::ModuleOp module, const Spelling &spelling, llvm::StringRef name,
                               int64_t tp, llvm::ArrayRef<tp::ParamOp> params,
                               mlir::func::FuncOp plain, mlir::func::FuncOp split,
-                              mlir::OpBuilder &mb);
+                              llvm::ArrayRef<std::string> stages, mlir::OpBuilder &mb);
 
 } // namespace tpc::target::lowering
 

@@ -129,15 +129,30 @@ void addParams(MainBuilder &m, ArrayRef<ParamOp> params) {
   }
 }
 
-/// One KV cache per attention layer (the plain forward's; the other has the same layers).
-void addKvCaches(MainBuilder &m, func::FuncOp plain) {
+/// One KV cache per attention layer (the plain forward's; the other has the same layers),
+/// with its stage where the program has several.
+void addKvCaches(MainBuilder &m, func::FuncOp plain, bool staged) {
   plain.walk([&](AttentionOp attention) {
     Call add = m.onSpec("addKvCache");
     add.integer("width", attention.getNumKvHeads() * attention.getHeadDim());
     if (std::optional<int64_t> valueHeadDim = attention.getValueHeadDim())
       add.integer("valueWidth", attention.getNumKvHeads() * *valueHeadDim);
+    if (staged)
+      add.integer("stage", stageOf(attention));
     add.emit();
   });
+}
+
+/// The pipeline: how many stages, and which hold each parameter they do not all hold.
+void describePipeline(MainBuilder &m, ArrayRef<ParamOp> params, int64_t stages) {
+  m.onSpec("setPipeline").integer("stages", stages).emit();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (DenseI64ArrayAttr held = ParamOp(params[i]).getStagesAttr();
+        held && int64_t(held.size()) != stages)
+      m.onSpec("setParamStages")
+          .integer("param", int64_t(i))
+          .text("stages", "std::vector<int64_t>" + braced(held.asArrayRef()))
+          .emit();
 }
 
 /// What only a device that groups linears needs: the groups, and the bounds it sizes its
@@ -180,7 +195,7 @@ void describeDecisions(MainBuilder &m, func::FuncOp plain, func::FuncOp split) {
 LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &spelling,
                                                StringRef name, int64_t tp, ArrayRef<ParamOp> params,
                                                func::FuncOp plain, func::FuncOp split,
-                                               OpBuilder &mb) {
+                                               ArrayRef<std::string> stages, OpBuilder &mb) {
   MLIRContext *ctx = module.getContext();
   Type charPtrPtr =
       emitc::PointerType::get(emitc::PointerType::get(emitc::OpaqueType::get(ctx, "char")));
@@ -195,7 +210,9 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
   if (failed(newSpec(m, name, tp, forwards)))
     return failure();
   addParams(m, params);
-  addKvCaches(m, plain);
+  if (!stages.empty())
+    describePipeline(m, params, int64_t(stages.size()));
+  addKvCaches(m, plain, !stages.empty());
   if (auto eos = module->getAttrOfType<DenseI64ArrayAttr>(kEosTokenIdsAttrName))
     for (int64_t id : eos.asArrayRef())
       m.onSpec("addEosId").integer("id", id).emit();
@@ -206,9 +223,14 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
     describeDevice(m, params, forwards);
   describeDecisions(m, plain, split);
   m.onSpec("setForwards")
-      .text("forward", plain.getSymName())
+      .text("forward", stages.empty() ? plain.getSymName() : StringRef(stages.front()))
       .text("sequenceParallel", split ? split.getSymName() : "nullptr")
       .emit();
+  for (size_t stage = 1; stage < stages.size(); ++stage)
+    m.onSpec("setStageForward")
+        .integer("stage", int64_t(stage))
+        .text("forward", stages[stage])
+        .emit();
   Value code = m.onSpec("runModel")
                    .value("argc", entry->getArgument(0))
                    .value("argv", entry->getArgument(1))

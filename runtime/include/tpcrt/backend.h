@@ -41,7 +41,13 @@ struct KVCacheDesc {
 
 /// The rank a backend runs, as the core connected it.
 struct RankInfo {
-  int rank = 0, tp = 1;
+  int rank = 0, tp = 1;    // in this rank's tp group (its pipeline stage's)
+  int stage = 0, stages = 1; // the pipeline stage it runs, of how many
+  Comm *world = nullptr;   // every stage's ranks, where there are several stages (else comm):
+                           // the step descriptor and the transfers between stages
+  int worldRank() const { return stage * tp + rank; }
+  int worldSize() const { return stages * tp; }
+  Comm *everyone() const { return world ? world : comm; }
   int localRank = 0;       // LOCAL_RANK: which device the rank takes
   int64_t maxTokens = 0;   // the most tokens one forward computes (what the arena holds)
   int timeoutSeconds = 30; // --timeout: how long a collective may wait for a peer

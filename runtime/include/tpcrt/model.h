@@ -53,6 +53,22 @@ struct ModelSpec {
   /// Whether the forward's gather of the logits is marked argmax_if_greedy
   /// (tp-greedy-argmax): on a greedy step the ranks find each row's argmax instead.
   bool argmaxOnRanks = false;
+  /// Pipeline stages (the mesh's pp): the ranks are stages * tp, stage-major. Each stage
+  /// holds the parameters `paramStages` gives it (per parameter; empty: every stage) and
+  /// the KV caches whose `kvStages` is its own.
+  int64_t stages = 1;
+  std::vector<std::vector<int64_t>> paramStages;
+  std::vector<int64_t> kvStages;
+
+  /// Whether stage `stage`'s ranks hold parameter `param`.
+  bool holds(size_t param, int64_t stage) const {
+    if (param >= paramStages.size() || paramStages[param].empty())
+      return true;
+    for (int64_t s : paramStages[param])
+      if (s == stage)
+        return true;
+    return false;
+  }
 };
 
 // The model, as main() describes it: calls.def's TPC_SPEC_CALLs, declared from that table,

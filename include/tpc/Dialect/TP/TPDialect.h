@@ -61,6 +61,11 @@ inline constexpr llvm::StringLiteral kKvBlockSizeAttrName = "tp.kv_block_size";
 inline constexpr llvm::StringLiteral kSequenceParallelAttrName = "tp.sequence_parallel";
 /// The module's target (#tp.target), which buildProgram sets from the target's description.
 inline constexpr llvm::StringLiteral kTargetAttrName = "tp.target";
+/// What tp-assign-stages decides on a module with pipeline stages: the stage each op of a
+/// forward runs in (`tp.stage`, an i64; a tp.transfer's is its `to`), and the decoder layers
+/// of each stage, in order (`tp.stage_layers` on the module).
+inline constexpr llvm::StringLiteral kStageAttrName = "tp.stage";
+inline constexpr llvm::StringLiteral kStageLayersAttrName = "tp.stage_layers";
 
 /// The placement a value's type carries as its encoding; null when it has none.
 PlacementAttr getPlacement(mlir::Type type);
@@ -104,8 +109,17 @@ double bytesPerElement(WeightType type);
 int64_t blockElements(WeightType type);
 bool isQuantized(WeightType type);
 
-/// The mesh size recorded on a module, if any.
+/// The size of the tp axis of the mesh recorded on a module, if any.
 std::optional<int64_t> getMeshSize(mlir::ModuleOp module);
+/// The pipeline stages of the module's mesh: its pp axis, 1 where it has none.
+int64_t getPipelineStages(mlir::ModuleOp module);
+/// The stage an op of a forward runs in: its tp.stage (a tp.fused's, its first member's);
+/// 0 where it has none.
+int64_t stageOf(mlir::Operation *op);
+/// Whether stage `stage`'s ranks hold `param` (it lists the stage, or lists none).
+bool inStage(ParamOp param, int64_t stage);
+/// The decoder layer a module name is in: N in "...layers.N" or "...layers.N.anything".
+std::optional<int64_t> layerIndexOf(llvm::StringRef module);
 /// The mesh size the sharding passes need; an error on the module when tp-apply-plan has
 /// not set one.
 mlir::FailureOr<int64_t> requireMeshSize(mlir::ModuleOp module);

@@ -98,6 +98,13 @@ struct Context {
   void attach(Comm &comm, bool variableGathers);
   /// The placement changes the CPU program calls.
   Collectives &collectives() { return *placement; }
+  /// Every stage's ranks, for the transfers between pipeline stages (where there are several).
+  Communicator &pipeline() const {
+    if (!stages)
+      fail("internal error: a transfer between pipeline stages in a program of one stage");
+    return *stages;
+  }
+  Communicator *stages = nullptr;
   /// A greedy step's argmax of each of `rows` rows of the logits split by vocabulary (`in`,
   /// this rank's pieces of `blocks`, as allGatherColumns takes them), without gathering
   /// them: every rank's largest logit of each row and its id are gathered, and `argmax`

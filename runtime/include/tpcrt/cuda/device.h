@@ -114,6 +114,12 @@ public:
 
   /// The placement changes the program calls, on device buffers (tpcrt/collectives.h).
   Collectives &collectives();
+  /// Every stage's ranks, for the transfers between pipeline stages (where there are
+  /// several): NCCL's send and receive, or Gloo's through the host.
+  Communicator &pipeline();
+  /// Each pipeline stage's forward (the first is the constructor's), before attach picks
+  /// this rank's.
+  void setStageForwards(std::vector<DeviceForwardFn> forwards) { stageForwards = std::move(forwards); }
 
   struct State; // CUDA handles, NCCL, scratch: device.cu's business
   std::unique_ptr<State> state;
@@ -125,6 +131,7 @@ private:
 
   const ModelSpec &spec;
   DeviceForwardFn forwardFn, sequenceParallelFn;
+  std::vector<DeviceForwardFn> stageForwards;
   int64_t maxHeads, maxHeadDim;
   std::vector<std::vector<int>> weightGroups;
   RankInfo info;                  // the rank, as the driver joined it

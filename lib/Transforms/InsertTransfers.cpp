@@ -1,0 +1,97 @@
+// tp-insert-transfers: the values that cross pipeline stages, sent. Runs after tp-partition,
+// where a value's type is what one rank holds: every stage has the same tp size, so tp rank r
+// of one stage sends its piece, whatever its placement, to tp rank r of the other. The ops the
+// passes after tp-assign-stages made (collectives, reshards, tp.last_token) run where their
+// operands are made.
+#include "tpc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <map>
+
+namespace tpc::tp {
+#define GEN_PASS_DEF_TPINSERTTRANSFERS
+#include "TP/TPPasses.h.inc"
+} // namespace tpc::tp
+
+using namespace mlir;
+using namespace tpc::tp;
+
+namespace {
+
+void setStage(Operation *op, int64_t stage) {
+  op->setAttr(kStageAttrName, IntegerAttr::get(IntegerType::get(op->getContext(), 64), stage));
+}
+
+/// Gives a stage to the ops a pass made after tp-assign-stages: the latest of its operands'
+/// stages, so a collective runs where its operand is made; an op of no such operand (a
+/// weight) where it is read, a copy for each stage that reads it.
+void completeStages(Block &body) {
+  for (Operation &op : body) {
+    if (op.hasAttr(kStageAttrName) || op.getNumOperands() == 0)
+      continue;
+    int64_t stage = 0;
+    for (Value operand : op.getOperands())
+      if (Operation *producer = operand.getDefiningOp())
+        stage = std::max(stage, stageOf(producer));
+    setStage(&op, stage);
+  }
+  for (Operation &op : llvm::make_early_inc_range(body)) {
+    if (op.hasAttr(kStageAttrName) || op.getNumOperands() != 0 || op.getNumResults() != 1)
+      continue;
+    std::map<int64_t, SmallVector<OpOperand *>> byStage;
+    for (OpOperand &use : op.getResult(0).getUses())
+      byStage[stageOf(use.getOwner())].push_back(&use);
+    OpBuilder builder(&op);
+    bool first = true;
+    for (auto &[stage, uses] : byStage) {
+      Operation *copy = first ? &op : builder.clone(op);
+      setStage(copy, stage);
+      if (!first)
+        for (OpOperand *use : uses)
+          use->set(copy->getResult(0));
+      first = false;
+    }
+    if (byStage.empty())
+      setStage(&op, 0);
+  }
+}
+
+struct TPInsertTransfersPass : tpc::tp::impl::TPInsertTransfersBase<TPInsertTransfersPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (getPipelineStages(module) == 1)
+      return;
+    for (auto forward : module.getOps<func::FuncOp>()) {
+      Block &body = forward.getBody().front();
+      completeStages(body);
+      // Rank 0 samples: the forward's result goes back to the first stage.
+      setStage(body.getTerminator(), 0);
+      for (Operation &op : llvm::make_early_inc_range(body)) {
+        if (isa<TransferOp>(op))
+          continue;
+        int64_t from = stageOf(&op);
+        OpBuilder builder(op.getContext());
+        builder.setInsertionPointAfter(&op);
+        for (Value result : op.getResults()) {
+          std::map<int64_t, SmallVector<OpOperand *>> readers;
+          for (OpOperand &use : result.getUses())
+            if (int64_t to = stageOf(use.getOwner()); to != from)
+              readers[to].push_back(&use);
+          // Straight to each stage that reads it, in stage order: every rank meets its
+          // transfers in this one order, so the earliest pending one has both ends waiting.
+          for (auto &[to, uses] : readers) {
+            auto transfer = TransferOp::create(builder, op.getLoc(), result, from, to,
+                                               op.getAttrOfType<StringAttr>("module"));
+            setStage(transfer, to);
+            for (OpOperand *use : uses)
+              use->set(transfer.getResult());
+          }
+        }
+      }
+    }
+  }
+};
+
+} // namespace
