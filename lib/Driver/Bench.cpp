@@ -95,7 +95,7 @@ int runConcurrencies(const BenchOptions &o, const std::vector<int64_t> &concurre
     std::string out = dir + "/out-" + std::to_string(c) + ".jsonl";
     LaunchOptions launch;
     launch.name = "tpc bench";
-    launch.ranks = int(o.tp);
+    launch.ranks = int(o.tp * o.pp);
     launch.ranksToStderr = true;
     launch.command = {binary, "--weights", o.checkpoint, "--requests", requests, "--output",
                       out, "--request-metrics", "--max-new-tokens", std::to_string(o.outputLen),

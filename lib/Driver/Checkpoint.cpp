@@ -16,7 +16,7 @@ int launchCheckpoint(const char *name, const RunBuild &o, LaunchOptions launch,
   std::optional<std::string> binary = binaryFor(o, *config, scratch);
   int status = 1;
   if (binary) {
-    launch.ranks = int(o.tp);
+    launch.ranks = int(o.tp * o.pp);
     launch.command = {*binary};
     launch.command.insert(launch.command.end(), command.begin(), command.end());
     status = launchRanks(launch);

@@ -19,6 +19,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 namespace tpc::driver {
 
@@ -63,6 +64,7 @@ std::string cacheKey(const RunBuild &o, llvm::StringRef config, llvm::StringRef 
     key += stamp(input) + "\n";
   key += fmt::format("tp {}\ntarget {}\nsequence parallel {}\nweights {}\n", o.tp, o.target,
                      o.sequenceParallel ? "on" : "off", o.weights);
+  key += fmt::format("pp {}\npp split {}\n", o.pp, fmt::join(o.ppSplit, ","));
   for (const auto &[name, type] : stored)
     key += "stored " + name + " " + type + "\n";
   key += "plan " + o.plan + "\n" + plan.str() + "\n";
@@ -101,6 +103,8 @@ std::optional<std::string> compileInto(const RunBuild &o, const CheckpointConfig
   args.model = modelPath;
   args.plan = o.plan;
   args.tp = o.tp;
+  args.pp = o.pp;
+  args.ppSplit = o.ppSplit;
   args.target = o.target;
   args.sequenceParallel = o.sequenceParallel;
   args.weights = o.weights;

@@ -3,6 +3,7 @@
 // says what it found.
 #include "Commands.h"
 
+#include "tpc/Analysis/Report.h"
 #include "tpc/Driver/Check.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -46,6 +47,26 @@ void printUnevenShapes(mlir::ModuleOp program, llvm::raw_ostream &os) {
        << fmt::format(" (each stored as {})", shapeString(u.stored)) << "\n";
   }
 }
+/// The pipeline's stages, where the program has several: each stage's ranks, its layers (as
+/// tp-assign-stages placed them) and the weight bytes each of its ranks holds.
+void printStages(mlir::ModuleOp program, llvm::raw_ostream &os) {
+  auto layers = program->getAttrOfType<mlir::DenseI64ArrayAttr>(tp::kStageLayersAttrName);
+  if (!layers)
+    return;
+  int64_t tp = tp::getMeshSize(program).value_or(1), stages = layers.size(), first = 0;
+  os << fmt::format("pipeline stages (pp {} x tp {}, {} ranks):\n", stages, tp, stages * tp);
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    double bytes = 0;
+    for (tp::ParamOp param : program.getOps<tp::ParamOp>())
+      if (tp::inStage(param, stage))
+        bytes += paramBytes(param);
+    int64_t count = layers[stage];
+    os << fmt::format("  stage {}: ranks {}-{}, layers {}-{} ({}), {:.0f} weight bytes a rank\n",
+                      stage, stage * tp, stage * tp + tp - 1, first, first + count - 1, count,
+                      bytes);
+    first += count;
+  }
+}
 } // namespace
 
 void addCheckCommand(CLI::App &app, CommandRunner &run) {
@@ -71,8 +92,11 @@ void addCheckCommand(CLI::App &app, CommandRunner &run) {
         front.plan->print(llvm::outs());
       if (front.program && o.printPlan)
         printUnevenShapes(*front.program, llvm::outs());
-      llvm::outs() << fmt::format("{}: plan {} at tp {}: {} error{}, {} warning{}\n", o.model,
-                                  o.plan, o.tp, session.errors(),
+      if (front.program)
+        printStages(*front.program, llvm::outs());
+      std::string mesh = (o.pp > 1 ? fmt::format("pp {} x ", o.pp) : "") + fmt::format("tp {}", o.tp);
+      llvm::outs() << fmt::format("{}: plan {} at {}: {} error{}, {} warning{}\n", o.model,
+                                  o.plan, mesh, session.errors(),
                                   session.errors() == 1 ? "" : "s", session.warnings(),
                                   session.warnings() == 1 ? "" : "s");
       return ok && !session.errors() ? 0 : 1;

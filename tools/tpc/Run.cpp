@@ -38,6 +38,8 @@ std::string misuse(const RunOptions &o) {
     return "tpc run: --requests IN.jsonl and --output OUT.jsonl go together";
   if (o.tp < 1)
     return fmt::format("--tp must be at least 1, got {}", o.tp);
+  if (o.pp < 1)
+    return fmt::format("--pp must be at least 1, got {}", o.pp);
   // The binary takes 0 (a prefill alone); a person asking for an answer wants one.
   if (const std::string *tokens = f.value(FlagId::MaxNewTokens)) {
     long long count = 0;
@@ -76,7 +78,13 @@ void addCheckpointArgs(CLI::App *cmd, driver::RunBuild &o) {
                   "the checkpoint: a directory (config.json, *.safetensors, tokenizer.json), "
                   "or a .gguf file (or a directory holding one)")
       ->required();
-  cmd->add_option("--tp", o.tp, "tensor-parallel size: how many ranks, over every node (default 1)");
+  cmd->add_option("--tp", o.tp, "tensor-parallel size: ranks sharing each layer (default 1)");
+  cmd->add_option("--pp", o.pp,
+                  "pipeline stages, each of --tp ranks: pp x tp ranks over every node "
+                  "(default 1)");
+  cmd->add_option("--pp-split", o.ppSplit,
+                  "decoder layers per stage, N0,N1,... (default: balanced by the cost model)")
+      ->delimiter(',');
   cmd->add_option("--target", o.target, "cpu (default) or cuda")
       ->check(CLI::IsMember(target::targetNames()));
   cmd->add_option("--plan", o.plan,

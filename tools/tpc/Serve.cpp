@@ -25,8 +25,9 @@ struct ServeOptions : driver::RunBuild {
 };
 
 int serve(const ServeOptions &o) {
-  if (o.tp < 1) {
-    reportError(fmt::format("--tp must be at least 1, got {}", o.tp));
+  if (o.tp < 1 || o.pp < 1) {
+    reportError(o.tp < 1 ? fmt::format("--tp must be at least 1, got {}", o.tp)
+                         : fmt::format("--pp must be at least 1, got {}", o.pp));
     return 2;
   }
   if (o.port < 0 || o.port > 65535) {

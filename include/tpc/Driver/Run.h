@@ -17,6 +17,8 @@ namespace tpc::driver {
 struct RunBuild {
   std::string checkpoint, plan = "auto", target = "cpu";
   int64_t tp = 1;
+  int64_t pp = 1;                 // --pp: pipeline stages (pp x tp ranks)
+  std::vector<int64_t> ppSplit;   // --pp-split: decoder layers per stage
   std::string weights = "stored"; // --weights-dtype
   bool noCache = false, sequenceParallel = false;
   /// -v, --verbose: the compiler's stages, warnings and notes too (and the binary's account of

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # Conformance of a reshaped model (uneven heads, an intermediate size tp does not divide, ...)
-# at several tp sizes, against transformers and against tpc's own tp 1 run (CPU, fp32):
-#   run_uneven.sh TPC_BIN_DIR VENV_PYTHON ARCH OUT "TP_LIST" [--set KEY=VALUE ...] [--plan P]
+# at several meshes, against transformers and against tpc's own tp 1 run (CPU, fp32):
+#   run_uneven.sh TPC_BIN_DIR VENV_PYTHON ARCH OUT "MESH_LIST" [--set KEY=VALUE ...] [--plan P]
+# A mesh is a tp size N, or PxN: P pipeline stages of tp N (--pp P --tp N, P * N ranks).
 # hf_model.py builds the tiny random ARCH model with the --set overrides and transformers'
 # reference; tpc imports its config.json and compiles it with --plan P (default auto) at tp 1
-# and at each tp of TP_LIST; every binary runs on the saved checkpoint teacher-forced
+# and at each mesh of MESH_LIST; every binary runs on the saved checkpoint teacher-forced
 # (--force-ids) and free greedy (16 new tokens, eos ignored), logits dumped. Then, in this
 # order, one verdict line each:
 #   conform: tp 1 (forced and free) against transformers (conform.py)
-#   conform: for each tp of TP_LIST, its free run against tp 1's (conform.py --against-run)
-#   compare: for each tp of TP_LIST, its forced logits against tp 1's within 1e-4 and the same
-#            tokens (compare_logits.py)
-#   traces:  for each tp of TP_LIST, a 3-token traced run (prompt of 8) against
-#            `tpc analyze --plan P --tp N --prefill-len 8 --json`, every rank's trace
-#            (check_trace.py)
+#   conform: for each mesh of MESH_LIST, its free run against tp 1's (conform.py --against-run)
+#   compare: for each mesh of MESH_LIST, its forced logits against tp 1's within TOLERANCE
+#            (1e-4; COMPARE_TOLERANCE overrides) and the same tokens (compare_logits.py)
+#   traces:  for each mesh of MESH_LIST, a 3-token traced run (prompt of 8) against
+#            `tpc analyze --plan P [--pp P] --tp N --prefill-len 8 --json`, every rank's
+#            trace (check_trace.py)
 # A step that fails prints its tool's output (a failed compile its log) and the script goes
 # on with what does not depend on it; it exits 1 when anything failed.
 set -uo pipefail
 usage() {
-  echo "usage: run_uneven.sh TPC_BIN_DIR VENV_PYTHON ARCH OUT \"TP_LIST\" [--set K=V ...] [--plan P]" >&2
+  echo "usage: run_uneven.sh TPC_BIN_DIR VENV_PYTHON ARCH OUT \"MESH_LIST\" [--set K=V ...] [--plan P]" >&2
   exit 2
 }
 (($# >= 5)) || usage
@@ -59,10 +60,17 @@ cat "$out/hf_model.log"
 prompt=$(cat "$hf/prompt.txt") force=$(cat "$hf/force.txt")
 quiet "$out/import.log" "$tpc" import "$hf/config.json" -o "$out/model.mlir" || exit 1
 
-binary() { # binary TP: the compiled per-rank binary of tp TP
+binary() { # binary MESH: the compiled per-rank binary of MESH
   ls -d "$out/tp$1"/* 2> /dev/null | grep -v '\.[a-z]*$' | head -n 1
 }
-others=() # TP_LIST without tp 1
+mesh_flags() { # mesh_flags MESH: its --pp and --tp
+  if [[ $1 == *x* ]]; then echo "--pp ${1%x*} --tp ${1#*x}"; else echo "--tp $1"; fi
+}
+ranks() { # ranks MESH: how many ranks it runs on
+  if [[ $1 == *x* ]]; then echo $((${1%x*} * ${1#*x})); else echo "$1"; fi
+}
+tolerance=${COMPARE_TOLERANCE:-1e-4}
+others=() # MESH_LIST without tp 1
 for tp in $tps; do
   [[ $tp == 1 ]] || others+=("$tp")
 done
@@ -70,8 +78,9 @@ done
 built=()
 for tp in 1 "${others[@]}"; do
   start=$SECONDS
-  if ! quiet "$out/compile$tp.log" "$tpc" compile "$out/model.mlir" --plan "$plan" --tp "$tp" \
-    -o "$out/tp$tp"; then
+  # shellcheck disable=SC2046 # mesh_flags is two or four words
+  if ! quiet "$out/compile$tp.log" "$tpc" compile "$out/model.mlir" --plan "$plan" \
+    $(mesh_flags "$tp") -o "$out/tp$tp"; then
     failed=1
     continue
   fi
@@ -80,12 +89,12 @@ for tp in 1 "${others[@]}"; do
   for name in forced free; do
     extra=()
     [[ $name == forced ]] && extra=(--force-ids "$force")
-    "$tpc" launch -n "$tp" "$exe" --weights "$hf" --prompt-ids "$prompt" --max-new-tokens 16 \
+    "$tpc" launch -n "$(ranks "$tp")" "$exe" --weights "$hf" --prompt-ids "$prompt" --max-new-tokens 16 \
       --ignore-eos --dump-logits "$out/$name$tp.bin" "${extra[@]}" > "$out/$name$tp.txt" 2>&1 ||
-      { echo "FAILED: tp $tp $name run"; cat "$out/$name$tp.txt"; ok=0; failed=1; }
+      { echo "FAILED: mesh $tp $name run"; cat "$out/$name$tp.txt"; ok=0; failed=1; }
   done
   ((ok)) && built+=("$tp")
-  echo "tp $tp: compiled and ran in $((SECONDS - start)) s"
+  echo "mesh $tp: compiled and ran in $((SECONDS - start)) s"
 done
 has() { [[ " ${built[*]} " == *" $1 "* ]]; }
 has 1 || { echo "tp 1 did not compile or run: nothing to check against"; exit 1; }
@@ -97,38 +106,39 @@ for tp in "${others[@]}"; do
   if has "$tp"; then
     verdict "$py" "$here/conform.py" - "$out/free$tp.bin" --against-run "$out/free1.bin"
   else
-    echo "tp $tp: no runs to check"; echo "conform: FAILED"
+    echo "mesh $tp: no runs to check"; echo "conform: FAILED"
   fi
 done
 for tp in "${others[@]}"; do
   if has "$tp"; then
-    verdict "$py" "$e2e/compare_logits.py" 1e-4 "$out/forced1.bin" "$out/forced$tp.bin"
+    verdict "$py" "$e2e/compare_logits.py" "$tolerance" "$out/forced1.bin" "$out/forced$tp.bin"
   else
-    echo "tp $tp: no runs to check"; echo "compare: FAILED"
+    echo "mesh $tp: no runs to check"; echo "compare: FAILED"
   fi
 done
 
 # Collectives, weight bytes and arena of every rank against analyze's prediction.
 for tp in "${others[@]}"; do
   if ! has "$tp"; then
-    echo "tp $tp: no binary to trace"; echo "traces: FAILED"
+    echo "mesh $tp: no binary to trace"; echo "traces: FAILED"
     continue
   fi
   # analyze's warnings go to stderr: the JSON (stdout) stays alone.
-  if ! "$tpc" analyze "$out/model.mlir" --plan "$plan" --tp "$tp" --prefill-len 8 --json \
+  # shellcheck disable=SC2046
+  if ! "$tpc" analyze "$out/model.mlir" --plan "$plan" $(mesh_flags "$tp") --prefill-len 8 --json \
     > "$out/analyze$tp.json" 2> "$out/analyze$tp.log"; then
-    echo "FAILED: tpc analyze --plan $plan --tp $tp"
+    echo "FAILED: tpc analyze --plan $plan $(mesh_flags "$tp")"
     cat "$out/analyze$tp.log" "$out/analyze$tp.json"
     echo "traces: FAILED"; failed=1
     continue
   fi
-  if ! quiet "$out/trace$tp.txt" "$tpc" launch -n "$tp" "$(binary "$tp")" --weights "$hf" \
+  if ! quiet "$out/trace$tp.txt" "$tpc" launch -n "$(ranks "$tp")" "$(binary "$tp")" --weights "$hf" \
     --prompt-ids "$prompt" --max-new-tokens 3 --ignore-eos --trace "$out/trace$tp.json"; then
     echo "traces: FAILED"; failed=1
     continue
   fi
   traces=()
-  for ((r = 0; r < tp; ++r)); do
+  for ((r = 0; r < $(ranks "$tp"); ++r)); do
     traces+=("$out/trace$tp.json.rank$r")
   done
   verdict "$py" "$e2e/check_trace.py" "$out/analyze$tp.json" 8 3 "${traces[@]}"
