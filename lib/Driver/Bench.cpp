@@ -173,8 +173,8 @@ int runBench(const BenchOptions &o, BenchReport &report) {
   std::optional<std::vector<int64_t>> concurrencies = parseConcurrencies(o.concurrency);
   if (!concurrencies)
     return 2;
-  if (o.promptLen < 1 || o.outputLen < 1 || o.numPrompts < 0 || o.tp < 1) {
-    reportError("tpc bench: --prompt-len, --output-len and --tp must be at least 1");
+  if (o.promptLen < 1 || o.outputLen < 1 || o.numPrompts < 0 || o.tp < 1 || o.pp < 1) {
+    reportError("tpc bench: --prompt-len, --output-len, --tp and --pp must be at least 1");
     return 2;
   }
   if (!checkpointExists("tpc bench", o.checkpoint))

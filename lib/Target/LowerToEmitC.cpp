@@ -69,9 +69,21 @@ bool FunctionLowering::runsHere(Operation *op) {
   if (!stage)
     return true;
   if (auto transfer = dyn_cast<TransferOp>(op))
-    return transfer.getFrom() == *stage || transfer.getTo() == *stage;
+    return transfer.getFrom() == *stage || (transfer.getTo() == *stage && !returned(transfer));
+  // The forward's result arrives at the first stage through the engine (returnedTransfer).
+  if (isa<func::ReturnOp>(op))
+    return false;
   return stageOf(op) == *stage;
 }
+
+TransferOp lowering::returnedTransfer(func::FuncOp func) {
+  Operation *ret = func.getBody().front().getTerminator();
+  if (ret->getNumOperands() != 1)
+    return TransferOp();
+  return ret->getOperand(0).getDefiningOp<TransferOp>();
+}
+
+bool FunctionLowering::returned(TransferOp transfer) { return returnedTransfer(func) == transfer; }
 
 Type FunctionLowering::idsType() { return emitc::PointerType::get(opaque("const int64_t")); }
 Type FunctionLowering::actPtr() { return emitc::PointerType::get(opaque(spelling.element())); }
@@ -91,32 +103,25 @@ LogicalResult FunctionLowering::lower() {
   positions = entry->getArgument(2);
   n = entry->getArgument(3);
   bool split = false;
-  // One row a sampled sequence, in a stage that receives such rows from the stage that ran
-  // tp.last_token.
-  bool sampledHere = false, receivesSampled = false;
   func.walk([&](Operation *op) {
     if (!isa<WeightOp>(op))
       for (Value v : op->getResults())
         split |= isSplitByTokens(v);
-    if (!runsHere(op))
-      return;
-    sampledHere |= isa<LastTokenOp>(op);
-    if (auto transfer = dyn_cast<TransferOp>(op))
-      receivesSampled |= transfer.getTo() == *stage && typeOf(transfer).getDimSize(0) == 1;
   });
   if (split) {
     auto tpValue = emitc::ConstantOp::create(builder, loc, i64(), builder.getI64IntegerAttr(tp));
     ns = emitc::DivOp::create(builder, loc, i64(), n, tpValue);
   }
-  if (receivesSampled && !sampledHere)
-    sampled = call(func, "sampledRows").emit(i64());
+  if (stage && !returnedTransfer(func))
+    return func.emitError() << "has pipeline stages but does not end by sending its result to "
+                               "the first stage: run tp-insert-transfers";
   // Kernels of fused units go before the function, in the module.
   kernelPoint = lowered;
   Operation *ret = func.getBody().front().getTerminator();
   for (Operation &op : func.getBody().front())
     if (runsHere(&op) && (failed(lowerOp(&op)) || mismatchedCall))
       return failure();
-  // A stage that does not return the logits returns nothing: the first stage samples.
+  // A stage's function returns nothing: the engine receives the logits the last one sends.
   if (!runsHere(ret)) {
     Value none = emitc::LiteralOp::create(builder, loc, actPtr(), "nullptr");
     emitc::ReturnOp::create(builder, loc, none);

@@ -87,8 +87,37 @@ void Communicator::allToAll(const void *in, size_t count, void *out) {
 }
 
 void Communicator::send(const void *data, size_t count, int peer) {
+  if (holding) {
+    held.push_back({data, count, peer, true, labelModule, labelTokens});
+    return;
+  }
   record("send", count);
   runSend(data, count, peer);
+}
+
+void Communicator::sendControl(const void *data, size_t bytes, int peer) {
+  if (holding) {
+    held.push_back({data, bytes / elementBytes, peer, false, "", 0});
+    return;
+  }
+  runSend(data, bytes / elementBytes, peer);
+}
+
+void Communicator::recvControl(void *data, size_t bytes, int peer) {
+  runRecv(data, bytes / elementBytes, peer);
+}
+
+void Communicator::releaseSends() {
+  holding = false;
+  std::vector<HeldSend> sends;
+  sends.swap(held);
+  for (const HeldSend &s : sends) {
+    if (s.traced) {
+      label(s.module, s.tokens);
+      record("send", s.count);
+    }
+    runSend(s.data, s.count, s.peer);
+  }
 }
 
 void Communicator::recv(void *data, size_t count, int peer) {

@@ -83,6 +83,14 @@ const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) 
   int64_t multiple = spec.sequenceParallelTokens;
   bool split = backend.hasSequenceParallel() && multiple > 0 && n >= multiple && n % multiple == 0;
   const float *logits = backend.forward(one, split);
+  // Pipeline stages: the last stage sends the first its logits, which the forward there does
+  // not wait for.
+  if (rank.stages > 1) {
+    if (rank.stage != 0)
+      return nullptr;
+    logits = backend.receiveLogits(spec.lastTokenOnly ? 1 : n, spec.vocab, spec.logitsStage,
+                                   spec.logitsModule);
+  }
   return spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
 }
 

@@ -132,6 +132,7 @@ public:
     can.argmax = argmaxOnRanks;
     can.blocksAsStored = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K};
     can.blocksFromFloats = {DType::Q8_0, DType::Q4_0};
+    can.pipelined = true;
     return can;
   }
 
@@ -212,6 +213,16 @@ public:
     return logits;
   }
   const int64_t *argmax() const override { return cx.argmaxReady ? cx.argmax.data() : nullptr; }
+  const float *receiveLogits(int64_t rows, int64_t cols, int64_t stage,
+                             const char *module) override {
+    Communicator &world = cx.pipeline();
+    received.resize(size_t(rows * cols));
+    world.label(module, rows);
+    world.recv(received.data(), size_t(rows * cols), int(stage * cx.tp + cx.rank));
+    return received.data();
+  }
+  void holdTransfers() override { cx.pipeline().holdSends(); }
+  void releaseTransfers() override { cx.pipeline().releaseSends(); }
   bool injectFault() override { return false; }
   /// Where the program gathers the logits split by vocabulary through allGatherLogits (which
   /// tp-greedy-argmax marks on the CPU target: ModelSpec::argmaxOnRanks).
@@ -228,6 +239,7 @@ private:
   bool argmaxOnRanks;
   std::vector<ForwardFn> stageFns; // each pipeline stage's, where there are several
   Context cx;
+  std::vector<float> received; // receiveLogits' rows
   std::vector<std::vector<float>> cacheMemory;
   std::vector<float> arena;
 };

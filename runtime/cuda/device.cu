@@ -363,6 +363,7 @@ Device::~Device() {
   for (auto &[key, frequencies] : state->invFreqs)
     cudaFree(frequencies);
   cudaFreeHost(state->hostLogits);
+  cudaFree(state->received);
   cudaFree(state->argmaxIds);
   cudaFreeHost(state->hostArgmax);
   if (state->lt)
@@ -404,6 +405,41 @@ void Device::wait(const char *what) {
 
 Collectives &Device::collectives() { return *state->collectives; }
 
+void Device::growHostLogits(size_t count) {
+  if (count <= state->hostLogitsCount)
+    return;
+  cudaFreeHost(state->hostLogits);
+  state->hostLogits = nullptr;
+  state->hostLogitsCount = 0;
+  check(cudaMallocHost(&state->hostLogits, count * sizeof(act)), "cudaMallocHost (logits)");
+  state->hostLogitsCount = count;
+}
+
+const float *Device::receiveLogits(int64_t rows, int64_t cols, int64_t stage,
+                                   const char *module) {
+  size_t count = size_t(rows * cols);
+  if (count > state->receivedCount) {
+    cudaFree(state->received);
+    state->received = nullptr;
+    state->receivedCount = 0;
+    check(cudaMalloc(&state->received, std::max<size_t>(1, count) * sizeof(act)),
+          "cudaMalloc (received logits)");
+    state->receivedCount = count;
+  }
+  growHostLogits(count);
+  Communicator &world = pipeline();
+  world.label(module, rows);
+  world.recv(state->received, count, int(stage * tp + rank));
+  check(cudaMemcpyAsync(state->hostLogits, state->received, count * sizeof(act),
+                        cudaMemcpyDeviceToHost, state->stream),
+        "cudaMemcpyAsync (received logits)");
+  wait("receiving the logits");
+  state->logits.resize(count);
+  for (size_t i = 0; i < count; ++i)
+    state->logits[i] = __bfloat162float(state->hostLogits[i]);
+  return state->logits.data();
+}
+
 Communicator &Device::pipeline() {
   if (!state->pipeline)
     throw std::logic_error("internal error: a transfer between pipeline stages in a program "
@@ -424,13 +460,7 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
   // is idle.
   int64_t rows = spec.lastTokenOnly ? 1 : tokens;
   size_t count = size_t(rows * spec.vocab);
-  if (count > state->hostLogitsCount) {
-    cudaFreeHost(state->hostLogits);
-    state->hostLogits = nullptr;
-    state->hostLogitsCount = 0;
-    check(cudaMallocHost(&state->hostLogits, count * sizeof(act)), "cudaMallocHost (logits)");
-    state->hostLogitsCount = count;
-  }
+  growHostLogits(count);
   bool argmax = step && step->argmax;
   if (argmax && size_t(rows) > state->argmaxCount) {
     cudaFree(state->argmaxIds);

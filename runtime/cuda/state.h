@@ -33,6 +33,8 @@ struct Device::State {
   /// Between pipeline stages, over every rank (NCCL's or the host's), where there are
   /// several stages.
   std::unique_ptr<Communicator> pipeline;
+  act *received = nullptr; // receiveLogits' rows, on the device
+  size_t receivedCount = 0;
   int64_t *ids = nullptr, *positions = nullptr;
   std::vector<float> logits;
   /// Pinned staging for the logits coming back: a copy to pageable memory would block the

@@ -40,6 +40,10 @@ StepLayout layoutOf(const EngineLimits &limits) {
 
 } // namespace
 
+const float *Backend::receiveLogits(int64_t, int64_t, int64_t, const char *) {
+  throw std::logic_error("internal error: this backend runs no pipeline stages");
+}
+
 EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can) {
   if (can.stepSequences > 0)
     limits.maxNumSeqs = std::min(limits.maxNumSeqs, can.stepSequences);
@@ -53,18 +57,77 @@ EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can)
 Engine::Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank,
                EngineLimits flags)
     : spec(spec), backend(backend), rank(rank), can(backend.capabilities()),
-      limits(runnableLimits(flags, can)), codec(layoutOf(limits)), scheduler(limits) {}
+      limits(runnableLimits(flags, can)), codec(layoutOf(limits)), scheduler(limits),
+      pipelined(rank.stages > 1 && can.pipelined) {}
 
 Engine::~Engine() = default;
 
 void Engine::share(std::vector<int64_t> &d) {
-  // Every rank of every stage runs the step rank 0 decided.
-  Comm *everyone = rank.everyone();
-  if (rank.worldSize() == 1 || !everyone)
+  // Every rank of the group runs the step rank 0 decided; with pipeline stages, every rank of
+  // the first stage, each passing it on to the next stage (passOn).
+  if (rank.tp == 1 || !rank.comm)
     return;
-  gathered.resize(d.size() * size_t(rank.worldSize()));
-  everyone->communicator().exchange(d.data(), d.size() * sizeof(int64_t), gathered.data());
+  gathered.resize(d.size() * size_t(rank.tp));
+  rank.comm->communicator().exchange(d.data(), d.size() * sizeof(int64_t), gathered.data());
   std::copy(gathered.begin(), gathered.begin() + ptrdiff_t(d.size()), d.begin());
+}
+
+void Engine::passOn(const std::vector<int64_t> &d) {
+  if (rank.stage + 1 >= rank.stages)
+    return;
+  rank.world->communicator().sendControl(d.data(), d.size() * sizeof(int64_t),
+                                         (rank.stage + 1) * rank.tp + rank.rank);
+}
+
+const float *Engine::receiveLogits(int64_t rows) {
+  return backend.receiveLogits(rows, spec.vocab, spec.logitsStage, spec.logitsModule);
+}
+
+const float *Engine::runFirstStage(const std::vector<int64_t> &d, const EngineHooks &hooks,
+                                   const std::function<void(const float *)> &before) {
+  StepCollect c = codec.collect(d);
+  if (pipelined)
+    backend.holdTransfers();
+  passOn(d);
+  codec.decode(d, current);
+  forward(current.step, hooks);
+  // An earlier step's logits before this step's sends go: the last stage sends them before
+  // it can take this step's.
+  const float *early = c.before >= 0 ? receiveLogits(c.before) : nullptr;
+  if (pipelined)
+    backend.releaseTransfers();
+  if (early)
+    before(early);
+  return c.after >= 0 ? receiveLogits(c.after) : nullptr;
+}
+
+void Engine::followStage(const EngineHooks &hooks) {
+  std::vector<int64_t> d(codec.length());
+  int from = (rank.stage - 1) * rank.tp + rank.rank;
+  for (;;) {
+    auto start = std::chrono::steady_clock::now();
+    rank.world->communicator().recvControl(d.data(), d.size() * sizeof(int64_t), from);
+    StepKind kind = codec.kind(d);
+    if (kind == StepKind::End || kind == StepKind::Idle) {
+      passOn(d);
+      if (kind == StepKind::End)
+        return;
+      continue;
+    }
+    if (kind != StepKind::Run) // Collect stays in the first stage
+      throw std::runtime_error("internal error: pipeline stage " + std::to_string(rank.stage) +
+                               " was passed a step descriptor of kind " +
+                               std::to_string(int64_t(kind)));
+    // Its sends after its forward, as the first stage's: it receives before it sends.
+    if (pipelined)
+      backend.holdTransfers();
+    passOn(d);
+    codec.decode(d, current);
+    forward(current.step, hooks);
+    if (pipelined)
+      backend.releaseTransfers();
+    stepTimes.push_back(millisSince(start));
+  }
 }
 
 const float *Engine::forward(const Step &step, const EngineHooks &hooks) {
@@ -80,18 +143,29 @@ const float *Engine::forward(const Step &step, const EngineHooks &hooks) {
 }
 
 void Engine::follow(const EngineHooks &hooks) {
+  if (rank.stage > 0)
+    return followStage(hooks);
   std::vector<int64_t> d(codec.length());
-  DecodedStep step;
   for (;;) {
     auto start = std::chrono::steady_clock::now();
     share(d);
     StepKind kind = codec.kind(d);
-    if (kind == StepKind::End)
-      return;
-    if (kind == StepKind::Idle)
+    if (kind == StepKind::End || kind == StepKind::Idle) {
+      passOn(d);
+      if (kind == StepKind::End)
+        return;
       continue;
-    codec.decode(d, step);
-    forward(step.step, hooks);
+    }
+    if (kind == StepKind::Collect) {
+      receiveLogits(codec.collect(d).before);
+      continue;
+    }
+    if (rank.stages > 1) {
+      runFirstStage(d, hooks, [](const float *) {});
+    } else {
+      codec.decode(d, current);
+      forward(current.step, hooks);
+    }
     stepTimes.push_back(millisSince(start));
   }
 }
@@ -148,13 +222,20 @@ void Engine::abort(size_t handle) {
 }
 
 void Engine::stop() {
+  while (!inFlight.empty()) { // logits still to come (nothing calls step() after an error)
+    codec.encodeSignal(StepKind::Collect, descriptor, {inFlight.front().logitsRows, -1});
+    share(descriptor);
+    collectOldest({});
+  }
   codec.encodeSignal(StepKind::End, descriptor);
   share(descriptor);
+  passOn(descriptor);
 }
 
 void Engine::idle() {
   codec.encodeSignal(StepKind::Idle, descriptor);
   share(descriptor);
+  passOn(descriptor);
 }
 
 void Engine::run(std::vector<EngineRequest> &requests, const EngineHooks &hooks) {
@@ -196,42 +277,124 @@ bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &h
   return true;
 }
 
+std::vector<Engine::StepRow> Engine::rowsOf(const std::vector<Scheduled> &plan) const {
+  std::vector<StepRow> rows;
+  int64_t first = 0; // as the codec lays the step's tokens out
+  for (const Scheduled &s : plan) {
+    rows.push_back({s.sequence->handle, s.sampled(), first, s.count});
+    first += s.count;
+  }
+  return rows;
+}
+
+int64_t Engine::logitsRowsOf(const std::vector<Scheduled> &plan) const {
+  if (!spec.lastTokenOnly) { // every token's row
+    int64_t tokens = 0;
+    for (const Scheduled &s : plan)
+      tokens += s.count;
+    return tokens;
+  }
+  // tp.last_token's rows (lastRows): one for a step of one sequence, else one per sampled.
+  if (plan.size() == 1)
+    return 1;
+  return std::count_if(plan.begin(), plan.end(), [](const Scheduled &s) { return s.sampled(); });
+}
+
 void Engine::step(const EngineHooks &hooks) {
   if (!busy())
     return;
+  if (rank.stages > 1)
+    return stepStaged(hooks);
   auto start = std::chrono::steady_clock::now();
   std::vector<Scheduled> plan = scheduler.schedule();
   planned.clear();
   for (const Scheduled &s : plan)
     planned.push_back({s.sequence->tokens.data() + s.sequence->computed, s.count,
                        s.sequence->computed, s.sampled(), &s.sequence->blocks});
-  codec.encode(planned, argmaxOnly(plan, hooks), descriptor);
+  codec.encode(planned, argmaxOnly(plan, hooks), {}, descriptor);
   share(descriptor);
   codec.decode(descriptor, current);
   const float *logits = forward(current.step, hooks);
+  std::vector<StepRow> rows = rowsOf(plan);
   scheduler.computed(plan);
-  sample(plan, logits, hooks);
-  stepTimes.push_back(millisSince(start));
-}
-
-void Engine::sample(const std::vector<Scheduled> &plan, const float *logits,
-                    const EngineHooks &hooks) {
   const int64_t *chosen = current.step.argmax ? backend.argmax() : nullptr;
   if (current.step.argmax && !chosen) // it said it could (capabilities().argmax)
     throw std::logic_error("the backend was asked for each row's argmax, which it says it "
                            "finds, and gave none");
+  sample(rows, logits, chosen, hooks);
+  stepTimes.push_back(millisSince(start));
+}
+
+void Engine::stepStaged(const EngineHooks &hooks) {
+  auto start = std::chrono::steady_clock::now();
+  // Pipelined, a step takes its share of the live sequences, so that each stage has a step
+  // of about as many.
+  int64_t most = 0;
+  if (pipelined) {
+    int64_t live = std::min<int64_t>(
+        int64_t(scheduler.running().size() + scheduler.waiting().size()), limits.maxNumSeqs);
+    most = std::max<int64_t>(1, (live + rank.stages - 1) / rank.stages);
+  }
+  std::vector<Scheduled> plan = scheduler.schedule(most);
+  if (plan.empty()) { // every sequence that could run waits for a step in flight
+    codec.encodeSignal(StepKind::Collect, descriptor, {inFlight.front().logitsRows, -1});
+    share(descriptor);
+    collectOldest(hooks);
+    return;
+  }
+  planned.clear();
+  for (const Scheduled &s : plan) {
+    planned.push_back({s.sequence->tokens.data() + s.sequence->computed, s.count,
+                       s.sequence->computed, s.sampled(), &s.sequence->blocks});
+    s.sequence->inFlight = true;
+  }
+  StepCollect collect;
+  // The last stage sends the oldest step's logits before it takes this step: received here
+  // before this step's sends go.
+  if (pipelined && int64_t(inFlight.size()) >= rank.stages - 1)
+    collect.before = inFlight.front().logitsRows;
+  InFlight mine{rowsOf(plan), logitsRowsOf(plan)};
+  if (!pipelined)
+    collect.after = mine.logitsRows;
+  codec.encode(planned, false, collect, descriptor);
+  share(descriptor);
+  scheduler.computed(plan);
+  const float *own = runFirstStage(descriptor, hooks, [&](const float *logits) {
+    InFlight oldest = std::move(inFlight.front());
+    inFlight.pop_front();
+    sample(oldest.rows, logits, nullptr, hooks);
+  });
+  if (pipelined)
+    inFlight.push_back(std::move(mine));
+  else
+    sample(mine.rows, own, nullptr, hooks);
+  stepTimes.push_back(millisSince(start));
+}
+
+void Engine::collectOldest(const EngineHooks &hooks) {
+  InFlight oldest = std::move(inFlight.front());
+  inFlight.pop_front();
+  sample(oldest.rows, receiveLogits(oldest.logitsRows), nullptr, hooks);
+}
+
+void Engine::sample(const std::vector<StepRow> &rows, const float *logits,
+                    const int64_t *chosen, const EngineHooks &hooks) {
   // The sequences whose known tokens are all computed now have their rows of the logits, one
   // each in the step's order (the last token's of every token where the program has no
   // tp.last_token).
   int64_t row = 0;
-  for (size_t p = 0; p < plan.size(); ++p) {
-    Sequence *s = plan[p].sequence;
-    if (s->pending() > 0)
+  for (const StepRow &step : rows) {
+    auto found = entries.find(step.handle);
+    if (found != entries.end())
+      found->second.sequence.inFlight = false;
+    if (!step.sampled)
       continue; // a prompt's chunk, more to come
-    Entry &e = entries.at(s->handle);
+    int64_t at = spec.lastTokenOnly ? row++ : step.first + step.count - 1;
+    if (found == entries.end() || found->second.request.finishReason)
+      continue; // ended while its step was in flight (a client that went away)
+    Entry &e = found->second;
+    Sequence *s = &e.sequence;
     EngineRequest &r = e.request;
-    const StepSequence &mineInStep = current.step.sequences[p];
-    int64_t at = spec.lastTokenOnly ? row++ : mineInStep.first + mineInStep.count - 1;
     const float *mine = chosen ? nullptr : logits + at * spec.vocab;
     // A logit that is not finite, seen by a rank (a negative argmax) or here in the row.
     bool finite = chosen ? chosen[at] >= 0

@@ -6,6 +6,16 @@
 // nothing: it runs the descriptors it is sent until one says the run is over, so the ranks
 // cannot fall out of step. `tpc run`'s single prompt, --requests and `tpc serve` all run
 // through this one loop.
+//
+// With pipeline stages the descriptor goes to the first stage's ranks, and each stage's rank
+// passes it to the rank of the same tp index in the next stage with its activations. The
+// last stage sends the logits back to the first, where the engine receives them. Where the
+// backend can hold its sends (capabilities().pipelined), rank 0 keeps up to a step per stage
+// in flight, vLLM's virtual engines: each step takes about its share of the live sequences,
+// a sequence in flight waits for its logits, and each step's forward on the first stage runs
+// while the later stages compute the steps before it. Before its sends go, the first stage
+// receives the logits of the step that would otherwise block them (the oldest, once every
+// other stage holds one), so no two ranks wait on each other.
 #ifndef TPCRT_ENGINE_ENGINE_H
 #define TPCRT_ENGINE_ENGINE_H
 
@@ -16,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <unordered_map>
 #include <vector>
@@ -50,8 +61,8 @@ public:
   /// once, "length"); returns its handle, which the hooks and request() name it by. Requests
   /// may arrive between any two steps.
   size_t submit(EngineRequest request);
-  /// Rank 0: whether a request is waiting or running.
-  bool busy() const { return scheduler.busy(); }
+  /// Rank 0: whether a request is waiting or running, or a step's logits are still to come.
+  bool busy() const { return scheduler.busy() || !inFlight.empty(); }
   /// Rank 0: one step, when busy: schedules, sends every rank the step, runs its forward and
   /// samples, telling `hooks`.
   void step(const EngineHooks &hooks = {});
@@ -90,15 +101,43 @@ public:
 
 private:
   struct Entry;
-  /// Sends rank 0's descriptor to every rank (into `d` on each).
+  /// A sampled row's place in a step: whose, and where among the step's tokens.
+  struct StepRow {
+    size_t handle;
+    bool sampled;
+    int64_t first, count;
+  };
+  /// Pipeline stages: a step whose logits have not come back, its rows and how many.
+  struct InFlight {
+    std::vector<StepRow> rows;
+    int64_t logitsRows;
+  };
+  /// Sends rank 0's descriptor to every rank (into `d` on each); with pipeline stages, to
+  /// the first stage's.
   void share(std::vector<int64_t> &d);
+  /// Pipeline stages: rank 0's step (stepStaged), the first stage's part of a step on each of
+  /// its ranks (runFirstStage, which returns the logits `after` receives, else null), the
+  /// other stages' loop (followStage), and the descriptor to the next stage.
+  void stepStaged(const EngineHooks &hooks);
+  const float *runFirstStage(const std::vector<int64_t> &d, const EngineHooks &hooks,
+                             const std::function<void(const float *)> &before);
+  void followStage(const EngineHooks &hooks);
+  void passOn(const std::vector<int64_t> &d);
+  /// Rank 0: the logits of the oldest step in flight, received and sampled.
+  void collectOldest(const EngineHooks &hooks);
+  const float *receiveLogits(int64_t rows);
+  /// The rows of logits a step of `plan` makes.
+  int64_t logitsRowsOf(const std::vector<Scheduled> &plan) const;
+  std::vector<StepRow> rowsOf(const std::vector<Scheduled> &plan) const;
   const float *forward(const Step &step, const EngineHooks &hooks);
   /// Rank 0: whether every row `plan` samples needs its argmax alone, so the program may find
   /// it on the ranks and not gather the logits (Step::argmax).
   bool argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &hooks);
-  /// Rank 0, after a step's forward: the next token of each sequence it sampled, and the
-  /// stop rules.
-  void sample(const std::vector<Scheduled> &plan, const float *logits, const EngineHooks &hooks);
+  /// Rank 0, after a step's forward: the next token of each sequence it sampled (`rows`, in
+  /// the step's order; a request ended meanwhile is passed over), and the stop rules.
+  /// `chosen`: each row's argmax where the ranks found it, else null.
+  void sample(const std::vector<StepRow> &rows, const float *logits, const int64_t *chosen,
+              const EngineHooks &hooks);
   /// Ends one sequence's request with an error (its logits not finite): that request alone,
   /// the others run on.
   void fail(Sequence *s, const std::string &why, const EngineHooks &hooks);
@@ -113,6 +152,10 @@ private:
   int64_t stepCount = 0;
   std::vector<double> stepTimes;
   std::vector<int64_t> gathered; // every rank's descriptor, from share()
+  /// Pipeline stages: whether several steps are in flight at once, and those that are, oldest
+  /// first.
+  bool pipelined = false;
+  std::deque<InFlight> inFlight;
 
   std::unordered_map<size_t, Entry> entries; // by handle; nodes stay put, so pointers hold
   size_t nextHandle = 0;

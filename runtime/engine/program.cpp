@@ -28,6 +28,10 @@ void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth, int64_t stag
 }
 
 void setPipeline(ModelSpec *spec, int64_t stages) { spec->stages = stages; }
+void setLogitsFrom(ModelSpec *spec, int64_t stage, const char *module) {
+  spec->logitsStage = stage;
+  spec->logitsModule = module ? module : "";
+}
 void setParamStages(ModelSpec *spec, int64_t param, std::vector<int64_t> stages) {
   if (spec->paramStages.size() <= size_t(param))
     spec->paramStages.resize(size_t(param) + 1);

@@ -21,8 +21,12 @@ void Scheduler::grow(Sequence *s, int64_t count) {
 }
 
 Sequence *Scheduler::preemptNewest() {
-  Sequence *victim = runningList.back();
-  runningList.pop_back();
+  auto newest = std::find_if(runningList.rbegin(), runningList.rend(),
+                             [](const Sequence *s) { return !s->inFlight; });
+  if (newest == runningList.rend())
+    return nullptr;
+  Sequence *victim = *newest;
+  runningList.erase(std::next(newest).base());
   pool.releaseAll(victim->blocks);
   victim->computed = 0; // recomputed from its prompt and output when readmitted
   ++victim->preempted;
@@ -31,9 +35,9 @@ Sequence *Scheduler::preemptNewest() {
   return victim;
 }
 
-void Scheduler::admit(std::vector<Scheduled> &plan, int64_t &budget) {
+void Scheduler::admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t most) {
   while (budget > 0 && int64_t(runningList.size()) < limits.maxNumSeqs &&
-         !waitingQueue.empty()) {
+         int64_t(plan.size()) < most && !waitingQueue.empty()) {
     Sequence *s = waitingQueue.front();
     int64_t count = std::min(s->pending(), budget);
     if (limits.blocksFor(count) > pool.available())
@@ -46,31 +50,47 @@ void Scheduler::admit(std::vector<Scheduled> &plan, int64_t &budget) {
   }
 }
 
-std::vector<Scheduled> Scheduler::schedule() {
+std::vector<Scheduled> Scheduler::schedule(int64_t most) {
   std::vector<Scheduled> plan;
   if (!busy())
     return plan;
+  if (most <= 0)
+    most = limits.maxNumSeqs;
   int64_t budget = limits.maxBatchTokens;
   int64_t preemptedBefore = preemptionCount;
-  for (size_t i = 0; i < runningList.size() && budget > 0; ++i) {
+  bool blocked = false; // a sequence needs blocks only a sequence in flight could free
+  for (size_t i = 0; i < runningList.size() && budget > 0 && int64_t(plan.size()) < most;
+       ++i) {
     Sequence *s = runningList[i];
+    if (s->inFlight)
+      continue;
     int64_t count = std::min(s->pending(), budget);
     bool preemptedItself = false;
     while (limits.blocksFor(s->computed + count) - int64_t(s->blocks.size()) >
-           pool.available())
-      if (preemptNewest() == s) {
+           pool.available()) {
+      Sequence *victim = preemptNewest();
+      if (!victim) {
+        blocked = true;
+        break;
+      }
+      if (victim == s) {
         preemptedItself = true;
         break;
       }
-    if (preemptedItself)
-      break; // it was the newest: nothing after it runs
+    }
+    if (preemptedItself || blocked)
+      break; // it was the newest (nothing after it runs), or waits for blocks in flight
     grow(s, count);
     plan.push_back({s, count});
     budget -= count;
   }
-  if (preemptionCount == preemptedBefore)
-    admit(plan, budget);
-  if (plan.empty()) // cannot happen: a lone sequence always fits (--kv-cache-tokens)
+  if (preemptionCount == preemptedBefore && !blocked)
+    admit(plan, budget, most);
+  bool anyInFlight = std::any_of(runningList.begin(), runningList.end(),
+                                 [](const Sequence *s) { return s->inFlight; });
+  // Without a step in flight this cannot happen: a lone sequence always fits
+  // (--kv-cache-tokens).
+  if (plan.empty() && !anyInFlight)
     throw std::logic_error("internal error: the scheduler found nothing to run");
   return plan;
 }
@@ -81,11 +101,13 @@ void Scheduler::computed(const std::vector<Scheduled> &step) {
 }
 
 void Scheduler::finish(Sequence *s) {
+  s->inFlight = false;
   pool.releaseAll(s->blocks);
   runningList.erase(std::find(runningList.begin(), runningList.end(), s));
 }
 
 void Scheduler::remove(Sequence *s) {
+  s->inFlight = false;
   pool.releaseAll(s->blocks);
   runningList.erase(std::remove(runningList.begin(), runningList.end(), s), runningList.end());
   waitingQueue.erase(std::remove(waitingQueue.begin(), waitingQueue.end(), s),

@@ -14,6 +14,13 @@
 // Recomputing rather than swapping to other memory, as vLLM does by default: on a CPU the
 // cache lives in the same memory a swap would go to, and the newest sequence has the least
 // computed to lose. A step that had to preempt admits nobody: the blocks are short already.
+//
+// With pipeline stages several steps are in flight at once, each in another stage. A
+// sequence in one of them (inFlight) has no next token yet: it is neither scheduled nor
+// preempted until its step's logits are back. Its blocks may be given to another sequence
+// once it finishes or is taken out, even while its step is still in a later stage: every
+// stage runs the steps in order, so that step is done with them there before a later one
+// writes them.
 #ifndef TPCRT_ENGINE_SCHEDULER_H
 #define TPCRT_ENGINE_SCHEDULER_H
 
@@ -45,6 +52,7 @@ struct Sequence {
   int64_t computed = 0;        // tokens whose keys and values are in its blocks
   std::vector<int32_t> blocks; // its block table
   int64_t preempted = 0;       // times its blocks were taken back
+  bool inFlight = false;       // in a step whose logits are not back yet (pipeline stages)
 
   int64_t pending() const { return int64_t(tokens.size()) - computed; }
 };
@@ -64,9 +72,10 @@ public:
 
   /// A new sequence, waiting at the back of the queue.
   void add(Sequence *s) { waitingQueue.push_back(s); }
-  /// The next step's sequences, their blocks allocated for the tokens it computes; empty when
-  /// none is waiting or running. It may preempt (see above).
-  std::vector<Scheduled> schedule();
+  /// The next step's sequences, at most `most` (0: --max-num-seqs), their blocks allocated
+  /// for the tokens it computes; empty when none is waiting or running, or when every one
+  /// that could run is in flight. It may preempt (see above).
+  std::vector<Scheduled> schedule(int64_t most = 0);
   /// After the step's forward: its tokens are computed.
   void computed(const std::vector<Scheduled> &step);
   /// A running sequence has its last token: its blocks are free for the next step.
@@ -83,11 +92,11 @@ public:
 private:
   /// Blocks for `count` more tokens of `s` (there are enough).
   void grow(Sequence *s, int64_t count);
-  /// Takes the newest running sequence's blocks back, queueing it first to be recomputed;
-  /// returns it.
+  /// Takes the newest running sequence not in flight's blocks back, queueing it first to be
+  /// recomputed; returns it, or null when every running sequence is in flight.
   Sequence *preemptNewest();
-  /// Admits waiting sequences into `plan` while `budget` and the blocks allow.
-  void admit(std::vector<Scheduled> &plan, int64_t &budget);
+  /// Admits waiting sequences into `plan` while `budget`, `most` and the blocks allow.
+  void admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t most);
 
   EngineLimits limits;
   BlockPool pool;

@@ -30,15 +30,17 @@ size_t StepCodec::length() const {
   return tablesOffset() + size_t(layout.maxSequences) * size_t(layout.blocksPerSequence);
 }
 
-void StepCodec::encodeSignal(StepKind kind, std::vector<int64_t> &d) const {
+void StepCodec::encodeSignal(StepKind kind, std::vector<int64_t> &d,
+                             StepCollect collect) const {
   d.assign(length(), 0);
   StepHeader header;
   header.kind = int64_t(kind);
+  header.collectBefore = collect.before;
   std::memcpy(d.data(), &header, sizeof header);
 }
 
 void StepCodec::encode(const std::vector<PlannedSequence> &plan, bool argmax,
-                       std::vector<int64_t> &d) const {
+                       StepCollect collect, std::vector<int64_t> &d) const {
   if (plan.empty() || int64_t(plan.size()) > layout.maxSequences)
     corrupt(" of " + std::to_string(plan.size()) + " sequences was asked for");
   d.assign(length(), 0);
@@ -46,6 +48,8 @@ void StepCodec::encode(const std::vector<PlannedSequence> &plan, bool argmax,
   header.kind = int64_t(StepKind::Run);
   header.sequences = int64_t(plan.size());
   header.argmax = argmax;
+  header.collectBefore = collect.before;
+  header.collectAfter = collect.after;
   for (size_t s = 0; s < plan.size(); ++s) {
     const PlannedSequence &p = plan[s];
     if (header.tokens + p.count > layout.maxTokens ||
@@ -70,9 +74,20 @@ StepKind StepCodec::kind(const std::vector<int64_t> &d) const {
     corrupt(" of " + std::to_string(d.size()) + " words, not " + std::to_string(length()));
   int64_t kind = d[0];
   if (kind != int64_t(StepKind::End) && kind != int64_t(StepKind::Run) &&
-      kind != int64_t(StepKind::Idle))
+      kind != int64_t(StepKind::Idle) && kind != int64_t(StepKind::Collect))
     corrupt(" of kind " + std::to_string(kind));
   return StepKind(kind);
+}
+
+StepCollect StepCodec::collect(const std::vector<int64_t> &d) const {
+  kind(d);
+  StepHeader header;
+  std::memcpy(&header, d.data(), sizeof header);
+  // Rows of logits: at most a step's tokens (a program without tp.last_token returns them all).
+  for (int64_t rows : {header.collectBefore, header.collectAfter})
+    if (rows < -1 || rows > layout.maxTokens)
+      corrupt(" collects " + std::to_string(rows) + " rows of logits");
+  return {header.collectBefore, header.collectAfter};
 }
 
 void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {

@@ -2,7 +2,7 @@
 // written and read. It is int64 throughout and of one length for the whole run, fixed by the
 // limits alone, so every rank knows how much to receive before it knows what the step holds:
 //
-//   header         kind, tokens, sequences, argmax                         (StepHeader)
+//   header         kind, tokens, sequences, argmax, collect before, after  (StepHeader)
 //   ids            the step's token ids                  maxTokens slots
 //   per sequence   first, count, cached, sampled         maxSequences x 4  (SequenceFields)
 //   block tables   each sequence's blocks, in order      maxSequences x blocksPerSequence
@@ -25,6 +25,16 @@ enum class StepKind : int64_t {
   End = 0,  // the run is over: the peers return
   Run = 1,  // a forward of the step that follows
   Idle = 2, // nothing to run yet: a server's heartbeat between requests
+  Collect = 3, // pipeline stages: no forward, the first stage receives a step's logits
+};
+
+/// Pipeline stages: the rows of logits of a step the first stage's ranks receive from the
+/// last stage (-1: none; 0 is a step that sampled nothing, whose empty transfer is received
+/// all the same), after this step's forward and before its held sends go (`before`: an
+/// earlier step's), or after them (`after`: this step's own, when a step goes through the
+/// stages alone).
+struct StepCollect {
+  int64_t before = -1, after = -1;
 };
 
 /// The descriptor's fixed size, the same on every rank: from the engine's limits.
@@ -41,6 +51,7 @@ struct StepHeader {
   int64_t kind = int64_t(StepKind::End);
   int64_t tokens = 0, sequences = 0;
   int64_t argmax = 0; // Step::argmax
+  int64_t collectBefore = -1, collectAfter = -1; // StepCollect
 };
 
 /// One sequence's words.
@@ -72,12 +83,16 @@ public:
   /// The descriptor's length in int64 words.
   size_t length() const;
   /// A Run descriptor of `plan` into `d`.
-  void encode(const std::vector<PlannedSequence> &plan, bool argmax,
+  void encode(const std::vector<PlannedSequence> &plan, bool argmax, StepCollect collect,
               std::vector<int64_t> &d) const;
-  /// A descriptor that carries no step (End or Idle) into `d`.
-  void encodeSignal(StepKind kind, std::vector<int64_t> &d) const;
+  /// A descriptor that carries no step (End, Idle, or Collect of `collect.before` rows)
+  /// into `d`.
+  void encodeSignal(StepKind kind, std::vector<int64_t> &d, StepCollect collect = {}) const;
   /// The kind of a received descriptor; an unknown kind is an internal error.
   StepKind kind(const std::vector<int64_t> &d) const;
+  /// The rows of logits a received descriptor has the first stage receive, each checked
+  /// against the layout.
+  StepCollect collect(const std::vector<int64_t> &d) const;
   /// A Run descriptor into `out`, every field checked against the layout.
   void decode(const std::vector<int64_t> &d, DecodedStep &out) const;
 

@@ -155,5 +155,44 @@ TEST(Scheduler, EveryBlockComesBackFromFinishedAndRemovedSequences) {
   EXPECT_TRUE(scheduler.schedule().empty());
 }
 
+// Pipeline stages: a sequence whose step is in flight has no next token yet. The others run
+// without it, at most `most` a step; it is never the one preempted; and with nothing else to
+// run, the step is empty (the engine waits for the logits in flight).
+TEST(Scheduler, SequencesInFlightWaitForTheirLogits) {
+  Scheduler scheduler({/*maxNumSeqs=*/4, /*maxBatchTokens=*/100, /*blocks=*/4,
+                       /*blockSize=*/4, /*maxSeqLen=*/16});
+  Sequence a = promptOf(1, 4), b = promptOf(2, 4), c = promptOf(3, 4);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  scheduler.add(&c);
+  std::vector<Scheduled> first = scheduler.schedule(/*most=*/2);
+  EXPECT_EQ(shape(first), (Pairs{{1, 4}, {2, 4}}));
+  a.inFlight = b.inFlight = true;
+  runStep(scheduler, first);
+  // a and b are in flight: c alone, though a and b have a token to compute.
+  std::vector<Scheduled> second = scheduler.schedule(2);
+  EXPECT_EQ(shape(second), (Pairs{{3, 4}}));
+  c.inFlight = true;
+  runStep(scheduler, second);
+  EXPECT_TRUE(scheduler.schedule(2).empty()); // all three in flight
+  // a's logits are back; its next token needs a second block and none is free (a, b and c
+  // hold one each, and the fourth): b and c are in flight, so nobody can be preempted but a
+  // itself, which is the newest not in flight.
+  a.inFlight = false;
+  std::vector<Scheduled> third = scheduler.schedule(2);
+  EXPECT_EQ(shape(third), (Pairs{{1, 1}}));
+  EXPECT_EQ(scheduler.preemptions(), 0);
+  a.inFlight = true;
+  runStep(scheduler, third);
+  // c back: it needs a block and the pool is empty; the newest not in flight is c itself,
+  // which goes back to the queue to be recomputed, and the step is empty.
+  c.inFlight = false;
+  std::vector<Scheduled> fourth = scheduler.schedule(2);
+  EXPECT_TRUE(fourth.empty());
+  EXPECT_EQ(scheduler.preemptions(), 1);
+  ASSERT_EQ(scheduler.waiting().size(), 1u);
+  EXPECT_EQ(scheduler.waiting().front(), &c);
+}
+
 } // namespace
 } // namespace tpcrt

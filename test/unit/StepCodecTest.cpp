@@ -22,22 +22,48 @@ StepLayout smallLayout() {
 
 TEST(StepCodec, TheWordsAreWhereTheLayoutSays) {
   StepCodec codec(smallLayout());
-  // 4 header words, 8 token slots, 3 sequences of 4 words, 3 tables of 2 blocks.
-  EXPECT_EQ(codec.length(), 4u + 8u + 12u + 6u);
+  // 6 header words, 8 token slots, 3 sequences of 4 words, 3 tables of 2 blocks.
+  EXPECT_EQ(codec.length(), 6u + 8u + 12u + 6u);
   std::vector<int64_t> aTokens = {11, 12, 13}, bTokens = {21};
   std::vector<int32_t> aBlocks = {7}, bBlocks = {2, 5};
   std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, false, &aBlocks},
                                        {bTokens.data(), 1, 6, true, &bBlocks}};
   std::vector<int64_t> d;
-  codec.encode(plan, /*argmax=*/true, d);
+  codec.encode(plan, /*argmax=*/true, {/*before=*/2, /*after=*/-1}, d);
   ASSERT_EQ(d.size(), codec.length());
-  EXPECT_EQ((std::vector<int64_t>(d.begin(), d.begin() + 4)), (std::vector<int64_t>{1, 4, 2, 1}));
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 4, d.begin() + 8)),
+  EXPECT_EQ((std::vector<int64_t>(d.begin(), d.begin() + 6)),
+            (std::vector<int64_t>{1, 4, 2, 1, 2, -1}));
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 6, d.begin() + 10)),
             (std::vector<int64_t>{11, 12, 13, 21}));
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 12, d.begin() + 20)),
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 14, d.begin() + 22)),
             (std::vector<int64_t>{0, 3, 0, 0, 3, 1, 6, 1}));
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 24, d.begin() + 28)),
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 26, d.begin() + 30)),
             (std::vector<int64_t>{7, 0, 2, 5}));
+}
+
+TEST(StepCodec, WhatTheFirstStageCollectsTravelsAndIsChecked) {
+  StepCodec codec(smallLayout());
+  std::vector<int64_t> tokens = {1};
+  std::vector<int32_t> blocks = {3};
+  std::vector<int64_t> d;
+  codec.encode({{tokens.data(), 1, 0, true, &blocks}}, false, {-1, 0}, d);
+  StepCollect c = codec.collect(d);
+  EXPECT_EQ(c.before, -1); // none
+  EXPECT_EQ(c.after, 0);   // a step that sampled nothing: its empty transfer all the same
+  codec.encodeSignal(StepKind::Collect, d, {3, -1});
+  EXPECT_EQ(codec.kind(d), StepKind::Collect);
+  EXPECT_EQ(codec.collect(d).before, 3);
+  EXPECT_EQ(codec.collect(d).after, -1);
+  DecodedStep out;
+  EXPECT_THROW(codec.decode(d, out), std::runtime_error); // no step to run
+  for (int64_t bad : {-2, 9}) { // below none, or more rows than a step has tokens
+    std::vector<int64_t> wrong = d;
+    wrong[4] = bad;
+    EXPECT_THROW(codec.collect(wrong), std::runtime_error) << bad;
+    wrong = d;
+    wrong[5] = bad;
+    EXPECT_THROW(codec.collect(wrong), std::runtime_error) << bad;
+  }
 }
 
 TEST(StepCodec, ADecodedStepIsThePlannedOne) {
@@ -47,7 +73,7 @@ TEST(StepCodec, ADecodedStepIsThePlannedOne) {
   std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, false, &aBlocks},
                                        {bTokens.data(), 1, 6, true, &bBlocks}};
   std::vector<int64_t> d;
-  codec.encode(plan, false, d);
+  codec.encode(plan, false, {}, d);
   EXPECT_EQ(codec.kind(d), StepKind::Run);
   DecodedStep out;
   codec.decode(d, out);
@@ -80,7 +106,9 @@ TEST(StepCodec, SignalsCarryNoStep) {
   EXPECT_THROW(codec.decode(d, out), std::runtime_error);
   codec.encodeSignal(StepKind::End, d);
   EXPECT_EQ(codec.kind(d), StepKind::End);
-  EXPECT_EQ(d, std::vector<int64_t>(codec.length(), 0));
+  std::vector<int64_t> end(codec.length(), 0);
+  end[4] = end[5] = -1; // nothing to collect
+  EXPECT_EQ(d, end);
 }
 
 TEST(StepCodec, ACorruptDescriptorIsRefusedNotRead) {
@@ -88,7 +116,7 @@ TEST(StepCodec, ACorruptDescriptorIsRefusedNotRead) {
   std::vector<int64_t> tokens = {1, 2};
   std::vector<int32_t> blocks = {3};
   std::vector<int64_t> good;
-  codec.encode({{tokens.data(), 2, 0, true, &blocks}}, false, good);
+  codec.encode({{tokens.data(), 2, 0, true, &blocks}}, false, {}, good);
   DecodedStep out;
   auto refused = [&](size_t word, int64_t value) {
     std::vector<int64_t> d = good;
@@ -97,12 +125,13 @@ TEST(StepCodec, ACorruptDescriptorIsRefusedNotRead) {
         << "word " << word << " = " << value;
   };
   refused(0, 7);     // no such kind
+  refused(0, -1);
   refused(1, 9);     // more tokens than the layout holds
   refused(2, 4);     // more sequences than the layout holds
-  refused(12, -1);   // first token before the step
-  refused(13, 3);    // more tokens than the step has
-  refused(14, 7);    // cached so many that the table would need 3 blocks
-  refused(24, 10);   // a block past the cache
+  refused(14, -1);   // first token before the step
+  refused(15, 3);    // more tokens than the step has
+  refused(16, 7);    // cached so many that the table would need 3 blocks
+  refused(26, 10);   // a block past the cache
   std::vector<int64_t> shorter(good.begin(), good.end() - 1);
   EXPECT_THROW(codec.kind(shorter), std::runtime_error);
 }

@@ -19,9 +19,10 @@ int bench(const BenchOptions &o) {
   BenchReport report;
   if (int status = runBench(o, report))
     return status;
-  llvm::outs() << fmt::format("tpc bench {}: tp {}, {} requests of {} prompt tokens and {} new "
+  std::string mesh = (o.pp > 1 ? fmt::format("pp {} x ", o.pp) : "") + fmt::format("tp {}", o.tp);
+  llvm::outs() << fmt::format("tpc bench {}: {}, {} requests of {} prompt tokens and {} new "
                               "tokens each, all arriving at the start\n",
-                              o.checkpoint, o.tp, report.requests, o.promptLen, o.outputLen);
+                              o.checkpoint, mesh, report.requests, o.promptLen, o.outputLen);
   llvm::outs() << fmt::format("{:>11} {:>13} {:>8} {:>11} {:>11} {:>11} {:>11}\n", "concurrency",
                               "output tok/s", "vs c1", "TTFT p50", "TTFT p99", "TPOT p50",
                               "TPOT p99");
@@ -49,7 +50,12 @@ void addBenchCommand(CLI::App &app, CommandRunner &runner) {
   cmd->add_option("checkpoint", opts->checkpoint,
                   "the checkpoint: a directory (config.json, *.safetensors) or a .gguf file")
       ->required();
-  cmd->add_option("--tp", opts->tp, "tensor-parallel size: how many local ranks (default 1)");
+  cmd->add_option("--tp", opts->tp, "tensor-parallel size: ranks sharing each layer (default 1)");
+  cmd->add_option("--pp", opts->pp,
+                  "pipeline stages, each of --tp ranks: pp x tp local ranks (default 1)");
+  cmd->add_option("--pp-split", opts->ppSplit,
+                  "decoder layers per stage, N0,N1,... (default: balanced by the cost model)")
+      ->delimiter(',');
   cmd->add_option("--plan", opts->plan,
                   "a tp_plan JSON file, or auto for transformers' own plan (default)");
   addWeightsDtype(cmd, opts->weights);

@@ -218,8 +218,9 @@ private:
   mlir::LogicalResult lowerOp(mlir::Operation *op);
 
   /// Whether `op` runs in this function: every op, or those of its stage (a transfer in
-  /// both of the stages it joins).
+  /// both of the stages it joins, but the result's, which the engine receives).
   bool runsHere(mlir::Operation *op);
+  bool returned(tp::TransferOp transfer);
 
   mlir::func::FuncOp func;
   std::optional<int64_t> stage;
@@ -234,6 +235,10 @@ private:
   /// (q and k, every layer) share one.
   std::map<std::vector<double>, std::string> frequencyTables;
 };
+
+/// With pipeline stages: the transfer of the forward's result to the first stage, which the
+/// engine receives (setLogitsFrom); null where the forward does not end with one.
+tp::TransferOp returnedTransfer(mlir::func::FuncOp func);
 
 // The patterns, by family: each lowers `op` if it is one of its family's, and says nothing
 // (std::nullopt) otherwise.

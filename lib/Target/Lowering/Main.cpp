@@ -143,9 +143,17 @@ void addKvCaches(MainBuilder &m, func::FuncOp plain, bool staged) {
   });
 }
 
-/// The pipeline: how many stages, and which hold each parameter they do not all hold.
-void describePipeline(MainBuilder &m, ArrayRef<ParamOp> params, int64_t stages) {
+/// The pipeline: how many stages, where the logits come from, and which stages hold each
+/// parameter they do not all hold.
+void describePipeline(MainBuilder &m, func::FuncOp plain, ArrayRef<ParamOp> params,
+                      int64_t stages) {
   m.onSpec("setPipeline").integer("stages", stages).emit();
+  TransferOp logits = returnedTransfer(plain);
+  Call from = m.onSpec("setLogitsFrom");
+  from.integer("stage", logits.getFrom());
+  StringRef module = getModuleName(logits);
+  module.empty() ? from.text("module", "nullptr") : from.string("module", module);
+  from.emit();
   for (size_t i = 0; i < params.size(); ++i)
     if (DenseI64ArrayAttr held = ParamOp(params[i]).getStagesAttr();
         held && int64_t(held.size()) != stages)
@@ -211,7 +219,7 @@ LogicalResult tpc::target::lowering::lowerMain(ModuleOp module, const Spelling &
     return failure();
   addParams(m, params);
   if (!stages.empty())
-    describePipeline(m, params, int64_t(stages.size()));
+    describePipeline(m, plain, params, int64_t(stages.size()));
   addKvCaches(m, plain, !stages.empty());
   if (auto eos = module->getAttrOfType<DenseI64ArrayAttr>(kEosTokenIdsAttrName))
     for (int64_t id : eos.asArrayRef())

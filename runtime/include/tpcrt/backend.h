@@ -74,6 +74,10 @@ struct BackendCapabilities {
   /// those it makes from fp32 values (--quantize's, through writeWeight). The driver refuses
   /// a weight held in a block type it can be given in neither way before it allocates.
   std::vector<DType> blocksAsStored, blocksFromFloats;
+  /// With pipeline stages: whether its sends to other stages can be held (holdTransfers), so
+  /// that the engine keeps a step in every stage at once. Without, a step goes through the
+  /// stages alone.
+  bool pipelined = false;
 
   /// Whether it can hold a weight in `held`, given as the checkpoint stores it in that type
   /// (`asStored`) or as fp32 values (a plain type always: it narrows them).
@@ -139,6 +143,15 @@ public:
   /// (the engine fails that request); what forward() returned is then not the logits. Null
   /// where it returned the logits.
   virtual const int64_t *argmax() const { return nullptr; }
+  /// With pipeline stages, on the first stage (whose forward returns null): the logits of an
+  /// earlier step, `rows` rows of `cols`, that tp rank r of stage `stage` sends (the
+  /// transfer `module`), as fp32 on the host, valid until the next call.
+  virtual const float *receiveLogits(int64_t rows, int64_t cols, int64_t stage,
+                                     const char *module);
+  /// With pipeline stages (capabilities().pipelined): this rank's sends to other stages, the
+  /// step descriptor's included, are held from now on until releaseTransfers() makes them.
+  virtual void holdTransfers() {}
+  virtual void releaseTransfers() {}
   /// How it computes, for --verbose: its kernels and libraries, as chosen on this machine.
   virtual std::string describe() const { return ""; }
   /// TPC_FAULT=device: makes the device fault on purpose, so that the forward under way

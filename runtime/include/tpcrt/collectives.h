@@ -95,6 +95,17 @@ public:
   void send(const void *data, size_t count, int peer);
   /// `count` elements from rank `peer` into `data`.
   void recv(void *data, size_t count, int peer);
+  /// `bytes` bytes (a multiple of elementBytes) to or from rank `peer`, untraced: a control
+  /// message of the generation (the step descriptor passed from stage to stage), in order
+  /// with the sends.
+  void sendControl(const void *data, size_t bytes, int peer);
+  void recvControl(void *data, size_t bytes, int peer);
+  /// From now on sends (send, sendControl) are held, in order, until releaseSends() makes
+  /// them; their buffers must stay as they are until then. A pipeline stage holds its step's
+  /// sends while its engine receives what an earlier step owes it, so that no two ranks wait
+  /// on each other's send.
+  void holdSends() { holding = true; }
+  void releaseSends();
 
   /// Every rank's `bytes` bytes (a multiple of elementBytes), rank-major, into `out`: a
   /// control message of the generation (rank 0's decision after each forward), not a
@@ -133,6 +144,16 @@ protected:
 
 private:
   void record(const char *kind, size_t elements);
+  struct HeldSend {
+    const void *data;
+    size_t count;
+    int peer;
+    bool traced;
+    const char *module;
+    int64_t tokens;
+  };
+  bool holding = false;
+  std::vector<HeldSend> held;
   std::vector<TraceEntry> *trace = nullptr;
 };
 

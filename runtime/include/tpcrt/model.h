@@ -59,6 +59,9 @@ struct ModelSpec {
   int64_t stages = 1;
   std::vector<std::vector<int64_t>> paramStages;
   std::vector<int64_t> kvStages;
+  /// The stage whose ranks send the first stage the logits, and the transfer's module.
+  int64_t logitsStage = 0;
+  const char *logitsModule = "";
 
   /// Whether stage `stage`'s ranks hold parameter `param`.
   bool holds(size_t param, int64_t stage) const {

@@ -82,6 +82,11 @@ public:
   /// After a forward of a step with `argmax`: each row's argmax, found on the device from the
   /// gathered logits, only the ids copied back (the logits are not).
   const int64_t *argmax() const override;
+  /// Through the pipeline's communicator into device memory, then to the host as fp32. The
+  /// device does not hold its transfers (capabilities().pipelined is false): a step goes
+  /// through the stages alone.
+  const float *receiveLogits(int64_t rows, int64_t cols, int64_t stage,
+                             const char *module) override;
   /// Empties the KV caches. Captured graphs stay valid: they read the length from the
   /// device.
   void resetCaches();
@@ -128,6 +133,8 @@ private:
   /// Waits for the stream: through NCCL's watchdog when the communicator is NCCL's (a peer
   /// that stops answering makes it abort after --timeout), plainly for a rank alone.
   void wait(const char *what);
+  /// Room for `count` logits on the pinned host staging.
+  void growHostLogits(size_t count);
 
   const ModelSpec &spec;
   DeviceForwardFn forwardFn, sequenceParallelFn;
