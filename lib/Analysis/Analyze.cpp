@@ -37,6 +37,11 @@ std::string countsOf(const std::vector<CollectiveEntry> &entries) {
   return s.empty() ? "none" : s;
 }
 
+/// A send or receive between pipeline stages, not a collective of a tp group.
+bool isTransfer(const CollectiveEntry &e) {
+  return e.kind == CollectiveKind::Send || e.kind == CollectiveKind::Recv;
+}
+
 double totalBytes(const std::vector<CollectiveEntry> &entries) {
   double total = 0;
   for (const CollectiveEntry &e : entries)
@@ -57,7 +62,7 @@ std::string describe(const CollectiveEntry &e) {
 std::string perLayer(const std::vector<CollectiveEntry> &entries) {
   std::map<std::string, std::vector<CollectiveEntry>> layers;
   for (const CollectiveEntry &e : entries)
-    if (llvm::StringRef(e.layer).starts_with("model.layers."))
+    if (llvm::StringRef(e.layer).starts_with("model.layers.") && !isTransfer(e))
       layers[e.layer].push_back(e);
   std::string pattern;
   for (auto &[layer, list] : layers) {
@@ -69,7 +74,8 @@ std::string perLayer(const std::vector<CollectiveEntry> &entries) {
   return pattern;
 }
 
-nlohmann::ordered_json toJson(const std::vector<CollectiveEntry> &entries) {
+/// `staged`: the list of a mesh with pipeline stages, which says each entry's stage.
+nlohmann::ordered_json toJson(const std::vector<CollectiveEntry> &entries, bool staged = false) {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const CollectiveEntry &e : entries) {
     nlohmann::ordered_json j;
@@ -83,6 +89,10 @@ nlohmann::ordered_json toJson(const std::vector<CollectiveEntry> &entries) {
       j["padded_bytes"] = e.paddedBytes;
     if (e.argmax)
       j["argmax"] = true;
+    if (staged)
+      j["stage"] = e.stage;
+    if (isTransfer(e))
+      j[e.kind == CollectiveKind::Send ? "to" : "from"] = e.peer;
     list.push_back(j);
   }
   return list;
@@ -309,7 +319,7 @@ void sequenceParallelNotes(ModuleOp decided, const AnalyzeOptions &o, int64_t pr
                     "(1 token does not split over tp " + std::to_string(o.tp) + ")");
   if (o.sequenceParallel && !sequenceParallel)
     notes.push_back("--sequence-parallel does nothing on one rank");
-  if (o.tp > 1)
+  if (o.tp * o.pp > 1)
     notes.push_back("each step (the prefill, every decode step) begins with rank 0 sending the "
                     "other ranks the step's descriptor (its tokens, positions and block tables; "
                     "8 x (4 + --max-batch-tokens + --max-num-seqs x (4 + --max-model-len / "
@@ -317,29 +327,34 @@ void sequenceParallelNotes(ModuleOp decided, const AnalyzeOptions &o, int64_t pr
                     "collective of the model (not listed above, nor in --trace)");
 }
 
+/// What the program runs for a step of `tokens` tokens of `sequences` sequences, each
+/// sampled, in the forward the program's rule picks for it: one stage's collectives, sends and
+/// receives, or (no stage) the whole mesh's collectives and sends.
+std::vector<CollectiveEntry> stepCollectives(ModuleOp decided, const AnalyzeOptions &o,
+                                             int64_t tokens, int64_t sequences,
+                                             std::optional<int64_t> stage = std::nullopt) {
+  tp::TargetAttr target = tp::getTarget(decided);
+  return programCollectives(tp::forwardFor(decided, tokens, sequences), tokens, o.tp,
+                            target.activationBytes(),
+                            target.getGather() == tp::GatherMode::variable, sequences,
+                            !o.sampled, stage);
+}
+
 /// The phases reported: the prefill, a decode step and, with --step-tokens, a step of the
 /// engine's; each beside the collectives transformers' hooks run for it, where its TP runs
 /// this at all.
 std::vector<PhaseReport> phasesOf(ModuleOp module, ModuleOp decided, const AnalyzeOptions &o,
                                   int64_t prefillLen, bool prefillSplits) {
-  auto forwardFor = [&](int64_t tokens) { return tp::forwardFor(decided, tokens); };
-  tp::TargetAttr target = tp::getTarget(decided);
-  int64_t elementBytes = target.activationBytes();
-  bool variableGather = target.getGather() == tp::GatherMode::variable;
-  bool greedy = !o.sampled;
   std::string transformersFails = transformersFailure(module);
   auto transformersFor = [&](int64_t tokens) {
     return transformersFails.empty() ? transformersCollectives(module, tokens)
                                      : std::vector<CollectiveEntry>();
   };
   std::vector<PhaseReport> phases = {
-      {"prefill", prefillLen, 1, prefillSplits,
-       programCollectives(forwardFor(prefillLen), prefillLen, o.tp, elementBytes,
-                          variableGather, 1, greedy),
+      {"prefill", prefillLen, 1, prefillSplits, stepCollectives(decided, o, prefillLen, 1),
        transformersFor(prefillLen), transformersFails},
-      {"decode step", 1, 1, false,
-       programCollectives(forwardFor(1), 1, o.tp, elementBytes, variableGather, 1, greedy),
-       transformersFor(1), transformersFails}};
+      {"decode step", 1, 1, false, stepCollectives(decided, o, 1, 1), transformersFor(1),
+       transformersFails}};
   if (o.stepTokens > 0) {
     // A step of the engine's: the sequences' tokens in one forward, each sequence's last
     // token's row sampled; one sequence's step runs the forward its count picks.
@@ -348,8 +363,7 @@ std::vector<PhaseReport> phasesOf(ModuleOp module, ModuleOp decided, const Analy
     phases.push_back(
         {"step", o.stepTokens, o.stepSequences,
          tp::sequenceParallelTokens(forward).has_value(),
-         programCollectives(forward, o.stepTokens, o.tp, elementBytes, variableGather,
-                            o.stepSequences, greedy),
+         stepCollectives(decided, o, o.stepTokens, o.stepSequences),
          one ? transformersFor(o.stepTokens) : std::vector<CollectiveEntry>(),
          one || !transformersFails.empty()
              ? transformersFails
@@ -358,24 +372,89 @@ std::vector<PhaseReport> phasesOf(ModuleOp module, ModuleOp decided, const Analy
   return phases;
 }
 
-/// logitsGatherNote for the program's decode step, greedy and sampled.
+/// Each pipeline stage's ranks and layers (tp.stage_layers), and its part of each of
+/// `phases`; none at pp 1.
+std::vector<StageReport> stagesOf(ModuleOp module, ModuleOp decided, const AnalyzeOptions &o,
+                                  const std::vector<PhaseReport> &phases) {
+  std::vector<StageReport> stages;
+  auto layers = module->getAttrOfType<DenseI64ArrayAttr>(tp::kStageLayersAttrName);
+  if (o.pp <= 1 || !layers)
+    return stages;
+  int64_t first = 0;
+  for (auto [index, count] : llvm::enumerate(layers.asArrayRef())) {
+    StageReport &stage = stages.emplace_back();
+    stage.stage = int64_t(index);
+    stage.firstLayer = first;
+    stage.lastLayer = first + count - 1;
+    first += count;
+    for (int64_t r = 0; r < o.tp; ++r)
+      stage.ranks.push_back(stage.stage * o.tp + r);
+    for (const PhaseReport &phase : phases)
+      stage.phases.push_back({phase.name, phase.tokens, phase.sequences, phase.sequenceParallel,
+                              stepCollectives(decided, o, phase.tokens, phase.sequences,
+                                              stage.stage),
+                              {}, ""});
+  }
+  return stages;
+}
+
+/// logitsGatherNote for the program's decode step, greedy and sampled: its collectives, the
+/// transfers between stages aside.
 void decodeLogitsNote(ModuleOp decided, const AnalyzeOptions &o, std::vector<std::string> &notes) {
   if (o.tp <= 1)
     return;
-  tp::TargetAttr target = tp::getTarget(decided);
-  int64_t elementBytes = target.activationBytes();
-  bool variableGather = target.getGather() == tp::GatherMode::variable;
-  func::FuncOp decode = tp::forwardFor(decided, 1);
-  auto decodeStep = [&](bool greedyStep) {
-    return programCollectives(decode, 1, o.tp, elementBytes, variableGather, 1, greedyStep);
+  auto decodeStep = [&](bool sampled) {
+    AnalyzeOptions step = o;
+    step.sampled = sampled;
+    std::vector<CollectiveEntry> entries = stepCollectives(decided, step, 1, 1);
+    llvm::erase_if(entries, isTransfer);
+    return entries;
   };
-  logitsGatherNote(decodeStep(true), decodeStep(false), target.getGreedyArgmax(), !o.sampled,
-                   notes);
+  logitsGatherNote(decodeStep(false), decodeStep(true), tp::getTarget(decided).getGreedyArgmax(),
+                   !o.sampled, notes);
 }
 
-/// The per-rank weights and KV cache, and the graph --dot draws, from the prefill's
-/// collectives pipeline (its warnings were said once, building the program). Fails, its
-/// errors reported, where a pass does.
+/// What crosses between the stages of a pipeline besides the residual stream: the logits,
+/// back to the first stage, whose rank 0 samples. Without stages, that --concurrency has no
+/// bubble to price.
+void pipelineNote(const std::vector<PhaseReport> &phases, const AnalyzeOptions &o,
+                  std::vector<std::string> &notes) {
+  if (o.pp <= 1) {
+    if (o.concurrency != 1)
+      notes.push_back("--concurrency prices the bubble of pipeline stages, which --pp 1 has "
+                      "none of");
+    return;
+  }
+  const PhaseReport &decode = phases[1];
+  double logits = 0, sent = 0;
+  for (const CollectiveEntry &e : decode.collectives)
+    if (e.kind == CollectiveKind::Send) {
+      sent += e.bytes;
+      if (e.peer == 0)
+        logits += e.bytes;
+    }
+  notes.push_back(fmt::format(
+      "the last stage sends the logits back to stage 0, whose rank 0 samples: {:.0f} of the "
+      "{:.0f} bytes a decode step sends between stages; greedy steps send the whole rows too "
+      "(tp-greedy-argmax narrows a gather that ends the forward, and here a transfer does)",
+      logits, sent));
+}
+
+/// `memory`'s weights and KV cache as a rank of `stage` holds them; without a stage, as a
+/// rank of a mesh without stages does.
+void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, MemoryReport &memory) {
+  memory.weights = parameterBytes(partitioned, stage);
+  memory.unshardedWeights = unshardedParameterBytes(partitioned);
+  memory.decodeReads = decodeWeightReads(partitioned, stage);
+  memory.heldTypes = heldTypes(partitioned, stage);
+  memory.kvCache = kvCacheBytes(partitioned, memory.maxSeqLen, stage);
+  memory.kvCachePerToken = kvCacheBytes(partitioned, 1, stage);
+  memory.mlaLatentCache = mlaLatentCacheBytes(partitioned, memory.maxSeqLen, stage);
+}
+
+/// The per-rank weights and KV cache (each stage's, with pipeline stages), and the graph
+/// --dot draws, from the prefill's collectives pipeline (its warnings were said once,
+/// building the program). Fails, its errors reported, where a pass does.
 LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr target,
                              const AnalyzeOptions &o, bool sequenceParallel, bool prefillSplits,
                              Analysis &a) {
@@ -392,8 +471,10 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
     // The weights as the binary holds them: the target's types (tp-weight-storage).
     if (prefill) {
       (*prefill)->setAttr(tp::kTargetAttrName, target);
+      // tp-insert-transfers gives each op the passes made a stage, as in the program.
       partitioned = runOnCopy(*prefill, [&](OpPassManager &pm) {
         pm.addPass(tp::createTPPartition());
+        pm.addPass(tp::createTPInsertTransfers());
         pm.addPass(tp::createTPWeightStorage({o.weights}));
       });
     }
@@ -401,16 +482,31 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
   if (!prefill || !partitioned)
     return failure();
   MemoryReport &memory = a.memory;
-  memory.weights = parameterBytes(*partitioned);
-  memory.unshardedWeights = unshardedParameterBytes(*partitioned);
-  memory.decodeReads = decodeWeightReads(*partitioned);
-  memory.heldTypes = heldTypes(*partitioned);
-  memory.kvCache = kvCacheBytes(*partitioned, memory.maxSeqLen);
-  memory.kvCachePerToken = kvCacheBytes(*partitioned, 1);
+  measureHeld(*partitioned, std::nullopt, memory);
   if (auto blockSize = decided->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName))
     memory.kvBlockSize = blockSize.getInt();
-  memory.mlaLatentCache = mlaLatentCacheBytes(*partitioned, memory.maxSeqLen);
-  a.shares = rankShares(*partitioned);
+  if (a.stages.empty()) {
+    a.shares = rankShares(*partitioned);
+    return success();
+  }
+  // Every stage allocates the one arena and as many KV blocks; each holds its own weights
+  // and its layers' caches. The report's ranks are those of the stage that holds the most.
+  const StageReport *fullest = &a.stages.front();
+  RankShares byWorldRank;
+  for (StageReport &stage : a.stages) {
+    stage.memory = memory;
+    measureHeld(*partitioned, stage.stage, stage.memory);
+    stage.shares = rankShares(*partitioned, stage.stage);
+    if (stage.memory.weights + stage.memory.kvCache >
+        fullest->memory.weights + fullest->memory.kvCache)
+      fullest = &stage;
+    llvm::append_range(byWorldRank.weightBytes, stage.shares.weightBytes);
+    llvm::append_range(byWorldRank.matmulElements, stage.shares.matmulElements);
+    llvm::append_range(byWorldRank.queryHeads, stage.shares.queryHeads);
+  }
+  a.fullestStage = fullest->stage;
+  memory = fullest->memory;
+  a.shares = std::move(byWorldRank);
   return success();
 }
 
@@ -418,23 +514,59 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
 
 namespace {
 
-/// The time of every phase's collectives on --hosts machines, and a decode step at every
-/// host count that divides tp.
+/// Where the launchers put a mesh's ranks on --hosts machines (one host without): numbered
+/// stage-major, spread evenly host by host, the first hosts one more where the hosts do not
+/// divide them.
+struct MeshLayout {
+  int64_t pp, tp, hosts;
+  explicit MeshLayout(const AnalyzeOptions &o)
+      : pp(o.pp), tp(o.tp), hosts(std::max<int64_t>(1, o.hosts)) {}
+
+  int64_t fullestHost() const { return (pp * tp + hosts - 1) / hosts; }
+  int64_t hostOf(int64_t rank) const {
+    int64_t base = pp * tp / hosts, extra = pp * tp % hosts;
+    int64_t onLarger = extra * (base + 1); // the ranks of the hosts with one more
+    return rank < onLarger ? rank / (base + 1) : extra + (rank - onLarger) / base;
+  }
+  /// The hosts a stage's tp group is on, with how many of its ranks each has.
+  std::map<int64_t, int64_t> ranksByHost(int64_t stage) const {
+    std::map<int64_t, int64_t> ranks;
+    for (int64_t r = 0; r < tp; ++r)
+      ++ranks[hostOf(stage * tp + r)];
+    return ranks;
+  }
+  /// Whether a transfer, tp rank r of one stage to tp rank r of the other, leaves a host.
+  bool acrossHosts(int64_t from, int64_t to) const {
+    for (int64_t r = 0; r < tp; ++r)
+      if (hostOf(from * tp + r) != hostOf(to * tp + r))
+        return true;
+    return false;
+  }
+  /// A collective's time over the hosts its stage's group spans, or a transfer's.
+  double micros(const CollectiveEntry &e, const AnalyzeOptions &o) const {
+    LinkModel link{hosts, o.linkGbps, o.linkLatencyUs};
+    if (isTransfer(e))
+      return transferMicros(e.bytes, acrossHosts(e.stage, e.peer), fullestHost(), link);
+    link.hosts = int64_t(ranksByHost(e.stage).size());
+    return collectiveMicros(e.kind, e.bytes, tp, link);
+  }
+};
+
+/// The time of every phase's collectives on --hosts machines, and (without pipeline stages,
+/// whose table says it per stage) a decode step at every host count that divides tp.
 void predictHosts(Analysis &a) {
   const AnalyzeOptions &o = a.options;
-  auto linkFor = [&](int64_t hosts) {
-    return LinkModel{hosts, o.linkGbps, o.linkLatencyUs};
-  };
+  MeshLayout mesh(o);
   for (const PhaseReport &phase : a.phases) {
     std::vector<double> &micros = a.predictedMicros.emplace_back();
     for (const CollectiveEntry &e : phase.collectives)
-      micros.push_back(collectiveMicros(e.kind, e.bytes, o.tp, linkFor(o.hosts)));
+      micros.push_back(mesh.micros(e, o));
   }
   const PhaseReport *decode = nullptr;
   for (const PhaseReport &phase : a.phases)
     if (phase.name == "decode step")
       decode = &phase;
-  if (!decode)
+  if (!decode || !a.stages.empty())
     return;
   for (int64_t hosts = 1; hosts <= o.tp; ++hosts) {
     if (o.tp % hosts != 0)
@@ -443,9 +575,54 @@ void predictHosts(Analysis &a) {
     // A host's ranks read their weights at once, through its one memory bus.
     row.computeMicros = double(row.ranksPerHost) * a.memory.decodeReads / (o.hostMemGBs * 1e3);
     for (const CollectiveEntry &e : decode->collectives)
-      row.commMicros += collectiveMicros(e.kind, e.bytes, o.tp, linkFor(hosts));
+      row.commMicros +=
+          collectiveMicros(e.kind, e.bytes, o.tp, LinkModel{hosts, o.linkGbps, o.linkLatencyUs});
     a.hostsRows.push_back(row);
   }
+}
+
+/// Each stage's decode step, priced as predictHosts prices a tp group's (its ranks' reads
+/// share their host's memory bus), and the pipeline they make at --concurrency C steps in
+/// flight: a step's latency L through every stage and its sends; a cycle, in which each stage
+/// does one step, as long as the slowest stage's or L / C, whichever is longer; each stage's
+/// busy share of it; and the bubble, the share of the mesh's time idle.
+void predictPipeline(Analysis &a) {
+  const AnalyzeOptions &o = a.options;
+  MeshLayout mesh(o);
+  int64_t context = a.phases.front().tokens; // a decode step right after the prefill
+  double work = 0, slowest = 0, latency = 0;
+  for (StageReport &stage : a.stages) {
+    int64_t sharing = 0;
+    for (auto [host, ranks] : mesh.ranksByHost(stage.stage)) {
+      stage.hosts.push_back(host);
+      sharing = std::max(sharing, ranks);
+    }
+    double reads = stage.memory.decodeReads + stage.memory.kvCachePerToken * double(context);
+    stage.readMicros = double(sharing) * reads / (o.hostMemGBs * 1e3);
+    for (const CollectiveEntry &e : stage.phases[1].collectives) { // the decode step's
+      if (e.kind == CollectiveKind::Send) {
+        stage.sendMicros += mesh.micros(e, o);
+        stage.sendsAcrossHosts = stage.sendsAcrossHosts || mesh.acrossHosts(e.stage, e.peer);
+      } else if (!isTransfer(e)) {
+        stage.collectiveMicros += mesh.micros(e, o);
+      }
+    }
+    double busy = stage.readMicros + stage.collectiveMicros;
+    work += busy;
+    slowest = std::max(slowest, busy);
+    latency += busy + stage.sendMicros;
+  }
+  PipelineReport &pipeline = a.pipeline;
+  // The runtime keeps a step in every stage where it can and sequences allow: each of the
+  // --concurrency sequences is in one step at a time.
+  pipeline.inFlight = target::findTarget(o.target)->pipelinesStages()
+                          ? std::min<int64_t>(o.concurrency, int64_t(a.stages.size()))
+                          : 1;
+  pipeline.stepMicros = latency;
+  pipeline.cycleMicros = std::max(slowest, latency / double(pipeline.inFlight));
+  for (const StageReport &stage : a.stages)
+    pipeline.busy.push_back((stage.readMicros + stage.collectiveMicros) / pipeline.cycleMicros);
+  pipeline.bubble = 1 - work / (double(a.stages.size()) * pipeline.cycleMicros);
 }
 
 } // namespace
@@ -477,7 +654,9 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   bool prefillSplits = splitsTokens(*decided, *prefillLen);
   sequenceParallelNotes(*decided, o, *prefillLen, sequenceParallel, prefillSplits, a.notes);
   a.phases = phasesOf(module, *decided, o, *prefillLen, prefillSplits);
+  a.stages = stagesOf(module, *decided, o, a.phases);
   decodeLogitsNote(*decided, o, a.notes);
+  pipelineNote(a.phases, o, a.notes);
   int64_t elementBytes = tp::getTarget(*decided).activationBytes();
   replicatedEmbeddingNote(module, o.tp, elementBytes, a.notes);
   memory.arenaElementsPerToken = arenaElementsPerToken(*decided);
@@ -488,6 +667,8 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
     return failure();
   if (o.hosts > 0)
     predictHosts(a);
+  if (!a.stages.empty())
+    predictPipeline(a);
   return a;
 }
 
@@ -497,13 +678,14 @@ double weightsRatio(const MemoryReport &memory) {
   return memory.unshardedWeights ? memory.weights / memory.unshardedWeights : 0;
 }
 
-nlohmann::ordered_json phaseJson(const PhaseReport &phase) {
+/// `staged`: a mesh with pipeline stages, whose list says each entry's stage.
+nlohmann::ordered_json phaseJson(const PhaseReport &phase, bool staged) {
   nlohmann::ordered_json p;
   p["tokens"] = phase.tokens;
   if (phase.name == "step")
     p["sequences"] = phase.sequences;
   p["sequence_parallel"] = phase.sequenceParallel;
-  p["collectives"] = toJson(phase.collectives);
+  p["collectives"] = toJson(phase.collectives, staged);
   p["total"] = summaryJson(phase.collectives);
   if (!phase.transformersFails.empty())
     p["transformers"] = {{"fails", phase.transformersFails}};
@@ -511,6 +693,30 @@ nlohmann::ordered_json phaseJson(const PhaseReport &phase) {
     p["transformers"] = {{"collectives", toJson(phase.transformers)},
                          {"total", summaryJson(phase.transformers)}};
   return p;
+}
+
+/// A stage's part of a phase: what one of its ranks runs.
+nlohmann::ordered_json stagePhaseJson(const PhaseReport &phase) {
+  nlohmann::ordered_json p;
+  p["tokens"] = phase.tokens;
+  if (phase.name == "step")
+    p["sequences"] = phase.sequences;
+  p["collectives"] = toJson(phase.collectives);
+  p["total"] = summaryJson(phase.collectives);
+  return p;
+}
+
+/// What a rank sends to other stages in `phase`.
+double sentToStages(const PhaseReport &phase) {
+  double bytes = 0;
+  for (const CollectiveEntry &e : phase.collectives)
+    if (e.kind == CollectiveKind::Send)
+      bytes += e.bytes;
+  return bytes;
+}
+
+std::string jsonPhaseName(const PhaseReport &phase) {
+  return phase.name == "decode step" ? "decode" : phase.name;
 }
 
 nlohmann::ordered_json imbalanceJson(const RankShares &shares) {
@@ -549,12 +755,54 @@ nlohmann::ordered_json memoryJson(const Analysis &a) {
           {"arena_elements_per_token", memory.arenaElementsPerToken}};
 }
 
+/// Each pipeline stage: its ranks and layers, what one of its ranks runs, holds and sends,
+/// and its decode step's predicted time.
+nlohmann::ordered_json stagesJson(const Analysis &a) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const StageReport &stage : a.stages) {
+    const MemoryReport &memory = stage.memory;
+    nlohmann::ordered_json j;
+    j["stage"] = stage.stage;
+    j["ranks"] = stage.ranks;
+    j["layers"] = {stage.firstLayer, stage.lastLayer};
+    if (a.options.hosts > 0)
+      j["hosts"] = stage.hosts;
+    nlohmann::ordered_json sent;
+    for (const PhaseReport &phase : stage.phases) {
+      j[jsonPhaseName(phase)] = stagePhaseJson(phase);
+      sent[jsonPhaseName(phase)] = sentToStages(phase);
+    }
+    j["memory_per_rank"] = {{"weights_bytes", memory.weights},
+                            {"weights_bytes_by_rank", stage.shares.weightBytes},
+                            {"weights_held_as", memory.heldTypes},
+                            {"decode_step_weight_bytes_read", memory.decodeReads},
+                            {"kv_cache_bytes", memory.kvCache},
+                            {"kv_cache_bytes_per_token", memory.kvCachePerToken},
+                            {"mla_latent_cache_bytes", memory.mlaLatentCache},
+                            {"activation_arena_bytes", memory.arena}};
+    j["imbalance"] = imbalanceJson(stage.shares);
+    j["matmul_elements_per_token"] = *std::max_element(stage.shares.matmulElements.begin(),
+                                                       stage.shares.matmulElements.end());
+    j["sent_bytes"] = sent;
+    j["predicted_decode_us"] = {{"reads", stage.readMicros},
+                                {"collectives", stage.collectiveMicros},
+                                {"total", stage.readMicros + stage.collectiveMicros},
+                                {"sends", stage.sendMicros}};
+    if (a.options.hosts > 0)
+      j["sends_across_hosts"] = stage.sendsAcrossHosts;
+    list.push_back(j);
+  }
+  return list;
+}
+
 void renderJson(const Analysis &a, llvm::raw_ostream &os) {
   const AnalyzeOptions &o = a.options;
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["plan"] = o.plan;
   j["tp"] = o.tp;
+  if (!a.stages.empty())
+    j["pp"] = o.pp;
   j["bytes"] = "tpc: what goes on the wire, the larger of one rank's buffers of the "
                "communicator call (padding included) in the target's element type; "
                "transformers: the module output's full tensor; sent_bytes_per_rank by "
@@ -564,7 +812,7 @@ void renderJson(const Analysis &a, llvm::raw_ostream &os) {
                               "lm_head on the last token (generate's logits_to_keep=1)";
   for (size_t i = 0; i < a.phases.size(); ++i) {
     const PhaseReport &phase = a.phases[i];
-    nlohmann::ordered_json p = phaseJson(phase);
+    nlohmann::ordered_json p = phaseJson(phase, !a.stages.empty());
     if (i < a.predictedMicros.size()) {
       double total = 0;
       for (size_t c = 0; c < a.predictedMicros[i].size(); ++c) {
@@ -573,7 +821,7 @@ void renderJson(const Analysis &a, llvm::raw_ostream &os) {
       }
       p["predicted_us"] = total;
     }
-    j[phase.name == "decode step" ? "decode" : phase.name] = p;
+    j[jsonPhaseName(phase)] = p;
   }
   if (o.hosts > 0) {
     j["link"] = {{"hosts", o.hosts}, {"gbps", o.linkGbps}, {"latency_us", o.linkLatencyUs},
@@ -588,13 +836,26 @@ void renderJson(const Analysis &a, llvm::raw_ostream &os) {
   }
   j["imbalance"] = imbalanceJson(a.shares);
   j["memory_per_rank"] = memoryJson(a);
+  if (!a.stages.empty()) {
+    j["memory_per_rank"]["stage"] = a.fullestStage;
+    j["stages"] = stagesJson(a);
+    const PipelineReport &pipeline = a.pipeline;
+    j["pipeline"] = {{"concurrency", o.concurrency},
+                     {"steps_in_flight", pipeline.inFlight},
+                     {"step_us", pipeline.stepMicros},
+                     {"cycle_us", pipeline.cycleMicros},
+                     {"busy", pipeline.busy},
+                     {"bubble", pipeline.bubble}};
+  }
   j["notes"] = a.notes;
   os << j.dump(2) << "\n";
 }
 
 void printMemory(const Analysis &a, llvm::raw_ostream &os) {
   const MemoryReport &memory = a.memory;
-  os << "\nmemory per rank:\n";
+  os << (a.stages.empty() ? std::string("\nmemory per rank:\n")
+                          : fmt::format("\nmemory per rank (stage {}'s, which holds the most):\n",
+                                        a.fullestStage));
   os << fmt::format("  weights             {:>14.0f} bytes ({:.1f}% of the unsharded "
                     "{:.0f})\n",
                     memory.weights, 100 * weightsRatio(memory), memory.unshardedWeights);
@@ -627,8 +888,9 @@ void printMemory(const Analysis &a, llvm::raw_ostream &os) {
                     a.options.target);
 }
 
-/// Where tp splits something unevenly, the largest rank sets the pace.
-void printImbalance(const RankShares &shares, llvm::raw_ostream &os) {
+/// Where tp (or, over `stages` > 1, the pipeline's stages) splits something unevenly, the
+/// largest rank sets the pace.
+void printImbalance(const RankShares &shares, int64_t stages, llvm::raw_ostream &os) {
   std::string uneven;
   auto number = [](double v) { // whole where it is large, a few digits where it is small
     return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v);
@@ -641,8 +903,11 @@ void printImbalance(const RankShares &shares, llvm::raw_ostream &os) {
                             share.what, number(largest), number(largest / ratio),
                             100 * (ratio - 1));
   }
+  std::string what = stages > 1 ? fmt::format(" across the {} ranks of the stages",
+                                               shares.weightBytes.size())
+                                 : "";
   os << (uneven.empty() ? "\nimbalance: none, every rank holds and computes an even share\n"
-                        : "\nimbalance (split unevenly; padding left out):\n" + uneven);
+                        : "\nimbalance" + what + " (split unevenly; padding left out):\n" + uneven);
 }
 
 /// A decode step at each host count that divides tp, and where adding a host stops paying.
@@ -673,25 +938,86 @@ void printHosts(const Analysis &a, llvm::raw_ostream &os) {
                       best->hosts);
 }
 
+/// "3" for one, "0-3" for a run.
+std::string range(int64_t first, int64_t last) {
+  return first == last ? std::to_string(first) : fmt::format("{}-{}", first, last);
+}
+
+/// Each stage's ranks, layers, weights, KV cache and work per rank, what it sends a decode
+/// step, and the step's predicted time; then the bubble at --concurrency.
+void printPipeline(const Analysis &a, llvm::raw_ostream &os) {
+  if (a.stages.empty())
+    return;
+  const AnalyzeOptions &o = a.options;
+  bool hosts = o.hosts > 0;
+  os << fmt::format("\npipeline (pp {} x tp {}, {} ranks; a decode step at {} tokens of "
+                    "context):\n",
+                    o.pp, o.tp, o.pp * o.tp, a.phases.front().tokens);
+  os << fmt::format("  {:>5}  {:<7}  {:<7}  {:>14}  {:>14}  {:>12}  {:>10}  {:>9}  {:>7}{}\n",
+                    "stage", "ranks", "layers", "weights/rank", "KV bytes/token", "MACs/token",
+                    "sent/step", "decode ms", "send ms", hosts ? "  hosts" : "");
+  for (const StageReport &stage : a.stages) {
+    std::string onHosts;
+    for (int64_t host : stage.hosts)
+      onHosts += (onHosts.empty() ? "" : ",") + std::to_string(host);
+    os << fmt::format(
+        "  {:>5}  {:<7}  {:<7}  {:>14.0f}  {:>14.0f}  {:>12.0f}  {:>10.0f}  {:>9.3f}  {:>7.3f}{}\n",
+        stage.stage, range(stage.ranks.front(), stage.ranks.back()),
+        range(stage.firstLayer, stage.lastLayer), stage.memory.weights,
+        stage.memory.kvCachePerToken,
+        *std::max_element(stage.shares.matmulElements.begin(),
+                          stage.shares.matmulElements.end()),
+        sentToStages(stage.phases[1]), (stage.readMicros + stage.collectiveMicros) / 1e3,
+        stage.sendMicros / 1e3, hosts ? "  " + onHosts : "");
+  }
+  if (hosts) {
+    std::string across;
+    for (const StageReport &stage : a.stages)
+      if (stage.sendsAcrossHosts)
+        across += (across.empty() ? "" : ", ") + std::to_string(stage.stage);
+    os << (across.empty() ? std::string("  no stage sends across hosts\n")
+                          : "  stages whose sends leave their host: " + across + "\n");
+  }
+  const PipelineReport &pipeline = a.pipeline;
+  std::string busy;
+  for (double b : pipeline.busy)
+    busy += fmt::format("{}{:.1f}%", busy.empty() ? "" : ", ", 100 * b);
+  os << fmt::format("  a decode step through every stage and its sends takes {:.3f} ms; with {} "
+                    "step{} in flight, a stage does one every {:.3f} ms\n",
+                    pipeline.stepMicros / 1e3, pipeline.inFlight,
+                    pipeline.inFlight == 1 ? "" : "s", pipeline.cycleMicros / 1e3);
+  std::string why =
+      pipeline.inFlight == int64_t(a.stages.size())
+          ? "a step in every stage, each of about 1/" + std::to_string(a.stages.size()) +
+                " of the sequences"
+      : target::findTarget(o.target)->pipelinesStages()
+          ? "fewer sequences than stages: a sequence is in one step at a time"
+          : "the " + o.target + " runtime runs one step at a time through the stages";
+  os << fmt::format("  bubble at concurrency {}: {:.1f}% (each stage busy {}): {}\n", o.concurrency,
+                    100 * pipeline.bubble, busy, why);
+}
+
 void renderText(const Analysis &a, llvm::raw_ostream &os) {
   const AnalyzeOptions &o = a.options;
-  os << fmt::format("tpc analyze: {} with plan {} at tp {}\n", o.model, o.plan, o.tp);
+  os << fmt::format("tpc analyze: {} with plan {} at {}tp {}\n", o.model, o.plan,
+                    a.stages.empty() ? "" : fmt::format("pp {} x ", o.pp), o.tp);
   os << "bytes: tpc's on the wire (one rank's larger buffer of each call); transformers: "
         "one collective per module whose strategy hook communicates, on its full output, "
         "before folding\n";
+  int64_t fullestHost = o.hosts > 0 ? (o.tp * o.pp + o.hosts - 1) / o.hosts : 0;
   if (o.hosts > 0)
     os << fmt::format("predicted on {} host{} of {} rank{} (the fullest), linked at {:g} Gbit/s "
                       "with {:g} us latency (docs/multi-host.md)\n",
-                      o.hosts, o.hosts == 1 ? "" : "s", (o.tp + o.hosts - 1) / o.hosts,
-                      (o.tp + o.hosts - 1) / o.hosts == 1 ? "" : "s", o.linkGbps,
-                      o.linkLatencyUs);
+                      o.hosts, o.hosts == 1 ? "" : "s", fullestHost, fullestHost == 1 ? "" : "s",
+                      o.linkGbps, o.linkLatencyUs);
   for (size_t i = 0; i < a.phases.size(); ++i)
     printPhase(a.phases[i], i < a.predictedMicros.size() ? a.predictedMicros[i]
                                                          : std::vector<double>{},
                os);
   printHosts(a, os);
+  printPipeline(a, os);
   printMemory(a, os);
-  printImbalance(a.shares, os);
+  printImbalance(a.shares, int64_t(a.stages.size()), os);
   for (const std::string &note : a.notes)
     os << "note: " << note << "\n";
 }

@@ -4,6 +4,7 @@
 #include "llvm/Support/ErrorHandling.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 using namespace tpc;
@@ -19,6 +20,8 @@ llvm::StringRef tpc::collectiveName(CollectiveKind kind) {
   case CollectiveKind::ReduceScatter: return "reduce_scatter";
   case CollectiveKind::AllToAll: return "all_to_all";
   case CollectiveKind::Local: return "local_reshard";
+  case CollectiveKind::Send: return "send";
+  case CollectiveKind::Recv: return "recv";
   }
   llvm_unreachable("unknown collective");
 }
@@ -31,7 +34,9 @@ double tpc::sentBytes(CollectiveKind kind, double payloadBytes, int64_t tp) {
   case CollectiveKind::AllGather:
   case CollectiveKind::ReduceScatter:
   case CollectiveKind::AllToAll: return share * payloadBytes;
-  case CollectiveKind::Local: return 0;
+  case CollectiveKind::Send: return payloadBytes;
+  case CollectiveKind::Local:
+  case CollectiveKind::Recv: return 0;
   }
   llvm_unreachable("unknown collective");
 }
@@ -64,6 +69,8 @@ double linkMicros(double bytes, const LinkModel &link) {
 
 double tpc::collectiveMicros(CollectiveKind kind, double payloadBytes, int64_t tp,
                              const LinkModel &link) {
+  assert(kind != CollectiveKind::Send && kind != CollectiveKind::Recv &&
+         "transferMicros prices a transfer");
   if (kind == CollectiveKind::Local || tp <= 1)
     return 0;
   int64_t hosts = std::max<int64_t>(1, std::min(link.hosts, tp));
@@ -88,6 +95,16 @@ double tpc::collectiveMicros(CollectiveKind kind, double payloadBytes, int64_t t
   }
   case CollectiveKind::Local:
     return 0;
+  case CollectiveKind::Send:
+  case CollectiveKind::Recv:
+    break;
   }
-  llvm_unreachable("unknown collective");
+  llvm_unreachable("not a collective");
+}
+
+double tpc::transferMicros(double bytes, bool acrossHosts, int64_t ranksPerHost,
+                           const LinkModel &link) {
+  if (!acrossHosts) // the mailbox: a slot of 1 MiB a chunk, as a collective's round
+    return shmMicros(bytes);
+  return (ranksPerHost == 1 ? kMeshCallMicros : kGlooMessageMicros) + linkMicros(bytes, link);
 }

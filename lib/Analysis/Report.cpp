@@ -51,7 +51,7 @@ std::string tpc::layerOf(StringRef module) {
 std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64_t tokens,
                                                      int64_t tp, int64_t elementBytes,
                                                      bool variableGather, int64_t sampled,
-                                                     bool greedy) {
+                                                     bool greedy, std::optional<int64_t> stage) {
   // A value's bytes on one rank: its local shape, with tokens / tp rows where it is split by
   // tokens and `tokens` for any other dynamic dim; after tp.last_token, whose one static row
   // stands for each sampled sequence's (the lowering's rule), `sampled` rows.
@@ -67,13 +67,29 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
     return elements * double(elementBytes);
   };
   std::vector<CollectiveEntry> entries;
+  Block &body = forward.getBody().front();
   forward.walk([&](Operation *op) {
     // What the collective layer hands its communicator (runtime/core/collectives.cpp): the
     // larger of one rank's buffers, padded pieces and all.
     std::optional<CollectiveKind> kind;
     double bytes = 0, padded = 0;
     bool argmax = false;
-    if (auto gather = dyn_cast<AllGatherOp>(op); gather && greedy && gather.getArgmaxIfGreedy()) {
+    Operation *top = body.findAncestorOpInBlock(*op);
+    int64_t runs = top ? stageOf(top) : 0, peer = -1;
+    if (auto transfer = dyn_cast<TransferOp>(op)) {
+      // Each rank's piece as it is, sent by the stage it leaves, received where it arrives
+      // (the lowering's sendToStage and recvFromStage: rows x columns of the local type).
+      bool receives = stage && *stage == transfer.getTo();
+      if (stage && !receives && *stage != transfer.getFrom())
+        return;
+      kind = receives ? CollectiveKind::Recv : CollectiveKind::Send;
+      runs = receives ? transfer.getTo() : transfer.getFrom();
+      peer = receives ? transfer.getFrom() : transfer.getTo();
+      bytes = localBytes(transfer.getInput());
+    } else if (stage && runs != *stage) {
+      return;
+    } else if (auto gather = dyn_cast<AllGatherOp>(op);
+               gather && greedy && gather.getArgmaxIfGreedy()) {
       // Context::argmaxColumns: a (logit, id) pair of elements a row from every rank.
       kind = CollectiveKind::AllGather;
       argmax = true;
@@ -110,6 +126,8 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
     entry.sentBytes = sentBytes(*kind, entry.bytes, tp);
     entry.paddedBytes = std::max(0.0, padded);
     entry.argmax = argmax;
+    entry.stage = runs;
+    entry.peer = peer;
     entries.push_back(std::move(entry));
   });
   return entries;
@@ -177,9 +195,21 @@ double tpc::paramBytes(ParamOp param) {
   return storedBytes(param, double(param.getTensorType().getNumElements()));
 }
 
-double tpc::parameterBytes(ModuleOp module) {
+/// The parameters the ranks of `stage` hold: every one without stages.
+static auto heldParams(ModuleOp module, std::optional<int64_t> stage) {
+  return llvm::make_filter_range(module.getOps<ParamOp>(), [stage](ParamOp param) {
+    return !stage || inStage(param, *stage);
+  });
+}
+
+/// Whether `op` of a forward runs in `stage`: every op without stages.
+static bool runsIn(Operation *op, std::optional<int64_t> stage) {
+  return !stage || stageOf(op) == *stage;
+}
+
+double tpc::parameterBytes(ModuleOp module, std::optional<int64_t> stage) {
   double bytes = 0;
-  for (ParamOp param : module.getOps<ParamOp>())
+  for (ParamOp param : heldParams(module, stage))
     bytes += storedBytes(param, double(param.getTensorType().getNumElements()));
   return bytes;
 }
@@ -198,11 +228,14 @@ double tpc::unshardedParameterBytes(ModuleOp partitioned) {
   return bytes;
 }
 
-double tpc::decodeWeightReads(ModuleOp partitioned) {
+double tpc::decodeWeightReads(ModuleOp partitioned, std::optional<int64_t> stage) {
   int64_t tp = getMeshSize(partitioned).value_or(1);
-  // Tables that only embeddings read: a token reads one row of them.
+  // Tables that only embeddings read (in the stage: a tied table is lm_head's in the last):
+  // a token reads one row of them.
   llvm::DenseMap<StringAttr, bool> lookupOnly;
   partitioned.walk([&](WeightOp weight) {
+    if (!runsIn(weight, stage))
+      return;
     StringAttr name = weight.getParamAttr().getAttr();
     bool lookup = llvm::all_of(weight->getUses(), [&](OpOperand &use) {
       auto embedding = dyn_cast<EmbeddingOp>(use.getOwner());
@@ -215,7 +248,7 @@ double tpc::decodeWeightReads(ModuleOp partitioned) {
   double largest = 0;
   for (int64_t r = 0; r < tp; ++r) {
     double bytes = 0;
-    for (ParamOp param : partitioned.getOps<ParamOp>()) {
+    for (ParamOp param : heldParams(partitioned, stage)) {
       RankedTensorType type = param.getTensorType();
       ShardDescAttr shard = param.getShardAttr();
       double held = shard ? double(shard.heldElements(r, tp)) : double(type.getNumElements());
@@ -228,9 +261,9 @@ double tpc::decodeWeightReads(ModuleOp partitioned) {
   return largest;
 }
 
-std::string tpc::heldTypes(ModuleOp module) {
+std::string tpc::heldTypes(ModuleOp module, std::optional<int64_t> stage) {
   std::map<std::string, int64_t> counts;
-  for (ParamOp param : module.getOps<ParamOp>())
+  for (ParamOp param : heldParams(module, stage))
     ++counts[stringifyWeightType(param.getWeightType()).str()];
   std::string out;
   for (const auto &[type, count] : counts)
@@ -239,7 +272,7 @@ std::string tpc::heldTypes(ModuleOp module) {
   return out;
 }
 
-RankShares tpc::rankShares(ModuleOp partitioned) {
+RankShares tpc::rankShares(ModuleOp partitioned, std::optional<int64_t> stage) {
   int64_t tp = getMeshSize(partitioned).value_or(1);
   RankShares shares;
   shares.weightBytes.assign(tp, 0);
@@ -248,6 +281,8 @@ RankShares tpc::rankShares(ModuleOp partitioned) {
   // Parameters some matmul multiplies by (a linear's weight, the experts', the router's).
   llvm::DenseSet<StringAttr> matmuls;
   partitioned.walk([&](WeightOp weight) {
+    if (!runsIn(weight, stage)) // a tied table is a matmul's in the last stage only
+      return;
     for (OpOperand &use : weight->getUses()) {
       Operation *user = use.getOwner();
       auto linear = dyn_cast<LinearOp>(user);
@@ -255,7 +290,7 @@ RankShares tpc::rankShares(ModuleOp partitioned) {
         matmuls.insert(weight.getParamAttr().getAttr());
     }
   });
-  for (ParamOp param : partitioned.getOps<ParamOp>()) {
+  for (ParamOp param : heldParams(partitioned, stage)) {
     RankedTensorType type = param.getTensorType();
     ShardDescAttr shard = param.getShardAttr();
     double whole = 1;
@@ -270,6 +305,8 @@ RankShares tpc::rankShares(ModuleOp partitioned) {
     }
   }
   partitioned.walk([&](AttentionOp attention) {
+    if (!runsIn(attention, stage))
+      return;
     std::optional<ArrayRef<int64_t>> ranks = attention.getRankHeads();
     for (int64_t r = 0; r < tp; ++r)
       shares.queryHeads[r] += ranks ? (*ranks)[3 * r + 1] : attention.getNumHeads();
@@ -286,9 +323,12 @@ double tpc::imbalance(const std::vector<double> &perRank) {
   return total > 0 ? largest * double(perRank.size()) / total : 0;
 }
 
-double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
+double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen,
+                         std::optional<int64_t> stage) {
   double bytes = 0;
   partitioned.walk([&](AttentionOp attention) {
+    if (!runsIn(attention, stage))
+      return;
     int64_t valueHeadDim = attention.getValueHeadDim().value_or(attention.getHeadDim());
     bytes += double(maxSeqLen) * attention.getNumKvHeads() *
              (attention.getHeadDim() + valueHeadDim) *
@@ -297,9 +337,12 @@ double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
   return bytes;
 }
 
-double tpc::mlaLatentCacheBytes(ModuleOp partitioned, int64_t maxSeqLen) {
+double tpc::mlaLatentCacheBytes(ModuleOp partitioned, int64_t maxSeqLen,
+                                std::optional<int64_t> stage) {
   double bytes = 0;
   partitioned.walk([&](AttentionOp attention) {
+    if (!runsIn(attention, stage))
+      return;
     auto value = attention.getValue().getDefiningOp<HeadSliceOp>();
     auto key = attention.getKey().getDefiningOp<ConcatHeadsOp>();
     auto kvB = value ? value.getInput().getDefiningOp<LinearOp>() : LinearOp();

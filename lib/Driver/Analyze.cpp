@@ -34,9 +34,16 @@ std::optional<analysis::AnalyzeOptions> analyzeOptions(const AnalyzeArgs &args) 
                             options.stepTokens, options.stepSequences));
     return std::nullopt;
   }
-  if (options.hosts < 0 || (args.tp > 0 && options.hosts > args.tp)) {
-    reportError(fmt::format("--hosts must be from 1 to the tp ({}), got {}", args.tp,
-                            options.hosts));
+  if (options.hosts < 0 || (args.tp > 0 && options.hosts > args.tp * args.pp)) {
+    reportError(args.pp > 1 ? fmt::format("--hosts must be from 1 to the ranks (pp {} x tp {} "
+                                          "= {}), got {}",
+                                          args.pp, args.tp, args.pp * args.tp, options.hosts)
+                            : fmt::format("--hosts must be from 1 to the tp ({}), got {}",
+                                          args.tp, options.hosts));
+    return std::nullopt;
+  }
+  if (options.concurrency < 1) {
+    reportError(fmt::format("--concurrency must be at least 1, got {}", options.concurrency));
     return std::nullopt;
   }
   if (!(options.linkGbps > 0) || !(options.linkLatencyUs >= 0) || !(options.hostMemGBs > 0) ||

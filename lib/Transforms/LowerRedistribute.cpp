@@ -63,6 +63,9 @@ struct TPLowerRedistributePass
         case CollectiveKind::Local:
           value = LocalReshardOp::create(builder, loc, to, value, module);
           break;
+        case CollectiveKind::Send:
+        case CollectiveKind::Recv:
+          llvm_unreachable("a redistribution plan moves nothing between pipeline stages");
         }
       }
       op.replaceAllUsesWith(value);

@@ -33,6 +33,8 @@ protected:
     case CollectiveKind::Local:
       return isa<ReplicateAttr>(s.from) ||
              (isa<ShardAttr, StridedShardAttr>(s.from) && isa<PartialAttr>(s.to));
+    case CollectiveKind::Send:
+    case CollectiveKind::Recv: return false; // between stages, never a redistribution's step
     }
     return false;
   }

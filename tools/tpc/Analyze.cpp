@@ -65,6 +65,9 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                   "each host's memory bandwidth, GB/s, which its ranks' decode reads share "
                   "(default 20)")
       ->needs(hosts);
+  cmd->add_option("--concurrency", opts->analysis.concurrency,
+                  "with --pp: steps in flight through the stages, for the pipeline's bubble "
+                  "(default 1, as this engine runs them)");
   cmd->add_flag("--no-fold", opts->analysis.noFold,
                 "report the program compiled with --no-fold (tp-fold-redistribute left out)");
   cmd->add_flag("--json", opts->json, "print the report as JSON");

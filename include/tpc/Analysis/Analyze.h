@@ -38,6 +38,8 @@ struct AnalyzeOptions {
   /// them, and each host's memory bandwidth (what its ranks' decode reads share).
   int64_t hosts = 0;
   double linkGbps = 10, linkLatencyUs = 50, hostMemGBs = 20;
+  /// Steps in flight through the pipeline stages, for its bubble (--pp > 1).
+  int64_t concurrency = 1;
 };
 
 /// A decode step on `hosts` machines (tpc analyze --hosts): its ranks' weight reads, which
@@ -47,16 +49,51 @@ struct HostsRow {
   double computeMicros = 0, commMicros = 0;
 };
 
+/// One pipeline stage of a mesh (--pp > 1): tp ranks running consecutive decoder layers.
+struct StageReport {
+  int64_t stage = 0, firstLayer = 0, lastLayer = 0;
+  std::vector<int64_t> ranks; // world ranks, stage-major
+  /// As Analysis::phases (no transformers' count): what one of its ranks runs, the
+  /// collectives of its tp group and the sends and receives of its transfers.
+  std::vector<PhaseReport> phases;
+  MemoryReport memory; // what each of its ranks holds
+  RankShares shares;   // by tp rank
+  /// A decode step's predicted microseconds on its ranks: their weight and KV reads at the
+  /// prefill's context, their collectives, and their sends to other stages.
+  double readMicros = 0, collectiveMicros = 0, sendMicros = 0;
+  /// The hosts its ranks are on (the one without --hosts), and whether its sends leave one.
+  std::vector<int64_t> hosts;
+  bool sendsAcrossHosts = false;
+};
+
+/// The stages' decode steps as a pipeline with --concurrency steps in flight: one step's
+/// latency through every stage and its sends, the cycle in which each stage does one step,
+/// each stage's busy share of it, and the share of the mesh left idle.
+struct PipelineReport {
+  /// Steps the runtime keeps in flight at --concurrency (a sequence is in one at a time; at
+  /// most one a stage; one where the target's runtime does not pipeline).
+  int64_t inFlight = 1;
+  double stepMicros = 0, cycleMicros = 0, bubble = 0;
+  std::vector<double> busy;
+};
+
 struct Analysis {
   AnalyzeOptions options;
-  std::vector<PhaseReport> phases; // the prefill, a decode step, then --step-tokens' step
+  /// The prefill, a decode step, then --step-tokens' step; with pipeline stages, every
+  /// stage's collectives and each transfer's send.
+  std::vector<PhaseReport> phases;
+  /// What a rank holds; with pipeline stages, those of the stage that holds the most, and
+  /// `shares` by world rank.
   MemoryReport memory;
   RankShares shares;
+  std::vector<StageReport> stages; // with pipeline stages (--pp > 1) only
+  int64_t fullestStage = 0;         // the stage `memory` is of
+  PipelineReport pipeline;
   std::vector<std::string> notes;
   std::string maxSeqLenFrom, maxSeqLenWhy; // where the KV cache's length came from
   int64_t positions = 0;                   // the model's max_position_embeddings; 0: unknown
-  /// With --hosts: each phase's collectives' predicted microseconds (as `phases`), and a
-  /// decode step at each host count that divides tp.
+  /// With --hosts: each phase's collectives' predicted microseconds (as `phases`), and
+  /// (without pipeline stages) a decode step at each host count that divides tp.
   std::vector<std::vector<double>> predictedMicros;
   std::vector<HostsRow> hostsRows;
   mlir::OwningOpRef<mlir::ModuleOp> prefill; // the prefill's graph, collectives explicit (--dot)

@@ -9,7 +9,9 @@
 
 namespace tpc {
 
-enum class CollectiveKind { AllReduce, AllGather, ReduceScatter, AllToAll, Local };
+/// What a rank's communicator does: a collective over its tp group, a local reshard, or
+/// (Send, Recv) one end of a value passing between pipeline stages, tp rank r to tp rank r.
+enum class CollectiveKind { AllReduce, AllGather, ReduceScatter, AllToAll, Local, Send, Recv };
 
 llvm::StringRef collectiveName(CollectiveKind kind);
 
@@ -20,7 +22,8 @@ double wireBytes(CollectiveKind kind, double globalBytes, int64_t tp);
 
 /// Bytes each rank sends for a collective over `tp` ranks whose wire buffer (wireBytes, or
 /// what the runtime recorded) has `payloadBytes`, with ring algorithms: all_reduce 2(n-1)/n
-/// of it, all_gather, reduce_scatter and all_to_all (n-1)/n; local reshards nothing.
+/// of it, all_gather, reduce_scatter and all_to_all (n-1)/n; local reshards nothing; a send
+/// all of it, a receive nothing.
 double sentBytes(CollectiveKind kind, double payloadBytes, int64_t tp);
 
 /// The machines a tp group spans and the link between them (tpc analyze --hosts): the ranks
@@ -37,9 +40,16 @@ struct LinkModel {
 /// host's first rank sending its host's part to every other host on tpc's TCP mesh, the
 /// result spread inside the host), all-to-all over Gloo between every pair (on the mesh with
 /// one rank a host). The host-side
-/// constants are this machine's, measured (bench/results/multi-host.txt).
+/// constants are this machine's, measured (bench/results/multi-host.txt). Not for a
+/// transfer between stages, which transferMicros prices.
 double collectiveMicros(CollectiveKind kind, double payloadBytes, int64_t tp,
                         const LinkModel &link);
+
+/// Microseconds a value of `bytes` takes from one stage's rank to another's, as the runtime
+/// sends it: through the sender's shared-memory mailbox on one host; `acrossHosts`, on the
+/// whole group's TCP mesh where every host has one rank (`ranksPerHost`), else on Gloo.
+double transferMicros(double bytes, bool acrossHosts, int64_t ranksPerHost,
+                      const LinkModel &link);
 
 } // namespace tpc
 

@@ -10,6 +10,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct CollectiveEntry {
   /// tpc's gather of the logits marked argmax_if_greedy, on a greedy step: each rank's
   /// largest logit of every row and its id (two elements a row), not the rows.
   bool argmax = false;
+  /// The pipeline stage whose ranks run it (a send's, the stage it leaves), and a send's or
+  /// receive's other stage (-1 for a collective).
+  int64_t stage = 0, peer = -1;
 };
 
 struct PhaseReport {
@@ -66,10 +70,14 @@ std::string layerOf(llvm::StringRef module);
 /// (the CPU's Gloo allgatherv), so such a gather moves the whole tensor and no padding.
 /// `greedy`: the step's sampled rows are all greedy, so a gather marked argmax_if_greedy
 /// moves each row's (logit, id) pair of every rank instead of the logits.
+/// With pipeline stages, `stage`: what one of its ranks runs, its collectives and, where a
+/// tp.transfer leaves or reaches it, a send or a receive of the rank's piece; without, every
+/// stage's collectives and each transfer once, as its send.
 std::vector<CollectiveEntry> programCollectives(mlir::func::FuncOp forward, int64_t tokens,
                                                 int64_t tp, int64_t elementBytes,
                                                 bool variableGather, int64_t sampled = 1,
-                                                bool greedy = false);
+                                                bool greedy = false,
+                                                std::optional<int64_t> stage = std::nullopt);
 
 /// transformers' count, from its module-boundary hooks before any folding: every module with
 /// a strategy whose forward hook communicates (the strategy table of docs/plans.md) runs that
@@ -103,16 +111,21 @@ std::string transformersFailure(mlir::ModuleOp planned);
 /// Bytes of one parameter, whole, in the type it is stored in.
 double paramBytes(tp::ParamOp param);
 
+// What the ranks hold and read. With pipeline stages, `stage` counts what the ranks of that
+// stage hold (the parameters it lists, inStage; its attentions' caches), as the binary's
+// loader does; without, the whole model's.
+
 /// Bytes of every tp.param as stored (its `storage`, else its element type), as typed:
 /// global before tp-partition, local after.
-double parameterBytes(mlir::ModuleOp module);
+double parameterBytes(mlir::ModuleOp module, std::optional<int64_t> stage = std::nullopt);
 /// Bytes of every tp.param of a partitioned module at its HF shape, as stored.
 double unshardedParameterBytes(mlir::ModuleOp partitioned);
 /// The weight bytes a one-token forward reads on the rank that reads most: every element of
 /// every parameter it holds, but one row of a table only an embedding reads.
-double decodeWeightReads(mlir::ModuleOp partitioned);
+double decodeWeightReads(mlir::ModuleOp partitioned,
+                         std::optional<int64_t> stage = std::nullopt);
 /// How many parameters are held in each type, "bf16: 211 parameters, f32: 61".
-std::string heldTypes(mlir::ModuleOp module);
+std::string heldTypes(mlir::ModuleOp module, std::optional<int64_t> stage = std::nullopt);
 
 /// What each rank of a partitioned module holds and computes, padding left out, read off the
 /// shard descriptors and the attentions' rank_heads: uneven where tp does not divide a head
@@ -122,16 +135,18 @@ struct RankShares {
   std::vector<double> matmulElements; // weight elements of its matmuls: its multiply-adds per token
   std::vector<double> queryHeads;     // its attention heads, over every layer
 };
-RankShares rankShares(mlir::ModuleOp partitioned);
+RankShares rankShares(mlir::ModuleOp partitioned, std::optional<int64_t> stage = std::nullopt);
 
 /// The largest rank's share of `perRank` against the even share (their mean): 1 where
 /// balanced, 0 where there is nothing.
 double imbalance(const std::vector<double> &perRank);
 /// Keys and values of every attention layer for `maxSeqLen` tokens, as partitioned.
-double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
+double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen,
+                    std::optional<int64_t> stage = std::nullopt);
 /// What DeepSeek's MLA layers would cache as transformers does (the latent and the rope key,
 /// on every rank) where tpc caches per-head keys and values; 0 without MLA.
-double mlaLatentCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen);
+double mlaLatentCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen,
+                           std::optional<int64_t> stage = std::nullopt);
 /// The activation arena tp-plan-arena laid out, in elements per token: the largest of the
 /// program's forwards, which share it. The binary allocates it for --max-model-len tokens.
 int64_t arenaElementsPerToken(mlir::ModuleOp program);

@@ -31,6 +31,10 @@ public:
   virtual tp::TargetAttr describe(mlir::MLIRContext *ctx) const = 0;
   /// How the lowering spells this target's program.
   virtual std::unique_ptr<Spelling> spelling() const = 0;
+  /// With pipeline stages: whether its runtime keeps a step in every stage at once (its
+  /// backend holds the sends between stages: BackendCapabilities::pipelined), so that `tpc
+  /// analyze` prices up to a step per stage in flight; else one step at a time.
+  virtual bool pipelinesStages() const = 0;
 
   /// The generated source's extension (".cpp", ".cu").
   virtual llvm::StringRef sourceExtension() const = 0;

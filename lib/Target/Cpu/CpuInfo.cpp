@@ -19,6 +19,7 @@ class CpuTarget : public TargetInfo {
 public:
   StringRef name() const override { return "cpu"; }
   StringRef summary() const override { return "C++, OpenBLAS, shared memory, Gloo or MPI"; }
+  bool pipelinesStages() const override { return true; }
 
   tp::TargetAttr describe(MLIRContext *ctx) const override {
     // The runtime's kernels call BLAS and vectorized loops and keep each weight in its own

@@ -20,6 +20,7 @@ constexpr const char *kNoNvcc =
 class CudaTarget : public TargetInfo {
 public:
   StringRef name() const override { return "cuda"; }
+  bool pipelinesStages() const override { return false; }
   StringRef summary() const override {
     return "CUDA C++ for Hopper, cuBLASLt, NCCL";
   }

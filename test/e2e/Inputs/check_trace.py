@@ -11,6 +11,11 @@ included); allocated the activation arena analyze reports (run analyze with the 
 --target, --max-model-len and --weights-dtype); and a KV cache no larger than analyze's on
 any rank and as large on the largest (analyze's kv_cache_bytes, or with --kv-tokens its
 kv_cache_bytes_per_token times T, the binary's --kv-cache-tokens).
+
+With pipeline stages (analyze --pp, whose report has "stages"), each rank is held to its
+stage's part: the collectives of its tp group and the sends and receives between stages in
+that order, its stage's weights by its tp rank, and its stage's KV cache, the largest of
+each stage's ranks as large as analyze's.
 """
 import json
 import sys
@@ -27,30 +32,52 @@ def key(c):
     return (c["kind"], c["module"], int(c["bytes"]))
 
 
+def part(report, stage):
+    """What one rank's trace is held to: the whole report, or its stage's part of it."""
+    return report if stage is None else report["stages"][stage]
+
+
 if args[0] == "--steps":
-    expected, report = [], None
+    steps = []
     for spec in args[1].split(","):
         path, count = spec.rsplit(":", 1)
-        report = json.load(open(path))
-        for _ in range(int(count)):
-            expected += [key(c) for c in report["step"]["collectives"]]
+        steps.append((json.load(open(path)), int(count)))
+    report = steps[-1][0]
+
+    def expected_of(stage):
+        expected = []
+        for step_report, count in steps:
+            expected += [key(c) for c in part(step_report, stage)["step"]["collectives"]] * count
+        return expected
     traces = args[2:]
 else:
     report = json.load(open(args[0]))
     prompt, new_tokens, traces = int(args[1]), int(args[2]), args[3:]
-    expected = [key(c) for c in report["prefill"]["collectives"]]
-    for _ in range(new_tokens - 1):
-        expected += [key(c) for c in report["decode"]["collectives"]]
-memory = report["memory_per_rank"]
-kv = memory["kv_cache_bytes"] if kv_tokens is None else \
-    memory["kv_cache_bytes_per_token"] * kv_tokens
-largest_kv = 0
-# What each rank loads, padding left out: ranks differ where tp splits something unevenly.
-by_rank = report["memory_per_rank"]["weights_bytes_by_rank"]
+
+    def expected_of(stage):
+        phases = part(report, stage)
+        expected = [key(c) for c in phases["prefill"]["collectives"]]
+        for _ in range(new_tokens - 1):
+            expected += [key(c) for c in phases["decode"]["collectives"]]
+        return expected
+staged = "stages" in report
+largest_kv = {}
 failed = False
 for path in traces:
     trace = json.load(open(path))
-    weights = by_rank[trace["rank"]]
+    stage = trace.get("stage", 0) if staged else None
+    memory = part(report, stage)["memory_per_rank"]
+    kv = memory["kv_cache_bytes"] if kv_tokens is None else \
+        memory["kv_cache_bytes_per_token"] * kv_tokens
+    # What each rank loads, padding left out: ranks differ where tp splits something unevenly.
+    by_rank = memory["weights_bytes_by_rank"]
+    rank = trace["tp_rank"] if staged else trace["rank"]
+    if rank >= len(by_rank):
+        failed = True
+        print(f"{path}: rank {rank}, analyze reports {len(by_rank)} (another mesh?)")
+        continue
+    weights = by_rank[rank]
+    expected = expected_of(stage)
     got = [key(c) for c in trace["collectives"]]
     if got != expected:
         failed = True
@@ -62,15 +89,15 @@ for path in traces:
     if trace["weight_bytes_loaded"] != weights:
         failed = True
         print(f"{path}: loaded {trace['weight_bytes_loaded']} weight bytes, a rank holds {weights}")
-    held = report["memory_per_rank"]["weights_bytes"]
+    held = memory["weights_bytes"]
     if trace["weight_bytes_held"] != held:
         failed = True
         print(f"{path}: holds {trace['weight_bytes_held']} weight bytes, analyze says {held:.0f}")
-    arena = report["memory_per_rank"]["activation_arena_bytes"]
+    arena = memory["activation_arena_bytes"]
     if trace["arena_bytes"] != arena:
         failed = True
         print(f"{path}: allocated a {trace['arena_bytes']}-byte arena, analyze says {arena:.0f}")
-    largest_kv = max(largest_kv, trace["kv_cache_bytes"])
+    largest_kv[stage] = (max(largest_kv.get(stage, (0, kv))[0], trace["kv_cache_bytes"]), kv)
     if trace["kv_cache_bytes"] > kv:
         failed = True
         print(f"{path}: allocated a {trace['kv_cache_bytes']}-byte KV cache, analyze says "
@@ -78,8 +105,10 @@ for path in traces:
     if not failed:
         print(f"{path}: {len(got)} collectives, {weights:.0f} weight bytes and a "
               f"{arena:.0f}-byte arena as analyze says")
-if largest_kv != kv:
-    failed = True
-    print(f"the largest KV cache is {largest_kv} bytes, analyze says {kv:.0f}")
+for stage, (largest, kv) in largest_kv.items():
+    if largest != kv:
+        failed = True
+        print(f"the largest KV cache{'' if stage is None else f' of stage {stage}'} is "
+              f"{largest} bytes, analyze says {kv:.0f}")
 print("traces: " + ("FAILED" if failed else "ok"))
 sys.exit(1 if failed else 0)
