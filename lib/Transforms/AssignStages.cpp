@@ -197,16 +197,12 @@ struct StageAssigner {
 
     // Every op with operands: its layer's stage, else the stage of the layer before it.
     MLIRContext *context = module.getContext();
-    auto i64 = IntegerType::get(context, 64);
-    auto mark = [&](Operation *op, int64_t stage) {
-      op->setAttr(kStageAttrName, IntegerAttr::get(i64, stage));
-    };
     int64_t current = 0;
     for (Operation &op : body) {
       if (std::optional<int64_t> layer = layerOfOp(&op))
         current = stageOfLayer[*layer];
       if (op.getNumOperands() > 0 || op.getNumResults() == 0)
-        mark(&op, current);
+        setStage(&op, current);
     }
     // The return is where its value is made; what has no operand (a weight) is where it is
     // read, once per stage that reads it.
@@ -214,28 +210,11 @@ struct StageAssigner {
       if (auto ret = dyn_cast<func::ReturnOp>(op)) {
         if (ret.getNumOperands() == 1)
           if (Operation *producer = ret.getOperand(0).getDefiningOp())
-            mark(ret, stageOf(producer));
+            setStage(ret, stageOf(producer));
         continue;
       }
-      if (op.getNumOperands() > 0 || op.getNumResults() != 1)
-        continue;
-      std::map<int64_t, SmallVector<OpOperand *>> byStage;
-      for (OpOperand &use : op.getResult(0).getUses())
-        byStage[stageOf(use.getOwner())].push_back(&use);
-      if (byStage.empty()) {
-        mark(&op, 0);
-        continue;
-      }
-      OpBuilder builder(&op);
-      bool first = true;
-      for (auto &[stage, uses] : byStage) {
-        Operation *copy = first ? &op : builder.clone(op);
-        mark(copy, stage);
-        if (!first)
-          for (OpOperand *use : uses)
-            use->set(copy->getResult(0));
-        first = false;
-      }
+      if (op.getNumOperands() == 0 && op.getNumResults() == 1)
+        placeWhereRead(&op);
     }
 
     if (failed(checkCuts(body)))

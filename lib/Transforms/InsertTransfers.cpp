@@ -20,10 +20,6 @@ using namespace tpc::tp;
 
 namespace {
 
-void setStage(Operation *op, int64_t stage) {
-  op->setAttr(kStageAttrName, IntegerAttr::get(IntegerType::get(op->getContext(), 64), stage));
-}
-
 /// Gives a stage to the ops a pass made after tp-assign-stages: the latest of its operands'
 /// stages, so a collective runs where its operand is made; an op of no such operand (a
 /// weight) where it is read, a copy for each stage that reads it.
@@ -37,25 +33,9 @@ void completeStages(Block &body) {
         stage = std::max(stage, stageOf(producer));
     setStage(&op, stage);
   }
-  for (Operation &op : llvm::make_early_inc_range(body)) {
-    if (op.hasAttr(kStageAttrName) || op.getNumOperands() != 0 || op.getNumResults() != 1)
-      continue;
-    std::map<int64_t, SmallVector<OpOperand *>> byStage;
-    for (OpOperand &use : op.getResult(0).getUses())
-      byStage[stageOf(use.getOwner())].push_back(&use);
-    OpBuilder builder(&op);
-    bool first = true;
-    for (auto &[stage, uses] : byStage) {
-      Operation *copy = first ? &op : builder.clone(op);
-      setStage(copy, stage);
-      if (!first)
-        for (OpOperand *use : uses)
-          use->set(copy->getResult(0));
-      first = false;
-    }
-    if (byStage.empty())
-      setStage(&op, 0);
-  }
+  for (Operation &op : llvm::make_early_inc_range(body))
+    if (!op.hasAttr(kStageAttrName) && op.getNumOperands() == 0 && op.getNumResults() == 1)
+      placeWhereRead(&op);
 }
 
 struct TPInsertTransfersPass : tpc::tp::impl::TPInsertTransfersBase<TPInsertTransfersPass> {

@@ -8,6 +8,8 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/ErrorHandling.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace tpc::tp;
 
@@ -280,6 +282,30 @@ int64_t tpc::tp::stageOf(Operation *op) {
 bool tpc::tp::inStage(ParamOp param, int64_t stage) {
   DenseI64ArrayAttr stages = param.getStagesAttr();
   return !stages || llvm::is_contained(stages.asArrayRef(), stage);
+}
+
+void tpc::tp::setStage(Operation *op, int64_t stage) {
+  op->setAttr(kStageAttrName, IntegerAttr::get(IntegerType::get(op->getContext(), 64), stage));
+}
+
+void tpc::tp::placeWhereRead(Operation *op) {
+  std::map<int64_t, SmallVector<OpOperand *>> byStage;
+  for (OpOperand &use : op->getResult(0).getUses())
+    byStage[stageOf(use.getOwner())].push_back(&use);
+  if (byStage.empty()) {
+    setStage(op, 0);
+    return;
+  }
+  OpBuilder builder(op);
+  bool first = true;
+  for (auto &[stage, uses] : byStage) {
+    Operation *copy = first ? op : builder.clone(*op);
+    setStage(copy, stage);
+    if (!first)
+      for (OpOperand *use : uses)
+        use->set(copy->getResult(0));
+    first = false;
+  }
 }
 
 std::optional<int64_t> tpc::tp::layerIndexOf(StringRef module) {

@@ -118,6 +118,11 @@ int64_t getPipelineStages(mlir::ModuleOp module);
 int64_t stageOf(mlir::Operation *op);
 /// Whether stage `stage`'s ranks hold `param` (it lists the stage, or lists none).
 bool inStage(ParamOp param, int64_t stage);
+/// Sets `op`'s tp.stage.
+void setStage(mlir::Operation *op, int64_t stage);
+/// An op of no operand and one result (a tp.weight) placed where it is read: in the stage of
+/// its readers, copied for each further stage that reads it; stage 0 where nothing does.
+void placeWhereRead(mlir::Operation *op);
 /// The decoder layer a module name is in: N in "...layers.N" or "...layers.N.anything".
 std::optional<int64_t> layerIndexOf(llvm::StringRef module);
 /// The mesh size the sharding passes need; an error on the module when tp-apply-plan has
