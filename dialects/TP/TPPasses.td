@@ -53,9 +53,10 @@ def TPInsertTransfers : Pass<"tp-insert-transfers", "::mlir::ModuleOp"> {
   let summary = "Send the values that cross pipeline stages";
   let description = [{
     After tp-partition, on a module with stages: where a value defined in one stage is read
-    in another, a `tp.transfer` right after its producer carries it (one per stage that
-    reads it, each rank's local piece to the rank of the same tp index), and the forward's
-    result goes back to stage 0, which samples. Does nothing at pp 1.
+    in a later one, `tp.transfer`s right after its producer carry it there one stage at a
+    time (each rank's local piece to the rank of the same tp index in the next stage; a stage
+    between passes it on), and the forward's result goes back to stage 0, which samples.
+    Does nothing at pp 1.
   }];
 }
 

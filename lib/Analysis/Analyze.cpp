@@ -613,10 +613,12 @@ void predictPipeline(Analysis &a) {
     latency += busy + stage.sendMicros;
   }
   PipelineReport &pipeline = a.pipeline;
-  // The runtime keeps a step in every stage where it can and sequences allow: each of the
-  // --concurrency sequences is in one step at a time.
+  // The runtime keeps a step in every stage where it can and sequences allow, each step of
+  // ceil(C / P) of the --concurrency sequences, each in one step at a time (Engine).
+  int64_t stages = int64_t(a.stages.size());
+  int64_t perStep = (o.concurrency + stages - 1) / stages;
   pipeline.inFlight = target::findTarget(o.target)->pipelinesStages()
-                          ? std::min<int64_t>(o.concurrency, int64_t(a.stages.size()))
+                          ? (o.concurrency + perStep - 1) / perStep
                           : 1;
   pipeline.stepMicros = latency;
   pipeline.cycleMicros = std::max(slowest, latency / double(pipeline.inFlight));

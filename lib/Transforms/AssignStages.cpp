@@ -147,12 +147,19 @@ struct StageAssigner {
 
     // What each layer reads a decode step, and what the stages carry beside layers.
     std::vector<uint64_t> costs(layers, 0);
+    // An op outside the layers runs with the layer before it (below): it counts there, or in
+    // the last stage's tail after the last layer.
     uint64_t head = 0, tail = 0;
-    bool seenLayer = false;
-    std::vector<int64_t> layerAt; // per op of the body, the layer it counts in (-1 head)
+    std::optional<int64_t> before; // the layer of the latest layer op
     for (Operation &op : body) {
       std::optional<int64_t> layer = layerOfOp(&op);
-      seenLayer = seenLayer || layer;
+      if (layer) {
+        if (before && *layer != *before) { // what followed the layer before is its own
+          costs[*before] += tail;
+          tail = 0;
+        }
+        before = layer;
+      }
       uint64_t bytes = 0;
       for (OpOperand &use : op.getOpOperands())
         if (ParamOp param = paramOf(use.get()))
@@ -161,10 +168,10 @@ struct StageAssigner {
         bytes += kvBytes(attention, kvTokens);
       if (layer)
         costs[*layer] += bytes;
-      else if (!seenLayer)
+      else if (!before)
         head += bytes;
       else
-        tail += bytes; // after some layer: the final norm and lm_head, or between layers
+        tail += bytes; // after a layer: its own if another layer follows, else the tail's
     }
 
     std::vector<int64_t> split(requested.begin(), requested.end());

@@ -1,6 +1,6 @@
 // tp-insert-transfers: the values that cross pipeline stages, sent. Runs after tp-partition,
 // where a value's type is what one rank holds: every stage has the same tp size, so tp rank r
-// of one stage sends its piece, whatever its placement, to tp rank r of the other. The ops the
+// of one stage sends its piece, whatever its placement, to tp rank r of the next. The ops the
 // passes after tp-assign-stages made (collectives, reshards, tp.last_token) run where their
 // operands are made.
 #include "tpc/Transforms/Passes.h"
@@ -48,29 +48,51 @@ struct TPInsertTransfersPass : tpc::tp::impl::TPInsertTransfersBase<TPInsertTran
       completeStages(body);
       // Rank 0 samples: the forward's result goes back to the first stage.
       setStage(body.getTerminator(), 0);
-      for (Operation &op : llvm::make_early_inc_range(body)) {
-        if (isa<TransferOp>(op))
-          continue;
-        int64_t from = stageOf(&op);
-        OpBuilder builder(op.getContext());
-        builder.setInsertionPointAfter(&op);
-        for (Value result : op.getResults()) {
-          std::map<int64_t, SmallVector<OpOperand *>> readers;
-          for (OpOperand &use : result.getUses())
-            if (int64_t to = stageOf(use.getOwner()); to != from)
-              readers[to].push_back(&use);
-          // Straight to each stage that reads it, in stage order: every rank meets its
-          // transfers in this one order, so the earliest pending one has both ends waiting.
-          for (auto &[to, uses] : readers) {
-            auto transfer = TransferOp::create(builder, op.getLoc(), result, from, to,
-                                               op.getAttrOfType<StringAttr>("module"));
-            setStage(transfer, to);
-            for (OpOperand *use : uses)
-              use->set(transfer.getResult());
-          }
-        }
+      for (Operation &op : llvm::make_early_inc_range(body))
+        if (!isa<TransferOp>(op) && failed(send(op)))
+          return signalPassFailure();
+    }
+  }
+
+  /// The transfers of `op`'s results to the stages that read them, right after it.
+  LogicalResult send(Operation &op) {
+    int64_t from = stageOf(&op);
+    OpBuilder builder(op.getContext());
+    builder.setInsertionPointAfter(&op);
+    auto module = op.getAttrOfType<StringAttr>("module");
+    for (Value result : op.getResults()) {
+      std::map<int64_t, SmallVector<OpOperand *>> readers;
+      for (OpOperand &use : result.getUses())
+        if (int64_t to = stageOf(use.getOwner()); to != from)
+          readers[to].push_back(&use);
+      if (readers.empty())
+        continue;
+      // Back to an earlier stage: only the forward's result, to the first stage.
+      if (readers.begin()->first < from) {
+        auto [to, uses] = *readers.begin();
+        if (to != 0 || uses.size() != 1 || !isa<func::ReturnOp>(uses.front()->getOwner()))
+          return op.emitError() << "a value of pipeline stage " << from
+                                << " is read in the earlier stage " << to;
+        auto back = TransferOp::create(builder, op.getLoc(), result, from, 0, module);
+        setStage(back, 0);
+        uses.front()->set(back.getResult());
+        readers.erase(readers.begin());
+      }
+      // Forward, one stage at a time: a value read two stages on passes through the stage
+      // between. Each stage then sends only to the next, each pair of ranks meets its
+      // messages in block order, and a stage that holds its sends until its forward is done
+      // never waits on a later stage that waits on it.
+      Value at = result;
+      int64_t last = readers.empty() ? from : readers.rbegin()->first;
+      for (int64_t to = from + 1; to <= last; ++to) {
+        auto hop = TransferOp::create(builder, op.getLoc(), at, to - 1, to, module);
+        setStage(hop, to);
+        at = hop.getResult();
+        for (OpOperand *use : readers[to])
+          use->set(at);
       }
     }
+    return success();
   }
 };
 

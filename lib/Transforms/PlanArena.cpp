@@ -65,13 +65,23 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
   void plan(func::FuncOp func) {
     Block &block = func.getBody().front();
     llvm::DenseMap<Operation *, size_t> position;
-    for (Operation &op : block)
+    llvm::DenseMap<int64_t, size_t> stageEnd; // each pipeline stage's last op (its sends)
+    for (Operation &op : block) {
       position[&op] = position.size();
-    // The last top-level op that reads `v` (a read inside a unit is the unit's).
+      if (isa<func::ReturnOp>(op)) // the engine's to receive, no stage's to run
+        continue;
+      auto transfer = dyn_cast<TransferOp>(op);
+      stageEnd[transfer ? transfer.getFrom() : stageOf(&op)] = position.size() - 1;
+    }
+    // The last top-level op that reads `v` (a read inside a unit is the unit's). A value a
+    // tp.transfer sends lives to the end of its stage's ops: a stage's runtime may hold its
+    // sends until its forward is done (Communicator::holdSends).
     auto lastRead = [&](Value v, size_t from) {
       size_t end = from;
       for (Operation *user : v.getUsers())
-        if (Operation *top = block.findAncestorOpInBlock(*user))
+        if (auto transfer = dyn_cast<TransferOp>(user))
+          end = std::max(end, stageEnd.lookup(transfer.getFrom()));
+        else if (Operation *top = block.findAncestorOpInBlock(*user))
           end = std::max(end, position.lookup(top));
       return end;
     };

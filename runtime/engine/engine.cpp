@@ -294,10 +294,9 @@ int64_t Engine::logitsRowsOf(const std::vector<Scheduled> &plan) const {
       tokens += s.count;
     return tokens;
   }
-  // tp.last_token's rows (lastRows): one for a step of one sequence, else one per sampled.
-  if (plan.size() == 1)
-    return 1;
-  return std::count_if(plan.begin(), plan.end(), [](const Scheduled &s) { return s.sampled(); });
+  // tp.last_token's rows (lastRows): one per sampled sequence, and one where none is.
+  return std::max<int64_t>(
+      1, std::count_if(plan.begin(), plan.end(), [](const Scheduled &s) { return s.sampled(); }));
 }
 
 void Engine::step(const EngineHooks &hooks) {
@@ -353,7 +352,7 @@ void Engine::stepStaged(const EngineHooks &hooks) {
   // before this step's sends go.
   if (pipelined && int64_t(inFlight.size()) >= rank.stages - 1)
     collect.before = inFlight.front().logitsRows;
-  InFlight mine{rowsOf(plan), logitsRowsOf(plan)};
+  InFlight mine{rowsOf(plan), logitsRowsOf(plan), start};
   if (!pipelined)
     collect.after = mine.logitsRows;
   codec.encode(planned, false, collect, descriptor);
@@ -362,19 +361,24 @@ void Engine::stepStaged(const EngineHooks &hooks) {
   const float *own = runFirstStage(descriptor, hooks, [&](const float *logits) {
     InFlight oldest = std::move(inFlight.front());
     inFlight.pop_front();
-    sample(oldest.rows, logits, nullptr, hooks);
+    finish(oldest, logits, hooks);
   });
   if (pipelined)
     inFlight.push_back(std::move(mine));
   else
-    sample(mine.rows, own, nullptr, hooks);
-  stepTimes.push_back(millisSince(start));
+    finish(mine, own, hooks);
 }
 
 void Engine::collectOldest(const EngineHooks &hooks) {
   InFlight oldest = std::move(inFlight.front());
   inFlight.pop_front();
-  sample(oldest.rows, receiveLogits(oldest.logitsRows), nullptr, hooks);
+  finish(oldest, receiveLogits(oldest.logitsRows), hooks);
+}
+
+void Engine::finish(const InFlight &step, const float *logits, const EngineHooks &hooks) {
+  sample(step.rows, logits, nullptr, hooks);
+  // From its schedule to its logits: through every stage, and what it waited for on the way.
+  stepTimes.push_back(millisSince(step.start));
 }
 
 void Engine::sample(const std::vector<StepRow> &rows, const float *logits,

@@ -94,7 +94,8 @@ public:
   int64_t waitingCount() const { return int64_t(scheduler.waiting().size()); }
   int64_t freeBlocks() const { return scheduler.blocks().available(); }
   int64_t totalBlocks() const { return scheduler.blocks().total(); }
-  /// Steps run, preemptions, and each step's wall time in ms (forward and sampling).
+  /// Steps run, preemptions, and each step's wall time in ms (forward and sampling; with
+  /// pipeline stages, on rank 0, from its schedule to its logits).
   int64_t steps() const { return stepCount; }
   int64_t preemptions() const { return scheduler.preemptions(); }
   const std::vector<double> &stepMs() const { return stepTimes; }
@@ -107,10 +108,12 @@ private:
     bool sampled;
     int64_t first, count;
   };
-  /// Pipeline stages: a step whose logits have not come back, its rows and how many.
+  /// Pipeline stages: a step whose logits have not come back, its rows and how many, and
+  /// when rank 0 scheduled it.
   struct InFlight {
     std::vector<StepRow> rows;
     int64_t logitsRows;
+    std::chrono::steady_clock::time_point start;
   };
   /// Sends rank 0's descriptor to every rank (into `d` on each); with pipeline stages, to
   /// the first stage's.
@@ -123,8 +126,9 @@ private:
                              const std::function<void(const float *)> &before);
   void followStage(const EngineHooks &hooks);
   void passOn(const std::vector<int64_t> &d);
-  /// Rank 0: the logits of the oldest step in flight, received and sampled.
+  /// Rank 0: the logits of the oldest step in flight, received and sampled (finish).
   void collectOldest(const EngineHooks &hooks);
+  void finish(const InFlight &step, const float *logits, const EngineHooks &hooks);
   const float *receiveLogits(int64_t rows);
   /// The rows of logits a step of `plan` makes.
   int64_t logitsRowsOf(const std::vector<Scheduled> &plan) const;

@@ -58,33 +58,27 @@ std::vector<Scheduled> Scheduler::schedule(int64_t most) {
     most = limits.maxNumSeqs;
   int64_t budget = limits.maxBatchTokens;
   int64_t preemptedBefore = preemptionCount;
-  bool blocked = false; // a sequence needs blocks only a sequence in flight could free
   for (size_t i = 0; i < runningList.size() && budget > 0 && int64_t(plan.size()) < most;
        ++i) {
     Sequence *s = runningList[i];
     if (s->inFlight)
       continue;
     int64_t count = std::min(s->pending(), budget);
+    // The victims are the newest not in flight, s itself at the latest.
     bool preemptedItself = false;
     while (limits.blocksFor(s->computed + count) - int64_t(s->blocks.size()) >
-           pool.available()) {
-      Sequence *victim = preemptNewest();
-      if (!victim) {
-        blocked = true;
-        break;
-      }
-      if (victim == s) {
+           pool.available())
+      if (preemptNewest() == s) {
         preemptedItself = true;
         break;
       }
-    }
-    if (preemptedItself || blocked)
-      break; // it was the newest (nothing after it runs), or waits for blocks in flight
+    if (preemptedItself)
+      break; // it was the newest not in flight: nothing after it runs
     grow(s, count);
     plan.push_back({s, count});
     budget -= count;
   }
-  if (preemptionCount == preemptedBefore && !blocked)
+  if (preemptionCount == preemptedBefore)
     admit(plan, budget, most);
   bool anyInFlight = std::any_of(runningList.begin(), runningList.end(),
                                  [](const Sequence *s) { return s->inFlight; });

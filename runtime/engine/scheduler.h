@@ -17,7 +17,8 @@
 //
 // With pipeline stages several steps are in flight at once, each in another stage. A
 // sequence in one of them (inFlight) has no next token yet: it is neither scheduled nor
-// preempted until its step's logits are back. Its blocks may be given to another sequence
+// preempted until its step's logits are back, so the one preempted is the newest not in
+// flight. Its blocks may be given to another sequence
 // once it finishes or is taken out, even while its step is still in a later stage: every
 // stage runs the steps in order, so that step is done with them there before a later one
 // writes them.
@@ -92,8 +93,8 @@ public:
 private:
   /// Blocks for `count` more tokens of `s` (there are enough).
   void grow(Sequence *s, int64_t count);
-  /// Takes the newest running sequence not in flight's blocks back, queueing it first to be
-  /// recomputed; returns it, or null when every running sequence is in flight.
+  /// Takes the blocks of the newest running sequence not in flight back, queueing it first
+  /// to be recomputed; returns it, or null when every running sequence is in flight.
   Sequence *preemptNewest();
   /// Admits waiting sequences into `plan` while `budget`, `most` and the blocks allow.
   void admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t most);

@@ -29,9 +29,8 @@ enum class StepKind : int64_t {
 };
 
 /// Pipeline stages: the rows of logits of a step the first stage's ranks receive from the
-/// last stage (-1: none; 0 is a step that sampled nothing, whose empty transfer is received
-/// all the same), after this step's forward and before its held sends go (`before`: an
-/// earlier step's), or after them (`after`: this step's own, when a step goes through the
+/// last stage (-1: none), after this step's forward and before its held sends go (`before`:
+/// an earlier step's), or after them (`after`: this step's own, when a step goes through the
 /// stages alone).
 struct StepCollect {
   int64_t before = -1, after = -1;

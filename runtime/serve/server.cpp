@@ -705,8 +705,9 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     s.ready = true;
     s.blocksTotal = engine.totalBlocks();
   }
-  std::fprintf(stderr, "tpc serve: ready on %s (model '%s', tp %lld)\n", s.address.c_str(),
-               s.context.modelName.c_str(), (long long)spec.tp);
+  std::string mesh = spec.stages > 1 ? "pp " + std::to_string(spec.stages) + " x " : "";
+  std::fprintf(stderr, "tpc serve: ready on %s (model '%s', %stp %lld)\n", s.address.c_str(),
+               s.context.modelName.c_str(), mesh.c_str(), (long long)spec.tp);
   try {
     for (;;) {
       std::deque<std::shared_ptr<Job>> fresh;

@@ -46,10 +46,10 @@ TEST(StepCodec, WhatTheFirstStageCollectsTravelsAndIsChecked) {
   std::vector<int64_t> tokens = {1};
   std::vector<int32_t> blocks = {3};
   std::vector<int64_t> d;
-  codec.encode({{tokens.data(), 1, 0, true, &blocks}}, false, {-1, 0}, d);
+  codec.encode({{tokens.data(), 1, 0, true, &blocks}}, false, {-1, 1}, d);
   StepCollect c = codec.collect(d);
   EXPECT_EQ(c.before, -1); // none
-  EXPECT_EQ(c.after, 0);   // a step that sampled nothing: its empty transfer all the same
+  EXPECT_EQ(c.after, 1);
   codec.encodeSignal(StepKind::Collect, d, {3, -1});
   EXPECT_EQ(codec.kind(d), StepKind::Collect);
   EXPECT_EQ(codec.collect(d).before, 3);

@@ -50,8 +50,10 @@ print(f"every send has its receive: {paired}")
 pipeline = report["pipeline"]
 work = [s["predicted_decode_us"]["total"] for s in stages]
 latency = sum(work) + sum(s["predicted_decode_us"]["sends"] for s in stages)
-# The CPU runtime keeps a step in every stage where the sequences allow (one at a time each).
-in_flight = min(pipeline["concurrency"], len(stages))
+# The CPU runtime keeps a step in every stage where the sequences allow: steps of
+# ceil(C / P) sequences, each sequence in one step at a time.
+per_step = -(-pipeline["concurrency"] // len(stages))
+in_flight = -(-pipeline["concurrency"] // per_step)
 cycle = max(max(work), latency / in_flight)
 
 
