@@ -783,11 +783,12 @@ TEST(Comm, OneRankAHostIsTheTcpMeshAndOneHostIsSharedMemory) {
                         [&](int rank, Comm &group) { return pathOf(rank, group) == "shm"; }));
 }
 
-TEST(Comm, AStoppingRankLeavesItsReasonInTheSegment) {
-  // A peer waiting on a rank that stopped hears why at once, not after --timeout.
+/// Whether rank 0, waiting on rank 1 in `wait` over shared memory, hears at once (within 5 s,
+/// not after --timeout) the reason rank 1 left when it stopped.
+bool hearsWhyAPeerStopped(const char *name, const std::function<void(Communicator &)> &wait) {
   ::setenv("TPC_TRANSPORT", "shm", 1);
-  std::string dir = tempPath("rdzv-shm-reason");
-  EXPECT_TRUE(forkRanks(2, [&](int rank) {
+  std::string dir = tempPath(name);
+  bool heard = forkRanks(2, [&](int rank) {
     std::string error;
     auto group = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
     if (!group)
@@ -797,17 +798,25 @@ TEST(Comm, AStoppingRankLeavesItsReasonInTheSegment) {
       return true;
     }
     auto start = std::chrono::steady_clock::now();
-    float x = 1;
     try {
-      group->communicator().allReduce(&x, 1);
+      wait(group->communicator());
     } catch (const std::exception &e) {
       return std::string(e.what()).find("rank 1 stopped: out of patience") !=
                  std::string::npos &&
              std::chrono::steady_clock::now() - start < std::chrono::seconds(5);
     }
     return false;
-  }));
+  });
   ::unsetenv("TPC_TRANSPORT");
+  return heard;
+}
+
+TEST(Comm, AStoppingRankLeavesItsReasonInTheSegment) {
+  // A peer waiting on a rank that stopped hears why at once, not after --timeout.
+  EXPECT_TRUE(hearsWhyAPeerStopped("rdzv-shm-reason", [](Communicator &comm) {
+    float x = 1;
+    comm.allReduce(&x, 1);
+  }));
 }
 
 TEST(Comm, UnknownTransportIsRefused) {
@@ -937,29 +946,10 @@ TEST(Comm, SplitAndPointToPointOnEachTransport) {
 
 TEST(Comm, AReceiveFromAStoppedRankSaysWhy) {
   // A message waits the way a collective does: a sender that stopped is named at once.
-  ::setenv("TPC_TRANSPORT", "shm", 1);
-  std::string dir = tempPath("rdzv-shm-recv-reason");
-  EXPECT_TRUE(forkRanks(2, [&](int rank) {
-    std::string error;
-    auto group = Comm::connect({rank, 2, dir, "127.0.0.1", 20}, error);
-    if (!group)
-      return false;
-    if (rank == 1) {
-      group->recordExit("out of patience");
-      return true;
-    }
-    auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(hearsWhyAPeerStopped("rdzv-shm-recv-reason", [](Communicator &comm) {
     float x = 0;
-    try {
-      group->communicator().recv(&x, 1, 1);
-    } catch (const std::exception &e) {
-      return std::string(e.what()).find("rank 1 stopped: out of patience") !=
-                 std::string::npos &&
-             std::chrono::steady_clock::now() - start < std::chrono::seconds(5);
-    }
-    return false;
+    comm.recv(&x, 1, 1);
   }));
-  ::unsetenv("TPC_TRANSPORT");
 }
 
 TEST(Comm, SplitAcrossHostsChoosesEachPartsTransport) {
