@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cassert>
+#include <cmath>
 #include <fmt/core.h>
 #include <map>
 
@@ -446,6 +448,9 @@ void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, MemoryRepor
   memory.weights = parameterBytes(partitioned, stage);
   memory.unshardedWeights = unshardedParameterBytes(partitioned);
   memory.decodeReads = decodeWeightReads(partitioned, stage);
+  memory.expertReads = decodeExpertReads(partitioned, stage);
+  for (auto [name, share] : routedShares(partitioned))
+    memory.expertsRouted = std::max(memory.expertsRouted, share);
   memory.heldTypes = heldTypes(partitioned, stage);
   memory.kvCache = kvCacheBytes(partitioned, memory.maxSeqLen, stage);
   memory.kvCachePerToken = kvCacheBytes(partitioned, 1, stage);
@@ -502,6 +507,7 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
       fullest = &stage;
     llvm::append_range(byWorldRank.weightBytes, stage.shares.weightBytes);
     llvm::append_range(byWorldRank.matmulElements, stage.shares.matmulElements);
+    llvm::append_range(byWorldRank.expertElements, stage.shares.expertElements);
     llvm::append_range(byWorldRank.queryHeads, stage.shares.queryHeads);
   }
   a.fullestStage = fullest->stage;
@@ -552,6 +558,12 @@ struct MeshLayout {
   }
 };
 
+/// The bytes a second one rank reads when `sharing` ranks of its host read at once: its
+/// core's rate, or its share of the host's bus, whichever is lower.
+double rankReadGBs(const AnalyzeOptions &o, int64_t sharing) {
+  return std::min(o.coreGBs, o.hostMemGBs / double(std::max<int64_t>(1, sharing)));
+}
+
 /// The time of every phase's collectives on --hosts machines, and (without pipeline stages,
 /// whose table says it per stage) a decode step at every host count that divides tp.
 void predictHosts(Analysis &a) {
@@ -573,7 +585,7 @@ void predictHosts(Analysis &a) {
       continue;
     HostsRow row{hosts, o.tp / hosts, 0, 0};
     // A host's ranks read their weights at once, through its one memory bus.
-    row.computeMicros = double(row.ranksPerHost) * a.memory.decodeReads / (o.hostMemGBs * 1e3);
+    row.computeMicros = a.memory.decodeReads / (rankReadGBs(o, row.ranksPerHost) * 1e3);
     for (const CollectiveEntry &e : decode->collectives)
       row.commMicros +=
           collectiveMicros(e.kind, e.bytes, o.tp, LinkModel{hosts, o.linkGbps, o.linkLatencyUs});
@@ -581,33 +593,79 @@ void predictHosts(Analysis &a) {
   }
 }
 
-/// Each stage's decode step, priced as predictHosts prices a tp group's (its ranks' reads
-/// share their host's memory bus), and the pipeline they make at --concurrency C steps in
-/// flight: a step's latency L through every stage and its sends; a cycle, in which each stage
-/// does one step, as long as the slowest stage's or L / C, whichever is longer; each stage's
-/// busy share of it; and the bubble, the share of the mesh's time idle.
+/// What one stage's ranks (or, without stages, the mesh's) hold and run: the analysis' own
+/// figures, or those of the stage.
+struct StageView {
+  int64_t stage = 0;
+  const MemoryReport *memory;
+  const RankShares *shares;
+  const std::vector<PhaseReport> *phases;
+};
+
+std::vector<StageView> stageViews(const Analysis &a) {
+  std::vector<StageView> views;
+  if (a.stages.empty())
+    return {{0, &a.memory, &a.shares, &a.phases}};
+  for (const StageReport &stage : a.stages)
+    views.push_back({stage.stage, &stage.memory, &stage.shares, &stage.phases});
+  return views;
+}
+
+/// One rank of `view`'s step of `phase` (its tokens, of its sequences at `context` tokens
+/// each), as predictMesh prices it.
+StepTime stepTime(const Analysis &a, const MeshLayout &mesh, const StageView &view,
+                  const PhaseReport &phase, int64_t context) {
+  const AnalyzeOptions &o = a.options;
+  int64_t sharing = 0;
+  for (auto [host, ranks] : mesh.ranksByHost(view.stage))
+    sharing = std::max(sharing, ranks);
+  StepTime t;
+  // The experts the step's tokens are routed to, expected where routing is uniform: a share
+  // 1 - (1 - top_k / E)^tokens of every bank.
+  const MemoryReport &memory = *view.memory;
+  double routed = memory.expertsRouted;
+  double hit = routed > 0 ? 1 - std::pow(1 - routed, double(phase.tokens)) : 1;
+  double reads = memory.decodeReads - memory.expertReads * (1 - hit) +
+                 memory.kvCachePerToken * double(context) * double(phase.sequences);
+  t.reads = reads / (rankReadGBs(o, sharing) * 1e3);
+  double elements = 0; // a token's multiply-adds on the rank with the most
+  for (size_t r = 0; r < view.shares->matmulElements.size(); ++r) {
+    double expert = view.shares->expertElements[r];
+    elements = std::max(elements, view.shares->matmulElements[r] - expert * (1 - routed));
+  }
+  t.multiplyAdds = 2 * elements * double(phase.tokens) / (o.coreGflops * 1e3);
+  for (const CollectiveEntry &e : phase.collectives) {
+    if (e.kind == CollectiveKind::Send)
+      t.sends += mesh.micros(e, o);
+    else if (!isTransfer(e))
+      t.collectives += mesh.micros(e, o);
+  }
+  return t;
+}
+
+/// Each stage's decode step, priced as predictMesh prices it, and the pipeline they make at
+/// --concurrency C steps in flight: a step's latency L through every stage and its sends; a
+/// cycle, in which each stage does one step, as long as the slowest stage's or L / C,
+/// whichever is longer; each stage's busy share of it; and the bubble, the share of the
+/// mesh's time idle.
 void predictPipeline(Analysis &a) {
   const AnalyzeOptions &o = a.options;
   MeshLayout mesh(o);
   int64_t context = a.phases.front().tokens; // a decode step right after the prefill
   double work = 0, slowest = 0, latency = 0;
   for (StageReport &stage : a.stages) {
-    int64_t sharing = 0;
-    for (auto [host, ranks] : mesh.ranksByHost(stage.stage)) {
+    for (auto [host, ranks] : mesh.ranksByHost(stage.stage))
       stage.hosts.push_back(host);
-      sharing = std::max(sharing, ranks);
-    }
-    double reads = stage.memory.decodeReads + stage.memory.kvCachePerToken * double(context);
-    stage.readMicros = double(sharing) * reads / (o.hostMemGBs * 1e3);
-    for (const CollectiveEntry &e : stage.phases[1].collectives) { // the decode step's
-      if (e.kind == CollectiveKind::Send) {
-        stage.sendMicros += mesh.micros(e, o);
+    StepTime t = stepTime(a, mesh, {stage.stage, &stage.memory, &stage.shares, &stage.phases},
+                          stage.phases[1], context); // the decode step's
+    stage.readMicros = t.reads;
+    stage.multiplyAddMicros = t.multiplyAdds;
+    stage.collectiveMicros = t.collectives;
+    stage.sendMicros = t.sends;
+    for (const CollectiveEntry &e : stage.phases[1].collectives)
+      if (e.kind == CollectiveKind::Send)
         stage.sendsAcrossHosts = stage.sendsAcrossHosts || mesh.acrossHosts(e.stage, e.peer);
-      } else if (!isTransfer(e)) {
-        stage.collectiveMicros += mesh.micros(e, o);
-      }
-    }
-    double busy = stage.readMicros + stage.collectiveMicros;
+    double busy = t.reads + t.multiplyAdds + t.collectives;
     work += busy;
     slowest = std::max(slowest, busy);
     latency += busy + stage.sendMicros;
@@ -615,15 +673,14 @@ void predictPipeline(Analysis &a) {
   PipelineReport &pipeline = a.pipeline;
   // The runtime keeps a step in every stage where it can and sequences allow, each step of
   // ceil(C / P) of the --concurrency sequences, each in one step at a time (Engine).
-  int64_t stages = int64_t(a.stages.size());
-  int64_t perStep = (o.concurrency + stages - 1) / stages;
-  pipeline.inFlight = target::findTarget(o.target)->pipelinesStages()
-                          ? (o.concurrency + perStep - 1) / perStep
-                          : 1;
+  int64_t perStep = sequencesPerStep(o);
+  pipeline.inFlight = (o.concurrency + perStep - 1) / perStep;
   pipeline.stepMicros = latency;
   pipeline.cycleMicros = std::max(slowest, latency / double(pipeline.inFlight));
   for (const StageReport &stage : a.stages)
-    pipeline.busy.push_back((stage.readMicros + stage.collectiveMicros) / pipeline.cycleMicros);
+    pipeline.busy.push_back(
+        (stage.readMicros + stage.multiplyAddMicros + stage.collectiveMicros) /
+        pipeline.cycleMicros);
   pipeline.bubble = 1 - work / (double(a.stages.size()) * pipeline.cycleMicros);
 }
 
@@ -672,6 +729,42 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   if (!a.stages.empty())
     predictPipeline(a);
   return a;
+}
+
+int64_t sequencesPerStep(const AnalyzeOptions &o) {
+  int64_t stages = std::max<int64_t>(1, o.pp);
+  if (!target::findTarget(o.target)->pipelinesStages())
+    return o.concurrency;
+  return (o.concurrency + stages - 1) / stages;
+}
+
+MeshPrediction predictMesh(const Analysis &a) {
+  const AnalyzeOptions &o = a.options;
+  MeshLayout mesh(o);
+  MeshPrediction p;
+  p.memoryPerRank = a.memory.weights + a.memory.kvCache + a.memory.arena;
+  p.stepSequences = sequencesPerStep(o);
+  p.inFlight = (o.concurrency + p.stepSequences - 1) / p.stepSequences;
+  assert(a.phases.size() == 3 && a.phases[2].sequences == p.stepSequences &&
+         a.phases[2].tokens == p.stepSequences && "analyze with sequencesPerStep's step");
+  int64_t context = a.phases.front().tokens;
+  double latency = 0, slowest = -1;
+  for (const StageView &view : stageViews(a)) {
+    const std::vector<PhaseReport> &phases = *view.phases;
+    p.prefillMicros += stepTime(a, mesh, view, phases[0], 0).total();
+    p.decodeMicros += stepTime(a, mesh, view, phases[1], context).total();
+    // A stage's ranks send what they computed before they take the next step.
+    StepTime step = stepTime(a, mesh, view, phases[2], context);
+    latency += step.total();
+    if (step.total() > slowest) {
+      slowest = step.total();
+      p.slowestStage = view.stage;
+      p.slowest = step;
+    }
+  }
+  p.roundMicros = std::max(latency, double(p.inFlight) * slowest);
+  p.tokensPerSecond = double(o.concurrency) * 1e6 / p.roundMicros;
+  return p;
 }
 
 namespace {
@@ -743,6 +836,8 @@ nlohmann::ordered_json memoryJson(const Analysis &a) {
           {"unsharded_weights_bytes", memory.unshardedWeights},
           {"weights_held_as", memory.heldTypes},
           {"decode_step_weight_bytes_read", memory.decodeReads},
+          {"decode_step_expert_bytes_held", memory.expertReads},
+          {"experts_routed_share", memory.expertsRouted},
           {"weights_ratio", weightsRatio(memory)},
           {"kv_cache_bytes", memory.kvCache},
           {"kv_cache_bytes_per_token", memory.kvCachePerToken},
@@ -786,9 +881,11 @@ nlohmann::ordered_json stagesJson(const Analysis &a) {
     j["matmul_elements_per_token"] = *std::max_element(stage.shares.matmulElements.begin(),
                                                        stage.shares.matmulElements.end());
     j["sent_bytes"] = sent;
-    j["predicted_decode_us"] = {{"reads", stage.readMicros},
-                                {"collectives", stage.collectiveMicros},
-                                {"total", stage.readMicros + stage.collectiveMicros},
+    j["predicted_decode_us"] = {
+        {"reads", stage.readMicros},
+        {"multiply_adds", stage.multiplyAddMicros},
+        {"collectives", stage.collectiveMicros},
+        {"total", stage.readMicros + stage.multiplyAddMicros + stage.collectiveMicros},
                                 {"sends", stage.sendMicros}};
     if (a.options.hosts > 0)
       j["sends_across_hosts"] = stage.sendsAcrossHosts;
@@ -969,7 +1066,8 @@ void printPipeline(const Analysis &a, llvm::raw_ostream &os) {
         stage.memory.kvCachePerToken,
         *std::max_element(stage.shares.matmulElements.begin(),
                           stage.shares.matmulElements.end()),
-        sentToStages(stage.phases[1]), (stage.readMicros + stage.collectiveMicros) / 1e3,
+        sentToStages(stage.phases[1]),
+        (stage.readMicros + stage.multiplyAddMicros + stage.collectiveMicros) / 1e3,
         stage.sendMicros / 1e3, hosts ? "  " + onHosts : "");
   }
   if (hosts) {

@@ -228,8 +228,53 @@ double tpc::unshardedParameterBytes(ModuleOp partitioned) {
   return bytes;
 }
 
+llvm::DenseMap<StringAttr, double> tpc::routedShares(ModuleOp module) {
+  llvm::DenseMap<StringAttr, double> shares;
+  module.walk([&](WeightOp weight) {
+    for (OpOperand &use : weight->getUses()) {
+      auto experts = dyn_cast<ExpertsOp>(use.getOwner());
+      if (!experts || use.get() == experts.getInput())
+        continue;
+      // The router, through what reshards its weights (expert parallelism splits them by
+      // expert: a local reshard, or a redistribute, between the two).
+      Operation *source = experts.getRouting().getDefiningOp();
+      for (int steps = 0; source && !isa<RouterOp>(source) && source->getNumOperands() > 0 &&
+                          steps < 8;
+           ++steps)
+        source = source->getOperand(0).getDefiningOp();
+      auto router = dyn_cast_or_null<RouterOp>(source);
+      auto type = dyn_cast<RankedTensorType>(weight.getType());
+      if (!router || !type || type.getRank() < 1)
+        continue;
+      // The bank's experts: its leading dim, whole (the param's, before any split).
+      auto param = SymbolTable::lookupNearestSymbolFrom<ParamOp>(weight, weight.getParamAttr());
+      int64_t banks = param && param.getShardAttr() && param.getShardAttr().getDim() == 0
+                          ? param.getShardAttr().getHfShape()[0]
+                          : type.getDimSize(0);
+      if (banks > 0)
+        shares[weight.getParamAttr().getAttr()] =
+            double(std::min(router.getTopK(), banks)) / double(banks);
+    }
+  });
+  return shares;
+}
+
+/// The largest-reading rank's decode reads (decodeWeightReads), and of them its expert banks'.
+static std::pair<double, double> decodeReads(ModuleOp partitioned,
+                                             std::optional<int64_t> stage);
+
 double tpc::decodeWeightReads(ModuleOp partitioned, std::optional<int64_t> stage) {
+  return decodeReads(partitioned, stage).first;
+}
+
+double tpc::decodeExpertReads(ModuleOp partitioned, std::optional<int64_t> stage) {
+  return decodeReads(partitioned, stage).second;
+}
+
+static std::pair<double, double> decodeReads(ModuleOp partitioned,
+                                             std::optional<int64_t> stage) {
   int64_t tp = getMeshSize(partitioned).value_or(1);
+  llvm::DenseMap<StringAttr, double> routed = routedShares(partitioned);
   // Tables that only embeddings read (in the stage: a tied table is lm_head's in the last):
   // a token reads one row of them.
   llvm::DenseMap<StringAttr, bool> lookupOnly;
@@ -245,9 +290,9 @@ double tpc::decodeWeightReads(ModuleOp partitioned, std::optional<int64_t> stage
     if (!inserted)
       it->second = it->second && lookup;
   });
-  double largest = 0;
+  std::pair<double, double> largest{0, 0};
   for (int64_t r = 0; r < tp; ++r) {
-    double bytes = 0;
+    double bytes = 0, expert = 0;
     for (ParamOp param : heldParams(partitioned, stage)) {
       RankedTensorType type = param.getTensorType();
       ShardDescAttr shard = param.getShardAttr();
@@ -255,8 +300,11 @@ double tpc::decodeWeightReads(ModuleOp partitioned, std::optional<int64_t> stage
       if (lookupOnly.lookup(param.getSymNameAttr()) && type.getRank() == 2)
         held = std::min(held, double(type.getDimSize(1)));
       bytes += storedBytes(param, held);
+      if (routed.contains(param.getSymNameAttr()))
+        expert += storedBytes(param, held);
     }
-    largest = std::max(largest, bytes);
+    if (bytes > largest.first)
+      largest = {bytes, expert};
   }
   return largest;
 }
@@ -277,7 +325,9 @@ RankShares tpc::rankShares(ModuleOp partitioned, std::optional<int64_t> stage) {
   RankShares shares;
   shares.weightBytes.assign(tp, 0);
   shares.matmulElements.assign(tp, 0);
+  shares.expertElements.assign(tp, 0);
   shares.queryHeads.assign(tp, 0);
+  llvm::DenseMap<StringAttr, double> routed = routedShares(partitioned);
   // Parameters some matmul multiplies by (a linear's weight, the experts', the router's).
   llvm::DenseSet<StringAttr> matmuls;
   partitioned.walk([&](WeightOp weight) {
@@ -302,6 +352,8 @@ RankShares tpc::rankShares(ModuleOp partitioned, std::optional<int64_t> stage) {
       shares.weightBytes[r] += storedBytes(param, held);
       if (matmul)
         shares.matmulElements[r] += held;
+      if (matmul && routed.contains(param.getSymNameAttr()))
+        shares.expertElements[r] += held;
     }
   }
   partitioned.walk([&](AttentionOp attention) {

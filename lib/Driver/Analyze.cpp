@@ -53,6 +53,11 @@ std::optional<analysis::AnalyzeOptions> analyzeOptions(const AnalyzeArgs &args) 
                 "least 0");
     return std::nullopt;
   }
+  if (!(options.coreGBs > 0) || !(options.coreGflops > 0) || !std::isfinite(options.coreGBs) ||
+      !std::isfinite(options.coreGflops)) {
+    reportError("--core-gbs and --core-gflops must be positive");
+    return std::nullopt;
+  }
   options.model = args.model;
   options.plan = args.plan;
   options.strategies = args.strategies;

@@ -54,6 +54,12 @@ OwningOpRef<ModuleOp> Session::loadModel(StringRef path) {
   return parseSourceFile<ModuleOp>(sourceMgr, config);
 }
 
+OwningOpRef<ModuleOp> Session::loadModelText(StringRef name, StringRef text) {
+  sourceMgr.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(text, name), llvm::SMLoc());
+  ParserConfig config(&ctx);
+  return parseSourceFile<ModuleOp>(sourceMgr, config);
+}
+
 OwningOpRef<ModuleOp> Session::runOnCopy(ModuleOp module,
                                          llvm::function_ref<void(OpPassManager &)> build) {
   OwningOpRef<ModuleOp> copy = module.clone();

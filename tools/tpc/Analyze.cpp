@@ -63,8 +63,14 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
       ->needs(hosts);
   cmd->add_option("--host-mem-gbs", opts->analysis.hostMemGBs,
                   "each host's memory bandwidth, GB/s, which its ranks' decode reads share "
-                  "(default 20)")
+                  "(default 27: this project's machine)")
       ->needs(hosts);
+  cmd->add_option("--core-gbs", opts->analysis.coreGBs,
+                  "what one rank's core reads alone, GB/s, for the predicted steps (default 18: "
+                  "this project's machine)");
+  cmd->add_option("--core-gflops", opts->analysis.coreGflops,
+                  "one rank's core's multiply-add rate, GFLOP/s (default 57: this project's "
+                  "machine)");
   cmd->add_option("--concurrency", opts->analysis.concurrency,
                   "with --pp: steps in flight through the stages, for the pipeline's bubble "
                   "(default 1, as this engine runs them)");

@@ -41,6 +41,7 @@ void addImportCommand(CLI::App &app, CommandRunner &run);
 void addRunCommand(CLI::App &app, CommandRunner &run);
 void addBenchCommand(CLI::App &app, CommandRunner &run);
 void addServeCommand(CLI::App &app, CommandRunner &run);
+void addSuggestCommand(CLI::App &app, CommandRunner &run);
 
 } // namespace tpc
 

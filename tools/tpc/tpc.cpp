@@ -19,6 +19,7 @@ int main(int argc, char **argv) {
   tpc::addImportCommand(app, run);
   tpc::addCheckCommand(app, run);
   tpc::addAnalyzeCommand(app, run);
+  tpc::addSuggestCommand(app, run);
   tpc::addCompileCommand(app, run);
   tpc::addLaunchCommand(app, run);
   tpc::addInitWeightsCommand(app, run);

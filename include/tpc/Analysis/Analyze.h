@@ -37,7 +37,13 @@ struct AnalyzeOptions {
   /// --hosts: the ranks spread over this many machines (0: not asked), the link between
   /// them, and each host's memory bandwidth (what its ranks' decode reads share).
   int64_t hosts = 0;
-  double linkGbps = 10, linkLatencyUs = 50, hostMemGBs = 20;
+  double linkGbps = 10, linkLatencyUs = 50, hostMemGBs = 27;
+  /// What one rank's core does alone (each rank is one process of one thread): the bytes a
+  /// second it reads from memory, and its multiply-adds' rate (GFLOP/s). A rank reads at this
+  /// rate or at its share of its host's bus (hostMemGBs), whichever is lower. The defaults
+  /// are this project's 2-core machine's, fitted to tpc's own measured decode steps
+  /// (docs/plans.md, "Choosing a mesh").
+  double coreGBs = 18, coreGflops = 57;
   /// Steps in flight through the pipeline stages, for its bubble (--pp > 1).
   int64_t concurrency = 1;
 };
@@ -59,8 +65,9 @@ struct StageReport {
   MemoryReport memory; // what each of its ranks holds
   RankShares shares;   // by tp rank
   /// A decode step's predicted microseconds on its ranks: their weight and KV reads at the
-  /// prefill's context, their collectives, and their sends to other stages.
-  double readMicros = 0, collectiveMicros = 0, sendMicros = 0;
+  /// prefill's context, their multiply-adds, their collectives, and their sends to other
+  /// stages (predictMesh's model).
+  double readMicros = 0, multiplyAddMicros = 0, collectiveMicros = 0, sendMicros = 0;
   /// The hosts its ranks are on (the one without --hosts), and whether its sends leave one.
   std::vector<int64_t> hosts;
   bool sendsAcrossHosts = false;
@@ -98,6 +105,42 @@ struct Analysis {
   std::vector<HostsRow> hostsRows;
   mlir::OwningOpRef<mlir::ModuleOp> prefill; // the prefill's graph, collectives explicit (--dot)
 };
+
+/// One step of a stage's ranks, predicted by its parts (microseconds): its weight and KV
+/// reads, its multiply-adds, its tp group's collectives and its sends to the next stage.
+struct StepTime {
+  double reads = 0, multiplyAdds = 0, collectives = 0, sends = 0;
+  double total() const { return reads + multiplyAdds + collectives + sends; }
+};
+
+/// What a mesh is predicted to do, from an Analysis made with the step that
+/// sequencesPerStep(options) says (stepTokens = stepSequences = it): what tpc suggest ranks.
+struct MeshPrediction {
+  double memoryPerRank = 0; // the fullest rank's weights, KV cache and activation arena
+  /// A --prefill-len prompt, and a decode step of one sequence right after it, through every
+  /// stage in turn (the stages' times and their sends added).
+  double prefillMicros = 0, decodeMicros = 0;
+  /// At --concurrency C: the sequences of a step and the steps in flight (as the engine
+  /// schedules them), the time in which every sequence gets a token, and the output tokens a
+  /// second that makes.
+  int64_t stepSequences = 1, inFlight = 1;
+  double roundMicros = 0, tokensPerSecond = 0;
+  /// The stage whose step at C takes longest, and that step by its parts.
+  int64_t slowestStage = 0;
+  StepTime slowest;
+};
+
+/// The sequences of one decode step at `options`' concurrency: all of them, or with pipeline
+/// stages on a target whose runtime keeps a step in each, ceil(C / P).
+int64_t sequencesPerStep(const AnalyzeOptions &options);
+
+/// `analysis` priced as the runtime runs it on `options`' machines. A rank's reads go at
+/// min(coreGBs, hostMemGBs / the ranks of its stage on its host); its multiply-adds at
+/// coreGflops, two flops for each weight element a token meets; its collectives and sends as
+/// CostModel.h prices them. Steps in flight: a round is as long as one step's trip through
+/// every stage, or the slowest stage's steps one after another, whichever is longer. Not
+/// modelled: attention's own arithmetic (its reads of the KV cache are), the scheduler.
+MeshPrediction predictMesh(const Analysis &analysis);
 
 /// Applies the plan to `module` and analyzes what the binary for `options` does. A usage
 /// problem (--prefill-len past --max-model-len) fails with `error` set; a plan or pass that

@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <optional>
@@ -54,6 +55,10 @@ struct MemoryReport {
   /// an embedding table's one row), and the types the weights are held in ("bf16: 211
   /// parameters, f32: 61").
   double decodeReads = 0;
+  /// Of decodeReads, the expert banks' bytes (all of each, as held), and the share of a
+  /// bank's experts one token is routed to (top_k / experts; 0 without experts): a step
+  /// reads only the experts its tokens are routed to (the CPU kernel skips the others).
+  double expertReads = 0, expertsRouted = 0;
   std::string heldTypes;
   double mlaLatentCache = 0; // the latent cache transformers keeps for MLA layers instead
   int64_t maxSeqLen = 0, arenaElementsPerToken = 0;
@@ -124,6 +129,12 @@ double unshardedParameterBytes(mlir::ModuleOp partitioned);
 /// every parameter it holds, but one row of a table only an embedding reads.
 double decodeWeightReads(mlir::ModuleOp partitioned,
                          std::optional<int64_t> stage = std::nullopt);
+/// The expert banks a module's experts multiply by, each with the share of its experts one
+/// token is routed to (top_k / experts).
+llvm::DenseMap<mlir::StringAttr, double> routedShares(mlir::ModuleOp module);
+/// Of decodeWeightReads' bytes (on the same rank), those of expert banks.
+double decodeExpertReads(mlir::ModuleOp partitioned,
+                         std::optional<int64_t> stage = std::nullopt);
 /// How many parameters are held in each type, "bf16: 211 parameters, f32: 61".
 std::string heldTypes(mlir::ModuleOp module, std::optional<int64_t> stage = std::nullopt);
 
@@ -133,6 +144,9 @@ std::string heldTypes(mlir::ModuleOp module, std::optional<int64_t> stage = std:
 struct RankShares {
   std::vector<double> weightBytes;    // the parameters' elements each rank loads, as bytes
   std::vector<double> matmulElements; // weight elements of its matmuls: its multiply-adds per token
+  /// Of matmulElements, those of expert banks, every expert's (a token meets its routed
+  /// share, MemoryReport::expertsRouted).
+  std::vector<double> expertElements;
   std::vector<double> queryHeads;     // its attention heads, over every layer
 };
 RankShares rankShares(mlir::ModuleOp partitioned, std::optional<int64_t> stage = std::nullopt);

@@ -21,6 +21,8 @@ public:
 
   /// Parses and verifies a tp model; errors are reported and give null.
   mlir::OwningOpRef<mlir::ModuleOp> loadModel(llvm::StringRef path);
+  /// The same for a model's text (what tpc import writes), `name` naming it in diagnostics.
+  mlir::OwningOpRef<mlir::ModuleOp> loadModelText(llvm::StringRef name, llvm::StringRef text);
 
   /// A copy of `module` after the passes `build` adds; null (errors reported) if they fail.
   mlir::OwningOpRef<mlir::ModuleOp>
