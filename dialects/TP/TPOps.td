@@ -449,9 +449,13 @@ def TP_TransferOp : TP_Op<"transfer", [Pure, AllTypesMatch<["input", "result"]>]
     ```mlir
     %h1 = tp.transfer %h from 0 to 1 {module = "model.layers.0"} : tensor<?x64xf32, #tp.replicate>
     ```
+    `argmax_if_greedy` (set by tp-greedy-argmax, on the transfer of the logits the forward
+    returns) lets the runtime send each row's argmax, one id a row, instead of the rows on a
+    step whose sampled rows are all greedy: the last stage finds it (the first stage samples
+    nothing it needs the rows for), and a step's logits do not cross the link.
   }];
   let arguments = (ins TP_Tensor:$input, TP_I64Attr:$from, TP_I64Attr:$to,
-                       OptionalAttr<StrAttr>:$module);
+                       OptionalAttr<StrAttr>:$module, UnitAttr:$argmax_if_greedy);
   let results = (outs TP_Tensor:$result);
   let assemblyFormat = "$input `from` $from `to` $to attr-dict `:` type($input)";
   let hasVerifier = 1;

@@ -429,17 +429,29 @@ void pipelineNote(const std::vector<PhaseReport> &phases, const AnalyzeOptions &
   }
   const PhaseReport &decode = phases[1];
   double logits = 0, sent = 0;
+  bool ids = false;
   for (const CollectiveEntry &e : decode.collectives)
     if (e.kind == CollectiveKind::Send) {
       sent += e.bytes;
-      if (e.peer == 0)
+      if (e.peer == 0) {
         logits += e.bytes;
+        ids = ids || e.argmax;
+      }
     }
-  notes.push_back(fmt::format(
-      "the last stage sends the logits back to stage 0, whose rank 0 samples: {:.0f} of the "
-      "{:.0f} bytes a decode step sends between stages; greedy steps send the whole rows too "
-      "(tp-greedy-argmax narrows a gather that ends the forward, and here a transfer does)",
-      logits, sent));
+  if (ids)
+    notes.push_back(fmt::format(
+        "the last stage finds a greedy step's argmax and sends it back to stage 0, whose rank "
+        "0 samples, an id a row (tp-greedy-argmax): {:.0f} of the {:.0f} bytes a decode step "
+        "sends between stages; a step that samples (--sampled) sends the rows of logits",
+        logits, sent));
+  else
+    notes.push_back(fmt::format(
+        "the last stage sends the logits back to stage 0, whose rank 0 samples: {:.0f} of the "
+        "{:.0f} bytes a decode step sends between stages{}",
+        logits, sent,
+        o.sampled ? ""
+                  : "; greedy steps send the whole rows too (the " + o.target +
+                        " runtime does not find the argmax on the last stage)"));
 }
 
 /// `memory`'s weights and KV cache as a rank of `stage` holds them; without a stage, as a

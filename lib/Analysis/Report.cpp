@@ -86,6 +86,10 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
       runs = receives ? transfer.getTo() : transfer.getFrom();
       peer = receives ? transfer.getFrom() : transfer.getTo();
       bytes = localBytes(transfer.getInput());
+      if (greedy && transfer.getArgmaxIfGreedy()) { // sendLogitsToStage: an id a row
+        argmax = true;
+        bytes /= double(columns(transfer.getInput()));
+      }
     } else if (stage && runs != *stage) {
       return;
     } else if (auto gather = dyn_cast<AllGatherOp>(op);

@@ -95,6 +95,23 @@ void Context::argmaxColumns(const float *in, int64_t rows, const std::vector<int
   argmaxReady = true;
 }
 
+void Context::argmaxRows(const float *in, int64_t rows, int64_t cols) {
+  argmax.assign(size_t(rows), kNotFinite);
+  for (int64_t row = 0; row < rows; ++row) {
+    const float *x = in + row * cols;
+    int64_t best = 0;
+    bool finite = true;
+    for (int64_t i = 0; i < cols; ++i) {
+      finite &= std::isfinite(x[i]);
+      if (x[i] > x[best]) // the first of equals
+        best = i;
+    }
+    if (finite)
+      argmax[size_t(row)] = best;
+  }
+  argmaxReady = true;
+}
+
 const float *Context::poisonedLogits(const float *in, int64_t rows,
                                      const std::vector<int64_t> &blocks) {
   poisonNextLogits = false;

@@ -79,12 +79,27 @@ void Engine::passOn(const std::vector<int64_t> &d) {
                                          (rank.stage + 1) * rank.tp + rank.rank);
 }
 
-const float *Engine::receiveLogits(int64_t rows) {
-  return backend.receiveLogits(rows, spec.vocab, spec.logitsStage, spec.logitsModule);
+Engine::Collected Engine::receiveLogits(int64_t rows, bool ids) {
+  if (!ids)
+    return {backend.receiveLogits(rows, spec.vocab, spec.logitsStage, spec.logitsModule),
+            nullptr};
+  // An argmax step's: each row's id as an fp32 value (sendLogitsToStage), exact below 2^24.
+  const float *sent = backend.receiveLogits(rows, 1, spec.logitsStage, spec.logitsModule);
+  receivedIds.resize(size_t(rows));
+  for (int64_t row = 0; row < rows; ++row) {
+    float id = sent[row];
+    if (!(id == std::floor(id) && id >= -2 && id < float(spec.vocab)))
+      throw std::runtime_error("the last pipeline stage sent " + std::to_string(id) +
+                               " as row " + std::to_string(row) +
+                               "'s argmax, which is no token id of the " +
+                               std::to_string(spec.vocab) + " of the vocabulary");
+    receivedIds[size_t(row)] = int64_t(id);
+  }
+  return {nullptr, receivedIds.data()};
 }
 
-const float *Engine::runFirstStage(const std::vector<int64_t> &d, const EngineHooks &hooks,
-                                   const std::function<void(const float *)> &before) {
+Engine::Collected Engine::runFirstStage(const std::vector<int64_t> &d, const EngineHooks &hooks,
+                                        const std::function<void(const Collected &)> &before) {
   StepCollect c = codec.collect(d);
   if (pipelined)
     backend.holdTransfers();
@@ -93,12 +108,12 @@ const float *Engine::runFirstStage(const std::vector<int64_t> &d, const EngineHo
   forward(current.step, hooks);
   // An earlier step's logits before this step's sends go: the last stage sends them before
   // it can take this step's.
-  const float *early = c.before >= 0 ? receiveLogits(c.before) : nullptr;
+  Collected early = c.before >= 0 ? receiveLogits(c.before, c.beforeIds) : Collected{};
   if (pipelined)
     backend.releaseTransfers();
-  if (early)
+  if (c.before >= 0)
     before(early);
-  return c.after >= 0 ? receiveLogits(c.after) : nullptr;
+  return c.after >= 0 ? receiveLogits(c.after, c.afterIds) : Collected{};
 }
 
 void Engine::followStage(const EngineHooks &hooks) {
@@ -157,11 +172,12 @@ void Engine::follow(const EngineHooks &hooks) {
       continue;
     }
     if (kind == StepKind::Collect) {
-      receiveLogits(codec.collect(d).before);
+      StepCollect c = codec.collect(d);
+      receiveLogits(c.before, c.beforeIds);
       continue;
     }
     if (rank.stages > 1) {
-      runFirstStage(d, hooks, [](const float *) {});
+      runFirstStage(d, hooks, [](const Collected &) {});
     } else {
       codec.decode(d, current);
       forward(current.step, hooks);
@@ -336,7 +352,8 @@ void Engine::stepStaged(const EngineHooks &hooks) {
   }
   std::vector<Scheduled> plan = scheduler.schedule(most);
   if (plan.empty()) { // every sequence that could run waits for a step in flight
-    codec.encodeSignal(StepKind::Collect, descriptor, {inFlight.front().logitsRows, -1});
+    codec.encodeSignal(StepKind::Collect, descriptor,
+                       {inFlight.front().logitsRows, -1, inFlight.front().argmax});
     share(descriptor);
     collectOldest(hooks);
     return;
@@ -350,18 +367,23 @@ void Engine::stepStaged(const EngineHooks &hooks) {
   StepCollect collect;
   // The last stage sends the oldest step's logits before it takes this step: received here
   // before this step's sends go.
-  if (pipelined && int64_t(inFlight.size()) >= rank.stages - 1)
+  if (pipelined && int64_t(inFlight.size()) >= rank.stages - 1) {
     collect.before = inFlight.front().logitsRows;
-  InFlight mine{rowsOf(plan), logitsRowsOf(plan), start};
-  if (!pipelined)
+    collect.beforeIds = inFlight.front().argmax;
+  }
+  // A greedy step's argmax found on the last stage, which sends one id a row back.
+  InFlight mine{rowsOf(plan), logitsRowsOf(plan), argmaxOnly(plan, hooks), start};
+  if (!pipelined) {
     collect.after = mine.logitsRows;
-  codec.encode(planned, false, collect, descriptor);
+    collect.afterIds = mine.argmax;
+  }
+  codec.encode(planned, mine.argmax, collect, descriptor);
   share(descriptor);
   scheduler.computed(plan);
-  const float *own = runFirstStage(descriptor, hooks, [&](const float *logits) {
+  Collected own = runFirstStage(descriptor, hooks, [&](const Collected &collected) {
     InFlight oldest = std::move(inFlight.front());
     inFlight.pop_front();
-    finish(oldest, logits, hooks);
+    finish(oldest, collected, hooks);
   });
   if (pipelined)
     inFlight.push_back(std::move(mine));
@@ -372,11 +394,12 @@ void Engine::stepStaged(const EngineHooks &hooks) {
 void Engine::collectOldest(const EngineHooks &hooks) {
   InFlight oldest = std::move(inFlight.front());
   inFlight.pop_front();
-  finish(oldest, receiveLogits(oldest.logitsRows), hooks);
+  finish(oldest, receiveLogits(oldest.logitsRows, oldest.argmax), hooks);
 }
 
-void Engine::finish(const InFlight &step, const float *logits, const EngineHooks &hooks) {
-  sample(step.rows, logits, nullptr, hooks);
+void Engine::finish(const InFlight &step, const Collected &collected,
+                    const EngineHooks &hooks) {
+  sample(step.rows, collected.logits, collected.chosen, hooks);
   // From its schedule to its logits: through every stage, and what it waited for on the way.
   stepTimes.push_back(millisSince(step.start));
 }

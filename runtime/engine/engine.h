@@ -113,7 +113,14 @@ private:
   struct InFlight {
     std::vector<StepRow> rows;
     int64_t logitsRows;
+    bool argmax; // Step::argmax: its rows come back as ids
     std::chrono::steady_clock::time_point start;
+  };
+  /// What comes back of a step from the last stage: its rows of logits, or (an argmax step)
+  /// each row's id, a negative one where a logit was not finite.
+  struct Collected {
+    const float *logits = nullptr;
+    const int64_t *chosen = nullptr;
   };
   /// Sends rank 0's descriptor to every rank (into `d` on each); with pipeline stages, to
   /// the first stage's.
@@ -122,14 +129,14 @@ private:
   /// its ranks (runFirstStage, which returns the logits `after` receives, else null), the
   /// other stages' loop (followStage), and the descriptor to the next stage.
   void stepStaged(const EngineHooks &hooks);
-  const float *runFirstStage(const std::vector<int64_t> &d, const EngineHooks &hooks,
-                             const std::function<void(const float *)> &before);
+  Collected runFirstStage(const std::vector<int64_t> &d, const EngineHooks &hooks,
+                          const std::function<void(const Collected &)> &before);
   void followStage(const EngineHooks &hooks);
   void passOn(const std::vector<int64_t> &d);
   /// Rank 0: the logits of the oldest step in flight, received and sampled (finish).
   void collectOldest(const EngineHooks &hooks);
-  void finish(const InFlight &step, const float *logits, const EngineHooks &hooks);
-  const float *receiveLogits(int64_t rows);
+  void finish(const InFlight &step, const Collected &collected, const EngineHooks &hooks);
+  Collected receiveLogits(int64_t rows, bool ids);
   /// The rows of logits a step of `plan` makes.
   int64_t logitsRowsOf(const std::vector<Scheduled> &plan) const;
   std::vector<StepRow> rowsOf(const std::vector<Scheduled> &plan) const;
@@ -160,6 +167,7 @@ private:
   /// first.
   bool pipelined = false;
   std::deque<InFlight> inFlight;
+  std::vector<int64_t> receivedIds; // receiveLogits' ids of an argmax step
 
   std::unordered_map<size_t, Entry> entries; // by handle; nodes stay put, so pointers hold
   size_t nextHandle = 0;

@@ -36,6 +36,7 @@ void StepCodec::encodeSignal(StepKind kind, std::vector<int64_t> &d,
   StepHeader header;
   header.kind = int64_t(kind);
   header.collectBefore = collect.before;
+  header.collectBeforeIds = collect.beforeIds;
   std::memcpy(d.data(), &header, sizeof header);
 }
 
@@ -50,6 +51,8 @@ void StepCodec::encode(const std::vector<PlannedSequence> &plan, bool argmax,
   header.argmax = argmax;
   header.collectBefore = collect.before;
   header.collectAfter = collect.after;
+  header.collectBeforeIds = collect.beforeIds;
+  header.collectAfterIds = collect.afterIds;
   for (size_t s = 0; s < plan.size(); ++s) {
     const PlannedSequence &p = plan[s];
     if (header.tokens + p.count > layout.maxTokens ||
@@ -87,7 +90,11 @@ StepCollect StepCodec::collect(const std::vector<int64_t> &d) const {
   for (int64_t rows : {header.collectBefore, header.collectAfter})
     if (rows < -1 || rows > layout.maxTokens)
       corrupt(" collects " + std::to_string(rows) + " rows of logits");
-  return {header.collectBefore, header.collectAfter};
+  for (int64_t ids : {header.collectBeforeIds, header.collectAfterIds})
+    if (ids != 0 && ids != 1)
+      corrupt(" collects rows as ids " + std::to_string(ids));
+  return {header.collectBefore, header.collectAfter, header.collectBeforeIds != 0,
+          header.collectAfterIds != 0};
 }
 
 void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {

@@ -2,7 +2,8 @@
 // written and read. It is int64 throughout and of one length for the whole run, fixed by the
 // limits alone, so every rank knows how much to receive before it knows what the step holds:
 //
-//   header         kind, tokens, sequences, argmax, collect before, after  (StepHeader)
+//   header         kind, tokens, sequences, argmax, collect before, after, and whether
+//                  each comes as ids                                       (StepHeader)
 //   ids            the step's token ids                  maxTokens slots
 //   per sequence   first, count, cached, sampled         maxSequences x 4  (SequenceFields)
 //   block tables   each sequence's blocks, in order      maxSequences x blocksPerSequence
@@ -31,9 +32,11 @@ enum class StepKind : int64_t {
 /// Pipeline stages: the rows of logits of a step the first stage's ranks receive from the
 /// last stage (-1: none), after this step's forward and before its held sends go (`before`:
 /// an earlier step's), or after them (`after`: this step's own, when a step goes through the
-/// stages alone).
+/// stages alone); each as ids where that step was an argmax step (Step::argmax: the last
+/// stage sends each row's argmax, one id a row, not the row).
 struct StepCollect {
   int64_t before = -1, after = -1;
+  bool beforeIds = false, afterIds = false;
 };
 
 /// The descriptor's fixed size, the same on every rank: from the engine's limits.
@@ -51,6 +54,7 @@ struct StepHeader {
   int64_t tokens = 0, sequences = 0;
   int64_t argmax = 0; // Step::argmax
   int64_t collectBefore = -1, collectAfter = -1; // StepCollect
+  int64_t collectBeforeIds = 0, collectAfterIds = 0;
 };
 
 /// One sequence's words.

@@ -511,10 +511,23 @@ func.func @f(%x: tensor<8x16xf32>) -> tensor<32x16xf32> {
 // -----
 
 func.func @f(%x: tensor<8x16xf32>) -> tensor<8x64xf32> {
-  // expected-error @+1 {{lm_head (tp.all_gather): argmax_if_greedy needs the gathered logits to be used by the forward's return alone}}
+  // expected-error @+1 {{lm_head (tp.all_gather): argmax_if_greedy needs the gathered logits to be used by the forward's return alone (or by a transfer marked alike)}}
   %y = tp.all_gather %x dim = 1 {argmax_if_greedy, module = "lm_head"} : tensor<8x16xf32> -> tensor<8x64xf32>
   %z = tp.add "model" %y, %y : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
   return %z : tensor<8x64xf32>
+}
+
+// -----
+
+// A transfer marked argmax_if_greedy is the logits' way back to the first stage: 2-D, and
+// returned alone.
+module attributes {tp.mesh = #tp.mesh<pp = 2, tp = 1>} {
+  func.func @f(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
+    // expected-error @+1 {{lm_head (tp.transfer): argmax_if_greedy needs a transfer of a 2-D tensor (the logits) that the forward returns alone, got 'tensor<8x16xf32>'}}
+    %y = tp.transfer %x from 1 to 0 {argmax_if_greedy, module = "lm_head"} : tensor<8x16xf32>
+    %z = tp.add "model" %y, %y : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+    return %z : tensor<8x16xf32>
+  }
 }
 
 // -----

@@ -24,6 +24,26 @@ module attributes {tp.mesh = #tp.mesh<tp = 2>} {
 
 // -----
 
+// With pipeline stages the logits come back to the first stage: the transfer is marked (the
+// last stage sends each row's argmax), and so is the gather before it.
+// CHECK-LABEL: func.func @staged
+// CHECK:         %[[G:.*]] = tp.all_gather %{{.*}} dim = 1 {argmax_if_greedy, module = "lm_head"
+// CHECK:         tp.transfer %[[G]] from 1 to 0 {argmax_if_greedy, module = "lm_head"
+// CUDA-LABEL:  func.func @staged
+// CUDA-NOT:      argmax_if_greedy
+module attributes {tp.mesh = #tp.mesh<pp = 2, tp = 2>} {
+  tp.param @lm {placement = #tp.shard<0>} : tensor<128x64xf32>
+  func.func @staged(%x: tensor<1x64xf32, #tp.replicate>) -> tensor<1x256xf32, #tp.replicate> {
+    %w = tp.weight @lm : tensor<128x64xf32, #tp.shard<0>>
+    %l = tp.linear "lm_head" %x, %w {tp.stage = 1 : i64} : (tensor<1x64xf32, #tp.replicate>, tensor<128x64xf32, #tp.shard<0>>) -> tensor<1x128xf32, #tp.shard<1>>
+    %g = tp.all_gather %l dim = 1 {module = "lm_head", tp.stage = 1 : i64} : tensor<1x128xf32, #tp.shard<1>> -> tensor<1x256xf32, #tp.replicate>
+    %b = tp.transfer %g from 1 to 0 {module = "lm_head", tp.stage = 0 : i64} : tensor<1x256xf32, #tp.replicate>
+    return %b : tensor<1x256xf32, #tp.replicate>
+  }
+}
+
+// -----
+
 // A gather of rows (sequence parallelism's) and a gather whose result is read before it is
 // returned: neither is the forward's logits alone.
 // CHECK-LABEL: func.func @not_logits

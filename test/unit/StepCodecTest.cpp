@@ -22,22 +22,22 @@ StepLayout smallLayout() {
 
 TEST(StepCodec, TheWordsAreWhereTheLayoutSays) {
   StepCodec codec(smallLayout());
-  // 6 header words, 8 token slots, 3 sequences of 4 words, 3 tables of 2 blocks.
-  EXPECT_EQ(codec.length(), 6u + 8u + 12u + 6u);
+  // 8 header words, 8 token slots, 3 sequences of 4 words, 3 tables of 2 blocks.
+  EXPECT_EQ(codec.length(), 8u + 8u + 12u + 6u);
   std::vector<int64_t> aTokens = {11, 12, 13}, bTokens = {21};
   std::vector<int32_t> aBlocks = {7}, bBlocks = {2, 5};
   std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, false, &aBlocks},
                                        {bTokens.data(), 1, 6, true, &bBlocks}};
   std::vector<int64_t> d;
-  codec.encode(plan, /*argmax=*/true, {/*before=*/2, /*after=*/-1}, d);
+  codec.encode(plan, /*argmax=*/true, {/*before=*/2, /*after=*/-1, /*beforeIds=*/true}, d);
   ASSERT_EQ(d.size(), codec.length());
-  EXPECT_EQ((std::vector<int64_t>(d.begin(), d.begin() + 6)),
-            (std::vector<int64_t>{1, 4, 2, 1, 2, -1}));
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 6, d.begin() + 10)),
+  EXPECT_EQ((std::vector<int64_t>(d.begin(), d.begin() + 8)),
+            (std::vector<int64_t>{1, 4, 2, 1, 2, -1, 1, 0}));
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 8, d.begin() + 12)),
             (std::vector<int64_t>{11, 12, 13, 21}));
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 14, d.begin() + 22)),
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 16, d.begin() + 24)),
             (std::vector<int64_t>{0, 3, 0, 0, 3, 1, 6, 1}));
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 26, d.begin() + 30)),
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 28, d.begin() + 32)),
             (std::vector<int64_t>{7, 0, 2, 5}));
 }
 
@@ -46,10 +46,12 @@ TEST(StepCodec, WhatTheFirstStageCollectsTravelsAndIsChecked) {
   std::vector<int64_t> tokens = {1};
   std::vector<int32_t> blocks = {3};
   std::vector<int64_t> d;
-  codec.encode({{tokens.data(), 1, 0, true, &blocks}}, false, {-1, 1}, d);
+  codec.encode({{tokens.data(), 1, 0, true, &blocks}}, false, {-1, 1, false, true}, d);
   StepCollect c = codec.collect(d);
   EXPECT_EQ(c.before, -1); // none
   EXPECT_EQ(c.after, 1);
+  EXPECT_FALSE(c.beforeIds);
+  EXPECT_TRUE(c.afterIds); // an argmax step's: one id a row
   codec.encodeSignal(StepKind::Collect, d, {3, -1});
   EXPECT_EQ(codec.kind(d), StepKind::Collect);
   EXPECT_EQ(codec.collect(d).before, 3);
@@ -62,6 +64,11 @@ TEST(StepCodec, WhatTheFirstStageCollectsTravelsAndIsChecked) {
     EXPECT_THROW(codec.collect(wrong), std::runtime_error) << bad;
     wrong = d;
     wrong[5] = bad;
+    EXPECT_THROW(codec.collect(wrong), std::runtime_error) << bad;
+  }
+  for (int64_t bad : {-1, 2}) { // rows as ids: yes or no
+    std::vector<int64_t> wrong = d;
+    wrong[6] = bad;
     EXPECT_THROW(codec.collect(wrong), std::runtime_error) << bad;
   }
 }
@@ -128,10 +135,10 @@ TEST(StepCodec, ACorruptDescriptorIsRefusedNotRead) {
   refused(0, -1);
   refused(1, 9);     // more tokens than the layout holds
   refused(2, 4);     // more sequences than the layout holds
-  refused(14, -1);   // first token before the step
-  refused(15, 3);    // more tokens than the step has
-  refused(16, 7);    // cached so many that the table would need 3 blocks
-  refused(26, 10);   // a block past the cache
+  refused(16, -1);   // first token before the step
+  refused(17, 3);    // more tokens than the step has
+  refused(18, 7);    // cached so many that the table would need 3 blocks
+  refused(28, 10);   // a block past the cache
   std::vector<int64_t> shorter(good.begin(), good.end() - 1);
   EXPECT_THROW(codec.kind(shorter), std::runtime_error);
 }

@@ -592,6 +592,16 @@ LogicalResult TransferOp::verify() {
                            << ", but the mesh has " << stages << " stage"
                            << (stages == 1 ? "" : "s");
   }
+  if (!getArgmaxIfGreedy())
+    return success();
+  // What the runtime sends in its place is one id a row: only the forward's logits qualify.
+  RankedTensorType type = typeOf(getInput());
+  Value result = getResult();
+  if (type.getRank() != 2 || !result.hasOneUse() ||
+      result.getUses().begin()->getOwner()->getName().getStringRef() != "func.return")
+    return moduleError(*this) << "argmax_if_greedy needs a transfer of a 2-D tensor (the "
+                                 "logits) that the forward returns alone, got "
+                              << type;
   return success();
 }
 
@@ -648,11 +658,14 @@ LogicalResult AllGatherOp::verify() {
     return moduleError(*this) << "argmax_if_greedy needs a gather of the columns of a 2-D "
                                  "tensor (the logits), got dim "
                               << getDim() << " of " << type;
+  // Returned, or sent to the first pipeline stage by a transfer marked alike.
   Value result = getResult();
-  if (!result.hasOneUse() ||
-      result.getUses().begin()->getOwner()->getName().getStringRef() != "func.return")
+  Operation *user = result.hasOneUse() ? result.getUses().begin()->getOwner() : nullptr;
+  auto transfer = dyn_cast_or_null<TransferOp>(user);
+  if (!user || (user->getName().getStringRef() != "func.return" &&
+                !(transfer && transfer.getArgmaxIfGreedy())))
     return moduleError(*this) << "argmax_if_greedy needs the gathered logits to be used by the "
-                                 "forward's return alone";
+                                 "forward's return alone (or by a transfer marked alike)";
   return success();
 }
 LogicalResult ReduceScatterOp::verify() { return verifyResizesOneDim(*this, getDim()); }

@@ -77,6 +77,12 @@ public:
              << ": heads split unevenly over the ranks run on the CPU target only for now (the "
                 "CUDA attention kernels group query heads evenly over KV heads); use --target "
                 "cpu, or a tp that divides the query and KV heads";
+    if (auto transfer = dyn_cast<tpc::tp::TransferOp>(op);
+        transfer && transfer.getArgmaxIfGreedy())
+      return op->emitError() << tpc::tp::getModuleName(op)
+                             << ": a greedy step's argmax on the last pipeline stage "
+                                "(argmax_if_greedy) runs on the CPU target only for now; use "
+                                "--target cpu";
     if (auto gather = dyn_cast<tpc::tp::AllGatherOp>(op); gather && gather.getArgmaxIfGreedy())
       return op->emitError() << tpc::tp::getModuleName(op)
                              << ": a greedy step's argmax on the ranks (argmax_if_greedy) runs on "

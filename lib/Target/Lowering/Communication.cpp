@@ -115,7 +115,8 @@ LogicalResult lower(FunctionLowering &l, LocalReshardOp reshard) {
 LogicalResult lower(FunctionLowering &l, TransferOp transfer) {
   Value in = transfer.getInput();
   if (l.loweredStage() == transfer.getFrom()) {
-    Call c = l.call(transfer, "sendToStage");
+    // tp-greedy-argmax's mark: the runtime sends each row's argmax on a greedy step.
+    Call c = l.call(transfer, transfer.getArgmaxIfGreedy() ? "sendLogitsToStage" : "sendToStage");
     c.input(in).integer("stage", transfer.getTo());
     addModule(c, transfer);
     c.emit();

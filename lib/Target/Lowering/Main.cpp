@@ -195,6 +195,7 @@ void describeDecisions(MainBuilder &m, func::FuncOp plain, func::FuncOp split) {
       .emit();
   bool argmaxOnRanks = false;
   plain.walk([&](AllGatherOp gather) { argmaxOnRanks |= gather.getArgmaxIfGreedy(); });
+  plain.walk([&](TransferOp transfer) { argmaxOnRanks |= transfer.getArgmaxIfGreedy(); });
   m.onSpec("setArgmaxOnRanks").boolean("onRanks", argmaxOnRanks).emit();
 }
 

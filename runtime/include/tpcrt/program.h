@@ -12,6 +12,7 @@
 #include "tpcrt/fused.h"
 #include "tpcrt/model.h"
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,22 @@ inline void allGatherLogits(Context &cx, const float *x, int64_t rows,
     cx.argmaxColumns(x, rows, blocks, module);
   else
     cx.collectives().allGatherColumns(x, rows, blocks, out, module);
+}
+/// The logits' transfer to the first pipeline stage marked argmax_if_greedy: on a step with
+/// Step::argmax, each row's argmax (the gather before it found it on the stage's ranks, else
+/// this rank finds it in its whole rows) goes as one fp32 value a row (exact below 2^24; -2
+/// where a logit is not finite) instead of the row; other steps send the rows.
+inline void sendLogitsToStage(Context &cx, const float *x, int64_t rows, int64_t cols,
+                              int64_t stage, const char *module) {
+  if (!(cx.step && cx.step->argmax))
+    return sendToStage(cx, x, rows, cols, stage, module);
+  if (cols >= int64_t(1) << 24)
+    throw std::runtime_error("a vocabulary of " + std::to_string(cols) +
+                             " ids is too large to send each row's argmax as fp32");
+  if (!cx.argmaxReady)
+    cx.argmaxRows(x, rows, cols);
+  cx.sentIds.assign(cx.argmax.begin(), cx.argmax.end());
+  sendToStage(cx, cx.sentIds.data(), rows, 1, stage, module);
 }
 inline void l2Norm(Context &cx, const float *x, int64_t rows, int64_t cols, int64_t width,
                    double epsilon, float *out) {

@@ -111,8 +111,12 @@ struct Context {
   /// gets each row's largest (ties: the lowest id, as the argmax of a gathered row).
   void argmaxColumns(const float *in, int64_t rows, const std::vector<int64_t> &blocks,
                      const char *module);
+  /// The same of whole rows, [rows, cols], on this rank alone (the last pipeline stage's
+  /// logits where no gather found it).
+  void argmaxRows(const float *in, int64_t rows, int64_t cols);
   std::vector<int64_t> argmax; // the rows' ids, after argmaxColumns in this forward
   bool argmaxReady = false;    // whether this forward made them
+  std::vector<float> sentIds;  // sendLogitsToStage's: the ids as sent
   /// TPC_FAULT=nan: the next gather of the logits (allGatherLogits) sends this rank's pieces
   /// with a NaN for its first logit of each row (poisonedLogits).
   bool poisonNextLogits = false;
