@@ -20,10 +20,10 @@ tp 2, pp 2, that round --runs times: this machine's speed drifts):
               the figure is tpc bench's: the output tokens over the last request's finished_ms
               (from the first step's start).
 
-Then tpc suggest CKPT --ranks 2 --hosts 2 --link-gbps B --link-latency-us L --host-mem-gbs 10
+Then tpc suggest CKPT --ranks 2 --hosts 2 --link-gbps B --link-latency-us L --host-mem-gbs 13.5
 --concurrency 8 --json (B the tbf rate, L half the measured busy-polled round trip between the
-hosts, multi_host.link_latency(); 10 GB/s a host since the two namespace hosts share this
-machine's one ~20 GB/s memory bus), and for decode and for throughput each pair of meshes whose
+hosts, multi_host.link_latency(); 13.5 GB/s a host since the two namespace hosts share this
+machine's one memory bus, 27 GB/s as tpc suggest's default fits it: docs/plans.md), and for decode and for throughput each pair of meshes whose
 measured medians differ by more than 10% (|a-b|/min(a,b)): does suggest order them the same
 way? --predicted FILE takes the predictions from a JSON file of suggest's shape instead (a
 debug aid, said in the output). Scratch files go to $HX_BENCH_DIR/suggest (default
@@ -52,7 +52,7 @@ OUT = os.path.join(mh.WORK, "suggest")
 MESHES = [("tp 1", 1, 1), ("tp 2", 1, 2), ("pp 2 x tp 1", 2, 1)]  # (suggest's name, pp, tp)
 PROMPT_LEN, NEW_TOKENS, REQUESTS, CONCURRENCY, SEED = 32, 128, 16, 8, 0
 DECODE_TOKENS = 32
-HOST_MEM_GBS = 10
+HOST_MEM_GBS = 13.5  # half of this machine's one bus (27 GB/s, tpc suggest's default)
 say = mh.say
 
 
@@ -488,8 +488,9 @@ def main():
         "interleaved (tp 1, tp 2, pp 2, then again); a failed run is reported with its log "
         "and left out of the median." % a.runs,
         "# Predicted: tpc suggest's candidates' decode_ms and throughput_tok_s; --host-mem-gbs "
-        "%d because the two namespace hosts share this machine's one ~20 GB/s memory bus."
-        % HOST_MEM_GBS,
+        "%g because the two namespace hosts share this machine's one memory bus (27 GB/s, "
+        "suggest's default, fitted to tpc's decode steps: docs/plans.md), so a lone rank "
+        "reads faster than its host's share says." % HOST_MEM_GBS,
         "# A pair of meshes is ranked where the measured medians differ by more than 10% "
         "(|a-b|/min(a,b)); suggest agrees where its figures order the pair the same way.")
     results = {}
