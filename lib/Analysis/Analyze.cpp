@@ -572,8 +572,8 @@ struct MeshLayout {
 
 /// The bytes a second one rank reads when `sharing` ranks of its host read at once: its
 /// core's rate, or its share of the host's bus, whichever is lower.
-double rankReadGBs(const AnalyzeOptions &o, int64_t sharing) {
-  return std::min(o.coreGBs, o.hostMemGBs / double(std::max<int64_t>(1, sharing)));
+double rankReadGBs(const AnalyzeOptions &o, double sharing) {
+  return std::min(o.coreGBs, o.hostMemGBs / std::max(1.0, sharing));
 }
 
 /// The time of every phase's collectives on --hosts machines, and (without pipeline stages,
@@ -624,13 +624,18 @@ std::vector<StageView> stageViews(const Analysis &a) {
 }
 
 /// One rank of `view`'s step of `phase` (its tokens, of its sequences at `context` tokens
-/// each), as predictMesh prices it.
+/// each), as predictMesh prices it. `othersBusy`: the share of the time the other stages'
+/// ranks on its hosts read too (steps in flight), whose reads share the bus with its own.
 StepTime stepTime(const Analysis &a, const MeshLayout &mesh, const StageView &view,
-                  const PhaseReport &phase, int64_t context) {
+                  const PhaseReport &phase, int64_t context, double othersBusy = 0) {
   const AnalyzeOptions &o = a.options;
-  int64_t sharing = 0;
-  for (auto [host, ranks] : mesh.ranksByHost(view.stage))
-    sharing = std::max(sharing, ranks);
+  double sharing = 0;
+  for (auto [host, ranks] : mesh.ranksByHost(view.stage)) {
+    int64_t others = -ranks; // the mesh's ranks on the host, but the stage's own
+    for (int64_t r = 0; r < mesh.pp * mesh.tp; ++r)
+      others += mesh.hostOf(r) == host;
+    sharing = std::max(sharing, double(ranks) + othersBusy * double(others));
+  }
   StepTime t;
   // The experts the step's tokens are routed to, expected where routing is uniform: a share
   // 1 - (1 - top_k / E)^tokens of every bank.
@@ -686,7 +691,10 @@ void predictPipeline(Analysis &a) {
   // The runtime keeps a step in every stage where it can and sequences allow, each step of
   // ceil(C / P) of the --concurrency sequences, each in one step at a time (Engine).
   int64_t perStep = sequencesPerStep(o);
-  pipeline.inFlight = (o.concurrency + perStep - 1) / perStep;
+  pipeline.inFlight = target::findTarget(o.target)->pipelinesStages()
+                          ? std::min<int64_t>(int64_t(a.stages.size()),
+                                              (o.concurrency + perStep - 1) / perStep)
+                          : 1;
   pipeline.stepMicros = latency;
   pipeline.cycleMicros = std::max(slowest, latency / double(pipeline.inFlight));
   for (const StageReport &stage : a.stages)
@@ -744,29 +752,44 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
 }
 
 int64_t sequencesPerStep(const AnalyzeOptions &o) {
+  const target::TargetInfo *target = target::findTarget(o.target);
   int64_t stages = std::max<int64_t>(1, o.pp);
-  if (!target::findTarget(o.target)->pipelinesStages())
-    return o.concurrency;
-  return (o.concurrency + stages - 1) / stages;
+  int64_t perStep =
+      target->pipelinesStages() ? (o.concurrency + stages - 1) / stages : o.concurrency;
+  if (int64_t most = target->stepSequences(); most > 0)
+    perStep = std::min(perStep, most);
+  return perStep;
 }
 
 MeshPrediction predictMesh(const Analysis &a) {
   const AnalyzeOptions &o = a.options;
   MeshLayout mesh(o);
   MeshPrediction p;
-  p.memoryPerRank = a.memory.weights + a.memory.kvCache + a.memory.arena;
+  // The KV cache of --concurrency sequences of --max-model-len tokens (what --max-num-seqs C
+  // allocates by default), sized by the stage that holds the most a token.
+  double kvPerToken = a.memory.kvCachePerToken;
+  for (const StageReport &stage : a.stages)
+    kvPerToken = std::max(kvPerToken, stage.memory.kvCachePerToken);
+  p.memoryPerRank = a.memory.weights + a.memory.arena +
+                    kvPerToken * double(a.memory.maxSeqLen) * double(o.concurrency);
   p.stepSequences = sequencesPerStep(o);
-  p.inFlight = (o.concurrency + p.stepSequences - 1) / p.stepSequences;
+  int64_t steps = (o.concurrency + p.stepSequences - 1) / p.stepSequences; // a round's
+  int64_t stages = int64_t(std::max<size_t>(1, a.stages.size()));
+  p.inFlight = target::findTarget(o.target)->pipelinesStages() ? std::min(stages, steps) : 1;
   assert(a.phases.size() == 3 && a.phases[2].sequences == p.stepSequences &&
          a.phases[2].tokens == p.stepSequences && "analyze with sequencesPerStep's step");
   int64_t context = a.phases.front().tokens;
+  // With steps in flight, the other stages read while a stage does, p.inFlight of them at
+  // once on average.
+  double othersBusy =
+      stages > 1 ? double(p.inFlight - 1) / double(stages - 1) : 0;
   double latency = 0, slowest = -1;
   for (const StageView &view : stageViews(a)) {
     const std::vector<PhaseReport> &phases = *view.phases;
     p.prefillMicros += stepTime(a, mesh, view, phases[0], 0).total();
     p.decodeMicros += stepTime(a, mesh, view, phases[1], context).total();
     // A stage's ranks send what they computed before they take the next step.
-    StepTime step = stepTime(a, mesh, view, phases[2], context);
+    StepTime step = stepTime(a, mesh, view, phases[2], context, othersBusy);
     latency += step.total();
     if (step.total() > slowest) {
       slowest = step.total();
@@ -774,7 +797,10 @@ MeshPrediction predictMesh(const Analysis &a) {
       p.slowest = step;
     }
   }
-  p.roundMicros = std::max(latency, double(p.inFlight) * slowest);
+  // Every sequence a token: the steps go through the stages p.inFlight at a time, and each
+  // stage does every one of them.
+  p.roundMicros = std::max(latency * double((steps + p.inFlight - 1) / p.inFlight),
+                           double(steps) * slowest);
   p.tokensPerSecond = double(o.concurrency) * 1e6 / p.roundMicros;
   return p;
 }

@@ -88,7 +88,7 @@ Engine::Collected Engine::receiveLogits(int64_t rows, bool ids) {
   receivedIds.resize(size_t(rows));
   for (int64_t row = 0; row < rows; ++row) {
     float id = sent[row];
-    if (!(id == std::floor(id) && id >= -2 && id < float(spec.vocab)))
+    if (!(id == std::floor(id) && (id == -2 || id >= 0) && id < float(spec.vocab)))
       throw std::runtime_error("the last pipeline stage sent " + std::to_string(id) +
                                " as row " + std::to_string(row) +
                                "'s argmax, which is no token id of the " +
@@ -239,7 +239,8 @@ void Engine::abort(size_t handle) {
 
 void Engine::stop() {
   while (!inFlight.empty()) { // logits still to come (nothing calls step() after an error)
-    codec.encodeSignal(StepKind::Collect, descriptor, {inFlight.front().logitsRows, -1});
+    codec.encodeSignal(StepKind::Collect, descriptor,
+                       {inFlight.front().logitsRows, -1, inFlight.front().argmax});
     share(descriptor);
     collectOldest({});
   }
@@ -371,8 +372,11 @@ void Engine::stepStaged(const EngineHooks &hooks) {
     collect.before = inFlight.front().logitsRows;
     collect.beforeIds = inFlight.front().argmax;
   }
-  // A greedy step's argmax found on the last stage, which sends one id a row back.
-  InFlight mine{rowsOf(plan), logitsRowsOf(plan), argmaxOnly(plan, hooks), start};
+  // A greedy step's argmax found on the last stage, which sends one id a row back, where the
+  // program's transfer of the logits is marked for it (argmaxOnRanks: the CPU's; the CUDA
+  // program sends the rows, and finds no argmax of its own in a staged step).
+  bool argmax = spec.argmaxOnRanks && argmaxOnly(plan, hooks);
+  InFlight mine{rowsOf(plan), logitsRowsOf(plan), argmax, start};
   if (!pipelined) {
     collect.after = mine.logitsRows;
     collect.afterIds = mine.argmax;

@@ -52,10 +52,13 @@ TEST(StepCodec, WhatTheFirstStageCollectsTravelsAndIsChecked) {
   EXPECT_EQ(c.after, 1);
   EXPECT_FALSE(c.beforeIds);
   EXPECT_TRUE(c.afterIds); // an argmax step's: one id a row
+  codec.encodeSignal(StepKind::Collect, d, {3, -1, /*beforeIds=*/true});
+  EXPECT_TRUE(codec.collect(d).beforeIds); // a signal carries the width of what it collects
   codec.encodeSignal(StepKind::Collect, d, {3, -1});
   EXPECT_EQ(codec.kind(d), StepKind::Collect);
   EXPECT_EQ(codec.collect(d).before, 3);
   EXPECT_EQ(codec.collect(d).after, -1);
+  EXPECT_FALSE(codec.collect(d).beforeIds);
   DecodedStep out;
   EXPECT_THROW(codec.decode(d, out), std::runtime_error); // no step to run
   for (int64_t bad : {-2, 9}) { // below none, or more rows than a step has tokens

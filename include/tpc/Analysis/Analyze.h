@@ -116,7 +116,9 @@ struct StepTime {
 /// What a mesh is predicted to do, from an Analysis made with the step that
 /// sequencesPerStep(options) says (stepTokens = stepSequences = it): what tpc suggest ranks.
 struct MeshPrediction {
-  double memoryPerRank = 0; // the fullest rank's weights, KV cache and activation arena
+  /// The fullest rank's weights and activation arena, and the KV cache of --concurrency
+  /// sequences of --max-model-len tokens (what --max-num-seqs C allocates by default).
+  double memoryPerRank = 0;
   /// A --prefill-len prompt, and a decode step of one sequence right after it, through every
   /// stage in turn (the stages' times and their sends added).
   double prefillMicros = 0, decodeMicros = 0;
@@ -131,14 +133,17 @@ struct MeshPrediction {
 };
 
 /// The sequences of one decode step at `options`' concurrency: all of them, or with pipeline
-/// stages on a target whose runtime keeps a step in each, ceil(C / P).
+/// stages on a target whose runtime keeps a step in each, ceil(C / P); at most what the
+/// target's runtime runs in a step (TargetInfo::stepSequences).
 int64_t sequencesPerStep(const AnalyzeOptions &options);
 
 /// `analysis` priced as the runtime runs it on `options`' machines. A rank's reads go at
 /// min(coreGBs, hostMemGBs / the ranks of its stage on its host); its multiply-adds at
 /// coreGflops, two flops for each weight element a token meets; its collectives and sends as
-/// CostModel.h prices them. Steps in flight: a round is as long as one step's trip through
-/// every stage, or the slowest stage's steps one after another, whichever is longer. Not
+/// CostModel.h prices them. A round gives every sequence a token: its steps go through the
+/// stages as many at a time as are in flight, and every stage does each of them, so it is as
+/// long as those trips one after another, or the slowest stage's steps, whichever is longer;
+/// with steps in flight the other stages' ranks on a host read while a stage's do. Not
 /// modelled: attention's own arithmetic (its reads of the KV cache are), the scheduler.
 MeshPrediction predictMesh(const Analysis &analysis);
 

@@ -35,6 +35,9 @@ public:
   /// backend holds the sends between stages: BackendCapabilities::pipelined), so that `tpc
   /// analyze` prices up to a step per stage in flight; else one step at a time.
   virtual bool pipelinesStages() const = 0;
+  /// The sequences its runtime runs in one step (BackendCapabilities::stepSequences), which
+  /// bounds a step `tpc suggest` prices; 0: as many as --max-num-seqs.
+  virtual int64_t stepSequences() const { return 0; }
 
   /// The generated source's extension (".cpp", ".cu").
   virtual llvm::StringRef sourceExtension() const = 0;

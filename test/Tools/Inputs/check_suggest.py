@@ -7,7 +7,8 @@ python3 check_suggest.py TPC DENSE_MODEL MOE_CONFIG
 - Physics: at concurrency 1 stages run one after another, so pp P x tp T is never faster than
   tp T; with a link too slow to use, the best is on one host; with memory so slow that the
   reads are all, the best splits the reads over the most ranks; with many sequences and
-  slow arithmetic, two stages at work at once beat one rank.
+  slow arithmetic, two stages at work at once beat one rank; with one bus the only limit,
+  two stages on it are no faster than one rank.
 - An MoE step reads only the experts its token is routed to: for top_k of E experts a decode
   step's reads (at a known rate) are those of everything but the banks, plus top_k/E of them,
   counted here from the config.
@@ -82,6 +83,13 @@ slow_math = {c["mesh"]: c["throughput_tok_s"] for c in suggest(
     dense, "--ranks", "2", "--concurrency", "8", "--core-gflops", "1e-3")["candidates"]}
 print("slow arithmetic at concurrency 8: pp 2 beats one rank: %s" % (
     slow_math["pp 2 x tp 1"] > 1.5 * slow_math["tp 1"]))
+# One bus, fast cores and arithmetic: a round reads every weight once through it whatever the
+# mesh, and pp 2 reads each stage's once a step of half the sequences, so twice a round.
+bus = {c["mesh"]: c["throughput_tok_s"] for c in suggest(
+    dense, "--ranks", "2", "--concurrency", "8", "--core-gbs", "1e6", "--core-gflops", "1e9",
+    "--prefill-len", "1")["candidates"]}
+print("one bus bounds the reads: pp 2 on one host is no faster than tp 1: %s" % (
+    bus["pp 2 x tp 1"] <= bus["tp 1"]))
 
 # An MoE model: expert parallelism ranked beside tp, and a step's reads routed.
 moe_report = suggest(moe, "--ranks", "2")
