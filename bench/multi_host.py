@@ -724,17 +724,30 @@ def section_measure():
 
 # ---- the run -----------------------------------------------------------------------------
 
-def header(sections):
-    commit = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
-    dirty = run(["git", "-C", ROOT, "status", "--short", "--untracked-files=no"]).stdout.split("\n")
+def machine_line():
+    """The run's first line: when, and the machine (cores, CPU, memory, load)."""
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                 if l.startswith("model name")), "?")
+    return ("# %s, this machine: nproc %d, %s, %d GiB; load average %.2f %.2f %.2f at the start."
+            % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), cpu,
+               os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30,
+               *os.getloadavg()))
+
+
+def build_facts():
+    """The commit, when build/bin/tpc was built, and the tracked files the tree changes."""
+    commit = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    dirty = run(["git", "-C", ROOT, "status", "--short", "--untracked-files=no"]).stdout
     built = time.strftime("%Y-%m-%d %H:%M", time.gmtime(os.path.getmtime(TPC)))
-    say("# %s, this machine: nproc %d, %s, %d GiB; load average %.2f %.2f %.2f at the start."
-        % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), cpu,
-           os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30, *os.getloadavg()),
+    changed = ", ".join(l.split()[-1] for l in dirty.splitlines() if l.strip()) or "nothing"
+    return commit, built, changed
+
+
+def header(sections):
+    commit, built, changed = build_facts()
+    say(machine_line(),
         "# Commit %s; build/bin/tpc built %s UTC from the working tree, which changes %s."
-        % (commit, built, ", ".join(l.split()[-1] for l in dirty if l.strip()) or "nothing"),
+        % (commit, built, changed),
         "# Hosts: network namespaces of scripts/netns-cluster.sh (veth pairs to a bridge; "
         "--rate: tbf on both ends), all on this one machine's 2 cores.",
         "$ python3 bench/multi_host.py %s" % " ".join(sections))

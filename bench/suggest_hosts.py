@@ -420,18 +420,10 @@ def setting(rate, runs, binaries, prompt, requests, predicted_file):
 # ---- the run -------------------------------------------------------------------------------
 
 def header(argv):
-    commit = mh.run(["git", "-C", mh.ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
-    dirty = mh.run(["git", "-C", mh.ROOT, "status", "--short", "--untracked-files=no"]).stdout
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), "?")
-    built = time.strftime("%Y-%m-%d %H:%M", time.gmtime(os.path.getmtime(TPC)))
-    say("# %s, this machine: nproc %d, %s, %d GiB; load average %.2f %.2f %.2f at the start."
-        % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), cpu,
-           os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30, *os.getloadavg()),
+    commit, built, changed = mh.build_facts()
+    say(mh.machine_line(),
         "# Commit %s; tpc: a copy of build/bin/tpc (built %s UTC from the working tree, which "
-        "changes %s), taken at the start and used throughout."
-        % (commit, built, ", ".join(l.split()[-1] for l in dirty.splitlines() if l.strip())
-           or "nothing"),
+        "changes %s), taken at the start and used throughout." % (commit, built, changed),
         "# Every run waits until no build (ninja, a compiler, a linker) has run for 20 s on this "
         "machine, and is run again where one ran beside it (said below where it happened).",
         "# Hosts: network namespaces of scripts/netns-cluster.sh (veth pairs to a bridge; "
