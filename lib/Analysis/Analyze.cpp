@@ -924,7 +924,7 @@ nlohmann::ordered_json stagesJson(const Analysis &a) {
         {"multiply_adds", stage.multiplyAddMicros},
         {"collectives", stage.collectiveMicros},
         {"total", stage.readMicros + stage.multiplyAddMicros + stage.collectiveMicros},
-                                {"sends", stage.sendMicros}};
+        {"sends", stage.sendMicros}};
     if (a.options.hosts > 0)
       j["sends_across_hosts"] = stage.sendsAcrossHosts;
     list.push_back(j);
