@@ -1,10 +1,11 @@
-// Fuzzes tpc serve's request reader (serve::readRequest, runtime/serve/api.cpp): the input is a
-// request body, its first byte choosing /v1/chat/completions (odd) or /v1/completions (even)
-// (seeds: bodies of both), read against a model of 256 tokens with the example's byte-level
+// Fuzzes tpc serve's request readers (serve::readRequest, readTokenize and readDetokenize,
+// runtime/serve/api.cpp): the input is a request body, its first byte choosing the route: with
+// bit 1 clear, /v1/chat/completions (odd) or /v1/completions (even), with it set /detokenize
+// (odd) or /tokenize (even) (seeds: bodies of the completions), read against a model of 256 tokens with the example's byte-level
 // tokenizer, a chat template that prints each message, and a 64-token context. Each body must
 // come out refused with a 400 or 404 and a message, whose error body is JSON, or runnable: a
 // non-empty prompt of the vocabulary's ids that fits the context with its max_tokens, and
-// sampling parameters in range. Nothing may crash or hang.
+// sampling parameters in range; the tokenizer's answer is JSON. Nothing may crash or hang.
 #include "api.h"
 
 #include "tpcrt/tokenizer.h"
@@ -46,16 +47,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   context.chatTemplate = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
                          "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}";
   context.modelName = "fuzz";
-  bool chat = data[0] & 1;
+  bool chat = data[0] & 1, tokenizer = data[0] & 2;
   std::string body(reinterpret_cast<const char *>(data) + 1, size - 1);
-  tpcrt::serve::ApiRequest request;
-  if (std::optional<tpcrt::serve::ApiError> error =
-          tpcrt::serve::readRequest(body, chat, context, request)) {
-    if ((error->status != 400 && error->status != 404) || error->message.empty() ||
-        !nlohmann::json::accept(tpcrt::serve::errorBody(*error)))
+  auto refused = [](const std::optional<tpcrt::serve::ApiError> &error) {
+    if (error && ((error->status != 400 && error->status != 404) || error->message.empty() ||
+                  !nlohmann::json::accept(tpcrt::serve::errorBody(*error))))
+      __builtin_trap();
+    return error.has_value();
+  };
+  if (tokenizer) { // /detokenize (odd) or /tokenize (even)
+    std::string answer;
+    if (chat) {
+      std::string text;
+      if (!refused(tpcrt::serve::readDetokenize(body, context, text)))
+        answer = tpcrt::serve::dump({{"prompt", text}});
+    } else {
+      std::vector<int64_t> ids;
+      if (!refused(tpcrt::serve::readTokenize(body, context, ids)))
+        answer = tpcrt::serve::dump(tpcrt::serve::tokenizeResponse(ids, context));
+    }
+    if (!answer.empty() && !nlohmann::json::accept(answer))
       __builtin_trap();
     return 0;
   }
+  tpcrt::serve::ApiRequest request;
+  if (refused(tpcrt::serve::readRequest(body, chat, context, request)))
+    return 0;
   const tpcrt::RequestParams &a = request.params;
   // Each bounded by the 64-token context first, so that the sum cannot wrap (a max_tokens of
   // 2^63 - 1 must be refused, not pass as a small total).

@@ -59,9 +59,10 @@ std::optional<ApiError> contentOf(const nlohmann::json &value, size_t index, std
   return std::nullopt;
 }
 
-/// The chat's messages, rendered through the chat template, as the prompt's text.
+/// The chat's messages, rendered through the chat template, as the prompt's text (with the
+/// assistant's turn begun where `generationPrompt`).
 std::optional<ApiError> renderMessages(const nlohmann::json &value, const ApiContext &context,
-                                       std::string &text) {
+                                       std::string &text, bool generationPrompt = true) {
   if (!value.is_array() || value.empty())
     return invalid("field 'messages' must be a non-empty list of messages", "messages");
   std::vector<ChatMessage> messages;
@@ -96,6 +97,7 @@ std::optional<ApiError> renderMessages(const nlohmann::json &value, const ApiCon
                        context.chatTemplateError,
                    "messages");
   ChatOptions options;
+  options.addGenerationPrompt = generationPrompt;
   options.bosToken = context.tokenizer->bosToken();
   options.eosToken = context.tokenizer->eosToken();
   std::string error;
@@ -165,9 +167,10 @@ std::string errorBody(const ApiError &error) {
   return dump({{"error", e}});
 }
 
-std::optional<ApiError> readRequest(const std::string &body, bool chat, const ApiContext &context,
-                                    ApiRequest &request) {
-  nlohmann::json j;
+namespace {
+
+/// The body as a JSON object, bounded in depth; an error otherwise.
+std::optional<ApiError> parseObject(const std::string &body, nlohmann::json &j) {
   try {
     j = parseUntrustedJson(body, kMaxJsonDepth);
   } catch (const std::exception &e) {
@@ -175,20 +178,132 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
   }
   if (!j.is_object())
     return invalid("the body must be a JSON object");
+  return std::nullopt;
+}
+
+/// The request's "model", where given: this server's, else 404.
+std::optional<ApiError> checkModel(const nlohmann::json &j, const ApiContext &context) {
+  auto model = j.find("model");
+  if (model == j.end() || model->is_null())
+    return std::nullopt;
+  if (!model->is_string())
+    return invalid("field 'model' must be a string, not " + model->dump(), "model");
+  if (*model != context.modelName)
+    return ApiError{404, "the model '" + model->get<std::string>() + "' does not exist; this "
+                    "server serves '" + context.modelName + "'",
+                    "model", "model_not_found"};
+  return std::nullopt;
+}
+
+/// A boolean field's value, `fallback` where not given or null; an error for anything else.
+std::optional<ApiError> readFlag(const nlohmann::json &j, const char *field, bool fallback,
+                                 bool &value) {
+  auto found = j.find(field);
+  value = fallback;
+  if (found == j.end() || found->is_null())
+    return std::nullopt;
+  if (!found->is_boolean())
+    return invalid(std::string("field '") + field + "' must be true or false, not " +
+                       found->dump(),
+                   field);
+  value = found->get<bool>();
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &context,
+                                     std::vector<int64_t> &ids) {
+  nlohmann::json j;
+  if (std::optional<ApiError> bad = parseObject(body, j))
+    return bad;
+  if (std::optional<ApiError> bad = checkModel(j, context))
+    return bad;
+  if (!context.tokenizer)
+    return invalid("this server has no tokenizer for text");
+  bool chat = j.contains("messages") && !j["messages"].is_null();
+  bool prompt = j.contains("prompt") && !j["prompt"].is_null();
+  if (chat == prompt)
+    return invalid("give one of 'prompt' (a text) and 'messages' (a chat)",
+                   chat ? "messages" : "prompt");
+  bool addSpecial = false, returnStrings = false;
+  // A prompt gets the tokenizer's special tokens (a completion's prompt does); a chat's
+  // template writes its own, as a chat completion's prompt has them.
+  if (std::optional<ApiError> bad = readFlag(j, "add_special_tokens", !chat, addSpecial))
+    return bad;
+  if (std::optional<ApiError> bad = readFlag(j, "return_token_strs", false, returnStrings))
+    return bad;
+  if (returnStrings)
+    return notImplemented("return_token_strs");
+  std::string text;
+  if (chat) {
+    bool generationPrompt = true;
+    if (std::optional<ApiError> bad =
+            readFlag(j, "add_generation_prompt", true, generationPrompt))
+      return bad;
+    if (std::optional<ApiError> bad = renderMessages(j["messages"], context, text,
+                                                     generationPrompt))
+      return bad;
+  } else {
+    if (!j["prompt"].is_string())
+      return invalid("field 'prompt' must be a text, not " + j["prompt"].dump(), "prompt");
+    text = j["prompt"].get<std::string>();
+  }
+  std::string error;
+  std::optional<std::vector<int64_t>> encoded = context.tokenizer->encode(text, addSpecial, error);
+  if (!encoded)
+    return invalid((chat ? "the rendered messages: " : "field 'prompt': ") + error,
+                   chat ? "messages" : "prompt");
+  ids = std::move(*encoded);
+  return std::nullopt;
+}
+
+nlohmann::ordered_json tokenizeResponse(const std::vector<int64_t> &ids,
+                                        const ApiContext &context) {
+  return {{"count", ids.size()},
+          {"max_model_len", context.defaults->maxSeqLen},
+          {"tokens", ids},
+          {"token_strs", nullptr}};
+}
+
+std::optional<ApiError> readDetokenize(const std::string &body, const ApiContext &context,
+                                       std::string &text) {
+  nlohmann::json j;
+  if (std::optional<ApiError> bad = parseObject(body, j))
+    return bad;
+  if (std::optional<ApiError> bad = checkModel(j, context))
+    return bad;
+  if (!context.tokenizer)
+    return invalid("this server has no tokenizer for text");
+  auto tokens = j.find("tokens");
+  if (tokens == j.end() || !tokens->is_array())
+    return invalid("field 'tokens' must be given, a list of token ids", "tokens");
+  std::vector<int64_t> ids;
+  for (const nlohmann::json &id : *tokens) {
+    int64_t token = -1;
+    if (!jsonNumber(id, token).empty() || token < 0 || token >= context.spec->vocab)
+      return invalid("field 'tokens': " + id.dump() + " is not a token id of the vocabulary "
+                     "of " + std::to_string(context.spec->vocab),
+                     "tokens");
+    ids.push_back(token);
+  }
+  text = context.tokenizer->decode(ids, /*skipSpecial=*/false);
+  return std::nullopt;
+}
+
+std::optional<ApiError> readRequest(const std::string &body, bool chat, const ApiContext &context,
+                                    ApiRequest &request) {
+  nlohmann::json j;
+  if (std::optional<ApiError> bad = parseObject(body, j))
+    return bad;
   request.chat = chat;
   RequestParams &params = request.params = context.defaults->params;
   params.prompt.clear();
   params.stop.clear();
   params.stopIds.clear();
   params.maxTokens = chat ? 0 : 16; // chat: the rest of the context (vLLM), completions: 16
-  if (auto model = j.find("model"); model != j.end() && !model->is_null()) {
-    if (!model->is_string())
-      return invalid("field 'model' must be a string, not " + model->dump(), "model");
-    if (*model != context.modelName)
-      return ApiError{404, "the model '" + model->get<std::string>() + "' does not exist; this "
-                      "server serves '" + context.modelName + "'",
-                      "model", "model_not_found"};
-  }
+  if (std::optional<ApiError> bad = checkModel(j, context))
+    return bad;
   const char *promptField = chat ? "messages" : "prompt";
   auto prompt = j.find(promptField);
   if (prompt == j.end())

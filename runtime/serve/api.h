@@ -54,6 +54,21 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
 /// GET /v1/models.
 nlohmann::ordered_json modelList(const ApiContext &context, int64_t created);
 
+/// POST /tokenize, vLLM's shape: {"prompt": text, "add_special_tokens": true} or
+/// {"messages": [...], "add_generation_prompt": true, "add_special_tokens": false}, each
+/// tokenized as a completion or a chat completion tokenizes its prompt, into `ids`; an error
+/// naming the field otherwise. The answer: tokenizeResponse.
+std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &context,
+                                     std::vector<int64_t> &ids);
+/// {"count", "max_model_len", "tokens"}.
+nlohmann::ordered_json tokenizeResponse(const std::vector<int64_t> &ids,
+                                        const ApiContext &context);
+/// POST /detokenize, vLLM's shape: {"tokens": [ids]}, each an id of the vocabulary, into the
+/// text they decode to (special tokens kept, as transformers' decode); answered as
+/// {"prompt": text}.
+std::optional<ApiError> readDetokenize(const std::string &body, const ApiContext &context,
+                                       std::string &text);
+
 /// The parts every response and chunk share.
 struct ResponseHead {
   std::string id; // "cmpl-..." or "chatcmpl-..."

@@ -196,6 +196,9 @@ struct Server::State {
   void cancel(const std::shared_ptr<Job> &job);
   // A reader thread.
   void complete(const std::shared_ptr<Job> &job, bool chat);
+  /// POST /tokenize or /detokenize: read, answered, and its admission's slot given back.
+  void tokenize(const std::shared_ptr<http::Exchange> &exchange, const std::string &id,
+                bool detokenize);
 
   // The engine side, on rank 0's main thread.
   void answer(Job &job, const std::string &error, int status, const char *code);
@@ -212,6 +215,8 @@ std::string event(const nlohmann::ordered_json &value) { return "data: " + dump(
 /// The routes and the methods each takes; anything else is 404, or 405 with Allow.
 const std::map<std::string, std::string> kRoutes = {{"/v1/completions", "POST"},
                                                     {"/v1/chat/completions", "POST"},
+                                                    {"/tokenize", "POST"},
+                                                    {"/detokenize", "POST"},
                                                     {"/v1/models", "GET"},
                                                     {"/health", "GET"},
                                                     {"/metrics", "GET"}};
@@ -286,8 +291,9 @@ void Server::State::handle(const std::shared_ptr<http::Exchange> &exchange) {
   auto route = kRoutes.find(req.path);
   if (route == kRoutes.end()) {
     refuse(*exchange, id, {404, "no route " + req.method + " " + req.path + " (routes: POST "
-                           "/v1/completions, POST /v1/chat/completions, GET /v1/models, GET "
-                           "/health, GET /metrics)", "", "not_found"}, "not_found");
+                           "/v1/completions, POST /v1/chat/completions, POST /tokenize, POST "
+                           "/detokenize, GET /v1/models, GET /health, GET /metrics)", "",
+                           "not_found"}, "not_found");
     return;
   }
   std::vector<std::string> keys;
@@ -298,7 +304,8 @@ void Server::State::handle(const std::shared_ptr<http::Exchange> &exchange) {
     metricsPublic = args.metricsPublic;
   }
   // /health stays open (a load balancer's probe); /metrics too where --metrics-public.
-  bool guarded = req.path.rfind("/v1/", 0) == 0 || (req.path == "/metrics" && !metricsPublic);
+  bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" ||
+                 req.path == "/detokenize" || (req.path == "/metrics" && !metricsPublic);
   if (!keys.empty() && guarded && !authorized(req, keys)) {
     refuse(*exchange, id, {401, req.header("Authorization")
                                     ? "the API key given is not one this server takes"
@@ -347,7 +354,8 @@ void Server::State::handle(const std::shared_ptr<http::Exchange> &exchange) {
     exchange->respond(std::move(response));
     return;
   }
-  // A completion: admitted here (a slot while it is read), read on a reader thread.
+  // A completion, or the tokenizer's: admitted here (a slot while it is read), read on a
+  // reader thread.
   ApiError refusal{503, ""};
   const char *as = nullptr;
   {
@@ -371,12 +379,51 @@ void Server::State::handle(const std::shared_ptr<http::Exchange> &exchange) {
     refuse(*exchange, id, refusal, as);
     return;
   }
+  if (req.path == "/tokenize" || req.path == "/detokenize") {
+    bool detokenize = req.path == "/detokenize";
+    readers->post([this, exchange, id, detokenize] { tokenize(exchange, id, detokenize); });
+    return;
+  }
   auto job = std::make_shared<Job>();
   job->exchange = exchange;
   job->id = id;
   job->arrived = Clock::now();
   bool chat = req.path == "/v1/chat/completions";
   readers->post([this, job, chat] { complete(job, chat); });
+}
+
+void Server::State::tokenize(const std::shared_ptr<http::Exchange> &exchange,
+                             const std::string &id, bool detokenize) {
+  std::optional<ApiError> bad;
+  std::string body;
+  try {
+    const std::string &request = exchange->request().body;
+    if (detokenize) {
+      std::string text;
+      bad = readDetokenize(request, context, text);
+      if (!bad)
+        body = dump({{"prompt", text}});
+    } else {
+      std::vector<int64_t> ids;
+      bad = readTokenize(request, context, ids);
+      if (!bad)
+        body = dump(tokenizeResponse(ids, context));
+    }
+  } catch (const std::exception &e) { // as complete() does: the log has it, not the client
+    std::fprintf(stderr, "tpc serve: request %s: internal error: %s\n", id.c_str(), e.what());
+    bad = ApiError{500, "internal error; the server's log has it under request id " + id};
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    --inFlight;
+  }
+  if (bad) {
+    refuse(*exchange, id, *bad,
+           bad->status == 404 ? "not_found" : bad->status >= 500 ? "internal" : "invalid");
+    return;
+  }
+  exchange->describe(id, "");
+  exchange->respond(jsonResponse(200, std::move(body), id));
 }
 
 void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {

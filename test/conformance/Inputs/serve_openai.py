@@ -6,7 +6,7 @@ Computes transformers' greedy answers (fp32) to a chat question (through the che
 template, as apply_chat_template renders it) and to a completion prompt, then starts
 `tpc serve CKPT` (test/e2e/Inputs/serve_check.py's Server) and asks it the same through
 openai.OpenAI: chat and completions, streamed and not. Prints each answer and whether it is
-transformers' byte for byte. Where the flags give --api-key KEY, the client sends KEY, and a
+transformers' byte for byte; then /tokenize and /detokenize against transformers' tokenizer. Where the flags give --api-key KEY, the client sends KEY, and a
 client with another key must get the client's AuthenticationError (401, invalid_api_key);
 /health answers without a key and /metrics only with it.
 """
@@ -41,6 +41,37 @@ def reference(ckpt):
             out = model.generate(ids, max_new_tokens=limit, do_sample=False)
         answers[name] = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     return answers
+
+
+def tokenizer_endpoints(server, ckpt, key):
+    """POST /tokenize and /detokenize against the checkpoint's own tokenizer in transformers:
+    a prompt as tokenizer(text) encodes it, messages as apply_chat_template (with and without
+    the generation prompt), and the ids back to the text as tokenizer.decode."""
+    import json
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+
+    def post(path, body):
+        status, text, _ = server.request("POST", path, body, headers)
+        return status, json.loads(text)
+
+    text = "Tokenizers split words like 'unbelievable' and emoji 🙂 into pieces."
+    status, got = post("/tokenize", {"prompt": text})
+    print("tokenize a prompt: %s, transformers' ids: %s" % (
+        status, got["tokens"] == tokenizer(text)["input_ids"]))
+    for generation in (True, False):
+        want = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=generation,
+                                             tokenize=True, return_dict=True)["input_ids"]
+        status, got = post("/tokenize", {"messages": QUESTION,
+                                         "add_generation_prompt": generation})
+        print("tokenize messages (generation prompt %s): %s, transformers' ids: %s" % (
+            generation, status, got["tokens"] == list(want)))
+    ids = tokenizer(text)["input_ids"]
+    status, got = post("/detokenize", {"tokens": ids})
+    print("detokenize: %s, transformers' text: %s" % (status,
+                                                      got["prompt"] == tokenizer.decode(ids)))
 
 
 def main():
@@ -97,6 +128,7 @@ def main():
             client.completions.create(model="ckpt", prompt=PROMPT, max_tokens=4, top_p=7)
         except openai.BadRequestError as e:
             print("bad request: %s %s" % (e.status_code, e.body["message"]))
+        tokenizer_endpoints(server, ckpt, key)
     finally:
         server.stop()
     print("server exit: %s" % server.proc.returncode)

@@ -20,8 +20,9 @@ Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot
               none of its processes is left
   sigterm     (--timeout 2) idle for 3 s, still healthy; then SIGTERM with two streams in
               flight: both finish, new requests are refused, the server exits 0
-  auth        (--api-key alpha, and TPC_API_KEY=beta,gamma in the environment) /v1/* and
-              /metrics need one of the keys as a Bearer token, /health does not; no process's
+  auth        (--api-key alpha, and TPC_API_KEY=beta,gamma in the environment) /v1/*,
+              /tokenize, /detokenize and /metrics need one of the keys as a Bearer token,
+              /health does not; no process's
               command line holds a key; then a server with --metrics-public as well
   hostile     (short deadlines: --header-timeout 2 --body-timeout 2 --keep-alive-timeout 2)
               what a hostile client sends, with a valid request between: max_tokens' overflowing
@@ -223,6 +224,18 @@ def errors(server):
         ("prompt and max_tokens past the context", "/v1/completions",
          {"prompt": "hello", "max_tokens": 100000}),
         ("unknown model", "/v1/completions", {"prompt": "x", "model": "gpt-4"}),
+        ("tokenize: malformed JSON", "/tokenize", b"{\"prompt\": "),
+        ("tokenize: neither", "/tokenize", {"add_special_tokens": True}),
+        ("tokenize: both", "/tokenize",
+         {"prompt": "x", "messages": [{"role": "user", "content": "x"}]}),
+        ("tokenize: prompt wrongly typed", "/tokenize", {"prompt": [1, 2]}),
+        ("tokenize: flag wrongly typed", "/tokenize", {"prompt": "x", "add_special_tokens": 1}),
+        ("tokenize: token strings", "/tokenize", {"prompt": "x", "return_token_strs": True}),
+        ("tokenize: unknown role", "/tokenize", {"messages": [{"role": "wizard", "content": "x"}]}),
+        ("tokenize: unknown model", "/tokenize", {"prompt": "x", "model": "gpt-4"}),
+        ("detokenize: no tokens", "/detokenize", {"prompt": "x"}),
+        ("detokenize: id out of range", "/detokenize", {"tokens": [1, 2**40]}),
+        ("detokenize: id wrongly typed", "/detokenize", {"tokens": ["a"]}),
     ]
     for name, path, body in rows:
         status, text, _ = server.post(path, body)
@@ -251,6 +264,21 @@ def errors(server):
          "temperature": 0},
         {"Content-Type": "application/json", "X-Request-Id": "client-42"})
     print("harmless unknown field: %s %s" % (status, json.loads(text)["usage"]))
+    # The tokenizer's endpoints count what the completions count, and give the text back.
+    status, text, _ = server.post("/tokenize", {"prompt": "The capital of France is"})
+    tokenized = json.loads(text)
+    print("tokenize: %s count %d, max_model_len %d" % (status, tokenized["count"],
+                                                       tokenized["max_model_len"]))
+    status, text, _ = server.post("/detokenize", {"tokens": tokenized["tokens"]})
+    print("detokenize: %s, the prompt again: %s" % (
+        status, json.loads(text)["prompt"] == "The capital of France is"))
+    chat = [{"role": "user", "content": "Name a colour."}]
+    _, text, _ = server.post("/v1/chat/completions", {"messages": chat, "max_tokens": 1})
+    used = json.loads(text)["usage"]["prompt_tokens"]
+    _, text, _ = server.post("/tokenize", {"messages": chat})
+    print("tokenize messages: the chat's prompt tokens: %s" % (json.loads(text)["count"] == used))
+    _, text, _ = server.post("/tokenize", {"messages": chat, "add_generation_prompt": False})
+    print("without the generation prompt, fewer: %s" % (json.loads(text)["count"] < used))
     # The client's request id comes back, and names the request's line in the access log; a
     # request without one (or with one no log line can carry) gets the server's.
     print("request id echoed: %s" % headers.get("X-Request-Id"))
@@ -433,6 +461,8 @@ def auth(server, checkpoint, flags, env):
         ("the environment's second key", "POST", "/v1/completions",
          {"Authorization": "Bearer gamma"}),
         ("models, no key", "GET", "/v1/models", {}),
+        ("tokenize, no key", "POST", "/tokenize", {}),
+        ("detokenize, no key", "POST", "/detokenize", {}),
         ("health, no key", "GET", "/health", {}),
         ("metrics, no key", "GET", "/metrics", {}),
     ]
