@@ -109,6 +109,21 @@ std::optional<ApiError> renderMessages(const nlohmann::json &value, const ApiCon
   return std::nullopt;
 }
 
+/// A list of token ids of the vocabulary, into `ids`; an error naming `field` otherwise.
+std::optional<ApiError> readIds(const nlohmann::json &list, const ApiContext &context,
+                                const char *field, std::vector<int64_t> &ids) {
+  for (const nlohmann::json &id : list) {
+    int64_t token = -1;
+    if (!jsonNumber(id, token).empty() || token < 0 || token >= context.spec->vocab)
+      return invalid(std::string("field '") + field + "': " + id.dump() +
+                         " is not a token id of the vocabulary of " +
+                         std::to_string(context.spec->vocab),
+                     field);
+    ids.push_back(token);
+  }
+  return std::nullopt;
+}
+
 /// A completion's prompt: a string, a list of token ids, or a list of one of either.
 std::optional<ApiError> readPrompt(const nlohmann::json &value, const ApiContext &context,
                                    RequestParams &params) {
@@ -127,14 +142,8 @@ std::optional<ApiError> readPrompt(const nlohmann::json &value, const ApiContext
       return invalid("field 'prompt': " + error, "prompt");
     params.prompt = std::move(*ids);
   } else if (prompt->is_array()) {
-    for (const nlohmann::json &id : *prompt) {
-      int64_t token = -1;
-      if (!jsonNumber(id, token).empty() || token < 0 || token >= context.spec->vocab)
-        return invalid("field 'prompt': " + id.dump() + " is not a token id of the vocabulary "
-                       "of " + std::to_string(context.spec->vocab),
-                       "prompt");
-      params.prompt.push_back(token);
-    }
+    if (std::optional<ApiError> bad = readIds(*prompt, context, "prompt", params.prompt))
+      return bad;
   } else {
     return invalid("field 'prompt' must be a string or a list of token ids, not " +
                        value.dump(),
@@ -210,17 +219,26 @@ std::optional<ApiError> readFlag(const nlohmann::json &j, const char *field, boo
   return std::nullopt;
 }
 
-} // namespace
-
-std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &context,
-                                     std::vector<int64_t> &ids) {
-  nlohmann::json j;
+/// A request of the tokenizer's endpoints: a JSON object for this server's model, which has a
+/// tokenizer.
+std::optional<ApiError> readTokenizerRequest(const std::string &body, const ApiContext &context,
+                                             nlohmann::json &j) {
   if (std::optional<ApiError> bad = parseObject(body, j))
     return bad;
   if (std::optional<ApiError> bad = checkModel(j, context))
     return bad;
   if (!context.tokenizer)
     return invalid("this server has no tokenizer for text");
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &context,
+                                     std::vector<int64_t> &ids) {
+  nlohmann::json j;
+  if (std::optional<ApiError> bad = readTokenizerRequest(body, context, j))
+    return bad;
   bool chat = j.contains("messages") && !j["messages"].is_null();
   bool prompt = j.contains("prompt") && !j["prompt"].is_null();
   if (chat == prompt)
@@ -269,24 +287,14 @@ nlohmann::ordered_json tokenizeResponse(const std::vector<int64_t> &ids,
 std::optional<ApiError> readDetokenize(const std::string &body, const ApiContext &context,
                                        std::string &text) {
   nlohmann::json j;
-  if (std::optional<ApiError> bad = parseObject(body, j))
+  if (std::optional<ApiError> bad = readTokenizerRequest(body, context, j))
     return bad;
-  if (std::optional<ApiError> bad = checkModel(j, context))
-    return bad;
-  if (!context.tokenizer)
-    return invalid("this server has no tokenizer for text");
   auto tokens = j.find("tokens");
   if (tokens == j.end() || !tokens->is_array())
     return invalid("field 'tokens' must be given, a list of token ids", "tokens");
   std::vector<int64_t> ids;
-  for (const nlohmann::json &id : *tokens) {
-    int64_t token = -1;
-    if (!jsonNumber(id, token).empty() || token < 0 || token >= context.spec->vocab)
-      return invalid("field 'tokens': " + id.dump() + " is not a token id of the vocabulary "
-                     "of " + std::to_string(context.spec->vocab),
-                     "tokens");
-    ids.push_back(token);
-  }
+  if (std::optional<ApiError> bad = readIds(*tokens, context, "tokens", ids))
+    return bad;
   text = context.tokenizer->decode(ids, /*skipSpecial=*/false);
   return std::nullopt;
 }
