@@ -558,13 +558,22 @@ TEST(Weights16, BF16ReadsBackClose) {
   std::remove(path.c_str());
 }
 
-/// Runs `body(rank)` in `world` forked processes; true when every one exits 0.
+/// Runs `body(rank)` in `world` forked processes; true when every one exits 0. A rank's
+/// exception is printed with its rank and fails it there: it never unwinds into the forked
+/// copy of the test runner, which would go on to run the tests after this one.
 template <typename Body> bool forkRanks(int world, Body body) {
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     pid_t pid = fork();
-    if (pid == 0)
-      _exit(body(r) ? 0 : 1);
+    if (pid == 0) {
+      bool ok = false;
+      try {
+        ok = body(r);
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      _exit(ok ? 0 : 1);
+    }
     pids.push_back(pid);
   }
   bool ok = true;
@@ -573,6 +582,16 @@ template <typename Body> bool forkRanks(int world, Body body) {
     waitpid(pid, &status, 0);
     ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
+  return ok;
+}
+
+/// A rank's result, once every rank has it: a barrier first, as the driver's leave() does, so
+/// that no rank closes its connections while a peer may still read from them (Gloo's
+/// reduce-scatter returns with its last notifications sent but not waited for; a rank that
+/// exited at once could reset the connection under them).
+bool together(Comm &group, bool ok) {
+  if (ok)
+    group.barrier();
   return ok;
 }
 
@@ -594,27 +613,29 @@ TEST(Comm, CollectivesAcrossThreeRanks) {
       auto group = Comm::connect({rank, 3, dir, "127.0.0.1", 20}, error);
       if (!group)
         return false;
-      Communicator &comm = group->communicator();
-      std::vector<float> data = {float(rank), 1};
-      comm.allReduce(data.data(), 2);
-      if (data != std::vector<float>{3, 3})
-        return false;
-      std::vector<float> gathered(6);
-      float mine[] = {float(rank), float(10 * rank)};
-      comm.allGather(mine, 2, gathered.data());
-      if (gathered != std::vector<float>{0, 0, 1, 10, 2, 20})
-        return false;
-      float send[] = {float(rank * 10 + 0), float(rank * 10 + 1), float(rank * 10 + 2)};
-      std::vector<float> recv(3);
-      comm.allToAll(send, 1, recv.data());
-      if (recv != std::vector<float>{float(rank), float(10 + rank), float(20 + rank)})
-        return false;
-      // Parts of two: rank r receives the sum of every rank's r-th part.
-      std::vector<float> parts(6), sum(2);
-      for (int i = 0; i < 6; ++i)
-        parts[size_t(i)] = float(100 * rank + i);
-      comm.reduceScatter(parts.data(), 2, sum.data());
-      return sum == std::vector<float>{float(300 + 6 * rank), float(303 + 6 * rank)};
+      return together(*group, [&] {
+        Communicator &comm = group->communicator();
+        std::vector<float> data = {float(rank), 1};
+        comm.allReduce(data.data(), 2);
+        if (data != std::vector<float>{3, 3})
+          return false;
+        std::vector<float> gathered(6);
+        float mine[] = {float(rank), float(10 * rank)};
+        comm.allGather(mine, 2, gathered.data());
+        if (gathered != std::vector<float>{0, 0, 1, 10, 2, 20})
+          return false;
+        float send[] = {float(rank * 10 + 0), float(rank * 10 + 1), float(rank * 10 + 2)};
+        std::vector<float> recv(3);
+        comm.allToAll(send, 1, recv.data());
+        if (recv != std::vector<float>{float(rank), float(10 + rank), float(20 + rank)})
+          return false;
+        // Parts of two: rank r receives the sum of every rank's r-th part.
+        std::vector<float> parts(6), sum(2);
+        for (int i = 0; i < 6; ++i)
+          parts[size_t(i)] = float(100 * rank + i);
+        comm.reduceScatter(parts.data(), 2, sum.data());
+        return sum == std::vector<float>{float(300 + 6 * rank), float(303 + 6 * rank)};
+      }());
     }));
   });
 }
@@ -686,7 +707,7 @@ bool hostRanks(int world, HostOf hostOf, Body body) {
       std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
       return false;
     }
-    return body(rank, *group);
+    return together(*group, body(rank, *group));
   });
 }
 
@@ -939,7 +960,7 @@ TEST(Comm, SplitAndPointToPointOnEachTransport) {
       stage.reset();
       float all = 1;
       comm.allReduce(&all, 1);
-      return all == 4;
+      return together(*world, all == 4);
     }));
   });
 }
@@ -1030,7 +1051,7 @@ template <typename Body> void onThreeTracedRanks(const char *name, Body body) {
         return false;
       std::vector<TraceEntry> trace;
       group->communicator().traceInto(&trace);
-      return body(rank, *group, trace);
+      return together(*group, body(rank, *group, trace));
     }));
   });
 }
