@@ -5,13 +5,15 @@
 // tokenizer, a chat template that prints each message, and a 64-token context. Each body must
 // come out refused with a 400 or 404 and a message, whose error body is JSON, or runnable: a
 // non-empty prompt of the vocabulary's ids that fits the context with its max_tokens, and
-// sampling parameters in range; the tokenizer's answer is JSON. Nothing may crash or hang.
+// sampling parameters in range, and log-probabilities (0 to 20 more, or none) whose response
+// is JSON, whatever the tokens and values; the tokenizer's answer is JSON. Nothing may crash or hang.
 #include "api.h"
 
 #include "tpcrt/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -85,5 +87,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int64_t id : a.prompt)
     if (id < 0 || id >= spec.vocab)
       __builtin_trap();
+  for (const auto &[id, bias] : a.sampling.logitBias) // each id the vocabulary's, in range
+    if (id < 0 || id >= spec.vocab || !(bias >= -100 && bias <= 100))
+      __builtin_trap();
+  if (a.sampling.minTokens < 0 || a.sampling.minTokens > a.maxTokens)
+    __builtin_trap();
+  if (a.logprobs < -1 || a.logprobs > tpcrt::kMaxLogprobs)
+    __builtin_trap();
+  if (a.logprobs >= 0) {
+    // The response's log-probabilities, with the prompt's ids standing for generated tokens
+    // (bytes of partial characters among them) and their tops, -inf and NaN too: valid JSON.
+    std::vector<tpcrt::TokenLogprobs> tokens;
+    for (size_t i = 0; i < a.prompt.size(); ++i) {
+      double value = i % 3 == 0 ? -INFINITY : i % 3 == 1 ? NAN : -double(i);
+      tokens.push_back({a.prompt[i], value, {}});
+      for (int k = 0; k < a.logprobs; ++k)
+        tokens.back().top.emplace_back(a.prompt[(i + size_t(k)) % a.prompt.size()], value);
+    }
+    int64_t offset = 0;
+    nlohmann::ordered_json logprobs = tpcrt::serve::logprobsOf(
+        chat, *context.tokenizer, tokens.data(), tokens.data() + tokens.size(), offset);
+    if (!nlohmann::json::accept(tpcrt::serve::dump(tpcrt::serve::response(
+            {"id", 0, "fuzz", chat}, "", "stop", {}, logprobs))))
+      __builtin_trap();
+  }
   return 0;
 }

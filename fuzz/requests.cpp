@@ -55,6 +55,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int64_t id : a.prompt)
       if (id < 0 || id >= spec.vocab)
         __builtin_trap();
+    for (const auto &[id, bias] : a.sampling.logitBias) // each id the vocabulary's, in range
+      if (id < 0 || id >= spec.vocab || !(bias >= -100 && bias <= 100))
+        __builtin_trap();
+    if (a.sampling.minTokens < 0 || a.sampling.minTokens > a.maxTokens)
+      __builtin_trap();
   }
   return 0;
 }

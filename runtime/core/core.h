@@ -61,6 +61,8 @@ struct Args {
   /// --kv-cache-memory BYTES: the KV cache's size in bytes on each rank instead, made tokens
   /// once the backend says how wide its elements are (sizeKvCache); 0: not given.
   int64_t kvCacheMemory = 0;
+  /// Automatic prefix caching (scheduler.h), on unless --no-prefix-caching.
+  bool prefixCaching = true;
   /// --serve HOST:PORT: an OpenAI-compatible HTTP server on rank 0 (serve/server.cpp), the
   /// requests its clients send run through the engine; --served-model-name is the model's
   /// name there, --max-queue how many requests may wait beyond --max-num-seqs running ones,
@@ -96,7 +98,7 @@ inline int64_t kvBlocks(const ModelSpec &spec, const Args &args) {
 /// backend: runnableLimits).
 inline EngineLimits engineLimits(const ModelSpec &spec, const Args &args) {
   return {args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args), spec.kvBlockSize,
-          args.maxSeqLen};
+          args.maxSeqLen, args.prefixCaching};
 }
 
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
@@ -288,6 +290,16 @@ bool readRequestsText(const std::string &text, const Args &command, const ModelS
 /// field) when it is wrong, nothing when `key` is none of them.
 std::optional<std::string> readSamplingField(const std::string &key, const nlohmann::json &value,
                                              RequestParams &params);
+
+/// What of a request read field by field only the model can judge: logit_bias's ids in its
+/// vocabulary of `vocab`, and min_tokens at most max_tokens (both final). "" or what is
+/// wrong, naming the field.
+std::string checkAgainstModel(const RequestParams &params, int64_t vocab);
+
+/// A count of most likely tokens to show with each token's log-probability (--requests'
+/// `logprobs`, the API's `logprobs` and `top_logprobs`): an integer from 0 to kMaxLogprobs,
+/// into `count`; "" when read, what is wrong (naming `field`) otherwise.
+std::string readLogprobCount(const std::string &field, const nlohmann::json &value, int &count);
 
 /// Request `params` as the engine runs it: its stop ids are its own and the model's
 /// end-of-sequence ids (unless ignored: `command`'s --eos-id or the model's and

@@ -188,6 +188,8 @@ bool setFlag(Args &a, FlagId id, const char *f, const char *v, std::string &e) {
     return apiKeysOf(f, v, a.apiKeys, e);
   case FlagId::MetricsPublic:
     return a.metricsPublic = true;
+  case FlagId::NoPrefixCaching:
+    return !(a.prefixCaching = false);
   case FlagId::MaxConnections:
     return integerWithin(f, v, 1, int64_t(1) << 20, a.maxConnections, e);
   case FlagId::HeaderTimeout:

@@ -10,6 +10,7 @@
 #include "tpcrt/gguf.h"
 #include "tpcrt/json.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -32,13 +33,37 @@ const std::set<std::string> kHarmless = {"model", "user", "metadata"};
 /// The OpenAI/vLLM fields tpc does not implement yet, which would change the result: refused
 /// by name rather than ignored.
 const std::set<std::string> kNotImplemented = {
-    "n", "best_of", "prompt_logprobs", "logit_bias", "min_tokens", "bad_words",
+    "n", "best_of", "prompt_logprobs", "bad_words",
     "allowed_token_ids", "include_stop_str_in_output", "skip_special_tokens",
     "spaces_between_special_tokens", "truncate_prompt_tokens", "guided_json", "guided_regex",
     "guided_choice", "guided_grammar", "response_format", "tools", "tool_choice",
     "use_beam_search", "length_penalty", "messages", "echo", "suffix", "stream"};
 
 } // namespace
+
+std::string readLogprobCount(const std::string &field, const nlohmann::json &value, int &count) {
+  int64_t n = -1;
+  if (!jsonNumber(value, n).empty() || n < 0 || n > kMaxLogprobs)
+    return "field '" + field + "' must be an integer from 0 to " + std::to_string(kMaxLogprobs) +
+           ", not " + value.dump();
+  count = int(n);
+  return "";
+}
+
+std::string checkAgainstModel(const RequestParams &params, int64_t vocab) {
+  for (const auto &[id, bias] : params.sampling.logitBias)
+    if (id >= vocab)
+      return "field 'logit_bias': " + std::to_string(id) +
+             " is not a token id of the vocabulary of " + std::to_string(vocab);
+  for (int64_t id : params.stopIds) // (so that a request holds at most the vocabulary's)
+    if (id >= vocab)
+      return "field 'stop_token_ids': " + std::to_string(id) +
+             " is not a token id of the vocabulary of " + std::to_string(vocab);
+  if (params.sampling.minTokens > params.maxTokens)
+    return "field 'min_tokens' must be at most max_tokens (" + std::to_string(params.maxTokens) +
+           "), got " + std::to_string(params.sampling.minTokens);
+  return "";
+}
 
 std::optional<std::string> readSamplingField(const std::string &key, const nlohmann::json &value,
                                              RequestParams &params) {
@@ -67,6 +92,41 @@ std::optional<std::string> readSamplingField(const std::string &key, const nlohm
     if (why.empty() && seed < 0)
       why = "must be at least 0, got " + value.dump();
     params.sampling.seed = uint64_t(seed);
+  } else if (key == "min_tokens") {
+    why = jsonNumber(value, params.sampling.minTokens);
+  } else if (key == "logit_bias") {
+    // OpenAI's shape: {"token id": bias}, the ids as decimal strings.
+    params.sampling.logitBias.clear();
+    if (!value.is_object())
+      return "field 'logit_bias' must be an object of token ids to biases, not " + value.dump();
+    for (const auto &[id, bias] : value.items()) {
+      bool digits = !id.empty() && id.size() <= 18 &&
+                    std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; });
+      double amount = 0;
+      if (!digits)
+        return "field 'logit_bias': \"" + id + "\" is not a token id";
+      if (!jsonNumber(bias, amount).empty())
+        return "field 'logit_bias': the bias of token " + id + " must be a number, not " +
+               bias.dump();
+      params.sampling.logitBias.emplace_back(std::stoll(id), amount);
+    }
+    // One bias a token: "1" and "01" name one token, whose biases would otherwise add up
+    // past the range.
+    auto &biases = params.sampling.logitBias;
+    std::sort(biases.begin(), biases.end());
+    for (size_t i = 1; i < biases.size(); ++i)
+      if (biases[i].first == biases[i - 1].first)
+        return "field 'logit_bias': token " + std::to_string(biases[i].first) +
+               " is given more than once";
+  } else if (key == "cache_salt") {
+    if (!value.is_string() || value.get<std::string>().empty() ||
+        value.get<std::string>().size() > kMaxCacheSaltBytes)
+      return "field 'cache_salt' must be a non-empty string of at most " +
+             std::to_string(kMaxCacheSaltBytes) + " bytes, not " +
+             (value.is_string() ? "a string of " +
+                                      std::to_string(value.get<std::string>().size()) + " bytes"
+                                : value.dump());
+    params.cacheSalt = value.get<std::string>();
   } else if (key == "ignore_eos") {
     if (!value.is_boolean())
       return "field 'ignore_eos' must be true or false, not " + value.dump();
@@ -90,6 +150,10 @@ std::optional<std::string> readSamplingField(const std::string &key, const nlohm
         return "field 'stop_token_ids': " + id.dump() + " is not a token id";
       params.stopIds.push_back(token);
     }
+    // Each once: the engine looks a token up among them every step.
+    std::sort(params.stopIds.begin(), params.stopIds.end());
+    params.stopIds.erase(std::unique(params.stopIds.begin(), params.stopIds.end()),
+                         params.stopIds.end());
   } else {
     return std::nullopt;
   }
@@ -126,12 +190,10 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec, int64_
       }
       hasIds = true;
     } else if (key == "logprobs") {
-      int64_t count = -1;
-      if (!value.is_null() && (!jsonNumber(value, count).empty() || count < 0 ||
-                               count > kMaxLogprobs))
-        return "field 'logprobs' must be an integer from 0 to " + std::to_string(kMaxLogprobs) +
-               ", not " + value.dump();
-      params.logprobs = int(count);
+      params.logprobs = -1;
+      if (std::string bad = value.is_null() ? "" : readLogprobCount(key, value, params.logprobs);
+          !bad.empty())
+        return bad;
     } else if (std::optional<std::string> bad = readSamplingField(key, value, params)) {
       if (!bad->empty())
         return *bad;
@@ -167,7 +229,7 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec, int64_
            std::to_string(params.maxTokens) + " need " +
            std::to_string(tokensNeeded(promptTokens, params.maxTokens)) +
            " tokens of context, more than --max-model-len " + std::to_string(maxSeqLen);
-  return "";
+  return checkAgainstModel(params, spec.vocab);
 }
 
 /// Every request of the file, each checked; false with `error` when the file itself cannot be
@@ -270,6 +332,7 @@ EngineRequest engineRequest(const ModelSpec &spec, const Args &command,
   }
   r.logprobs = params.logprobs;
   r.forced = params.forced;
+  r.cacheSalt = params.cacheSalt;
   return r;
 }
 
@@ -357,7 +420,8 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
       line["stop_reason"] = shown[i]->matched();
     line["usage"] = {{"prompt_tokens", prompt},
                      {"completion_tokens", completion},
-                     {"total_tokens", prompt + completion}};
+                     {"total_tokens", prompt + completion},
+                     {"prompt_tokens_details", {{"cached_tokens", r.cachedTokens}}}};
     if (args.requestMetrics)
       line["metrics"] = {{"first_token_ms", r.firstTokenMs}, {"finished_ms", r.finishedMs}};
     writeLine(out, line);
@@ -371,11 +435,13 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::fprintf(stderr,
                "%zu requests: %zu finished, %zu refused (see %s); %lld prompt tokens, %lld "
-               "generated in %.2f s (%.1f generated tokens/s); %lld steps, %lld preemptions\n",
+               "generated in %.2f s (%.1f generated tokens/s); %lld steps, %lld preemptions, "
+               "%lld of %lld prompt tokens looked up found in the prefix cache\n",
                jobs.size(), requests.size(), refused, args.outputFile.c_str(),
                (long long)promptTokens, (long long)generatedTokens, seconds,
                seconds > 0 ? double(generatedTokens) / seconds : 0.0,
-               (long long)engine.steps(), (long long)engine.preemptions());
+               (long long)engine.steps(), (long long)engine.preemptions(),
+               (long long)engine.prefixHits(), (long long)engine.prefixQueries());
   if (!out) {
     std::fprintf(stderr, "error: cannot write --output %s\n", args.outputFile.c_str());
     return 1;

@@ -49,6 +49,7 @@ EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can)
     limits.maxNumSeqs = std::min(limits.maxNumSeqs, can.stepSequences);
   if (!can.pagedKvCache) { // one sequence, contiguous: its blocks are the cache
     limits.maxNumSeqs = 1;
+    limits.prefixCaching = false; // a table is its positions: no block can be another's
     limits.blocks = std::min(limits.blocks, limits.blocksFor(limits.maxSeqLen));
   }
   return limits;
@@ -193,7 +194,8 @@ size_t Engine::submit(EngineRequest request) {
   e.request = std::move(request);
   e.sequence.handle = handle;
   e.sequence.tokens = e.request.prompt;
-  e.sampler.emplace(e.request.sampling, e.request.prompt, spec.vocab);
+  e.sequence.salt = e.request.cacheSalt;
+  e.sampler.emplace(e.request.sampling, e.request.prompt, spec.vocab, e.request.stopIds);
   int64_t prompt = int64_t(e.request.prompt.size()), most = e.request.maxTokens;
   if (most < 0 || !fitsContext(prompt, most, limits.maxSeqLen)) {
     // What the readers of requests refuse first; here so that no caller can make a sequence
@@ -215,6 +217,7 @@ EngineRequest &Engine::request(size_t handle) {
   if (it == entries.end())
     throw std::logic_error("internal error: no engine request " + std::to_string(handle));
   it->second.request.preempted = it->second.sequence.preempted;
+  it->second.request.cachedTokens = it->second.sequence.cachedTokens;
   return it->second.request;
 }
 
@@ -287,8 +290,8 @@ bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &h
   for (const Scheduled &s : plan) {
     if (!s.sampled())
       continue;
-    const EngineRequest &r = entries.at(s.sequence->handle).request;
-    if (!r.sampling.greedy() || r.sampling.penalized() || r.logprobs >= 0)
+    const Entry &e = entries.at(s.sequence->handle);
+    if (!e.sampler->argmaxOfRaw() || e.request.logprobs >= 0)
       return false;
   }
   return true;

@@ -94,6 +94,11 @@ public:
   int64_t waitingCount() const { return int64_t(scheduler.waiting().size()); }
   int64_t freeBlocks() const { return scheduler.blocks().available(); }
   int64_t totalBlocks() const { return scheduler.blocks().total(); }
+  /// Of the free blocks, those that hold a cached prefix (evictable); the prefix cache's
+  /// queried and found tokens so far.
+  int64_t cachedBlocks() const { return scheduler.blocks().evictable(); }
+  int64_t prefixQueries() const { return scheduler.prefixQueries(); }
+  int64_t prefixHits() const { return scheduler.prefixHits(); }
   /// Steps run, preemptions, and each step's wall time in ms (forward and sampling; with
   /// pipeline stages, on rank 0, from its schedule to its logits).
   int64_t steps() const { return stepCount; }

@@ -29,6 +29,9 @@ struct RequestParams {
   /// Teacher forcing (--force-ids): the tokens fed back instead of the chosen ones, which
   /// are still the output; the stop rules are then ignored, as max_tokens alone ends it.
   std::vector<int64_t> forced;
+  /// cache_salt (vLLM's): the prefix cache finds this request's blocks only for requests of
+  /// the same salt, so a client cannot probe another's prompts by what is cached.
+  std::string cacheSalt;
 };
 
 /// One request as rank 0's engine runs it (its stop ids resolved: the model's end-of-sequence
@@ -40,6 +43,7 @@ struct EngineRequest {
   std::vector<int64_t> stopIds;
   int logprobs = -1;            // -1: none
   std::vector<int64_t> forced;  // see RequestParams::forced
+  std::string cacheSalt;        // see RequestParams::cacheSalt
 
   std::vector<int64_t> output;
   std::vector<TokenLogprobs> outputLogprobs;
@@ -48,6 +52,7 @@ struct EngineRequest {
   const char *finishReason = nullptr;
   std::string error;
   int64_t preempted = 0;              // times its blocks were taken back and it was recomputed
+  int64_t cachedTokens = 0;           // its prompt's tokens found in the prefix cache
   double firstTokenMs = 0, finishedMs = 0; // since it arrived (submit)
 };
 

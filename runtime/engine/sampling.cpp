@@ -4,6 +4,8 @@
 //               when positive, multiplied by it otherwise;
 //   frequency:  logit -= penalty x the token's count in the output;
 //   presence:   logit -= penalty when the token is in the output at all;
+//   (before them, logit_bias is added, and min_tokens sets the stop ids' logits to -inf
+//   until that many tokens are out;)
 //   then logits / temperature; min_p drops the tokens whose probability is below min_p x the
 //   largest; top_k keeps the tokens whose logit is at least the k-th largest (ties at the
 //   boundary kept); top_p drops the least likely tokens while their summed probability,
@@ -59,6 +61,15 @@ std::string SamplingParams::validate() const {
     return "presence_penalty must be in [-2, 2], got " + number(presencePenalty);
   if (!(frequencyPenalty >= -2 && frequencyPenalty <= 2))
     return "frequency_penalty must be in [-2, 2], got " + number(frequencyPenalty);
+  for (const auto &[id, bias] : logitBias) {
+    if (id < 0)
+      return "logit_bias names token " + std::to_string(id) + ", not a token id";
+    if (!(bias >= -100 && bias <= 100))
+      return "logit_bias of token " + std::to_string(id) + " must be in [-100, 100], got " +
+             number(bias);
+  }
+  if (minTokens < 0)
+    return "min_tokens must be at least 0, got " + std::to_string(minTokens);
   return "";
 }
 
@@ -80,8 +91,16 @@ uint64_t Rng::next() {
 
 double Rng::uniform() { return double(next() >> 11) * 0x1.0p-53; }
 
-Sampler::Sampler(const SamplingParams &params, const std::vector<int64_t> &prompt, int64_t vocab)
+Sampler::Sampler(const SamplingParams &params, const std::vector<int64_t> &prompt, int64_t vocab,
+                 const std::vector<int64_t> &stopIds)
     : params_(params), vocab_(vocab), rng_(params.seed ? *params.seed : entropySeed()) {
+  if (params_.minTokens > 0) {
+    for (int64_t id : stopIds)
+      if (id >= 0 && id < vocab)
+        stopIds_.push_back(id);
+    std::sort(stopIds_.begin(), stopIds_.end());
+    stopIds_.erase(std::unique(stopIds_.begin(), stopIds_.end()), stopIds_.end());
+  }
   if (params_.penalized()) {
     inPrompt_.assign(size_t(vocab), 0);
     outputCount_.assign(size_t(vocab), 0);
@@ -92,14 +111,26 @@ Sampler::Sampler(const SamplingParams &params, const std::vector<int64_t> &promp
 }
 
 void Sampler::record(int64_t token) {
+  ++produced_;
   if (!params_.penalized() || token < 0 || token >= vocab_)
     return;
   if (outputCount_[size_t(token)]++ == 0)
     outputTokens_.push_back(token);
 }
 
-void Sampler::penalize(const float *logits, std::vector<float> &out) const {
+bool Sampler::argmaxOfRaw() const {
+  return params_.greedy() && !params_.penalized() && params_.logitBias.empty() &&
+         (stopIds_.empty() || produced_ >= params_.minTokens);
+}
+
+void Sampler::adjust(const float *logits, std::vector<float> &out) const {
   out.assign(logits, logits + vocab_);
+  for (const auto &[id, bias] : params_.logitBias)
+    if (id < vocab_)
+      out[size_t(id)] += float(bias);
+  if (produced_ < params_.minTokens)
+    for (int64_t id : stopIds_)
+      out[size_t(id)] = -INFINITY;
   if (!params_.penalized())
     return;
   auto repeat = [&](int64_t id) {
@@ -184,10 +215,10 @@ std::vector<double> Sampler::distribution(const std::vector<float> &penalized) c
 
 int64_t Sampler::sample(const float *logits) {
   int64_t chosen;
-  if (params_.greedy() && !params_.penalized()) {
+  if (argmaxOfRaw()) {
     chosen = std::max_element(logits, logits + vocab_) - logits;
   } else {
-    penalize(logits, scratch_);
+    adjust(logits, scratch_);
     if (params_.greedy()) {
       chosen = std::max_element(scratch_.begin(), scratch_.end()) - scratch_.begin();
     } else {

@@ -15,10 +15,21 @@
 // cache lives in the same memory a swap would go to, and the newest sequence has the least
 // computed to lose. A step that had to preempt admits nobody: the blocks are short already.
 //
+// With prefix caching (EngineLimits::prefixCaching, on unless --no-prefix-caching), a sequence
+// admitted with nothing computed (new, or preempted) first looks its tokens up in the block
+// pool's cache a full block at a time, and holds the blocks found, its longest cached prefix:
+// its prefill starts after them. Its last token is always computed (its logits choose the
+// next), so a prefix is at most the full blocks before it. Once a step has computed a block
+// full, the cache learns what it holds (Scheduler::computed), so a later sequence, or this
+// one recomputed after a preemption, may find it. A sequence never writes a full block
+// again, so the blocks it shares are only read.
+//
 // With pipeline stages several steps are in flight at once, each in another stage. A
 // sequence in one of them (inFlight) has no next token yet: it is neither scheduled nor
 // preempted until its step's logits are back, so the one preempted is the newest not in
-// flight. Its blocks may be given to another sequence
+// flight. A sequence short of blocks that is the newest not in flight only because newer ones
+// are in flight waits for them (and nobody is admitted meanwhile) rather than preempt itself,
+// so that the oldest always makes progress. Its blocks may be given to another sequence
 // once it finishes or is taken out, even while its step is still in a later stage: every
 // stage runs the steps in order, so that step is done with them there before a later one
 // writes them.
@@ -30,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 namespace tpcrt {
@@ -41,6 +53,7 @@ struct EngineLimits {
   int64_t blocks = 1;         // the KV cache's blocks (--kv-cache-tokens / block size)
   int64_t blockSize = 16;     // tokens per block (the program's)
   int64_t maxSeqLen = 1;      // --max-model-len: the longest sequence (prompt + output)
+  bool prefixCaching = false; // the engine's is on unless --no-prefix-caching
 
   int64_t blocksFor(int64_t tokens) const { return (tokens + blockSize - 1) / blockSize; }
 };
@@ -50,10 +63,18 @@ struct EngineLimits {
 struct Sequence {
   size_t handle = 0;           // the owner's name for it
   std::vector<int64_t> tokens; // the prompt, then what it has generated
+  std::string salt;            // its request's cache_salt: the prefix cache's first blocks
   int64_t computed = 0;        // tokens whose keys and values are in its blocks
   std::vector<int32_t> blocks; // its block table
   int64_t preempted = 0;       // times its blocks were taken back
   bool inFlight = false;       // in a step whose logits are not back yet (pipeline stages)
+  int64_t cachedTokens = 0;    // tokens found in the prefix cache when it was first admitted
+  // The prefix cache's chain: how many of its table's blocks the cache knows (found there, or
+  // published), and the block the next one follows as the cache has it, with that block's
+  // generation then.
+  int64_t chained = 0;
+  int32_t chainParent = -1;
+  uint64_t chainGeneration = 0;
 
   int64_t pending() const { return int64_t(tokens.size()) - computed; }
 };
@@ -89,21 +110,33 @@ public:
   const std::deque<Sequence *> &waiting() const { return waitingQueue; }
   const BlockPool &blocks() const { return pool; }
   int64_t preemptions() const { return preemptionCount; }
+  /// The prefix cache's lookups so far (vLLM's counters): the tokens of the sequences
+  /// admitted with nothing computed, and how many of them were found cached.
+  int64_t prefixQueries() const { return queriedTokens; }
+  int64_t prefixHits() const { return hitTokens; }
 
 private:
   /// Blocks for `count` more tokens of `s` (there are enough).
   void grow(Sequence *s, int64_t count);
+  /// The newest running sequence not in flight, or null.
+  Sequence *newestNotInFlight() const;
   /// Takes the blocks of the newest running sequence not in flight back, queueing it first
   /// to be recomputed; returns it, or null when every running sequence is in flight.
   Sequence *preemptNewest();
   /// Admits waiting sequences into `plan` while `budget`, `most` and the blocks allow.
   void admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t most);
+  /// The cached blocks holding the longest prefix of `s`'s tokens, up to the full blocks
+  /// before its last token.
+  std::vector<int32_t> cachedPrefix(const Sequence &s) const;
+  /// Tells the cache what `s`'s blocks that are newly full hold.
+  void publish(Sequence &s);
 
   EngineLimits limits;
   BlockPool pool;
   std::deque<Sequence *> waitingQueue;
   std::vector<Sequence *> runningList;
   int64_t preemptionCount = 0;
+  int64_t queriedTokens = 0, hitTokens = 0;
 };
 
 } // namespace tpcrt

@@ -8,6 +8,7 @@
 #include "tpcrt/chat_template.h"
 #include "tpcrt/json.h"
 
+#include <algorithm>
 #include <set>
 
 namespace tpcrt::serve {
@@ -17,10 +18,10 @@ namespace {
 constexpr int kMaxJsonDepth = 16;
 
 /// Fields that would change the result, not implemented here: refused by name. (n and
-/// best_of are refused unless 1, logprobs unless off, echo unless false, suffix unless null.)
+/// best_of are refused unless 1, echo unless false, suffix unless null.)
 const std::set<std::string> kNotImplemented = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
-    "response_format", "logit_bias", "prompt_logprobs", "min_tokens", "bad_words",
+    "response_format", "prompt_logprobs", "bad_words",
     "allowed_token_ids", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
     "structured_outputs", "use_beam_search", "length_penalty", "include_stop_str_in_output",
     "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
@@ -310,6 +311,10 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
   params.stop.clear();
   params.stopIds.clear();
   params.maxTokens = chat ? 0 : 16; // chat: the rest of the context (vLLM), completions: 16
+  // Log-probabilities: chat's `logprobs` true with `top_logprobs` more (0 when not given), a
+  // completion's `logprobs` N; none otherwise.
+  bool chatLogprobs = false, completionLogprobs = false;
+  int top = 0;
   if (std::optional<ApiError> bad = checkModel(j, context))
     return bad;
   const char *promptField = chat ? "messages" : "prompt";
@@ -342,9 +347,19 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
         return invalid("field '" + key + "': only 1 is implemented by tpc serve, not " +
                            value.dump(),
                        key, "not_implemented");
-    } else if (key == "logprobs" || key == "top_logprobs") {
-      if (!only(value, false) && !(key == "top_logprobs" && only(value, 0)))
-        return notImplemented(key);
+    } else if (key == "logprobs" && chat) { // chat: whether; top_logprobs: how many more
+      if (!value.is_boolean())
+        return invalid("field 'logprobs' must be true or false, not " + value.dump(), key);
+      chatLogprobs = value.get<bool>();
+    } else if (key == "logprobs" || key == "top_logprobs") { // completions: how many more
+      if (key == "top_logprobs" && !chat)
+        return invalid("field 'top_logprobs' is the chat API's; a completion asks for the most "
+                       "likely tokens with 'logprobs': N (0 to " +
+                           std::to_string(kMaxLogprobs) + ")",
+                       key);
+      if (std::string bad = readLogprobCount(key, value, top); !bad.empty())
+        return invalid(bad, key);
+      completionLogprobs = !chat;
     } else if (key == "echo") {
       if (!only(value, false))
         return notImplemented(key);
@@ -355,6 +370,9 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
         return invalid(*bad, key);
     } // anything else changes nothing here: ignored, as the OpenAI clients send such fields
   }
+  if (chat && top > 0 && !chatLogprobs)
+    return invalid("field 'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  params.logprobs = chatLogprobs || completionLogprobs ? top : -1;
   if (request.includeUsage && !request.stream)
     return invalid("field 'stream_options' is only for streamed requests (stream: true)",
                    "stream_options");
@@ -393,6 +411,8 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
                        " in the prompt, " + std::to_string(params.maxTokens) +
                        " max_tokens for the completion)",
                    "max_tokens", "context_length_exceeded");
+  if (std::string bad = checkAgainstModel(params, context.spec->vocab); !bad.empty())
+    return invalid(bad, bad.substr(7, bad.find('\'', 7) - 7)); // "field 'x'..." names x
   return std::nullopt;
 }
 
@@ -414,7 +434,8 @@ nlohmann::ordered_json head(const ResponseHead &h, const char *object) {
 nlohmann::ordered_json usageOf(const Usage &u) {
   return {{"prompt_tokens", u.prompt},
           {"completion_tokens", u.completion},
-          {"total_tokens", u.prompt + u.completion}};
+          {"total_tokens", u.prompt + u.completion},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached}}}};
 }
 
 nlohmann::ordered_json reason(const char *finishReason) {
@@ -423,14 +444,63 @@ nlohmann::ordered_json reason(const char *finishReason) {
 
 } // namespace
 
+nlohmann::ordered_json logprobsOf(bool chat, const Tokenizer &tokenizer,
+                                  const TokenLogprobs *begin, const TokenLogprobs *end,
+                                  int64_t &textOffset) {
+  auto textOf = [&](int64_t id) { return tokenizer.decode({id}, /*skipSpecial=*/false); };
+  auto clamped = [](double logprob) { return std::max(logprob, -9999.0); };
+  if (chat) {
+    nlohmann::ordered_json content = nlohmann::ordered_json::array();
+    auto entry = [&](int64_t id, double logprob) {
+      std::string text = textOf(id);
+      std::vector<int> bytes;
+      for (unsigned char c : text)
+        bytes.push_back(c);
+      return nlohmann::ordered_json{{"token", text}, {"logprob", clamped(logprob)},
+                                    {"bytes", bytes}};
+    };
+    for (const TokenLogprobs *t = begin; t != end; ++t) {
+      nlohmann::ordered_json one = entry(t->token, t->logprob);
+      one["top_logprobs"] = nlohmann::ordered_json::array();
+      for (const auto &[id, logprob] : t->top)
+        one["top_logprobs"].push_back(entry(id, logprob));
+      content.push_back(std::move(one));
+    }
+    return {{"content", std::move(content)}};
+  }
+  nlohmann::ordered_json offsets = nlohmann::ordered_json::array(),
+                         chosen = nlohmann::ordered_json::array(),
+                         tokens = nlohmann::ordered_json::array(),
+                         tops = nlohmann::ordered_json::array();
+  for (const TokenLogprobs *t = begin; t != end; ++t) {
+    std::string text = textOf(t->token);
+    offsets.push_back(textOffset);
+    textOffset += int64_t(std::count_if(text.begin(), text.end(), [](char c) {
+      return (static_cast<unsigned char>(c) & 0xC0) != 0x80; // a character's first byte
+    }));
+    chosen.push_back(clamped(t->logprob));
+    tokens.push_back(text);
+    nlohmann::ordered_json top = nlohmann::ordered_json::object();
+    for (const auto &[id, logprob] : t->top)
+      top[textOf(id)] = clamped(logprob);
+    top[text] = clamped(t->logprob); // the chosen one too, as OpenAI's and vLLM's give it
+    tops.push_back(std::move(top));
+  }
+  return {{"text_offset", std::move(offsets)},
+          {"token_logprobs", std::move(chosen)},
+          {"tokens", std::move(tokens)},
+          {"top_logprobs", std::move(tops)}};
+}
+
 nlohmann::ordered_json response(const ResponseHead &h, const std::string &text,
-                                const char *finishReason, const Usage &usage) {
+                                const char *finishReason, const Usage &usage,
+                                const nlohmann::ordered_json &logprobs) {
   nlohmann::ordered_json choice = {{"index", 0}};
   if (h.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
     choice["text"] = text;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finishReason);
   nlohmann::ordered_json r = head(h, h.chat ? "chat.completion" : "text_completion");
   r["choices"] = nlohmann::ordered_json::array({choice});
@@ -439,7 +509,8 @@ nlohmann::ordered_json response(const ResponseHead &h, const std::string &text,
 }
 
 nlohmann::ordered_json chunk(const ResponseHead &h, const std::string &text,
-                             const char *finishReason, bool role) {
+                             const char *finishReason, bool role,
+                             const nlohmann::ordered_json &logprobs) {
   nlohmann::ordered_json choice = {{"index", 0}};
   if (h.chat) {
     choice["delta"] = role ? nlohmann::ordered_json{{"role", "assistant"}, {"content", text}}
@@ -447,7 +518,7 @@ nlohmann::ordered_json chunk(const ResponseHead &h, const std::string &text,
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finishReason);
   nlohmann::ordered_json r = head(h, h.chat ? "chat.completion.chunk" : "text_completion");
   r["choices"] = nlohmann::ordered_json::array({choice});

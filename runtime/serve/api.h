@@ -78,14 +78,29 @@ struct ResponseHead {
 };
 struct Usage {
   int64_t prompt = 0, completion = 0;
+  int64_t cached = 0; // of the prompt's tokens, those found in the prefix cache
 };
-/// A whole (non-streamed) response.
+/// Generated tokens' log-probabilities, [begin, end), as a choice carries them in vLLM's shapes
+/// (each clamped at -9999, as vLLM does, since JSON has no -inf). Chat: {"content": [{"token",
+/// "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}, the most likely
+/// tokens most likely first. Completions: {"text_offset", "token_logprobs", "tokens",
+/// "top_logprobs": [{text: logprob}]}, each dict the most likely tokens and the chosen one.
+/// A token's text is tokenizer.decode([id]) with special tokens kept, its bytes that text's
+/// UTF-8 (vLLM's); text offsets count the characters of the tokens' texts from `textOffset`,
+/// which is advanced past these tokens.
+nlohmann::ordered_json logprobsOf(bool chat, const Tokenizer &tokenizer,
+                                  const TokenLogprobs *begin, const TokenLogprobs *end,
+                                  int64_t &textOffset);
+/// A whole (non-streamed) response; `logprobs` logprobsOf's, or null.
 nlohmann::ordered_json response(const ResponseHead &head, const std::string &text,
-                                const char *finishReason, const Usage &usage);
+                                const char *finishReason, const Usage &usage,
+                                const nlohmann::ordered_json &logprobs = nullptr);
 /// A stream chunk of one choice: `text` (the chat's first chunk: the role and empty content),
-/// with `finishReason` on the last one (null before).
+/// with `finishReason` on the last one (null before), and the log-probabilities of the tokens
+/// whose text it is first to carry (logprobsOf's, or null).
 nlohmann::ordered_json chunk(const ResponseHead &head, const std::string &text,
-                             const char *finishReason, bool role = false);
+                             const char *finishReason, bool role = false,
+                             const nlohmann::ordered_json &logprobs = nullptr);
 /// stream_options.include_usage's chunk: no choices, the usage.
 nlohmann::ordered_json usageChunk(const ResponseHead &head, const Usage &usage);
 /// A JSON value as the bytes a response carries: text that is not valid UTF-8 has its bad

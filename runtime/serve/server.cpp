@@ -36,6 +36,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 namespace tpcrt::serve {
 
@@ -135,11 +136,29 @@ struct Job {
   std::string all;                    // the whole text, for a non-streamed response
   std::string tail;                   // a stream's text at the finish, not sent yet
   Usage usage;
+  // Where log-probabilities were asked for: how many tokens' have gone in a chunk, and the
+  // text offset a completion's next one starts at; at the finish, the rest (all of them, for
+  // a non-streamed response).
+  size_t logprobsShown = 0;
+  int64_t textOffset = 0;
+  nlohmann::ordered_json logprobs;
   bool answered = false;
   // Under the server's mutex:
   const char *finish = nullptr;       // "stop", "length" or "abort", once finished
   bool cancelled = false;
 };
+
+/// The log-probabilities of `job`'s tokens that no chunk has carried yet (null where none were
+/// asked for), from here on shown.
+nlohmann::ordered_json unshownLogprobs(Job &job, const EngineRequest &r,
+                                       const Tokenizer &tokenizer) {
+  if (r.logprobs < 0)
+    return nullptr;
+  const TokenLogprobs *all = r.outputLogprobs.data();
+  size_t from = std::exchange(job.logprobsShown, r.outputLogprobs.size());
+  return logprobsOf(job.api.chat, tokenizer, all + from, all + job.logprobsShown,
+                    job.textOffset);
+}
 
 http::Response jsonResponse(int status, std::string body, const std::string &id) {
   http::Response response;
@@ -175,6 +194,7 @@ struct Server::State {
 
   // /metrics, under the mutex.
   int64_t running = 0, waiting = 0, blocksUsed = 0, blocksTotal = 0, preemptions = 0;
+  int64_t blocksCached = 0, prefixQueries = 0, prefixHits = 0;
   uint64_t promptTokens = 0, generationTokens = 0;
   std::map<std::string, uint64_t> finished, rejected; // by reason
   Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -493,7 +513,7 @@ void Server::State::answer(Job &job, const std::string &error, int status, const
   if (!job.api.stream) {
     exchange.respond(error.empty()
                          ? jsonResponse(200, dump(response(job.head, job.all, job.finish,
-                                                           job.usage)), job.id)
+                                                           job.usage, job.logprobs)), job.id)
                          : jsonResponse(status, errorBody({status, error, "", code}), job.id));
     return;
   }
@@ -501,7 +521,7 @@ void Server::State::answer(Job &job, const std::string &error, int status, const
   if (!error.empty()) {
     exchange.send("data: " + errorBody({status, error, "", code}) + "\n\ndata: [DONE]\n\n");
   } else {
-    std::string out = event(chunk(job.head, job.tail, job.finish));
+    std::string out = event(chunk(job.head, job.tail, job.finish, false, job.logprobs));
     if (job.api.includeUsage)
       out += event(usageChunk(job.head, job.usage));
     exchange.send(out + "data: [DONE]\n\n");
@@ -529,6 +549,14 @@ std::string Server::State::metrics() {
   sample("kv_cache_blocks_used", model, double(blocksUsed));
   metric("kv_cache_blocks_total", "gauge", "Blocks of the paged KV cache.");
   sample("kv_cache_blocks_total", model, double(blocksTotal));
+  metric("kv_cache_blocks_cached", "gauge",
+         "Blocks held by no sequence that keep a cached prefix (evicted when needed).");
+  sample("kv_cache_blocks_cached", model, double(blocksCached));
+  metric("prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache (each admission of a sequence).");
+  sample("prefix_cache_queries_total", model, double(prefixQueries));
+  metric("prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.");
+  sample("prefix_cache_hits_total", model, double(prefixHits));
   metric("num_preemptions_total", "counter",
          "Sequences preempted (their KV blocks taken back) to be recomputed.");
   sample("num_preemptions_total", model, double(preemptions));
@@ -719,7 +747,9 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     auto now = Clock::now();
     ++job.usage.completion;
     if (job.api.stream && !piece.empty()) // queued for the I/O thread: never a wait here
-      job.exchange->send(event(chunk(job.head, piece, nullptr)));
+      job.exchange->send(event(chunk(job.head, piece, nullptr, false,
+                                     unshownLogprobs(job, engine.request(handle),
+                                                     *s.context.tokenizer))));
     job.all += piece;
     std::lock_guard<std::mutex> lock(s.mutex);
     ++s.generationTokens;
@@ -735,6 +765,8 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     job.tail = job.text->finish();
     job.all += job.tail;
     const EngineRequest &r = engine.request(handle);
+    job.usage.cached = r.cachedTokens;
+    job.logprobs = unshownLogprobs(job, r, *s.context.tokenizer);
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       s.finishJob(job, r.finishReason);
@@ -842,6 +874,9 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
       s.running = engine.runningCount();
       s.waiting = engine.waitingCount() + int64_t(s.inbox.size());
       s.blocksUsed = engine.totalBlocks() - engine.freeBlocks();
+      s.blocksCached = engine.cachedBlocks();
+      s.prefixQueries = engine.prefixQueries();
+      s.prefixHits = engine.prefixHits();
       s.preemptions = engine.preemptions();
     }
   } catch (const std::exception &e) {

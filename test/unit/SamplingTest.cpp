@@ -142,7 +142,7 @@ TEST(SamplingTest, PenaltiesAsVllmDefinesThem) {
   for (int64_t t : {3, 3, 4})
     sampler.record(t);
   std::vector<float> out;
-  sampler.penalize(logits.data(), out);
+  sampler.adjust(logits.data(), out);
   std::vector<float> want = {2.0f / 2,                    // prompt
                              -1.0f * 2,                   // prompt, negative
                              0.5f,                        // unseen
@@ -154,6 +154,57 @@ TEST(SamplingTest, PenaltiesAsVllmDefinesThem) {
     EXPECT_FLOAT_EQ(out[i], want[i]) << "token " << i;
   // Greedy with penalties: the argmax of the penalized logits (token 5 now, not 3).
   EXPECT_EQ(sampler.sample(logits.data()), 5);
+}
+
+TEST(SamplingTest, LogitBiasAndMinTokensComeBeforeThePenalties) {
+  // Token 3 leads (3.0); a bias of -2.5 puts it at 0.5, a bias of +1 lifts token 1 to 0.0;
+  // then the repetition penalty halves the positive ones seen in the prompt (token 0: 1.0).
+  std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f, 1.25f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.logitBias = {{3, -2.5}, {1, 1.0}};
+  p.repetitionPenalty = 2.0;
+  Sampler biased(p, /*prompt=*/{0}, int64_t(logits.size()));
+  EXPECT_FALSE(biased.argmaxOfRaw());
+  std::vector<float> out;
+  biased.adjust(logits.data(), out);
+  std::vector<float> want = {1.0f, 0.0f, 0.5f, 0.5f, -2.0f, 1.25f};
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_FLOAT_EQ(out[i], want[i]) << "token " << i;
+  EXPECT_EQ(biased.sample(logits.data()), 5);
+  // +100 makes the least likely token the choice; -100 removes the likely one.
+  SamplingParams forced;
+  forced.temperature = 0;
+  forced.logitBias = {{4, 100}};
+  EXPECT_EQ(Sampler(forced, {}, 6).sample(logits.data()), 4);
+
+  // min_tokens: the stop ids (3 and 0 here) cannot come until 2 tokens are out, then can.
+  SamplingParams min;
+  min.temperature = 0;
+  min.minTokens = 2;
+  Sampler held(min, {}, int64_t(logits.size()), /*stopIds=*/{3, 0});
+  EXPECT_FALSE(held.argmaxOfRaw());
+  EXPECT_EQ(held.sample(logits.data()), 5); // 3 and 0 held back: 1.25 leads
+  EXPECT_EQ(held.sample(logits.data()), 5);
+  EXPECT_TRUE(held.argmaxOfRaw());
+  EXPECT_EQ(held.sample(logits.data()), 3);
+  // Sampled, not greedy: no draw ever lands on a held-back stop id.
+  min.temperature = 1;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    min.seed = seed;
+    Sampler drawn(min, {}, int64_t(logits.size()), {3, 0});
+    int64_t first = drawn.sample(logits.data()), second = drawn.sample(logits.data());
+    EXPECT_TRUE(first != 3 && first != 0 && second != 3 && second != 0) << "seed " << seed;
+  }
+  // Out of range: named.
+  SamplingParams bad;
+  bad.logitBias = {{7, 100.5}};
+  EXPECT_EQ(bad.validate(), "logit_bias of token 7 must be in [-100, 100], got 100.5");
+  bad.logitBias = {{-1, 1}};
+  EXPECT_EQ(bad.validate(), "logit_bias names token -1, not a token id");
+  bad.logitBias.clear();
+  bad.minTokens = -3;
+  EXPECT_EQ(bad.validate(), "min_tokens must be at least 0, got -3");
 }
 
 TEST(SamplingTest, GreedyIsTheArgmax) {

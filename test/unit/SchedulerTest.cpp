@@ -194,5 +194,161 @@ TEST(Scheduler, SequencesInFlightWaitForTheirLogits) {
   EXPECT_EQ(scheduler.waiting().front(), &c);
 }
 
+// Pipeline stages again: the oldest sequence short of blocks, whose only newer one is in
+// flight, waits for it and then takes its blocks, instead of preempting itself and leaving
+// the newer one its room (the two would take turns, neither finishing).
+TEST(Scheduler, AnOlderSequenceShortOfBlocksWaitsForANewerOneInFlight) {
+  Scheduler scheduler({4, 100, /*blocks=*/3, /*blockSize=*/4, 16});
+  Sequence a = promptOf(1, 4), b = promptOf(2, 8);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  std::vector<Scheduled> first = scheduler.schedule(1);
+  EXPECT_EQ(shape(first), (Pairs{{1, 4}}));
+  a.inFlight = true;
+  runStep(scheduler, first); // a: 5 tokens, one block
+  std::vector<Scheduled> second = scheduler.schedule(1);
+  EXPECT_EQ(shape(second), (Pairs{{2, 8}}));
+  b.inFlight = true;
+  runStep(scheduler, second); // b: two blocks; none left
+  a.inFlight = false;         // a's fifth token needs a block; b, newer, is in flight
+  EXPECT_TRUE(scheduler.schedule(1).empty());
+  EXPECT_EQ(scheduler.preemptions(), 0);
+  b.inFlight = false; // b back: a takes its blocks
+  EXPECT_EQ(shape(scheduler.schedule(1)), (Pairs{{1, 1}}));
+  EXPECT_EQ(a.preempted, 0);
+  EXPECT_EQ(b.preempted, 1);
+  ASSERT_EQ(scheduler.waiting().size(), 1u);
+  EXPECT_EQ(scheduler.waiting().front(), &b);
+}
+
+// Prefix caching: blocks of 4; a block is cached once a step has computed it full.
+EngineLimits caching(bool on = true) {
+  EngineLimits limits{/*maxNumSeqs=*/4, /*maxBatchTokens=*/100, /*blocks=*/10,
+                      /*blockSize=*/4, /*maxSeqLen=*/40};
+  limits.prefixCaching = on;
+  return limits;
+}
+
+TEST(Scheduler, APromptThatBeginsAsAnEarlierOneStartsAfterItsCachedBlocks) {
+  Scheduler scheduler(caching());
+  Sequence a = promptOf(1, 10);
+  scheduler.add(&a);
+  runStep(scheduler, scheduler.schedule()); // blocks 0 and 1 full, the third holds 2 tokens
+  std::vector<int32_t> first(a.blocks.begin(), a.blocks.begin() + 2);
+  scheduler.finish(&a);
+  EXPECT_EQ(scheduler.blocks().evictable(), 2); // the two full ones, kept
+  EXPECT_EQ(scheduler.blocks().available(), 10);
+  // b shares a's first 9 tokens: both full blocks of them are found.
+  Sequence b = promptOf(1, 10);
+  b.handle = 2;
+  b.tokens[9] = 999;
+  scheduler.add(&b);
+  std::vector<Scheduled> step = scheduler.schedule();
+  EXPECT_EQ(shape(step), (Pairs{{2, 2}}));
+  EXPECT_EQ(b.cachedTokens, 8);
+  EXPECT_EQ(std::vector<int32_t>(b.blocks.begin(), b.blocks.begin() + 2), first);
+  EXPECT_EQ(scheduler.blocks().evictable(), 0);
+  EXPECT_EQ(scheduler.prefixQueries(), 20);
+  EXPECT_EQ(scheduler.prefixHits(), 8);
+  runStep(scheduler, step);
+  // A prompt of exactly those 8 tokens: its last token is computed (its logits choose the
+  // next), so only the first block is taken, and it is shared with b, which runs.
+  Sequence c = promptOf(1, 8);
+  c.handle = 3;
+  scheduler.add(&c);
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{2, 1}, {3, 4}}));
+  EXPECT_EQ(c.cachedTokens, 4);
+  EXPECT_EQ(c.blocks.front(), first.front());
+  EXPECT_EQ(scheduler.blocks().holdersOf(first.front()), 2);
+}
+
+TEST(Scheduler, AnotherPromptOrCachingOffFindsNothing) {
+  for (bool on : {false, true}) {
+    Scheduler scheduler(caching(on));
+    Sequence a = promptOf(1, 9), b = promptOf(1, 9);
+    b.tokens[0] = 7; // the first block differs, so nothing after it is found either
+    scheduler.add(&a);
+    runStep(scheduler, scheduler.schedule());
+    scheduler.finish(&a);
+    scheduler.add(&b);
+    std::vector<Scheduled> step = scheduler.schedule();
+    EXPECT_EQ(shape(step), (Pairs{{1, 9}})) << on;
+    EXPECT_EQ(b.cachedTokens, 0);
+    EXPECT_EQ(scheduler.prefixHits(), 0);
+    EXPECT_EQ(scheduler.prefixQueries(), on ? 18 : 0);
+    runStep(scheduler, step);
+    // a's own prompt again: found, where caching is on.
+    Sequence c = promptOf(1, 9);
+    scheduler.add(&c);
+    EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{1, 1}, {1, on ? 1 : 9}})) << on;
+  }
+}
+
+TEST(Scheduler, TwinsInOneStepComputeAlikeAndTheCacheKeepsOneCopy) {
+  Scheduler scheduler(caching());
+  Sequence a = promptOf(1, 9), b = promptOf(1, 9), c = promptOf(1, 9);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  // Admitted together: nothing is cached yet, both compute every token.
+  std::vector<Scheduled> step = scheduler.schedule();
+  EXPECT_EQ(shape(step), (Pairs{{1, 9}, {1, 9}}));
+  runStep(scheduler, step);
+  // c finds a's blocks (published first); b's copies are not cached.
+  scheduler.add(&c);
+  scheduler.schedule();
+  EXPECT_EQ(c.cachedTokens, 8);
+  EXPECT_EQ(c.blocks[0], a.blocks[0]);
+  EXPECT_EQ(c.blocks[1], a.blocks[1]);
+  for (Sequence *s : {&a, &b, &c})
+    scheduler.finish(s);
+  EXPECT_EQ(scheduler.blocks().evictable(), 2);
+  EXPECT_EQ(scheduler.blocks().held(), 0);
+  EXPECT_EQ(scheduler.blocks().available(), 10);
+}
+
+TEST(Scheduler, APreemptedSequenceFindsItsOwnBlocksWhenReadmitted) {
+  // Five blocks of 4. a (8 tokens) and b (8) take four; a's decode takes the fifth, then
+  // b's needs one more: b, the newest, is preempted. Its two full blocks stay cached (the
+  // pool has none free, so none is evicted before b comes back), and when a finishes b is
+  // readmitted on them: only its last block's tokens are computed again.
+  EngineLimits limits{4, 100, /*blocks=*/5, /*blockSize=*/4, 40};
+  limits.prefixCaching = true;
+  Scheduler scheduler(limits);
+  Sequence a = promptOf(1, 8), b = promptOf(2, 8);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  runStep(scheduler, scheduler.schedule()); // 8 each: two full blocks each, all cached
+  std::vector<int32_t> own = b.blocks;
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{1, 1}})); // a grows; b is preempted
+  EXPECT_EQ(b.preempted, 1);
+  EXPECT_EQ(scheduler.blocks().evictable(), 2); // b's, kept
+  scheduler.finish(&a);
+  std::vector<Scheduled> step = scheduler.schedule();
+  // b has 9 tokens now (its sampled one): its two full blocks are found, one token computed.
+  EXPECT_EQ(shape(step), (Pairs{{2, 1}}));
+  EXPECT_EQ(std::vector<int32_t>(b.blocks.begin(), b.blocks.begin() + 2), own);
+  EXPECT_EQ(b.cachedTokens, 0); // counted at its first admission only
+  EXPECT_EQ(scheduler.prefixHits(), 8);
+}
+
+TEST(Scheduler, BlocksFilledByDecodeAreCachedToo) {
+  // A conversation's next turn holds its earlier answer: blocks a decode fills are cached.
+  Scheduler scheduler(caching());
+  Sequence a = promptOf(1, 3);
+  scheduler.add(&a);
+  for (int i = 0; i < 6; ++i) // 3 prompt tokens, then 6 decodes: 8 computed, 9 tokens
+    runStep(scheduler, scheduler.schedule());
+  EXPECT_EQ(a.computed, 8);
+  std::vector<int64_t> turn = a.tokens;
+  scheduler.finish(&a);
+  Sequence b;
+  b.handle = 2;
+  b.tokens = turn;
+  b.tokens.push_back(5);
+  scheduler.add(&b);
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{2, 2}}));
+  EXPECT_EQ(b.cachedTokens, 8);
+}
+
 } // namespace
 } // namespace tpcrt

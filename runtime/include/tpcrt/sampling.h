@@ -27,6 +27,12 @@ struct SamplingParams {
   double presencePenalty = 0.0;   // [-2, 2]; over the output's tokens
   double frequencyPenalty = 0.0;  // [-2, 2]; over the output's tokens, per occurrence
   std::optional<uint64_t> seed;   // none: a seed drawn from the system's entropy
+  /// logit_bias: added to these tokens' logits (each bias in [-100, 100]) before anything
+  /// else, as vLLM applies it before the penalties.
+  std::vector<std::pair<int64_t, double>> logitBias;
+  /// min_tokens: the sequence's stop ids (its end-of-sequence ids and stop_token_ids) cannot
+  /// be chosen until this many tokens are out (their logits are -inf until then).
+  int64_t minTokens = 0;
 
   /// Below vLLM's _SAMPLING_EPS a temperature is greedy.
   bool greedy() const { return temperature < 1e-5; }
@@ -34,7 +40,8 @@ struct SamplingParams {
     return repetitionPenalty != 1.0 || presencePenalty != 0.0 || frequencyPenalty != 0.0;
   }
   /// "" when every field is in range, else what is wrong, naming the field as vLLM's
-  /// parameter ("top_p must be in (0, 1], got 0").
+  /// parameter ("top_p must be in (0, 1], got 0"). (Whether logit_bias's ids are the
+  /// vocabulary's is the reader's to check: it knows the model.)
   std::string validate() const;
 };
 
@@ -52,20 +59,29 @@ private:
 };
 
 /// One sequence's sampler: its parameters, what the penalties count (the prompt's tokens
-/// and the output's, as the sequence grows) and its generator.
+/// and the output's, as the sequence grows), the stop ids min_tokens holds back, and its
+/// generator.
 class Sampler {
 public:
-  Sampler(const SamplingParams &params, const std::vector<int64_t> &prompt, int64_t vocab);
+  Sampler(const SamplingParams &params, const std::vector<int64_t> &prompt, int64_t vocab,
+          const std::vector<int64_t> &stopIds = {});
 
   /// The next token from `logits` (vocab of them), recorded as the output's. The logits are
   /// not changed.
   int64_t sample(const float *logits);
-  /// Records a token as the output's without choosing it (teacher forcing).
+  /// Records a token as the output's without choosing it (teacher forcing, or an argmax
+  /// found elsewhere).
   void record(int64_t token);
+  /// Whether the next token is the argmax of the logits as they come: greedy, and nothing
+  /// (penalty, bias, min_tokens still holding a stop id back) changes them first. Only then
+  /// may the ranks find it for the sampler.
+  bool argmaxOfRaw() const;
 
-  /// The logits after the penalties (as vLLM applies them before temperature), into `out`.
-  void penalize(const float *logits, std::vector<float> &out) const;
-  /// The probability of every token that the filters keep (the rest 0), from penalized
+  /// The logits as the draw sees them, into `out`: logit_bias added, the stop ids at -inf
+  /// while min_tokens holds them back, then the penalties (vLLM's order, all before
+  /// temperature).
+  void adjust(const float *logits, std::vector<float> &out) const;
+  /// The probability of every token that the filters keep (the rest 0), from adjusted
   /// logits: softmax(logits / temperature), min_p, then top_k, then top_p, as vLLM orders
   /// them. Exposed for tests; sample() draws from exactly these.
   std::vector<double> distribution(const std::vector<float> &penalized) const;
@@ -78,12 +94,16 @@ private:
   std::vector<uint8_t> inPrompt_;     // per token: seen in the prompt
   std::vector<uint32_t> outputCount_; // per token: times in the output
   std::vector<int64_t> outputTokens_; // the output's distinct tokens: what the penalties visit
+  std::vector<int64_t> stopIds_;      // held back while fewer than minTokens are out
+  int64_t produced_ = 0;              // tokens out so far
   Rng rng_;
   std::vector<float> scratch_;
 };
 
 /// The most stop strings a request may give, and the most bytes of one.
 constexpr size_t kMaxStopStrings = 64, kMaxStopStringBytes = 1024;
+/// The most bytes of a request's cache_salt.
+constexpr size_t kMaxCacheSaltBytes = 1024;
 /// "" when `stops` are stop strings StopStrings can match (each non-empty, valid UTF-8, within
 /// the limits above), else what is wrong with which.
 std::string checkStopStrings(const std::vector<std::string> &stops);

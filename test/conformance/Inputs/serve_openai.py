@@ -26,10 +26,14 @@ PROMPT = "The capital of France is"
 CHAT_TOKENS, COMPLETION_TOKENS = 24, 12
 
 
-def reference(ckpt):
+def load(ckpt):
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32,
                                                  attn_implementation="eager")
+    return tokenizer, model
+
+
+def reference(tokenizer, model):
     answers = {}
     for name, ids, limit in [
             ("chat", tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True,
@@ -41,6 +45,87 @@ def reference(ckpt):
             out = model.generate(ids, max_new_tokens=limit, do_sample=False)
         answers[name] = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     return answers
+
+
+TOP = 5
+
+
+def reference_logprobs(tokenizer, model, prompt_ids, texts):
+    """transformers' log_softmax at each answer token, the answer given as the tokens' texts
+    (decode of one id each, as the server names them): [(chosen's logprob, [(text, logprob)]
+    of the TOP most likely)] a token."""
+    vocab = {}
+    for i in range(len(tokenizer)):
+        vocab.setdefault(tokenizer.decode([i]), i)
+    answer = [vocab[t] for t in texts]
+    ids = torch.tensor([list(prompt_ids) + answer])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits[0].double(), dim=-1)
+    out = []
+    for k, token in enumerate(answer):
+        row = logprobs[len(prompt_ids) - 1 + k]
+        values, top = torch.topk(row, TOP)
+        out.append((row[token].item(),
+                    [(tokenizer.decode([int(i)]), v.item()) for i, v in zip(top, values)]))
+    return out
+
+
+def agrees(got, want, tolerance=1e-4):
+    """Whether the server's [(chosen's logprob, [(text, logprob)])] is transformers' within
+    `tolerance`: the chosen tokens' logprobs, and the top ones rank by rank (a text may trade
+    places only with one whose logprob is within the tolerance)."""
+    if len(got) != len(want):
+        return False
+    for (chosen, top), (want_chosen, want_top) in zip(got, want):
+        if abs(chosen - want_chosen) > tolerance or len(top) != len(want_top):
+            return False
+        for (text, value), (_, want_value) in zip(top, want_top):
+            if abs(value - want_value) > tolerance or not any(
+                    t == text and abs(v - value) <= tolerance for t, v in want_top):
+                return False
+    return True
+
+
+def logprobs_check(client, tokenizer, model):
+    """Chat (logprobs, top_logprobs) and completions (logprobs: N) through the client, streamed
+    and not, held to transformers' log_softmax of the same tokens within 1e-4."""
+    chat_ids = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True,
+                                             tokenize=True, return_dict=True)["input_ids"]
+    completion_ids = tokenizer(PROMPT)["input_ids"]
+
+    def chat_entries(content):
+        return [(e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in content]
+
+    def completion_entries(lp):
+        # The dict holds the TOP most likely and the chosen one (among them, when greedy).
+        return [(chosen, sorted(top.items(), key=lambda kv: -kv[1])[:TOP])
+                for chosen, top in zip(lp.token_logprobs, lp.top_logprobs)]
+
+    chat = dict(model="ckpt", messages=QUESTION, max_tokens=CHAT_TOKENS, temperature=0,
+                logprobs=True, top_logprobs=TOP)
+    got = client.chat.completions.create(**chat).choices[0].logprobs.content
+    texts = [e.token for e in got]
+    want = reference_logprobs(tokenizer, model, chat_ids, texts)
+    print("chat logprobs: %d tokens, transformers' within 1e-4: %s" % (
+        len(got), agrees(chat_entries(got), want)))
+    streamed = [e for c in client.chat.completions.create(**chat, stream=True)
+                for choice in c.choices if choice.logprobs for e in choice.logprobs.content]
+    print("chat logprobs streamed: the same tokens: %s, transformers' within 1e-4: %s" % (
+        [e.token for e in streamed] == texts, agrees(chat_entries(streamed), want)))
+    completion = dict(model="ckpt", prompt=PROMPT, max_tokens=COMPLETION_TOKENS,
+                      temperature=0, logprobs=TOP)
+    lp = client.completions.create(**completion).choices[0].logprobs
+    want = reference_logprobs(tokenizer, model, completion_ids, lp.tokens)
+    print("completion logprobs: %d tokens, transformers' within 1e-4: %s" % (
+        len(lp.tokens), agrees(completion_entries(lp), want)))
+    chunks = [c.choices[0].logprobs for c in client.completions.create(**completion, stream=True)
+              if c.choices[0].logprobs]
+    joined = type(lp)(tokens=[t for c in chunks for t in c.tokens],
+                      token_logprobs=[v for c in chunks for v in c.token_logprobs],
+                      top_logprobs=[d for c in chunks for d in c.top_logprobs],
+                      text_offset=[o for c in chunks for o in c.text_offset])
+    print("completion logprobs streamed: the same tokens: %s, transformers' within 1e-4: %s" % (
+        joined.tokens == lp.tokens, agrees(completion_entries(joined), want)))
 
 
 def tokenizer_endpoints(server, ckpt, key):
@@ -76,7 +161,8 @@ def tokenizer_endpoints(server, ckpt, key):
 
 def main():
     ckpt, flags = sys.argv[1], sys.argv[2:]
-    want = reference(ckpt)
+    tokenizer, model = load(ckpt)
+    want = reference(tokenizer, model)
     print("transformers chat: %r" % want["chat"])
     print("transformers completion: %r" % want["completion"])
     key = flags[flags.index("--api-key") + 1] if "--api-key" in flags else None
@@ -128,6 +214,7 @@ def main():
             client.completions.create(model="ckpt", prompt=PROMPT, max_tokens=4, top_p=7)
         except openai.BadRequestError as e:
             print("bad request: %s %s" % (e.status_code, e.body["message"]))
+        logprobs_check(client, tokenizer, model)
         tokenizer_endpoints(server, ckpt, key)
     finally:
         server.stop()

@@ -10,7 +10,14 @@ Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot
               template's failure is a 400 naming it; a conversation it takes is answered
   stream      a stream's raw bytes: the role first, text pieces, finish_reason on the last
               content chunk, the usage chunk, [DONE]; a stop string met across chunks is
-              never sent; the non-streamed answer is the streamed one
+              never sent; the non-streamed answer is the streamed one; log-probabilities'
+              shapes, streamed and not
+  adjust      logit_bias and min_tokens change greedy answers as they say (run at tp 2)
+  cache       the same chats (a shared system prompt, two turns each, greedy and seeded)
+              with prefix caching and with --no-prefix-caching: the same answers, logprobs
+              within 1e-5; cached_tokens the block-rounded shared prefix; /metrics' counters
+              and gauges, idle: no block held
+  churn       1,000 requests, 8 at a time, sharing beginnings: then, idle, no block held
   overload    (--max-num-seqs 1 --max-queue 1) three long requests at once: two 200 and one
               503 with Retry-After; healthy after, and the next is served
   disconnect  a client that reads three chunks of a long stream and closes: the running
@@ -40,6 +47,7 @@ The server is started here, with --port 0, and always stopped: every wait is bou
 """
 import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -212,7 +220,34 @@ def errors(server):
          {"messages": [{"role": "user", "content": "x"}], "tools": []}),
         ("response_format", "/v1/chat/completions",
          {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json"}}),
-        ("logit_bias", "/v1/completions", {"prompt": "x", "logit_bias": {"1": 5}}),
+        ("chat logprobs wrongly typed", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "x"}], "logprobs": 3}),
+        ("top_logprobs without logprobs", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 5}),
+        ("top_logprobs past 20", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}),
+        ("completion logprobs negative", "/v1/completions", {"prompt": "x", "logprobs": -1}),
+        ("completion logprobs a flag", "/v1/completions", {"prompt": "x", "logprobs": True}),
+        ("top_logprobs on completions", "/v1/completions", {"prompt": "x", "top_logprobs": 2}),
+        ("echo", "/v1/completions", {"prompt": "x", "echo": True}),
+        ("logit_bias wrongly typed", "/v1/completions", {"prompt": "x", "logit_bias": [1, 5]}),
+        ("logit_bias key not an id", "/v1/completions", {"prompt": "x", "logit_bias": {"a": 5}}),
+        ("logit_bias id past the vocabulary", "/v1/completions",
+         {"prompt": "x", "logit_bias": {"49152": 5}}),
+        ("logit_bias out of range", "/v1/completions",
+         {"prompt": "x", "logit_bias": {"1": 101}}),
+        ("logit_bias not a number", "/v1/completions",
+         {"prompt": "x", "logit_bias": {"1": "up"}}),
+        ("min_tokens negative", "/v1/completions", {"prompt": "x", "min_tokens": -1}),
+        ("min_tokens past max_tokens", "/v1/completions",
+         {"prompt": "x", "min_tokens": 9, "max_tokens": 8}),
+        ("logit_bias token twice", "/v1/completions",
+         {"prompt": "x", "logit_bias": {"1": 100, "01": 100}}),
+        ("stop_token_ids past the vocabulary", "/v1/completions",
+         {"prompt": "x", "stop_token_ids": [2, 49152]}),
+        ("cache_salt empty", "/v1/completions", {"prompt": "x", "cache_salt": ""}),
+        ("cache_salt wrongly typed", "/v1/completions", {"prompt": "x", "cache_salt": 7}),
+        ("cache_salt too long", "/v1/completions", {"prompt": "x", "cache_salt": "s" * 1025}),
         ("batch of prompts", "/v1/completions", {"prompt": ["a", "b"]}),
         ("empty messages", "/v1/chat/completions", {"messages": []}),
         ("messages wrongly typed", "/v1/chat/completions", {"messages": "hello"}),
@@ -344,10 +379,223 @@ def stream(server):
     print("stop across chunks: text before it %s, finish %s, any of it sent: %s" % (
         got == full[:full.index(stop)], json.loads(data[-2])["choices"][0]["finish_reason"],
         stop in raw.decode()))
+    logprobs(server)
     # Characters cut only at UTF-8 boundaries: every event is valid UTF-8 JSON (checked by
     # decode above); a prompt of token ids works too.
     status, text, _ = server.post("/v1/completions", {"prompt": [504, 3458, 282], "max_tokens": 2})
     print("token id prompt: %s %s" % (status, json.loads(text)["usage"]))
+
+
+def logprobs(server):
+    """Log-probabilities in both APIs, streamed and not: one entry a token, whose texts make
+    the answer's text; in a stream each chunk carries its own tokens' and together they are
+    the response's; the top ones are log-probabilities of a distribution, most likely first;
+    greedy chooses the first of them. (conformance/serve.test holds the values to
+    transformers'.)"""
+    chat = {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 12, "temperature": 0, "logprobs": True, "top_logprobs": 3}
+    whole = json.loads(server.post("/v1/chat/completions", chat)[1])["choices"][0]
+    content = whole["logprobs"]["content"]
+    text = whole["message"]["content"]
+    _, _, events, _ = stream_events(server.port, "/v1/chat/completions", dict(chat, stream=True))
+    chunks = [json.loads(d)["choices"][0] for d in payloads(events)[:-1]]
+    streamed = [e for c in chunks if c["logprobs"] for e in c["logprobs"]["content"]]
+    carried = all(bool(c["logprobs"]) == bool(c["delta"].get("content")) or c["finish_reason"]
+                  for c in chunks[1:])
+
+    def distribution(entry, top):
+        ranked = [t["logprob"] for t in entry["top_logprobs"]]
+        return (len(ranked) == top and ranked == sorted(ranked, reverse=True) and
+                all(p <= 0 for p in ranked) and sum(math.exp(p) for p in ranked) <= 1 + 1e-6)
+
+    print("chat logprobs: %d tokens (%s), texts make the text: %s, bytes their UTF-8: %s" % (
+        len(content), whole["finish_reason"],
+        # the end-of-sequence token (a stop) has an entry, and no text in the message
+        "".join(e["token"] for e in content) ==
+        text + (content[-1]["token"] if whole["finish_reason"] == "stop" else ""),
+        all(bytes(e["bytes"]) == e["token"].encode() for e in content)))
+    print("chat top 3: a distribution: %s, greedy took the first: %s" % (
+        all(distribution(e, 3) for e in content),
+        all(e["top_logprobs"][0]["token"] == e["token"] and
+            e["top_logprobs"][0]["logprob"] == e["logprob"] for e in content)))
+    print("chat streamed: the same entries: %s, each in its text's chunk: %s" % (
+        streamed == content, carried))
+    completion = {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0,
+                  "logprobs": 2}
+    choice = json.loads(server.post("/v1/completions", completion)[1])["choices"][0]
+    lp = choice["logprobs"]
+    offsets = [sum(len(t) for t in lp["tokens"][:i]) for i in range(len(lp["tokens"]))]
+    print("completion logprobs: %d tokens, offsets: %s, texts make the text: %s, "
+          "top 2 and the chosen: %s" % (
+              len(lp["tokens"]), lp["text_offset"] == offsets,
+              "".join(lp["tokens"]) == choice["text"],
+              all(len(top) == 2 and lp["tokens"][i] in top and
+                  top[lp["tokens"][i]] == lp["token_logprobs"][i] == max(top.values())
+                  for i, top in enumerate(lp["top_logprobs"]))))
+    _, _, events, _ = stream_events(server.port, "/v1/completions", dict(completion, stream=True))
+    parts = [json.loads(d)["choices"][0]["logprobs"] for d in payloads(events)[:-1]]
+    joined = {k: [v for p in parts if p for v in p[k]] for k in lp}
+    print("completion streamed: the same: %s" % (joined == lp))
+    none = json.loads(server.post("/v1/completions", dict(completion, logprobs=None))[1])
+    print("not asked: %s" % none["choices"][0]["logprobs"])
+
+
+def adjust(server):
+    """logit_bias and min_tokens change greedy choices as they say, also at tp > 1, where a
+    greedy step's argmax would otherwise be found on the ranks from the raw logits."""
+    ask = {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+
+    def answer(path, body):  # no logprobs asked: those steps would gather the logits anyway
+        status, text, _ = server.post(path, body)
+        if status != 200:
+            fail("%s: %s" % (status, text))
+        reply = json.loads(text)
+        return reply["choices"][0], reply["usage"]["completion_tokens"]
+
+    plain, _ = answer("/v1/completions", ask)
+    status, text, _ = server.post("/v1/completions", dict(ask, logprobs=0))
+    first = json.loads(text)["choices"][0]["logprobs"]["tokens"][0]
+    first_id = json.loads(server.post("/tokenize", {"prompt": first})[1])["tokens"][-1]
+    avoided, _ = answer("/v1/completions", dict(ask, logit_bias={str(first_id): -100}))
+    print("bias -100 on the first choice %r: avoided: %s" % (
+        first, not avoided["text"].startswith(first)))
+    banana = json.loads(server.post("/tokenize", {"prompt": " banana"})[1])["tokens"][-1]
+    forced, _ = answer("/v1/completions", dict(ask, logit_bias={str(banana): 100}))
+    print("bias +100 on ' banana': %r" % forced["text"])
+    small, _ = answer("/v1/completions", dict(ask, logit_bias={str(banana): 0.001}))
+    print("a bias too small to matter changes nothing: %s" % (small["text"] == plain["text"]))
+    chat = {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 12, "temperature": 0}
+    short, n = answer("/v1/chat/completions", chat)
+    held, m = answer("/v1/chat/completions", dict(chat, min_tokens=12))
+    print("chat: %d tokens, %s; with min_tokens 12: %d tokens, %s; the same start: %s" % (
+        n, short["finish_reason"], m, held["finish_reason"],
+        held["message"]["content"].startswith(short["message"]["content"])))
+    met, _ = answer("/v1/chat/completions", dict(chat, min_tokens=3))
+    print("min_tokens 3, met before the end: the answer as without it: %s" % (
+        met["message"] == short["message"]))
+
+
+SYSTEM = ("You are a careful assistant for a small museum of clocks. Answer visitors in one "
+          "or two sentences, name the room where a clock can be seen, and never invent a "
+          "clock the museum does not have. The rooms are the Hall, the Tower and the "
+          "Workshop; the pendulum clocks are in the Hall, the turret clock in the Tower. ") * 3
+QUESTIONS = [["Where is the turret clock?", "And how old is it?"],
+             ["Which room has pendulum clocks?", "Can I touch them?"],
+             ["What is in the Workshop?", "Is it open on Sundays?"]]
+BLOCK = 16  # the CPU program's KV block (spec.kvBlockSize)
+
+
+def conversations(server):
+    """Three users' two-turn chats after one system prompt, one request at a time, greedy for
+    the first user and seeded sampling for the others, with log-probabilities: [(text,
+    [logprob, top...] per token, cached tokens, prompt ids)] in order."""
+    out = []
+    for user, questions in enumerate(QUESTIONS):
+        messages = [{"role": "system", "content": SYSTEM}]
+        for question in questions:
+            messages.append({"role": "user", "content": question})
+            body = {"messages": messages, "max_tokens": 12, "logprobs": True, "top_logprobs": 2,
+                    "temperature": 0 if user == 0 else 0.8, "seed": 7 + user}
+            status, text, _ = server.post("/v1/chat/completions", body)
+            if status != 200:
+                fail("chat: %s %s" % (status, text))
+            reply = json.loads(text)
+            choice = reply["choices"][0]
+            ids = json.loads(server.post("/tokenize", {"messages": messages})[1])["tokens"]
+            values = [[e["logprob"]] + [t["logprob"] for t in e["top_logprobs"]]
+                      for e in choice["logprobs"]["content"]]
+            out.append((choice["message"]["content"], values,
+                        reply["usage"]["prompt_tokens_details"]["cached_tokens"], ids))
+            messages.append({"role": "assistant", "content": choice["message"]["content"]})
+    return out
+
+
+def cache(server, checkpoint, flags):
+    """Prefix caching changes no answer and pays where prompts begin alike: the same chats on
+    this server (caching on) and on one with --no-prefix-caching give the same text and
+    log-probabilities within 1e-5; each first turn finds the system prompt's full blocks, each
+    second turn at least its first turn's prompt; /metrics counts the lookups, and once idle
+    no block is held (the cached ones are counted apart)."""
+    used = server.metric("kv_cache_blocks_used")
+    on = conversations(server)
+    plain = Server(checkpoint, flags + ["--no-prefix-caching"])
+    try:
+        off = conversations(plain)
+        print("without the cache: hits %d" % plain.metric("prefix_cache_hits_total"))
+    finally:
+        plain.stop()
+    same = all(a[0] == b[0] for a, b in zip(on, off))
+    largest = max(abs(x - y) for a, b in zip(on, off) for r, q in zip(a[1], b[1])
+                  for x, y in zip(r, q))
+    print("same answers: %s; logprobs within 1e-5: %s" % (same, largest <= 1e-5))
+
+    def lcp(a, b):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    first_turns = on[0::2]
+    shared = lcp(first_turns[0][3], first_turns[1][3])
+    rounded = min(shared, len(first_turns[1][3]) - 1) // BLOCK * BLOCK
+    print("shared system prompt: %d tokens; first turns found %s, the block-rounded prefix "
+          "after the first: %s" % (shared, [t[2] for t in first_turns],
+                                   [t[2] == rounded for t in first_turns[1:]]))
+    print("second turns found at least their first turn's prompt: %s" % all(
+        second[2] >= (len(first[3]) // BLOCK) * BLOCK and second[2] < len(second[3])
+        for first, second in zip(on[0::2], on[1::2])))
+    hits, queries = server.metric("prefix_cache_hits_total"), server.metric(
+        "prefix_cache_queries_total")
+    print("metrics: hits %s the cached tokens' sum, queries the prompts' sum: %s" % (
+        "equal" if hits == sum(t[2] for t in on) else "unlike",
+        queries == sum(len(t[3]) for t in on)))
+    print("idle: blocks used back at the baseline: %s, cached blocks kept: %s" % (
+        server.metric("kv_cache_blocks_used") == used,
+        server.metric("kv_cache_blocks_cached") > 0))
+    # A salted request finds only its salt's blocks: none of the unsalted chats', then the
+    # first salted one's; another salt none.
+    found = []
+    for salt in ("tenant-a", "tenant-a", "tenant-b"):
+        body = {"messages": [{"role": "system", "content": SYSTEM},
+                             {"role": "user", "content": "Hello from " + salt}],
+                "max_tokens": 2, "cache_salt": salt}
+        found.append(json.loads(server.post("/v1/chat/completions", body)[1])
+                     ["usage"]["prompt_tokens_details"]["cached_tokens"])
+    print("cache_salt: found %s" % ["none" if n == 0 else "the shared prefix"
+                                    if n == rounded else n for n in found])
+
+
+def churn(server):
+    """1,000 requests, 8 at a time, prompts that share beginnings of several lengths and
+    lengths of output: afterwards, idle, no block is held (each is free or cached and
+    evictable), and every request was answered."""
+    base = server.metric("kv_cache_blocks_used")
+    words = "one two three four five six seven eight nine ten".split()
+    failures = []
+
+    def worker(w):
+        for i in range(w, 1000, 8):
+            prompt = " ".join(words[: 1 + i % 10] * (1 + i % 3)) + " " + str(i % 13)
+            status, text, _ = server.post("/v1/completions", {
+                "prompt": prompt, "max_tokens": 1 + i % 4, "temperature": 0.5 * (i % 2),
+                "seed": i})
+            if status != 200:
+                failures.append((i, status, text))
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    deadline = time.time() + 10
+    while time.time() < deadline and server.metric("kv_cache_blocks_used") != base:
+        time.sleep(0.1)
+    print("1000 requests: %d failed; hits %s; blocks used back at the baseline: %s; cached "
+          "and evictable: %s" % (
+              len(failures), server.metric("prefix_cache_hits_total") > 0,
+              server.metric("kv_cache_blocks_used") == base,
+              server.metric("kv_cache_blocks_cached") > 0))
 
 
 def overload(server):
@@ -753,8 +1001,12 @@ def main():
             sigterm(server)
         elif scenario == "auth":
             auth(server, checkpoint, flags, env)
+        elif scenario == "cache":
+            cache(server, checkpoint, flags)
         else:
-            {"errors": errors, "template": template, "stream": stream, "overload": overload,
+            {"errors": errors, "template": template, "stream": stream, "adjust": adjust,
+             "churn": churn,
+             "overload": overload,
              "disconnect": disconnect, "hostile": hostile}[scenario](server)
     finally:
         server.stop()
