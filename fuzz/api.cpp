@@ -65,8 +65,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         answer = tpcrt::serve::dump({{"prompt", text}});
     } else {
       std::vector<int64_t> ids;
-      if (!refused(tpcrt::serve::readTokenize(body, context, ids)))
-        answer = tpcrt::serve::dump(tpcrt::serve::tokenizeResponse(ids, context));
+      bool strings = false;
+      if (!refused(tpcrt::serve::readTokenize(body, context, ids, strings)))
+        answer = tpcrt::serve::dump(tpcrt::serve::tokenizeResponse(ids, context, strings));
     }
     if (!answer.empty() && !nlohmann::json::accept(answer))
       __builtin_trap();

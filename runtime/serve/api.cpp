@@ -236,7 +236,7 @@ std::optional<ApiError> readTokenizerRequest(const std::string &body, const ApiC
 } // namespace
 
 std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &context,
-                                     std::vector<int64_t> &ids) {
+                                     std::vector<int64_t> &ids, bool &tokenStrings) {
   nlohmann::json j;
   if (std::optional<ApiError> bad = readTokenizerRequest(body, context, j))
     return bad;
@@ -245,15 +245,13 @@ std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &
   if (chat == prompt)
     return invalid("give one of 'prompt' (a text) and 'messages' (a chat)",
                    chat ? "messages" : "prompt");
-  bool addSpecial = false, returnStrings = false;
+  bool addSpecial = false;
   // A prompt gets the tokenizer's special tokens (a completion's prompt does); a chat's
   // template writes its own, as a chat completion's prompt has them.
   if (std::optional<ApiError> bad = readFlag(j, "add_special_tokens", !chat, addSpecial))
     return bad;
-  if (std::optional<ApiError> bad = readFlag(j, "return_token_strs", false, returnStrings))
+  if (std::optional<ApiError> bad = readFlag(j, "return_token_strs", false, tokenStrings))
     return bad;
-  if (returnStrings)
-    return notImplemented("return_token_strs");
   std::string text;
   if (chat) {
     bool generationPrompt = true;
@@ -278,11 +276,19 @@ std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &
 }
 
 nlohmann::ordered_json tokenizeResponse(const std::vector<int64_t> &ids,
-                                        const ApiContext &context) {
+                                        const ApiContext &context, bool tokenStrings) {
+  nlohmann::ordered_json strings;
+  if (tokenStrings) {
+    strings = nlohmann::ordered_json::array();
+    for (int64_t id : ids) {
+      std::optional<std::string> token = context.tokenizer->token(id);
+      strings.push_back(token ? nlohmann::ordered_json(*token) : nlohmann::ordered_json());
+    }
+  }
   return {{"count", ids.size()},
           {"max_model_len", context.defaults->maxSeqLen},
           {"tokens", ids},
-          {"token_strs", nullptr}};
+          {"token_strs", strings}};
 }
 
 std::optional<ApiError> readDetokenize(const std::string &body, const ApiContext &context,

@@ -58,11 +58,13 @@ nlohmann::ordered_json modelList(const ApiContext &context, int64_t created);
 /// {"messages": [...], "add_generation_prompt": true, "add_special_tokens": false}, each
 /// tokenized as a completion or a chat completion tokenizes its prompt, into `ids`; an error
 /// naming the field otherwise. The answer: tokenizeResponse.
+/// `tokenStrings`: whether it asked for the tokens' strings too (return_token_strs).
 std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &context,
-                                     std::vector<int64_t> &ids);
-/// {"count", "max_model_len", "tokens"}.
+                                     std::vector<int64_t> &ids, bool &tokenStrings);
+/// {"count", "max_model_len", "tokens", "token_strs"}: the token strings (the tokenizer's
+/// convert_ids_to_tokens) where asked for, else null.
 nlohmann::ordered_json tokenizeResponse(const std::vector<int64_t> &ids,
-                                        const ApiContext &context);
+                                        const ApiContext &context, bool tokenStrings = false);
 /// POST /detokenize, vLLM's shape: {"tokens": [ids]}, each an id of the vocabulary, into the
 /// text they decode to (special tokens kept, as transformers' decode); answered as
 /// {"prompt": text}.

@@ -425,9 +425,10 @@ void Server::State::tokenize(const std::shared_ptr<http::Exchange> &exchange,
         body = dump({{"prompt", text}});
     } else {
       std::vector<int64_t> ids;
-      bad = readTokenize(request, context, ids);
+      bool strings = false;
+      bad = readTokenize(request, context, ids, strings);
       if (!bad)
-        body = dump(tokenizeResponse(ids, context));
+        body = dump(tokenizeResponse(ids, context, strings));
     }
   } catch (const std::exception &e) { // as complete() does: the log has it, not the client
     std::fprintf(stderr, "tpc serve: request %s: internal error: %s\n", id.c_str(), e.what());

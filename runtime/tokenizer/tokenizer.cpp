@@ -112,6 +112,19 @@ std::optional<int64_t> Tokenizer::id(const std::string &token) const {
   return std::nullopt;
 }
 
+std::optional<std::string> Tokenizer::token(int64_t id) const {
+  if (id < 0 || id > int64_t(UINT32_MAX))
+    return std::nullopt;
+  if (impl_->addedIds.count(uint32_t(id)))
+    for (const TokenizerImpl::Added &a : impl_->added)
+      if (a.id == uint32_t(id))
+        return a.content;
+  auto it = impl_->idToToken.find(uint32_t(id));
+  if (it != impl_->idToToken.end())
+    return it->second;
+  return std::nullopt;
+}
+
 int64_t Tokenizer::idEnd() const { return impl_->idEnd; }
 const std::string &Tokenizer::bosToken() const { return impl_->bos; }
 const std::string &Tokenizer::eosToken() const { return impl_->eos; }

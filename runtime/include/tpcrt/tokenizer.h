@@ -134,6 +134,10 @@ public:
 
   /// The id of a token string (added/special tokens included), if any: "<|im_end|>" -> 2.
   std::optional<int64_t> id(const std::string &token) const;
+  /// The token string of an id, as transformers' convert_ids_to_tokens gives it: an added
+  /// token's content, else the model's vocabulary entry as stored (a byte-level one with its
+  /// "Ġ"); none for an id of neither.
+  std::optional<std::string> token(int64_t id) const;
   /// One past the largest id encode() can give: of the vocabulary, the added tokens and the
   /// post-processor's special tokens (a model's embedding must hold [0, idEnd())).
   int64_t idEnd() const;

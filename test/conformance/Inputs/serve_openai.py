@@ -143,9 +143,10 @@ def tokenizer_endpoints(server, ckpt, key):
         return status, json.loads(text)
 
     text = "Tokenizers split words like 'unbelievable' and emoji 🙂 into pieces."
-    status, got = post("/tokenize", {"prompt": text})
-    print("tokenize a prompt: %s, transformers' ids: %s" % (
-        status, got["tokens"] == tokenizer(text)["input_ids"]))
+    status, got = post("/tokenize", {"prompt": text, "return_token_strs": True})
+    print("tokenize a prompt: %s, transformers' ids: %s, its token strings: %s" % (
+        status, got["tokens"] == tokenizer(text)["input_ids"],
+        got["token_strs"] == tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])))
     for generation in (True, False):
         want = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=generation,
                                              tokenize=True, return_dict=True)["input_ids"]

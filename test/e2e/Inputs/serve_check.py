@@ -265,7 +265,8 @@ def errors(server):
          {"prompt": "x", "messages": [{"role": "user", "content": "x"}]}),
         ("tokenize: prompt wrongly typed", "/tokenize", {"prompt": [1, 2]}),
         ("tokenize: flag wrongly typed", "/tokenize", {"prompt": "x", "add_special_tokens": 1}),
-        ("tokenize: token strings", "/tokenize", {"prompt": "x", "return_token_strs": True}),
+        ("tokenize: token strings flag wrongly typed", "/tokenize",
+         {"prompt": "x", "return_token_strs": "yes"}),
         ("tokenize: unknown role", "/tokenize", {"messages": [{"role": "wizard", "content": "x"}]}),
         ("tokenize: unknown model", "/tokenize", {"prompt": "x", "model": "gpt-4"}),
         ("detokenize: no tokens", "/detokenize", {"prompt": "x"}),
@@ -302,8 +303,14 @@ def errors(server):
     # The tokenizer's endpoints count what the completions count, and give the text back.
     status, text, _ = server.post("/tokenize", {"prompt": "The capital of France is"})
     tokenized = json.loads(text)
-    print("tokenize: %s count %d, max_model_len %d" % (status, tokenized["count"],
-                                                       tokenized["max_model_len"]))
+    print("tokenize: %s count %d, max_model_len %d, token_strs %s" % (
+        status, tokenized["count"], tokenized["max_model_len"], tokenized["token_strs"]))
+    status, text, _ = server.post("/tokenize", {"prompt": "The capital of France is",
+                                                "return_token_strs": True})
+    strings = json.loads(text)["token_strs"]
+    print("tokenize with token strings: %s, one a token: %s, byte-level spaces make the "
+          "prompt: %s" % (status, len(strings) == tokenized["count"],
+                          "".join(strings).replace("\u0120", " ") == "The capital of France is"))
     status, text, _ = server.post("/detokenize", {"tokens": tokenized["tokens"]})
     print("detokenize: %s, the prompt again: %s" % (
         status, json.loads(text)["prompt"] == "The capital of France is"))
