@@ -121,10 +121,12 @@ void printPhase(const PhaseReport &phase, const std::vector<double> &micros,
                 llvm::raw_ostream &os) {
   os << fmt::format("\n{} ({} token{}{}{}):\n", phase.name, phase.tokens,
                     phase.tokens == 1 ? "" : "s",
-                    phase.name == "step" ? fmt::format(" of {} sequence{}, each sampled",
-                                                       phase.sequences,
-                                                       phase.sequences == 1 ? "" : "s")
-                                         : "",
+                    phase.name == "step"
+                        ? fmt::format(" of {} sequence{}, each sampled", phase.sequences,
+                                      phase.sequences == 1 ? "" : "s")
+                    : phase.cachedTokens > 0
+                        ? fmt::format(" after {} cached", phase.cachedTokens)
+                        : "",
                     phase.sequenceParallel ? ", sequence parallel" : "");
   size_t layerWidth = 5, moduleWidth = 6;
   for (const CollectiveEntry &e : phase.collectives) {
@@ -342,6 +344,45 @@ std::vector<CollectiveEntry> stepCollectives(ModuleOp decided, const AnalyzeOpti
                             !o.sampled, stage);
 }
 
+/// The phase of a prefill after a prefix-cache hit (--cached-prefix).
+constexpr const char *kCachedPrefill = "prefill after a cached prefix";
+
+/// --cached-prefix's tokens as the engine finds them for a prompt of `prefillLen`: whole KV
+/// blocks (tp.kv_block_size), short of the prompt's last token (always computed).
+int64_t cachedPrefixOf(ModuleOp decided, const AnalyzeOptions &o, int64_t prefillLen) {
+  auto blockSize = decided->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName);
+  if (o.cachedPrefix <= 0 || !blockSize || blockSize.getInt() <= 0)
+    return 0;
+  int64_t size = blockSize.getInt();
+  return std::min(o.cachedPrefix, prefillLen - 1) / size * size;
+}
+
+/// What --cached-prefix saves the prefill: its rows and its collectives' bytes.
+void cachedPrefixNote(ModuleOp decided, const AnalyzeOptions &o,
+                      const std::vector<PhaseReport> &phases, std::vector<std::string> &notes) {
+  if (o.cachedPrefix <= 0)
+    return;
+  auto blockSize = decided->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName);
+  const PhaseReport &prefill = phases.front();
+  auto cached = llvm::find_if(phases, [](const PhaseReport &p) { return p.name == kCachedPrefill; });
+  if (cached == phases.end()) {
+    notes.push_back(fmt::format(
+        "--cached-prefix {}: no whole KV block of {} tokens fits before the last of the "
+        "prefill's {} tokens, so a prefix-cache hit saves it nothing",
+        o.cachedPrefix, blockSize ? blockSize.getInt() : 0, prefill.tokens));
+    return;
+  }
+  double before = totalBytes(prefill.collectives), after = totalBytes(cached->collectives);
+  notes.push_back(fmt::format(
+      "a prefix-cache hit of {} of the prefill's {} tokens ({} KV blocks of {}; the engine "
+      "takes whole blocks before the prompt's last token) leaves {} rows to compute: the "
+      "matmuls and norms run on {:.1f}% of the rows, attention reads the cached keys and "
+      "values, and the collectives move {:.0f} of {:.0f} bytes",
+      cached->cachedTokens, prefill.tokens, cached->cachedTokens / blockSize.getInt(),
+      blockSize.getInt(), cached->tokens, 100.0 * double(cached->tokens) / double(prefill.tokens),
+      after, before));
+}
+
 /// The phases reported: the prefill, a decode step and, with --step-tokens, a step of the
 /// engine's; each beside the collectives transformers' hooks run for it, where its TP runs
 /// this at all.
@@ -371,6 +412,17 @@ std::vector<PhaseReport> phasesOf(ModuleOp module, ModuleOp decided, const Analy
              ? transformersFails
              : "not compared (its tensor parallelism runs one batch shape, not ragged steps)"});
   }
+  // (after the step, which predictMesh finds third)
+  if (int64_t hit = cachedPrefixOf(decided, o, prefillLen); hit > 0) {
+    // The same prompt after a prefix-cache hit: the engine's step computes the rest of it,
+    // attending to the cached keys and values; transformers has no such cache.
+    int64_t rest = prefillLen - hit;
+    PhaseReport cached{kCachedPrefill, rest, 1, splitsTokens(decided, rest),
+                       stepCollectives(decided, o, rest, 1), {},
+                       "not compared (transformers keeps no prefix cache)"};
+    cached.cachedTokens = hit;
+    phases.push_back(std::move(cached));
+  }
   return phases;
 }
 
@@ -395,7 +447,7 @@ std::vector<StageReport> stagesOf(ModuleOp module, ModuleOp decided, const Analy
       stage.phases.push_back({phase.name, phase.tokens, phase.sequences, phase.sequenceParallel,
                               stepCollectives(decided, o, phase.tokens, phase.sequences,
                                               stage.stage),
-                              {}, ""});
+                              {}, "", phase.cachedTokens});
   }
   return stages;
 }
@@ -735,6 +787,7 @@ FailureOr<Analysis> analyze(ModuleOp module, const AnalyzeOptions &o, std::strin
   a.phases = phasesOf(module, *decided, o, *prefillLen, prefillSplits);
   a.stages = stagesOf(module, *decided, o, a.phases);
   decodeLogitsNote(*decided, o, a.notes);
+  cachedPrefixNote(*decided, o, a.phases, a.notes);
   pipelineNote(a.phases, o, a.notes);
   int64_t elementBytes = tp::getTarget(*decided).activationBytes();
   replicatedEmbeddingNote(module, o.tp, elementBytes, a.notes);
@@ -817,6 +870,8 @@ nlohmann::ordered_json phaseJson(const PhaseReport &phase, bool staged) {
   p["tokens"] = phase.tokens;
   if (phase.name == "step")
     p["sequences"] = phase.sequences;
+  if (phase.cachedTokens > 0)
+    p["cached_tokens"] = phase.cachedTokens;
   p["sequence_parallel"] = phase.sequenceParallel;
   p["collectives"] = toJson(phase.collectives, staged);
   p["total"] = summaryJson(phase.collectives);
@@ -849,7 +904,9 @@ double sentToStages(const PhaseReport &phase) {
 }
 
 std::string jsonPhaseName(const PhaseReport &phase) {
-  return phase.name == "decode step" ? "decode" : phase.name;
+  return phase.name == "decode step"  ? "decode"
+         : phase.name == kCachedPrefill ? "cached_prefill"
+                                        : phase.name;
 }
 
 nlohmann::ordered_json imbalanceJson(const RankShares &shares) {

@@ -42,6 +42,10 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
   cmd->add_option("--step-seqs", opts->analysis.stepSequences,
                   "the sequences of --step-tokens' step, each sampled (default 1)")
       ->needs(stepTokens);
+  cmd->add_option("--cached-prefix", opts->analysis.cachedPrefix,
+                  "also report the prefill after a prefix-cache hit of this many of its tokens "
+                  "(the whole KV blocks of them before its last token), and what the hit saves")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--target", opts->analysis.target,
                   "the target whose binary is reported: its decisions lay out the activation "
                   "arena, its element type sizes it (cpu: fp32, cuda: bf16)")

@@ -28,6 +28,9 @@ struct AnalyzeOptions {
   /// A step of the engine's besides: stepTokens tokens of stepSequences sequences, each
   /// sampled (0: none).
   int64_t stepTokens = 0, stepSequences = 0;
+  /// --cached-prefix: the prefill's first tokens found in the prefix cache (0: none); the
+  /// whole KV blocks of them before the prompt's last token are not computed.
+  int64_t cachedPrefix = 0;
   bool sequenceParallel = false, noFold = false;
   /// The steps sample, or read whole rows of logits otherwise (penalties, logprobs, dumped
   /// logits): the binary gathers the logits even where tp-greedy-argmax let a greedy step

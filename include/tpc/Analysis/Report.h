@@ -45,6 +45,7 @@ struct PhaseReport {
   std::vector<CollectiveEntry> collectives;   // tpc's, after folding
   std::vector<CollectiveEntry> transformers;  // transformers' module hooks, same plan
   std::string transformersFails; // why transformers' TP cannot run it; then no hooks run
+  int64_t cachedTokens = 0; // a prefill after a prefix-cache hit: the tokens it did not compute
 };
 
 struct MemoryReport {

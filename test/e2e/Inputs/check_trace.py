@@ -1,10 +1,12 @@
 """Checks a run's traces against `tpc analyze --json` for the same compile:
     python3 check_trace.py ANALYZE.json PROMPT_LEN NEW_TOKENS TRACE...
-    python3 check_trace.py --steps A.json:N,B.json:M,... [--kv-tokens T] TRACE...
+    python3 check_trace.py --steps A.json:N[:PHASE],B.json:M[:PHASE],... [--kv-tokens T] TRACE...
 
 Every rank ran the prefill's collectives and then each decode step's, in order, the same
 kinds, modules and bytes analyze lists (with --steps: N times the step of A.json, analyze's
---step-tokens, then M times B.json's, ...: an engine run's steps); loaded exactly the weight
+--step-tokens, then M times B.json's, ...: an engine run's steps; PHASE names another of the
+report's phases than "step", such as "cached_prefill", analyze --cached-prefix's); loaded
+exactly the weight
 bytes analyze says that rank holds (a replicated run cannot pass as a sharded one); held the
 weight bytes analyze reports per rank (in the types the binary holds them, padding
 included); allocated the activation arena analyze reports (run analyze with the binary's
@@ -40,14 +42,14 @@ def part(report, stage):
 if args[0] == "--steps":
     steps = []
     for spec in args[1].split(","):
-        path, count = spec.rsplit(":", 1)
-        steps.append((json.load(open(path)), int(count)))
+        path, count, *phase = spec.split(":")
+        steps.append((json.load(open(path)), int(count), phase[0] if phase else "step"))
     report = steps[-1][0]
 
     def expected_of(stage):
         expected = []
-        for step_report, count in steps:
-            expected += [key(c) for c in part(step_report, stage)["step"]["collectives"]] * count
+        for step_report, count, phase in steps:
+            expected += [key(c) for c in part(step_report, stage)[phase]["collectives"]] * count
         return expected
     traces = args[2:]
 else:
