@@ -80,7 +80,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // Each bounded by the 64-token context first, so that the sum cannot wrap (a max_tokens of
   // 2^63 - 1 must be refused, not pass as a small total).
   uint64_t most = uint64_t(defaults.maxSeqLen);
-  if (a.prompt.empty() || a.maxTokens < 1 || uint64_t(a.maxTokens) > most ||
+  // (max_tokens 0 only for a request that scores its prompt: echo or prompt_logprobs)
+  bool scores = a.echo || a.promptLogprobs >= 0;
+  if (a.prompt.empty() || a.maxTokens < (scores ? 0 : 1) || uint64_t(a.maxTokens) > most ||
       a.prompt.size() > most || a.prompt.size() + uint64_t(a.maxTokens) > most ||
       !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty() ||
       request.chat != chat || (request.includeUsage && !request.stream))
@@ -94,6 +96,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (a.sampling.minTokens < 0 || a.sampling.minTokens > a.maxTokens)
     __builtin_trap();
   if (a.logprobs < -1 || a.logprobs > tpcrt::kMaxLogprobs)
+    __builtin_trap();
+  // Prompt scoring: in range, for completions' echo only, never streamed with
+  // prompt_logprobs, and the engine asked for at least what the response shows.
+  if (request.promptLogprobs < -1 || request.promptLogprobs > tpcrt::kMaxLogprobs ||
+      (a.echo && chat) || (request.promptLogprobs >= 0 && request.stream) ||
+      a.promptLogprobs < request.promptLogprobs ||
+      (a.echo && a.logprobs >= 0 && a.promptLogprobs < a.logprobs))
     __builtin_trap();
   if (a.logprobs >= 0) {
     // The response's log-probabilities, with the prompt's ids standing for generated tokens
@@ -111,6 +120,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!nlohmann::json::accept(tpcrt::serve::dump(tpcrt::serve::response(
             {"id", 0, "fuzz", chat}, "", "stop", {}, logprobs))))
       __builtin_trap();
+    if (a.promptLogprobs >= 0) { // the prompt's own, as echo and prompt_logprobs show them
+      std::vector<tpcrt::TokenLogprobs> scored(tokens.begin() + 1, tokens.end());
+      offset = 0;
+      nlohmann::ordered_json echoed = tpcrt::serve::echoLogprobs(
+          *context.tokenizer, a.prompt, scored, a.logprobs, offset);
+      tpcrt::serve::appendLogprobs(echoed, logprobs);
+      nlohmann::ordered_json prompt =
+          tpcrt::serve::promptLogprobsOf(*context.tokenizer, scored, a.promptLogprobs);
+      if (!nlohmann::json::accept(tpcrt::serve::dump(tpcrt::serve::response(
+              {"id", 0, "fuzz", chat}, "", "stop", {}, echoed, prompt))))
+        __builtin_trap();
+    }
   }
   return 0;
 }

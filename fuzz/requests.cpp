@@ -48,7 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // Each bounded by the context first, so that the sum cannot wrap (a max_tokens of
     // 2^63 - 1 must be refused, not pass as a small total).
     uint64_t most = uint64_t(command.maxSeqLen);
-    if (a.prompt.empty() || a.maxTokens < 1 || uint64_t(a.maxTokens) > most ||
+    // (max_tokens 0 only for a request that scores its prompt)
+    if (a.prompt.empty() || a.maxTokens < (a.promptLogprobs >= 0 ? 0 : 1) ||
+        a.promptLogprobs < -1 || a.promptLogprobs > tpcrt::kMaxLogprobs ||
+        uint64_t(a.maxTokens) > most ||
         a.prompt.size() > most || a.prompt.size() + uint64_t(a.maxTokens) > most ||
         !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty())
       __builtin_trap();

@@ -33,7 +33,7 @@ const std::set<std::string> kHarmless = {"model", "user", "metadata"};
 /// The OpenAI/vLLM fields tpc does not implement yet, which would change the result: refused
 /// by name rather than ignored.
 const std::set<std::string> kNotImplemented = {
-    "n", "best_of", "prompt_logprobs", "bad_words",
+    "n", "best_of", "bad_words",
     "allowed_token_ids", "include_stop_str_in_output", "skip_special_tokens",
     "spaces_between_special_tokens", "truncate_prompt_tokens", "guided_json", "guided_regex",
     "guided_choice", "guided_grammar", "response_format", "tools", "tool_choice",
@@ -59,6 +59,9 @@ std::string checkAgainstModel(const RequestParams &params, int64_t vocab) {
     if (id >= vocab)
       return "field 'stop_token_ids': " + std::to_string(id) +
              " is not a token id of the vocabulary of " + std::to_string(vocab);
+  if (params.maxTokens == 0 && params.promptLogprobs < 0 && !params.echo)
+    return "field 'max_tokens' 0 generates nothing: it is for scoring a prompt (with "
+           "'prompt_logprobs', or 'echo' on /v1/completions)";
   if (params.sampling.minTokens > params.maxTokens)
     return "field 'min_tokens' must be at most max_tokens (" + std::to_string(params.maxTokens) +
            "), got " + std::to_string(params.sampling.minTokens);
@@ -70,8 +73,8 @@ std::optional<std::string> readSamplingField(const std::string &key, const nlohm
   std::string why;
   if (key == "max_tokens") {
     why = jsonNumber(value, params.maxTokens);
-    if (why.empty() && params.maxTokens < 1)
-      why = "must be at least 1, got " + value.dump();
+    if (why.empty() && params.maxTokens < 0) // 0: a prompt scored (checkAgainstModel)
+      why = "must be at least 0, got " + value.dump();
   } else if (key == "temperature") {
     why = jsonNumber(value, params.sampling.temperature);
   } else if (key == "top_k") {
@@ -194,6 +197,11 @@ std::string readJob(const nlohmann::json &request, const ModelSpec &spec, int64_
       if (std::string bad = value.is_null() ? "" : readLogprobCount(key, value, params.logprobs);
           !bad.empty())
         return bad;
+    } else if (key == "prompt_logprobs") {
+      params.promptLogprobs = -1;
+      if (std::string bad = value.is_null() ? "" : readLogprobCount(key, value, params.promptLogprobs);
+          !bad.empty())
+        return bad;
     } else if (std::optional<std::string> bad = readSamplingField(key, value, params)) {
       if (!bad->empty())
         return *bad;
@@ -259,6 +267,21 @@ bool readJobs(const Args &command, const ModelSpec &spec, const Tokenizer *token
     return false;
   }
   return true;
+}
+
+/// Tokens' log-probabilities as --output gives them: [{"token_id", "logprob", "top_logprobs":
+/// [{"token_id", "logprob"}, ...]}, ...], after a null for a prompt's first token.
+nlohmann::ordered_json logprobsJson(const std::vector<TokenLogprobs> &tokens, bool prompt) {
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  if (prompt)
+    all.push_back(nullptr);
+  for (const TokenLogprobs &t : tokens) {
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const auto &[id, logprob] : t.top)
+      top.push_back({{"token_id", id}, {"logprob", logprob}});
+    all.push_back({{"token_id", t.token}, {"logprob", t.logprob}, {"top_logprobs", top}});
+  }
+  return all;
 }
 
 /// One line of --output. Text is valid UTF-8 as the tokenizer's stream writes it; should a
@@ -333,6 +356,7 @@ EngineRequest engineRequest(const ModelSpec &spec, const Args &command,
   r.logprobs = params.logprobs;
   r.forced = params.forced;
   r.cacheSalt = params.cacheSalt;
+  r.promptLogprobs = params.promptLogprobs;
   return r;
 }
 
@@ -403,16 +427,10 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
     if (tokenizer)
       line["text"] = texts[i];
     line["token_ids"] = r.output;
-    if (r.logprobs >= 0) {
-      nlohmann::ordered_json all = nlohmann::ordered_json::array();
-      for (const TokenLogprobs &t : r.outputLogprobs) {
-        nlohmann::ordered_json top = nlohmann::ordered_json::array();
-        for (const auto &[id, logprob] : t.top)
-          top.push_back({{"token_id", id}, {"logprob", logprob}});
-        all.push_back({{"token_id", t.token}, {"logprob", t.logprob}, {"top_logprobs", top}});
-      }
-      line["logprobs"] = all;
-    }
+    if (r.logprobs >= 0)
+      line["logprobs"] = logprobsJson(r.outputLogprobs, false);
+    if (r.promptLogprobs >= 0) // the first token has none, as vLLM gives it
+      line["prompt_logprobs"] = logprobsJson(r.promptTokenLogprobs, true);
     line["finish_reason"] = r.finishReason;
     if (!r.error.empty()) // it failed alone (its logits not finite): the others ran on
       line["error"] = {{"message", r.error}};

@@ -458,7 +458,10 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
   // The logits come back through pinned memory (a copy to pageable memory would wait for the
   // forward inside cudaMemcpyAsync, out of the watchdog's reach); grown here, while the stream
   // is idle.
-  int64_t rows = spec.lastTokenOnly ? 1 : tokens;
+  // (tp.last_token's rows: the step's sampledRows(), more than one where a prompt is scored)
+  int64_t rows = !spec.lastTokenOnly ? tokens
+                 : step                ? std::max<int64_t>(1, step->sampledRows())
+                                       : 1;
   size_t count = size_t(rows * spec.vocab);
   growHostLogits(count);
   bool argmax = step && step->argmax;

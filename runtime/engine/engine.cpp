@@ -153,8 +153,10 @@ const float *Engine::forward(const Step &step, const EngineHooks &hooks) {
   // The program's sequence-parallel forward (tp.sequence_parallel) for one sequence's tokens
   // in the counts its rule gives.
   int64_t multiple = spec.sequenceParallelTokens;
-  bool split = backend.hasSequenceParallel() && step.sequences.size() == 1 && multiple > 0 &&
-               step.tokens >= multiple && step.tokens % multiple == 0;
+  // (Not a step that scores a prompt: that forward's tp.last_token takes its rank's rows.)
+  bool split = backend.hasSequenceParallel() && step.sequences.size() == 1 &&
+               step.sequences.front().logits <= 1 && multiple > 0 && step.tokens >= multiple &&
+               step.tokens % multiple == 0;
   return backend.forward(step, split);
 }
 
@@ -195,6 +197,8 @@ size_t Engine::submit(EngineRequest request) {
   e.sequence.handle = handle;
   e.sequence.tokens = e.request.prompt;
   e.sequence.salt = e.request.cacheSalt;
+  if (e.request.promptLogprobs >= 0) // every prompt token's but the first (its row before it)
+    e.sequence.scoreTo = int64_t(e.request.prompt.size()) - 1;
   e.sampler.emplace(e.request.sampling, e.request.prompt, spec.vocab, e.request.stopIds);
   int64_t prompt = int64_t(e.request.prompt.size()), most = e.request.maxTokens;
   if (most < 0 || !fitsContext(prompt, most, limits.maxSeqLen)) {
@@ -204,7 +208,7 @@ size_t Engine::submit(EngineRequest request) {
     e.request.error = "the prompt's " + std::to_string(prompt) + " tokens and max_tokens " +
                       std::to_string(most) + " need more than --max-model-len " +
                       std::to_string(limits.maxSeqLen) + " tokens";
-  } else if (most > 0) {
+  } else if (most > 0 || e.request.promptLogprobs >= 0) { // a prompt to score, maybe alone
     scheduler.add(&e.sequence);
   } else {
     e.request.finishReason = "length";
@@ -288,6 +292,8 @@ bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &h
   if (!can.argmax || hooks.onLogits)
     return false;
   for (const Scheduled &s : plan) {
+    if (s.sequence->scoring())
+      return false; // its prompt's rows are scored
     if (!s.sampled())
       continue;
     const Entry &e = entries.at(s.sequence->handle);
@@ -301,7 +307,8 @@ std::vector<Engine::StepRow> Engine::rowsOf(const std::vector<Scheduled> &plan) 
   std::vector<StepRow> rows;
   int64_t first = 0; // as the codec lays the step's tokens out
   for (const Scheduled &s : plan) {
-    rows.push_back({s.sequence->handle, s.sampled(), first, s.count});
+    rows.push_back({s.sequence->handle, s.sampled(), first, s.count, s.sequence->computed,
+                    s.logitsRows()});
     first += s.count;
   }
   return rows;
@@ -314,9 +321,11 @@ int64_t Engine::logitsRowsOf(const std::vector<Scheduled> &plan) const {
       tokens += s.count;
     return tokens;
   }
-  // tp.last_token's rows (lastRows): one per sampled sequence, and one where none is.
-  return std::max<int64_t>(
-      1, std::count_if(plan.begin(), plan.end(), [](const Scheduled &s) { return s.sampled(); }));
+  // tp.last_token's rows (lastRows): each sequence's logitsRows(), and one where none has any.
+  int64_t rows = 0;
+  for (const Scheduled &s : plan)
+    rows += s.logitsRows();
+  return std::max<int64_t>(1, rows);
 }
 
 void Engine::step(const EngineHooks &hooks) {
@@ -329,7 +338,7 @@ void Engine::step(const EngineHooks &hooks) {
   planned.clear();
   for (const Scheduled &s : plan)
     planned.push_back({s.sequence->tokens.data() + s.sequence->computed, s.count,
-                       s.sequence->computed, s.sampled(), &s.sequence->blocks});
+                       s.sequence->computed, s.logitsRows(), &s.sequence->blocks});
   codec.encode(planned, argmaxOnly(plan, hooks), {}, descriptor);
   share(descriptor);
   codec.decode(descriptor, current);
@@ -365,7 +374,7 @@ void Engine::stepStaged(const EngineHooks &hooks) {
   planned.clear();
   for (const Scheduled &s : plan) {
     planned.push_back({s.sequence->tokens.data() + s.sequence->computed, s.count,
-                       s.sequence->computed, s.sampled(), &s.sequence->blocks});
+                       s.sequence->computed, s.logitsRows(), &s.sequence->blocks});
     s.sequence->inFlight = true;
   }
   StepCollect collect;
@@ -413,27 +422,56 @@ void Engine::finish(const InFlight &step, const Collected &collected,
 
 void Engine::sample(const std::vector<StepRow> &rows, const float *logits,
                     const int64_t *chosen, const EngineHooks &hooks) {
-  // The sequences whose known tokens are all computed now have their rows of the logits, one
-  // each in the step's order (the last token's of every token where the program has no
-  // tp.last_token).
+  // Each sequence's rows of the logits are its last StepRow::logits tokens', in the step's
+  // order (every token's row where the program has no tp.last_token): those that score its
+  // prompt, then, where its known tokens are all computed now, the row its next token is
+  // sampled from.
   int64_t row = 0;
   for (const StepRow &step : rows) {
     auto found = entries.find(step.handle);
     if (found != entries.end())
       found->second.sequence.inFlight = false;
-    if (!step.sampled)
-      continue; // a prompt's chunk, more to come
-    int64_t at = spec.lastTokenOnly ? row++ : step.first + step.count - 1;
+    int64_t base = spec.lastTokenOnly ? row : step.first + step.count - step.logits;
+    row += step.logits;
     if (found == entries.end() || found->second.request.finishReason)
       continue; // ended while its step was in flight (a client that went away)
     Entry &e = found->second;
     Sequence *s = &e.sequence;
     EngineRequest &r = e.request;
+    auto finiteRow = [&](const float *x) {
+      return std::all_of(x, x + spec.vocab, [](float v) { return std::isfinite(v); });
+    };
+    // Position p's row scores prompt token p + 1 (once: a recomputed row is passed over).
+    bool failed = false;
+    for (int64_t i = 0; i < step.logits && !failed; ++i) {
+      int64_t p = step.start + step.count - step.logits + i;
+      if (p != s->scoreFrom || p >= s->scoreTo)
+        continue;
+      const float *scored = logits + (base + i) * spec.vocab;
+      if (!finiteRow(scored)) {
+        fail(s, "the model's logits are not finite (NaN or infinite) for its prompt's token " +
+                    std::to_string(p + 2), hooks);
+        failed = true;
+        break;
+      }
+      r.promptTokenLogprobs.push_back(
+          logprobsOf(scored, spec.vocab, s->tokens[size_t(p + 1)], r.promptLogprobs));
+      ++s->scoreFrom;
+    }
+    if (failed || !step.sampled)
+      continue; // a prompt's chunk, more to come
+    if (r.maxTokens == 0) { // a prompt scored, nothing to generate
+      r.finishReason = "length";
+      r.finishedMs = millisSince(e.arrived);
+      scheduler.finish(s);
+      if (hooks.onFinish)
+        hooks.onFinish(s->handle);
+      continue;
+    }
+    int64_t at = base + step.logits - 1;
     const float *mine = chosen ? nullptr : logits + at * spec.vocab;
     // A logit that is not finite, seen by a rank (a negative argmax) or here in the row.
-    bool finite = chosen ? chosen[at] >= 0
-                         : std::all_of(mine, mine + spec.vocab,
-                                       [](float x) { return std::isfinite(x); });
+    bool finite = chosen ? chosen[at] >= 0 : finiteRow(mine);
     if (!finite) {
       fail(s, "the model's logits are not finite (NaN or infinite) for its token " +
                   std::to_string(r.output.size() + 1), hooks);

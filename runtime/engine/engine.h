@@ -107,11 +107,13 @@ public:
 
 private:
   struct Entry;
-  /// A sampled row's place in a step: whose, and where among the step's tokens.
+  /// A sequence's place in a step: whose, where among the step's tokens, the position of
+  /// its first, and its rows of logits (Scheduled::logitsRows), the last of them sampled
+  /// where `sampled`.
   struct StepRow {
     size_t handle;
     bool sampled;
-    int64_t first, count;
+    int64_t first, count, start, logits;
   };
   /// Pipeline stages: a step whose logits have not come back, its rows and how many, and
   /// when rank 0 scheduled it.

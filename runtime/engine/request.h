@@ -32,6 +32,13 @@ struct RequestParams {
   /// cache_salt (vLLM's): the prefix cache finds this request's blocks only for requests of
   /// the same salt, so a client cannot probe another's prompts by what is cached.
   std::string cacheSalt;
+  /// Log-probabilities of the prompt's own tokens (each but the first, from the row before
+  /// it) and of this many most likely ones there (0 to kMaxLogprobs); -1: none. With
+  /// maxTokens 0 the request scores its prompt and generates nothing.
+  int promptLogprobs = -1;
+  /// A completion's `echo`: its text (and log-probabilities, where asked) begin with the
+  /// prompt's.
+  bool echo = false;
 };
 
 /// One request as rank 0's engine runs it (its stop ids resolved: the model's end-of-sequence
@@ -44,9 +51,13 @@ struct EngineRequest {
   int logprobs = -1;            // -1: none
   std::vector<int64_t> forced;  // see RequestParams::forced
   std::string cacheSalt;        // see RequestParams::cacheSalt
+  int promptLogprobs = -1;      // see RequestParams::promptLogprobs
 
   std::vector<int64_t> output;
   std::vector<TokenLogprobs> outputLogprobs;
+  /// Prompt tokens 1, 2, ... as the model scores them, once promptLogprobs >= 0 (complete
+  /// when the first token is chosen, or the request finishes).
+  std::vector<TokenLogprobs> promptTokenLogprobs;
   /// "stop", "length" or "abort", once finished; "error" when it could not run or go on
   /// (`error` says why: more than the context at submit, the model's logits not finite).
   const char *finishReason = nullptr;

@@ -247,6 +247,7 @@ TokenLogprobs logprobsOf(const float *logits, int64_t vocab, int64_t token, int 
     sum += std::exp(double(logits[i]) - top);
   double logZ = top + std::log(sum);
   TokenLogprobs out{token, double(logits[token]) - logZ, {}};
+  out.rank = std::count_if(logits, logits + vocab, [&](float x) { return x >= logits[token]; });
   std::vector<int64_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
   size_t n = std::min(size_t(std::max(count, 0)), ids.size());

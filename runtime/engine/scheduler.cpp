@@ -43,7 +43,7 @@ Sequence *Scheduler::preemptNewest() {
 
 std::vector<int32_t> Scheduler::cachedPrefix(const Sequence &s) const {
   std::vector<int32_t> found;
-  if (!limits.prefixCaching)
+  if (!limits.prefixCaching || s.scoring()) // the rows it scores are computed
     return found;
   int64_t most = (int64_t(s.tokens.size()) - 1) / limits.blockSize;
   int32_t parent = -1;

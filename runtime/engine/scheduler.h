@@ -38,6 +38,7 @@
 
 #include "block_pool.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -75,8 +76,13 @@ struct Sequence {
   int64_t chained = 0;
   int32_t chainParent = -1;
   uint64_t chainGeneration = 0;
+  // Prompt scoring (prompt logprobs): the positions whose rows of logits the owner still
+  // wants, [scoreFrom, scoreTo); it moves scoreFrom on as they come. While some are wanted the
+  // sequence takes no prefix from the cache: the rows it scores are computed.
+  int64_t scoreFrom = 0, scoreTo = 0;
 
   int64_t pending() const { return int64_t(tokens.size()) - computed; }
+  bool scoring() const { return scoreFrom < scoreTo; }
 };
 
 /// One sequence's part of a step: `count` tokens from `computed` on.
@@ -86,6 +92,16 @@ struct Scheduled {
   /// The step computes the last token the sequence has: its next token is sampled after it.
   /// Asked before Scheduler::computed moves `computed` past the step's tokens.
   bool sampled() const { return sequence->computed + count == int64_t(sequence->tokens.size()); }
+  /// The rows of logits the step returns for it (StepSequence::logits): its last token's
+  /// where it samples; where it scores some of the step's tokens, every row from the first of
+  /// those to its last. Asked, as sampled(), before Scheduler::computed.
+  int64_t logitsRows() const {
+    int64_t end = sequence->computed + count;
+    int64_t from = std::max(sequence->computed, sequence->scoreFrom);
+    if (from < std::min(end, sequence->scoreTo))
+      return end - from;
+    return sampled() ? 1 : 0;
+  }
 };
 
 class Scheduler {

@@ -62,7 +62,7 @@ void StepCodec::encode(const std::vector<PlannedSequence> &plan, bool argmax,
     fields.first = header.tokens;
     fields.count = p.count;
     fields.cached = p.cached;
-    fields.sampled = p.sampled;
+    fields.logits = p.logits;
     std::memcpy(d.data() + sequencesOffset() + s * kSequenceWords, &fields, sizeof fields);
     std::copy(p.tokens, p.tokens + p.count, d.begin() + ptrdiff_t(kHeaderWords) + header.tokens);
     std::copy(p.blocks->begin(), p.blocks->end(),
@@ -117,7 +117,7 @@ void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {
     std::memcpy(&f, d.data() + sequencesOffset() + size_t(s) * kSequenceWords, sizeof f);
     int64_t used = (f.cached + f.count + layout.blockSize - 1) / layout.blockSize;
     if (f.first < 0 || f.count < 1 || f.first + f.count > header.tokens || f.cached < 0 ||
-        used > layout.blocksPerSequence)
+        used > layout.blocksPerSequence || f.logits < 0 || f.logits > f.count)
       corrupt("'s sequence " + std::to_string(s) + " is out of range");
     const int64_t *table = d.data() + tablesOffset() + size_t(s * layout.blocksPerSequence);
     int32_t *mine = out.tables.data() + s * layout.blocksPerSequence;
@@ -132,7 +132,7 @@ void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {
     sequence.first = f.first;
     sequence.count = f.count;
     sequence.cached = f.cached;
-    sequence.sampled = f.sampled != 0;
+    sequence.logits = f.logits;
     sequence.blocks = mine;
     step.sequences.push_back(sequence);
   }

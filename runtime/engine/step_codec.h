@@ -5,7 +5,7 @@
 //   header         kind, tokens, sequences, argmax, collect before, after, and whether
 //                  each comes as ids                                       (StepHeader)
 //   ids            the step's token ids                  maxTokens slots
-//   per sequence   first, count, cached, sampled         maxSequences x 4  (SequenceFields)
+//   per sequence   first, count, cached, logits          maxSequences x 4  (SequenceFields)
 //   block tables   each sequence's blocks, in order      maxSequences x blocksPerSequence
 //
 // A peer runs exactly the step it decodes; decoding checks every count, offset and block
@@ -60,7 +60,7 @@ struct StepHeader {
 /// One sequence's words.
 struct SequenceFields {
   int64_t first = 0, count = 0, cached = 0;
-  int64_t sampled = 0;
+  int64_t logits = 0; // StepSequence::logits
 };
 
 /// One sequence of a step, as rank 0 planned it: `count` tokens from `tokens`, after the
@@ -68,7 +68,7 @@ struct SequenceFields {
 struct PlannedSequence {
   const int64_t *tokens = nullptr;
   int64_t count = 0, cached = 0;
-  bool sampled = false;
+  int64_t logits = 0; // StepSequence::logits
   const std::vector<int32_t> *blocks = nullptr;
 };
 

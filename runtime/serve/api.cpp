@@ -18,10 +18,10 @@ namespace {
 constexpr int kMaxJsonDepth = 16;
 
 /// Fields that would change the result, not implemented here: refused by name. (n and
-/// best_of are refused unless 1, echo unless false, suffix unless null.)
+/// best_of are refused unless 1, a chat's echo unless false, suffix unless null.)
 const std::set<std::string> kNotImplemented = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
-    "response_format", "prompt_logprobs", "bad_words",
+    "response_format", "bad_words",
     "allowed_token_ids", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
     "structured_outputs", "use_beam_search", "length_penalty", "include_stop_str_in_output",
     "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
@@ -316,7 +316,7 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
   params.prompt.clear();
   params.stop.clear();
   params.stopIds.clear();
-  params.maxTokens = chat ? 0 : 16; // chat: the rest of the context (vLLM), completions: 16
+  params.maxTokens = chat ? -1 : 16; // chat: the rest of the context (vLLM), completions: 16
   // Log-probabilities: chat's `logprobs` true with `top_logprobs` more (0 when not given), a
   // completion's `logprobs` N; none otherwise.
   bool chatLogprobs = false, completionLogprobs = false;
@@ -366,9 +366,16 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
       if (std::string bad = readLogprobCount(key, value, top); !bad.empty())
         return invalid(bad, key);
       completionLogprobs = !chat;
+    } else if (key == "echo" && !chat) { // the prompt first, in the text and the logprobs
+      if (!value.is_boolean())
+        return invalid("field 'echo' must be true or false, not " + value.dump(), key);
+      params.echo = value.get<bool>();
     } else if (key == "echo") {
       if (!only(value, false))
         return notImplemented(key);
+    } else if (key == "prompt_logprobs") {
+      if (std::string bad = readLogprobCount(key, value, request.promptLogprobs); !bad.empty())
+        return invalid(bad, key);
     } else if (key == "suffix" || kNotImplemented.count(key)) {
       return notImplemented(key);
     } else if (std::optional<std::string> bad = readSamplingField(key, value, params)) {
@@ -379,6 +386,14 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
   if (chat && top > 0 && !chatLogprobs)
     return invalid("field 'top_logprobs' needs 'logprobs': true", "top_logprobs");
   params.logprobs = chatLogprobs || completionLogprobs ? top : -1;
+  // The engine scores the prompt for prompt_logprobs, and for echo with logprobs (its prompt's
+  // tokens in the logprobs too), with the most likely tokens either asks for.
+  params.promptLogprobs = request.promptLogprobs;
+  if (params.echo && params.logprobs >= 0)
+    params.promptLogprobs = std::max(params.promptLogprobs, params.logprobs);
+  if (request.promptLogprobs >= 0 && request.stream)
+    return invalid("field 'prompt_logprobs' is not available with stream: true (as vLLM's)",
+                   "prompt_logprobs");
   if (request.includeUsage && !request.stream)
     return invalid("field 'stream_options' is only for streamed requests (stream: true)",
                    "stream_options");
@@ -400,6 +415,14 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
     params.prompt = std::move(*ids);
   } else if (std::optional<ApiError> bad = readPrompt(*prompt, context, params)) {
     return bad;
+  } else if (params.echo) { // the text as given, or the ids' text
+    const nlohmann::json &given = prompt->is_array() && prompt->size() == 1 &&
+                                          ((*prompt)[0].is_string() || (*prompt)[0].is_array())
+                                      ? (*prompt)[0]
+                                      : *prompt;
+    request.promptText = given.is_string()
+                             ? given.get<std::string>()
+                             : context.tokenizer->decode(params.prompt, /*skipSpecial=*/false);
   }
   int64_t contextLen = context.defaults->maxSeqLen, promptTokens = int64_t(params.prompt.size());
   if (promptTokens >= contextLen)
@@ -407,7 +430,7 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
                    "model's maximum context length is " + std::to_string(contextLen) +
                    " tokens (prompt and completion)",
                    promptField, "context_length_exceeded");
-  if (params.maxTokens == 0) // chat without max_tokens: what the context has left
+  if (params.maxTokens == -1) // chat without max_tokens: what the context has left
     params.maxTokens = contextLen - promptTokens;
   if (!fitsContext(promptTokens, params.maxTokens, contextLen))
     return invalid("this model's maximum context length is " + std::to_string(contextLen) +
@@ -498,9 +521,60 @@ nlohmann::ordered_json logprobsOf(bool chat, const Tokenizer &tokenizer,
           {"top_logprobs", std::move(tops)}};
 }
 
+nlohmann::ordered_json echoLogprobs(const Tokenizer &tokenizer, const std::vector<int64_t> &prompt,
+                                    const std::vector<TokenLogprobs> &scored, int top,
+                                    int64_t &textOffset) {
+  std::vector<TokenLogprobs> mine(scored.begin(), scored.end());
+  for (TokenLogprobs &t : mine) // (scored with as many as prompt_logprobs asks, maybe more)
+    t.top.resize(std::min(t.top.size(), size_t(std::max(top, 0))));
+  // The first token has nothing before it: its logprob and top null, as OpenAI gives it. (A
+  // prompt is never empty: readPrompt.)
+  TokenLogprobs none{prompt.front(), 0.0, {}};
+  nlohmann::ordered_json first = logprobsOf(false, tokenizer, &none, &none + 1, textOffset);
+  first["token_logprobs"][0] = nullptr;
+  first["top_logprobs"][0] = nullptr;
+  appendLogprobs(first, logprobsOf(false, tokenizer, mine.data(), mine.data() + mine.size(),
+                                   textOffset));
+  return first;
+}
+
+void appendLogprobs(nlohmann::ordered_json &into, const nlohmann::ordered_json &more) {
+  if (into.is_null()) {
+    into = more;
+    return;
+  }
+  if (more.is_null())
+    return;
+  for (auto &[key, list] : into.items())
+    for (const auto &item : more[key])
+      list.push_back(item);
+}
+
+nlohmann::ordered_json promptLogprobsOf(const Tokenizer &tokenizer,
+                                        const std::vector<TokenLogprobs> &scored, int top) {
+  auto entry = [&](double logprob, int64_t rank, int64_t id) {
+    return nlohmann::ordered_json{{"logprob", std::max(logprob, -9999.0)},
+                                  {"rank", rank},
+                                  {"decoded_token", tokenizer.decode({id}, false)}};
+  };
+  nlohmann::ordered_json all = nlohmann::ordered_json::array({nullptr});
+  for (const TokenLogprobs &t : scored) {
+    nlohmann::ordered_json one = nlohmann::ordered_json::object();
+    one[std::to_string(t.token)] = entry(t.logprob, t.rank, t.token);
+    for (size_t i = 0; i < t.top.size() && i < size_t(std::max(top, 0)); ++i) {
+      auto [id, logprob] = t.top[i];
+      if (id != t.token)
+        one[std::to_string(id)] = entry(logprob, int64_t(i) + 1, id);
+    }
+    all.push_back(std::move(one));
+  }
+  return all;
+}
+
 nlohmann::ordered_json response(const ResponseHead &h, const std::string &text,
                                 const char *finishReason, const Usage &usage,
-                                const nlohmann::ordered_json &logprobs) {
+                                const nlohmann::ordered_json &logprobs,
+                                const nlohmann::ordered_json &promptLogprobs) {
   nlohmann::ordered_json choice = {{"index", 0}};
   if (h.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
@@ -508,8 +582,12 @@ nlohmann::ordered_json response(const ResponseHead &h, const std::string &text,
     choice["text"] = text;
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finishReason);
+  if (!promptLogprobs.is_null() && !h.chat) // vLLM's places: a completion's choice's
+    choice["prompt_logprobs"] = promptLogprobs;
   nlohmann::ordered_json r = head(h, h.chat ? "chat.completion" : "text_completion");
   r["choices"] = nlohmann::ordered_json::array({choice});
+  if (!promptLogprobs.is_null() && h.chat) // a chat completion's own
+    r["prompt_logprobs"] = promptLogprobs;
   r["usage"] = usageOf(usage);
   return r;
 }

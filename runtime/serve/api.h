@@ -43,6 +43,10 @@ struct ApiRequest {
   bool stream = false;
   bool includeUsage = false; // stream_options.include_usage
   RequestParams params;      // the prompt's ids, max_tokens, sampling, stop strings and ids
+  /// prompt_logprobs (vLLM's): this many most likely tokens at each prompt token; -1: none.
+  int promptLogprobs = -1;
+  /// A completion's echo: the prompt's text as given (its ids' text where given as ids).
+  std::string promptText;
 };
 
 /// Reads the body of POST /v1/completions (`chat` false) or /v1/chat/completions into
@@ -93,10 +97,26 @@ struct Usage {
 nlohmann::ordered_json logprobsOf(bool chat, const Tokenizer &tokenizer,
                                   const TokenLogprobs *begin, const TokenLogprobs *end,
                                   int64_t &textOffset);
-/// A whole (non-streamed) response; `logprobs` logprobsOf's, or null.
+/// A completion's echoed prompt in its logprobs (echo with logprobs: logprobsOf's shape): the
+/// first token with a null logprob and null top_logprobs, as OpenAI gives it, then each
+/// prompt token as the model scored it (EngineRequest::promptTokenLogprobs) with its `top`
+/// most likely tokens; text offsets from `textOffset`, which is advanced past them.
+nlohmann::ordered_json echoLogprobs(const Tokenizer &tokenizer, const std::vector<int64_t> &prompt,
+                                    const std::vector<TokenLogprobs> &scored, int top,
+                                    int64_t &textOffset);
+/// A completion's logprobs `more` after those in `into` (null: none yet), list by list.
+void appendLogprobs(nlohmann::ordered_json &into, const nlohmann::ordered_json &more);
+/// prompt_logprobs in vLLM's shape: [null, {"id": {"logprob", "rank", "decoded_token"}, ...},
+/// ...], each prompt token's entry first, then its `top` most likely tokens (ranks 1, 2, ...)
+/// that are not it; logprobs clamped at -9999.
+nlohmann::ordered_json promptLogprobsOf(const Tokenizer &tokenizer,
+                                        const std::vector<TokenLogprobs> &scored, int top);
+/// A whole (non-streamed) response; `logprobs` logprobsOf's, or null; `promptLogprobs`
+/// promptLogprobsOf's (a completion's choice carries it, a chat completion itself), or null.
 nlohmann::ordered_json response(const ResponseHead &head, const std::string &text,
                                 const char *finishReason, const Usage &usage,
-                                const nlohmann::ordered_json &logprobs = nullptr);
+                                const nlohmann::ordered_json &logprobs = nullptr,
+                                const nlohmann::ordered_json &promptLogprobs = nullptr);
 /// A stream chunk of one choice: `text` (the chat's first chunk: the role and empty content),
 /// with `finishReason` on the last one (null before), and the log-probabilities of the tokens
 /// whose text it is first to carry (logprobsOf's, or null).

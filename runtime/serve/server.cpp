@@ -142,6 +142,10 @@ struct Job {
   size_t logprobsShown = 0;
   int64_t textOffset = 0;
   nlohmann::ordered_json logprobs;
+  // Once the prompt is scored (the first token, or the finish): a completion's echo, in front
+  // of the text and the logprobs; prompt_logprobs.
+  bool echoed = false;
+  nlohmann::ordered_json promptLogprobs;
   bool answered = false;
   // Under the server's mutex:
   const char *finish = nullptr;       // "stop", "length" or "abort", once finished
@@ -231,6 +235,29 @@ struct Server::State {
 namespace {
 
 std::string event(const nlohmann::ordered_json &value) { return "data: " + dump(value) + "\n\n"; }
+
+/// The prompt, once scored, where the request asks for it: a completion's echo (its text and,
+/// with logprobs, its tokens' logprobs), sent as the stream's first chunk or put in front of
+/// the whole response; prompt_logprobs, for the response.
+void echoPrompt(Job &job, const EngineRequest &r, const Tokenizer &tokenizer) {
+  if (std::exchange(job.echoed, true))
+    return;
+  const RequestParams &params = job.api.params;
+  if (params.echo) {
+    nlohmann::ordered_json logprobs =
+        params.logprobs >= 0 ? echoLogprobs(tokenizer, r.prompt, r.promptTokenLogprobs,
+                                            params.logprobs, job.textOffset)
+                             : nlohmann::ordered_json();
+    if (job.api.stream) {
+      job.exchange->send(event(chunk(job.head, job.api.promptText, nullptr, false, logprobs)));
+    } else {
+      job.all = job.api.promptText + job.all;
+      job.logprobs = std::move(logprobs);
+    }
+  }
+  if (job.api.promptLogprobs >= 0)
+    job.promptLogprobs = promptLogprobsOf(tokenizer, r.promptTokenLogprobs, job.api.promptLogprobs);
+}
 
 /// The routes and the methods each takes; anything else is 404, or 405 with Allow.
 const std::map<std::string, std::string> kRoutes = {{"/v1/completions", "POST"},
@@ -514,7 +541,9 @@ void Server::State::answer(Job &job, const std::string &error, int status, const
   if (!job.api.stream) {
     exchange.respond(error.empty()
                          ? jsonResponse(200, dump(response(job.head, job.all, job.finish,
-                                                           job.usage, job.logprobs)), job.id)
+                                                           job.usage, job.logprobs,
+                                                           job.promptLogprobs)),
+                                        job.id)
                          : jsonResponse(status, errorBody({status, error, "", code}), job.id));
     return;
   }
@@ -744,6 +773,7 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
   hooks.beforeStep = [&](int64_t n) { strikeFault(fault, 0, backend, n); };
   hooks.onToken = [&](size_t handle, int64_t id) {
     Job &job = *running.at(handle);
+    echoPrompt(job, engine.request(handle), *s.context.tokenizer);
     std::string piece = job.text->push(id);
     auto now = Clock::now();
     ++job.usage.completion;
@@ -767,7 +797,13 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     job.all += job.tail;
     const EngineRequest &r = engine.request(handle);
     job.usage.cached = r.cachedTokens;
-    job.logprobs = unshownLogprobs(job, r, *s.context.tokenizer);
+    if (r.error.empty())
+      echoPrompt(job, r, *s.context.tokenizer);
+    nlohmann::ordered_json rest = unshownLogprobs(job, r, *s.context.tokenizer);
+    if (job.api.stream)
+      job.logprobs = std::move(rest);
+    else // after the echoed prompt's, where there are
+      appendLogprobs(job.logprobs, rest);
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       s.finishJob(job, r.finishReason);

@@ -34,7 +34,8 @@ public:
   uint64_t allocateArena(int64_t, int64_t) override { return 0; }
   void start() override {}
   bool hasSequenceParallel() const override { return false; }
-  /// The counting logits (a NaN in the row of a sequence whose last token is `poisoned`); on
+  /// The counting logits, a row for each token a sequence asks logits of (a NaN in the row of
+  /// a token that is `poisoned`); on
   /// a step asking for the argmax (which the engine does only when
   /// `can.argmax`), the counting ids instead and logits that point elsewhere, unless
   /// `withholdArgmax`.
@@ -43,17 +44,16 @@ public:
     argmaxAsked.push_back(step.argmax);
     logits.clear();
     chosen.clear();
-    for (const StepSequence &s : step.sequences) {
-      if (!s.sampled)
-        continue;
-      int64_t last = step.ids[s.first + s.count - 1], next = (last + 1) % vocab;
-      std::vector<float> row(size_t(vocab), 0.0f);
-      row[size_t(step.argmax ? 0 : next)] = 1.0f;
-      if (last == poisoned)
-        row[size_t(vocab / 2)] = std::nanf("");
-      logits.insert(logits.end(), row.begin(), row.end());
-      chosen.push_back(last == poisoned ? -2 : next);
-    }
+    for (const StepSequence &s : step.sequences)
+      for (int64_t i = s.count - s.logits; i < s.count; ++i) { // its last s.logits tokens
+        int64_t last = step.ids[s.first + i], next = (last + 1) % vocab;
+        std::vector<float> row(size_t(vocab), 0.0f);
+        row[size_t(step.argmax ? 0 : next)] = 1.0f;
+        if (last == poisoned)
+          row[size_t(vocab / 2)] = std::nanf("");
+        logits.insert(logits.end(), row.begin(), row.end());
+        chosen.push_back(last == poisoned ? -2 : next);
+      }
     return logits.data();
   }
   const int64_t *argmax() const override {
@@ -275,6 +275,116 @@ TEST(Engine, LogitsThatAreNotFiniteFailTheirRequestAloneOnEitherPath) {
     EXPECT_EQ(finished, (std::vector<size_t>{b, a}));
     EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
   }
+}
+
+// Prompt scoring: the counting row of token t peaks at t + 1, so prompt token p + 1 scores
+// high exactly where it follows its predecessor; the oracle reads that off the prompt alone.
+// A row taken one place off (the wrong token's) flips which positions score high.
+double expectedLogprob(const std::vector<int64_t> &prompt, size_t p) {
+  double peak = 1.0 - std::log(std::exp(1.0) + double(Fixture::kVocab - 1));
+  double flat = 0.0 - std::log(std::exp(1.0) + double(Fixture::kVocab - 1));
+  return prompt[p + 1] == prompt[p] + 1 ? peak : flat;
+}
+
+void expectScored(const EngineRequest &r, const std::vector<int64_t> &prompt) {
+  ASSERT_EQ(r.promptTokenLogprobs.size(), prompt.size() - 1);
+  for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+    const TokenLogprobs &t = r.promptTokenLogprobs[p];
+    EXPECT_EQ(t.token, prompt[p + 1]) << "prompt token " << p + 1;
+    EXPECT_NEAR(t.logprob, expectedLogprob(prompt, p), 1e-5) << "prompt token " << p + 1;
+    ASSERT_EQ(t.top.size(), 2u);
+    EXPECT_EQ(t.top[0].first, prompt[p] + 1); // the peak, then the lowest id of the rest
+  }
+}
+
+EngineRequest scoring(std::vector<int64_t> prompt, int64_t tokens) {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.maxTokens = tokens;
+  r.sampling.temperature = 0;
+  r.promptLogprobs = 2;
+  return r;
+}
+
+TEST(Engine, APromptIsScoredRowByRowAcrossChunksAndBesideOthers) {
+  // A budget of 5 tokens a step: the 13-token prompt is scored in chunks, beside a decode.
+  std::vector<int64_t> prompt = {10, 11, 12, 40, 41, 7, 8, 9, 10, 3, 500, 501, 502};
+  Fixture f({4, 5, 32, 4, 32});
+  size_t other = f.engine.submit(counting(300, 2, 8));
+  f.engine.step();
+  size_t a = f.engine.submit(scoring(prompt, 3));
+  while (f.engine.busy())
+    f.engine.step();
+  expectScored(f.engine.request(a), prompt);
+  EXPECT_EQ(f.engine.request(a).output, following(502, 3));
+  EXPECT_EQ(f.engine.request(other).output, following(301, 8));
+  EXPECT_TRUE(f.engine.request(other).promptTokenLogprobs.empty());
+}
+
+TEST(Engine, MaxTokensZeroScoresThePromptAndGeneratesNothing) {
+  std::vector<int64_t> prompt = {5, 6, 90, 91, 92, 93};
+  Fixture f({2, 64, 16, 4, 32});
+  size_t a = f.engine.submit(scoring(prompt, 0));
+  EngineRequest plain = counting(10, 3, 0); // nothing asked: finished at once, as before
+  size_t b = f.engine.submit(plain);
+  EXPECT_STREQ(f.engine.request(b).finishReason, "length");
+  while (f.engine.busy())
+    f.engine.step();
+  expectScored(f.engine.request(a), prompt);
+  EXPECT_TRUE(f.engine.request(a).output.empty());
+  EXPECT_STREQ(f.engine.request(a).finishReason, "length");
+  EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+}
+
+TEST(Engine, AScoredPromptTakesNoCacheHit) {
+  EngineLimits limits{4, 64, 16, 4, 32};
+  limits.prefixCaching = true;
+  Fixture f(limits);
+  std::vector<int64_t> prompt = {20, 21, 22, 23, 24, 25, 26, 27, 60, 61};
+  EngineRequest first = counting(0, 1, 1);
+  first.prompt = prompt;
+  f.engine.submit(first); // caches the prompt's two full blocks
+  while (f.engine.busy())
+    f.engine.step();
+  size_t scored = f.engine.submit(scoring(prompt, 2));
+  while (f.engine.busy())
+    f.engine.step();
+  size_t hit = f.engine.submit(first);
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.engine.request(scored).cachedTokens, 0);
+  expectScored(f.engine.request(scored), prompt);
+  EXPECT_EQ(f.engine.request(hit).cachedTokens, 8);
+}
+
+TEST(Engine, APromptPreemptedWhileScoredIsScoredOnce) {
+  // Five blocks of four tokens and three tokens a step: the scored prompt is prefilled in
+  // chunks while the older request grows, until the newest, the one scored, gives its blocks
+  // back halfway through its prompt.
+  std::vector<int64_t> prompt = {1, 2, 3, 9, 10, 11, 70, 71, 5, 6, 7, 8};
+  Fixture f({4, 3, 5, 4, 16});
+  size_t a = f.engine.submit(counting(100, 4, 12));
+  size_t scored = f.engine.submit(scoring(prompt, 4));
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_GT(f.engine.request(scored).preempted, 0);
+  expectScored(f.engine.request(scored), prompt);
+  EXPECT_EQ(f.engine.request(scored).output, following(8, 4));
+  EXPECT_EQ(f.engine.request(a).output, following(103, 12));
+}
+
+TEST(Engine, AScoredRowThatIsNotFiniteFailsItsRequestAlone) {
+  Fixture f({2, 64, 16, 4, 32});
+  f.backend.poisoned = 41;
+  size_t a = f.engine.submit(scoring({10, 40, 41, 42}, 2));
+  size_t b = f.engine.submit(counting(100, 3, 2));
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_STREQ(f.engine.request(a).finishReason, "error");
+  EXPECT_EQ(f.engine.request(a).error,
+            "the model's logits are not finite (NaN or infinite) for its prompt's token 4");
+  EXPECT_EQ(f.engine.request(b).output, following(102, 2));
+  EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
 }
 
 } // namespace

@@ -26,8 +26,8 @@ TEST(StepCodec, TheWordsAreWhereTheLayoutSays) {
   EXPECT_EQ(codec.length(), 8u + 8u + 12u + 6u);
   std::vector<int64_t> aTokens = {11, 12, 13}, bTokens = {21};
   std::vector<int32_t> aBlocks = {7}, bBlocks = {2, 5};
-  std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, false, &aBlocks},
-                                       {bTokens.data(), 1, 6, true, &bBlocks}};
+  std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, 0, &aBlocks},
+                                       {bTokens.data(), 1, 6, 1, &bBlocks}};
   std::vector<int64_t> d;
   codec.encode(plan, /*argmax=*/true, {/*before=*/2, /*after=*/-1, /*beforeIds=*/true}, d);
   ASSERT_EQ(d.size(), codec.length());
@@ -46,7 +46,7 @@ TEST(StepCodec, WhatTheFirstStageCollectsTravelsAndIsChecked) {
   std::vector<int64_t> tokens = {1};
   std::vector<int32_t> blocks = {3};
   std::vector<int64_t> d;
-  codec.encode({{tokens.data(), 1, 0, true, &blocks}}, false, {-1, 1, false, true}, d);
+  codec.encode({{tokens.data(), 1, 0, 1, &blocks}}, false, {-1, 1, false, true}, d);
   StepCollect c = codec.collect(d);
   EXPECT_EQ(c.before, -1); // none
   EXPECT_EQ(c.after, 1);
@@ -80,8 +80,8 @@ TEST(StepCodec, ADecodedStepIsThePlannedOne) {
   StepCodec codec(smallLayout());
   std::vector<int64_t> aTokens = {11, 12, 13}, bTokens = {21};
   std::vector<int32_t> aBlocks = {7}, bBlocks = {2, 5};
-  std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, false, &aBlocks},
-                                       {bTokens.data(), 1, 6, true, &bBlocks}};
+  std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, 0, &aBlocks},
+                                       {bTokens.data(), 1, 6, 1, &bBlocks}};
   std::vector<int64_t> d;
   codec.encode(plan, false, {}, d);
   EXPECT_EQ(codec.kind(d), StepKind::Run);
@@ -97,14 +97,28 @@ TEST(StepCodec, ADecodedStepIsThePlannedOne) {
   ASSERT_EQ(step.sequences.size(), 2u);
   EXPECT_EQ(step.sequences[0].first, 0);
   EXPECT_EQ(step.sequences[0].count, 3);
-  EXPECT_FALSE(step.sequences[0].sampled);
+  EXPECT_EQ(step.sequences[0].logits, 0);
   EXPECT_EQ(step.sequences[0].blocks[0], 7);
   EXPECT_EQ(step.sequences[1].first, 3);
   EXPECT_EQ(step.sequences[1].cached, 6);
-  EXPECT_TRUE(step.sequences[1].sampled);
+  EXPECT_EQ(step.sequences[1].logits, 1);
   EXPECT_EQ(step.sequences[1].blocks[0], 2);
   EXPECT_EQ(step.sequences[1].blocks[1], 5);
   EXPECT_EQ(step.sampledRows(), 1);
+}
+
+TEST(StepCodec, ASequenceScoringItsPromptReturnsSeveralRows) {
+  StepCodec codec(smallLayout());
+  std::vector<int64_t> aTokens = {11, 12, 13}, bTokens = {21};
+  std::vector<int32_t> aBlocks = {7}, bBlocks = {2, 5};
+  std::vector<int64_t> d;
+  codec.encode({{aTokens.data(), 3, 0, 2, &aBlocks}, {bTokens.data(), 1, 6, 1, &bBlocks}}, false,
+               {}, d);
+  DecodedStep out;
+  codec.decode(d, out);
+  EXPECT_EQ(out.step.sequences[0].logits, 2);
+  EXPECT_EQ(out.step.sequences[1].logits, 1);
+  EXPECT_EQ(out.step.sampledRows(), 3);
 }
 
 TEST(StepCodec, SignalsCarryNoStep) {
@@ -126,7 +140,7 @@ TEST(StepCodec, ACorruptDescriptorIsRefusedNotRead) {
   std::vector<int64_t> tokens = {1, 2};
   std::vector<int32_t> blocks = {3};
   std::vector<int64_t> good;
-  codec.encode({{tokens.data(), 2, 0, true, &blocks}}, false, {}, good);
+  codec.encode({{tokens.data(), 2, 0, 1, &blocks}}, false, {}, good);
   DecodedStep out;
   auto refused = [&](size_t word, int64_t value) {
     std::vector<int64_t> d = good;
@@ -141,6 +155,8 @@ TEST(StepCodec, ACorruptDescriptorIsRefusedNotRead) {
   refused(16, -1);   // first token before the step
   refused(17, 3);    // more tokens than the step has
   refused(18, 7);    // cached so many that the table would need 3 blocks
+  refused(19, 3);    // more rows of logits than the sequence has tokens
+  refused(19, -1);
   refused(28, 10);   // a block past the cache
   std::vector<int64_t> shorter(good.begin(), good.end() - 1);
   EXPECT_THROW(codec.kind(shorter), std::runtime_error);

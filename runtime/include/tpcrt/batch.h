@@ -2,7 +2,8 @@
 // (runtime/engine/scheduler.cpp) plans one and sends it to every rank; a forward reads it through
 // its context (the ops that are per token need nothing of it; the attention reads each
 // sequence's keys and values through its block table, and tp.last_token's rows are the last
-// token of each sequence the step samples).
+// token of each sequence the step samples, or more of its last tokens where the engine
+// scores a prompt).
 //
 // The KV cache is paged: each layer's keys and values live in fixed-size blocks of
 // `blockSize` tokens, and a sequence's block table lists the blocks holding its tokens in
@@ -20,7 +21,9 @@ namespace tpcrt {
 struct StepSequence {
   int64_t first = 0, count = 0, cached = 0;
   const int32_t *blocks = nullptr; // its block table, ceil((cached + count) / blockSize) long
-  bool sampled = false;            // the forward returns the logits of its last token
+  /// The forward returns the logits of its last `logits` tokens (0 to count): 1 where its
+  /// next token is sampled, more where a prompt's own tokens are scored (prompt logprobs).
+  int64_t logits = 0;
 };
 
 struct Step {
@@ -33,11 +36,11 @@ struct Step {
   /// is marked argmax_if_greedy (found on the ranks, the logits not gathered), the CUDA
   /// device always (found on the device, only the ids copied to the host).
   bool argmax = false;
-  /// The rows the forward returns logits for: the sequences with `sampled`.
+  /// The rows the forward returns logits for: each sequence's `logits`, in the step's order.
   int64_t sampledRows() const {
     int64_t rows = 0;
     for (const StepSequence &s : sequences)
-      rows += s.sampled;
+      rows += s.logits;
     return rows;
   }
 };

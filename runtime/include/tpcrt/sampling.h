@@ -115,11 +115,12 @@ struct TokenLogprobs {
   int64_t token;
   double logprob;
   std::vector<std::pair<int64_t, double>> top; // the `count` most likely, most likely first
+  int64_t rank = 1; // vLLM's: how many tokens are at least as likely as `token`, itself too
 };
 /// At most this many top log-probabilities a token (vLLM's default max_logprobs).
 constexpr int kMaxLogprobs = 20;
-/// log_softmax of `logits` (vocab of them) at `token`, and the `count` largest with their ids
-/// (ties by id).
+/// log_softmax of `logits` (vocab of them) at `token`, its rank, and the `count` largest with
+/// their ids (ties by id).
 TokenLogprobs logprobsOf(const float *logits, int64_t vocab, int64_t token, int count);
 
 /// Stop strings over a growing text: push() each new piece of decoded text and get back what

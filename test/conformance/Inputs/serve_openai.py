@@ -128,6 +128,96 @@ def logprobs_check(client, tokenizer, model):
         joined.tokens == lp.tokens, agrees(completion_entries(joined), want)))
 
 
+# (context, continuation) pairs, scored as lm-eval's loglikelihood tasks score them.
+PAIRS = [
+    ("The capital of France is", " Paris"), ("The capital of France is", " Berlin"),
+    ("Water boils at a temperature of", " 100 degrees Celsius"),
+    ("Water boils at a temperature of", " 12 degrees"),
+    ("The cat sat on the", " mat"), ("The cat sat on the", " moon"),
+    ("Two plus two equals", " four"), ("Two plus two equals", " seven"),
+    ("The sun rises in the", " east"), ("The sun rises in the", " west"),
+    ("She opened the door and", " walked in"), ("She opened the door and", " ate the piano"),
+    ("Bees make", " honey"), ("Bees make", " bicycles"),
+    ("In winter it is usually", " cold"), ("In winter it is usually", " purple"),
+    ("def add(a, b):\n    return", " a + b"), ("def add(a, b):\n    return", " a * b"),
+    ("Paris is the capital of", " France, a country in Europe"),
+    ("Paris is the capital of", " Japan"),
+]
+
+
+def scoring_check(client, server, key, tokenizer, model):
+    """echo with prompt logprobs, in lm-eval's shape (the prompt as token ids, echo, logprobs 1,
+    max_tokens 1): each continuation's summed logprobs against transformers' log_softmax of
+    the same ids within 1e-3; a pure scoring request (max_tokens 0) gives the same; vLLM's
+    prompt_logprobs gives the same values and transformers' ranks; and a scored prompt takes
+    no prefix-cache hit where a plain request for it does."""
+    def transformers_scores(ids):
+        with torch.no_grad():
+            rows = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), dim=-1)
+        return [rows[p - 1, ids[p]].item() for p in range(1, len(ids))], rows
+
+    worst, echoed, zero_same = 0.0, True, True
+    for context, continuation in PAIRS:
+        ctx = tokenizer(context)["input_ids"]
+        ids = ctx + tokenizer(continuation)["input_ids"]
+        want, _ = transformers_scores(ids)
+        done = client.completions.create(model="ckpt", prompt=[ids], echo=True, logprobs=1,
+                                         max_tokens=1, temperature=0)
+        lp = done.choices[0].logprobs
+        echoed &= (lp.token_logprobs[0] is None and len(lp.token_logprobs) == len(ids) + 1 and
+                   done.choices[0].text.startswith(tokenizer.decode(ids)))
+        got = sum(lp.token_logprobs[len(ctx):len(ids)])
+        worst = max(worst, abs(got - sum(want[len(ctx) - 1:])))
+        pure = client.completions.create(model="ckpt", prompt=[ids], echo=True, logprobs=0,
+                                         max_tokens=0)
+        plp = pure.choices[0].logprobs
+        zero_same &= (pure.choices[0].finish_reason == "length" and
+                      len(plp.token_logprobs) == len(ids) and
+                      max(abs(a - b) for a, b in zip(plp.token_logprobs[1:],
+                                                     lp.token_logprobs[1:len(ids)])) < 1e-6)
+    print("scoring %d pairs with echo: sums within 1e-3 of transformers': %s, shapes: %s, "
+          "max_tokens 0 the same: %s" % (len(PAIRS), worst <= 1e-3, echoed, zero_same))
+    # Streamed, echo's prompt comes first, in one chunk, with its logprobs.
+    ask = dict(model="ckpt", prompt=PAIRS[0][0], echo=True, logprobs=2, max_tokens=4,
+               temperature=0)
+    whole = client.completions.create(**ask).choices[0]
+    chunks = [c.choices[0] for c in client.completions.create(**ask, stream=True)]
+    tokens = [t for c in chunks if c.logprobs for t in c.logprobs.tokens]
+    values = [v for c in chunks if c.logprobs for v in c.logprobs.token_logprobs]
+    offsets = [o for c in chunks if c.logprobs for o in c.logprobs.text_offset]
+    print("echo streamed: first chunk the prompt: %s, the same text: %s, tokens: %s, "
+          "offsets: %s, logprobs: %s" % (
+              chunks[0].text == PAIRS[0][0], "".join(c.text for c in chunks) == whole.text,
+              tokens == whole.logprobs.tokens, offsets == whole.logprobs.text_offset,
+              values[0] is None and all(abs(a - b) < 1e-6 for a, b in
+                                        zip(values[1:], whole.logprobs.token_logprobs[1:]))))
+    import json
+    ids = tokenizer("Bees make honey, and ants build nests underground.")["input_ids"]
+    want, rows = transformers_scores(ids)
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    status, text, _ = server.request("POST", "/v1/completions",
+                                     {"prompt": ids, "max_tokens": 0, "prompt_logprobs": 3},
+                                     headers)
+    got = json.loads(text)["choices"][0]["prompt_logprobs"]
+    values = all(abs(got[p][str(ids[p])]["logprob"] - want[p - 1]) <= 1e-4
+                 for p in range(1, len(ids)))
+    ranks = all(got[p][str(ids[p])]["rank"] ==
+                1 + int((rows[p - 1] > rows[p - 1, ids[p]] + 1e-6).sum())
+                for p in range(1, len(ids)))
+    print("prompt_logprobs: %s, first null: %s, values within 1e-4: %s, ranks: %s" % (
+        status, got[0] is None, values, ranks))
+    prompt = "A shared preamble that is long enough to fill several blocks of the KV cache, " * 3
+    plain = client.completions.create(model="ckpt", prompt=prompt, max_tokens=1)
+    again = client.completions.create(model="ckpt", prompt=prompt, max_tokens=1)
+    scored = client.completions.create(model="ckpt", prompt=prompt, max_tokens=1, echo=True,
+                                       logprobs=1)
+    print("cached tokens: plain again %s, scored %s" % (
+        again.usage.prompt_tokens_details.cached_tokens > 0,
+        scored.usage.prompt_tokens_details.cached_tokens))
+
+
 def tokenizer_endpoints(server, ckpt, key):
     """POST /tokenize and /detokenize against the checkpoint's own tokenizer in transformers:
     a prompt as tokenizer(text) encodes it, messages as apply_chat_template (with and without
@@ -216,6 +306,7 @@ def main():
         except openai.BadRequestError as e:
             print("bad request: %s %s" % (e.status_code, e.body["message"]))
         logprobs_check(client, tokenizer, model)
+        scoring_check(client, server, key, tokenizer, model)
         tokenizer_endpoints(server, ckpt, key)
     finally:
         server.stop()
