@@ -85,7 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (a.prompt.empty() || a.maxTokens < (scores ? 0 : 1) || uint64_t(a.maxTokens) > most ||
       a.prompt.size() > most || a.prompt.size() + uint64_t(a.maxTokens) > most ||
       !a.sampling.validate().empty() || !tpcrt::checkStopStrings(a.stop).empty() ||
-      request.chat != chat || (request.includeUsage && !request.stream))
+      request.chat != chat || (request.includeUsage && !request.stream) || request.n < 1 ||
+      request.n > tpcrt::serve::kMaxChoices)
     __builtin_trap();
   for (int64_t id : a.prompt)
     if (id < 0 || id >= spec.vocab)
@@ -118,7 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     nlohmann::ordered_json logprobs = tpcrt::serve::logprobsOf(
         chat, *context.tokenizer, tokens.data(), tokens.data() + tokens.size(), offset);
     if (!nlohmann::json::accept(tpcrt::serve::dump(tpcrt::serve::response(
-            {"id", 0, "fuzz", chat}, "", "stop", {}, logprobs))))
+            {"id", 0, "fuzz", chat}, {{"", "stop", logprobs}}, {}))))
       __builtin_trap();
     if (a.promptLogprobs >= 0) { // the prompt's own, as echo and prompt_logprobs show them
       std::vector<tpcrt::TokenLogprobs> scored(tokens.begin() + 1, tokens.end());
@@ -129,7 +130,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       nlohmann::ordered_json prompt =
           tpcrt::serve::promptLogprobsOf(*context.tokenizer, scored, a.promptLogprobs);
       if (!nlohmann::json::accept(tpcrt::serve::dump(tpcrt::serve::response(
-              {"id", 0, "fuzz", chat}, "", "stop", {}, echoed, prompt))))
+              {"id", 0, "fuzz", chat}, {{"", "stop", echoed}, {"", "length", nullptr}}, {},
+              prompt))))
         __builtin_trap();
     }
   }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tpcrt {
 
@@ -19,6 +20,7 @@ struct Engine::Entry {
   Sequence sequence;
   std::optional<Sampler> sampler;
   std::chrono::steady_clock::time_point arrived;
+  std::vector<size_t> followers; // submitted after it, queued once its prompt is computed
 };
 
 namespace {
@@ -189,7 +191,28 @@ void Engine::follow(const EngineHooks &hooks) {
   }
 }
 
-size_t Engine::submit(EngineRequest request) {
+size_t Engine::submitAfter(EngineRequest request, size_t leader) {
+  auto found = entries.find(leader);
+  if (found == entries.end() || found->second.request.finishReason ||
+      !found->second.request.output.empty())
+    return submit(std::move(request));
+  size_t handle = enter(std::move(request), /*queue=*/false);
+  if (!entries.at(handle).request.finishReason) // (not refused at submit)
+    found->second.followers.push_back(handle);
+  return handle;
+}
+
+void Engine::releaseFollowers(Entry &e) {
+  for (size_t handle : std::exchange(e.followers, {})) {
+    auto it = entries.find(handle);
+    if (it != entries.end() && !it->second.request.finishReason) // (not aborted meanwhile)
+      scheduler.add(&it->second.sequence);
+  }
+}
+
+size_t Engine::submit(EngineRequest request) { return enter(std::move(request), true); }
+
+size_t Engine::enter(EngineRequest request, bool queue) {
   size_t handle = nextHandle++;
   Entry &e = entries[handle];
   e.arrived = std::chrono::steady_clock::now();
@@ -209,7 +232,8 @@ size_t Engine::submit(EngineRequest request) {
                       std::to_string(most) + " need more than --max-model-len " +
                       std::to_string(limits.maxSeqLen) + " tokens";
   } else if (most > 0 || e.request.promptLogprobs >= 0) { // a prompt to score, maybe alone
-    scheduler.add(&e.sequence);
+    if (queue)
+      scheduler.add(&e.sequence);
   } else {
     e.request.finishReason = "length";
   }
@@ -242,6 +266,7 @@ void Engine::abort(size_t handle) {
   scheduler.remove(&it->second.sequence);
   it->second.request.finishReason = "abort";
   it->second.request.finishedMs = millisSince(it->second.arrived);
+  releaseFollowers(it->second);
 }
 
 void Engine::stop() {
@@ -460,6 +485,7 @@ void Engine::sample(const std::vector<StepRow> &rows, const float *logits,
     }
     if (failed || !step.sampled)
       continue; // a prompt's chunk, more to come
+    releaseFollowers(e); // its prompt is in the cache now
     if (r.maxTokens == 0) { // a prompt scored, nothing to generate
       r.finishReason = "length";
       r.finishedMs = millisSince(e.arrived);
@@ -509,6 +535,7 @@ void Engine::sample(const std::vector<StepRow> &rows, const float *logits,
 
 void Engine::fail(Sequence *s, const std::string &why, const EngineHooks &hooks) {
   Entry &e = entries.at(s->handle);
+  releaseFollowers(e);
   e.request.finishReason = "error";
   e.request.error = why;
   e.request.finishedMs = millisSince(e.arrived);

@@ -61,6 +61,11 @@ public:
   /// once, "length"); returns its handle, which the hooks and request() name it by. Requests
   /// may arrive between any two steps.
   size_t submit(EngineRequest request);
+  /// Rank 0: as submit(), but queued only once request `leader`'s prompt is computed (its
+  /// first token chosen, or it ended), so that a request of the same prompt finds the
+  /// leader's blocks in the prefix cache instead of computing them beside it: the choices of
+  /// a request with n > 1. At once where the leader has ended or is not known.
+  size_t submitAfter(EngineRequest request, size_t leader);
   /// Rank 0: whether a request is waiting or running, or a step's logits are still to come.
   bool busy() const { return scheduler.busy() || !inFlight.empty(); }
   /// Rank 0: one step, when busy: schedules, sends every rank the step, runs its forward and
@@ -159,6 +164,10 @@ private:
   /// Ends one sequence's request with an error (its logits not finite): that request alone,
   /// the others run on.
   void fail(Sequence *s, const std::string &why, const EngineHooks &hooks);
+  /// submit()'s entry for a request, queued or (`queue` false) left for its leader to queue.
+  size_t enter(EngineRequest request, bool queue);
+  /// Queues the requests submitted after `e`'s (submitAfter) that are still waiting for it.
+  void releaseFollowers(Entry &e);
 
   const ModelSpec &spec;
   Backend &backend;

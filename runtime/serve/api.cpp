@@ -17,8 +17,8 @@ namespace {
 
 constexpr int kMaxJsonDepth = 16;
 
-/// Fields that would change the result, not implemented here: refused by name. (n and
-/// best_of are refused unless 1, a chat's echo unless false, suffix unless null.)
+/// Fields that would change the result, not implemented here: refused by name. (best_of is
+/// refused unless 1, a chat's echo unless false, suffix unless null.)
 const std::set<std::string> kNotImplemented = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
     "response_format", "bad_words",
@@ -348,7 +348,12 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
                        "true}, not " + value.dump(),
                        "stream_options");
       request.includeUsage = usage != value.end() && usage->get<bool>();
-    } else if (key == "n" || key == "best_of") {
+    } else if (key == "n") {
+      if (!jsonNumber(value, request.n).empty() || request.n < 1 || request.n > kMaxChoices)
+        return invalid("field 'n' must be an integer from 1 to " + std::to_string(kMaxChoices) +
+                           ", not " + value.dump(),
+                       key);
+    } else if (key == "best_of") {
       if (!only(value, 1))
         return invalid("field '" + key + "': only 1 is implemented by tpc serve, not " +
                            value.dump(),
@@ -571,21 +576,25 @@ nlohmann::ordered_json promptLogprobsOf(const Tokenizer &tokenizer,
   return all;
 }
 
-nlohmann::ordered_json response(const ResponseHead &h, const std::string &text,
-                                const char *finishReason, const Usage &usage,
-                                const nlohmann::ordered_json &logprobs,
+nlohmann::ordered_json response(const ResponseHead &h, const std::vector<ChoiceResult> &choices,
+                                const Usage &usage,
                                 const nlohmann::ordered_json &promptLogprobs) {
-  nlohmann::ordered_json choice = {{"index", 0}};
-  if (h.chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
-  choice["logprobs"] = logprobs;
-  choice["finish_reason"] = reason(finishReason);
-  if (!promptLogprobs.is_null() && !h.chat) // vLLM's places: a completion's choice's
-    choice["prompt_logprobs"] = promptLogprobs;
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult &c = choices[i];
+    nlohmann::ordered_json choice = {{"index", i}};
+    if (h.chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
+    choice["logprobs"] = c.logprobs;
+    choice["finish_reason"] = reason(c.finishReason);
+    if (!promptLogprobs.is_null() && !h.chat) // vLLM's places: a completion's choice's
+      choice["prompt_logprobs"] = promptLogprobs;
+    all.push_back(std::move(choice));
+  }
   nlohmann::ordered_json r = head(h, h.chat ? "chat.completion" : "text_completion");
-  r["choices"] = nlohmann::ordered_json::array({choice});
+  r["choices"] = std::move(all);
   if (!promptLogprobs.is_null() && h.chat) // a chat completion's own
     r["prompt_logprobs"] = promptLogprobs;
   r["usage"] = usageOf(usage);
@@ -594,8 +603,8 @@ nlohmann::ordered_json response(const ResponseHead &h, const std::string &text,
 
 nlohmann::ordered_json chunk(const ResponseHead &h, const std::string &text,
                              const char *finishReason, bool role,
-                             const nlohmann::ordered_json &logprobs) {
-  nlohmann::ordered_json choice = {{"index", 0}};
+                             const nlohmann::ordered_json &logprobs, int64_t index) {
+  nlohmann::ordered_json choice = {{"index", index}};
   if (h.chat) {
     choice["delta"] = role ? nlohmann::ordered_json{{"role", "assistant"}, {"content", text}}
                            : nlohmann::ordered_json{{"content", text}};

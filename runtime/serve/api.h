@@ -47,7 +47,12 @@ struct ApiRequest {
   int promptLogprobs = -1;
   /// A completion's echo: the prompt's text as given (its ids' text where given as ids).
   std::string promptText;
+  /// n: choices of the one prompt (1 to kMaxChoices), each its own engine request; with a
+  /// seed, choice i samples with seed + i (vLLM's rule).
+  int64_t n = 1;
 };
+/// The most choices a request may ask for (n).
+constexpr int64_t kMaxChoices = 16;
 
 /// Reads the body of POST /v1/completions (`chat` false) or /v1/chat/completions into
 /// `request`; an error when it is not a request this server runs. Bounded: the body's JSON
@@ -111,18 +116,25 @@ void appendLogprobs(nlohmann::ordered_json &into, const nlohmann::ordered_json &
 /// that are not it; logprobs clamped at -9999.
 nlohmann::ordered_json promptLogprobsOf(const Tokenizer &tokenizer,
                                         const std::vector<TokenLogprobs> &scored, int top);
-/// A whole (non-streamed) response; `logprobs` logprobsOf's, or null; `promptLogprobs`
-/// promptLogprobsOf's (a completion's choice carries it, a chat completion itself), or null.
-nlohmann::ordered_json response(const ResponseHead &head, const std::string &text,
-                                const char *finishReason, const Usage &usage,
-                                const nlohmann::ordered_json &logprobs = nullptr,
+/// One choice of a whole response: its text, why it finished, and its logprobs (logprobsOf's,
+/// or null).
+struct ChoiceResult {
+  std::string text;
+  const char *finishReason = nullptr;
+  nlohmann::ordered_json logprobs;
+};
+/// A whole (non-streamed) response of `choices` (index 0, 1, ...); `promptLogprobs`
+/// promptLogprobsOf's (each choice of a completion carries it, a chat completion itself), or
+/// null.
+nlohmann::ordered_json response(const ResponseHead &head, const std::vector<ChoiceResult> &choices,
+                                const Usage &usage,
                                 const nlohmann::ordered_json &promptLogprobs = nullptr);
-/// A stream chunk of one choice: `text` (the chat's first chunk: the role and empty content),
-/// with `finishReason` on the last one (null before), and the log-probabilities of the tokens
-/// whose text it is first to carry (logprobsOf's, or null).
+/// A stream chunk of choice `index`: `text` (the chat's first chunk: the role and empty
+/// content), with `finishReason` on the last one (null before), and the log-probabilities of
+/// the tokens whose text it is first to carry (logprobsOf's, or null).
 nlohmann::ordered_json chunk(const ResponseHead &head, const std::string &text,
                              const char *finishReason, bool role = false,
-                             const nlohmann::ordered_json &logprobs = nullptr);
+                             const nlohmann::ordered_json &logprobs = nullptr, int64_t index = 0);
 /// stream_options.include_usage's chunk: no choices, the usage.
 nlohmann::ordered_json usageChunk(const ResponseHead &head, const Usage &usage);
 /// A JSON value as the bytes a response carries: text that is not valid UTF-8 has its bad

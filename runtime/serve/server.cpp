@@ -121,30 +121,38 @@ private:
   std::vector<std::thread> threads;
 };
 
+/// One choice of a request (n of them): its engine request's text as it comes.
+struct Choice {
+  size_t handle = 0;
+  std::optional<GeneratedText> text;
+  std::string all; // the whole text, for a non-streamed response
+  // Where log-probabilities were asked for: how many tokens' have gone in a chunk, and the
+  // text offset a completion's next one starts at; at the finish, all of them for a
+  // non-streamed response.
+  size_t logprobsShown = 0;
+  int64_t textOffset = 0;
+  nlohmann::ordered_json logprobs;
+  bool echoed = false;          // a completion's echo sent, or put in front
+  const char *finish = nullptr; // once its engine request finished
+};
+
 /// One API request, from the reader thread that checked it to the engine and back.
 struct Job {
   std::shared_ptr<http::Exchange> exchange;
   std::string id; // X-Request-Id
   ApiRequest api;
   ResponseHead head;
-  EngineRequest request;              // moved into the engine when submitted
+  std::vector<EngineRequest> requests; // a choice's each, moved into the engine when submitted
   // The engine thread's alone once queued:
-  std::optional<GeneratedText> text;
+  std::vector<Choice> choices;
+  size_t unfinished = 0;  // choices still running
+  std::string error;      // a choice that failed: the request's answer
   Clock::time_point arrived, lastToken;
-  size_t handle = 0;
   bool submitted = false;
-  std::string all;                    // the whole text, for a non-streamed response
-  std::string tail;                   // a stream's text at the finish, not sent yet
-  Usage usage;
-  // Where log-probabilities were asked for: how many tokens' have gone in a chunk, and the
-  // text offset a completion's next one starts at; at the finish, the rest (all of them, for
-  // a non-streamed response).
-  size_t logprobsShown = 0;
-  int64_t textOffset = 0;
-  nlohmann::ordered_json logprobs;
-  // Once the prompt is scored (the first token, or the finish): a completion's echo, in front
-  // of the text and the logprobs; prompt_logprobs.
-  bool echoed = false;
+  Usage usage;            // completion: every choice's tokens
+  // Choice 0's prompt, scored (prompt_logprobs, echo with logprobs): the other choices wait
+  // for its first token (Engine::submitAfter), so it is here before any of theirs.
+  std::vector<TokenLogprobs> scoredPrompt;
   nlohmann::ordered_json promptLogprobs;
   bool answered = false;
   // Under the server's mutex:
@@ -152,16 +160,15 @@ struct Job {
   bool cancelled = false;
 };
 
-/// The log-probabilities of `job`'s tokens that no chunk has carried yet (null where none were
-/// asked for), from here on shown.
-nlohmann::ordered_json unshownLogprobs(Job &job, const EngineRequest &r,
+/// The log-probabilities of a choice's tokens that no chunk has carried yet (null where none
+/// were asked for), from here on shown.
+nlohmann::ordered_json unshownLogprobs(const Job &job, Choice &c, const EngineRequest &r,
                                        const Tokenizer &tokenizer) {
   if (r.logprobs < 0)
     return nullptr;
   const TokenLogprobs *all = r.outputLogprobs.data();
-  size_t from = std::exchange(job.logprobsShown, r.outputLogprobs.size());
-  return logprobsOf(job.api.chat, tokenizer, all + from, all + job.logprobsShown,
-                    job.textOffset);
+  size_t from = std::exchange(c.logprobsShown, r.outputLogprobs.size());
+  return logprobsOf(job.api.chat, tokenizer, all + from, all + c.logprobsShown, c.textOffset);
 }
 
 http::Response jsonResponse(int status, std::string body, const std::string &id) {
@@ -236,27 +243,31 @@ namespace {
 
 std::string event(const nlohmann::ordered_json &value) { return "data: " + dump(value) + "\n\n"; }
 
-/// The prompt, once scored, where the request asks for it: a completion's echo (its text and,
-/// with logprobs, its tokens' logprobs), sent as the stream's first chunk or put in front of
-/// the whole response; prompt_logprobs, for the response.
-void echoPrompt(Job &job, const EngineRequest &r, const Tokenizer &tokenizer) {
-  if (std::exchange(job.echoed, true))
+/// The prompt, once scored, where the request asks for it: choice 0's scores kept for every
+/// choice and prompt_logprobs; a completion's echo (its text and, with logprobs, its tokens'
+/// logprobs), sent as the choice's first chunk or put in front of its whole text.
+void echoPrompt(Job &job, Choice &c, const EngineRequest &r, const Tokenizer &tokenizer) {
+  if (std::exchange(c.echoed, true))
     return;
-  const RequestParams &params = job.api.params;
-  if (params.echo) {
-    nlohmann::ordered_json logprobs =
-        params.logprobs >= 0 ? echoLogprobs(tokenizer, r.prompt, r.promptTokenLogprobs,
-                                            params.logprobs, job.textOffset)
-                             : nlohmann::ordered_json();
-    if (job.api.stream) {
-      job.exchange->send(event(chunk(job.head, job.api.promptText, nullptr, false, logprobs)));
-    } else {
-      job.all = job.api.promptText + job.all;
-      job.logprobs = std::move(logprobs);
-    }
+  if (&c == &job.choices.front()) {
+    job.scoredPrompt = r.promptTokenLogprobs;
+    if (job.api.promptLogprobs >= 0)
+      job.promptLogprobs = promptLogprobsOf(tokenizer, job.scoredPrompt, job.api.promptLogprobs);
   }
-  if (job.api.promptLogprobs >= 0)
-    job.promptLogprobs = promptLogprobsOf(tokenizer, r.promptTokenLogprobs, job.api.promptLogprobs);
+  const RequestParams &params = job.api.params;
+  if (!params.echo)
+    return;
+  nlohmann::ordered_json logprobs =
+      params.logprobs >= 0 ? echoLogprobs(tokenizer, job.requests.front().prompt,
+                                          job.scoredPrompt, params.logprobs, c.textOffset)
+                           : nlohmann::ordered_json();
+  if (job.api.stream) {
+    job.exchange->send(event(chunk(job.head, job.api.promptText, nullptr, false, logprobs,
+                                   &c - job.choices.data())));
+  } else {
+    c.all = job.api.promptText + c.all;
+    c.logprobs = std::move(logprobs);
+  }
 }
 
 /// The routes and the methods each takes; anything else is 404, or 405 with Allow.
@@ -491,8 +502,20 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
     }
     // (run() set the arguments before `ready`, which admission read under the mutex: they
     // no longer change, as readRequest's context.defaults assumes too)
-    job->request = engineRequest(spec, args, job->api.params);
-    job->text.emplace(*context.tokenizer, job->api.params.stop, /*incremental=*/true);
+    // One engine request a choice: with a seed, choice i samples with seed + i (vLLM's), so
+    // that the choices differ and each is reproducible; choice 0 alone scores the prompt,
+    // which the others find in the cache.
+    EngineRequest request = engineRequest(spec, args, job->api.params);
+    job->choices.resize(size_t(job->api.n));
+    for (int64_t i = 0; i < job->api.n; ++i) {
+      EngineRequest &choice = job->requests.emplace_back(request);
+      if (request.sampling.seed)
+        choice.sampling.seed = *request.sampling.seed + uint64_t(i);
+      if (i > 0)
+        choice.promptLogprobs = -1;
+      job->choices[size_t(i)].text.emplace(*context.tokenizer, job->api.params.stop,
+                                           /*incremental=*/true);
+    }
   } catch (const std::exception &e) {
     // What went wrong inside is the server's log's, under the request's id; the client
     // learns that id, not the server's internals (paths, exception texts).
@@ -502,7 +525,7 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
             "internal");
     return;
   }
-  job->usage.prompt = int64_t(job->request.prompt.size());
+  job->usage.prompt = int64_t(job->requests.front().prompt.size());
   if (job->api.stream) {
     http::Response head = jsonResponse(200, "", job->id);
     head.contentType = "text/event-stream";
@@ -516,7 +539,8 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
                  created, context.modelName, chat};
   }
   if (job->api.stream && chat) // the role first, as OpenAI's and vLLM's streams begin
-    exchange.send(event(chunk(job->head, "", nullptr, /*role=*/true)));
+    for (int64_t i = 0; i < job->api.n; ++i)
+      exchange.send(event(chunk(job->head, "", nullptr, /*role=*/true, nullptr, i)));
   // (before the job is queued: where the client has gone already, this cancels it at once)
   std::weak_ptr<Job> weak = job;
   exchange.onGone([this, weak] {
@@ -539,19 +563,22 @@ void Server::State::answer(Job &job, const std::string &error, int status, const
                                       std::to_string(job.usage.completion)
                                 : "");
   if (!job.api.stream) {
-    exchange.respond(error.empty()
-                         ? jsonResponse(200, dump(response(job.head, job.all, job.finish,
-                                                           job.usage, job.logprobs,
-                                                           job.promptLogprobs)),
-                                        job.id)
-                         : jsonResponse(status, errorBody({status, error, "", code}), job.id));
+    std::vector<ChoiceResult> choices;
+    for (Choice &c : job.choices)
+      choices.push_back({std::move(c.all), c.finish, std::move(c.logprobs)});
+    exchange.respond(
+        error.empty()
+            ? jsonResponse(200, dump(response(job.head, choices, job.usage, job.promptLogprobs)),
+                           job.id)
+            : jsonResponse(status, errorBody({status, error, "", code}), job.id));
     return;
   }
-  // In-band, then the end: a stream's client sees why.
+  // In-band, then the end: a stream's client sees why. (Each choice's last chunk went when
+  // it finished.)
   if (!error.empty()) {
     exchange.send("data: " + errorBody({status, error, "", code}) + "\n\ndata: [DONE]\n\n");
   } else {
-    std::string out = event(chunk(job.head, job.tail, job.finish, false, job.logprobs));
+    std::string out;
     if (job.api.includeUsage)
       out += event(usageChunk(job.head, job.usage));
     exchange.send(out + "data: [DONE]\n\n");
@@ -767,21 +794,29 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
       s.gguf ? loadChatTemplateGguf(*s.gguf, s.context.chatTemplateError)
              : loadChatTemplate(checkpointDir(args.weights), s.context.chatTemplateError);
 
-  std::unordered_map<size_t, std::shared_ptr<Job>> running; // by engine handle
+  // By engine handle: the job and which of its choices.
+  struct Running {
+    std::shared_ptr<Job> job;
+    size_t choice;
+  };
+  std::unordered_map<size_t, Running> running;
   std::vector<size_t> done;
   EngineHooks hooks;
   hooks.beforeStep = [&](int64_t n) { strikeFault(fault, 0, backend, n); };
   hooks.onToken = [&](size_t handle, int64_t id) {
-    Job &job = *running.at(handle);
-    echoPrompt(job, engine.request(handle), *s.context.tokenizer);
-    std::string piece = job.text->push(id);
+    const Running &at = running.at(handle);
+    Job &job = *at.job;
+    Choice &c = job.choices[at.choice];
+    const EngineRequest &r = engine.request(handle);
+    echoPrompt(job, c, r, *s.context.tokenizer);
+    std::string piece = c.text->push(id);
     auto now = Clock::now();
     ++job.usage.completion;
     if (job.api.stream && !piece.empty()) // queued for the I/O thread: never a wait here
       job.exchange->send(event(chunk(job.head, piece, nullptr, false,
-                                     unshownLogprobs(job, engine.request(handle),
-                                                     *s.context.tokenizer))));
-    job.all += piece;
+                                     unshownLogprobs(job, c, r, *s.context.tokenizer),
+                                     int64_t(at.choice))));
+    c.all += piece;
     std::lock_guard<std::mutex> lock(s.mutex);
     ++s.generationTokens;
     if (job.usage.completion == 1)
@@ -789,28 +824,43 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     else
       s.itl.observe(std::chrono::duration<double>(now - job.lastToken).count());
     job.lastToken = now;
-    return job.text->stopped();
+    return c.text->stopped();
   };
   hooks.onFinish = [&](size_t handle) {
-    Job &job = *running.at(handle);
-    job.tail = job.text->finish();
-    job.all += job.tail;
+    const Running &at = running.at(handle);
+    Job &job = *at.job;
+    Choice &c = job.choices[at.choice];
+    std::string tail = c.text->finish();
+    c.all += tail;
     const EngineRequest &r = engine.request(handle);
-    job.usage.cached = r.cachedTokens;
+    c.finish = r.finishReason;
+    if (at.choice == 0)
+      job.usage.cached = r.cachedTokens;
     if (r.error.empty())
-      echoPrompt(job, r, *s.context.tokenizer);
-    nlohmann::ordered_json rest = unshownLogprobs(job, r, *s.context.tokenizer);
-    if (job.api.stream)
-      job.logprobs = std::move(rest);
-    else // after the echoed prompt's, where there are
-      appendLogprobs(job.logprobs, rest);
+      echoPrompt(job, c, r, *s.context.tokenizer);
+    else if (job.error.empty()) // this request alone failed (its logits not finite)
+      job.error = r.error;
+    nlohmann::ordered_json rest = unshownLogprobs(job, c, r, *s.context.tokenizer);
+    if (!job.api.stream)
+      appendLogprobs(c.logprobs, rest); // after the echoed prompt's, where there are
+    else if (r.error.empty()) // the choice's last chunk
+      job.exchange->send(event(chunk(job.head, tail, c.finish, false, rest, int64_t(at.choice))));
+    done.push_back(handle);
+    if (--job.unfinished > 0)
+      return;
     {
       std::lock_guard<std::mutex> lock(s.mutex);
-      s.finishJob(job, r.finishReason);
+      s.finishJob(job, job.choices.front().finish);
     }
-    // This request alone may have failed (its logits not finite); the others run on.
-    s.answer(job, r.error, 500, "request_failed");
-    done.push_back(handle);
+    // The others run on.
+    s.answer(job, job.error, 500, "request_failed");
+  };
+  auto forgetDone = [&] {
+    for (size_t handle : done) {
+      engine.forget(handle);
+      running.erase(handle);
+    }
+    done.clear();
   };
   // Idle steps keep the peers, waiting under --timeout, sure that rank 0 lives.
   auto heartbeat = std::chrono::milliseconds(std::min<int64_t>(1000, args.timeoutSeconds * 300));
@@ -848,28 +898,45 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
           }
           s.promptTokens += uint64_t(job->usage.prompt);
         }
-        job->handle = engine.submit(std::move(job->request));
+        // Choice 0 first; the others once its prompt is computed, to find it in the cache.
         job->submitted = true;
-        if (const EngineRequest &r = engine.request(job->handle); r.finishReason) {
-          // Refused at submit (what readRequest lets through cannot be: a guard).
-          std::string why = r.error.empty() ? "the request asked for no tokens" : r.error;
-          {
-            std::lock_guard<std::mutex> lock(s.mutex);
-            s.finishJob(*job, r.finishReason);
+        job->unfinished = job->choices.size();
+        for (size_t i = 0; i < job->choices.size(); ++i) {
+          size_t handle = i == 0 ? engine.submit(job->requests[i])
+                                 : engine.submitAfter(job->requests[i], job->choices[0].handle);
+          job->choices[i].handle = handle;
+          running[handle] = {job, i};
+          const EngineRequest &r = engine.request(handle);
+          if (r.finishReason && !r.error.empty()) {
+            // Refused at submit (what readRequest lets through cannot be: a guard); choice 0,
+            // since every choice is the same request.
+            {
+              std::lock_guard<std::mutex> lock(s.mutex);
+              s.finishJob(*job, r.finishReason);
+            }
+            s.answer(*job, r.error, 400, "invalid_request");
+            engine.forget(handle);
+            running.erase(handle);
+            job->unfinished = 0;
+            break;
           }
-          s.answer(*job, why, 400, "invalid_request");
-          engine.forget(job->handle);
-          continue;
+          if (r.finishReason) // nothing to compute (an echo of max_tokens 0): done already
+            hooks.onFinish(handle);
         }
-        running[job->handle] = job;
       }
+      forgetDone();
       auto abortJob = [&](const std::shared_ptr<Job> &job, const std::string &why) {
-        auto it = running.find(job->handle);
-        if (!job->submitted || it == running.end() || it->second != job)
+        if (!job->submitted || job->unfinished == 0)
           return; // finished already
-        engine.abort(job->handle);
-        engine.forget(job->handle);
-        running.erase(it);
+        job->unfinished = 0;
+        for (Choice &c : job->choices) {
+          auto it = running.find(c.handle);
+          if (it == running.end() || it->second.job != job)
+            continue; // (finished)
+          engine.abort(c.handle);
+          engine.forget(c.handle);
+          running.erase(it);
+        }
         {
           std::lock_guard<std::mutex> lock(s.mutex);
           s.finishJob(*job, "abort");
@@ -881,19 +948,15 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
         abortJob(job, "");
       if (drainUntil && Clock::now() > *drainUntil) {
         std::vector<std::shared_ptr<Job>> left;
-        for (auto &[handle, job] : running)
-          left.push_back(job);
+        for (auto &[handle, at] : running)
+          left.push_back(at.job);
         for (auto &job : left)
           abortJob(job, "the server is shutting down: --drain-seconds ran out");
       }
       if (engine.busy()) {
         engine.step(hooks);
         lastStep = Clock::now();
-        for (size_t handle : done) {
-          engine.forget(handle);
-          running.erase(handle);
-        }
-        done.clear();
+        forgetDone();
       } else if (s.draining) {
         break;
       } else {
@@ -919,8 +982,8 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
   } catch (const std::exception &e) {
     std::string message = describeFailure(e, group.peers(), group.comm->lostPeers(), spec.name,
                                           "serving");
-    for (auto &[handle, job] : running)
-      s.answer(*job, message, 503, "engine_failed");
+    for (auto &[handle, at] : running)
+      s.answer(*at.job, message, 503, "engine_failed");
     s.failAll(message);
     // The open requests are answered before the process goes (a few seconds at most), and
     // /health says 503 a moment longer, for whoever checks it.

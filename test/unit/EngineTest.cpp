@@ -387,5 +387,56 @@ TEST(Engine, AScoredRowThatIsNotFiniteFailsItsRequestAlone) {
   EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
 }
 
+TEST(Engine, ChoicesSubmittedAfterTheirLeaderFindItsPromptCached) {
+  EngineLimits limits{8, 64, 32, 4, 32};
+  limits.prefixCaching = true;
+  Fixture f(limits);
+  // Four at once compute the same prompt side by side: nothing is cached yet.
+  std::vector<size_t> apart;
+  for (int i = 0; i < 4; ++i)
+    apart.push_back(f.engine.submit(counting(10, 10, 3)));
+  // A leader and three after it: they wait for its prompt, then hold its two full blocks.
+  size_t leader = f.engine.submit(counting(50, 10, 3));
+  std::vector<size_t> after;
+  for (int i = 0; i < 3; ++i)
+    after.push_back(f.engine.submitAfter(counting(50, 10, 3), leader));
+  EXPECT_EQ(f.engine.waitingCount(), 5); // the four apart and the leader
+  while (f.engine.busy())
+    f.engine.step();
+  for (size_t h : apart) {
+    EXPECT_EQ(f.engine.request(h).cachedTokens, 0);
+    EXPECT_EQ(f.engine.request(h).output, following(19, 3));
+  }
+  EXPECT_EQ(f.engine.request(leader).cachedTokens, 0);
+  for (size_t h : after) {
+    EXPECT_EQ(f.engine.request(h).cachedTokens, 8);
+    EXPECT_EQ(f.engine.request(h).output, following(59, 3));
+  }
+  EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+}
+
+TEST(Engine, ChoicesRunWhenTheirLeaderEndsFirstAndStayAbortedWhenAborted) {
+  EngineLimits limits{8, 64, 32, 4, 32};
+  limits.prefixCaching = true;
+  Fixture f(limits);
+  size_t leader = f.engine.submit(counting(50, 10, 3));
+  size_t kept = f.engine.submitAfter(counting(50, 10, 3), leader);
+  size_t dropped = f.engine.submitAfter(counting(50, 10, 3), leader);
+  f.engine.abort(dropped); // while it waits for the leader
+  f.engine.abort(leader);  // before its prompt is computed: the one left runs anyway
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_STREQ(f.engine.request(dropped).finishReason, "abort");
+  EXPECT_TRUE(f.engine.request(dropped).output.empty());
+  EXPECT_EQ(f.engine.request(kept).output, following(59, 3));
+  // After a leader that has ended, at once.
+  size_t late = f.engine.submitAfter(counting(50, 10, 2), leader);
+  EXPECT_EQ(f.engine.waitingCount(), 1);
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.engine.request(late).output, following(59, 2));
+  EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
+}
+
 } // namespace
 } // namespace tpcrt

@@ -215,7 +215,9 @@ def errors(server):
         ("stream wrongly typed", "/v1/completions", {"prompt": "x", "stream": "yes"}),
         ("usage without stream", "/v1/completions",
          {"prompt": "x", "stream_options": {"include_usage": True}}),
-        ("n of 2", "/v1/completions", {"prompt": "x", "n": 2}),
+        ("n past 16", "/v1/completions", {"prompt": "x", "n": 17}),
+        ("n of 0", "/v1/completions", {"prompt": "x", "n": 0}),
+        ("best_of", "/v1/completions", {"prompt": "x", "best_of": 2}),
         ("tools", "/v1/chat/completions",
          {"messages": [{"role": "user", "content": "x"}], "tools": []}),
         ("response_format", "/v1/chat/completions",
@@ -487,6 +489,70 @@ def adjust(server):
     met, _ = answer("/v1/chat/completions", dict(chat, min_tokens=3))
     print("min_tokens 3, met before the end: the answer as without it: %s" % (
         met["message"] == short["message"]))
+
+
+def choices(server):
+    """n > 1: n choices of one prompt, choice i as a request of seed + i alone (vLLM's rule,
+    an oracle that shares no code with the choices' path); the same again; the prompt's full
+    blocks computed once (the prefix cache's counters: each later choice finds them); streamed,
+    each choice's chunks make its text and it finishes once; chat too; echo with n. Prints a
+    digest of the texts for the test to compare across tp sizes."""
+    import hashlib
+
+    def post(body, path="/v1/completions"):
+        status, text, _ = server.post(path, body)
+        if status != 200:
+            fail("%s: %s" % (status, text))
+        return json.loads(text)
+
+    prompt = ("A lighthouse keeper kept a logbook of every ship that passed the rocks, and "
+              "on the night of the storm he wrote")
+    ask = {"prompt": prompt, "max_tokens": 10, "temperature": 1.0, "seed": 41, "n": 4,
+           "ignore_eos": True}
+    hits, queries = server.metric("prefix_cache_hits_total"), \
+        server.metric("prefix_cache_queries_total")
+    reply = post(ask)
+    hits = server.metric("prefix_cache_hits_total") - hits
+    queries = server.metric("prefix_cache_queries_total") - queries
+    texts = [c["text"] for c in reply["choices"]]
+    tokens = reply["usage"]["prompt_tokens"]
+    full = (tokens - 1) // BLOCK * BLOCK  # the full blocks before the last token
+    print("n 4: indexes %s, distinct: %d, completion tokens %d, cached %d" % (
+        [c["index"] for c in reply["choices"]], len(set(texts)),
+        reply["usage"]["completion_tokens"], reply["usage"]["prompt_tokens_details"]
+        ["cached_tokens"]))
+    alone = [post(dict(ask, n=1, seed=41 + i))["choices"][0]["text"] for i in range(4)]
+    print("choice i is the request of seed 41 + i alone: %s" % (alone == texts))
+    print("prompt of %d tokens: looked up %d, found %d: computed once, its %d full-block "
+          "tokens found by each other choice: %s" % (
+              tokens, queries, hits, full, queries == 4 * tokens and hits == 3 * full))
+    again = [c["text"] for c in post(ask)["choices"]]
+    print("the same again: %s" % (again == texts))
+    print("digest: %s" % hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16])
+    status, headers, events, raw = stream_events(server.port, "/v1/completions", dict(
+        ask, stream=True, stream_options={"include_usage": True}))
+    joined, finishes, usage = ["", "", "", ""], [0, 0, 0, 0], None
+    for p in payloads(events):
+        if p == "[DONE]":
+            continue
+        chunk = json.loads(p)
+        usage = chunk.get("usage") or usage
+        for c in chunk["choices"]:
+            joined[c["index"]] += c["text"]
+            finishes[c["index"]] += c["finish_reason"] is not None
+    print("streamed: each choice's text: %s, finished once each: %s, usage %d tokens" % (
+        joined == texts, finishes == [1, 1, 1, 1], usage["completion_tokens"]))
+    chat = post({"messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 6,
+                 "n": 3, "seed": 5, "temperature": 1.0}, "/v1/chat/completions")
+    print("chat n 3: indexes %s, each a message: %s" % (
+        [c["index"] for c in chat["choices"]],
+        all(c["message"]["role"] == "assistant" for c in chat["choices"])))
+    echo = post({"prompt": prompt, "max_tokens": 3, "n": 2, "seed": 1, "temperature": 1.0,
+                 "echo": True, "logprobs": 0})
+    print("echo with n 2: each text begins with the prompt: %s, the prompt's logprobs alike: %s"
+          % (all(c["text"].startswith(prompt) for c in echo["choices"]),
+             echo["choices"][0]["logprobs"]["token_logprobs"][:tokens] ==
+             echo["choices"][1]["logprobs"]["token_logprobs"][:tokens]))
 
 
 SYSTEM = ("You are a careful assistant for a small museum of clocks. Answer visitors in one "
@@ -1018,7 +1084,7 @@ def main():
             cache(server, checkpoint, flags)
         else:
             {"errors": errors, "template": template, "stream": stream, "adjust": adjust,
-             "churn": churn,
+             "churn": churn, "choices": choices,
              "overload": overload,
              "disconnect": disconnect, "hostile": hostile}[scenario](server)
     finally:
