@@ -248,9 +248,11 @@ TokenLogprobs logprobsOf(const float *logits, int64_t vocab, int64_t token, int 
   double logZ = top + std::log(sum);
   TokenLogprobs out{token, double(logits[token]) - logZ, {}};
   out.rank = std::count_if(logits, logits + vocab, [&](float x) { return x >= logits[token]; });
+  size_t n = std::min(size_t(std::max(count, 0)), size_t(vocab));
+  if (n == 0)
+    return out;
   std::vector<int64_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
-  size_t n = std::min(size_t(std::max(count, 0)), ids.size());
   std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(n), ids.end(), [&](int64_t a, int64_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });

@@ -57,13 +57,20 @@ std::vector<int32_t> Scheduler::cachedPrefix(const Sequence &s) const {
   return found;
 }
 
+int64_t Scheduler::clipScored(const Sequence &s, int64_t count) const {
+  int64_t from = std::max(s.computed, s.scoreFrom); // its first scored row this step
+  if (!s.scoring() || from >= s.computed + count)
+    return count;
+  return std::min(count, from - s.computed + std::max<int64_t>(1, limits.scoredRows));
+}
+
 void Scheduler::admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t most) {
   while (budget > 0 && int64_t(runningList.size()) < limits.maxNumSeqs &&
          int64_t(plan.size()) < most && !waitingQueue.empty()) {
     Sequence *s = waitingQueue.front();
     std::vector<int32_t> found = cachedPrefix(*s);
     int64_t start = int64_t(found.size()) * limits.blockSize;
-    int64_t count = std::min(int64_t(s->tokens.size()) - start, budget);
+    int64_t count = clipScored(*s, std::min(int64_t(s->tokens.size()) - start, budget));
     // The blocks it takes: new ones for what it computes, and the cached ones nobody holds,
     // which available() counts as room too.
     int64_t idle = std::count_if(found.begin(), found.end(),
@@ -79,7 +86,7 @@ void Scheduler::admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t mos
     s->chained = int64_t(found.size());
     s->chainParent = found.empty() ? -1 : found.back();
     s->chainGeneration = found.empty() ? 0 : pool.generationOf(found.back());
-    if (limits.prefixCaching) {
+    if (limits.prefixCaching && !s->scoring()) { // (one that scores looks nothing up)
       queriedTokens += int64_t(s->tokens.size());
       hitTokens += start;
     }
@@ -105,7 +112,7 @@ std::vector<Scheduled> Scheduler::schedule(int64_t most) {
     Sequence *s = runningList[i];
     if (s->inFlight)
       continue;
-    int64_t count = std::min(s->pending(), budget);
+    int64_t count = clipScored(*s, std::min(s->pending(), budget));
     // The victims are the newest not in flight, s itself at the latest. But where s is the
     // newest not in flight only because newer ones are in flight, it waits for their logits
     // instead, admitting nobody meanwhile, and takes the blocks of the newest of them when it

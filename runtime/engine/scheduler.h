@@ -24,6 +24,11 @@
 // one recomputed after a preemption, may find it. A sequence never writes a full block
 // again, so the blocks it shares are only read.
 //
+// A sequence that scores its prompt (prompt logprobs) wants the logits of the rows it scores:
+// it takes no cached prefix while it wants any, and a step computes at most
+// EngineLimits::scoredRows of them for it (its prompt chunked to fit), so that what a step
+// returns stays bounded.
+//
 // With pipeline stages several steps are in flight at once, each in another stage. A
 // sequence in one of them (inFlight) has no next token yet: it is neither scheduled nor
 // preempted until its step's logits are back, so the one preempted is the newest not in
@@ -55,6 +60,10 @@ struct EngineLimits {
   int64_t blockSize = 16;     // tokens per block (the program's)
   int64_t maxSeqLen = 1;      // --max-model-len: the longest sequence (prompt + output)
   bool prefixCaching = false; // the engine's is on unless --no-prefix-caching
+  /// The most rows of logits a sequence that scores its prompt asks of one step: its prompt
+  /// is cut into chunks of as many, so that what a step returns stays bounded (a row is a
+  /// vocabulary's floats on every rank that receives it).
+  int64_t scoredRows = 128;
 
   int64_t blocksFor(int64_t tokens) const { return (tokens + blockSize - 1) / blockSize; }
 };
@@ -139,6 +148,9 @@ private:
   /// Takes the blocks of the newest running sequence not in flight back, queueing it first
   /// to be recomputed; returns it, or null when every running sequence is in flight.
   Sequence *preemptNewest();
+  /// `count` of `s`'s tokens, fewer where that would return more than limits.scoredRows rows
+  /// of logits for it.
+  int64_t clipScored(const Sequence &s, int64_t count) const;
   /// Admits waiting sequences into `plan` while `budget`, `most` and the blocks allow.
   void admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t most);
   /// The cached blocks holding the longest prefix of `s`'s tokens, up to the full blocks

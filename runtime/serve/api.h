@@ -53,6 +53,9 @@ struct ApiRequest {
 };
 /// The most choices a request may ask for (n).
 constexpr int64_t kMaxChoices = 16;
+/// The most log-probability entries (a token's, or one of its most likely) a response may
+/// hold, over its choices, generated tokens and prompt: about 0.3 GB of JSON at the limit.
+constexpr int64_t kMaxLogprobEntries = int64_t(1) << 20;
 
 /// Reads the body of POST /v1/completions (`chat` false) or /v1/chat/completions into
 /// `request`; an error when it is not a request this server runs. Bounded: the body's JSON

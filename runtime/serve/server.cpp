@@ -134,6 +134,8 @@ struct Choice {
   nlohmann::ordered_json logprobs;
   bool echoed = false;          // a completion's echo sent, or put in front
   const char *finish = nullptr; // once its engine request finished
+  int64_t tokens = 0;           // generated so far, the last one at lastToken
+  Clock::time_point lastToken;
 };
 
 /// One API request, from the reader thread that checked it to the engine and back.
@@ -142,12 +144,13 @@ struct Job {
   std::string id; // X-Request-Id
   ApiRequest api;
   ResponseHead head;
-  std::vector<EngineRequest> requests; // a choice's each, moved into the engine when submitted
+  std::vector<EngineRequest> requests; // a choice's each, as submitted (a copy goes in)
   // The engine thread's alone once queued:
   std::vector<Choice> choices;
   size_t unfinished = 0;  // choices still running
   std::string error;      // a choice that failed: the request's answer
-  Clock::time_point arrived, lastToken;
+  std::vector<size_t> deferred; // choices that had nothing to compute, until choice 0 ends
+  Clock::time_point arrived;
   bool submitted = false;
   Usage usage;            // completion: every choice's tokens
   // Choice 0's prompt, scored (prompt_logprobs, echo with logprobs): the other choices wait
@@ -622,7 +625,7 @@ std::string Server::State::metrics() {
   metric("generation_tokens_total", "counter", "Tokens generated.");
   sample("generation_tokens_total", model, double(generationTokens));
   metric("request_success_total", "counter", "Requests finished, by finish reason.");
-  for (const char *reason : {"stop", "length", "abort"})
+  for (const char *reason : {"stop", "length", "abort", "error"})
     sample("request_success_total", model + ",finished_reason=\"" + reason + "\"",
            double(finished[reason]));
   metric("requests_rejected_total", "counter", "Requests refused, by reason.");
@@ -812,6 +815,7 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     std::string piece = c.text->push(id);
     auto now = Clock::now();
     ++job.usage.completion;
+    ++c.tokens;
     if (job.api.stream && !piece.empty()) // queued for the I/O thread: never a wait here
       job.exchange->send(event(chunk(job.head, piece, nullptr, false,
                                      unshownLogprobs(job, c, r, *s.context.tokenizer),
@@ -819,17 +823,21 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     c.all += piece;
     std::lock_guard<std::mutex> lock(s.mutex);
     ++s.generationTokens;
-    if (job.usage.completion == 1)
+    if (job.usage.completion == 1) // the request's first token, of whichever choice
       s.ttft.observe(std::chrono::duration<double>(now - job.arrived).count());
-    else
-      s.itl.observe(std::chrono::duration<double>(now - job.lastToken).count());
-    job.lastToken = now;
+    else if (c.tokens > 1) // between a choice's own tokens
+      s.itl.observe(std::chrono::duration<double>(now - c.lastToken).count());
+    c.lastToken = now;
     return c.text->stopped();
   };
-  hooks.onFinish = [&](size_t handle) {
+  // A choice's end: the rest of its text and logprobs, its last chunk. Where it failed (its
+  // logits not finite), that is the request's answer: the choices still running are aborted.
+  auto finishChoice = [&](size_t handle) {
     const Running &at = running.at(handle);
     Job &job = *at.job;
     Choice &c = job.choices[at.choice];
+    if (c.finish) // (aborted with a sibling that failed)
+      return;
     std::string tail = c.text->finish();
     c.all += tail;
     const EngineRequest &r = engine.request(handle);
@@ -838,7 +846,7 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
       job.usage.cached = r.cachedTokens;
     if (r.error.empty())
       echoPrompt(job, c, r, *s.context.tokenizer);
-    else if (job.error.empty()) // this request alone failed (its logits not finite)
+    else if (job.error.empty())
       job.error = r.error;
     nlohmann::ordered_json rest = unshownLogprobs(job, c, r, *s.context.tokenizer);
     if (!job.api.stream)
@@ -846,14 +854,33 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     else if (r.error.empty()) // the choice's last chunk
       job.exchange->send(event(chunk(job.head, tail, c.finish, false, rest, int64_t(at.choice))));
     done.push_back(handle);
-    if (--job.unfinished > 0)
+    --job.unfinished;
+    if (job.error.empty())
+      return;
+    for (Choice &other : job.choices) {
+      auto it = running.find(other.handle);
+      if (other.finish || it == running.end() || it->second.job.get() != &job)
+        continue;
+      engine.abort(other.handle);
+      other.finish = "abort";
+      done.push_back(other.handle);
+      --job.unfinished;
+    }
+  };
+  hooks.onFinish = [&](size_t handle) {
+    std::shared_ptr<Job> job = running.at(handle).job;
+    bool first = running.at(handle).choice == 0;
+    finishChoice(handle);
+    if (first) // choices with nothing to compute (max_tokens 0) waited for its scored prompt
+      for (size_t waiting : std::exchange(job->deferred, {}))
+        finishChoice(waiting);
+    if (job->unfinished > 0)
       return;
     {
       std::lock_guard<std::mutex> lock(s.mutex);
-      s.finishJob(job, job.choices.front().finish);
+      s.finishJob(*job, job->error.empty() ? job->choices.front().finish : "error");
     }
-    // The others run on.
-    s.answer(job, job.error, 500, "request_failed");
+    s.answer(*job, job->error, 500, "request_failed");
   };
   auto forgetDone = [&] {
     for (size_t handle : done) {
@@ -909,7 +936,12 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
           const EngineRequest &r = engine.request(handle);
           if (r.finishReason && !r.error.empty()) {
             // Refused at submit (what readRequest lets through cannot be: a guard); choice 0,
-            // since every choice is the same request.
+            // since every choice is the same request, else those before it are taken back.
+            for (size_t j = 0; j < i; ++j) {
+              engine.abort(job->choices[j].handle);
+              engine.forget(job->choices[j].handle);
+              running.erase(job->choices[j].handle);
+            }
             {
               std::lock_guard<std::mutex> lock(s.mutex);
               s.finishJob(*job, r.finishReason);
@@ -920,7 +952,9 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
             job->unfinished = 0;
             break;
           }
-          if (r.finishReason) // nothing to compute (an echo of max_tokens 0): done already
+          if (r.finishReason && i > 0 && !job->choices[0].finish)
+            job->deferred.push_back(handle); // an echo of nothing: shown with choice 0's prompt
+          else if (r.finishReason) // nothing to compute (an echo of max_tokens 0): done
             hooks.onFinish(handle);
         }
       }

@@ -41,6 +41,7 @@ public:
   /// `withholdArgmax`.
   const float *forward(const Step &step, bool) override {
     sequencesPerStep.push_back(int64_t(step.sequences.size()));
+    rowsPerStep.push_back(step.sampledRows());
     argmaxAsked.push_back(step.argmax);
     logits.clear();
     chosen.clear();
@@ -61,7 +62,7 @@ public:
   }
   bool injectFault() override { return false; }
 
-  std::vector<int64_t> sequencesPerStep;
+  std::vector<int64_t> sequencesPerStep, rowsPerStep;
   std::vector<bool> argmaxAsked;
   bool withholdArgmax = false;
   int64_t poisoned = -1;
@@ -319,6 +320,20 @@ TEST(Engine, APromptIsScoredRowByRowAcrossChunksAndBesideOthers) {
   EXPECT_EQ(f.engine.request(a).output, following(502, 3));
   EXPECT_EQ(f.engine.request(other).output, following(301, 8));
   EXPECT_TRUE(f.engine.request(other).promptTokenLogprobs.empty());
+}
+
+TEST(Engine, AScoredPromptIsChunkedToTheRowsAStepMayReturn) {
+  std::vector<int64_t> prompt = {10, 11, 12, 40, 41, 7, 8, 9, 10, 3, 500, 501, 502, 6};
+  EngineLimits limits{4, 64, 32, 4, 32};
+  limits.scoredRows = 3;
+  Fixture f(limits);
+  size_t a = f.engine.submit(scoring(prompt, 2));
+  while (f.engine.busy())
+    f.engine.step();
+  expectScored(f.engine.request(a), prompt);
+  EXPECT_EQ(f.engine.request(a).output, following(6, 2));
+  // 13 rows scored three a step (the last step's third is the sampled one), then a decode.
+  EXPECT_EQ(f.backend.rowsPerStep, (std::vector<int64_t>{3, 3, 3, 3, 2, 1}));
 }
 
 TEST(Engine, MaxTokensZeroScoresThePromptAndGeneratesNothing) {

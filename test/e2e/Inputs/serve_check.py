@@ -553,6 +553,31 @@ def choices(server):
           % (all(c["text"].startswith(prompt) for c in echo["choices"]),
              echo["choices"][0]["logprobs"]["token_logprobs"][:tokens] ==
              echo["choices"][1]["logprobs"]["token_logprobs"][:tokens]))
+    scored = post({"prompt": prompt, "max_tokens": 0, "n": 3, "echo": True, "logprobs": 1})
+    lists = [c["logprobs"]["token_logprobs"] for c in scored["choices"]]
+    print("echo of max_tokens 0 with n 3: the prompt's %d entries in each: %s" % (
+        tokens, all(len(l) == tokens and l == lists[0] for l in lists) and lists[0][0] is None))
+
+
+def failing(server):
+    """Under TPC_FAULT=nan at the first step: choice 0 of an n = 3 request gets logits that are
+    not finite at its first token, which fails the whole request at once; its other choices,
+    queued behind it, are aborted rather than run (no token is generated); /metrics counts it
+    an error; the server runs on and, idle, holds no block."""
+    status, text, _ = server.post("/v1/completions", {
+        "prompt": "Once upon a time", "max_tokens": 50, "n": 3, "seed": 1, "temperature": 0.8,
+        "ignore_eos": True})
+    print("n 3, choice 0's logits NaN: %s %s" % (status, json.loads(text)["error"]["message"]))
+    print("tokens generated: %d, counted as: %s" % (
+        server.metric("generation_tokens_total"),
+        [r for r in ("error", "length", "stop")
+         if server.metric("request_success_total", 'finished_reason="%s"' % r)]))
+    status, text, _ = server.post("/v1/completions", {"prompt": "Once upon a time",
+                                                      "max_tokens": 4, "n": 2})
+    print("then: %s, %d choices" % (status, len(json.loads(text)["choices"])))
+    time.sleep(0.5)
+    print("idle: blocks used %d, requests running %d" % (
+        server.metric("kv_cache_blocks_used"), server.metric("num_requests_running")))
 
 
 SYSTEM = ("You are a careful assistant for a small museum of clocks. Answer visitors in one "
@@ -1084,7 +1109,7 @@ def main():
             cache(server, checkpoint, flags)
         else:
             {"errors": errors, "template": template, "stream": stream, "adjust": adjust,
-             "churn": churn, "choices": choices,
+             "churn": churn, "choices": choices, "failing": failing,
              "overload": overload,
              "disconnect": disconnect, "hostile": hostile}[scenario](server)
     finally:
