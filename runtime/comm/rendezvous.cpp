@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -83,6 +84,17 @@ Probe probe(const std::string &address, int millis) {
   }
   ::close(fd);
   return result;
+}
+
+/// probe(), asked again a moment after an answer: a process being killed closes its sockets
+/// one by one, so the connection whose reset told us may go before the probe's socket does,
+/// which then still answers for it. A stalled process answers both times.
+Probe probeSettled(const std::string &address) {
+  Probe first = probe(address, 1000);
+  if (first != Probe::Answered)
+    return first;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  return probe(address, 1000);
 }
 
 /// A socket that accepts connections (the kernel completes them; nobody reads) for as long
@@ -338,7 +350,7 @@ std::string Rendezvous::lostPeers(const CommOptions &options) {
     Probe &seen = hostProbe.try_emplace(claim->host, Probe::Unknown).first->second;
     if (seen == Probe::Unreachable)
       lost[claim->host].push_back(rank);
-    else if (Probe now = probe(claim->probe, 1000); now == Probe::Refused) {
+    else if (Probe now = probeSettled(claim->probe); now == Probe::Refused) {
       lost[claim->host].push_back(rank + " (its process is gone: nothing listens at " +
                                   claim->probe + ")");
     } else if (now == Probe::Unreachable) {
