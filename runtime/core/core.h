@@ -225,15 +225,17 @@ bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &token
 /// out), with stop strings held back and never released.
 class GeneratedText {
 public:
-  /// `incremental`: see Tokenizer::Stream (a server's text, shown as it comes).
+  /// `incremental`: see Tokenizer::Stream (a server's text, shown as it comes). The stop
+  /// strings count from token `minTokens` + 1 on (min_tokens, as vLLM's: StopStrings).
   GeneratedText(const Tokenizer &tokenizer, std::vector<std::string> stops,
-                bool incremental = false)
-      : stream(tokenizer.stream(/*skipSpecial=*/true, incremental)), stops(std::move(stops)) {}
+                bool incremental = false, int64_t minTokens = 0)
+      : stream(tokenizer.stream(/*skipSpecial=*/true, incremental)), stops(std::move(stops)),
+        minTokens(minTokens) {}
   /// What may be shown once `id` is generated.
-  std::string push(int64_t id) { return stops.push(stream.push(id)); }
+  std::string push(int64_t id) { return stops.push(stream.push(id), ++tokens > minTokens); }
   /// At the end: what was held back, unless a stop string ended the text.
   std::string finish() {
-    return stops.stopped() ? "" : stops.push(stream.finish()) + stops.finish();
+    return stops.stopped() ? "" : stops.push(stream.finish(), tokens > minTokens) + stops.finish();
   }
   bool stopped() const { return stops.stopped(); }
   const std::string &matched() const { return stops.matched(); }
@@ -241,6 +243,7 @@ public:
 private:
   Tokenizer::Stream stream;
   StopStrings stops;
+  int64_t minTokens, tokens = 0;
 };
 
 /// The checkpoint directory of --weights: itself, or the directory its file is in.

@@ -410,7 +410,8 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
   std::vector<std::optional<GeneratedText>> shown(requests.size());
   if (tokenizer)
     for (size_t i = 0; i < requests.size(); ++i)
-      shown[i].emplace(*tokenizer, runs[i]->params.stop);
+      shown[i].emplace(*tokenizer, runs[i]->params.stop, false,
+                       runs[i]->params.sampling.minTokens);
   int64_t promptTokens = 0, generatedTokens = 0;
   auto onToken = [&](size_t i, int64_t id) {
     if (!shown[i])

@@ -353,7 +353,8 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
           status != 0)
         return status; // rank 0 stopped, saying why
     } else if (request->tokenizer) { // text out, rank 0's as it comes, stop strings withheld
-      GeneratedText text(*request->tokenizer, args.params.stop);
+      GeneratedText text(*request->tokenizer, args.params.stop, false,
+                         args.params.sampling.minTokens);
       auto print = [](const std::string &piece) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);

@@ -284,25 +284,38 @@ StopStrings::StopStrings(std::vector<std::string> stops) : stops_(std::move(stop
     longest_ = std::max(longest_, s.size());
 }
 
-std::string StopStrings::push(const std::string &piece) {
+std::string StopStrings::push(const std::string &piece, bool armed) {
   if (stopped_)
     return "";
   held_ += piece;
-  // The earliest stop string in the text held (earlier text was released: it held none).
-  size_t at = std::string::npos;
-  for (const std::string &stop : stops_) {
-    size_t found = held_.find(stop);
-    if (found != std::string::npos && found < at) {
-      at = found;
-      matched_ = stop;
-    }
-  }
-  if (at != std::string::npos) {
-    stopped_ = true;
-    std::string out = held_.substr(0, at);
-    held_.clear();
+  if (!armed) { // all of it shown; its end kept, where a later stop string may begin
+    shown_ += held_;
+    if (shown_.size() + 1 > longest_)
+      shown_.erase(0, shown_.size() + 1 - std::max<size_t>(longest_, 1));
+    std::string out;
+    out.swap(held_);
     return out;
   }
+  // The earliest stop string that ends in the text held (earlier text was released: it held
+  // none, or was shown before the stop strings counted).
+  std::string text = shown_ + held_;
+  size_t at = std::string::npos;
+  for (const std::string &stop : stops_)
+    for (size_t found = text.find(stop); found != std::string::npos && found < at;
+         found = text.find(stop, found + 1))
+      if (found + stop.size() > shown_.size()) {
+        at = found;
+        matched_ = stop;
+        break;
+      }
+  if (at != std::string::npos) {
+    stopped_ = true;
+    std::string out = at > shown_.size() ? text.substr(shown_.size(), at - shown_.size()) : "";
+    held_.clear();
+    shown_.clear();
+    return out;
+  }
+  shown_.clear();
   // Keep the longest end of the text that begins some stop string.
   size_t keep = 0;
   for (const std::string &stop : stops_)

@@ -517,7 +517,8 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
       if (i > 0)
         choice.promptLogprobs = -1;
       job->choices[size_t(i)].text.emplace(*context.tokenizer, job->api.params.stop,
-                                           /*incremental=*/true);
+                                           /*incremental=*/true,
+                                           job->api.params.sampling.minTokens);
     }
   } catch (const std::exception &e) {
     // What went wrong inside is the server's log's, under the request's id; the client

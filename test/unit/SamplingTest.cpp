@@ -346,6 +346,36 @@ TEST(SamplingTest, StopStringsAreHeldBackAcrossPieces) {
   EXPECT_EQ(none.push("abc"), "abc");
 }
 
+TEST(SamplingTest, StopStringsCountOnlyAfterMinTokens) {
+  // vLLM's own case (tests/detokenizer/test_min_tokens.py): " is Lee, and I'm a student in the
+  // college of engineering" a token at a time, stop "e": with min_tokens 5 the "e"s of the
+  // first five tokens' text (" is Lee, and I") end nothing; the first after them does.
+  std::vector<std::string> pieces = {" is", " Lee", ",", " and", " I", "'m", " a", " student",
+                                     " in", " the"};
+  for (auto [min, want] : std::vector<std::pair<int, std::string>>{
+           {0, " is L"}, {5, " is Lee, and I'm a stud"}}) {
+    StopStrings stops({"e"});
+    std::string out;
+    for (size_t i = 0; i < pieces.size() && !stops.stopped(); ++i)
+      out += stops.push(pieces[i], int(i) + 1 > min);
+    EXPECT_EQ(out, want) << "min_tokens " << min;
+  }
+  // A stop string that begins in the text shown unarmed and ends in the next token's counts;
+  // the part already shown stays shown, the rest is withheld.
+  StopStrings straddle({"abc"});
+  std::string out = straddle.push("xxab", false);
+  out += straddle.push("cdd", true);
+  EXPECT_EQ(out, "xxab");
+  EXPECT_TRUE(straddle.stopped());
+  // One that ends within the unarmed text never counts, even found again later.
+  StopStrings early({"ab"});
+  out = early.push("ab", false);
+  out += early.push("x", true);
+  out += early.push("yab", true);
+  EXPECT_EQ(out, "abxy");
+  EXPECT_TRUE(early.stopped());
+}
+
 TEST(SamplingTest, StopStringsAreChecked) {
   EXPECT_EQ(checkStopStrings({"a", "\xC3\xA9"}), "");
   EXPECT_NE(checkStopStrings({"a", ""}).find("stop string 2 is empty"), std::string::npos);

@@ -127,10 +127,14 @@ TokenLogprobs logprobsOf(const float *logits, int64_t vocab, int64_t token, int 
 /// may be shown now. Text that could still be the start of a stop string is held back until
 /// it is resolved; once a stop string appears, the text before it is released, the rest
 /// (the stop string included) never is, and stopped() is true.
+///
+/// A piece pushed unarmed (`armed` false: its token is one of the first min_tokens) is
+/// released whole and ends nothing: as vLLM's, a stop string counts only where it ends in
+/// text of a later token (it may begin in the text before, which is then shown already).
 class StopStrings {
 public:
   explicit StopStrings(std::vector<std::string> stops);
-  std::string push(const std::string &piece);
+  std::string push(const std::string &piece, bool armed = true);
   /// At the end of the generation (no stop string met): the text held back.
   std::string finish();
   bool stopped() const { return stopped_; }
@@ -141,6 +145,7 @@ private:
   std::vector<std::string> stops_;
   size_t longest_ = 0;
   std::string held_;
+  std::string shown_; // the end of the text released unarmed, where a stop string may begin
   std::string matched_;
   bool stopped_ = false;
 };

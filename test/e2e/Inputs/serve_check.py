@@ -489,6 +489,23 @@ def adjust(server):
     met, _ = answer("/v1/chat/completions", dict(chat, min_tokens=3))
     print("min_tokens 3, met before the end: the answer as without it: %s" % (
         met["message"] == short["message"]))
+    # Stop strings count only from token min_tokens + 1 on (vLLM's): the answer is cut at the
+    # first "e" that ends past the first min_tokens tokens' text, worked out here from the
+    # plain answer's tokens.
+    long_ask = dict(ask, max_tokens=12, ignore_eos=True)
+    status, text, _ = server.post("/v1/completions", dict(long_ask, logprobs=0))
+    pieces = json.loads(text)["choices"][0]["logprobs"]["tokens"]
+    full = "".join(pieces)
+    first = next(i for i, piece in enumerate(pieces) if "e" in piece)  # the first "e"'s token
+    texts = []
+    for k in (0, first + 1):
+        shown = len("".join(pieces[:k]))
+        cut = next((i for i, ch in enumerate(full) if ch == "e" and i + 1 > shown), len(full))
+        got, _ = answer("/v1/completions", dict(long_ask, stop=["e"], min_tokens=k))
+        texts.append(got["text"])
+        print("stop 'e' with min_tokens %s: as worked out: %s" % (
+            "past its first 'e'" if k else 0, got["text"] == full[:cut]))
+    print("the two differ: %s" % (texts[0] != texts[1]))
 
 
 def choices(server):
