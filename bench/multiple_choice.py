@@ -15,15 +15,11 @@ highest sum, lm-eval's acc) and length-normalized accuracy (acc_norm: per charac
 many questions both pick the same choice for, and the largest difference of a sum.
 """
 import argparse
-import http.client
 import json
 import os
-import re
-import signal
-import subprocess
-import sys
-import threading
 import time
+
+from prefix_cache import Server  # tpc serve on a free port, until stop()
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -75,45 +71,6 @@ QUESTIONS = [
 ]
 
 
-class Server:
-    def __init__(self, tpc, ckpt, flags):
-        self.proc = subprocess.Popen([tpc, "serve", ckpt, "--port", "0"] + flags,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self.port = None
-        for raw in self.proc.stdout:
-            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", raw.decode(errors="replace"))
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            raise SystemExit("tpc serve did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-        deadline = time.time() + 300
-        while self.post("/health", None)[0] != 200:
-            if time.time() > deadline:
-                raise SystemExit("tpc serve never healthy")
-            time.sleep(0.2)
-
-    def post(self, path, body):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        try:
-            c.request("GET" if body is None else "POST", path,
-                      None if body is None else json.dumps(body),
-                      {"Content-Type": "application/json"})
-            r = c.getresponse()
-            return r.status, r.read().decode()
-        except OSError as e:
-            return None, str(e)
-        finally:
-            c.close()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=60)
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("ckpt")
@@ -149,7 +106,7 @@ def main():
             for choice in choices:
                 ids, n = pair(question, choice)
                 t = time.perf_counter()
-                status, text = server.post("/v1/completions", {
+                status, text = server.request("POST", "/v1/completions", {
                     "model": "ckpt", "prompt": [ids], "echo": True, "logprobs": 1,
                     "max_tokens": 1, "temperature": 0, "seed": 1234})
                 tpc_seconds += time.perf_counter() - t
