@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <thread>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -84,17 +85,6 @@ Probe probe(const std::string &address, int millis) {
   }
   ::close(fd);
   return result;
-}
-
-/// probe(), asked again a moment after an answer: a process being killed closes its sockets
-/// one by one, so the connection whose reset told us may go before the probe's socket does,
-/// which then still answers for it. A stalled process answers both times.
-Probe probeSettled(const std::string &address) {
-  Probe first = probe(address, 1000);
-  if (first != Probe::Answered)
-    return first;
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  return probe(address, 1000);
 }
 
 /// A socket that accepts connections (the kernel completes them; nobody reads) for as long
@@ -329,6 +319,19 @@ std::string Rendezvous::lostPeers(const CommOptions &options) {
   std::map<std::string, std::vector<std::string>> lost;
   std::vector<std::string> stopped;
   std::map<std::string, Probe> hostProbe;
+  // A process being killed closes its sockets one by one, so the connection whose reset told
+  // of it may go before its probe's socket does, which then still answers for a moment. So
+  // a probe that answers is asked again 200 ms later (once for all of them, not a wait each),
+  // where a dying process refuses and a stalled one still answers.
+  bool waited = false;
+  auto answered = [&](const std::string &address) {
+    Probe first = probe(address, 1000);
+    if (first != Probe::Answered)
+      return first;
+    if (!std::exchange(waited, true))
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return probe(address, 1000);
+  };
   for (int r = 0; r < options.world; ++r) {
     if (r == options.rank)
       continue;
@@ -350,7 +353,7 @@ std::string Rendezvous::lostPeers(const CommOptions &options) {
     Probe &seen = hostProbe.try_emplace(claim->host, Probe::Unknown).first->second;
     if (seen == Probe::Unreachable)
       lost[claim->host].push_back(rank);
-    else if (Probe now = probeSettled(claim->probe); now == Probe::Refused) {
+    else if (Probe now = answered(claim->probe); now == Probe::Refused) {
       lost[claim->host].push_back(rank + " (its process is gone: nothing listens at " +
                                   claim->probe + ")");
     } else if (now == Probe::Unreachable) {

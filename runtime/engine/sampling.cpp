@@ -315,15 +315,20 @@ std::string StopStrings::push(const std::string &piece, bool armed) {
     shown_.clear();
     return out;
   }
-  shown_.clear();
-  // Keep the longest end of the text that begins some stop string.
+  // Keep the longest end of the text that begins some stop string: it may reach back into
+  // the text shown unarmed, which stays then, for a later piece to finish the stop string.
   size_t keep = 0;
   for (const std::string &stop : stops_)
-    for (size_t k = std::min(stop.size() - 1, held_.size()); k > keep; --k)
-      if (held_.compare(held_.size() - k, k, stop, 0, k) == 0) {
+    for (size_t k = std::min(stop.size() - 1, text.size()); k > keep; --k)
+      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
         keep = k;
         break;
       }
+  if (keep >= held_.size()) { // all of it may begin a stop string
+    shown_ = text.substr(text.size() - keep, keep - held_.size());
+    return "";
+  }
+  shown_.clear();
   std::string out = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   return out;

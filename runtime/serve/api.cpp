@@ -447,19 +447,22 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
                    "max_tokens", "context_length_exceeded");
   if (std::string bad = checkAgainstModel(params, context.spec->vocab); !bad.empty())
     return invalid(bad, bad.substr(7, bad.find('\'', 7) - 7)); // "field 'x'..." names x
-  // What the answer may hold, bounded: each choice's generated tokens' entries, each the
-  // chosen token and its top ones, and the prompt's (echo, prompt_logprobs, which a
-  // completion's every choice carries). Each factor is bounded (n 16, tokens the context, top
-  // 20), so the sum cannot wrap.
+  // What the answer holds at once, bounded: a whole response's choices' generated tokens'
+  // entries, each the chosen token and its top ones (a stream's go chunk by chunk), the
+  // echoed prompt's (each choice's), and prompt_logprobs (each choice of a completion
+  // carries it, a chat completion once). Each factor is bounded (n 16, tokens the context,
+  // top 20), so the sum cannot wrap.
   int64_t each = params.logprobs >= 0 ? params.logprobs + 1 : 0;
+  int64_t prompts = request.promptLogprobs >= 0 ? promptTokens * (request.promptLogprobs + 1) : 0;
   int64_t entries =
-      request.n * (params.maxTokens * each + (params.echo ? promptTokens * each : 0) +
-                   (request.promptLogprobs >= 0 ? promptTokens * (request.promptLogprobs + 1)
-                                                : 0));
+      request.n * ((request.stream ? 0 : params.maxTokens * each) +
+                   (params.echo ? promptTokens * each : 0) + (chat ? 0 : prompts)) +
+      (chat ? prompts : 0);
   if (entries > kMaxLogprobEntries)
     return invalid("the log-probabilities asked for come to " + std::to_string(entries) +
-                       " entries (n x (max_tokens and echoed prompt tokens x (logprobs + 1) + "
-                       "prompt tokens x (prompt_logprobs + 1))), more than the limit of " +
+                       " entries (n x (max_tokens, unless streamed, and echoed prompt tokens x "
+                       "(logprobs + 1) + prompt tokens x (prompt_logprobs + 1))), more than the "
+                       "limit of " +
                        std::to_string(kMaxLogprobEntries) +
                        "; ask for fewer choices, tokens or most likely tokens",
                    params.logprobs >= 0 ? "logprobs" : "prompt_logprobs");

@@ -159,7 +159,7 @@ struct Job {
   nlohmann::ordered_json promptLogprobs;
   bool answered = false;
   // Under the server's mutex:
-  const char *finish = nullptr;       // "stop", "length" or "abort", once finished
+  const char *finish = nullptr;       // "stop", "length", "abort" or "error", once finished
   bool cancelled = false;
 };
 

@@ -86,12 +86,15 @@ TEST(Api, ChoicesAreBoundedAndSoAreTheLogprobsTheyWouldHold) {
   ASSERT_EQ(r.read(base + "}", fine), "");
   EXPECT_EQ(fine.n, 16);
   const std::string refused =
-      "the log-probabilities asked for come to 1051680 entries (n x (max_tokens and echoed "
-      "prompt tokens x (logprobs + 1) + prompt tokens x (prompt_logprobs + 1))), more than the "
-      "limit of 1048576; ask for fewer choices, tokens or most likely tokens";
-  ApiRequest echoed, scored;
+      "the log-probabilities asked for come to 1051680 entries (n x (max_tokens, unless "
+      "streamed, and echoed prompt tokens x (logprobs + 1) + prompt tokens x (prompt_logprobs "
+      "+ 1))), more than the limit of 1048576; ask for fewer choices, tokens or most likely "
+      "tokens";
+  ApiRequest echoed, scored, streamed;
   EXPECT_EQ(r.read(base + R"(, "echo": true})", echoed), "logprobs: " + refused);
   EXPECT_EQ(r.read(base + R"(, "prompt_logprobs": 20})", scored), "logprobs: " + refused);
+  // Streamed, the generated tokens' entries go chunk by chunk: not counted.
+  EXPECT_EQ(r.read(base + R"(, "echo": true, "stream": true})", streamed), "");
 }
 
 TEST(Api, EchoedLogprobsBeginWithTheFirstTokenNullAndCountCharacters) {

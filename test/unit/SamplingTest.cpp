@@ -367,6 +367,13 @@ TEST(SamplingTest, StopStringsCountOnlyAfterMinTokens) {
   out += straddle.push("cdd", true);
   EXPECT_EQ(out, "xxab");
   EXPECT_TRUE(straddle.stopped());
+  // ... also where it ends two pieces after the boundary.
+  StopStrings later({"abc"});
+  out = later.push("a", false);
+  out += later.push("b", true);
+  out += later.push("c", true);
+  EXPECT_EQ(out, "a");
+  EXPECT_TRUE(later.stopped());
   // One that ends within the unarmed text never counts, even found again later.
   StopStrings early({"ab"});
   out = early.push("ab", false);
