@@ -119,6 +119,11 @@ if os.path.isfile(smollm2_gguf):
 if config.tpc_nvcc:
     config.available_features.add("cuda-target")
 
+# Structured outputs' grammar engine, where the build has it (scripts/xgrammar.sh; REQUIRES:
+# xgrammar).
+if getattr(config, "tpc_xgrammar", ""):
+    config.available_features.add("xgrammar")
+
 # The sanitizer build (TPC_SANITIZE, scripts/test.sh): a few tests say what they cannot check
 # under it.
 if "address" in config.tpc_sanitize:

@@ -322,7 +322,7 @@ bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &h
     if (!s.sampled())
       continue;
     const Entry &e = entries.at(s.sequence->handle);
-    if (!e.sampler->argmaxOfRaw() || e.request.logprobs >= 0)
+    if (!e.sampler->argmaxOfRaw() || e.request.logprobs >= 0 || e.request.constraint)
       return false;
   }
   return true;
@@ -510,7 +510,28 @@ void Engine::sample(const std::vector<StepRow> &rows, const float *logits,
     } else {
       if (hooks.onLogits)
         hooks.onLogits(s->handle, mine);
-      token = e.sampler->sample(mine);
+      // A constraint's tokens alone may be chosen: the others' logits -inf, in a copy (the
+      // logprobs stay the raw distribution's).
+      const float *from = mine;
+      if (r.constraint) {
+        allowed.assign(size_t((spec.vocab + 31) / 32), 0);
+        if (!r.constraint->next(allowed)) {
+          fail(s, "its grammar allows no token after token " + std::to_string(r.output.size()),
+               hooks);
+          continue;
+        }
+        masked.assign(mine, mine + spec.vocab);
+        for (int64_t t = 0; t < spec.vocab; ++t)
+          if (!(allowed[size_t(t / 32)] >> (t % 32) & 1))
+            masked[size_t(t)] = -INFINITY;
+        from = masked.data();
+      }
+      token = e.sampler->sample(from);
+      if (r.constraint && !r.constraint->accept(token)) {
+        fail(s, "its grammar refused token " + std::to_string(token) + " (where min_tokens or "
+                "logit_bias rule out every token the grammar allows)", hooks);
+        continue;
+      }
       if (r.logprobs >= 0)
         r.outputLogprobs.push_back(logprobsOf(mine, spec.vocab, token, r.logprobs));
     }

@@ -184,6 +184,8 @@ private:
   bool pipelined = false;
   std::deque<InFlight> inFlight;
   std::vector<int64_t> receivedIds; // receiveLogits' ids of an argmax step
+  std::vector<uint32_t> allowed;    // sample()'s: a constraint's tokens, a bit each
+  std::vector<float> masked;        // sample()'s: a row with the others' logits -inf
 
   std::unordered_map<size_t, Entry> entries; // by handle; nodes stay put, so pointers hold
   size_t nextHandle = 0;

@@ -8,10 +8,25 @@
 #include "tpcrt/sampling.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tpcrt {
+
+/// What a request may generate, beyond its sampling (a grammar: structured outputs), on rank 0
+/// alone: before each of its tokens it says which may come, and it learns the one chosen. The
+/// engine knows no grammar; the server makes these (runtime/serve/structured.h).
+class TokenConstraint {
+public:
+  virtual ~TokenConstraint() = default;
+  /// The tokens that may come next, a bit each (token t: bit t % 32 of word t / 32, set where
+  /// it may), into `allowed` (sized by the caller: the vocabulary's words); false where none
+  /// may (the grammar cannot go on).
+  virtual bool next(std::vector<uint32_t> &allowed) = 0;
+  /// The token chosen: false where the constraint refuses it.
+  virtual bool accept(int64_t token) = 0;
+};
 
 struct RequestParams {
   std::vector<int64_t> prompt;
@@ -52,6 +67,8 @@ struct EngineRequest {
   std::vector<int64_t> forced;  // see RequestParams::forced
   std::string cacheSalt;        // see RequestParams::cacheSalt
   int promptLogprobs = -1;      // see RequestParams::promptLogprobs
+  /// Each token chosen among those it allows (its own state: one a request); none: any.
+  std::shared_ptr<TokenConstraint> constraint;
 
   std::vector<int64_t> output;
   std::vector<TokenLogprobs> outputLogprobs;

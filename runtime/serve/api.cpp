@@ -15,15 +15,14 @@ namespace tpcrt::serve {
 
 namespace {
 
-constexpr int kMaxJsonDepth = 16;
+constexpr int kMaxJsonDepth = 32; // (a pydantic model's schema, nested in the request)
 
 /// Fields that would change the result, not implemented here: refused by name. (best_of is
 /// refused unless 1, a chat's echo unless false, suffix unless null.)
 const std::set<std::string> kNotImplemented = {
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
-    "response_format", "bad_words",
+    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "bad_words",
     "allowed_token_ids", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-    "structured_outputs", "use_beam_search", "length_penalty", "include_stop_str_in_output",
+    "use_beam_search", "length_penalty", "include_stop_str_in_output",
     "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
     "reasoning_effort", "audio", "modalities", "prediction", "web_search_options"};
 
@@ -152,6 +151,121 @@ std::optional<ApiError> readPrompt(const nlohmann::json &value, const ApiContext
   }
   if (params.prompt.empty())
     return invalid("field 'prompt' is no tokens at all", "prompt");
+  return std::nullopt;
+}
+
+/// A JSON schema given as an object (or, in structured_outputs.json, as its text), its keywords
+/// checked, into `spec`.
+std::optional<ApiError> readSchema(const nlohmann::ordered_json &value, const std::string &field,
+                                   StructuredSpec &spec) {
+  nlohmann::ordered_json schema = value;
+  if (value.is_string()) {
+    try {
+      parseUntrustedJson(value.get<std::string>(), 64); // bounded, then read in its order
+      schema = nlohmann::ordered_json::parse(value.get<std::string>());
+    } catch (const std::exception &e) {
+      return invalid("field '" + field + "' is not JSON: " + e.what(), field);
+    }
+  }
+  if (!schema.is_object())
+    return invalid("field '" + field + "' must be a JSON schema (an object), not " +
+                       value.dump().substr(0, 80),
+                   field);
+  if (std::string bad = checkSchemaKeywords(schema); !bad.empty())
+    return invalid("field '" + field + "': " + bad, field);
+  spec.kind = StructuredSpec::JsonSchema;
+  spec.text = schema.dump();
+  return std::nullopt;
+}
+
+/// OpenAI's response_format: {"type": "text" | "json_object" | "json_schema", "json_schema":
+/// {"name", "schema", "strict", "description"}}.
+std::optional<ApiError> readResponseFormat(const nlohmann::ordered_json &value,
+                                           StructuredSpec &spec) {
+  const std::string field = "response_format";
+  auto type = value.is_object() ? value.find("type") : value.end();
+  if (!value.is_object() || type == value.end() || !type->is_string())
+    return invalid("field 'response_format' must be an object with a 'type' (text, json_object "
+                   "or json_schema), not " + value.dump().substr(0, 80),
+                   field);
+  if (*type == "text")
+    return std::nullopt;
+  if (*type == "json_object") {
+    spec.kind = StructuredSpec::JsonObject;
+    return std::nullopt;
+  }
+  if (*type != "json_schema")
+    return invalid("field 'response_format': unknown type " + type->dump() +
+                       " (text, json_object or json_schema)",
+                   field);
+  auto format = value.find("json_schema");
+  if (format == value.end() || !format->is_object())
+    return invalid("field 'response_format.json_schema' must be given, an object with a "
+                   "'schema'",
+                   field);
+  for (const auto &[key, item] : format->items()) {
+    if ((key == "name" || key == "description") && !item.is_string())
+      return invalid("field 'response_format.json_schema." + key + "' must be a string", field);
+    if (key == "strict" && !item.is_boolean() && !item.is_null())
+      return invalid("field 'response_format.json_schema.strict' must be true or false", field);
+    if (key != "name" && key != "description" && key != "strict" && key != "schema")
+      return invalid("field 'response_format.json_schema': unknown field '" + key + "'", field);
+  }
+  auto schema = format->find("schema");
+  if (schema == format->end())
+    return invalid("field 'response_format.json_schema.schema' must be given", field);
+  return readSchema(*schema, "response_format.json_schema.schema", spec);
+}
+
+/// vLLM's structured_outputs: one of {"json": schema, "regex", "choice": [...], "grammar",
+/// "json_object": true}.
+std::optional<ApiError> readStructuredOutputs(const nlohmann::ordered_json &value,
+                                              StructuredSpec &spec) {
+  const std::string field = "structured_outputs";
+  if (!value.is_object())
+    return invalid("field 'structured_outputs' must be an object, not " +
+                       value.dump().substr(0, 80),
+                   field);
+  int given = 0;
+  for (const auto &[key, item] : value.items()) {
+    if (item.is_null())
+      continue;
+    std::string at = field + "." + key;
+    ++given;
+    if (key == "json") {
+      if (std::optional<ApiError> bad = readSchema(item, at, spec))
+        return bad;
+    } else if (key == "regex" || key == "grammar") {
+      if (!item.is_string() || item.get<std::string>().empty())
+        return invalid("field '" + at + "' must be a non-empty string", field);
+      spec.kind = key == "regex" ? StructuredSpec::Regex : StructuredSpec::Grammar;
+      spec.text = item.get<std::string>();
+    } else if (key == "choice") {
+      if (!item.is_array() || item.empty())
+        return invalid("field '" + at + "' must be a non-empty list of strings", field);
+      for (const nlohmann::ordered_json &choice : item) {
+        if (!choice.is_string() || choice.get<std::string>().empty())
+          return invalid("field '" + at + "': each choice must be a non-empty string, not " +
+                             choice.dump().substr(0, 80),
+                         field);
+        spec.choices.push_back(choice.get<std::string>());
+      }
+      spec.kind = StructuredSpec::Choice;
+    } else if (key == "json_object") {
+      if (!item.is_boolean())
+        return invalid("field '" + at + "' must be true or false", field);
+      if (item.get<bool>())
+        spec.kind = StructuredSpec::JsonObject;
+      else
+        --given;
+    } else {
+      return notImplemented(at);
+    }
+  }
+  if (given != 1)
+    return invalid("field 'structured_outputs' must give exactly one of json, regex, choice, "
+                   "grammar and json_object",
+                   field);
   return std::nullopt;
 }
 
@@ -381,6 +495,17 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
     } else if (key == "prompt_logprobs") {
       if (std::string bad = readLogprobCount(key, value, request.promptLogprobs); !bad.empty())
         return invalid(bad, key);
+    } else if (key == "response_format" || key == "structured_outputs") {
+      if (request.structured.kind != StructuredSpec::None)
+        return invalid("give one of 'response_format' and 'structured_outputs'", key);
+      // (read again keeping the order of its keys: a schema's properties come in the order it
+      // gives them; the body is known to be bounded JSON by now)
+      nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body)[key];
+      request.structured.field = key;
+      if (std::optional<ApiError> bad = key == "response_format"
+                                            ? readResponseFormat(ordered, request.structured)
+                                            : readStructuredOutputs(ordered, request.structured))
+        return bad;
     } else if (key == "suffix" || kNotImplemented.count(key)) {
       return notImplemented(key);
     } else if (std::optional<std::string> bad = readSamplingField(key, value, params)) {
@@ -402,6 +527,10 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
   if (request.includeUsage && !request.stream)
     return invalid("field 'stream_options' is only for streamed requests (stream: true)",
                    "stream_options");
+  if (request.structured.kind != StructuredSpec::None && params.ignoreEos)
+    return invalid("field 'ignore_eos' cannot be used with structured outputs: the grammar "
+                   "ends the answer at its end-of-sequence token",
+                   "ignore_eos");
   if (std::string why = params.sampling.validate(); !why.empty()) { // "top_p must be ..."
     std::string field = why.substr(0, why.find(' '));
     return invalid("field '" + field + "'" + why.substr(why.find(' ')), field);

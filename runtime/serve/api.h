@@ -6,6 +6,7 @@
 #define TPCRT_SERVE_API_H
 
 #include "../core/core.h"
+#include "structured.h"
 
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,8 @@ struct ApiRequest {
   /// n: choices of the one prompt (1 to kMaxChoices), each its own engine request; with a
   /// seed, choice i samples with seed + i (vLLM's rule).
   int64_t n = 1;
+  /// response_format or structured_outputs: what the output must be (a grammar).
+  StructuredSpec structured;
 };
 /// The most choices a request may ask for (n).
 constexpr int64_t kMaxChoices = 16;

@@ -190,6 +190,7 @@ struct Server::State {
   const ModelSpec &spec;
   Args args;
   ApiContext context;
+  std::unique_ptr<Grammars> grammars; // structured outputs' vocabulary and compiler
   std::unique_ptr<GgufFile> gguf; // a GGUF checkpoint's tokenizer and template live in it
   std::unique_ptr<http::Server> http;
   std::unique_ptr<Workers> readers;
@@ -520,6 +521,21 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
                                            /*incremental=*/true,
                                            job->api.params.sampling.minTokens);
     }
+    // Structured outputs: one grammar compiled (here, off the engine's thread), a matcher a
+    // choice.
+    if (job->api.structured.kind != StructuredSpec::None) {
+      std::string error;
+      std::vector<std::shared_ptr<TokenConstraint>> constraints =
+          grammars->make(job->api.structured, job->api.n, error);
+      if (constraints.empty()) {
+        refused({400, "field '" + job->api.structured.field + "' cannot be compiled: " + error,
+                 job->api.structured.field, ""},
+                "invalid");
+        return;
+      }
+      for (size_t i = 0; i < constraints.size(); ++i)
+        job->requests[i].constraint = std::move(constraints[i]);
+    }
   } catch (const std::exception &e) {
     // What went wrong inside is the server's log's, under the request's id; the client
     // learns that id, not the server's internals (paths, exception texts).
@@ -797,6 +813,10 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
   s.context.chatTemplate =
       s.gguf ? loadChatTemplateGguf(*s.gguf, s.context.chatTemplateError)
              : loadChatTemplate(checkpointDir(args.weights), s.context.chatTemplateError);
+  // The grammars end where the model's end-of-sequence ids may come (a request's own stop
+  // ids still end it anywhere).
+  s.grammars = std::make_unique<Grammars>(*s.context.tokenizer, spec.vocab,
+                                          engineRequest(spec, args, {}).stopIds);
 
   // By engine handle: the job and which of its choices.
   struct Running {

@@ -112,6 +112,23 @@ std::optional<int64_t> Tokenizer::id(const std::string &token) const {
   return std::nullopt;
 }
 
+Tokenizer::VocabularyForm Tokenizer::vocabularyForm() const {
+  using tokenizer_detail::Decoder;
+  VocabularyForm form;
+  for (const Decoder &d : impl_->decoders) {
+    if (d.kind == Decoder::ByteLevel)
+      form.kind = VocabularyForm::ByteLevel;
+    else if (d.kind == Decoder::ByteFallback && form.kind == VocabularyForm::Raw)
+      form.kind = VocabularyForm::ByteFallback;
+    if ((d.kind == Decoder::Metaspace && !d.prependNever) ||
+        (d.kind == Decoder::Strip && d.start > 0))
+      form.prefixSpace = true;
+  }
+  if (impl_->byteFallback && form.kind == VocabularyForm::Raw)
+    form.kind = VocabularyForm::ByteFallback;
+  return form;
+}
+
 std::optional<std::string> Tokenizer::token(int64_t id) const {
   if (id < 0 || id > int64_t(UINT32_MAX))
     return std::nullopt;

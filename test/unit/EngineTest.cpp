@@ -453,5 +453,51 @@ TEST(Engine, ChoicesRunWhenTheirLeaderEndsFirstAndStayAbortedWhenAborted) {
   EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
 }
 
+/// Allows the tokens of a cycle in turn (a, b, a, b, ...), and records what it was told; none
+/// after `stopAfter` tokens.
+struct Cycle final : TokenConstraint {
+  std::vector<int64_t> tokens, accepted;
+  size_t stopAfter = SIZE_MAX;
+  bool next(std::vector<uint32_t> &allowed) override {
+    if (accepted.size() >= stopAfter)
+      return false;
+    int64_t t = tokens[accepted.size() % tokens.size()];
+    allowed[size_t(t / 32)] |= uint32_t(1) << (t % 32);
+    return true;
+  }
+  bool accept(int64_t token) override {
+    accepted.push_back(token);
+    return token == tokens[(accepted.size() - 1) % tokens.size()];
+  }
+};
+
+TEST(Engine, AConstraintChoosesAmongItsTokensAndEndsARequestItCannotContinue) {
+  BackendCapabilities can;
+  can.argmax = true; // a constrained step gathers the logits all the same
+  Fixture f({4, 64, 16, 4, 32}, can);
+  auto cycle = std::make_shared<Cycle>();
+  cycle->tokens = {700, 3};
+  EngineRequest a = counting(10, 3, 5);
+  a.constraint = cycle;
+  size_t ha = f.engine.submit(a);
+  auto stuck = std::make_shared<Cycle>();
+  stuck->tokens = {9};
+  stuck->stopAfter = 2;
+  EngineRequest b = counting(20, 3, 5);
+  b.constraint = stuck;
+  size_t hb = f.engine.submit(b);
+  size_t free = f.engine.submit(counting(40, 3, 5)); // beside them, as it would alone
+  while (f.engine.busy())
+    f.engine.step();
+  EXPECT_EQ(f.engine.request(ha).output, (std::vector<int64_t>{700, 3, 700, 3, 700}));
+  EXPECT_EQ(cycle->accepted, f.engine.request(ha).output);
+  EXPECT_EQ(f.engine.request(hb).output, (std::vector<int64_t>{9, 9}));
+  EXPECT_STREQ(f.engine.request(hb).finishReason, "error");
+  EXPECT_EQ(f.engine.request(hb).error, "its grammar allows no token after token 2");
+  EXPECT_EQ(f.engine.request(free).output, following(42, 5));
+  for (bool asked : f.backend.argmaxAsked)
+    EXPECT_FALSE(asked); // a constrained row is never found on the ranks
+}
+
 } // namespace
 } // namespace tpcrt

@@ -138,6 +138,15 @@ public:
   /// token's content, else the model's vocabulary entry as stored (a byte-level one with its
   /// "Ġ"); none for an id of neither.
   std::optional<std::string> token(int64_t id) const;
+  /// How the token strings (token()) spell the text, as a grammar engine reads a vocabulary
+  /// (xgrammar's VocabType): as they are (Raw); SentencePiece's ("\u2581" a space, "<0xAB>" a
+  /// byte: ByteFallback); GPT-2's byte alphabet (ByteLevel). `prefixSpace`: the first token's
+  /// leading space is dropped in decoding (a Metaspace or Strip decoder).
+  struct VocabularyForm {
+    enum Kind { Raw, ByteFallback, ByteLevel } kind = Raw;
+    bool prefixSpace = false;
+  };
+  VocabularyForm vocabularyForm() const;
   /// One past the largest id encode() can give: of the vocabulary, the added tokens and the
   /// post-processor's special tokens (a model's embedding must hold [0, idEnd())).
   int64_t idEnd() const;

@@ -597,6 +597,119 @@ def failing(server):
         server.metric("kv_cache_blocks_used"), server.metric("num_requests_running")))
 
 
+def valid(value, schema):
+    """Whether `value` fits `schema`, for the keywords the tests use (written here, not the
+    server's or the grammar engine's)."""
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    if kind == "integer":
+        if not isinstance(value, int) or isinstance(value, bool):
+            return False
+    elif kind == "number":
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return False
+    elif kind and not isinstance(value, types[kind]):
+        return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if "minimum" in schema and value < schema["minimum"]:
+        return False
+    if "maximum" in schema and value > schema["maximum"]:
+        return False
+    if isinstance(value, str) and not (schema.get("minLength", 0) <= len(value) <=
+                                       schema.get("maxLength", 1 << 30)):
+        return False
+    if isinstance(value, list):
+        if not schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", 1 << 30):
+            return False
+        return all(valid(v, schema.get("items", {})) for v in value)
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        if any(k not in value for k in schema.get("required", [])):
+            return False
+        if schema.get("additionalProperties") is False and any(k not in props for k in value):
+            return False
+        return all(valid(v, props[k]) for k, v in value.items() if k in props)
+    return True
+
+
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 24},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3}},
+    "required": ["name", "age", "pets"], "additionalProperties": False}
+
+
+def structured(server):
+    """Structured outputs on the real model (at tp 2: the masked rows are gathered, never an
+    argmax of the ranks): a JSON schema's answers parse and fit it (checked by a validator
+    written here), where the same questions without it do not parse; json_object, choices, a
+    regex; two choices of one schema; streamed as not; and each bad field's 400."""
+    def chat(content, **extra):
+        body = dict({"messages": [{"role": "user", "content": content}], "max_tokens": 80,
+                     "temperature": 0}, **extra)
+        status, text, _ = server.post("/v1/chat/completions", body)
+        if status != 200:
+            fail("%s: %s" % (status, text))
+        return json.loads(text)
+
+    def parses(text):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON,
+                                                  "strict": True}}
+    questions = ["Describe a person named Ann.", "Who is the oldest person you know?",
+                 "Tell me about a fisherman and his pets."]
+    fits, plain = 0, 0
+    for q in questions:
+        got = chat(q, response_format=fmt)["choices"][0]
+        value = parses(got["message"]["content"])
+        fits += got["finish_reason"] == "stop" and value is not None and valid(value, PERSON)
+        plain += parses(chat(q)["choices"][0]["message"]["content"]) is not None
+    print("json_schema: %d of %d answers fit the schema; without it, %d parse as JSON" % (
+        fits, len(questions), plain))
+    keys = list(parses(chat(questions[0], response_format=fmt)["choices"][0]["message"]
+                       ["content"]))
+    print("properties in the schema's order: %s" % (keys == ["name", "age", "pets"]))
+    two = chat(questions[1], response_format=fmt, n=2, seed=3, temperature=1.0)["choices"]
+    print("n 2, sampled: both fit: %s" % all(valid(parses(c["message"]["content"]) or 0, PERSON)
+                                             for c in two))
+    status, headers, events, raw = stream_events(server.port, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": questions[0]}], "max_tokens": 80,
+        "temperature": 0, "stream": True, "response_format": fmt})
+    streamed = "".join(json.loads(p)["choices"][0]["delta"].get("content") or ""
+                       for p in payloads(events) if p != "[DONE]" and json.loads(p)["choices"])
+    print("streamed: the same answer: %s" % (
+        streamed == chat(questions[0], response_format=fmt)["choices"][0]["message"]["content"]))
+    obj = parses(chat("Say hello.", response_format={"type": "json_object"})["choices"][0]
+                 ["message"]["content"])
+    print("json_object: an object: %s" % isinstance(obj, dict))
+    pick = chat("Is the sky blue?", structured_outputs={"choice": ["yes", "no"]})
+    print("choice: %r" % pick["choices"][0]["message"]["content"])
+    status, text, _ = server.post("/v1/completions", {
+        "prompt": "My phone number is", "max_tokens": 20,
+        "structured_outputs": {"regex": " [0-9]{3}-[0-9]{4}"}})
+    print("regex: matches: %s" % bool(re.fullmatch(r" [0-9]{3}-[0-9]{4}",
+                                                  json.loads(text)["choices"][0]["text"])))
+    for name, body in [
+            ("unknown keyword", {"response_format": {"type": "json_schema", "json_schema": {
+                "name": "x", "schema": {"type": "string", "format": "email"}}}}),
+            ("unknown type", {"response_format": {"type": "xml"}}),
+            ("no schema", {"response_format": {"type": "json_schema", "json_schema": {}}}),
+            ("both fields", {"response_format": {"type": "json_object"},
+                             "structured_outputs": {"regex": "a"}}),
+            ("two kinds", {"structured_outputs": {"regex": "a", "choice": ["b"]}}),
+            ("not compiled", {"structured_outputs": {"regex": "([0-9]"}}),
+            ("ignore_eos", {"response_format": {"type": "json_object"}, "ignore_eos": True})]:
+        status, text, _ = server.post("/v1/chat/completions", dict(
+            {"messages": [{"role": "user", "content": "x"}]}, **body))
+        e = json.loads(text)["error"]
+        print("%s: %s param=%s: %s" % (name, status, e["param"], e["message"]))
+
+
 SYSTEM = ("You are a careful assistant for a small museum of clocks. Answer visitors in one "
           "or two sentences, name the room where a clock can be seen, and never invent a "
           "clock the museum does not have. The rooms are the Hall, the Tower and the "
@@ -1127,6 +1240,7 @@ def main():
         else:
             {"errors": errors, "template": template, "stream": stream, "adjust": adjust,
              "churn": churn, "choices": choices, "failing": failing,
+             "structured": structured,
              "overload": overload,
              "disconnect": disconnect, "hostile": hostile}[scenario](server)
     finally:

@@ -1,0 +1,218 @@
+// Structured outputs (structured.h): xgrammar's compiler and matcher behind the engine's
+// TokenConstraint, where this build has it (TPC_HAVE_XGRAMMAR).
+#include "structured.h"
+
+#include <cctype>
+#include <set>
+
+#if TPC_HAVE_XGRAMMAR
+#include <xgrammar/xgrammar.h>
+#endif
+
+namespace tpcrt::serve {
+
+namespace {
+
+/// The keywords a schema may use: the issue's list, what the openai client's parse() writes
+/// for pydantic models, and annotations that constrain nothing.
+const std::set<std::string> kSchemaKeywords = {
+    "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+    "anyOf", "$ref", "$defs", "definitions", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems",
+    // annotations
+    "title", "description", "default", "examples", "$schema", "$id", "$comment"};
+
+/// The keywords whose value is a schema, a list of schemas, or a map of names to schemas.
+std::string checkAt(const nlohmann::ordered_json &schema, const std::string &at, int depth) {
+  if (depth > 64)
+    return "the schema nests more than 64 levels deep (at " + at + ")";
+  if (schema.is_boolean())
+    return "";
+  if (!schema.is_object())
+    return "a schema must be an object, not " + schema.dump().substr(0, 40) + " (at " + at + ")";
+  for (const auto &[key, value] : schema.items()) {
+    if (!kSchemaKeywords.count(key))
+      return "keyword '" + key + "' is not supported (at " + at + ")";
+    if (key == "properties" || key == "$defs" || key == "definitions") {
+      if (!value.is_object())
+        return "'" + key + "' must be an object (at " + at + ")";
+      for (const auto &[name, sub] : value.items())
+        if (std::string bad = checkAt(sub, at + "/" + key + "/" + name, depth + 1); !bad.empty())
+          return bad;
+    } else if (key == "items" || key == "additionalProperties") {
+      if (std::string bad = checkAt(value, at + "/" + key, depth + 1); !bad.empty())
+        return bad;
+    } else if (key == "anyOf") {
+      if (!value.is_array() || value.empty())
+        return "'anyOf' must be a non-empty list of schemas (at " + at + ")";
+      for (size_t i = 0; i < value.size(); ++i)
+        if (std::string bad = checkAt(value[i], at + "/anyOf/" + std::to_string(i), depth + 1);
+            !bad.empty())
+          return bad;
+    }
+  }
+  return "";
+}
+
+} // namespace
+
+std::string checkSchemaKeywords(const nlohmann::ordered_json &schema) {
+  return checkAt(schema, "#", 0);
+}
+
+#if TPC_HAVE_XGRAMMAR
+
+bool structuredOutputsBuilt() { return true; }
+
+namespace {
+
+/// A request's matcher: the mask before each token, then the token.
+class Matcher final : public TokenConstraint {
+public:
+  Matcher(const xgrammar::CompiledGrammar &grammar, int64_t vocab)
+      : matcher(grammar), vocab(vocab) {}
+  bool next(std::vector<uint32_t> &allowed) override {
+    if (matcher.IsTerminated())
+      return false;
+    int64_t shape = xgrammar::GetBitmaskSize(int(vocab));
+    allowed.resize(size_t(shape));
+    DLTensor tensor{};
+    tensor.data = allowed.data();
+    tensor.device = DLDevice{kDLCPU, 0};
+    tensor.ndim = 1;
+    tensor.dtype = DLDataType{kDLInt, 32, 1};
+    tensor.shape = &shape;
+    matcher.FillNextTokenBitmask(&tensor);
+    for (uint32_t word : allowed)
+      if (word)
+        return true;
+    return false;
+  }
+  bool accept(int64_t token) override { return matcher.AcceptToken(int32_t(token)); }
+
+private:
+  xgrammar::GrammarMatcher matcher;
+  int64_t vocab;
+};
+
+xgrammar::VocabType vocabTypeOf(Tokenizer::VocabularyForm::Kind kind) {
+  switch (kind) {
+  case Tokenizer::VocabularyForm::ByteLevel:
+    return xgrammar::VocabType::BYTE_LEVEL;
+  case Tokenizer::VocabularyForm::ByteFallback:
+    return xgrammar::VocabType::BYTE_FALLBACK;
+  case Tokenizer::VocabularyForm::Raw:
+    break;
+  }
+  return xgrammar::VocabType::RAW;
+}
+
+/// A JSON string literal in xgrammar's EBNF (its escapes are JSON's).
+std::string ebnfString(const std::string &text) { return nlohmann::json(text).dump(); }
+
+} // namespace
+
+struct Grammars::Impl {
+  Impl(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds)
+      : vocab(vocab), info(vocabulary(tokenizer, vocab, stopIds)), compiler(info, 1) {}
+
+  /// Each id's token string as the tokenizer holds it; "" for ids it has none for and for
+  /// special tokens (decoding them without special tokens gives nothing), which the grammar
+  /// engine then never allows.
+  static xgrammar::TokenizerInfo vocabulary(const Tokenizer &tokenizer, int64_t vocab,
+                                            const std::vector<int64_t> &stopIds) {
+    std::vector<std::string> tokens(static_cast<size_t>(vocab));
+    for (int64_t id = 0; id < vocab; ++id) {
+      std::optional<std::string> token = tokenizer.token(id);
+      bool special = token && tokenizer.decode({id}, /*skipSpecial=*/true).empty() &&
+                     !tokenizer.decode({id}, /*skipSpecial=*/false).empty();
+      if (token && !special)
+        tokens[size_t(id)] = *token;
+    }
+    std::vector<int32_t> stops;
+    for (int64_t id : stopIds)
+      if (id >= 0 && id < vocab)
+        stops.push_back(int32_t(id));
+    Tokenizer::VocabularyForm form = tokenizer.vocabularyForm();
+    return xgrammar::TokenizerInfo(tokens, vocabTypeOf(form.kind), int(vocab), stops,
+                                   form.prefixSpace);
+  }
+
+  int64_t vocab;
+  xgrammar::TokenizerInfo info;
+  xgrammar::GrammarCompiler compiler;
+};
+
+Grammars::Grammars(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds)
+    : impl(std::make_unique<Impl>(tokenizer, vocab, std::move(stopIds))) {}
+
+Grammars::~Grammars() = default;
+
+std::vector<std::shared_ptr<TokenConstraint>>
+Grammars::make(const StructuredSpec &spec, int64_t n, std::string &error) {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::optional<xgrammar::CompiledGrammar> grammar;
+  try {
+    switch (spec.kind) {
+    case StructuredSpec::None:
+      return {};
+    // JSON written compactly (", " and ": " between items, no other whitespace): a model
+    // free to add whitespace may spend its max_tokens on it. json_object: an object, as
+    // OpenAI's is.
+    case StructuredSpec::JsonObject:
+      grammar = impl->compiler.CompileJSONSchema(R"({"type": "object"})", false);
+      break;
+    case StructuredSpec::JsonSchema:
+      grammar = impl->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false);
+      break;
+    case StructuredSpec::Regex:
+      grammar = impl->compiler.CompileRegex(spec.text);
+      break;
+    case StructuredSpec::Choice: {
+      std::string ebnf = "root ::= ";
+      for (size_t i = 0; i < spec.choices.size(); ++i)
+        ebnf += (i ? " | " : "") + ebnfString(spec.choices[i]);
+      grammar = impl->compiler.CompileGrammar(ebnf);
+      break;
+    }
+    case StructuredSpec::Grammar:
+      grammar = impl->compiler.CompileGrammar(spec.text);
+      break;
+    }
+  } catch (const std::exception &e) {
+    // Its message, less the time and the source file it begins with ("[12:00:00]
+    // /path/regex_converter.cc:94: "): a client learns what is wrong, not the server's paths.
+    error = e.what();
+    if (size_t at = error.find(".cc:"); at != std::string::npos)
+      if (size_t end = error.find(": ", at); end != std::string::npos)
+        error.erase(0, end + 2);
+    while (!error.empty() && std::isspace(static_cast<unsigned char>(error.back())))
+      error.pop_back();
+    return {};
+  }
+  std::vector<std::shared_ptr<TokenConstraint>> made;
+  for (int64_t i = 0; i < n; ++i)
+    made.push_back(std::make_shared<Matcher>(*grammar, impl->vocab));
+  return made;
+}
+
+#else // built without xgrammar
+
+bool structuredOutputsBuilt() { return false; }
+
+struct Grammars::Impl {};
+
+Grammars::Grammars(const Tokenizer &, int64_t, std::vector<int64_t>) {}
+
+Grammars::~Grammars() = default;
+
+std::vector<std::shared_ptr<TokenConstraint>> Grammars::make(const StructuredSpec &spec, int64_t,
+                                                             std::string &error) {
+  if (spec.kind != StructuredSpec::None)
+    error = "this tpc was built without its grammar engine (xgrammar: scripts/xgrammar.sh)";
+  return {};
+}
+
+#endif
+
+} // namespace tpcrt::serve

@@ -1,0 +1,62 @@
+// Structured outputs: a request's response_format (json_object, json_schema) or vLLM's
+// structured_outputs (json, regex, choice, grammar), compiled into a grammar whose matcher
+// constrains each token the request generates (engine's TokenConstraint). The grammar engine
+// is xgrammar's C++ core, built from its pinned sdist (scripts/xgrammar.sh); a build without
+// it refuses these fields, saying so. The vocabulary it matches against is tpc's own
+// tokenizer's: each id's token string and how those strings spell bytes
+// (Tokenizer::vocabularyForm), special tokens never allowed, the model's stop ids only where
+// the grammar is complete.
+#ifndef TPCRT_SERVE_STRUCTURED_H
+#define TPCRT_SERVE_STRUCTURED_H
+
+#include "../engine/request.h"
+#include "tpcrt/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tpcrt::serve {
+
+/// What a request asks its output to be.
+struct StructuredSpec {
+  enum Kind { None, JsonObject, JsonSchema, Regex, Choice, Grammar } kind = None;
+  std::string text;                 // the schema (as JSON), the regex or the EBNF grammar
+  std::vector<std::string> choices; // Choice
+  std::string field;                // the request's field that asked (for its errors)
+};
+
+/// The JSON schema keywords a schema may use (others are refused, naming the keyword).
+/// "" where `schema` uses only them, else what is wrong and where ("#/properties/x").
+std::string checkSchemaKeywords(const nlohmann::ordered_json &schema);
+
+/// Whether this build has the grammar engine.
+bool structuredOutputsBuilt();
+
+/// One server's grammars: the vocabulary as the grammar engine reads it, and a compiler (with
+/// its cache of compiled grammars). Compiling may take a while: the readers call it, off the
+/// engine's thread; one at a time.
+class Grammars {
+public:
+  /// Over `tokenizer`'s vocabulary of `vocab` ids (the model's: ids past the tokenizer's are
+  /// never allowed), ending where the grammar allows one of `stopIds`.
+  Grammars(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds);
+  ~Grammars();
+  /// `n` constraints (one a choice, each its own state) for `spec`, compiled once; none with
+  /// `error` (the grammar engine's message, for a 400) where it cannot be compiled.
+  std::vector<std::shared_ptr<TokenConstraint>> make(const StructuredSpec &spec, int64_t n,
+                                                     std::string &error);
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+  std::mutex mutex;
+};
+
+} // namespace tpcrt::serve
+
+#endif // TPCRT_SERVE_STRUCTURED_H

@@ -1,0 +1,120 @@
+// Structured outputs (runtime/serve/structured.h): the schema keywords checked, and grammars
+// (a JSON schema, json_object, a regex, choices, an EBNF grammar) compiled over the example's
+// byte-level vocabulary (an id is a byte, GPT-2's alphabet spelling it), driven a byte at a
+// time as the engine drives them: each byte of an accepted string must be allowed and
+// accepted, a refused string must meet a byte that is not allowed, and at the end only the
+// stop id may come. Where the build has no grammar engine, only the keyword checks run.
+#include "structured.h"
+
+#include <gtest/gtest.h>
+
+namespace tpcrt::serve {
+namespace {
+
+constexpr int64_t kStop = 0; // the byte 0 stands for end of sequence here
+
+struct Vocabulary {
+  Vocabulary() {
+    std::string error;
+    tokenizer = Tokenizer::load(TPC_EXAMPLES_DIR, error);
+    if (!tokenizer)
+      ADD_FAILURE() << error;
+  }
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+bool allows(const std::vector<uint32_t> &mask, int64_t token) {
+  return mask[size_t(token / 32)] >> (token % 32) & 1;
+}
+
+/// Drives `c` through `text`: "" where every byte is allowed and accepted and then the stop
+/// id alone may come, else what happened where.
+std::string drive(TokenConstraint &c, const std::string &text) {
+  std::vector<uint32_t> mask(8);
+  for (size_t i = 0; i < text.size(); ++i) {
+    int64_t byte = static_cast<unsigned char>(text[i]);
+    std::fill(mask.begin(), mask.end(), 0);
+    if (!c.next(mask))
+      return "nothing allowed at " + std::to_string(i);
+    if (!allows(mask, byte))
+      return "byte " + std::to_string(i) + " not allowed";
+    if (!c.accept(byte))
+      return "byte " + std::to_string(i) + " refused";
+  }
+  std::fill(mask.begin(), mask.end(), 0);
+  if (!c.next(mask))
+    return "nothing allowed at the end";
+  for (int64_t t = 0; t < 256; ++t)
+    if (allows(mask, t) != (t == kStop))
+      return "at the end, token " + std::to_string(t) + (t == kStop ? " not" : "") + " allowed";
+  return c.accept(kStop) ? "" : "the stop id refused";
+}
+
+TEST(Structured, SchemaKeywordsOutsideTheListAreRefusedByNameAndPlace) {
+  using J = nlohmann::ordered_json;
+  EXPECT_EQ(checkSchemaKeywords(J::parse(R"({"type": "object", "title": "T",
+      "properties": {"a": {"type": "array", "items": {"type": "string", "maxLength": 3}}},
+      "$defs": {"E": {"enum": [1, 2]}}, "required": ["a"], "additionalProperties": false})")),
+            "");
+  EXPECT_EQ(checkSchemaKeywords(J::parse(R"({"properties": {"a": {"items": {"pattern": "x"}}}})")),
+            "keyword 'pattern' is not supported (at #/properties/a/items)");
+  EXPECT_EQ(checkSchemaKeywords(J::parse(R"({"anyOf": [{"type": "null"}, {"oneOf": []}]})")),
+            "keyword 'oneOf' is not supported (at #/anyOf/1)");
+  EXPECT_EQ(checkSchemaKeywords(J::parse(R"({"anyOf": []})")),
+            "'anyOf' must be a non-empty list of schemas (at #)");
+}
+
+TEST(Structured, GrammarsAllowWhatTheyDescribeAndNothingElse) {
+  if (!structuredOutputsBuilt())
+    GTEST_SKIP() << "built without xgrammar";
+  Vocabulary v;
+  Grammars grammars(*v.tokenizer, 256, {kStop});
+  auto one = [&](StructuredSpec spec) {
+    std::string error;
+    std::vector<std::shared_ptr<TokenConstraint>> made = grammars.make(spec, 2, error);
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(made.size(), 2u);
+    return made;
+  };
+  StructuredSpec schema{StructuredSpec::JsonSchema,
+                        R"({"type": "object", "properties": {"n": {"type": "integer",
+                            "minimum": 0, "maximum": 99}, "tag": {"enum": ["a", "b"]}},
+                            "required": ["n", "tag"], "additionalProperties": false})",
+                        {}};
+  auto two = one(schema); // each choice its own state
+  EXPECT_EQ(drive(*two[0], R"({"n": 42, "tag": "b"})"), "");
+  EXPECT_EQ(drive(*two[1], R"({"n": 7, "tag": "a"})"), "");
+  EXPECT_EQ(drive(*one(schema)[0], R"({"n": 420, "tag": "b"})"), "byte 8 not allowed");
+  EXPECT_EQ(drive(*one(schema)[0], R"({"tag": "b", "n": 1})"), "byte 2 not allowed");
+  EXPECT_EQ(drive(*one(schema)[0], R"({"n": 1, "tag": "c"})"), "byte 17 not allowed");
+  StructuredSpec object{StructuredSpec::JsonObject, "", {}};
+  EXPECT_EQ(drive(*one(object)[0], R"({"x": [1, {"y": null}]})"), "");
+  EXPECT_EQ(drive(*one(object)[0], "[1]"), "byte 0 not allowed");
+  StructuredSpec regex{StructuredSpec::Regex, "[0-9]{3}-[a-z]{3}", {}};
+  EXPECT_EQ(drive(*one(regex)[0], "123-abc"), "");
+  EXPECT_EQ(drive(*one(regex)[0], "12a"), "byte 2 not allowed");
+  StructuredSpec choice{StructuredSpec::Choice, "", {"yes", "no \"way\""}};
+  EXPECT_EQ(drive(*one(choice)[0], "no \"way\""), "");
+  EXPECT_EQ(drive(*one(choice)[0], "yep"), "byte 2 not allowed");
+  StructuredSpec ebnf{StructuredSpec::Grammar, R"x(root ::= "(" [a-c]* ")")x", {}};
+  EXPECT_EQ(drive(*one(ebnf)[0], "(abca)"), "");
+  EXPECT_EQ(drive(*one(ebnf)[0], "(abd)"), "byte 3 not allowed");
+}
+
+TEST(Structured, WhatCannotBeCompiledIsAnErrorNotAConstraint) {
+  if (!structuredOutputsBuilt())
+    GTEST_SKIP() << "built without xgrammar";
+  Vocabulary v;
+  Grammars grammars(*v.tokenizer, 256, {kStop});
+  for (StructuredSpec bad : {StructuredSpec{StructuredSpec::Regex, "([0-9]", {}},
+                             StructuredSpec{StructuredSpec::Grammar, "root ::= undefined", {}},
+                             StructuredSpec{StructuredSpec::JsonSchema, R"({"$ref": "#/$defs/X"})",
+                                            {}}}) {
+    std::string error;
+    EXPECT_TRUE(grammars.make(bad, 1, error).empty()) << bad.text;
+    EXPECT_NE(error, "") << bad.text;
+  }
+}
+
+} // namespace
+} // namespace tpcrt::serve
