@@ -17,6 +17,7 @@ many questions both pick the same choice for, and the largest difference of a su
 import argparse
 import json
 import os
+import sys
 import time
 
 from prefix_cache import Server  # tpc serve on a free port, until stop()
@@ -76,9 +77,9 @@ def main():
     parser.add_argument("ckpt")
     parser.add_argument("--tpc", default=os.path.join(os.path.dirname(__file__), "..", "build",
                                                       "bin", "tpc"))
-    parser.add_argument("flags", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
-    flags = [f for f in args.flags if f != "--"]
+    argv = sys.argv[1:]  # tpc serve's flags after "--"
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, flags = parser.parse_args(argv[:cut]), argv[cut + 1:]
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
