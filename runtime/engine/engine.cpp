@@ -468,7 +468,7 @@ void Engine::sample(const std::vector<StepRow> &rows, const float *logits,
     };
     // Position p's row scores prompt token p + 1 (once: a recomputed row is passed over).
     bool failed = false;
-    for (int64_t i = 0; i < step.logits && !failed; ++i) {
+    for (int64_t i = 0; i < step.logits; ++i) {
       int64_t p = step.start + step.count - step.logits + i;
       if (p != s->scoreFrom || p >= s->scoreTo)
         continue;
@@ -487,11 +487,7 @@ void Engine::sample(const std::vector<StepRow> &rows, const float *logits,
       continue; // a prompt's chunk, more to come
     releaseFollowers(e); // its prompt is in the cache now
     if (r.maxTokens == 0) { // a prompt scored, nothing to generate
-      r.finishReason = "length";
-      r.finishedMs = millisSince(e.arrived);
-      scheduler.finish(s);
-      if (hooks.onFinish)
-        hooks.onFinish(s->handle);
+      end(e, "length", hooks);
       continue;
     }
     int64_t at = base + step.logits - 1;
@@ -542,27 +538,26 @@ void Engine::sample(const std::vector<StepRow> &rows, const float *logits,
     bool stopId = std::find(r.stopIds.begin(), r.stopIds.end(), token) != r.stopIds.end();
     if (!r.forced.empty()) // teacher forcing: the length alone ends it
       stopString = stopId = false;
-    if (stopString || stopId || int64_t(r.output.size()) >= r.maxTokens) {
-      r.finishReason = stopString || stopId ? "stop" : "length";
-      r.finishedMs = millisSince(e.arrived);
-      scheduler.finish(s);
-      if (hooks.onFinish)
-        hooks.onFinish(s->handle);
-    } else {
+    if (stopString || stopId || int64_t(r.output.size()) >= r.maxTokens)
+      end(e, stopString || stopId ? "stop" : "length", hooks);
+    else
       s->tokens.push_back(r.forced.empty() ? token : r.forced[r.output.size() - 1]);
-    }
   }
 }
 
 void Engine::fail(Sequence *s, const std::string &why, const EngineHooks &hooks) {
   Entry &e = entries.at(s->handle);
-  releaseFollowers(e);
-  e.request.finishReason = "error";
   e.request.error = why;
+  end(e, "error", hooks);
+}
+
+void Engine::end(Entry &e, const char *reason, const EngineHooks &hooks) {
+  releaseFollowers(e); // (those left: its prompt ended without a token chosen)
+  e.request.finishReason = reason;
   e.request.finishedMs = millisSince(e.arrived);
-  scheduler.finish(s);
+  scheduler.finish(&e.sequence);
   if (hooks.onFinish)
-    hooks.onFinish(s->handle);
+    hooks.onFinish(e.sequence.handle);
 }
 
 } // namespace tpcrt

@@ -164,6 +164,9 @@ private:
   /// Ends one sequence's request with an error (its logits not finite): that request alone,
   /// the others run on.
   void fail(Sequence *s, const std::string &why, const EngineHooks &hooks);
+  /// Ends a running request for `reason` ("stop", "length", "error"): its followers queued,
+  /// its blocks free, the hook told.
+  void end(Entry &e, const char *reason, const EngineHooks &hooks);
   /// submit()'s entry for a request, queued or (`queue` false) left for its leader to queue.
   size_t enter(EngineRequest request, bool queue);
   /// Queues the requests submitted after `e`'s (submitAfter) that are still waiting for it.
