@@ -109,13 +109,29 @@ bool storeFromEnv(CommOptions &options, std::string &error) {
     return true;
   };
   options.storeHost = master;
+  if (const char *run = std::getenv("TORCHELASTIC_RUN_ID"); run && *run)
+    options.runId = run;
+  else if (const char *own = std::getenv("TPC_RUN_ID"); own && *own)
+    options.runId = own;
   if (const char *own = std::getenv("TPC_STORE_PORT"); own && *own)
     return port("TPC_STORE_PORT", options.storePort);
   if (!port("MASTER_PORT", options.storePort))
     return false;
-  // torchrun's agent serves its own store on MASTER_PORT; tpc's is the next port.
+  // torchrun's agent serves its own store on MASTER_PORT; tpc's is the next port, or, with
+  // every rank on this machine, a socket that no other program can hold: the agent's port
+  // tells this job from any other running here.
   if (const char *agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
       agent && std::string(agent) == "True") {
+    const char *world = std::getenv("WORLD_SIZE"), *local = std::getenv("LOCAL_WORLD_SIZE");
+    if (world && local && *world && std::string(world) == local) {
+      // A socket name has room for 107 bytes; a longer run id goes by its hash.
+      char hashed[32];
+      std::snprintf(hashed, sizeof hashed, "%016zx", std::hash<std::string>{}(options.runId));
+      options.storeSocket = "tpc-store-" +
+                            (options.runId.size() <= 64 ? options.runId : std::string(hashed)) +
+                            "-" + std::to_string(options.storePort);
+      return true;
+    }
     if (options.storePort == 65535) {
       error = "MASTER_PORT is 65535 under torchrun's agent store, which leaves tpc's store "
               "(the next port) none: set TPC_STORE_PORT";
@@ -123,10 +139,6 @@ bool storeFromEnv(CommOptions &options, std::string &error) {
     }
     ++options.storePort;
   }
-  if (const char *run = std::getenv("TORCHELASTIC_RUN_ID"); run && *run)
-    options.runId = run;
-  else if (const char *own = std::getenv("TPC_RUN_ID"); own && *own)
-    options.runId = own;
   return true;
 }
 

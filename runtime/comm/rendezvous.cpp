@@ -194,7 +194,7 @@ public:
   }
 
   bool join(const CommOptions &options, std::string &error) {
-    Endpoint at{options.storeHost, options.storePort};
+    Endpoint at{options.storeHost, options.storePort, options.storeSocket};
     // The address peers reach this rank at: --host where it is given beyond loopback, else
     // the one this machine reaches the store from.
     listenAddress = options.host;

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <fcntl.h>
 #include <map>
@@ -13,6 +14,7 @@
 #include <poll.h>
 #include <stdexcept>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 namespace tpcrt {
@@ -55,19 +57,46 @@ std::string answer(uint8_t status, const std::string &text) {
   return out + text;
 }
 
-/// The IPv4 address of `host` (a name or a dotted address); false where it has none.
-bool resolve(const std::string &host, int port, sockaddr_in &addr, std::string &error) {
+/// Where `at` is, as a socket address: the IPv4 address of its host (a name or a dotted
+/// address) and its port, or its abstract Unix socket. False where it has none.
+bool resolve(const Endpoint &at, sockaddr_storage &addr, socklen_t &length, std::string &error) {
+  addr = {};
+  if (!at.socket.empty()) {
+    auto *un = reinterpret_cast<sockaddr_un *>(&addr);
+    if (at.socket.size() + 1 > sizeof un->sun_path) {
+      error = "the rendezvous socket name '" + at.socket + "' is too long";
+      return false;
+    }
+    // An abstract name: a leading NUL, no file, gone with the process that holds it.
+    un->sun_family = AF_UNIX;
+    std::memcpy(un->sun_path + 1, at.socket.data(), at.socket.size());
+    length = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + at.socket.size());
+    return true;
+  }
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  int rc = ::getaddrinfo(at.host.c_str(), std::to_string(at.port).c_str(), &hints, &found);
   if (rc != 0 || !found) {
-    error = "cannot resolve " + host + ": " + ::gai_strerror(rc);
+    error = "cannot resolve " + at.host + ": " + ::gai_strerror(rc);
     return false;
   }
-  std::memcpy(&addr, found->ai_addr, sizeof addr);
+  std::memcpy(&addr, found->ai_addr, sizeof(sockaddr_in));
+  length = sizeof(sockaddr_in);
   ::freeaddrinfo(found);
   return true;
+}
+
+/// Whether connected socket `fd` reached itself: a TCP connect to a port on this machine
+/// where nothing listens yet can be given that very port as its own and open onto itself.
+bool connectedToItself(int fd) {
+  sockaddr_storage mine{}, peer{};
+  socklen_t mineLength = sizeof mine, peerLength = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr *>(&mine), &mineLength) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0 ||
+      mine.ss_family != AF_INET)
+    return false;
+  return mineLength == peerLength && std::memcmp(&mine, &peer, mineLength) == 0;
 }
 
 /// One client of the server: what it sent that is not a whole frame yet, what is to go back.
@@ -88,17 +117,21 @@ constexpr auto kHelloWithin = std::chrono::seconds(10);
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const Endpoint &at, const std::string &runId,
                                                       int world, std::string &error) {
-  sockaddr_in addr{};
-  if (!resolve(at.host, at.port, addr, error))
+  sockaddr_storage addr{};
+  socklen_t length = 0;
+  if (!resolve(at, addr, length, error))
     return nullptr;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
+  if (addr.ss_family == AF_INET)
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr *>(&addr), length) != 0 ||
       ::listen(fd, 256) != 0) {
     error = "rank 0 cannot serve the rendezvous store on " + at.str() + ": " +
             std::strerror(errno) +
-            (errno == EADDRINUSE
+            (errno == EADDRINUSE && !at.socket.empty()
+                 ? " (another job with the same run id and MASTER_PORT holds it)"
+             : errno == EADDRINUSE
                  ? " (another job's store, or another program, holds the port: choose "
                    "another --master-port)"
              : errno == EADDRNOTAVAIL
@@ -284,14 +317,15 @@ std::unique_ptr<TcpStore> TcpStore::connect(const Endpoint &at, const std::strin
                                             int world, int rank,
                                             std::chrono::milliseconds timeout,
                                             std::string &error) {
-  sockaddr_in addr{};
-  if (!resolve(at.host, at.port, addr, error))
+  sockaddr_storage addr{};
+  socklen_t length = 0;
+  if (!resolve(at, addr, length, error))
     return nullptr;
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + timeout;
   std::string last;
   for (;;) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       error = std::string("socket: ") + std::strerror(errno);
       return nullptr;
@@ -301,8 +335,15 @@ std::unique_ptr<TcpStore> TcpStore::connect(const Endpoint &at, const std::strin
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (::connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) == 0) {
+    if (addr.ss_family == AF_INET)
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    bool connected = ::connect(fd, reinterpret_cast<sockaddr *>(&addr), length) == 0;
+    if (connected && connectedToItself(fd)) {
+      // It holds the port rank 0 is to listen on: let it go, and try again.
+      connected = false;
+      errno = ECONNREFUSED;
+    }
+    if (connected) {
       std::unique_ptr<TcpStore> store(new TcpStore(fd, at, timeout));
       std::string said;
       int status = store->call(Hello, runId, std::to_string(world) + " " + std::to_string(rank),
@@ -424,14 +465,15 @@ std::vector<char> TcpStore::get(const std::string &key) {
 }
 
 std::string localAddressFor(const std::string &peer) {
-  sockaddr_in addr{};
+  sockaddr_storage addr{};
+  socklen_t addrLength = 0;
   std::string error;
-  if (!resolve(peer, 9, addr, error))
+  if (!resolve(Endpoint{peer, 9, ""}, addr, addrLength, error))
     return "";
   int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_in mine{};
   socklen_t length = sizeof mine;
-  bool ok = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) == 0 &&
+  bool ok = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr *>(&addr), addrLength) == 0 &&
             ::getsockname(fd, reinterpret_cast<sockaddr *>(&mine), &length) == 0;
   if (fd >= 0)
     ::close(fd);

@@ -26,11 +26,15 @@
 
 namespace tpcrt {
 
-/// An address and a port, as given (a name or a numeric address).
+/// An address and a port, as given (a name or a numeric address); or, where `socket` is set,
+/// the abstract Unix socket of that name (ranks all on one machine: no port to find free).
 struct Endpoint {
   std::string host;
   int port = 0;
-  std::string str() const { return host + ":" + std::to_string(port); }
+  std::string socket;
+  std::string str() const {
+    return socket.empty() ? host + ":" + std::to_string(port) : "socket @" + socket;
+  }
 };
 
 /// The store rank 0 serves, on its own thread, until it is destroyed.

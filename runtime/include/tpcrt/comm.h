@@ -24,6 +24,9 @@ struct CommOptions {
   // With no directory: rank 0's TCP store (storeFromEnv), for run `runId`.
   std::string storeHost;
   int storePort = 0;
+  // Where every rank is on this machine (torchrun on one node): the store's abstract Unix
+  // socket, which takes the place of its port, so that no port has to be free.
+  std::string storeSocket;
   std::string runId = "none";
 };
 
@@ -81,8 +84,11 @@ std::string rendezvousDirFromEnv();
 /// Rank 0's store from torchrun's environment into `options`: MASTER_ADDR and MASTER_PORT,
 /// except that under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE) that port is the
 /// agent's and tpc's is the next one; TPC_STORE_PORT overrides either. The run id is
-/// TORCHELASTIC_RUN_ID, else TPC_RUN_ID, else "none". False, with `error`, for a port that is
-/// no port; true with no store where MASTER_ADDR is not set.
+/// TORCHELASTIC_RUN_ID, else TPC_RUN_ID, else "none". Where torchrun's agent holds
+/// MASTER_PORT and every rank is on this machine (LOCAL_WORLD_SIZE is WORLD_SIZE), the store
+/// is an abstract Unix socket named from the run id and that port instead, unless
+/// TPC_STORE_PORT is set: the next port may be anyone's. False, with `error`, for a port that
+/// is no port; true with no store where MASTER_ADDR is not set.
 bool storeFromEnv(CommOptions &options, std::string &error);
 
 /// Whether mpirun started this process (OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_RANK are set):
