@@ -76,7 +76,17 @@ std::optional<std::string> loadChatTemplateGguf(const GgufFile &file, std::strin
 std::optional<std::string> renderChatTemplate(const std::string &source,
                                               const std::vector<ChatMessage> &messages,
                                               const ChatOptions &options, std::string &error) {
-  return jinja::render(source, messages, options, error);
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage &m : messages)
+    list.push_back({{"role", m.role}, {"content", m.content}});
+  return jinja::render(source, list, nullptr, options, error);
+}
+
+std::optional<std::string> renderChatTemplate(const std::string &source,
+                                              const nlohmann::ordered_json &messages,
+                                              const nlohmann::ordered_json &tools,
+                                              const ChatOptions &options, std::string &error) {
+  return jinja::render(source, messages, tools, options, error);
 }
 
 } // namespace tpcrt

@@ -12,6 +12,8 @@
 #include "jinja_render.h"
 #include "tpcrt/utf8.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -33,10 +35,76 @@ std::string utf8Problem(const std::string &text) {
   return buf;
 }
 
+/// The template's value of a JSON input, as Python holds the json it was parsed from: objects
+/// as dicts in their order, arrays as lists. False, with `error` naming the place (`at`), for
+/// a string that is not UTF-8 or an integer beyond 64 bits.
+bool fromJson(const nlohmann::ordered_json &json, const std::string &at, Value &out,
+              std::string &error) {
+  switch (json.type()) {
+  case nlohmann::ordered_json::value_t::null:
+    out = Value::none();
+    return true;
+  case nlohmann::ordered_json::value_t::boolean:
+    out = Value::boolean(json.get<bool>());
+    return true;
+  case nlohmann::ordered_json::value_t::number_integer:
+    out = Value::integer(json.get<int64_t>());
+    return true;
+  case nlohmann::ordered_json::value_t::number_unsigned:
+    if (json.get<uint64_t>() > uint64_t(INT64_MAX)) {
+      error = at + ": the integer " + json.dump() + " is beyond 64 bits";
+      return false;
+    }
+    out = Value::integer(int64_t(json.get<uint64_t>()));
+    return true;
+  case nlohmann::ordered_json::value_t::number_float:
+    out = Value::number(json.get<double>());
+    return true;
+  case nlohmann::ordered_json::value_t::string: {
+    const std::string &text = json.get_ref<const std::string &>();
+    if (std::string problem = utf8Problem(text); !problem.empty()) {
+      error = at + ": " + problem;
+      return false;
+    }
+    out = Value::str(text);
+    return true;
+  }
+  case nlohmann::ordered_json::value_t::array: {
+    List items;
+    for (size_t k = 0; k < json.size(); ++k) {
+      items.emplace_back();
+      if (!fromJson(json[k], at + "[" + std::to_string(k) + "]", items.back(), error))
+        return false;
+    }
+    out = Value::makeList(std::move(items));
+    return true;
+  }
+  case nlohmann::ordered_json::value_t::object: {
+    Dict entries;
+    for (const auto &[key, value] : json.items()) {
+      if (std::string problem = utf8Problem(key); !problem.empty()) {
+        error = at + ": a key is " + problem;
+        return false;
+      }
+      Value item;
+      if (!fromJson(value, at + "." + key, item, error))
+        return false;
+      entries.set(key, std::move(item));
+    }
+    out = Value::makeDict(std::move(entries));
+    return true;
+  }
+  default: // binary and discarded values come from no JSON text
+    error = at + ": not a JSON value";
+    return false;
+  }
+}
+
 } // namespace
 
 std::optional<std::string> render(const std::string &source,
-                                  const std::vector<ChatMessage> &messages,
+                                  const nlohmann::ordered_json &messages,
+                                  const nlohmann::ordered_json &tools,
                                   const ChatOptions &options, std::string &error) {
   const ChatTemplateLimits &limits = options.limits;
   if (limits.maxNesting < 1 || limits.maxNesting > kMaxNestingCeiling) {
@@ -64,28 +132,25 @@ std::optional<std::string> render(const std::string &source,
       error = name + ": " + problem;
     return !problem.empty();
   };
-  for (size_t k = 0; k < messages.size(); ++k)
-    if (invalidInput("messages[" + std::to_string(k) + "].role", messages[k].role) ||
-        invalidInput("messages[" + std::to_string(k) + "].content", messages[k].content))
-      return std::nullopt;
   if (invalidInput("bos_token", options.bosToken) || invalidInput("eos_token", options.eosToken))
+    return std::nullopt;
+  if (!messages.is_array() || !(tools.is_null() || tools.is_array())) {
+    error = !messages.is_array() ? "messages must be a list" : "tools must be a list or none";
+    return std::nullopt;
+  }
+  // transformers passes tools and documents, None when not given: defined, and none.
+  Value messageList, toolList;
+  if (!fromJson(messages, "messages", messageList, error) ||
+      !fromJson(tools, "tools", toolList, error))
     return std::nullopt;
   try {
     std::vector<Node> tree = parse(lex(source), limits.maxNesting);
-    List msgs;
-    for (const ChatMessage &m : messages) {
-      Dict d;
-      d.set("role", Value::str(m.role));
-      d.set("content", Value::str(m.content));
-      msgs.push_back(Value::makeDict(std::move(d)));
-    }
-    // transformers passes tools and documents, None when not given: defined, and none.
     std::map<std::string, Value> globals = {
-        {"messages", Value::makeList(std::move(msgs))},
+        {"messages", std::move(messageList)},
         {"add_generation_prompt", Value::boolean(options.addGenerationPrompt)},
         {"bos_token", Value::str(options.bosToken)},
         {"eos_token", Value::str(options.eosToken)},
-        {"tools", Value::none()},
+        {"tools", std::move(toolList)},
         {"documents", Value::none()}};
     // Jinja's globals, and transformers' raise_exception and strftime_now.
     for (const char *fn : {"raise_exception", "strftime_now", "range", "namespace", "dict"})

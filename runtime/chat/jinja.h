@@ -4,12 +4,16 @@
 
 #include "tpcrt/chat_template.h"
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace tpcrt::jinja {
 
-/// Renders `source` with messages, add_generation_prompt, bos_token, eos_token and tools and
-/// documents set to none, as transformers' render_jinja_template does.
+/// Renders `source` with messages and tools (a list, or null for none) as Python holds the
+/// JSON they come from, add_generation_prompt, bos_token, eos_token and documents set to none,
+/// as transformers' render_jinja_template does.
 std::optional<std::string> render(const std::string &source,
-                                  const std::vector<ChatMessage> &messages,
+                                  const nlohmann::ordered_json &messages,
+                                  const nlohmann::ordered_json &tools,
                                   const ChatOptions &options, std::string &error);
 
 } // namespace tpcrt::jinja

@@ -1,9 +1,11 @@
 // tpc-chat: renders a chat template as tpcrt does, for the conformance test against
 // transformers' apply_chat_template (test/conformance/chat-template.test).
-//   tpc-chat TEMPLATE_FILE MESSAGES_JSON [--no-generation-prompt] [--bos X] [--eos Y]
-//            [--limit NAME=N]...
+//   tpc-chat TEMPLATE_FILE MESSAGES_JSON [--tools TOOLS_JSON] [--no-generation-prompt]
+//            [--bos X] [--eos Y] [--limit NAME=N]...
 // TEMPLATE_FILE may be a GGUF file (ending in .gguf): its metadata's tokenizer.chat_template.
-// MESSAGES_JSON is a file holding [{"role": ..., "content": ...}, ...]. --limit sets one of
+// MESSAGES_JSON is a file holding [{"role": ..., "content": ...}, ...], each message as the
+// template is to see it (tool_calls, tool_call_id, ...); TOOLS_JSON one holding the tools as
+// apply_chat_template(tools=...) takes them. --limit sets one of
 // ChatTemplateLimits (maxRenderSteps=1000, ...). The rendering goes to stdout as it is (no
 // newline added); an error to stderr, exit 1.
 #include "tpcrt/chat_template.h"
@@ -17,8 +19,8 @@
 #include <string>
 
 static int usage() {
-  std::fprintf(stderr, "usage: tpc-chat TEMPLATE_FILE MESSAGES_JSON [--no-generation-prompt] "
-                       "[--bos X] [--eos Y] [--limit NAME=N]...\n");
+  std::fprintf(stderr, "usage: tpc-chat TEMPLATE_FILE MESSAGES_JSON [--tools TOOLS_JSON] "
+                       "[--no-generation-prompt] [--bos X] [--eos Y] [--limit NAME=N]...\n");
   return 2;
 }
 
@@ -51,6 +53,7 @@ static bool setLimit(tpcrt::ChatTemplateLimits &limits, const std::string &arg) 
 
 int main(int argc, char **argv) {
   std::vector<const char *> positional;
+  const char *toolsPath = nullptr;
   tpcrt::ChatOptions options;
   for (int k = 1; k < argc; ++k) {
     if (!std::strcmp(argv[k], "--no-generation-prompt"))
@@ -59,6 +62,8 @@ int main(int argc, char **argv) {
       options.bosToken = argv[++k];
     else if (!std::strcmp(argv[k], "--eos") && k + 1 < argc)
       options.eosToken = argv[++k];
+    else if (!std::strcmp(argv[k], "--tools") && k + 1 < argc)
+      toolsPath = argv[++k];
     else if (!std::strcmp(argv[k], "--limit") && k + 1 < argc) {
       if (!setLimit(options.limits, argv[++k])) {
         std::fprintf(stderr,
@@ -74,7 +79,7 @@ int main(int argc, char **argv) {
   }
   if (positional.size() != 2)
     return usage();
-  std::string source, messagesText, error;
+  std::string source, error;
   std::string templatePath = positional[0];
   if (templatePath.size() > 5 && templatePath.compare(templatePath.size() - 5, 5, ".gguf") == 0) {
     std::unique_ptr<tpcrt::GgufFile> file = tpcrt::GgufFile::open(templatePath, error);
@@ -90,19 +95,26 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "tpc-chat: error: cannot read %s\n", positional[0]);
     return 1;
   }
-  if (!tpcrt::readFile(positional[1], messagesText)) {
-    std::fprintf(stderr, "tpc-chat: error: cannot read %s\n", positional[1]);
+  // Parsed with their keys in order, as Python's json gives the template its dicts.
+  auto readJson = [&](const char *path, nlohmann::ordered_json &into) {
+    std::string text;
+    if (!tpcrt::readFile(path, text)) {
+      std::fprintf(stderr, "tpc-chat: error: cannot read %s\n", path);
+      return false;
+    }
+    try {
+      into = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception &e) {
+      std::fprintf(stderr, "tpc-chat: error: %s: %s\n", path, e.what());
+      return false;
+    }
+    return true;
+  };
+  nlohmann::ordered_json messages, tools;
+  if (!readJson(positional[1], messages) || (toolsPath && !readJson(toolsPath, tools)))
     return 1;
-  }
-  std::vector<tpcrt::ChatMessage> messages;
-  try {
-    for (const auto &m : nlohmann::json::parse(messagesText))
-      messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-  } catch (const nlohmann::json::exception &e) {
-    std::fprintf(stderr, "tpc-chat: error: %s: %s\n", positional[1], e.what());
-    return 1;
-  }
-  std::optional<std::string> text = tpcrt::renderChatTemplate(source, messages, options, error);
+  std::optional<std::string> text =
+      tpcrt::renderChatTemplate(source, messages, tools, options, error);
   if (!text) {
     std::fprintf(stderr, "tpc-chat: error: %s\n", error.c_str());
     return 1;

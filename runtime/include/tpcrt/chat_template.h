@@ -9,6 +9,8 @@
 #ifndef TPCRT_CHAT_TEMPLATE_H
 #define TPCRT_CHAT_TEMPLATE_H
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -76,6 +78,17 @@ struct ChatOptions {
 /// and the offset of its first invalid byte). The text returned is valid UTF-8.
 std::optional<std::string> renderChatTemplate(const std::string &source,
                                               const std::vector<ChatMessage> &messages,
+                                              const ChatOptions &options, std::string &error);
+
+/// The same, with the messages as JSON (each an object: role, content, and whatever else the
+/// template reads: tool_calls, tool_call_id, name), and `tools` as
+/// apply_chat_template(tools=...) takes them (a list of {"type": "function", "function": ...},
+/// or null for none). Objects keep their key order, as Python's dicts do, so that `tojson`
+/// writes them as transformers does. A string that is not UTF-8 is an error that names its
+/// place (messages[2].tool_calls[0].function.name).
+std::optional<std::string> renderChatTemplate(const std::string &source,
+                                              const nlohmann::ordered_json &messages,
+                                              const nlohmann::ordered_json &tools,
                                               const ChatOptions &options, std::string &error);
 
 } // namespace tpcrt

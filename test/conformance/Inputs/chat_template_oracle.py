@@ -40,6 +40,57 @@ CONVERSATIONS = {
 }
 
 
+# Tools as an OpenAI client sends them (apply_chat_template(tools=...) takes the same dicts),
+# with nested schemas, a description with quotes and non-ASCII, and keys in a non-sorted order
+# that tojson must keep.
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city, \"now\" — in °C.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "The city's name"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "sum",
+        "description": "Adds numbers.",
+        "parameters": {"type": "object", "properties": {
+            "values": {"type": "array", "items": {"type": "number"}, "minItems": 1}},
+            "required": ["values"], "additionalProperties": False}}},
+]
+# An assistant turn that called tools, and their results, as the server hands them to the
+# template: arguments parsed into a dict (as vLLM does), ids of nine characters (Mistral's
+# templates require them).
+CALLS = [{"id": "call00001", "type": "function",
+          "function": {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}},
+         {"id": "call00002", "type": "function",
+          "function": {"name": "sum", "arguments": {"values": [1, 2.5]}}}]
+TOOL_CONVERSATIONS = {
+    "tools-user": [{"role": "user", "content": "Weather in Zürich?"}],
+    "tools-system": [SYSTEM, {"role": "user", "content": "Weather in Zürich?"}],
+    "tools-one-call": [
+        {"role": "user", "content": "Weather in Zürich?"},
+        {"role": "assistant", "content": None, "tool_calls": CALLS[:1]},
+        {"role": "tool", "tool_call_id": "call00001", "name": "get_weather",
+         "content": "{\"temperature\": 21}"},
+    ],
+    "tools-two-calls": [
+        SYSTEM,
+        {"role": "user", "content": "Weather in Zürich, and 1 + 2.5?"},
+        {"role": "assistant", "content": None, "tool_calls": CALLS},
+        {"role": "tool", "tool_call_id": "call00001", "name": "get_weather",
+         "content": "{\"temperature\": 21}"},
+        {"role": "tool", "tool_call_id": "call00002", "name": "sum", "content": "3.5"},
+        {"role": "assistant", "content": "21 °C, and 3.5."},
+        {"role": "user", "content": "Thanks"},
+    ],
+}
+# The templates that teach their model a tool format; the others are rendered with the tool
+# conversations too (most ignore tools, some raise), and must do as transformers does.
+TOOL_TEMPLATES = ("llama3.1-8b-instruct.jinja", "llama3.2-1b-instruct.jinja",
+                  "mistral-7b-instruct-v0.3.jinja", "qwen2.5-instruct.jinja", "qwen3.jinja")
+
+
 def main():
     tpc_chat, template_dir, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
@@ -52,7 +103,13 @@ def main():
             template = f.read()
         cases = raised = 0
         failures_before = failures
-        for conv_name, messages in CONVERSATIONS.items():
+        tools_path = os.path.join(work, "tools.json")
+        with open(tools_path, "w", encoding="utf-8") as f:
+            json.dump(TOOLS, f, ensure_ascii=False)
+        conversations = [(c, m, None) for c, m in CONVERSATIONS.items()]
+        if name in TOOL_TEMPLATES:
+            conversations += [(c, m, TOOLS) for c, m in TOOL_CONVERSATIONS.items()]
+        for conv_name, messages, tools in conversations:
             messages_path = os.path.join(work, conv_name + ".json")
             with open(messages_path, "w", encoding="utf-8") as f:
                 json.dump(messages, f, ensure_ascii=False)
@@ -60,12 +117,14 @@ def main():
                 case = f"{name} {conv_name} add_generation_prompt={gen}"
                 try:
                     rendered, _ = render_jinja_template(
-                        conversations=[messages], chat_template=template,
+                        conversations=[messages], tools=tools, chat_template=template,
                         add_generation_prompt=gen, bos_token=BOS, eos_token=EOS)
                     expected, expected_error = rendered[0], None
                 except jinja2.exceptions.TemplateError as e:
                     expected, expected_error = None, str(e)
                 argv = [tpc_chat, path, messages_path, "--bos", BOS, "--eos", EOS]
+                if tools is not None:
+                    argv += ["--tools", tools_path]
                 if not gen:
                     argv.append("--no-generation-prompt")
                 got = subprocess.run(argv, capture_output=True)
