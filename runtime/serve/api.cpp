@@ -20,7 +20,7 @@ constexpr int kMaxJsonDepth = 32; // (a pydantic model's schema, nested in the r
 /// Fields that would change the result, not implemented here: refused by name. (best_of is
 /// refused unless 1, a chat's echo unless false, suffix unless null.)
 const std::set<std::string> kNotImplemented = {
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "bad_words",
+    "functions", "function_call", "bad_words",
     "allowed_token_ids", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
     "use_beam_search", "length_penalty", "include_stop_str_in_output",
     "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
@@ -37,7 +37,8 @@ ApiError notImplemented(const std::string &field) {
 }
 
 /// A chat message's content: a string, or a list of text parts ({"type": "text", "text"}).
-std::optional<ApiError> contentOf(const nlohmann::json &value, size_t index, std::string &into) {
+std::optional<ApiError> contentOf(const nlohmann::ordered_json &value, size_t index,
+                                  std::string &into) {
   std::string param = "messages[" + std::to_string(index) + "].content";
   if (value.is_string()) {
     into = value.get<std::string>();
@@ -45,51 +46,129 @@ std::optional<ApiError> contentOf(const nlohmann::json &value, size_t index, std
   }
   if (!value.is_array())
     return invalid("field '" + param + "' must be a string or a list of text parts, not " +
-                       value.dump(),
+                       value.dump().substr(0, 80),
                    param);
-  for (const nlohmann::json &part : value) {
+  for (const nlohmann::ordered_json &part : value) {
     auto type = part.is_object() ? part.find("type") : part.end();
     if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") ||
         !part["text"].is_string())
       return invalid("field '" + param + "': only text parts ({\"type\": \"text\", \"text\": "
-                     "...}) are supported, not " + part.dump(),
+                     "...}) are supported, not " + part.dump().substr(0, 80),
                      param);
     into += part["text"].get<std::string>();
   }
   return std::nullopt;
 }
 
-/// The chat's messages, rendered through the chat template, as the prompt's text (with the
-/// assistant's turn begun where `generationPrompt`).
-std::optional<ApiError> renderMessages(const nlohmann::json &value, const ApiContext &context,
-                                       std::string &text, bool generationPrompt = true) {
+/// An assistant message's tool_calls as the template is to see them: each {"id", "type":
+/// "function", "function": {"name", "arguments"}} with its arguments (a JSON text in the API)
+/// parsed into an object, as vLLM hands them to templates (which write them with tojson).
+std::optional<ApiError> toolCallsOf(const nlohmann::ordered_json &value, const std::string &at,
+                                    nlohmann::ordered_json &into) {
+  if (!value.is_array())
+    return invalid("field '" + at + "' must be a list of tool calls", at);
+  into = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < value.size(); ++k) {
+    std::string call = at + "[" + std::to_string(k) + "]";
+    const nlohmann::ordered_json &c = value[k];
+    auto function = c.is_object() ? c.find("function") : c.end();
+    if (function == c.end() || !function->is_object() || !function->contains("name") ||
+        !(*function)["name"].is_string())
+      return invalid("field '" + call + "' must be {\"id\", \"type\": \"function\", "
+                     "\"function\": {\"name\", \"arguments\"}}",
+                     call);
+    nlohmann::ordered_json arguments = function->value("arguments", nlohmann::ordered_json());
+    if (arguments.is_string()) {
+      try {
+        parseUntrustedJson(arguments.get<std::string>(), kMaxJsonDepth);
+        arguments = nlohmann::ordered_json::parse(arguments.get<std::string>());
+      } catch (const std::exception &e) {
+        return invalid("field '" + call + ".function.arguments' is not JSON: " + e.what(),
+                       call + ".function.arguments");
+      }
+    }
+    if (!arguments.is_object())
+      return invalid("field '" + call + ".function.arguments' must be a JSON object (as text)",
+                     call + ".function.arguments");
+    nlohmann::ordered_json out;
+    if (c.contains("id") && !c["id"].is_null()) {
+      if (!c["id"].is_string())
+        return invalid("field '" + call + ".id' must be a string", call + ".id");
+      out["id"] = c["id"];
+    }
+    out["type"] = "function";
+    out["function"] = {{"name", (*function)["name"]}, {"arguments", std::move(arguments)}};
+    into.push_back(std::move(out));
+  }
+  return std::nullopt;
+}
+
+/// The chat's messages, rendered through the chat template with `tools` (a list, or null), as
+/// the prompt's text (with the assistant's turn begun where `generationPrompt`). Each message
+/// goes to the template as role, content (a string; "" for an assistant turn that only calls
+/// tools, as vLLM gives it), tool_calls, and a tool result's tool_call_id, with a name where
+/// given.
+std::optional<ApiError> renderMessages(const nlohmann::ordered_json &value,
+                                       const nlohmann::ordered_json &tools,
+                                       const ApiContext &context, std::string &text,
+                                       bool generationPrompt = true) {
   if (!value.is_array() || value.empty())
     return invalid("field 'messages' must be a non-empty list of messages", "messages");
-  std::vector<ChatMessage> messages;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (size_t i = 0; i < value.size(); ++i) {
-    const nlohmann::json &m = value[i];
+    const nlohmann::ordered_json &m = value[i];
     std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object())
       return invalid("field '" + at + "' must be an object with a role and a content", at);
     auto role = m.find("role");
     if (role == m.end() || !role->is_string())
       return invalid("field '" + at + ".role' must be given, a string", at + ".role");
-    static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant"};
+    static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant",
+                                                 "tool"};
     if (!kRoles.count(role->get<std::string>()))
       return invalid("field '" + at + ".role': unknown role " + role->dump() +
-                         " (system, developer, user or assistant)",
+                         " (system, developer, user, assistant or tool)",
                      at + ".role");
-    for (const char *field : {"tool_calls", "function_call"})
-      if (m.contains(field) && !m[field].is_null())
-        return notImplemented(at + "." + field);
-    ChatMessage message;
+    if (m.contains("function_call") && !m["function_call"].is_null())
+      return notImplemented(at + ".function_call");
     // A developer message is OpenAI's newer name for a system message.
-    message.role = *role == "developer" ? "system" : role->get<std::string>();
+    nlohmann::ordered_json message = {{"role", *role == "developer" ? "system" : *role}};
+    auto calls = m.find("tool_calls");
+    bool calling = calls != m.end() && !calls->is_null();
+    if (calling && *role != "assistant")
+      return invalid("field '" + at + ".tool_calls': only an assistant message calls tools",
+                     at + ".tool_calls");
     auto content = m.find("content");
-    if (content == m.end() || content->is_null())
-      return invalid("field '" + at + ".content' must be given", at + ".content");
-    if (std::optional<ApiError> bad = contentOf(*content, i, message.content))
-      return bad;
+    if (content == m.end() || content->is_null()) {
+      if (!calling)
+        return invalid("field '" + at + ".content' must be given", at + ".content");
+      // An empty text, as vLLM gives it: templates that know no tools add it to strings.
+      message["content"] = "";
+    } else {
+      std::string joined;
+      if (std::optional<ApiError> bad = contentOf(*content, i, joined))
+        return bad;
+      message["content"] = std::move(joined);
+    }
+    if (calling) {
+      nlohmann::ordered_json list;
+      if (std::optional<ApiError> bad = toolCallsOf(*calls, at + ".tool_calls", list))
+        return bad;
+      message["tool_calls"] = std::move(list);
+    }
+    if (*role == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || !id->is_string())
+        return invalid("field '" + at + ".tool_call_id' must be given, the id of the call "
+                       "this is the result of",
+                       at + ".tool_call_id");
+      message["tool_call_id"] = *id;
+    }
+    if (auto name = m.find("name"); name != m.end() && !name->is_null()) {
+      if (!name->is_string())
+        return invalid("field '" + at + ".name' must be a string", at + ".name");
+      message["name"] = *name;
+    }
     messages.push_back(std::move(message));
   }
   if (!context.chatTemplate)
@@ -102,10 +181,183 @@ std::optional<ApiError> renderMessages(const nlohmann::json &value, const ApiCon
   options.eosToken = context.tokenizer->eosToken();
   std::string error;
   std::optional<std::string> rendered =
-      renderChatTemplate(*context.chatTemplate, messages, options, error);
+      renderChatTemplate(*context.chatTemplate, messages, tools, options, error);
   if (!rendered)
     return invalid("the chat template failed on these messages: " + error, "messages");
   text = std::move(*rendered);
+  return std::nullopt;
+}
+
+/// The most tools a request may give (OpenAI's limit).
+constexpr size_t kMaxTools = 128;
+
+/// The chat's tools: a list of {"type": "function", "function": {"name", "description",
+/// "parameters", "strict"}}, each name a-z, A-Z, 0-9, _ and - (at most 64, OpenAI's rule) and
+/// given once; into `names`, in order.
+std::optional<ApiError> readTools(const nlohmann::ordered_json &value,
+                                  std::vector<std::string> &names) {
+  if (!value.is_array() || value.empty() || value.size() > kMaxTools)
+    return invalid("field 'tools' must be a list of 1 to " + std::to_string(kMaxTools) +
+                       " tools",
+                   "tools");
+  for (size_t k = 0; k < value.size(); ++k) {
+    std::string at = "tools[" + std::to_string(k) + "]";
+    const nlohmann::ordered_json &tool = value[k];
+    auto function = tool.is_object() ? tool.find("function") : tool.end();
+    if (!tool.is_object() || tool.value("type", nlohmann::ordered_json()) != "function" ||
+        function == tool.end() || !function->is_object())
+      return invalid("field '" + at + "' must be {\"type\": \"function\", \"function\": "
+                     "{\"name\", \"description\", \"parameters\"}}",
+                     at);
+    auto name = function->find("name");
+    const std::string kNameChars =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+    if (name == function->end() || !name->is_string() || name->get<std::string>().empty() ||
+        name->get<std::string>().size() > 64 ||
+        name->get<std::string>().find_first_not_of(kNameChars) != std::string::npos)
+      return invalid("field '" + at + ".function.name' must be 1 to 64 of a-z, A-Z, 0-9, _ "
+                     "and -",
+                     at + ".function.name");
+    if (std::find(names.begin(), names.end(), name->get<std::string>()) != names.end())
+      return invalid("field '" + at + ".function.name': " + name->dump() +
+                         " is given twice",
+                     at + ".function.name");
+    if (auto description = function->find("description");
+        description != function->end() && !description->is_string() && !description->is_null())
+      return invalid("field '" + at + ".function.description' must be a string",
+                     at + ".function.description");
+    if (auto parameters = function->find("parameters");
+        parameters != function->end() && !parameters->is_object() && !parameters->is_null())
+      return invalid("field '" + at + ".function.parameters' must be a JSON schema (an object)",
+                     at + ".function.parameters");
+    names.push_back(name->get<std::string>());
+  }
+  return std::nullopt;
+}
+
+/// The parameters' schema of the tool named `name` ({"type": "object"} where it gives none),
+/// its keywords checked.
+std::optional<ApiError> parametersOf(const nlohmann::ordered_json &tools, const std::string &name,
+                                     nlohmann::ordered_json &schema) {
+  for (size_t k = 0; k < tools.size(); ++k) {
+    const nlohmann::ordered_json &function = tools[k]["function"];
+    if (function["name"] != name)
+      continue;
+    schema = function.value("parameters", nlohmann::ordered_json());
+    if (schema.is_null())
+      schema = {{"type", "object"}};
+    std::string at = "tools[" + std::to_string(k) + "].function.parameters";
+    if (std::string bad = checkSchemaKeywords(schema); !bad.empty())
+      return invalid("field '" + at + "': " + bad, at);
+    return std::nullopt;
+  }
+  return invalid("field 'tool_choice' names the function '" + name +
+                     "', which is not one of the tools",
+                 "tool_choice");
+}
+
+/// tool_choice "required": the schema of tpc's model-independent form of the calls, a list of
+/// {"name": one of the tools, "parameters": its arguments} (one at most unless parallel), as
+/// vLLM constrains it. Each tool's $defs (the openai client's parse() emits them) go to the
+/// list's root, where their "#/$defs/..." references then point.
+std::optional<ApiError> requiredSchema(const nlohmann::ordered_json &tools,
+                                       const std::vector<std::string> &names, bool parallel,
+                                       nlohmann::ordered_json &schema) {
+  nlohmann::ordered_json anyOf = nlohmann::ordered_json::array(), defs;
+  for (const std::string &name : names) {
+    nlohmann::ordered_json parameters;
+    if (std::optional<ApiError> bad = parametersOf(tools, name, parameters))
+      return bad;
+    for (const char *key : {"$defs", "definitions"}) {
+      auto own = parameters.find(key);
+      if (own == parameters.end())
+        continue;
+      if (!own->is_object())
+        return invalid("field 'tools': the parameters of '" + name + "' have a " + key +
+                           " that is not an object",
+                       "tools");
+      for (const auto &[def, body] : own->items()) {
+        nlohmann::ordered_json &slot = defs[key][def];
+        if (!slot.is_null() && slot != body)
+          return invalid("field 'tools': two tools define '" + std::string(key) + "/" + def +
+                             "' differently, which tool_choice 'required' cannot combine",
+                         "tools");
+        slot = body;
+      }
+      parameters.erase(key);
+    }
+    anyOf.push_back({{"type", "object"},
+                     {"properties",
+                      {{"name", {{"type", "string"}, {"enum", {name}}}},
+                       {"parameters", std::move(parameters)}}},
+                     {"required", {"name", "parameters"}},
+                     {"additionalProperties", false}});
+  }
+  schema = {{"type", "array"}, {"minItems", 1}};
+  if (!parallel)
+    schema["maxItems"] = 1;
+  schema["items"] = {{"anyOf", std::move(anyOf)}};
+  if (!defs.is_null())
+    schema.update(defs);
+  return std::nullopt;
+}
+
+/// tools and tool_choice into `request`: "none", "auto" (the default with tools: the answer is
+/// read back in the template's tool format, where it teaches one), "required" or a named
+/// function (the answer is constrained to the call, in a form of tpc's own, as vLLM does).
+std::optional<ApiError> readToolUse(const nlohmann::ordered_json &body, const ApiContext &context,
+                                    ApiRequest &request, nlohmann::ordered_json &tools) {
+  auto given = body.find("tools");
+  tools = given == body.end() ? nlohmann::ordered_json() : *given;
+  std::vector<std::string> names;
+  if (!tools.is_null())
+    if (std::optional<ApiError> bad = readTools(tools, names))
+      return bad;
+  nlohmann::ordered_json choice = body.value("tool_choice", nlohmann::ordered_json());
+  bool parallel = true;
+  if (auto p = body.find("parallel_tool_calls"); p != body.end() && !p->is_null()) {
+    if (!p->is_boolean())
+      return invalid("field 'parallel_tool_calls' must be true or false", "parallel_tool_calls");
+    parallel = p->get<bool>();
+  }
+  if (choice.is_null())
+    choice = names.empty() ? "none" : "auto";
+  if (choice == "none")
+    return std::nullopt;
+  if (names.empty())
+    return invalid("field 'tool_choice' needs 'tools' to choose from", "tool_choice");
+  if (choice == "auto") {
+    if (context.chatTemplate)
+      request.toolFormat = toolFormatOf(*context.chatTemplate);
+    return std::nullopt;
+  }
+  nlohmann::ordered_json schema;
+  if (choice == "required") {
+    if (std::optional<ApiError> bad = requiredSchema(tools, names, parallel, schema))
+      return bad;
+    request.toolFormat = ToolFormat::JsonList;
+  } else {
+    auto function = choice.is_object() ? choice.find("function") : choice.end();
+    if (!choice.is_object() || choice.value("type", nlohmann::ordered_json()) != "function" ||
+        function == choice.end() || !function->is_object() || !function->contains("name") ||
+        !(*function)["name"].is_string())
+      return invalid("field 'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                     "{\"type\": \"function\", \"function\": {\"name\": ...}}, not " +
+                         choice.dump().substr(0, 80),
+                     "tool_choice");
+    request.namedTool = (*function)["name"].get<std::string>();
+    if (std::optional<ApiError> bad = parametersOf(tools, request.namedTool, schema))
+      return bad;
+    request.toolFormat = ToolFormat::Named;
+  }
+  if (request.structured.kind != StructuredSpec::None)
+    return invalid("field 'tool_choice': a required or named tool choice constrains the answer "
+                   "to the call, which '" + request.structured.field + "' would constrain too: "
+                   "give one",
+                   "tool_choice");
+  request.structured.kind = StructuredSpec::JsonSchema;
+  request.structured.text = schema.dump();
+  request.structured.field = "tool_choice";
   return std::nullopt;
 }
 
@@ -372,7 +624,15 @@ std::optional<ApiError> readTokenize(const std::string &body, const ApiContext &
     if (std::optional<ApiError> bad =
             readFlag(j, "add_generation_prompt", true, generationPrompt))
       return bad;
-    if (std::optional<ApiError> bad = renderMessages(j["messages"], context, text,
+    // (read again keeping the order of keys, as the template is to see them: the body is
+    // known to be bounded JSON by now)
+    nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+    std::vector<std::string> names;
+    nlohmann::ordered_json tools = ordered.value("tools", nlohmann::ordered_json());
+    if (!tools.is_null())
+      if (std::optional<ApiError> bad = readTools(tools, names))
+        return bad;
+    if (std::optional<ApiError> bad = renderMessages(ordered["messages"], tools, context, text,
                                                      generationPrompt))
       return bad;
   } else {
@@ -535,9 +795,21 @@ std::optional<ApiError> readRequest(const std::string &body, bool chat, const Ap
     std::string field = why.substr(0, why.find(' '));
     return invalid("field '" + field + "'" + why.substr(why.find(' ')), field);
   }
+  if (!chat)
+    for (const char *key : {"tools", "tool_choice", "parallel_tool_calls"})
+      if (j.contains(key) && !j[key].is_null())
+        return invalid(std::string("field '") + key + "' is the chat API's", key);
   if (chat) {
+    // (read again keeping the order of keys, as the template is to see them)
+    nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body), tools;
+    if (std::optional<ApiError> bad = readToolUse(ordered, context, request, tools))
+      return bad;
+    if (request.structured.field == "tool_choice" && params.ignoreEos)
+      return invalid("field 'ignore_eos' cannot be used with a required or named tool choice: "
+                     "the call's grammar ends the answer at its end-of-sequence token",
+                     "ignore_eos");
     std::string text, error;
-    if (std::optional<ApiError> bad = renderMessages(*prompt, context, text))
+    if (std::optional<ApiError> bad = renderMessages(ordered["messages"], tools, context, text))
       return bad;
     // apply_chat_template tokenizes what the template wrote, adding no special tokens.
     std::optional<std::vector<int64_t>> ids =
@@ -731,9 +1003,21 @@ nlohmann::ordered_json response(const ResponseHead &h, const std::vector<ChoiceR
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult &c = choices[i];
     nlohmann::ordered_json choice = {{"index", i}};
-    if (h.chat)
+    if (h.chat && c.toolCalls.empty()) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else
+    } else if (h.chat) {
+      nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+      for (size_t k = 0; k < c.toolCalls.size(); ++k)
+        calls.push_back({{"id", toolCallId(h.id, int64_t(i), int64_t(k))},
+                         {"type", "function"},
+                         {"function", {{"name", c.toolCalls[k].name},
+                                       {"arguments", c.toolCalls[k].arguments}}}});
+      nlohmann::ordered_json message = {{"role", "assistant"}};
+      message["content"] = c.text.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(c.text);
+      message["tool_calls"] = std::move(calls);
+      choice["message"] = std::move(message);
+    } else
+
       choice["text"] = c.text;
     choice["logprobs"] = c.logprobs;
     choice["finish_reason"] = reason(c.finishReason);
@@ -762,6 +1046,41 @@ nlohmann::ordered_json chunk(const ResponseHead &h, const std::string &text,
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finishReason);
   nlohmann::ordered_json r = head(h, h.chat ? "chat.completion.chunk" : "text_completion");
+  r["choices"] = nlohmann::ordered_json::array({choice});
+  return r;
+}
+
+std::string toolCallId(const std::string &responseId, int64_t choice, int64_t call) {
+  uint64_t h = 1469598103934665603ull; // FNV-1a, 64 bits
+  for (char c : responseId + "/" + std::to_string(choice) + "/" + std::to_string(call))
+    h = (h ^ uint8_t(c)) * 1099511628211ull;
+  static const char kAlphabet[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id;
+  for (int k = 0; k < 9; ++k, h /= 62)
+    id += kAlphabet[h % 62];
+  return id;
+}
+
+nlohmann::ordered_json toolChunk(const ResponseHead &h, const std::vector<ToolCallDelta> &calls,
+                                 const nlohmann::ordered_json &logprobs, int64_t index) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ToolCallDelta &d : calls) {
+    nlohmann::ordered_json call = {{"index", d.index}};
+    if (!d.name.empty()) {
+      call["id"] = toolCallId(h.id, index, d.index);
+      call["type"] = "function";
+      call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+    } else {
+      call["function"] = {{"arguments", d.arguments}};
+    }
+    list.push_back(std::move(call));
+  }
+  nlohmann::ordered_json choice = {{"index", index}};
+  choice["delta"] = {{"tool_calls", std::move(list)}};
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = nullptr;
+  nlohmann::ordered_json r = head(h, "chat.completion.chunk");
   r["choices"] = nlohmann::ordered_json::array({choice});
   return r;
 }

@@ -7,6 +7,7 @@
 
 #include "../core/core.h"
 #include "structured.h"
+#include "tool_calls.h"
 
 #include <nlohmann/json.hpp>
 
@@ -51,8 +52,14 @@ struct ApiRequest {
   /// n: choices of the one prompt (1 to kMaxChoices), each its own engine request; with a
   /// seed, choice i samples with seed + i (vLLM's rule).
   int64_t n = 1;
-  /// response_format or structured_outputs: what the output must be (a grammar).
+  /// response_format or structured_outputs: what the output must be (a grammar); also a
+  /// required or named tool_choice's (field "tool_choice").
   StructuredSpec structured;
+  /// tools and tool_choice (chat): how the answer's text is read back into tool calls. None:
+  /// it is all content (no tools, tool_choice "none", or "auto" with a template that teaches
+  /// no tool format). JsonList and Named: the grammar above makes the answer the call.
+  std::optional<ToolFormat> toolFormat;
+  std::string namedTool; // tool_choice naming a function: its name
 };
 /// The most choices a request may ask for (n).
 constexpr int64_t kMaxChoices = 16;
@@ -125,10 +132,15 @@ nlohmann::ordered_json promptLogprobsOf(const Tokenizer &tokenizer,
 /// One choice of a whole response: its text, why it finished, and its logprobs (logprobsOf's,
 /// or null).
 struct ChoiceResult {
-  std::string text;
+  std::string text; // a chat choice's content (null in the message where empty and it calls)
   const char *finishReason = nullptr;
   nlohmann::ordered_json logprobs;
+  std::vector<ToolCall> toolCalls; // a chat choice's, read back from its text
 };
+/// The id of call `call` of choice `choice` of response `responseId`: nine letters and digits,
+/// as Mistral's templates require of the ids that come back to them (any other takes them too),
+/// drawn from a hash of the three, so that a stream and its calls agree.
+std::string toolCallId(const std::string &responseId, int64_t choice, int64_t call);
 /// A whole (non-streamed) response of `choices` (index 0, 1, ...); `promptLogprobs`
 /// promptLogprobsOf's (each choice of a completion carries it, a chat completion itself), or
 /// null.
@@ -141,6 +153,12 @@ nlohmann::ordered_json response(const ResponseHead &head, const std::vector<Choi
 nlohmann::ordered_json chunk(const ResponseHead &head, const std::string &text,
                              const char *finishReason, bool role = false,
                              const nlohmann::ordered_json &logprobs = nullptr, int64_t index = 0);
+/// A stream chunk of choice `index` with tool-call deltas: {"tool_calls": [{"index", "id",
+/// "type": "function", "function": {"name", "arguments"}}]} on a call's first delta (its name
+/// known), {"index", "function": {"arguments"}} on the next pieces, as vLLM streams them.
+nlohmann::ordered_json toolChunk(const ResponseHead &head, const std::vector<ToolCallDelta> &calls,
+                                 const nlohmann::ordered_json &logprobs = nullptr,
+                                 int64_t index = 0);
 /// stream_options.include_usage's chunk: no choices, the usage.
 nlohmann::ordered_json usageChunk(const ResponseHead &head, const Usage &usage);
 /// A JSON value as the bytes a response carries: text that is not valid UTF-8 has its bad

@@ -136,6 +136,11 @@ struct Choice {
   const char *finish = nullptr; // once its engine request finished
   int64_t tokens = 0;           // generated so far, the last one at lastToken
   Clock::time_point lastToken;
+  // A streamed chat answer read back into tool calls (ApiRequest::toolFormat): its reader, and
+  // whether it has let a call out.
+  std::optional<ToolCallStream> tools;
+  bool called = false;
+  nlohmann::ordered_json heldLogprobs; // of tokens whose text it holds back
 };
 
 /// One API request, from the reader thread that checked it to the engine and back.
@@ -172,6 +177,14 @@ nlohmann::ordered_json unshownLogprobs(const Job &job, Choice &c, const EngineRe
   const TokenLogprobs *all = r.outputLogprobs.data();
   size_t from = std::exchange(c.logprobsShown, r.outputLogprobs.size());
   return logprobsOf(job.api.chat, tokenizer, all + from, all + c.logprobsShown, c.textOffset);
+}
+
+/// The finish reason of an answer that calls tools: "tool_calls" where the model chose to
+/// call them (tool_choice auto) and stopped, as vLLM says; a required or named choice's is the
+/// engine's own.
+const char *finishWithCalls(ToolFormat format, const char *finish) {
+  bool chosen = format != ToolFormat::JsonList && format != ToolFormat::Named;
+  return chosen && finish && std::string(finish) == "stop" ? "tool_calls" : finish;
 }
 
 http::Response jsonResponse(int status, std::string body, const std::string &id) {
@@ -246,6 +259,25 @@ struct Server::State {
 namespace {
 
 std::string event(const nlohmann::ordered_json &value) { return "data: " + dump(value) + "\n\n"; }
+
+/// What a choice's tool-call reader let out, streamed: its content in a chunk, its call deltas
+/// in another (the logprobs of the tokens in them with whichever goes first).
+void sendStreamed(Job &job, Choice &c, int64_t index, const StreamDelta &delta,
+                  nlohmann::ordered_json logprobs) {
+  // Tokens the reader held back keep their logprobs until a chunk carries their text.
+  appendLogprobs(c.heldLogprobs, logprobs);
+  if (delta.content.empty() && delta.calls.empty())
+    return;
+  logprobs = std::exchange(c.heldLogprobs, nullptr);
+  if (!delta.content.empty())
+    job.exchange->send(
+        event(chunk(job.head, delta.content, nullptr, false, std::exchange(logprobs, nullptr),
+                    index)));
+  if (!delta.calls.empty()) {
+    c.called = true;
+    job.exchange->send(event(toolChunk(job.head, delta.calls, logprobs, index)));
+  }
+}
 
 /// The prompt, once scored, where the request asks for it: choice 0's scores kept for every
 /// choice and prompt_logprobs; a completion's echo (its text and, with logprobs, its tokens'
@@ -520,6 +552,8 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
       job->choices[size_t(i)].text.emplace(*context.tokenizer, job->api.params.stop,
                                            /*incremental=*/true,
                                            job->api.params.sampling.minTokens);
+      if (job->api.stream && job->api.toolFormat)
+        job->choices[size_t(i)].tools.emplace(*job->api.toolFormat, job->api.namedTool);
     }
     // Structured outputs: one grammar compiled (here, off the engine's thread), a matcher a
     // choice.
@@ -584,8 +618,19 @@ void Server::State::answer(Job &job, const std::string &error, int status, const
                                 : "");
   if (!job.api.stream) {
     std::vector<ChoiceResult> choices;
-    for (Choice &c : job.choices)
-      choices.push_back({std::move(c.all), c.finish, std::move(c.logprobs)});
+    for (Choice &c : job.choices) {
+      ChoiceResult &result = choices.emplace_back(
+          ChoiceResult{std::move(c.all), c.finish, std::move(c.logprobs), {}});
+      if (!job.api.toolFormat)
+        continue;
+      // Read back into calls; output that does not parse stays the content, as it came.
+      ParsedOutput parsed = parseToolCalls(*job.api.toolFormat, result.text, job.api.namedTool);
+      if (parsed.calls.empty())
+        continue;
+      result.text = std::move(parsed.content);
+      result.toolCalls = std::move(parsed.calls);
+      result.finishReason = finishWithCalls(*job.api.toolFormat, result.finishReason);
+    }
     exchange.respond(
         error.empty()
             ? jsonResponse(200, dump(response(job.head, choices, job.usage, job.promptLogprobs)),
@@ -837,7 +882,10 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     auto now = Clock::now();
     ++job.usage.completion;
     ++c.tokens;
-    if (job.api.stream && !piece.empty()) // queued for the I/O thread: never a wait here
+    if (job.api.stream && !piece.empty() && c.tools) // content and calls, as they come
+      sendStreamed(job, c, int64_t(at.choice), c.tools->feed(piece),
+                   unshownLogprobs(job, c, r, *s.context.tokenizer));
+    else if (job.api.stream && !piece.empty()) // queued for the I/O thread: never a wait here
       job.exchange->send(event(chunk(job.head, piece, nullptr, false,
                                      unshownLogprobs(job, c, r, *s.context.tokenizer),
                                      int64_t(at.choice))));
@@ -872,7 +920,15 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     nlohmann::ordered_json rest = unshownLogprobs(job, c, r, *s.context.tokenizer);
     if (!job.api.stream)
       appendLogprobs(c.logprobs, rest); // after the echoed prompt's, where there are
-    else if (r.error.empty()) // the choice's last chunk
+    else if (r.error.empty() && c.tools) { // what the reader held back, then the end
+      StreamDelta last = c.tools->feed(tail);
+      StreamDelta end = c.tools->finish();
+      last.content += end.content;
+      last.calls.insert(last.calls.end(), end.calls.begin(), end.calls.end());
+      sendStreamed(job, c, int64_t(at.choice), last, std::move(rest));
+      const char *finish = c.called ? finishWithCalls(*job.api.toolFormat, c.finish) : c.finish;
+      job.exchange->send(event(chunk(job.head, "", finish, false, nullptr, int64_t(at.choice))));
+    } else if (r.error.empty()) // the choice's last chunk
       job.exchange->send(event(chunk(job.head, tail, c.finish, false, rest, int64_t(at.choice))));
     done.push_back(handle);
     --job.unfinished;
