@@ -37,9 +37,14 @@ std::string utf8Problem(const std::string &text) {
 
 /// The template's value of a JSON input, as Python holds the json it was parsed from: objects
 /// as dicts in their order, arrays as lists. False, with `error` naming the place (`at`), for
-/// a string that is not UTF-8 or an integer beyond 64 bits.
-bool fromJson(const nlohmann::ordered_json &json, const std::string &at, Value &out,
+/// a string that is not UTF-8, an integer beyond 64 bits, or nesting deeper than `depth` more
+/// levels (the template's own limit on the values it builds).
+bool fromJson(const nlohmann::ordered_json &json, const std::string &at, int depth, Value &out,
               std::string &error) {
+  if ((json.is_array() || json.is_object()) && depth <= 0) {
+    error = at + ": nested deeper than the chat template's limit (maxNesting)";
+    return false;
+  }
   switch (json.type()) {
   case nlohmann::ordered_json::value_t::null:
     out = Value::none();
@@ -73,7 +78,7 @@ bool fromJson(const nlohmann::ordered_json &json, const std::string &at, Value &
     List items;
     for (size_t k = 0; k < json.size(); ++k) {
       items.emplace_back();
-      if (!fromJson(json[k], at + "[" + std::to_string(k) + "]", items.back(), error))
+      if (!fromJson(json[k], at + "[" + std::to_string(k) + "]", depth - 1, items.back(), error))
         return false;
     }
     out = Value::makeList(std::move(items));
@@ -87,7 +92,7 @@ bool fromJson(const nlohmann::ordered_json &json, const std::string &at, Value &
         return false;
       }
       Value item;
-      if (!fromJson(value, at + "." + key, item, error))
+      if (!fromJson(value, at + "." + key, depth - 1, item, error))
         return false;
       entries.set(key, std::move(item));
     }
@@ -140,8 +145,8 @@ std::optional<std::string> render(const std::string &source,
   }
   // transformers passes tools and documents, None when not given: defined, and none.
   Value messageList, toolList;
-  if (!fromJson(messages, "messages", messageList, error) ||
-      !fromJson(tools, "tools", toolList, error))
+  if (!fromJson(messages, "messages", limits.maxNesting, messageList, error) ||
+      !fromJson(tools, "tools", limits.maxNesting, toolList, error))
     return std::nullopt;
   try {
     std::vector<Node> tree = parse(lex(source), limits.maxNesting);

@@ -222,14 +222,15 @@ void printTextSummary(const Args &args, const std::vector<int64_t> &tokens,
 bool tokenizePrompt(Args &args, int64_t vocab, std::shared_ptr<Tokenizer> &tokenizer,
                     std::string &error);
 /// Generated tokens as text that may be shown: the tokenizer's stream (special tokens left
-/// out), with stop strings held back and never released.
+/// out unless `skipSpecial` is false), with stop strings held back and never released.
 class GeneratedText {
 public:
   /// `incremental`: see Tokenizer::Stream (a server's text, shown as it comes). The stop
   /// strings count from token `minTokens` + 1 on (min_tokens, as vLLM's: StopStrings).
+  /// `skipSpecial` false keeps special tokens' text (a tool call's marker may be one).
   GeneratedText(const Tokenizer &tokenizer, std::vector<std::string> stops,
-                bool incremental = false, int64_t minTokens = 0)
-      : stream(tokenizer.stream(/*skipSpecial=*/true, incremental)), stops(std::move(stops)),
+                bool incremental = false, int64_t minTokens = 0, bool skipSpecial = true)
+      : stream(tokenizer.stream(skipSpecial, incremental)), stops(std::move(stops)),
         minTokens(minTokens) {}
   /// What may be shown once `id` is generated.
   std::string push(int64_t id) { return stops.push(stream.push(id), ++tokens > minTokens); }

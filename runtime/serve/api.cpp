@@ -16,6 +16,9 @@ namespace tpcrt::serve {
 namespace {
 
 constexpr int kMaxJsonDepth = 32; // (a pydantic model's schema, nested in the request)
+/// The most keys of one object in a request: a chat's body is read again keeping the keys'
+/// order (for the template and the schemas), which costs the square of an object's keys.
+constexpr size_t kMaxObjectKeys = 16384;
 
 /// Fields that would change the result, not implemented here: refused by name. (best_of is
 /// refused unless 1, a chat's echo unless false, suffix unless null.)
@@ -80,7 +83,7 @@ std::optional<ApiError> toolCallsOf(const nlohmann::ordered_json &value, const s
     nlohmann::ordered_json arguments = function->value("arguments", nlohmann::ordered_json());
     if (arguments.is_string()) {
       try {
-        parseUntrustedJson(arguments.get<std::string>(), kMaxJsonDepth);
+        parseUntrustedJson(arguments.get<std::string>(), kMaxJsonDepth, kMaxObjectKeys);
         arguments = nlohmann::ordered_json::parse(arguments.get<std::string>());
       } catch (const std::exception &e) {
         return invalid("field '" + call + ".function.arguments' is not JSON: " + e.what(),
@@ -245,8 +248,17 @@ std::optional<ApiError> parametersOf(const nlohmann::ordered_json &tools, const 
       continue;
     schema = function.value("parameters", nlohmann::ordered_json());
     if (schema.is_null())
-      schema = {{"type", "object"}};
+      schema = nlohmann::ordered_json::object();
     std::string at = "tools[" + std::to_string(k) + "].function.parameters";
+    // Arguments are an object: a schema that says nothing of its type is one; one of another
+    // type could never be read back as a call.
+    auto type = schema.find("type");
+    if (type == schema.end())
+      schema["type"] = "object";
+    else if (*type != "object")
+      return invalid("field '" + at + "': a tool's parameters are an object, not of type " +
+                         type->dump(),
+                     at);
     if (std::string bad = checkSchemaKeywords(schema); !bad.empty())
       return invalid("field '" + at + "': " + bad, at);
     return std::nullopt;
@@ -260,6 +272,23 @@ std::optional<ApiError> parametersOf(const nlohmann::ordered_json &tools, const 
 /// {"name": one of the tools, "parameters": its arguments} (one at most unless parallel), as
 /// vLLM constrains it. Each tool's $defs (the openai client's parse() emits them) go to the
 /// list's root, where their "#/$defs/..." references then point.
+/// The first "$ref" in `schema` that does not point into "#/$defs/" or "#/definitions/" (the
+/// ones that still point where they did once the tool's schema sits inside another), or "".
+std::string localRef(const nlohmann::ordered_json &schema) {
+  if (schema.is_object()) {
+    auto ref = schema.find("$ref");
+    if (ref != schema.end() &&
+        !(ref->is_string() && (ref->get<std::string>().rfind("#/$defs/", 0) == 0 ||
+                               ref->get<std::string>().rfind("#/definitions/", 0) == 0)))
+      return ref->dump();
+  }
+  if (schema.is_object() || schema.is_array())
+    for (const auto &item : schema)
+      if (std::string found = localRef(item); !found.empty())
+        return found;
+  return "";
+}
+
 std::optional<ApiError> requiredSchema(const nlohmann::ordered_json &tools,
                                        const std::vector<std::string> &names, bool parallel,
                                        nlohmann::ordered_json &schema) {
@@ -268,6 +297,11 @@ std::optional<ApiError> requiredSchema(const nlohmann::ordered_json &tools,
     nlohmann::ordered_json parameters;
     if (std::optional<ApiError> bad = parametersOf(tools, name, parameters))
       return bad;
+    if (std::string ref = localRef(parameters); !ref.empty())
+      return invalid("field 'tools': the parameters of '" + name + "' refer to " + ref +
+                         ", which tool_choice 'required' cannot keep (it nests each tool's "
+                         "schema in a list of calls): refer into #/$defs/",
+                     "tools");
     for (const char *key : {"$defs", "definitions"}) {
       auto own = parameters.find(key);
       if (own == parameters.end())
@@ -320,6 +354,7 @@ std::optional<ApiError> readToolUse(const nlohmann::ordered_json &body, const Ap
       return invalid("field 'parallel_tool_calls' must be true or false", "parallel_tool_calls");
     parallel = p->get<bool>();
   }
+  request.parallelToolCalls = parallel;
   if (choice.is_null())
     choice = names.empty() ? "none" : "auto";
   if (choice == "none")
@@ -413,7 +448,8 @@ std::optional<ApiError> readSchema(const nlohmann::ordered_json &value, const st
   nlohmann::ordered_json schema = value;
   if (value.is_string()) {
     try {
-      parseUntrustedJson(value.get<std::string>(), 64); // bounded, then read in its order
+      // bounded, then read in its order
+      parseUntrustedJson(value.get<std::string>(), 64, kMaxObjectKeys);
       schema = nlohmann::ordered_json::parse(value.get<std::string>());
     } catch (const std::exception &e) {
       return invalid("field '" + field + "' is not JSON: " + e.what(), field);
@@ -548,7 +584,7 @@ namespace {
 /// The body as a JSON object, bounded in depth; an error otherwise.
 std::optional<ApiError> parseObject(const std::string &body, nlohmann::json &j) {
   try {
-    j = parseUntrustedJson(body, kMaxJsonDepth);
+    j = parseUntrustedJson(body, kMaxJsonDepth, kMaxObjectKeys);
   } catch (const std::exception &e) {
     return invalid(std::string("the body is not JSON: ") + e.what());
   }

@@ -60,6 +60,9 @@ struct ApiRequest {
   /// no tool format). JsonList and Named: the grammar above makes the answer the call.
   std::optional<ToolFormat> toolFormat;
   std::string namedTool; // tool_choice naming a function: its name
+  /// parallel_tool_calls: false keeps the answer to one call (the first; under required the
+  /// grammar allows only one).
+  bool parallelToolCalls = true;
 };
 /// The most choices a request may ask for (n).
 constexpr int64_t kMaxChoices = 16;

@@ -140,6 +140,7 @@ struct Choice {
   // whether it has let a call out.
   std::optional<ToolCallStream> tools;
   bool called = false;
+  bool keepSpecial = false; // its text keeps special tokens (a model's own tool format)
   nlohmann::ordered_json heldLogprobs; // of tokens whose text it holds back
 };
 
@@ -179,12 +180,11 @@ nlohmann::ordered_json unshownLogprobs(const Job &job, Choice &c, const EngineRe
   return logprobsOf(job.api.chat, tokenizer, all + from, all + c.logprobsShown, c.textOffset);
 }
 
-/// The finish reason of an answer that calls tools: "tool_calls" where the model chose to
-/// call them (tool_choice auto) and stopped, as vLLM says; a required or named choice's is the
-/// engine's own.
+/// The finish reason of an answer that calls tools and stopped: "tool_calls", as vLLM says,
+/// except under a named tool_choice, where it is the engine's own (OpenAI's "stop").
 const char *finishWithCalls(ToolFormat format, const char *finish) {
-  bool chosen = format != ToolFormat::JsonList && format != ToolFormat::Named;
-  return chosen && finish && std::string(finish) == "stop" ? "tool_calls" : finish;
+  return format != ToolFormat::Named && finish && std::string(finish) == "stop" ? "tool_calls"
+                                                                               : finish;
 }
 
 http::Response jsonResponse(int status, std::string body, const std::string &id) {
@@ -264,18 +264,24 @@ std::string event(const nlohmann::ordered_json &value) { return "data: " + dump(
 /// in another (the logprobs of the tokens in them with whichever goes first).
 void sendStreamed(Job &job, Choice &c, int64_t index, const StreamDelta &delta,
                   nlohmann::ordered_json logprobs) {
-  // Tokens the reader held back keep their logprobs until a chunk carries their text.
+  // Tokens the reader held back keep their logprobs until a chunk carries their text (or the
+  // last one, which carries what is left).
   appendLogprobs(c.heldLogprobs, logprobs);
-  if (delta.content.empty() && delta.calls.empty())
+  StreamDelta kept = delta;
+  if (!job.api.parallelToolCalls) // one call at most: the model's first
+    kept.calls.erase(std::remove_if(kept.calls.begin(), kept.calls.end(),
+                                    [](const ToolCallDelta &d) { return d.index > 0; }),
+                     kept.calls.end());
+  if (kept.content.empty() && kept.calls.empty())
     return;
   logprobs = std::exchange(c.heldLogprobs, nullptr);
-  if (!delta.content.empty())
+  if (!kept.content.empty())
     job.exchange->send(
-        event(chunk(job.head, delta.content, nullptr, false, std::exchange(logprobs, nullptr),
+        event(chunk(job.head, kept.content, nullptr, false, std::exchange(logprobs, nullptr),
                     index)));
-  if (!delta.calls.empty()) {
+  if (!kept.calls.empty()) {
     c.called = true;
-    job.exchange->send(event(toolChunk(job.head, delta.calls, logprobs, index)));
+    job.exchange->send(event(toolChunk(job.head, kept.calls, logprobs, index)));
   }
 }
 
@@ -549,9 +555,15 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
         choice.sampling.seed = *request.sampling.seed + uint64_t(i);
       if (i > 0)
         choice.promptLogprobs = -1;
+      // A model's own tool format may mark its calls with a special token (Mistral's
+      // [TOOL_CALLS], Llama 3's <|python_tag|>): kept in the text the reader reads, as vLLM's
+      // tool parsers keep them.
+      std::optional<ToolFormat> format = job->api.toolFormat;
+      bool keepSpecial = format && *format != ToolFormat::JsonList && *format != ToolFormat::Named;
       job->choices[size_t(i)].text.emplace(*context.tokenizer, job->api.params.stop,
                                            /*incremental=*/true,
-                                           job->api.params.sampling.minTokens);
+                                           job->api.params.sampling.minTokens, !keepSpecial);
+      job->choices[size_t(i)].keepSpecial = keepSpecial;
       if (job->api.stream && job->api.toolFormat)
         job->choices[size_t(i)].tools.emplace(*job->api.toolFormat, job->api.namedTool);
     }
@@ -625,11 +637,14 @@ void Server::State::answer(Job &job, const std::string &error, int status, const
         continue;
       // Read back into calls; output that does not parse stays the content, as it came.
       ParsedOutput parsed = parseToolCalls(*job.api.toolFormat, result.text, job.api.namedTool);
-      if (parsed.calls.empty())
+      if (!parsed.error.empty())
         continue;
+      if (!job.api.parallelToolCalls && parsed.calls.size() > 1)
+        parsed.calls.resize(1);
       result.text = std::move(parsed.content);
       result.toolCalls = std::move(parsed.calls);
-      result.finishReason = finishWithCalls(*job.api.toolFormat, result.finishReason);
+      if (!result.toolCalls.empty())
+        result.finishReason = finishWithCalls(*job.api.toolFormat, result.finishReason);
     }
     exchange.respond(
         error.empty()
@@ -878,7 +893,11 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     Choice &c = job.choices[at.choice];
     const EngineRequest &r = engine.request(handle);
     echoPrompt(job, c, r, *s.context.tokenizer);
-    std::string piece = c.text->push(id);
+    // A special stop id (the end of sequence) ends the text without its own, as vLLM's.
+    bool hidden = c.keepSpecial &&
+                  std::find(r.stopIds.begin(), r.stopIds.end(), id) != r.stopIds.end() &&
+                  s.context.tokenizer->decode({id}, /*skipSpecial=*/true).empty();
+    std::string piece = hidden ? std::string() : c.text->push(id);
     auto now = Clock::now();
     ++job.usage.completion;
     ++c.tokens;
@@ -926,8 +945,14 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
       last.content += end.content;
       last.calls.insert(last.calls.end(), end.calls.begin(), end.calls.end());
       sendStreamed(job, c, int64_t(at.choice), last, std::move(rest));
-      const char *finish = c.called ? finishWithCalls(*job.api.toolFormat, c.finish) : c.finish;
-      job.exchange->send(event(chunk(job.head, "", finish, false, nullptr, int64_t(at.choice))));
+      // Calls already sent cannot be taken back where the output then turned out malformed:
+      // its finish reason is the engine's, as a whole answer's (which has no calls) is.
+      const char *finish = c.called && c.tools->error().empty()
+                               ? finishWithCalls(*job.api.toolFormat, c.finish)
+                               : c.finish;
+      job.exchange->send(event(chunk(job.head, "", finish, false,
+                                     std::exchange(c.heldLogprobs, nullptr),
+                                     int64_t(at.choice))));
     } else if (r.error.empty()) // the choice's last chunk
       job.exchange->send(event(chunk(job.head, tail, c.finish, false, rest, int64_t(at.choice))));
     done.push_back(handle);

@@ -2,8 +2,12 @@
 // TokenConstraint, where this build has it (TPC_HAVE_XGRAMMAR).
 #include "structured.h"
 
+#include <atomic>
 #include <cctype>
+#include <cstdio>
+#include <future>
 #include <set>
+#include <thread>
 
 #if TPC_HAVE_XGRAMMAR
 #include <xgrammar/xgrammar.h>
@@ -60,6 +64,21 @@ std::string checkSchemaKeywords(const nlohmann::ordered_json &schema) {
   return checkAt(schema, "#", 0);
 }
 
+namespace {
+
+/// "" where `spec`'s text is within kMaxGrammarBytes, else what is over.
+[[maybe_unused]] std::string tooLarge(const StructuredSpec &spec) {
+  size_t bytes = spec.text.size();
+  for (const std::string &choice : spec.choices)
+    bytes += choice.size();
+  if (bytes <= kMaxGrammarBytes)
+    return "";
+  return "its grammar is " + std::to_string(bytes) + " bytes, more than the " +
+         std::to_string(kMaxGrammarBytes) + " this server compiles";
+}
+
+} // namespace
+
 #if TPC_HAVE_XGRAMMAR
 
 bool structuredOutputsBuilt() { return true; }
@@ -114,7 +133,8 @@ std::string ebnfString(const std::string &text) { return nlohmann::json(text).du
 
 struct Grammars::Impl {
   Impl(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds)
-      : vocab(vocab), info(vocabulary(tokenizer, vocab, stopIds)), compiler(info, 1) {}
+      : vocab(vocab), info(vocabulary(tokenizer, vocab, stopIds)),
+        compiler(info, /*max_threads=*/1, /*cache_enabled=*/true, kGrammarCacheBytes) {}
 
   /// Each id's token string as the tokenizer holds it; "" for ids it has none for and for
   /// special tokens (decoding them without special tokens gives nothing), which the grammar
@@ -143,56 +163,115 @@ struct Grammars::Impl {
   xgrammar::GrammarCompiler compiler;
 };
 
-Grammars::Grammars(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds)
-    : impl(std::make_unique<Impl>(tokenizer, vocab, std::move(stopIds))) {}
+Grammars::Grammars(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds,
+                   std::chrono::milliseconds compileLimit)
+    : impl(std::make_unique<Impl>(tokenizer, vocab, std::move(stopIds))),
+      compileLimit(compileLimit) {}
 
-Grammars::~Grammars() = default;
+Grammars::~Grammars() {
+  // A compile that ran over its time is still using the compiler: it ends first.
+  if (overrun.joinable())
+    overrun.join();
+}
+
+namespace {
+
+/// Compiles `spec` with `compiler`: the grammar, or an exception with the engine's message.
+xgrammar::CompiledGrammar compile(xgrammar::GrammarCompiler &compiler, const StructuredSpec &spec) {
+  switch (spec.kind) {
+  // JSON written compactly (", " and ": " between items, no other whitespace): a model free
+  // to add whitespace may spend its max_tokens on it. json_object: an object, as OpenAI's is.
+  case StructuredSpec::JsonObject:
+    return compiler.CompileJSONSchema(R"({"type": "object"})", false);
+  case StructuredSpec::JsonSchema:
+    return compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false);
+  case StructuredSpec::Regex:
+    return compiler.CompileRegex(spec.text);
+  case StructuredSpec::Choice: {
+    std::string ebnf = "root ::= ";
+    for (size_t i = 0; i < spec.choices.size(); ++i)
+      ebnf += (i ? " | " : "") + ebnfString(spec.choices[i]);
+    return compiler.CompileGrammar(ebnf);
+  }
+  case StructuredSpec::Grammar:
+  case StructuredSpec::None:
+    break;
+  }
+  return compiler.CompileGrammar(spec.text);
+}
+
+/// "10 s", "0.001 s".
+std::string seconds(std::chrono::milliseconds limit) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", double(limit.count()) / 1000);
+  return text;
+}
+
+/// The engine's message, less the time and the source file it begins with ("[12:00:00]
+/// /path/regex_converter.cc:94: "): a client learns what is wrong, not the server's paths.
+std::string messageOf(const std::exception &e) {
+  std::string error = e.what();
+  if (size_t at = error.find(".cc:"); at != std::string::npos)
+    if (size_t end = error.find(": ", at); end != std::string::npos)
+      error.erase(0, end + 2);
+  while (!error.empty() && std::isspace(static_cast<unsigned char>(error.back())))
+    error.pop_back();
+  return error;
+}
+
+} // namespace
 
 std::vector<std::shared_ptr<TokenConstraint>>
 Grammars::make(const StructuredSpec &spec, int64_t n, std::string &error) {
+  if (spec.kind == StructuredSpec::None)
+    return {};
+  if (std::string bad = tooLarge(spec); !bad.empty()) {
+    error = bad;
+    return {};
+  }
   std::lock_guard<std::mutex> lock(mutex);
-  std::optional<xgrammar::CompiledGrammar> grammar;
-  try {
-    switch (spec.kind) {
-    case StructuredSpec::None:
+  // The compiler cannot be stopped, and a short regex of repeated classes can take it
+  // seconds: it runs on a thread of its own, and a request waits for it compileLimit at
+  // most. One that runs over goes on alone, and until it ends no other grammar is compiled.
+  if (overrun.joinable()) {
+    if (!overrunDone->load()) {
+      error = "the grammar compiler is still busy with an earlier grammar that took more than " +
+              seconds(compileLimit) + "; try again later";
       return {};
-    // JSON written compactly (", " and ": " between items, no other whitespace): a model
-    // free to add whitespace may spend its max_tokens on it. json_object: an object, as
-    // OpenAI's is.
-    case StructuredSpec::JsonObject:
-      grammar = impl->compiler.CompileJSONSchema(R"({"type": "object"})", false);
-      break;
-    case StructuredSpec::JsonSchema:
-      grammar = impl->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false);
-      break;
-    case StructuredSpec::Regex:
-      grammar = impl->compiler.CompileRegex(spec.text);
-      break;
-    case StructuredSpec::Choice: {
-      std::string ebnf = "root ::= ";
-      for (size_t i = 0; i < spec.choices.size(); ++i)
-        ebnf += (i ? " | " : "") + ebnfString(spec.choices[i]);
-      grammar = impl->compiler.CompileGrammar(ebnf);
-      break;
     }
-    case StructuredSpec::Grammar:
-      grammar = impl->compiler.CompileGrammar(spec.text);
-      break;
+    overrun.join();
+  }
+  struct Result {
+    std::optional<xgrammar::CompiledGrammar> grammar;
+    std::string error;
+  };
+  auto result = std::make_shared<Result>();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  auto finished = std::make_shared<std::promise<void>>();
+  std::future<void> ready = finished->get_future();
+  std::thread worker([impl = impl.get(), spec, result, done, finished] {
+    try {
+      result->grammar = compile(impl->compiler, spec);
+    } catch (const std::exception &e) {
+      result->error = messageOf(e);
     }
-  } catch (const std::exception &e) {
-    // Its message, less the time and the source file it begins with ("[12:00:00]
-    // /path/regex_converter.cc:94: "): a client learns what is wrong, not the server's paths.
-    error = e.what();
-    if (size_t at = error.find(".cc:"); at != std::string::npos)
-      if (size_t end = error.find(": ", at); end != std::string::npos)
-        error.erase(0, end + 2);
-    while (!error.empty() && std::isspace(static_cast<unsigned char>(error.back())))
-      error.pop_back();
+    done->store(true);
+    finished->set_value();
+  });
+  if (ready.wait_for(compileLimit) != std::future_status::ready) {
+    overrun = std::move(worker);
+    overrunDone = done;
+    error = "compiling its grammar took more than " + seconds(compileLimit) + ": simplify it";
+    return {};
+  }
+  worker.join();
+  if (!result->grammar) {
+    error = result->error;
     return {};
   }
   std::vector<std::shared_ptr<TokenConstraint>> made;
   for (int64_t i = 0; i < n; ++i)
-    made.push_back(std::make_shared<Matcher>(*grammar, impl->vocab));
+    made.push_back(std::make_shared<Matcher>(*result->grammar, impl->vocab));
   return made;
 }
 
@@ -202,7 +281,9 @@ bool structuredOutputsBuilt() { return false; }
 
 struct Grammars::Impl {};
 
-Grammars::Grammars(const Tokenizer &, int64_t, std::vector<int64_t>) {}
+Grammars::Grammars(const Tokenizer &, int64_t, std::vector<int64_t>,
+                   std::chrono::milliseconds compileLimit)
+    : compileLimit(compileLimit) {}
 
 Grammars::~Grammars() = default;
 

@@ -14,8 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,24 +40,42 @@ std::string checkSchemaKeywords(const nlohmann::ordered_json &schema);
 /// Whether this build has the grammar engine.
 bool structuredOutputsBuilt();
 
+/// The most bytes of a grammar's text (a schema's JSON, a regex, an EBNF grammar, the choices
+/// together) a server compiles. The compiler cannot be stopped once it runs, so its time and
+/// memory are bounded through its input: at this size the costliest kinds measured (a 6,000
+/// string enum, 20,000 alternatives of a regex) compile within about 2 s and 70 MB on one core.
+constexpr size_t kMaxGrammarBytes = 64 << 10;
+/// The most bytes of compiled grammars the compiler's cache keeps (least recently used go
+/// first): a distinct large schema in every request would otherwise grow it without end.
+constexpr int64_t kGrammarCacheBytes = int64_t(256) << 20;
+/// The longest a request waits for its grammar to compile; one that takes longer is refused,
+/// and the compile, which cannot be stopped, finishes alone before any other starts.
+constexpr std::chrono::milliseconds kCompileLimit{10'000};
+
 /// One server's grammars: the vocabulary as the grammar engine reads it, and a compiler (with
-/// its cache of compiled grammars). Compiling may take a while: the readers call it, off the
-/// engine's thread; one at a time.
+/// its cache of compiled grammars, kGrammarCacheBytes at most). Compiling may take a while:
+/// the readers call it, off the engine's thread; one at a time.
 class Grammars {
 public:
   /// Over `tokenizer`'s vocabulary of `vocab` ids (the model's: ids past the tokenizer's are
   /// never allowed), ending where the grammar allows one of `stopIds`.
-  Grammars(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds);
+  Grammars(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds,
+           std::chrono::milliseconds compileLimit = kCompileLimit);
   ~Grammars();
   /// `n` constraints (one a choice, each its own state) for `spec`, compiled once; none with
-  /// `error` (the grammar engine's message, for a 400) where it cannot be compiled.
+  /// `error` (the grammar engine's message, for a 400) where it cannot be compiled, its text
+  /// is over kMaxGrammarBytes, it took over `compileLimit` (given to the constructor), or one
+  /// that did is still compiling.
   std::vector<std::shared_ptr<TokenConstraint>> make(const StructuredSpec &spec, int64_t n,
                                                      std::string &error);
 
 private:
   struct Impl;
   std::unique_ptr<Impl> impl;
+  std::chrono::milliseconds compileLimit;
   std::mutex mutex;
+  std::thread overrun; // a compile that ran over compileLimit, until it ends
+  std::shared_ptr<std::atomic<bool>> overrunDone;
 };
 
 } // namespace tpcrt::serve

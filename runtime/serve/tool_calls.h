@@ -44,8 +44,8 @@ enum class ToolFormat {
 /// is Hermes, "[TOOL_CALLS]" Mistral, a Llama 3 template (its <|start_header_id|>) that shows
 /// calls as JSON ("parameters" or <|python_tag|>) Llama3Json. nullopt where the template
 /// teaches none (SmolLM2's, which renders no tools) or one tpc does not read (Llama 4's
-/// default asks for Python-style calls): the caller then accepts tools only under a
-/// tool_choice that constrains the output (JsonList, Named).
+/// default asks for Python-style calls): under tool_choice auto the answer is then content;
+/// required and named constrain it to a form of tpc's own (JsonList, Named).
 std::optional<ToolFormat> toolFormatOf(const std::string &chatTemplate);
 
 /// One call as a response carries it.

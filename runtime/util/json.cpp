@@ -6,7 +6,7 @@
 
 namespace tpcrt {
 
-nlohmann::json parseUntrustedJson(const std::string &text, int maxDepth) {
+nlohmann::json parseUntrustedJson(const std::string &text, int maxDepth, size_t maxKeys) {
   using Event = nlohmann::json::parse_event_t;
   std::vector<std::set<std::string>> keys; // of each object being parsed
   return nlohmann::json::parse(text, [&](int depth, Event event, nlohmann::json &parsed) {
@@ -18,6 +18,8 @@ nlohmann::json parseUntrustedJson(const std::string &text, int maxDepth) {
       keys.pop_back();
     else if (event == Event::key && !keys.back().insert(parsed.get<std::string>()).second)
       throw std::runtime_error("key '" + parsed.get<std::string>() + "' is given twice");
+    else if (event == Event::key && keys.back().size() > maxKeys)
+      throw std::runtime_error("an object has more than " + std::to_string(maxKeys) + " keys");
     return true;
   });
 }

@@ -248,6 +248,48 @@ TEST(Api, BadToolRequestsAreRefusedNamingTheField) {
             "'patternProperties' is not supported (at #)");
 }
 
+TEST(Api, ToolParametersAreAnObjectAndKeepTheirReferencesUnderRequired) {
+  Reader r;
+  auto with = [&](const std::string &parameters, const std::string &choice, ApiRequest &a) {
+    a = ApiRequest();
+    return r.read(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": )" +
+                      choice + R"(, "tools": [{"type": "function", "function": {"name": "f",
+                      "parameters": )" + parameters + "}}]}",
+                  a, true);
+  };
+  const std::string named = R"({"type": "function", "function": {"name": "f"}})";
+  ApiRequest a;
+  // A schema that says nothing of its type is an object's; another type is refused.
+  ASSERT_EQ(with("{}", named, a), "");
+  EXPECT_EQ(nlohmann::json::parse(a.structured.text), nlohmann::json::parse(R"({"type": "object"})"));
+  EXPECT_EQ(with(R"({"type": "string"})", named, a),
+            "tools[0].function.parameters: field 'tools[0].function.parameters': a tool's "
+            "parameters are an object, not of type \"string\"");
+  // Under required each schema sits inside the list of calls: a reference to its own root
+  // would point elsewhere there. Named keeps the schema whole, so it may.
+  const std::string recursive =
+      R"({"type": "object", "properties": {"child": {"$ref": "#"}}})";
+  EXPECT_EQ(with(recursive, "\"required\"", a),
+            "tools: field 'tools': the parameters of 'f' refer to \"#\", which tool_choice "
+            "'required' cannot keep (it nests each tool's schema in a list of calls): refer "
+            "into #/$defs/");
+  EXPECT_EQ(with(recursive, named, a), "");
+  ApiRequest one;
+  ASSERT_EQ(r.read(chat(R"("parallel_tool_calls": false)"), one, true), "");
+  EXPECT_FALSE(one.parallelToolCalls);
+}
+
+TEST(Api, AnObjectOfTooManyKeysIsRefusedBeforeItIsReadInOrder) {
+  Reader r;
+  std::string keys;
+  for (int k = 0; k <= 16384; ++k)
+    keys += (k ? ", \"k" : "\"k") + std::to_string(k) + "\": 0";
+  ApiRequest a;
+  EXPECT_EQ(r.read(R"({"messages": [{"role": "user", "content": "x", )" + keys + "}]}", a, true)
+                .substr(0, 60),
+            ": the body is not JSON: an object has more than 16384 keys");
+}
+
 TEST(Api, AnAnswerWithCallsHasNullContentIdsAndStreamsDeltas) {
   ResponseHead head{"chatcmpl-1-0", 7, "m", true};
   ChoiceResult c{"", "tool_calls", nullptr, {{"sum", "{\"v\": 1}"}}};

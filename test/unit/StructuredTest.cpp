@@ -116,5 +116,33 @@ TEST(Structured, WhatCannotBeCompiledIsAnErrorNotAConstraint) {
   }
 }
 
+TEST(Structured, CompilingIsBoundedInSizeAndTime) {
+  if (!structuredOutputsBuilt())
+    GTEST_SKIP() << "built without xgrammar";
+  Vocabulary v;
+  std::string error;
+  // Past kMaxGrammarBytes: refused before the compiler sees it.
+  Grammars grammars(*v.tokenizer, 256, {kStop});
+  StructuredSpec big{StructuredSpec::Regex, std::string(kMaxGrammarBytes + 1, 'a'), {}};
+  EXPECT_TRUE(grammars.make(big, 1, error).empty());
+  EXPECT_EQ(error, "its grammar is 65537 bytes, more than the 65536 this server compiles");
+  // Over the time limit (1 ms here; repeated classes take the compiler far longer): refused,
+  // and while that compile finishes alone, the next is refused too, or, once it has ended,
+  // compiled.
+  Grammars hurried(*v.tokenizer, 256, {kStop}, std::chrono::milliseconds(1));
+  StructuredSpec slow{StructuredSpec::Regex, "", {}};
+  for (char c = 'a'; c <= 'h'; ++c)
+    slow.text += std::string("[^") + c + "]{4000}";
+  error.clear();
+  EXPECT_TRUE(hurried.make(slow, 1, error).empty());
+  EXPECT_EQ(error, "compiling its grammar took more than 0.001 s: simplify it");
+  error.clear();
+  std::vector<std::shared_ptr<TokenConstraint>> next =
+      hurried.make({StructuredSpec::Regex, "a", {}}, 1, error);
+  EXPECT_EQ(error, next.empty() ? "the grammar compiler is still busy with an earlier grammar "
+                                  "that took more than 0.001 s; try again later"
+                                : "");
+} // (the compile left running is waited for as `hurried` goes)
+
 } // namespace
 } // namespace tpcrt::serve

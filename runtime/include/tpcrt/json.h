@@ -6,13 +6,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace tpcrt {
 
 /// Parses `text`; throws std::runtime_error naming the problem for nesting deeper than
-/// `maxDepth` levels and for a repeated key, nlohmann::json::parse_error for malformed JSON.
-nlohmann::json parseUntrustedJson(const std::string &text, int maxDepth);
+/// `maxDepth` levels, for a repeated key and for an object of more than `maxKeys` keys (what
+/// is read again in its order, as nlohmann::ordered_json, costs the square of an object's
+/// keys), nlohmann::json::parse_error for malformed JSON.
+nlohmann::json parseUntrustedJson(const std::string &text, int maxDepth,
+                                  size_t maxKeys = SIZE_MAX);
 
 } // namespace tpcrt
 
