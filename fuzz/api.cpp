@@ -6,7 +6,8 @@
 // come out refused with a 400 or 404 and a message, whose error body is JSON, or runnable: a
 // non-empty prompt of the vocabulary's ids that fits the context with its max_tokens, and
 // sampling parameters in range, and log-probabilities (0 to 20 more, or none) whose response
-// is JSON, whatever the tokens and values; the tokenizer's answer is JSON. Nothing may crash or hang.
+// is JSON, whatever the tokens and values, and tools whose choice asks for what it should (a
+// required or named one its grammar); the tokenizer's answer is JSON. Nothing may crash or hang.
 #include "api.h"
 
 #include "tpcrt/tokenizer.h"
@@ -91,6 +92,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int64_t id : a.prompt)
     if (id < 0 || id >= spec.vocab)
       __builtin_trap();
+  // Tools: a required or named choice asks for its grammar; none is a completion's; a call's
+  // id is nine letters and digits.
+  bool constrainedCall = request.toolFormat == tpcrt::serve::ToolFormat::JsonList ||
+                         request.toolFormat == tpcrt::serve::ToolFormat::Named;
+  if ((request.toolFormat && !chat) ||
+      constrainedCall != (request.structured.field == "tool_choice") ||
+      (constrainedCall && request.structured.kind != tpcrt::serve::StructuredSpec::JsonSchema) ||
+      (request.toolFormat == tpcrt::serve::ToolFormat::Named) == request.namedTool.empty() ||
+      tpcrt::serve::toolCallId("x", 0, 0).size() != 9)
+    __builtin_trap();
   for (const auto &[id, bias] : a.sampling.logitBias) // each id the vocabulary's, in range
     if (id < 0 || id >= spec.vocab || !(bias >= -100 && bias <= 100))
       __builtin_trap();

@@ -18,6 +18,10 @@
 #   api                        tpc serve's request reader (seeds: chat and completion bodies)
 #   http                       tpc serve's HTTP/1.1 request parser, fed whole and in pieces
 #                              (seeds: fuzz/corpus/http/, connections' bytes)
+#   tool_calls                 tpc serve's tool-call reader, whole and streamed in pieces
+#                              (seeds: fuzz/corpus/tool_calls/, model outputs)
+#   structured                 structured outputs' grammars, compiled and driven (seeds:
+#                              fuzz/corpus/structured/, schemas, regexes, grammars, choices)
 #   pipeline                   model.mlir through the compiler's passes
 # The text targets need the test venv (scripts/venv.sh) for their seeds and vocabularies. PCRE2,
 # which the tokenizer hands every prompt, is built from Debian's source of it with the same
@@ -69,7 +73,8 @@ if [[ ! -f $build/build.ninja ]]; then
     -DPCRE2_LIBRARY="$pcre2/lib/libpcre2-8.a" -DPCRE2_INCLUDE_DIR="$pcre2/include" \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit > /dev/null
 fi
-all=(plan config safetensors gguf tokenizer text template requests api http pipeline)
+all=(plan config safetensors gguf tokenizer text template requests api http tool_calls
+  structured pipeline)
 # FUZZ_TARGETS="config pipeline" reruns some; the table keeps the others' last rows.
 read -r -a targets <<< "${FUZZ_TARGETS:-${all[*]}}"
 # Only what the chosen targets need: the MLIR-based ones take long to build with clang.
@@ -79,7 +84,8 @@ cmake --build "$build" --target "${needs[@]}"
 
 # Seeds: what the tests already feed each reader.
 seeds=$build/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,gguf,tokenizer,text,template,requests,api,http,pipeline}
+rm -rf "$seeds" && mkdir -p "$seeds"/{plan,config,safetensors,gguf,tokenizer,text,template,requests,api,http} \
+  "$seeds"/{tool_calls,structured,pipeline}
 cp "$root"/examples/plan.json "$root"/test/Plan/Inputs/*.json "$root"/test/Transforms/Inputs/*.json \
   "$seeds/plan/"
 for strategies in "$root"/test/Plan/Inputs/custom-*.json; do # plan NUL strategies
