@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from prefix_cache import Server  # tpc serve on a free port, until stop()
+from prefix_cache import Server, serve_arguments  # tpc serve on a free port, until stop()
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -75,11 +75,7 @@ QUESTIONS = [
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("ckpt")
-    parser.add_argument("--tpc", default=os.path.join(os.path.dirname(__file__), "..", "build",
-                                                      "bin", "tpc"))
-    argv = sys.argv[1:]  # tpc serve's flags after "--"
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args, flags = parser.parse_args(argv[:cut]), argv[cut + 1:]
+    args, flags = serve_arguments(parser)  # tpc serve's flags after "--"
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -46,6 +46,17 @@ def system_prompt(tokens):
     return "You are the guide of a small museum. " + " ".join(sentences)
 
 
+def serve_arguments(parser):
+    """(args, tpc serve's flags): the benchmark's own flags, then tpc serve's after "--" (an
+    argparse REMAINDER would take the benchmark's options too); --tpc defaults to this tree's
+    build."""
+    parser.add_argument("--tpc", default=os.path.join(os.path.dirname(__file__), "..", "build",
+                                                      "bin", "tpc"))
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    return parser.parse_args(argv[:cut]), argv[cut + 1:]
+
+
 class Server:
     def __init__(self, tpc, ckpt, flags):
         self.proc = subprocess.Popen([tpc, "serve", ckpt, "--port", "0"] + flags,

@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import openai  # noqa: E402
 from pydantic import BaseModel, Field, ValidationError, conlist  # noqa: E402
 
-from prefix_cache import Server  # noqa: E402  (tpc serve on a free port, until stop())
+from prefix_cache import Server, serve_arguments  # noqa: E402  (tpc serve, its flags)
 
 
 class Person(BaseModel):
@@ -154,11 +154,7 @@ def main():
     parser.add_argument("--overhead", action="store_true")
     parser.add_argument("--no-plain", action="store_true",
                         help="skip the prompts without the schema (conformance/structured.test)")
-    parser.add_argument("--tpc", default=os.path.join(os.path.dirname(__file__), "..", "build",
-                                                      "bin", "tpc"))
-    argv = sys.argv[1:]  # tpc serve's flags after "--"
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args, flags = parser.parse_args(argv[:cut]), argv[cut + 1:]
+    args, flags = serve_arguments(parser)  # tpc serve's flags after "--"
     server = Server(args.tpc, args.ckpt, flags)
     try:
         client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % server.port,

@@ -8,7 +8,8 @@ result goes back through the chat template to a final answer.
 
 The tools are the OpenAI documentation's kind: a weather lookup (a city, a unit from an enum),
 a sum of numbers (a list of at least one), a calendar entry (a title, a day 1 to 31, optional
-attendees). Each prompt is asked greedy with max_tokens 256 twice, once with "required" (any
+attendees), each number bounded (a JSON number is unbounded otherwise, and a small model may
+write digits until max_tokens: SmolLM2 did, "1111...", on one prompt of 20). Each prompt is asked greedy with max_tokens 256 twice, once with "required" (any
 of the tools; one call, parallel_tool_calls false, unless --parallel: SmolLM2-135M, free to
 add calls, tends to repeat them up to max_tokens) and once naming the tool the prompt is
 about; the arguments are checked by
@@ -26,9 +27,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import openai  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field, ValidationError  # noqa: E402
-from typing import List, Literal, Optional  # noqa: E402
+from typing import Annotated, List, Literal, Optional  # noqa: E402
 
-from prefix_cache import Server  # noqa: E402  (tpc serve on a free port, until stop())
+from prefix_cache import Server, serve_arguments  # noqa: E402  (tpc serve, its flags)
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city.",
@@ -39,8 +40,8 @@ WEATHER = {"type": "function", "function": {
 SUM = {"type": "function", "function": {
     "name": "sum", "description": "Adds numbers.",
     "parameters": {"type": "object", "properties": {
-        "values": {"type": "array", "items": {"type": "number"}, "minItems": 1,
-                   "maxItems": 8}},
+        "values": {"type": "array", "minItems": 1, "maxItems": 8,
+                   "items": {"type": "number", "minimum": -1000000, "maximum": 1000000}}},
         "required": ["values"], "additionalProperties": False}}}
 CALENDAR = {"type": "function", "function": {
     "name": "add_event", "description": "Puts an event in the calendar.",
@@ -63,7 +64,8 @@ class Weather(BaseModel):
 
 class Sum(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    values: List[float] = Field(min_length=1, max_length=8)
+    values: List[Annotated[float, Field(ge=-1000000, le=1000000)]] = Field(min_length=1,
+                                                                            max_length=8)
 
 
 class Event(BaseModel):
@@ -182,11 +184,7 @@ def main():
     parser.add_argument("--prompts", type=int, default=len(PROMPTS))
     parser.add_argument("--parallel", action="store_true",
                         help="parallel_tool_calls true (several calls allowed) under required")
-    parser.add_argument("--tpc", default=os.path.join(os.path.dirname(__file__), "..", "build",
-                                                      "bin", "tpc"))
-    argv = sys.argv[1:]  # tpc serve's flags after "--"
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args, flags = parser.parse_args(argv[:cut]), argv[cut + 1:]
+    args, flags = serve_arguments(parser)  # tpc serve's flags after "--"
     server = Server(args.tpc, args.ckpt, flags)
     try:
         client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % server.port,

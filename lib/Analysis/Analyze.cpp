@@ -225,8 +225,9 @@ void logitsGatherNote(const std::vector<CollectiveEntry> &greedy,
                                    "its id instead ({:.0f} bytes: argmax_if_greedy)",
                                    logits(greedy));
   notes.push_back(reported ? fmt::format("{}; {}, as reported above; a step that samples or "
-                                         "reads whole rows (penalties, logprobs, dumped logits) "
-                                         "gathers the logits (--sampled reports those steps)",
+                                         "reads whole rows (penalties, logprobs, a grammar's "
+                                         "mask, dumped logits) gathers the logits (--sampled "
+                                         "reports those steps)",
                                          share, argmax)
                            : fmt::format("{}, as reported above; {}", share, argmax));
 }
