@@ -147,6 +147,32 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
         }
       return rope;
     }
+    if (type == "freq_factors") { // a GGUF file's rope_freqs (runtime/weights/gguf_model.cpp)
+      const json *factors = field("freq_factors");
+      int64_t pairs = rotaryDim() / 2;
+      if (!factors || !factors->is_array() || int64_t(factors->size()) != pairs) {
+        c.error(where) << "freq_factors RoPE needs 'freq_factors', one for each of the "
+                       << pairs << " pairs of a head's rotated dimensions";
+        return std::nullopt;
+      }
+      if (!(rope.theta > 0)) {
+        c.error(where) << "rope_theta must be positive";
+        return std::nullopt;
+      }
+      // As llama.cpp's rope: the default frequency of each pair (in float32) divided by its
+      // factor.
+      for (int64_t i = 0; i < pairs; ++i) {
+        const json &f = (*factors)[size_t(i)];
+        if (!f.is_number() || !(f.get<double>() > 0) || !std::isfinite(f.get<double>())) {
+          c.error(where) << "freq_factors RoPE needs positive factors, got " << f.dump();
+          return std::nullopt;
+        }
+        rope.invFreq.push_back(1.0f / std::pow(float(rope.theta), float(2 * i) /
+                                                                      float(rotaryDim())) /
+                               float(f.get<double>()));
+      }
+      return rope;
+    }
     if (type == "yarn")
       return readYarn(rope, *parameters, where, layerType);
     if (type == "linear") { // positions divided by factor: the default frequencies / factor
@@ -169,7 +195,8 @@ std::optional<Rope> Importer::readRope(const json *parameters, const std::string
   }
   if (type != "default") {
     c.error(where) << "RoPE type '" << type
-                   << "' is not supported (default, linear, llama3 and yarn are); it changes the "
+                   << "' is not supported (default, linear, llama3, yarn and GGUF's freq_factors "
+                      "are); it changes the "
                       "frequencies";
     return std::nullopt;
   }

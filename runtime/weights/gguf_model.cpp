@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace tpcrt {
@@ -353,17 +354,54 @@ bool buildConfig(const GgufSource &source, const std::string &modelType,
   return true;
 }
 
-/// llama.cpp keeps rope scaling factors as tensors; transformers' loader ignores them and its
-/// config has no rope_scaling, so the two would compute different models.
+/// llama.cpp's converter keeps a model's RoPE scaling as a tensor of per-pair divisors of
+/// the frequencies: rope_freqs (Llama 3.1's and 3.2's llama3 scaling, which the metadata does
+/// not otherwise say), read by readRopeFreqs. LongRoPE's two tables (Phi-3's long and short
+/// factors, one chosen by the sequence's length) are not read: refused.
 bool checkNotRopeFactors(const GgufTensor &t, const std::string &where, std::string &error) {
-  if (t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
-      t.name == "rope_factors_short.weight") {
+  if (t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight") {
     error = where + ": tensor " + t.name +
-            " holds RoPE scaling factors, which tpc does not read from GGUF yet (transformers "
-            "5.17's GGUF loader ignores them, so neither would compute this model as "
-            "llama.cpp does)";
+            " holds LongRoPE scaling factors, which tpc does not read from GGUF yet";
     return false;
   }
+  return true;
+}
+
+/// The file's rope_freqs, where it has one, into `config` as tpc's RoPE type "freq_factors"
+/// (lib/Import/Rope.cpp): each pair's frequency divided by its factor, as llama.cpp's rope
+/// divides it. transformers 5.17's GGUF loader ignores the tensor, and so computes another
+/// model than the checkpoint the file came from; tpc computes that checkpoint's (llama3
+/// scaling is exactly these divisors). One positive finite factor for each pair of the
+/// rotated dimensions, else an error naming the tensor.
+bool readRopeFreqs(const GgufSource &source, nlohmann::ordered_json &config, std::string &error) {
+  const GgufTensor *t = source.file.tensor("rope_freqs.weight");
+  if (!t)
+    return true;
+  int64_t heads = config.value("num_attention_heads", int64_t(0));
+  int64_t headDim = config.contains("head_dim")
+                        ? config["head_dim"].get<int64_t>()
+                        : heads > 0 ? config.value("hidden_size", int64_t(0)) / heads : 0;
+  if (t->shape.size() != 1 || headDim <= 0 || t->shape[0] * 2 != headDim) {
+    error = source.where + ": tensor rope_freqs.weight has shape " + shapeText(t->shape) +
+            "; RoPE scaling factors are one for each pair of a head's " +
+            std::to_string(headDim) + " dimensions";
+    return false;
+  }
+  std::vector<float> factors;
+  if (!source.file.readRowsF32(t->name, 0, 1, factors, error))
+    return false;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < factors.size(); ++i) {
+    if (!std::isfinite(factors[i]) || !(factors[i] > 0)) {
+      error = source.where + ": tensor rope_freqs.weight holds " + std::to_string(factors[i]) +
+              " at " + std::to_string(i) + ": a RoPE scaling factor must be positive";
+      return false;
+    }
+    list.push_back(double(factors[i]));
+  }
+  config["rope_parameters"] = {{"rope_type", "freq_factors"}, {"freq_factors", std::move(list)}};
+  if (config.contains("rope_theta"))
+    config["rope_parameters"]["rope_theta"] = config["rope_theta"];
   return true;
 }
 
@@ -434,7 +472,8 @@ bool mapTensors(const GgufSource &source, const std::string &modelType,
   int64_t heads = config.value("num_attention_heads", int64_t(0));
   int64_t kvHeads = config.value("num_key_value_heads", heads);
   for (const GgufTensor &t : source.file.tensors())
-    if (!mapTensor(source, modelType, t, heads, kvHeads, tensors, error))
+    if (t.name != "rope_freqs.weight" && // (readRopeFreqs': no parameter of the model)
+        !mapTensor(source, modelType, t, heads, kvHeads, tensors, error))
       return false;
   return true;
 }
@@ -456,6 +495,7 @@ std::unique_ptr<GgufModel> GgufModel::open(const std::string &path, std::string 
   model->modelType_ = modelTypeOf(source);
   nlohmann::ordered_json config;
   if (!buildConfig(source, model->modelType_, config, error) ||
+      !readRopeFreqs(source, config, error) ||
       !mapTensors(source, model->modelType_, config, model->tensors_, error))
     return nullptr;
   model->config_ = config.dump(2) + "\n";

@@ -9,6 +9,7 @@
 #include "GgufWriter.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstring>
@@ -166,11 +167,39 @@ TEST(GgufModel, RefusesATensorWithNoHuggingFaceCounterpart) {
   EXPECT_NE(error.find("blk.0.weird.weight"), std::string::npos) << error;
 }
 
-TEST(GgufModel, RefusesRopeFrequencyFactors) {
+TEST(GgufModel, RopeFrequencyFactorsBecomeTheConfigsRopeAndNoParameter) {
+  // One factor a pair of the head's 4 dimensions: 1 and 8 (llama3's high and low bands).
+  auto factors = [](std::vector<float> values) {
+    return std::string(reinterpret_cast<const char *>(values.data()), values.size() * 4);
+  };
   ModelFile f = llamaFile();
-  f.tensor("rope_freqs.weight", {kHeadDim / 2}, GgmlType::F32, std::string(8, '\0'));
-  std::string error = openError(f, "rope-freqs");
-  EXPECT_NE(error.find("rope_freqs.weight"), std::string::npos) << error;
+  f.tensor("rope_freqs.weight", {kHeadDim / 2}, GgmlType::F32, factors({1.0f, 8.0f}));
+  std::string path = writeTemp(f.bytes(), "rope-freqs"), error;
+  std::unique_ptr<GgufModel> model = GgufModel::open(path, error);
+  ASSERT_NE(model, nullptr) << error;
+  nlohmann::json config = nlohmann::json::parse(model->configJson());
+  EXPECT_EQ(config["rope_parameters"]["rope_type"], "freq_factors");
+  EXPECT_EQ(config["rope_parameters"]["freq_factors"], nlohmann::json::parse("[1.0, 8.0]"));
+  EXPECT_EQ(model->find("rope_freqs.weight"), nullptr);
+  // A factor that is not positive, a count that is not one a pair, LongRoPE's tables.
+  ModelFile zero = llamaFile();
+  zero.tensor("rope_freqs.weight", {kHeadDim / 2}, GgmlType::F32, factors({1.0f, 0.0f}));
+  error = openError(zero, "rope-freqs-zero");
+  EXPECT_NE(error.find("rope_freqs.weight holds 0.000000 at 1: a RoPE scaling factor must be "
+                       "positive"),
+            std::string::npos)
+      << error;
+  ModelFile three = llamaFile();
+  three.tensor("rope_freqs.weight", {3}, GgmlType::F32, factors({1.0f, 2.0f, 3.0f}));
+  error = openError(three, "rope-freqs-three");
+  EXPECT_NE(error.find("one for each pair of a head's 4 dimensions"), std::string::npos) << error;
+  ModelFile longrope = llamaFile();
+  longrope.tensor("rope_factors_long.weight", {kHeadDim / 2}, GgmlType::F32,
+                  factors({1.0f, 2.0f}));
+  error = openError(longrope, "longrope");
+  EXPECT_NE(error.find("rope_factors_long.weight holds LongRoPE scaling factors"),
+            std::string::npos)
+      << error;
 }
 
 TEST(GgufModel, RefusesATypeItDoesNotRead) {

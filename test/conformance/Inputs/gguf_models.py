@@ -22,6 +22,7 @@ teacher-forced logits, into OUTDIR/ARCH/reference.json, reference.bin, prompt.tx
 and OUTDIR/ARCH/gguf_config.json: load_gguf_checkpoint(file)["config"], for reading.
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -38,7 +39,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
-ARCHS = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"]
+ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "phi3", "gemma2"]
+# Written as llama files: q/k rows permuted, vocab_size in the metadata.
+LLAMA_FILES = ("llama", "llama3rope", "mistral")
 
 # What each architecture's source model changes from hf_model.py's tiny config, so that the
 # GGUF file can say it: llama's llama3 RoPE scaling would be a rope_freqs tensor (which
@@ -50,6 +53,14 @@ ARCHS = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"]
 OVERRIDES = {
     "llama": {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
               "head_dim": 32},
+    # Llama 3.1's scaling, its band moved to this tiny model's positions (an original context
+    # of 64: all but the two fastest of the 16 pairs are slowed), which the converter writes as
+    # the rope_freqs tensor.
+    "llama3rope": {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0,
+                                       "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 64},
+                   "head_dim": 32},
     "gemma2": {"head_dim": 32},
     # The loader reads no head_dim for qwen3 (Qwen3Config's default, 128, applies), so the
     # model must have that one.
@@ -62,6 +73,7 @@ OVERRIDES = {
 QUANT = {
     "llama": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.F16, "attn_output": Q.Q8_0,
               "ffn_gate": Q.Q4_0, "ffn_down": Q.Q8_0, "token_embd": Q.F16, "output": Q.Q8_0},
+    "llama3rope": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "ffn_up": Q.Q8_0, "output": Q.F16},
     "mistral": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "attn_output": Q.Q4_0, "ffn_up": Q.Q8_0,
                 "token_embd": Q.Q8_0},
     "qwen2": {"attn_q": Q.Q8_0, "attn_v": Q.Q4_0, "ffn_down": Q.Q4_0, "ffn_up": Q.F16,
@@ -80,7 +92,8 @@ QUANT = {
 UNLOADABLE = {"mistral": "transformers 5.17 with gguf-py 0.19 raises 'Unknown gguf model_type: "
                          "mistral in gguf-py'"}
 
-GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "mistral": gguf.MODEL_ARCH.LLAMA,
+GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA,
+             "mistral": gguf.MODEL_ARCH.LLAMA,
              "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
              "phi3": gguf.MODEL_ARCH.PHI3, "gemma2": gguf.MODEL_ARCH.GEMMA2}
 
@@ -89,6 +102,27 @@ def permute(w, heads):
     """llama.cpp's LlamaModel.permute: each head's rows from (half, pair) to (pair, half)."""
     return (w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
+
+
+def llama3_rope_freqs(c, head_dim):
+    """The rope_freqs tensor llama.cpp's converter writes for llama3 scaling
+    (LlamaModel.generate_extra_tensors): each pair's divisor of its frequency."""
+    rp = c.rope_parameters
+    factor, low, high = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
+    old = rp["original_max_position_embeddings"]
+    freqs = 1.0 / (rp["rope_theta"] ** (torch.arange(0, head_dim, 2, dtype=torch.float32)
+                                        / head_dim))
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            factors.append(1)
+        elif wavelen > old / low:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
 
 
 def write_gguf(model, arch, path):
@@ -110,9 +144,9 @@ def write_gguf(model, arch, path):
     if rope_theta is not None:
         writer.add_rope_freq_base(rope_theta)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    if arch in ("llama", "mistral", "phi3"):
+    if arch in LLAMA_FILES + ("phi3",):
         writer.add_rope_dimension_count(head_dim)
-    if arch in ("llama", "mistral", "qwen3", "gemma2"):
+    if arch in LLAMA_FILES + ("qwen3", "gemma2"):
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     if arch == "gemma2":
@@ -120,7 +154,7 @@ def write_gguf(model, arch, path):
         writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
         writer.add_final_logit_softcapping(c.final_logit_softcapping)
     # The converter writes llama's vocab_size; elsewhere the loaders count the tokens.
-    if arch in ("llama", "mistral"):
+    if arch in LLAMA_FILES:
         writer.add_vocab_size(c.vocab_size)
     else:
         writer.add_token_list([f"<t{i}>" for i in range(c.vocab_size)])
@@ -142,7 +176,7 @@ def write_gguf(model, arch, path):
         w = value.detach().float().numpy()
         if arch == "gemma2" and hf.endswith("norm.weight"):
             w = w + np.float32(1)
-        if arch in ("llama", "mistral") and module in ("attn_q", "attn_k"):
+        if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
             w = permute(w, c.num_attention_heads if module == "attn_q"
                         else c.num_key_value_heads)
         qtype = QUANT[arch].get(module, Q.F32) if w.ndim == 2 else Q.F32
@@ -150,13 +184,16 @@ def write_gguf(model, arch, path):
         writer.add_tensor(f"{name}.{suffix}", data, raw_dtype=qtype)
         # What the file holds, as the Hugging Face value: the rounding and nothing else.
         back = dequantize(data, qtype).reshape(w.shape)
-        if arch in ("llama", "mistral") and module in ("attn_q", "attn_k"):
+        if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
             heads = c.num_attention_heads if module == "attn_q" else c.num_key_value_heads
             back = (back.reshape(heads, back.shape[0] // heads // 2, 2, *back.shape[1:])
                     .swapaxes(1, 2).reshape(back.shape))
         if arch == "gemma2" and hf.endswith("norm.weight"):
             back = back - np.float32(1)
         expected[hf] = back
+    if c.rope_parameters.get("rope_type") == "llama3":
+        writer.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
+                          llama3_rope_freqs(c, head_dim), raw_dtype=Q.F32)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -165,7 +202,8 @@ def write_gguf(model, arch, path):
 
 
 def make(arch, outdir):
-    model = hf_model.build("llama" if arch == "llama" else arch, 0, 0.15, OVERRIDES.get(arch))
+    model = hf_model.build("llama" if arch in ("llama", "llama3rope") else arch, 0, 0.15,
+                           OVERRIDES.get(arch))
     os.makedirs(outdir, exist_ok=True)
     name = f"{arch}.gguf"
     expected = write_gguf(model, arch, os.path.join(outdir, name))
@@ -182,7 +220,7 @@ def make(arch, outdir):
                                                                dtype=torch.float32)
     loaded.set_attn_implementation("eager")
     loaded.eval()
-    if loaded.config.model_type != arch:
+    if loaded.config.model_type != ("llama" if arch == "llama3rope" else arch):
         raise SystemExit(f"gguf_models.py: {arch}: transformers loaded a "
                          f"{loaded.config.model_type} model")
     state = loaded.state_dict()
@@ -194,6 +232,25 @@ def make(arch, outdir):
         diff = float(np.abs(got.float().numpy() - want).max())
         if not diff <= 1e-6:
             raise SystemExit(f"gguf_models.py: {arch}: {hf} loaded differs by {diff:.3g}")
+
+    if arch == "llama3rope":
+        # transformers' GGUF loader ignores rope_freqs: its model rotates by the default
+        # frequencies. The reference is the checkpoint the file came from (its llama3 scaling)
+        # with the file's weights, which is what llama.cpp computes from the file; and it must
+        # differ from the loader's, or the test would not see the factors ignored.
+        cfg = loaded.config
+        cfg.rope_parameters = dict(model.config.rope_parameters)
+        scaled = type(loaded)(cfg).to(torch.float32).eval()
+        scaled.load_state_dict(state)
+        scaled.set_attn_implementation("eager")
+        ids = torch.tensor([list(range(3, 3 + hf_model.PROMPT_LEN * 3))])
+        with torch.no_grad():
+            apart = float((scaled(ids).logits - loaded(ids).logits).abs().max())
+        if not apart > 1e-2:
+            raise SystemExit(f"gguf_models.py: {arch}: rope_freqs change the logits by only "
+                             f"{apart:.3g}")
+        print(f"{arch}: rope_freqs change transformers' logits by {apart:.3g}")
+        loaded = scaled
 
     best, best_key = None, None
     for attempt in range(hf_model.MAX_TRIES):
