@@ -1,6 +1,7 @@
 // Tokenizer::fromGguf: the tokenizer a GGUF file's metadata describes, as transformers 5.17
 // builds it for AutoTokenizer.from_pretrained(dir, gguf_file=NAME) (integrations/ggml.py:
-// GGUFTokenizerSkeleton, GGUFLlamaConverter; modeling_gguf_pytorch_utils.load_gguf_checkpoint).
+// GGUFTokenizerSkeleton, GGUFLlamaConverter, GGUFQwen2Converter;
+// modeling_gguf_pytorch_utils.load_gguf_checkpoint; TokenizersBackend.__init__).
 // The metadata becomes the tokenizer.json and tokenizer_config.json transformers would hold,
 // and TokenizerBuilder reads those as it reads a checkpoint's files, so every check and limit
 // of Tokenizer::load applies; what only the metadata can get wrong (a key's type, an array's
@@ -22,8 +23,13 @@
 //  - with no tokenizer.ggml.add_space_prefix, the "gpt2" vocabulary's decoder strips one
 //    leading space from the decoded text (transformers' Strip decoder, add_prefix_space
 //    defaulting to true); llama.cpp does not.
+//  - the Qwen family (qwen2, qwen2moe, qwen3, qwen3moe) gets Qwen2Converter's pipeline and
+//    exactly three special tokens, <|endoftext|>, <|im_start|> and <|im_end|>, whatever the
+//    token types say; its bos and eos are Qwen2Tokenizer's defaults (none, and
+//    <|endoftext|>), not the file's ids (Qwen2.5-Instruct's eos is <|im_end|>).
 #include "tpcrt/tokenizer.h"
 
+#include "components.h"
 #include "tokenizer_builder.h"
 #include "tpcrt/gguf.h"
 #include "tpcrt/utf8.h"
@@ -62,6 +68,7 @@ size_t charLength(const std::string &s, size_t i) {
 struct GgufVocabulary {
   std::string prefix; // "GGUF file X: "
   std::string architecture, model;
+  std::string converter; // converterOf's
   std::vector<std::string> tokens;
   std::vector<double> scores;        // empty when absent
   std::vector<int64_t> tokenTypes;   // empty when absent
@@ -69,7 +76,7 @@ struct GgufVocabulary {
   std::vector<std::pair<std::string, std::string>> merges;
   bool mergesGiven = false;
   std::optional<int64_t> bos, eos, unk, pad;
-  bool addPrefixSpace = true;
+  std::optional<bool> addSpacePrefix; // each converter has its own default
 };
 
 /// An optional token id: absent, or an integer naming one of the tokens.
@@ -137,7 +144,8 @@ std::vector<std::pair<std::string, std::string>> mergesFromScores(const GgufVoca
 }
 
 /// The converter transformers 5.17 picks for an architecture (GGUF_TO_FAST_CONVERTERS, after
-/// load_gguf_checkpoint renames it): "llama" for the one tpc reads, else why not.
+/// load_gguf_checkpoint renames it): "llama" or "qwen2" for the ones tpc reads, else "" and
+/// why not.
 std::string converterOf(const GgufFile &file, const std::string &arch, std::string &why) {
   std::string name;
   std::string ignored;
@@ -152,17 +160,27 @@ std::string converterOf(const GgufFile &file, const std::string &arch, std::stri
     }
     return "llama";
   }
+  // load_gguf_checkpoint renames qwen2moe and qwen3moe to qwen2_moe and qwen3_moe; the four
+  // map to GGUFQwen2Converter, and their model types to Qwen2Tokenizer.
+  if (arch == "qwen2" || arch == "qwen2moe" || arch == "qwen3" || arch == "qwen3moe")
+    return "qwen2";
   static const std::set<std::string> unigram = {"t5", "t5encoder", "umt5", "gemma2", "gemma3",
                                                 "gemma4"};
-  static const std::set<std::string> notYet = {"qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35",
-                                               "minimax-m2", "phi3", "bloom", "falcon", "stablelm",
-                                               "gpt2", "starcoder2", "mamba", "nemotron"};
+  // GGUFQwen2Converter too, but qwen35's special tokens come from the file's ids
+  // (get_gguf_tokenizer, Qwen3_5Tokenizer) and minimax_m2's are TokenizersBackend's <s>, </s>.
+  static const std::set<std::string> qwenOther = {"qwen35", "minimax-m2"};
+  // GGUFPhi3Converter (phi3) and GGUFGPTConverter (the others).
+  static const std::set<std::string> otherConverter = {
+      "phi3", "bloom", "falcon", "stablelm", "gpt2", "starcoder2", "mamba", "nemotron"};
+  const char *const read = "tpc reads the tokenizer of GGUF files of architecture llama (and "
+                           "deci), qwen2, qwen2moe, qwen3 and qwen3moe only, not of '";
   if (unigram.count(arch))
     why = "transformers builds a Unigram tokenizer for architecture '" + arch +
           "' (tpc reads BPE tokenizers only)";
-  else if (notYet.count(arch))
-    why = "tpc reads the tokenizer of llama-architecture GGUF files only, not of architecture '" +
-          arch + "' (transformers builds that one with another converter)";
+  else if (qwenOther.count(arch))
+    why = read + arch + "' (transformers builds Qwen2's pipeline with other special tokens)";
+  else if (otherConverter.count(arch))
+    why = read + arch + "' (transformers builds that one with another converter)";
   else
     why = "transformers 5.17 builds no tokenizer for architecture '" + arch + "'";
   return "";
@@ -175,7 +193,8 @@ GgufVocabulary readVocabulary(const GgufFile &file, const TokenizerLimits &limit
   if (!file.getString("general.architecture", v.architecture, error))
     throw GgufError(error);
   std::string why;
-  if (converterOf(file, v.architecture, why).empty())
+  v.converter = converterOf(file, v.architecture, why);
+  if (v.converter.empty())
     throw GgufError(v.prefix + "general.architecture: " + why);
   if (!file.getString("tokenizer.ggml.model", v.model, error))
     throw GgufError(error);
@@ -185,6 +204,11 @@ GgufVocabulary readVocabulary(const GgufFile &file, const TokenizerLimits &limit
     throw GgufError(v.prefix + "tokenizer.ggml.model: '" + v.model.substr(0, 64) +
                     "' tokenizers are not supported (tpc reads 'llama', SentencePiece-style "
                     "BPE, and 'gpt2', byte-level BPE)");
+  // GGUFQwen2Converter builds byte-level BPE whatever the model says; tpc takes only "gpt2",
+  // which llama.cpp reads the same way.
+  if (v.converter == "qwen2" && v.model != "gpt2")
+    throw GgufError(v.prefix + "tokenizer.ggml.model: '" + v.model + "' under architecture '" +
+                    v.architecture + "' (tpc reads 'gpt2', byte-level BPE, there)");
 
   if (!file.getStrings("tokenizer.ggml.tokens", v.tokens, error))
     throw GgufError(error);
@@ -256,44 +280,88 @@ GgufVocabulary readVocabulary(const GgufFile &file, const TokenizerLimits &limit
   v.eos = tokenId(file, v, "tokenizer.ggml.eos_token_id");
   v.unk = tokenId(file, v, "tokenizer.ggml.unknown_token_id");
   v.pad = tokenId(file, v, "tokenizer.ggml.padding_token_id");
-  if (file.find("tokenizer.ggml.add_space_prefix") &&
-      !file.getBool("tokenizer.ggml.add_space_prefix", v.addPrefixSpace, error))
-    throw GgufError(error);
+  if (file.find("tokenizer.ggml.add_space_prefix")) {
+    bool add = false;
+    if (!file.getBool("tokenizer.ggml.add_space_prefix", add, error))
+      throw GgufError(error);
+    v.addSpacePrefix = add;
+  }
   return v;
 }
 
 json typed(const char *type) { return json{{"type", type}}; }
 
+/// A ByteLevel pre-tokenizer, decoder or post-processor.
+json byteLevel(bool addPrefixSpace, bool trimOffsets, bool useRegex) {
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", addPrefixSpace},
+          {"trim_offsets", trimOffsets},
+          {"use_regex", useRegex}};
+}
+
+/// The BPE model of the tokens and the merges (the file's, or built from the scores), with the
+/// flags a converter gives it.
+json bpeModel(const GgufVocabulary &v, bool byteFallback,
+              const std::vector<std::pair<std::string, std::string>> &merges) {
+  json vocab = json::object();
+  for (size_t i = 0; i < v.tokens.size(); ++i)
+    vocab[v.tokens[i]] = i; // a token listed twice: its last id, as Python's dict keeps
+  json pairs = json::array();
+  for (const auto &[a, b] : merges)
+    pairs.push_back(json::array({a, b}));
+  return {{"type", "BPE"},         {"vocab", std::move(vocab)},
+          {"merges", std::move(pairs)}, {"fuse_unk", byteFallback},
+          {"byte_fallback", byteFallback}, {"unk_token", nullptr}};
+}
+
+/// The file's merges, or those GGUFTokenizerSkeleton builds from the scores.
+std::vector<std::pair<std::string, std::string>> mergesOf(const GgufVocabulary &v,
+                                                          const TokenizerLimits &limits) {
+  return v.mergesGiven ? v.merges : mergesFromScores(v, limits);
+}
+
+/// Appends a special token as tokenizer.add_special_tokens([AddedToken(content,
+/// normalized=False, special=True)]) adds it: its vocabulary id, or (absent from the
+/// vocabulary) the next id the tokenizers library's AddedVocabulary gives.
+void addSpecial(json &tok, const std::string &content) {
+  const json &vocab = tok["model"]["vocab"];
+  json &added = tok["added_tokens"];
+  uint64_t id = 0;
+  if (auto it = vocab.find(content); it != vocab.end()) {
+    id = it->get<uint64_t>(); // listed twice: the builder keeps the first, as the library does
+  } else {
+    // Only GGUFQwen2Converter's three can be absent: a scan of the few added so far.
+    std::optional<uint64_t> maxAdded;
+    for (const json &a : added) {
+      if (a["content"] == content)
+        return;
+      maxAdded = std::max(maxAdded.value_or(0), a["id"].get<uint64_t>());
+    }
+    uint64_t size = vocab.size();
+    id = maxAdded && (*maxAdded >= size || size == 0) ? *maxAdded + 1 : size;
+  }
+  added.push_back({{"id", id},
+                   {"content", content},
+                   {"special", true},
+                   {"normalized", false},
+                   {"lstrip", false},
+                   {"rstrip", false},
+                   {"single_word", false}});
+}
+
 /// tokenizer.json and tokenizer_config.json as GGUFLlamaConverter and LlamaTokenizer leave
 /// them.
 void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok, json &cfg) {
   bool llama3 = v.model != "llama";
-  json vocab = json::object();
-  for (size_t i = 0; i < v.tokens.size(); ++i)
-    vocab[v.tokens[i]] = i; // a token listed twice: its last id, as Python's dict keeps
-  json merges = json::array();
-  for (const auto &[a, b] : v.mergesGiven ? v.merges : mergesFromScores(v, limits))
-    merges.push_back(json::array({a, b}));
-  json model = {{"type", "BPE"},         {"vocab", std::move(vocab)},
-                {"merges", std::move(merges)}, {"fuse_unk", true},
-                {"byte_fallback", true}, {"unk_token", nullptr}};
-  if (v.unk)
-    model["unk_token"] = v.tokens[*v.unk];
+  bool addPrefixSpace = v.addSpacePrefix.value_or(true);
   tok = json::object();
-  tok["model"] = std::move(model);
+  tok["model"] = bpeModel(v, true, mergesOf(v, limits));
+  if (v.unk)
+    tok["model"]["unk_token"] = v.tokens[*v.unk];
 
   // Special tokens: every control token (type 3) where there are types, else unk, bos and the
   // eos transformers names (the string of the bos id).
-  json added = json::array();
-  auto special = [&](const std::string &content) {
-    added.push_back({{"id", tok["model"]["vocab"][content]},
-                     {"content", content},
-                     {"special", true},
-                     {"normalized", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"single_word", false}});
-  };
+  tok["added_tokens"] = json::array();
   std::optional<std::string> bos, eos;
   if (v.bos)
     bos = v.tokens[*v.bos];
@@ -302,25 +370,23 @@ void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok
   if (v.hasTokenTypes) {
     for (size_t i = 0; i < v.tokens.size(); ++i)
       if (v.tokenTypes[i] == 3)
-        special(v.tokens[i]);
+        addSpecial(tok, v.tokens[i]);
   } else {
     if (v.unk)
-      special(v.tokens[*v.unk]);
+      addSpecial(tok, v.tokens[*v.unk]);
     if (bos)
-      special(*bos);
+      addSpecial(tok, *bos);
     if (eos)
-      special(*eos);
+      addSpecial(tok, *eos);
   }
-  tok["added_tokens"] = std::move(added);
 
   if (llama3) {
     tok["normalizer"] = nullptr;
-    tok["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                            {"trim_offsets", false}, {"use_regex", true}};
+    tok["pre_tokenizer"] = byteLevel(false, false, true);
   } else {
     // LlamaConverter's legacy normalizer: the file sets no "legacy", which it reads as true.
     json normalizers = json::array();
-    if (v.addPrefixSpace)
+    if (addPrefixSpace)
       normalizers.push_back({{"type", "Prepend"}, {"prepend", kSpace}});
     normalizers.push_back(
         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}});
@@ -332,9 +398,8 @@ void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok
                                 {"pattern", {{"String", kSpace}}},
                                 {"content", " "}}});
   if (llama3)
-    decoders.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false},
-                        {"trim_offsets", false}, {"use_regex", true}});
-  if (v.addPrefixSpace)
+    decoders.push_back(byteLevel(false, false, true));
+  if (addPrefixSpace)
     decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1u}, {"stop", 0u}});
   tok["decoder"] = {{"type", "Sequence"}, {"decoders", std::move(decoders)}};
   // TokenizersBackend's post-processor without add_bos_token or add_eos_token (the GGUF keys
@@ -346,6 +411,45 @@ void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok
   cfg["bos_token"] = eos ? json(*eos) : json(nullptr); // swapped, as transformers 5.17 has them
   cfg["eos_token"] = bos ? json(*bos) : json(nullptr);
   cfg["unk_token"] = v.unk ? json(v.tokens[*v.unk]) : json(nullptr);
+}
+
+/// tokenizer.json and tokenizer_config.json as GGUFQwen2Converter (Qwen2Converter.converted)
+/// and Qwen2Tokenizer leave them.
+void qwenJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok, json &cfg) {
+  std::vector<std::pair<std::string, std::string>> merges = mergesOf(v, limits);
+  // Qwen2Converter takes an empty vocabulary or merges list as "none given" and reads the slow
+  // tokenizer's, which the GGUF skeleton lacks: transformers fails.
+  if (v.tokens.empty() || merges.empty())
+    throw GgufError(v.prefix +
+                    (v.tokens.empty() ? "tokenizer.ggml.tokens" : "tokenizer.ggml.merges") +
+                    ": none, and transformers' Qwen2Converter builds no tokenizer without them");
+  tok = json::object();
+  tok["model"] = bpeModel(v, false, merges);
+  // GGUFQwen2Converter's three, whatever the token types say; transformers adds those the
+  // vocabulary lacks after it.
+  tok["added_tokens"] = json::array();
+  for (const char *special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"})
+    addSpecial(tok, special);
+  tok["normalizer"] = typed("NFC");
+  json split = {{"type", "Split"},
+                {"pattern", {{"Regex", tokenizer_detail::kQwen2Pattern}}},
+                {"behavior", "Isolated"},
+                {"invert", false}};
+  // add_prefix_space: the file's add_space_prefix, which GGUFTokenizerSkeleton carries.
+  tok["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({std::move(split), byteLevel(v.addSpacePrefix.value_or(false), true, false)})}};
+  tok["decoder"] = byteLevel(true, true, true);
+  tok["post_processor"] = byteLevel(true, false, true);
+
+  // No tokenizer_class (the components above are used as they are): Qwen2Tokenizer's
+  // defaults, which no GGUF key reaches (load_gguf_checkpoint passes the ids, not the strings).
+  cfg = json::object();
+  cfg["bos_token"] = nullptr;
+  cfg["eos_token"] = "<|endoftext|>";
+  cfg["unk_token"] = "<|endoftext|>";
+  cfg["pad_token"] = "<|endoftext|>";
 }
 
 } // namespace
@@ -364,7 +468,12 @@ std::unique_ptr<Tokenizer> Tokenizer::fromGguf(const GgufFile &file, std::string
     GgufVocabulary v = readVocabulary(file, limits);
     if (!v.mergesGiven)
       source.merges = prefix + ": the merges built from tokenizer.ggml.scores";
-    llamaJson(v, limits, tok, cfg);
+    if (v.converter == "qwen2") {
+      source.addedTokens = prefix + ": GGUFQwen2Converter's special tokens";
+      qwenJson(v, limits, tok, cfg);
+    } else {
+      llamaJson(v, limits, tok, cfg);
+    }
   } catch (const GgufError &e) {
     error = e.what();
     return nullptr;

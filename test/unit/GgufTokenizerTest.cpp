@@ -127,6 +127,19 @@ std::map<std::string, Value> validLlama() {
           {"tokenizer.ggml.unknown_token_id", u32(0)}};
 }
 
+/// A Qwen-family vocabulary (qwen3moe) that lacks <|im_start|>, with add_space_prefix.
+std::map<std::string, Value> validQwen() {
+  return {{"general.architecture", str("qwen3moe")},
+          {"tokenizer.ggml.model", str("gpt2")},
+          {"tokenizer.ggml.tokens",
+           strings({"a", "b", "ab", "ba", "<|endoftext|>", "<|im_end|>"})},
+          {"tokenizer.ggml.token_type", i32s({1, 1, 1, 1, 3, 3})},
+          {"tokenizer.ggml.merges", strings({"a b", "b a"})},
+          {"tokenizer.ggml.bos_token_id", u32(4)},
+          {"tokenizer.ggml.eos_token_id", u32(5)},
+          {"tokenizer.ggml.add_space_prefix", boolean(true)}};
+}
+
 std::string loadError(const std::map<std::string, Value> &metadata, const std::string &name,
                       const TokenizerLimits &limits = TokenizerLimits()) {
   std::string error;
@@ -173,6 +186,22 @@ TEST(GgufTokenizer, BuildsMergesFromScores) {
   EXPECT_NE(error.find("'tokenizer.chat_template'"), std::string::npos) << error;
 }
 
+TEST(GgufTokenizer, ReadsAQwenVocabularyAsGgufQwen2ConverterBuildsIt) {
+  std::string error;
+  std::unique_ptr<GgufFile> file = GgufFile::open(write(validQwen(), "qwen"), error);
+  ASSERT_NE(file, nullptr) << error;
+  std::unique_ptr<Tokenizer> tok = Tokenizer::fromGguf(*file, error);
+  ASSERT_NE(tok, nullptr) << error;
+  // <|im_start|>, absent, is numbered after the vocabulary; add_space_prefix puts a space
+  // before each piece, one the vocabulary lacks ("Ġ"), which BPE without byte fallback drops.
+  auto ids = tok->encode("ab<|im_start|>a<|im_end|>", true, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{2, 6, 0, 5}));
+  EXPECT_EQ(tok->idEnd(), 7);
+  EXPECT_EQ(tok->bosToken(), "");
+  EXPECT_EQ(tok->eosToken(), "<|endoftext|>"); // Qwen2Tokenizer's, not the file's <|im_end|>
+}
+
 TEST(GgufTokenizer, RefusesHostileMetadata) {
   struct Case {
     const char *name;
@@ -202,8 +231,10 @@ TEST(GgufTokenizer, RefusesHostileMetadata) {
        {"tokenizer.ggml.model", "'bert'", "not supported"}},
       {"t5", [](auto &m) { m["general.architecture"] = str("t5"); },
        {"general.architecture", "Unigram"}},
-      {"qwen2", [](auto &m) { m["general.architecture"] = str("qwen2"); },
-       {"general.architecture", "'qwen2'"}},
+      {"phi3", [](auto &m) { m["general.architecture"] = str("phi3"); },
+       {"general.architecture", "'phi3'", "another converter"}},
+      {"qwen35", [](auto &m) { m["general.architecture"] = str("qwen35"); },
+       {"general.architecture", "'qwen35'", "other special tokens"}},
       {"no-merges-no-scores", [](auto &m) { m.erase("tokenizer.ggml.merges"); },
        {"tokenizer.ggml.merges: missing"}},
       {"token-not-utf8",
@@ -223,9 +254,18 @@ TEST(GgufTokenizer, RefusesHostileMetadata) {
       EXPECT_NE(error.find(want), std::string::npos) << c.name << ": " << error;
   }
 
+  std::map<std::string, Value> qwen = validQwen();
+  qwen["tokenizer.ggml.merges"] = strings({});
+  std::string error = loadError(qwen, "qwen-no-merges");
+  EXPECT_NE(error.find("tokenizer.ggml.merges: none"), std::string::npos) << error;
+  qwen = validQwen();
+  qwen["tokenizer.ggml.model"] = str("llama");
+  error = loadError(qwen, "qwen-llama-model");
+  EXPECT_NE(error.find("tokenizer.ggml.model: 'llama'"), std::string::npos) << error;
+
   std::map<std::string, Value> llama = validLlama();
   llama["tokenizer.ggml.scores"] = f32s({0, 0, -1, -2, std::nanf(""), -4, -5});
-  std::string error = loadError(llama, "nan-score");
+  error = loadError(llama, "nan-score");
   EXPECT_NE(error.find("tokenizer.ggml.scores[4]"), std::string::npos) << error;
   llama["tokenizer.ggml.scores"] = f32s({0, 0, -1});
   error = loadError(llama, "scores-short");

@@ -6,10 +6,11 @@ from run to run, and both sides always read the same files) and writes one check
 transformers rebuilds (LlamaTokenizer, GemmaTokenizer, Qwen2Tokenizer, GPT2Tokenizer), and
 two whose tokenizer.json is used as it is (a Llama-3-style byte-level BPE with ignore_merges,
 and the Llama vocabulary with its own Metaspace pipeline).
-`make-gguf OUT` writes small GGUF files (metadata only, no tensors) of the llama architecture
-with gguf-py's GGUFWriter: SentencePiece-style "llama" vocabularies with scores and byte
+`make-gguf OUT` writes small GGUF files (metadata only, no tensors) with gguf-py's GGUFWriter:
+of the llama architecture, SentencePiece-style "llama" vocabularies with scores and byte
 tokens (merges built from the scores, by transformers as by tpc) and a byte-level "gpt2" one
-with merges, for transformers' GGUF tokenizer converter.
+with merges; of the qwen2 and qwen3moe architectures, byte-level ones with Qwen2's pattern,
+for transformers' GGUF tokenizer converters (GGUFLlamaConverter, GGUFQwen2Converter).
 `compare TPC_BIN DIR...` encodes (with and without special tokens), decodes (with and without
 skipping them) and stream-decodes a multilingual sample with both, and prints
 `conform: NAME ok` or each difference.
@@ -235,8 +236,9 @@ def make_gguf(out):
     import gguf
     os.makedirs(out, exist_ok=True)
 
-    def write_gguf(name, tokens, types, scores=None, merges=None, model="llama", extra=None):
-        w = gguf.GGUFWriter(os.path.join(out, name), "llama")
+    def write_gguf(name, tokens, types, scores=None, merges=None, model="llama", extra=None,
+                   arch="llama"):
+        w = gguf.GGUFWriter(os.path.join(out, name), arch)
         w.add_name("tiny")
         w.add_tokenizer_model(model)
         w.add_token_list(tokens)
@@ -280,6 +282,33 @@ def make_gguf(out):
     write_gguf("llama3.gguf", tokens, types, model="gpt2",
                merges=[" ".join(m) for m in llama3["model"]["merges"]],
                extra={"add_bos_token_id": 0, "add_eos_token_id": 2, "add_tokenizer_pre": "llama-bpe"})
+
+    # Qwen2.5-Instruct's metadata as llama.cpp's converter writes it: bos and padding
+    # <|endoftext|>, eos <|im_end|>, add_bos_token false, and a ChatML template.
+    qwen_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    _, qwen2 = train_byte_level(qwen_specials, QWEN2_PATTERN)
+    tokens = [t for t, _ in sorted(qwen2["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    types = [gguf.TokenType.CONTROL if t in qwen_specials else gguf.TokenType.NORMAL
+             for t in tokens]
+    chatml = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    write_gguf("qwen2.gguf", tokens, types, model="gpt2", arch="qwen2",
+               merges=[" ".join(m) for m in qwen2["model"]["merges"]],
+               extra={"add_tokenizer_pre": "qwen2", "add_add_bos_token": False,
+                      "add_bos_token_id": tokens.index("<|endoftext|>"),
+                      "add_eos_token_id": tokens.index("<|im_end|>"),
+                      "add_pad_token_id": tokens.index("<|endoftext|>"),
+                      "add_chat_template": chatml})
+    # qwen3moe (load_gguf_checkpoint renames it qwen3_moe; qwen2, qwen2moe, qwen3 and qwen3moe
+    # get the same converter and tokenizer class), with add_space_prefix, which
+    # Qwen2Converter's ByteLevel pre-tokenizer takes, and without <|im_start|>, which
+    # transformers then numbers after the vocabulary.
+    tokens = [t for t in tokens if t != "<|im_start|>"]
+    write_gguf("qwen3moe.gguf", tokens, [gguf.TokenType.NORMAL] * len(tokens), model="gpt2",
+               arch="qwen3moe", merges=[" ".join(m) for m in qwen2["model"]["merges"]],
+               extra={"add_tokenizer_pre": "qwen2", "add_add_space_prefix": True,
+                      "add_bos_token_id": tokens.index("<|endoftext|>"),
+                      "add_eos_token_id": tokens.index("<|im_end|>")})
 
 
 def hf_tokenizer(d):
@@ -333,6 +362,11 @@ def compare(tpc_bin, dirs):
         specials = [t for t in hf.all_special_tokens if t]
         samples = SAMPLES + ["".join(specials[:2]) + " text after " + " ".join(specials)
                              + "\nend"]
+        if d.endswith(".gguf"):
+            # Every added token, special or not (GGUFQwen2Converter's three, which only
+            # <|endoftext|> of all_special_tokens names).
+            added = [a.content for a in hf.added_tokens_decoder.values()]
+            samples.append("".join(added) + " x" + "\n".join(added) + " e\u0301")
         requests, wants = [], []
         for text in samples:
             for add in (True, False):
