@@ -1,7 +1,9 @@
 // GGUF files as Hugging Face checkpoints (tpcrt/gguf_model.h). What is mapped follows
 // transformers 5.17's GGUF loader (integrations/ggml.py's GGUF_CONFIG_MAPPING and
 // modeling_gguf_pytorch_utils.py), the oracle the conformance tests compare with, for the
-// architectures that tpc imports and that loader knows.
+// architectures that tpc imports and that loader knows; where the loader leaves out what
+// makes the file's model (llama's rope_freqs, Gemma 3's RoPE scaling and query scale), tpc
+// computes what llama.cpp computes from the file.
 #include "tpcrt/gguf_model.h"
 
 #include "tpcrt/slices.h"
@@ -27,6 +29,7 @@ struct GgufArchitecture {
   bool keyLengthIsHeadDim = false; // attention.key_length is head_dim (qwen3, gemma2)
   bool slidingWindow = false;      // attention.sliding_window is sliding_window
   bool softcapping = false;        // attn_logit_softcapping, final_logit_softcapping (gemma2)
+  bool gemma3 = false; // Gemma 3's sliding layers' RoPE, global RoPE scaling, query scale
 };
 
 const GgufArchitecture kArchitectures[] = {
@@ -35,12 +38,14 @@ const GgufArchitecture kArchitectures[] = {
     {"qwen3", "qwen3", false, false, false, true},
     {"phi3", "phi3"},
     {"gemma2", "gemma2", false, true, false, true, true, true},
+    {"gemma3", "gemma3_text", false, true, false, true, true, true, true},
 };
 
 /// Values transformers' config classes give a field the GGUF loader leaves out, where tpc's
 /// importer (which takes config.json alone, with defaults of its own) would take another:
-/// Qwen3Config's head_dim is 128 and Gemma2Config's 256, not hidden / heads; Gemma2Config
-/// softcaps attention at 50 and logits at 30, where an absent key means none to the importer.
+/// Qwen3Config's head_dim is 128 and Gemma2Config's and Gemma3TextConfig's 256, not hidden /
+/// heads; Gemma2Config softcaps attention at 50 and logits at 30, where an absent key means
+/// none to the importer.
 struct ClassDefault {
   const char *modelType, *field;
   double value;
@@ -51,6 +56,7 @@ const ClassDefault kClassDefaults[] = {
     {"gemma2", "head_dim", 256, false},
     {"gemma2", "attn_logit_softcapping", 50.0, true},
     {"gemma2", "final_logit_softcapping", 30.0, true},
+    {"gemma3_text", "head_dim", 256, false},
     // MistralConfig's window: transformers applies it to a mistral file, whose metadata
     // (llama.*) cannot say otherwise.
     {"mistral", "sliding_window", 4096, false},
@@ -72,7 +78,7 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
     if (part == "ffn_up")
       return "mlp.gate_up_proj";
   }
-  if (type == "gemma2") {
+  if (type == "gemma2" || type == "gemma3_text") {
     if (part == "ffn_norm")
       return "pre_feedforward_layernorm";
     if (part == "post_attention_norm")
@@ -265,6 +271,10 @@ std::vector<Hyperparameter> hyperparametersOf(const GgufArchitecture &arch) {
     fields.push_back({"attn_logit_softcapping", "attn_logit_softcapping", true});
     fields.push_back({"final_logit_softcapping", "final_logit_softcapping", true});
   }
+  // The converter's local theta (rope_parameters' sliding_attention); llama.cpp takes 10000,
+  // what every released Gemma 3 has, and so does Gemma3TextConfig where the file says none.
+  if (arch.gemma3)
+    fields.push_back({"rope.freq_base_swa", "rope_local_base_freq", true});
   return fields;
 }
 
@@ -339,7 +349,56 @@ bool fillVocabSize(const GgufSource &source, nlohmann::ordered_json &config, std
   return true;
 }
 
-/// The config.json transformers 5.17 builds from the file's metadata.
+/// Gemma 3's settings that transformers' loader leaves out (or no key holds), as llama.cpp
+/// computes them from the file (llama-model.cpp's gemma3 hyperparameters, llm_build_gemma3):
+/// - rope.scaling.type "linear" with rope.scaling.factor (the 4B and larger: 8), the global
+///   layers' scaling, which the converter takes from rope_parameters' full_attention: as the
+///   legacy rope_scaling, which the importer gives the global layers alone;
+/// - no attention.sliding_window (or 0), which the converter writes for a
+///   sliding_window_pattern of 1: no sliding layer; with one, every sixth layer is global
+///   (llama.cpp's pattern, Gemma3TextConfig's default, the importer's);
+/// - query_pre_attn_scalar, which no key holds: llama.cpp scales the query by head_dim's,
+///   the 27B's (62 layers) by hidden / heads (168), which is each released model's value,
+///   where Gemma3TextConfig's 256 would be the 27B's wrong scale.
+bool readGemma3(const GgufSource &source, nlohmann::ordered_json &config, std::string &error) {
+  std::string scaling = "none";
+  if (source.file.find(source.key("rope.scaling.type")) &&
+      !source.file.getString(source.key("rope.scaling.type"), scaling, error))
+    return false;
+  if (scaling == "linear") {
+    double factor = 0;
+    if (!source.file.find(source.key("rope.scaling.factor"))) {
+      error = source.where + ": " + source.key("rope.scaling.type") +
+              " is linear, but there is no " + source.key("rope.scaling.factor");
+      return false;
+    }
+    if (!source.file.getFloat(source.key("rope.scaling.factor"), factor, error))
+      return false;
+    if (!std::isfinite(factor) || !(factor > 0)) {
+      error = source.where + ": " + source.key("rope.scaling.factor") + " is " +
+              std::to_string(factor) + "; a RoPE scaling factor must be positive";
+      return false;
+    }
+    config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
+  } else if (scaling != "none") {
+    error = source.where + ": " + source.key("rope.scaling.type") + " is '" + scaling +
+            "'; tpc reads a gemma3 file's linear scaling only";
+    return false;
+  }
+  if (config.value("sliding_window", int64_t(0)) == 0) {
+    config.erase("sliding_window");
+    config["sliding_window_pattern"] = 1;
+  }
+  int64_t layers = config.value("num_hidden_layers", int64_t(0)),
+          heads = config.value("num_attention_heads", int64_t(0));
+  config["query_pre_attn_scalar"] = layers == 62 && heads > 0
+                                        ? config.value("hidden_size", int64_t(0)) / heads
+                                        : config["head_dim"].get<int64_t>();
+  return true;
+}
+
+/// The config.json transformers 5.17 builds from the file's metadata (and Gemma 3's
+/// readGemma3).
 bool buildConfig(const GgufSource &source, const std::string &modelType,
                  nlohmann::ordered_json &config, std::string &error) {
   config["model_type"] = modelType;
@@ -347,6 +406,7 @@ bool buildConfig(const GgufSource &source, const std::string &modelType,
     return false;
   applyClassDefaults(modelType, config);
   if (!checkRequiredHyperparameters(source, error) ||
+      (source.arch.gemma3 && !readGemma3(source, config, error)) ||
       !readSpecialTokens(source.file, config, error) || !fillVocabSize(source, config, error))
     return false;
   bool hasOutput = source.file.tensor("output.weight") != nullptr;

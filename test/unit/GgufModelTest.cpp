@@ -1,5 +1,6 @@
 // GgufModel (runtime/weights/gguf_model.cpp) on tiny llama files written here: what open()
-// refuses, each with an error naming the key or tensor at fault, and what read() and
+// refuses, each with an error naming the key or tensor at fault, the config a gemma3 file's
+// metadata becomes (what llama.cpp computes beyond transformers' loader), and what read() and
 // readBlocks() return: the converter's RoPE row permutation undone (the file made with the
 // converter's permutation, written out here independently of the reader's inverse), and a
 // rank's slice of a Q8_0 matrix as the file's very blocks. That tpc and transformers compute
@@ -150,7 +151,7 @@ TEST(GgufModel, RefusesAnUnknownArchitecture) {
   ModelFile f = llamaMetadata("falcon");
   std::string error = openError(f, "falcon");
   EXPECT_NE(error.find("'falcon'"), std::string::npos) << error;
-  for (const char *arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2"})
+  for (const char *arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"})
     EXPECT_NE(error.find(arch), std::string::npos) << arch << " not listed: " << error;
 }
 
@@ -160,11 +161,94 @@ TEST(GgufModel, RefusesAMissingBlockCount) {
   EXPECT_NE(error.find("llama.block_count"), std::string::npos) << error;
 }
 
+namespace {
+
+/// A gemma3 file's metadata as the converter writes it (and no tensors): `layers` layers of
+/// the tiny shape with head_dim 4, a window of 4 unless `window` is 0 (none), rope.scaling.type
+/// `scaling` unless empty, with a factor of 8 unless `factor` is false; less the key named in
+/// `skip`.
+ModelFile gemma3Metadata(uint32_t layers, uint32_t window, const std::string &scaling,
+                         bool factor = true, const std::string &skip = "") {
+  ModelFile f;
+  f.str("general.architecture", "gemma3");
+  auto u32 = [&](const std::string &k, uint32_t v) {
+    if (skip != k)
+      f.u32("gemma3." + k, v);
+  };
+  auto f32 = [&](const std::string &k, float v) {
+    if (skip != k)
+      putFloat(f.key("gemma3." + k, GgufValueType::F32), v);
+  };
+  u32("block_count", layers);
+  u32("embedding_length", kHidden);
+  u32("attention.head_count", kHeads);
+  u32("attention.head_count_kv", kKvHeads);
+  u32("attention.key_length", kHeadDim);
+  u32("vocab_size", 4);
+  f32("rope.freq_base", 1e6f);
+  f32("rope.freq_base_swa", 20000.0f);
+  if (window)
+    u32("attention.sliding_window", window);
+  if (!scaling.empty())
+    f.str("gemma3.rope.scaling.type", scaling);
+  if (factor)
+    f32("rope.scaling.factor", 8.0f);
+  return f;
+}
+
+nlohmann::json gemma3Config(const ModelFile &f, const std::string &name) {
+  std::string path = writeTemp(f.bytes(), name), error;
+  std::unique_ptr<GgufModel> model = GgufModel::open(path, error);
+  EXPECT_NE(model, nullptr) << error;
+  return model ? nlohmann::json::parse(model->configJson()) : nlohmann::json();
+}
+
+} // namespace
+
 TEST(GgufModel, RefusesATensorWithNoHuggingFaceCounterpart) {
   ModelFile f = llamaFile();
   f32(f, "blk.0.weird.weight", 1, kHidden, hfMatrix(1, kHidden, 0));
   std::string error = openError(f, "weird");
   EXPECT_NE(error.find("blk.0.weird.weight"), std::string::npos) << error;
+}
+
+// What llama.cpp computes from a gemma3 file that transformers' loader leaves out: the
+// global layers' linear RoPE scaling, the local theta, the query's scale (head_dim's; the
+// 27B's, 62 layers, hidden / heads), no sliding layer without a window.
+TEST(GgufModel, Gemma3ConfigIsWhatLlamaCppComputes) {
+  nlohmann::json config = gemma3Config(gemma3Metadata(6, 4, "linear"), "gemma3");
+  EXPECT_EQ(config["model_type"], "gemma3_text");
+  EXPECT_EQ(config["head_dim"], kHeadDim);
+  EXPECT_EQ(config["rope_theta"], 1e6);
+  EXPECT_EQ(config["rope_local_base_freq"], 20000.0);
+  EXPECT_EQ(config["rope_scaling"],
+            nlohmann::json::parse(R"({"rope_type": "linear", "factor": 8.0})"));
+  EXPECT_EQ(config["sliding_window"], 4);
+  EXPECT_FALSE(config.contains("sliding_window_pattern")) << config.dump();
+  EXPECT_EQ(config["query_pre_attn_scalar"], kHeadDim);
+  EXPECT_EQ(gemma3Config(gemma3Metadata(62, 4, "linear"), "gemma3-27b")["query_pre_attn_scalar"],
+            kHidden / kHeads);
+  nlohmann::json plain = gemma3Config(gemma3Metadata(6, 0, "", false), "gemma3-no-swa");
+  EXPECT_FALSE(plain.contains("rope_scaling")) << plain.dump();
+  EXPECT_FALSE(plain.contains("sliding_window")) << plain.dump();
+  EXPECT_EQ(plain["sliding_window_pattern"], 1);
+  EXPECT_FALSE(gemma3Config(gemma3Metadata(6, 4, "none", false), "gemma3-none")
+                   .contains("rope_scaling"));
+}
+
+TEST(GgufModel, Gemma3RefusesWhatItCannotRead) {
+  std::string error = openError(gemma3Metadata(6, 4, "linear", true, "attention.head_count"),
+                                "gemma3-no-heads");
+  EXPECT_NE(error.find("no metadata 'gemma3.attention.head_count', which a gemma3 model needs"),
+            std::string::npos)
+      << error;
+  error = openError(gemma3Metadata(6, 4, "linear", false), "gemma3-no-factor");
+  EXPECT_NE(error.find("gemma3.rope.scaling.type is linear, but there is no "
+                       "gemma3.rope.scaling.factor"),
+            std::string::npos)
+      << error;
+  error = openError(gemma3Metadata(6, 4, "yarn"), "gemma3-yarn");
+  EXPECT_NE(error.find("gemma3.rope.scaling.type is 'yarn'"), std::string::npos) << error;
 }
 
 TEST(GgufModel, RopeFrequencyFactorsBecomeTheConfigsRopeAndNoParameter) {

@@ -2,11 +2,11 @@
 
     python gguf_models.py OUTDIR [ARCH,ARCH...]      (default: all of ARCHS; needs gguf-py)
 
-For each ARCH, hf_model.py's build() makes a tiny random transformers model (2 layers, hidden
-64, 4 heads, 2 KV heads; config changes below keep it to what a GGUF file can say), and this
-writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's converter (convert_hf_to_gguf.py) would:
-the architecture's metadata keys, gguf-py's tensor names (get_tensor_name_map), llama's
-q/k rows permuted for its RoPE, Gemma 2's norms stored as 1 + w, vectors in F32 and
+For each ARCH, hf_model.py's build() makes a tiny random transformers model (2 layers, gemma3's
+6; hidden 64, 4 heads, 2 KV heads; config changes below keep it to what a GGUF file can say),
+and this writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's converter (convert_hf_to_gguf.py)
+would: the architecture's metadata keys, gguf-py's tensor names (get_tensor_name_map), llama's
+q/k rows permuted for its RoPE, Gemma 2's and 3's norms stored as 1 + w, vectors in F32 and
 matrices in F32, F16, Q8_0 or Q4_0 (gguf.quants.quantize; which one is per tensor, below, so
 every architecture has quantized matrices of both kinds, some split by tp 2 across their
 blocks' rows, some along them). The file holds no tokenizer, only what the config needs (a
@@ -16,11 +16,14 @@ The reference is transformers 5.17 loading that file (from_pretrained(dir, gguf_
 dtype=torch.float32): its GGUF loader builds the config from the metadata, as tpc must, and
 dequantizes every tensor); before using it, every parameter it loaded is checked against the
 source model's value after the same rounding (quantize then dequantize), within 1e-6, so a
-file this script wrote wrongly fails here rather than as a tpc mismatch. Then, as
+file this script wrote wrongly fails here rather than as a tpc mismatch. Where the loader
+leaves out what llama.cpp computes from the file (BEYOND_LOADER), the reference is the loaded
+model with the source checkpoint's value of those fields. Then, as
 hf_model.py: a prompt of 8 ids with clear greedy margins, greedy generate of 16 tokens and the
 teacher-forced logits, into OUTDIR/ARCH/reference.json, reference.bin, prompt.txt, force.txt;
 and OUTDIR/ARCH/gguf_config.json: load_gguf_checkpoint(file)["config"], for reading.
 """
+import copy
 import json
 import math
 import os
@@ -39,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
-ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "phi3", "gemma2"]
+ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"]
 # Written as llama files: q/k rows permuted, vocab_size in the metadata.
 LLAMA_FILES = ("llama", "llama3rope", "mistral")
 
@@ -62,6 +65,12 @@ OVERRIDES = {
                                        "original_max_position_embeddings": 64},
                    "head_dim": 32},
     "gemma2": {"head_dim": 32},
+    # Six layers, so that Gemma3TextConfig's pattern (every sixth layer global, which the file
+    # cannot say) gives five sliding layers (window 8) and a global one; its RoPE linearly
+    # scaled by 4 (the converter's rope.scaling.*); query_pre_attn_scalar head_dim's, as
+    # llama.cpp takes it (the file cannot say it either).
+    "gemma3": {"head_dim": 32, "num_hidden_layers": 6, "layer_types": None,
+               "query_pre_attn_scalar": 32},
     # The loader reads no head_dim for qwen3 (Qwen3Config's default, 128, applies), so the
     # model must have that one.
     "qwen3": {"head_dim": 128},
@@ -84,6 +93,8 @@ QUANT = {
              "token_embd": Q.F16},
     "gemma2": {"attn_q": Q.Q4_0, "attn_k": Q.F16, "attn_output": Q.Q8_0, "ffn_gate": Q.Q8_0,
                "ffn_down": Q.Q4_0, "token_embd": Q.Q8_0},
+    "gemma3": {"attn_q": Q.Q8_0, "attn_v": Q.Q4_0, "attn_output": Q.Q4_0, "ffn_up": Q.F16,
+               "ffn_down": Q.Q8_0, "token_embd": Q.Q4_0},
 }
 
 # Files transformers 5.17 cannot load, written for tpc alone: its GGUF loader calls a llama
@@ -95,7 +106,22 @@ UNLOADABLE = {"mistral": "transformers 5.17 with gguf-py 0.19 raises 'Unknown gg
 GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA,
              "mistral": gguf.MODEL_ARCH.LLAMA,
              "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
-             "phi3": gguf.MODEL_ARCH.PHI3, "gemma2": gguf.MODEL_ARCH.GEMMA2}
+             "phi3": gguf.MODEL_ARCH.PHI3, "gemma2": gguf.MODEL_ARCH.GEMMA2,
+             "gemma3": gguf.MODEL_ARCH.GEMMA3}
+# What transformers' loader leaves out of a file's model (config fields, with what they say in
+# the file) that llama.cpp computes: llama3rope's rope_freqs tensor (the loader rotates by the
+# default frequencies); Gemma 3's rope.scaling.* (the loader leaves its global layers
+# unscaled), and its query_pre_attn_scalar, which no key holds: llama.cpp takes head_dim's
+# (27B aside), the loader Gemma3TextConfig's 256.
+BEYOND_LOADER = {
+    "llama3rope": {"rope_parameters": "rope_freqs"},
+    "gemma3": {"rope_parameters": "rope.scaling.type and .factor",
+               "query_pre_attn_scalar": "head_dim as the query's scale"},
+}
+# The model_type transformers gives a file, where it is not ARCH.
+LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text"}
+# Gemma's norms, which the converter stores as 1 + w.
+NORM_PLUS_ONE = ("gemma2", "gemma3")
 
 
 def permute(w, heads):
@@ -140,13 +166,23 @@ def write_gguf(model, arch, path):
     writer.add_head_count(c.num_attention_heads)
     writer.add_head_count_kv(c.num_key_value_heads)
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
-    rope_theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta")
-    if rope_theta is not None:
-        writer.add_rope_freq_base(rope_theta)
+    rope = getattr(c, "rope_parameters", None) or {}
+    if arch == "gemma3":
+        # TextModel.set_gguf_parameters: the global layers' theta and linear scaling, the
+        # sliding layers' theta; Gemma3Model: the window (its pattern is not written).
+        full = rope["full_attention"]
+        writer.add_rope_freq_base(full["rope_theta"])
+        writer.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+        if full.get("rope_type") == "linear":
+            writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            writer.add_rope_scaling_factor(full["factor"])
+        writer.add_sliding_window(c.sliding_window)
+    elif rope.get("rope_theta") is not None:
+        writer.add_rope_freq_base(rope["rope_theta"])
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     if arch in LLAMA_FILES + ("phi3",):
         writer.add_rope_dimension_count(head_dim)
-    if arch in LLAMA_FILES + ("qwen3", "gemma2"):
+    if arch in LLAMA_FILES + ("qwen3",) + NORM_PLUS_ONE:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     if arch == "gemma2":
@@ -174,7 +210,7 @@ def write_gguf(model, arch, path):
             raise SystemExit(f"gguf_models.py: {arch}: gguf-py has no name for {hf}")
         module = name.split(".")[-1]
         w = value.detach().float().numpy()
-        if arch == "gemma2" and hf.endswith("norm.weight"):
+        if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
             w = w + np.float32(1)
         if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
             w = permute(w, c.num_attention_heads if module == "attn_q"
@@ -188,10 +224,10 @@ def write_gguf(model, arch, path):
             heads = c.num_attention_heads if module == "attn_q" else c.num_key_value_heads
             back = (back.reshape(heads, back.shape[0] // heads // 2, 2, *back.shape[1:])
                     .swapaxes(1, 2).reshape(back.shape))
-        if arch == "gemma2" and hf.endswith("norm.weight"):
+        if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
             back = back - np.float32(1)
         expected[hf] = back
-    if c.rope_parameters.get("rope_type") == "llama3":
+    if rope.get("rope_type") == "llama3":
         writer.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
                           llama3_rope_freqs(c, head_dim), raw_dtype=Q.F32)
     writer.write_header_to_file()
@@ -220,7 +256,7 @@ def make(arch, outdir):
                                                                dtype=torch.float32)
     loaded.set_attn_implementation("eager")
     loaded.eval()
-    if loaded.config.model_type != ("llama" if arch == "llama3rope" else arch):
+    if loaded.config.model_type != LOADED_TYPE.get(arch, arch):
         raise SystemExit(f"gguf_models.py: {arch}: transformers loaded a "
                          f"{loaded.config.model_type} model")
     state = loaded.state_dict()
@@ -233,24 +269,31 @@ def make(arch, outdir):
         if not diff <= 1e-6:
             raise SystemExit(f"gguf_models.py: {arch}: {hf} loaded differs by {diff:.3g}")
 
-    if arch == "llama3rope":
-        # transformers' GGUF loader ignores rope_freqs: its model rotates by the default
-        # frequencies. The reference is the checkpoint the file came from (its llama3 scaling)
-        # with the file's weights, which is what llama.cpp computes from the file; and it must
-        # differ from the loader's, or the test would not see the factors ignored.
-        cfg = loaded.config
-        cfg.rope_parameters = dict(model.config.rope_parameters)
-        scaled = type(loaded)(cfg).to(torch.float32).eval()
-        scaled.load_state_dict(state)
-        scaled.set_attn_implementation("eager")
+    if arch in BEYOND_LOADER:
+        # What transformers' GGUF loader does not read, where it then computes another model
+        # than llama.cpp does from the file: the reference is the loaded model with the
+        # checkpoint's value of each such field (what llama.cpp computes), and each must move
+        # the logits, or the test would not see it ignored.
         ids = torch.tensor([list(range(3, 3 + hf_model.PROMPT_LEN * 3))])
-        with torch.no_grad():
-            apart = float((scaled(ids).logits - loaded(ids).logits).abs().max())
-        if not apart > 1e-2:
-            raise SystemExit(f"gguf_models.py: {arch}: rope_freqs change the logits by only "
-                             f"{apart:.3g}")
-        print(f"{arch}: rope_freqs change transformers' logits by {apart:.3g}")
-        loaded = scaled
+
+        def patched(fields):
+            cfg = copy.deepcopy(loaded.config)
+            for field in fields:
+                setattr(cfg, field, copy.deepcopy(getattr(model.config, field)))
+            m = type(loaded)(cfg).to(torch.float32).eval()
+            m.load_state_dict(state)
+            m.set_attn_implementation("eager")
+            return m
+
+        for field, what in BEYOND_LOADER[arch].items():
+            with torch.no_grad():
+                apart = float((patched([field])(ids).logits - loaded(ids).logits).abs().max())
+            if not apart > 1e-2:
+                raise SystemExit(f"gguf_models.py: {arch}: {what} change the logits by only "
+                                 f"{apart:.3g}")
+            print(f"{arch}: the loader leaves out {what} ({field}): its logits move by "
+                  f"{apart:.3g}")
+        loaded = patched(BEYOND_LOADER[arch])
 
     best, best_key = None, None
     for attempt in range(hf_model.MAX_TRIES):
