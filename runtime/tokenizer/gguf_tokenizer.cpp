@@ -169,11 +169,20 @@ std::string converterOf(const GgufFile &file, const std::string &arch, std::stri
   // GGUFQwen2Converter too, but qwen35's special tokens come from the file's ids
   // (get_gguf_tokenizer, Qwen3_5Tokenizer) and minimax_m2's are TokenizersBackend's <s>, </s>.
   static const std::set<std::string> qwenOther = {"qwen35", "minimax-m2"};
-  // GGUFPhi3Converter (phi3) and GGUFGPTConverter (the others).
+  // GGUFGPTConverter's.
   static const std::set<std::string> otherConverter = {
-      "phi3", "bloom", "falcon", "stablelm", "gpt2", "starcoder2", "mamba", "nemotron"};
+      "bloom", "falcon", "stablelm", "gpt2", "starcoder2", "mamba", "nemotron"};
   const char *const read = "tpc reads the tokenizer of GGUF files of architecture llama (and "
                            "deci), qwen2, qwen2moe, qwen3 and qwen3moe only, not of '";
+  // transformers 5.17's GGUFPhi3Converter builds BPE with no normalizer or pre-tokenizer:
+  // no "▁" for a space, so it drops the spaces of every text ("Hello world" becomes
+  // "elloworld..."). Copying it would tokenize every prompt wrongly; llama.cpp reads the file
+  // as SentencePiece, which is the model's, but tpc has no oracle for that here yet.
+  if (arch == "phi3") {
+    why = "transformers 5.17 builds a phi3 file's tokenizer without SentencePiece's spaces "
+          "(it drops them), which tpc will not copy; give token ids (--prompt-ids)";
+    return "";
+  }
   if (unigram.count(arch))
     why = "transformers builds a Unigram tokenizer for architecture '" + arch +
           "' (tpc reads BPE tokenizers only)";

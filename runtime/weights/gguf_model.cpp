@@ -3,7 +3,9 @@
 // modeling_gguf_pytorch_utils.py), the oracle the conformance tests compare with, for the
 // architectures that tpc imports and that loader knows; where the loader leaves out what
 // makes the file's model (llama's rope_freqs, Gemma 3's RoPE scaling and query scale), tpc
-// computes what llama.cpp computes from the file.
+// computes what llama.cpp computes from the file. olmo2 and smollm3, which that loader does
+// not know, are read as llama.cpp reads them (SmolLM3's layers without RoPE, which no key
+// says: every fourth, as llama.cpp and SmolLM3Config take them).
 #include "tpcrt/gguf_model.h"
 
 #include "tpcrt/slices.h"
@@ -39,13 +41,15 @@ const GgufArchitecture kArchitectures[] = {
     {"phi3", "phi3"},
     {"gemma2", "gemma2", false, true, false, true, true, true},
     {"gemma3", "gemma3_text", false, true, false, true, true, true, true},
+    {"olmo2", "olmo2"},
+    {"smollm3", "smollm3", true, false, true},
 };
 
 /// Values transformers' config classes give a field the GGUF loader leaves out, where tpc's
 /// importer (which takes config.json alone, with defaults of its own) would take another:
 /// Qwen3Config's head_dim is 128 and Gemma2Config's and Gemma3TextConfig's 256, not hidden /
 /// heads; Gemma2Config softcaps attention at 50 and logits at 30, where an absent key means
-/// none to the importer.
+/// none to the importer. For smollm3, which the loader does not know: what llama.cpp takes.
 struct ClassDefault {
   const char *modelType, *field;
   double value;
@@ -60,6 +64,12 @@ const ClassDefault kClassDefaults[] = {
     // MistralConfig's window: transformers applies it to a mistral file, whose metadata
     // (llama.*) cannot say otherwise.
     {"mistral", "sliding_window", 4096, false},
+    // SmolLM3's layers without RoPE, every fourth: no key holds it (llama.cpp's
+    // n_no_rope_layer_step is 4 for every smollm3 file, SmolLM3Config's interval too), so the
+    // config says it; and llama.cpp's theta where the file has no rope.freq_base, where
+    // SmolLM3Config's (and the importer's) would be 2e6.
+    {"smollm3", "no_rope_layer_interval", 4, false},
+    {"smollm3", "rope_theta", 10000.0, true},
 };
 
 std::string supportedArchitectures() {
@@ -78,9 +88,11 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
     if (part == "ffn_up")
       return "mlp.gate_up_proj";
   }
-  if (type == "gemma2" || type == "gemma3_text") {
-    if (part == "ffn_norm")
-      return "pre_feedforward_layernorm";
+  bool gemma = type == "gemma2" || type == "gemma3_text";
+  if (gemma && part == "ffn_norm")
+    return "pre_feedforward_layernorm";
+  // Gemma's sandwich norms; OLMo 2's only norms in a layer, after attention and the MLP.
+  if (gemma || type == "olmo2") {
     if (part == "post_attention_norm")
       return "post_attention_layernorm";
     if (part == "post_ffw_norm")
@@ -397,15 +409,42 @@ bool readGemma3(const GgufSource &source, nlohmann::ordered_json &config, std::s
   return true;
 }
 
+/// What an olmo2 or smollm3 file may say that llama.cpp computes and tpc does not read from
+/// GGUF, refused by its key rather than computed without: RoPE scaling (the converter writes
+/// a yarn config as rope.scaling.*), and an olmo2 file's attention.sliding_window, which the
+/// converter writes for OLMo 3 (Olmo3ForCausalLM is converted to olmo2, its sliding layers in
+/// attention.sliding_window_pattern), a model tpc does not import.
+bool checkNothingUnread(const GgufSource &source, std::string &error) {
+  std::string type = source.arch.modelType;
+  if (type != "olmo2" && type != "smollm3")
+    return true;
+  std::string scaling = "none", key = source.key("rope.scaling.type");
+  if (source.file.find(key) && !source.file.getString(key, scaling, error))
+    return false;
+  if (scaling != "none") {
+    error = source.where + ": " + key + " is '" + scaling +
+            "'; tpc does not read RoPE scaling from a " + source.architecture + " file yet";
+    return false;
+  }
+  key = source.key("attention.sliding_window");
+  if (type == "olmo2" && source.file.find(key)) {
+    error = source.where + ": " + key +
+            " says OLMo 3 (which llama.cpp's converter writes as olmo2), whose sliding layers "
+            "tpc does not import";
+    return false;
+  }
+  return true;
+}
+
 /// The config.json transformers 5.17 builds from the file's metadata (and Gemma 3's
-/// readGemma3).
+/// readGemma3; what llama.cpp takes from an olmo2 or smollm3 file, checkNothingUnread).
 bool buildConfig(const GgufSource &source, const std::string &modelType,
                  nlohmann::ordered_json &config, std::string &error) {
   config["model_type"] = modelType;
   if (!readHyperparameters(source, config, error))
     return false;
   applyClassDefaults(modelType, config);
-  if (!checkRequiredHyperparameters(source, error) ||
+  if (!checkRequiredHyperparameters(source, error) || !checkNothingUnread(source, error) ||
       (source.arch.gemma3 && !readGemma3(source, config, error)) ||
       !readSpecialTokens(source.file, config, error) || !fillVocabSize(source, config, error))
     return false;

@@ -1,6 +1,7 @@
 // GgufModel (runtime/weights/gguf_model.cpp) on tiny llama files written here: what open()
 // refuses, each with an error naming the key or tensor at fault, the config a gemma3 file's
-// metadata becomes (what llama.cpp computes beyond transformers' loader), and what read() and
+// metadata becomes (what llama.cpp computes beyond transformers' loader), olmo2's and smollm3's
+// as llama.cpp reads them (which that loader does not know), and what read() and
 // readBlocks() return: the converter's RoPE row permutation undone (the file made with the
 // converter's permutation, written out here independently of the reader's inverse), and a
 // rank's slice of a Q8_0 matrix as the file's very blocks. That tpc and transformers compute
@@ -151,7 +152,8 @@ TEST(GgufModel, RefusesAnUnknownArchitecture) {
   ModelFile f = llamaMetadata("falcon");
   std::string error = openError(f, "falcon");
   EXPECT_NE(error.find("'falcon'"), std::string::npos) << error;
-  for (const char *arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"})
+  for (const char *arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "olmo2",
+                           "smollm3"})
     EXPECT_NE(error.find(arch), std::string::npos) << arch << " not listed: " << error;
 }
 
@@ -249,6 +251,87 @@ TEST(GgufModel, Gemma3RefusesWhatItCannotRead) {
       << error;
   error = openError(gemma3Metadata(6, 4, "yarn"), "gemma3-yarn");
   EXPECT_NE(error.find("gemma3.rope.scaling.type is 'yarn'"), std::string::npos) << error;
+}
+
+namespace {
+
+/// An F32 vector of `n` elements, each `value`.
+void f32Vector(ModelFile &f, const std::string &name, int64_t n, float value) {
+  std::string bytes;
+  for (int64_t i = 0; i < n; ++i)
+    putFloat(bytes, value);
+  f.tensor(name, {uint64_t(n)}, GgmlType::F32, bytes);
+}
+
+/// The tiny shape as an olmo2 file (q unpermuted, q_norm over the whole projection, the norms
+/// after attention and the MLP) or a smollm3 one (q permuted: its converter is LlamaModel's,
+/// which writes rope.dimension_count), less the key named in `skip`.
+ModelFile olmo2OrSmolLM3(const std::string &architecture, const std::string &skip = "") {
+  ModelFile f = llamaMetadata(architecture, skip);
+  bool smol = architecture == "smollm3";
+  if (smol)
+    f.u32("smollm3.rope.dimension_count", kHeadDim);
+  f32(f, "blk.0.attn_q.weight", kHeads * kHeadDim, kHidden,
+      smol ? permutedRows(kHeads, kHidden, 1000) : hfMatrix(kHeads * kHeadDim, kHidden, 1000));
+  if (smol) {
+    f32Vector(f, "blk.0.attn_norm.weight", kHidden, 1.0f);
+    f32Vector(f, "blk.0.ffn_norm.weight", kHidden, 1.0f);
+  } else {
+    f32Vector(f, "blk.0.attn_q_norm.weight", kHeads * kHeadDim, 1.0f);
+    f32Vector(f, "blk.0.post_attention_norm.weight", kHidden, 1.0f);
+    f32Vector(f, "blk.0.post_ffw_norm.weight", kHidden, 1.0f);
+  }
+  return f;
+}
+
+} // namespace
+
+// transformers' loader knows neither: llama.cpp's reading, where SmolLM3's layers without
+// RoPE (every fourth) and its theta without a key are what llama.cpp takes.
+TEST(GgufModel, Olmo2AndSmolLM3AreReadAsLlamaCppReadsThem) {
+  std::string error, path = writeTemp(olmo2OrSmolLM3("olmo2").bytes(), "olmo2");
+  std::unique_ptr<GgufModel> olmo = GgufModel::open(path, error);
+  ASSERT_NE(olmo, nullptr) << error;
+  EXPECT_EQ(olmo->modelType(), "olmo2");
+  for (const char *name : {"model.layers.0.self_attn.q_norm.weight",
+                           "model.layers.0.post_attention_layernorm.weight",
+                           "model.layers.0.post_feedforward_layernorm.weight"})
+    EXPECT_NE(olmo->find(name), nullptr) << name;
+  const GgufModelTensor *q = olmo->find("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->permutedHeads, 0);
+
+  path = writeTemp(olmo2OrSmolLM3("smollm3").bytes(), "smollm3");
+  std::unique_ptr<GgufModel> smol = GgufModel::open(path, error);
+  ASSERT_NE(smol, nullptr) << error;
+  nlohmann::json config = nlohmann::json::parse(smol->configJson());
+  EXPECT_EQ(config["model_type"], "smollm3");
+  EXPECT_EQ(config["head_dim"], kHeadDim);
+  EXPECT_EQ(config["no_rope_layer_interval"], 4);
+  EXPECT_EQ(config["rope_theta"], 10000.0);
+  EXPECT_NE(smol->find("model.layers.0.post_attention_layernorm.weight"), nullptr);
+  std::vector<float> out(size_t(kHeads * kHeadDim * kHidden), -1.0f);
+  uint64_t bytesRead = 0;
+  ASSERT_TRUE(smol->read("model.layers.0.self_attn.q_proj.weight", {kHeads * kHeadDim, kHidden},
+                         SliceSpec(), out.data(), bytesRead, error))
+      << error;
+  EXPECT_EQ(out, hfMatrix(kHeads * kHeadDim, kHidden, 1000));
+}
+
+TEST(GgufModel, Olmo2AndSmolLM3RefuseWhatTpcDoesNotRead) {
+  std::string error = openError(olmo2OrSmolLM3("olmo2", "attention.head_count"), "olmo2-no-heads");
+  EXPECT_NE(error.find("no metadata 'olmo2.attention.head_count'"), std::string::npos) << error;
+  error = openError(olmo2OrSmolLM3("smollm3", "embedding_length"), "smollm3-no-hidden");
+  EXPECT_NE(error.find("no metadata 'smollm3.embedding_length'"), std::string::npos) << error;
+  // OLMo 3, which the converter writes as olmo2 with its sliding layers.
+  ModelFile olmo3 = olmo2OrSmolLM3("olmo2");
+  olmo3.u32("olmo2.attention.sliding_window", 4096);
+  error = openError(olmo3, "olmo3");
+  EXPECT_NE(error.find("olmo2.attention.sliding_window says OLMo 3"), std::string::npos) << error;
+  ModelFile yarn = olmo2OrSmolLM3("smollm3");
+  yarn.str("smollm3.rope.scaling.type", "yarn");
+  error = openError(yarn, "smollm3-yarn");
+  EXPECT_NE(error.find("smollm3.rope.scaling.type is 'yarn'"), std::string::npos) << error;
 }
 
 TEST(GgufModel, RopeFrequencyFactorsBecomeTheConfigsRopeAndNoParameter) {

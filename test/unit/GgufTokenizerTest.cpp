@@ -232,7 +232,7 @@ TEST(GgufTokenizer, RefusesHostileMetadata) {
       {"t5", [](auto &m) { m["general.architecture"] = str("t5"); },
        {"general.architecture", "Unigram"}},
       {"phi3", [](auto &m) { m["general.architecture"] = str("phi3"); },
-       {"general.architecture", "'phi3'", "another converter"}},
+       {"general.architecture", "phi3 file's tokenizer", "will not copy"}},
       {"qwen35", [](auto &m) { m["general.architecture"] = str("qwen35"); },
        {"general.architecture", "'qwen35'", "other special tokens"}},
       {"no-merges-no-scores", [](auto &m) { m.erase("tokenizer.ggml.merges"); },

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -89,7 +91,10 @@ struct GgufWriter {
 
 /// `bytes` written to the tests' temporary directory as NAME; its path.
 inline std::string writeTemp(const std::string &bytes, const std::string &name) {
-  std::string path = testing::TempDir() + "tpc-unit-" + name;
+  // The process's id in the name: two test runs at once (the plain and the sanitizer build's,
+  // or a developer's beside CI's) must not write each other's files.
+  std::string path =
+      testing::TempDir() + "tpc-unit-" + std::to_string(::getpid()) + "-" + name;
   FILE *f = std::fopen(path.c_str(), "wb");
   EXPECT_NE(f, nullptr);
   if (f && !bytes.empty())

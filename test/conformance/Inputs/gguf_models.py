@@ -3,10 +3,11 @@
     python gguf_models.py OUTDIR [ARCH,ARCH...]      (default: all of ARCHS; needs gguf-py)
 
 For each ARCH, hf_model.py's build() makes a tiny random transformers model (2 layers, gemma3's
-6; hidden 64, 4 heads, 2 KV heads; config changes below keep it to what a GGUF file can say),
-and this writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's converter (convert_hf_to_gguf.py)
-would: the architecture's metadata keys, gguf-py's tensor names (get_tensor_name_map), llama's
-q/k rows permuted for its RoPE, Gemma 2's and 3's norms stored as 1 + w, vectors in F32 and
+6, smollm3's 4; hidden 64, 4 heads, 2 KV heads; config changes below keep it to what a GGUF
+file can say), and this writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's converter
+(convert_hf_to_gguf.py) would: the architecture's metadata keys, gguf-py's tensor names
+(get_tensor_name_map), q/k rows permuted for llama.cpp's RoPE by the converter's LlamaModel
+(llama's and smollm3's), Gemma 2's and 3's norms stored as 1 + w, vectors in F32 and
 matrices in F32, F16, Q8_0 or Q4_0 (gguf.quants.quantize; which one is per tensor, below, so
 every architecture has quantized matrices of both kinds, some split by tp 2 across their
 blocks' rows, some along them). The file holds no tokenizer, only what the config needs (a
@@ -18,7 +19,11 @@ dequantizes every tensor); before using it, every parameter it loaded is checked
 source model's value after the same rounding (quantize then dequantize), within 1e-6, so a
 file this script wrote wrongly fails here rather than as a tpc mismatch. Where the loader
 leaves out what llama.cpp computes from the file (BEYOND_LOADER), the reference is the loaded
-model with the source checkpoint's value of those fields. Then, as
+model with the source checkpoint's value of those fields. The architectures that loader does
+not know (NO_LOADER: olmo2, smollm3) have as reference the source model with every parameter
+the file's value (the same rounding), computed by transformers' modeling code; what llama.cpp
+takes from such a file that no key says is the source model's too (SmolLM3's layer without
+RoPE, every fourth), and must move the logits. Then, as
 hf_model.py: a prompt of 8 ids with clear greedy margins, greedy generate of 16 tokens and the
 teacher-forced logits, into OUTDIR/ARCH/reference.json, reference.bin, prompt.txt, force.txt;
 and OUTDIR/ARCH/gguf_config.json: load_gguf_checkpoint(file)["config"], for reading.
@@ -42,9 +47,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
-ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"]
-# Written as llama files: q/k rows permuted, vocab_size in the metadata.
-LLAMA_FILES = ("llama", "llama3rope", "mistral")
+ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "olmo2",
+         "smollm3"]
+# Written by the converter's LlamaModel (SmolLM3Model is a subclass): q/k rows permuted,
+# vocab_size and rope.dimension_count in the metadata.
+LLAMA_FILES = ("llama", "llama3rope", "mistral", "smollm3")
 
 # What each architecture's source model changes from hf_model.py's tiny config, so that the
 # GGUF file can say it: llama's llama3 RoPE scaling would be a rope_freqs tensor (which
@@ -74,6 +81,11 @@ OVERRIDES = {
     # The loader reads no head_dim for qwen3 (Qwen3Config's default, 128, applies), so the
     # model must have that one.
     "qwen3": {"head_dim": 128},
+    # Four layers with llama.cpp's layers without RoPE (every fourth, which no key says:
+    # SmolLM3Config's default interval), none sliding (llama.cpp's smollm3 has no window), and
+    # a head_dim that is not hidden / heads, so that rope.dimension_count matters.
+    "smollm3": {"num_hidden_layers": 4, "no_rope_layers": None, "use_sliding_window": False,
+                "sliding_window": None, "head_dim": 32},
 }
 
 # The storage of each matrix, by gguf-py's module name (the rest F32). tp 2 splits attn_q /
@@ -95,6 +107,10 @@ QUANT = {
                "ffn_down": Q.Q4_0, "token_embd": Q.Q8_0},
     "gemma3": {"attn_q": Q.Q8_0, "attn_v": Q.Q4_0, "attn_output": Q.Q4_0, "ffn_up": Q.F16,
                "ffn_down": Q.Q8_0, "token_embd": Q.Q4_0},
+    "olmo2": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "attn_v": Q.F16, "attn_output": Q.Q8_0,
+              "ffn_gate": Q.Q8_0, "ffn_down": Q.Q4_0, "token_embd": Q.F16, "output": Q.Q4_0},
+    "smollm3": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_0,
+                "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0, "token_embd": Q.Q8_0},
 }
 
 # Files transformers 5.17 cannot load, written for tpc alone: its GGUF loader calls a llama
@@ -107,7 +123,8 @@ GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA
              "mistral": gguf.MODEL_ARCH.LLAMA,
              "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
              "phi3": gguf.MODEL_ARCH.PHI3, "gemma2": gguf.MODEL_ARCH.GEMMA2,
-             "gemma3": gguf.MODEL_ARCH.GEMMA3}
+             "gemma3": gguf.MODEL_ARCH.GEMMA3, "olmo2": gguf.MODEL_ARCH.OLMO2,
+             "smollm3": gguf.MODEL_ARCH.SMOLLM3}
 # What transformers' loader leaves out of a file's model (config fields, with what they say in
 # the file) that llama.cpp computes: llama3rope's rope_freqs tensor (the loader rotates by the
 # default frequencies); Gemma 3's rope.scaling.* (the loader leaves its global layers
@@ -117,6 +134,16 @@ BEYOND_LOADER = {
     "llama3rope": {"rope_parameters": "rope_freqs"},
     "gemma3": {"rope_parameters": "rope.scaling.type and .factor",
                "query_pre_attn_scalar": "head_dim as the query's scale"},
+}
+# Architectures transformers 5.17's GGUF loader does not know (GGUF_CONFIG_MAPPING has no olmo2
+# or smollm3): the reference is the source model with the file's values. Each entry: what
+# llama.cpp takes that no key says, as {config field: (the value it would otherwise have,
+# what it is)}, each checked to move the logits by more than 1e-2, or the test would not see
+# it ignored.
+NO_LOADER = {
+    "olmo2": {},
+    "smollm3": {"no_rope_layers": ([1, 1, 1, 1], "the layer without RoPE (llama.cpp's "
+                                                 "n_no_rope_layer_step 4)")},
 }
 # The model_type transformers gives a file, where it is not ARCH.
 LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text"}
@@ -189,7 +216,7 @@ def write_gguf(model, arch, path):
         writer.add_sliding_window(c.sliding_window)
         writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
         writer.add_final_logit_softcapping(c.final_logit_softcapping)
-    # The converter writes llama's vocab_size; elsewhere the loaders count the tokens.
+    # LlamaModel writes vocab_size (llama, smollm3); elsewhere the loaders count the tokens.
     if arch in LLAMA_FILES:
         writer.add_vocab_size(c.vocab_size)
     else:
@@ -237,6 +264,28 @@ def write_gguf(model, arch, path):
     return expected
 
 
+def with_file_values(model, expected):
+    """MODEL with every parameter the file's value (EXPECTED), for an architecture
+    transformers' GGUF loader does not know: what the file holds, computed by transformers'
+    modeling code."""
+    m = copy.deepcopy(model)
+    missing, unexpected = m.load_state_dict(
+        {hf: torch.from_numpy(np.asarray(v, dtype=np.float32)) for hf, v in expected.items()},
+        strict=False)
+    tied = {"lm_head.weight"} if m.config.tie_word_embeddings else set()
+    if set(missing) - tied or unexpected:
+        raise SystemExit(f"gguf_models.py: the file's values leave {missing} and add "
+                         f"{unexpected}")
+    state = m.state_dict()
+    for hf, want in expected.items():
+        if not np.array_equal(state[hf].numpy(), want):
+            raise SystemExit(f"gguf_models.py: {hf} is not the file's value")
+    if tied and m.lm_head.weight.data_ptr() != m.model.embed_tokens.weight.data_ptr():
+        raise SystemExit("gguf_models.py: lm_head is no longer the embedding")
+    m.set_attn_implementation("eager")
+    return m.eval()
+
+
 def make(arch, outdir):
     model = hf_model.build("llama" if arch in ("llama", "llama3rope") else arch, 0, 0.15,
                            OVERRIDES.get(arch))
@@ -246,7 +295,30 @@ def make(arch, outdir):
     if arch in UNLOADABLE:
         print(f"{arch}: wrote {name}; no reference ({UNLOADABLE[arch]})")
         return
+    if arch in NO_LOADER:
+        loaded = with_file_values(model, expected)
+        ids = torch.tensor([list(range(3, 3 + hf_model.PROMPT_LEN * 3))])
+        for field, (other, what) in NO_LOADER[arch].items():
+            cfg = copy.deepcopy(loaded.config)
+            setattr(cfg, field, other)
+            m = type(loaded)(cfg).to(torch.float32).eval()
+            m.load_state_dict(loaded.state_dict())
+            m.set_attn_implementation("eager")
+            with torch.no_grad():
+                apart = float((m(ids).logits - loaded(ids).logits).abs().max())
+            if not apart > 1e-2:
+                raise SystemExit(f"gguf_models.py: {arch}: {what} changes the logits by only "
+                                 f"{apart:.3g}")
+            print(f"{arch}: no key says {what} ({field}): without it the logits move by "
+                  f"{apart:.3g}")
+    else:
+        loaded = load_with_transformers(arch, model, outdir, name, expected)
+    write_reference(arch, outdir, name, expected, loaded)
 
+
+def load_with_transformers(arch, model, outdir, name, expected):
+    """transformers' GGUF loader's model of the file, its parameters checked against the
+    file's values (and BEYOND_LOADER's fields the source checkpoint's)."""
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
     config = load_gguf_checkpoint(os.path.join(outdir, name))["config"]
     with open(os.path.join(outdir, "gguf_config.json"), "w") as f:
@@ -294,7 +366,11 @@ def make(arch, outdir):
             print(f"{arch}: the loader leaves out {what} ({field}): its logits move by "
                   f"{apart:.3g}")
         loaded = patched(BEYOND_LOADER[arch])
+    return loaded
 
+
+def write_reference(arch, outdir, name, expected, loaded):
+    """LOADED's greedy tokens and teacher-forced logits for a prompt with clear margins."""
     best, best_key = None, None
     for attempt in range(hf_model.MAX_TRIES):
         g = torch.Generator().manual_seed(attempt)
@@ -322,7 +398,7 @@ def make(arch, outdir):
     for file, ids in (("prompt.txt", best["prompt"]), ("force.txt", best["greedy"])):
         with open(os.path.join(outdir, file), "w") as f:
             f.write(",".join(map(str, ids)) + "\n")
-    print(f"{arch}: loaded {len(expected)} tensors as written; greedy "
+    print(f"{arch}: {len(expected)} tensors as written; greedy "
           f"{','.join(map(str, best['greedy']))} min margin {min(best['margins']):.3g} "
           f"(prompt try {best['attempt']})")
 
