@@ -5,7 +5,8 @@
 // makes the file's model (llama's rope_freqs, Gemma 3's RoPE scaling and query scale), tpc
 // computes what llama.cpp computes from the file. olmo2 and smollm3, which that loader does
 // not know, are read as llama.cpp reads them (SmolLM3's layers without RoPE, which no key
-// says: every fourth, as llama.cpp and SmolLM3Config take them).
+// says: every fourth, as llama.cpp and SmolLM3Config take them). An MoE's 3D experts are
+// transformers' stacked parameters, its gate and up halves read as one gate_up_proj.
 #include "tpcrt/gguf_model.h"
 
 #include "tpcrt/slices.h"
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -32,12 +34,14 @@ struct GgufArchitecture {
   bool slidingWindow = false;      // attention.sliding_window is sliding_window
   bool softcapping = false;        // attn_logit_softcapping, final_logit_softcapping (gemma2)
   bool gemma3 = false; // Gemma 3's sliding layers' RoPE, global RoPE scaling, query scale
+  bool moe = false;    // expert_count, expert_used_count, expert_feed_forward_length
 };
 
 const GgufArchitecture kArchitectures[] = {
     {"llama", "llama", true, false, true, false, false},
     {"qwen2", "qwen2"},
     {"qwen3", "qwen3", false, false, false, true},
+    {"qwen3moe", "qwen3_moe", false, false, false, true, false, false, false, true},
     {"phi3", "phi3"},
     {"gemma2", "gemma2", false, true, false, true, true, true},
     {"gemma3", "gemma3_text", false, true, false, true, true, true, true},
@@ -54,6 +58,7 @@ struct ClassDefault {
   const char *modelType, *field;
   double value;
   bool isFloat;
+  bool isBool = false;
 };
 const ClassDefault kClassDefaults[] = {
     {"qwen3", "head_dim", 128, false},
@@ -61,6 +66,12 @@ const ClassDefault kClassDefaults[] = {
     {"gemma2", "attn_logit_softcapping", 50.0, true},
     {"gemma2", "final_logit_softcapping", 30.0, true},
     {"gemma3_text", "head_dim", 256, false},
+    // The loader's GGUF default (GGUF_CONFIG_DEFAULTS_MAPPING): llama.cpp's qwen3moe always
+    // renormalizes the top k weights, where Qwen3MoeConfig would not. The experts' width,
+    // where the file has no expert_feed_forward_length (which the loader never reads):
+    // Qwen3MoeConfig's.
+    {"qwen3_moe", "norm_topk_prob", 1, false, true},
+    {"qwen3_moe", "moe_intermediate_size", 768, false},
     // MistralConfig's window: transformers applies it to a mistral file, whose metadata
     // (llama.*) cannot say otherwise.
     {"mistral", "sliding_window", 4096, false},
@@ -110,6 +121,12 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
       {"ffn_gate", "mlp.gate_proj"},
       {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"},
+      // An MoE's router and its experts, stacked [E, ...] as transformers holds them; gate
+      // and up both go to gate_up_proj (mapTensor pairs them).
+      {"ffn_gate_inp", "mlp.gate"},
+      {"ffn_gate_exps", "mlp.experts.gate_up_proj"},
+      {"ffn_up_exps", "mlp.experts.gate_up_proj"},
+      {"ffn_down_exps", "mlp.experts.down_proj"},
   };
   for (const auto &[gguf, hf] : common)
     if (part == gguf)
@@ -144,7 +161,12 @@ std::string hfName(const std::string &name, const GgufArchitecture &arch, std::s
     return "";
   module = stem.substr(end + 1);
   const char *hf = layerModule(module, arch);
-  return hf ? "model.layers." + layer + "." + hf + suffix : "";
+  if (!hf)
+    return "";
+  // The stacked experts are parameters of their module, not a Linear's weight.
+  if (std::strncmp(hf, "mlp.experts.", 12) == 0)
+    return suffix == ".weight" ? "model.layers." + layer + "." + hf : "";
+  return "model.layers." + layer + "." + hf + suffix;
 }
 
 std::string shapeText(const std::vector<int64_t> &shape) {
@@ -154,30 +176,61 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-/// One past the last file row a rank's slice of `shape` needs (a permuted tensor's: to the
-/// end of the head that holds it).
-int64_t rowsNeeded(const GgufModelTensor &mapped, const std::vector<int64_t> &shape,
-                   const SliceSpec &spec) {
+/// The Hugging Face shape of a mapped tensor: its file tensor's, or a fused gate_up's (the
+/// gate's [E, I, H] with 2I rows an expert).
+std::vector<int64_t> hfShapeOf(const GgufModelTensor &mapped) {
+  std::vector<int64_t> shape = mapped.tensor->shape;
+  if (mapped.up)
+    shape[1] *= 2;
+  return shape;
+}
+
+/// Where row `hfRow` of the Hugging Face tensor is: in which file tensor (0: `tensor`, 1:
+/// `up`) and at which of its rows.
+struct FileRow {
+  int part;
+  int64_t row;
+};
+
+FileRow fileRowOf(const GgufModelTensor &mapped, int64_t hfRow) {
+  if (mapped.up) {
+    int64_t width = mapped.tensor->shape[1];
+    int64_t expert = hfRow / (2 * width), r = hfRow % (2 * width);
+    return {r < width ? 0 : 1, expert * width + r % width};
+  }
+  if (!mapped.permutedHeads)
+    return {0, hfRow};
+  int64_t headRows = mapped.tensor->rows / mapped.permutedHeads, half = headRows / 2;
+  int64_t h = hfRow / headRows, r = hfRow % headRows;
+  return {0, h * headRows + 2 * (r % half) + r / half};
+}
+
+/// One past the last row of each file tensor a rank's slice of `shape` needs (a permuted
+/// tensor's: to the end of the head that holds it).
+std::array<int64_t, 2> rowsNeeded(const GgufModelTensor &mapped,
+                                  const std::vector<int64_t> &shape, const SliceSpec &spec) {
   const GgufTensor &t = *mapped.tensor;
-  int64_t rowElements = t.ne.empty() ? 1 : t.ne[0], last = -1;
+  int64_t rowElements = t.ne.empty() ? 1 : t.ne[0];
+  std::array<int64_t, 2> last = {-1, -1};
   forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t) {
-    if (count > 0)
-      last = std::max(last, int64_t((first + uint64_t(count) - 1) / uint64_t(rowElements)));
+    if (count <= 0)
+      return;
+    int64_t from = int64_t(first / uint64_t(rowElements)),
+            to = int64_t((first + uint64_t(count) - 1) / uint64_t(rowElements));
+    if (!mapped.up) {
+      last[0] = std::max(last[0], to);
+      return;
+    }
+    for (int64_t r = from; r <= to; ++r) { // a fused tensor's halves interleave
+      FileRow at = fileRowOf(mapped, r);
+      last[size_t(at.part)] = std::max(last[size_t(at.part)], at.row);
+    }
   });
   if (mapped.permutedHeads) {
     int64_t headRows = t.rows / mapped.permutedHeads;
-    return std::min(t.rows, (last / headRows + 1) * headRows);
+    return {std::min(t.rows, (last[0] / headRows + 1) * headRows), 0};
   }
-  return last + 1;
-}
-
-/// The file's row that holds row `hfRow` of the Hugging Face tensor.
-int64_t fileRowOf(const GgufModelTensor &mapped, int64_t hfRow) {
-  if (!mapped.permutedHeads)
-    return hfRow;
-  int64_t headRows = mapped.tensor->rows / mapped.permutedHeads, half = headRows / 2;
-  int64_t h = hfRow / headRows, r = hfRow % headRows;
-  return h * headRows + 2 * (r % half) + r / half;
+  return {last[0] + 1, last[1] + 1};
 }
 
 /// The rows of a tensor read last: a window of whole rows, about 4 MiB, from the first row a
@@ -186,16 +239,16 @@ int64_t fileRowOf(const GgufModelTensor &mapped, int64_t hfRow) {
 /// slice visits rows in order, so each of its rows is read from the file once.
 struct RowWindow {
   const GgufFile &file;
-  const GgufModelTensor &mapped;
+  const GgufTensor &t;
+  int64_t permutedHeads;
   int64_t end; // one past the last file row the slice needs
   int64_t first = 0, count = 0;
   std::vector<uint8_t> bytes;
 
   /// The bytes of file row `row`, or null with `error` set.
   const uint8_t *row(int64_t row, uint64_t &bytesRead, std::string &error) {
-    const GgufTensor &t = *mapped.tensor;
     if (row < first || row >= first + count) {
-      int64_t headRows = mapped.permutedHeads ? t.rows / mapped.permutedHeads : 1;
+      int64_t headRows = permutedHeads ? t.rows / permutedHeads : 1;
       int64_t rows = std::max<int64_t>(1, (int64_t(4) << 20) /
                                               int64_t(std::max<uint64_t>(t.rowBytes, 1)));
       rows = std::max<int64_t>(headRows, rows / headRows * headRows);
@@ -275,6 +328,14 @@ std::vector<Hyperparameter> hyperparametersOf(const GgufArchitecture &arch) {
     fields.push_back({"attention.key_length", "head_dim", false});
   if (arch.slidingWindow)
     fields.push_back({"attention.sliding_window", "sliding_window", false});
+  // transformers 5.17's loader does not read expert_feed_forward_length (Qwen3MoeConfig's
+  // 768 applies, kClassDefaults); the converter writes moe_intermediate_size there, and the
+  // expert tensors have that width, so tpc reads it.
+  if (arch.moe) {
+    fields.push_back({"expert_count", "num_experts", false});
+    fields.push_back({"expert_used_count", "num_experts_per_tok", false});
+    fields.push_back({"expert_feed_forward_length", "moe_intermediate_size", false});
+  }
   // transformers 5.17's loader reads neither of these (qwen3's head_dim, gemma2's softcaps),
   // so its config class's default applies (kClassDefaults). The converter writes them from
   // the Hugging Face config, where every released Qwen3 and Gemma 2 model has those very
@@ -316,7 +377,9 @@ bool readHyperparameters(const GgufSource &source, nlohmann::ordered_json &confi
 void applyClassDefaults(const std::string &modelType, nlohmann::ordered_json &config) {
   for (const ClassDefault &d : kClassDefaults)
     if (modelType == d.modelType && !config.contains(d.field)) {
-      if (d.isFloat)
+      if (d.isBool)
+        config[d.field] = d.value != 0;
+      else if (d.isFloat)
         config[d.field] = d.value;
       else
         config[d.field] = int64_t(d.value);
@@ -557,9 +620,45 @@ bool mapTensor(const GgufSource &source, const std::string &modelType, const Ggu
       return false;
   }
   mapped.minusOne = source.arch.normMinusOne && t.name.find("norm.weight") != std::string::npos;
+  // gate_up_proj's halves, met in either order (checkFusedExperts: both, alike).
+  if (module == "ffn_gate_exps" || module == "ffn_up_exps") {
+    GgufModelTensor &fused = tensors[name];
+    const GgufTensor *&half = module == "ffn_gate_exps" ? fused.tensor : fused.up;
+    if (half) {
+      error = source.where + ": two tensors map to " + name;
+      return false;
+    }
+    half = &t;
+    return true;
+  }
   if (!tensors.emplace(name, mapped).second) {
     error = source.where + ": two tensors map to " + name;
     return false;
+  }
+  return true;
+}
+
+/// Checks that each expert gate_up_proj has its two halves, 3D and of one shape.
+bool checkFusedExperts(const GgufSource &source,
+                       const std::map<std::string, GgufModelTensor> &tensors,
+                       std::string &error) {
+  for (const auto &[name, mapped] : tensors) {
+    if (!mapped.tensor || (mapped.up && mapped.tensor->shape != mapped.up->shape) ||
+        (mapped.up && mapped.tensor->shape.size() != 3)) {
+      error = source.where + ": " + name + " is ffn_gate_exps and ffn_up_exps of one shape [" +
+              "experts, intermediate, hidden] in a layer, but the file has " +
+              (mapped.tensor ? mapped.tensor->name + " " + shapeText(mapped.tensor->shape)
+                             : std::string("no ffn_gate_exps")) +
+              (mapped.up ? " and " + mapped.up->name + " " + shapeText(mapped.up->shape) : "");
+      return false;
+    }
+    const std::string fusedSuffix = ".mlp.experts.gate_up_proj";
+    if (!mapped.up && name.size() > fusedSuffix.size() &&
+        name.compare(name.size() - fusedSuffix.size(), fusedSuffix.size(), fusedSuffix) == 0) {
+      error = source.where + ": " + mapped.tensor->name + " has no ffn_up_exps beside it, " +
+              "the other half of " + name;
+      return false;
+    }
   }
   return true;
 }
@@ -574,7 +673,7 @@ bool mapTensors(const GgufSource &source, const std::string &modelType,
     if (t.name != "rope_freqs.weight" && // (readRopeFreqs': no parameter of the model)
         !mapTensor(source, modelType, t, heads, kvHeads, tensors, error))
       return false;
-  return true;
+  return checkFusedExperts(source, tensors, error);
 }
 
 } // namespace
@@ -620,26 +719,29 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
   if (!mapped)
     return false;
   const GgufTensor &t = *mapped->tensor;
-  if (t.shape != shape) {
+  if (hfShapeOf(*mapped) != shape) {
     error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") has shape " +
-            shapeText(t.shape) + ", the model expects " + shapeText(shape);
+            shapeText(hfShapeOf(*mapped)) + ", the model expects " + shapeText(shape);
     return false;
   }
   const int64_t rowElements = t.ne.empty() ? 1 : t.ne[0];
-  RowWindow window{*file_, *mapped, rowsNeeded(*mapped, shape, spec), 0, 0, {}};
+  std::array<int64_t, 2> ends = rowsNeeded(*mapped, shape, spec);
+  RowWindow windows[2] = {{*file_, t, mapped->permutedHeads, ends[0], 0, 0, {}},
+                          {*file_, mapped->up ? *mapped->up : t, 0, ends[1], 0, 0, {}}};
   // The row last dequantized (and, for Gemma's norms, less its 1).
-  int64_t decoded = -1;
+  FileRow decoded = {0, -1};
   std::vector<float> values(static_cast<size_t>(rowElements));
   auto row = [&](int64_t hfRow) -> const float * {
-    int64_t fileRow = fileRowOf(*mapped, hfRow);
-    if (fileRow != decoded) {
-      const uint8_t *raw = window.row(fileRow, bytesRead, error);
-      if (!raw || !dequantize(t.type, raw, rowElements, values.data(), error))
+    FileRow at = fileRowOf(*mapped, hfRow);
+    if (at.part != decoded.part || at.row != decoded.row) {
+      RowWindow &window = windows[at.part];
+      const uint8_t *raw = window.row(at.row, bytesRead, error);
+      if (!raw || !dequantize(window.t.type, raw, rowElements, values.data(), error))
         return nullptr;
       if (mapped->minusOne)
         for (float &v : values)
           v = v - 1.0f;
-      decoded = fileRow;
+      decoded = at;
     }
     return values.data();
   };
@@ -672,16 +774,22 @@ bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &
   if (!mapped)
     return false;
   const GgufTensor &t = *mapped->tensor;
-  if (t.shape != shape || t.type != ggmlTypeOf(type) || mapped->minusOne) {
+  if (hfShapeOf(*mapped) != shape || t.type != ggmlTypeOf(type) ||
+      (mapped->up && mapped->up->type != t.type) || mapped->minusOne) {
     error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") is " +
-            ggmlTypeInfo(t.type)->name + " " + shapeText(t.shape) + ", but the program holds " +
+            ggmlTypeInfo(t.type)->name + " " + shapeText(hfShapeOf(*mapped)) +
+            (mapped->up ? " with " + mapped->up->name + " " + ggmlTypeInfo(mapped->up->type)->name
+                        : std::string()) +
+            ", but the program holds " +
             dtypeName(type) + " " + shapeText(shape) +
             " as the file stores it (compiled for another file?)";
     return false;
   }
   const int64_t rowElements = t.ne[0], block = dtypeBlockElements(type);
   const size_t blockBytes = dtypeBlockBytes(type);
-  RowWindow window{*file_, *mapped, rowsNeeded(*mapped, shape, spec), 0, 0, {}};
+  std::array<int64_t, 2> ends = rowsNeeded(*mapped, shape, spec);
+  RowWindow windows[2] = {{*file_, t, mapped->permutedHeads, ends[0], 0, 0, {}},
+                          {*file_, mapped->up ? *mapped->up : t, 0, ends[1], 0, 0, {}}};
   auto* to = static_cast<uint8_t *>(out);
   bool ok = true;
   forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
@@ -699,7 +807,8 @@ bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &
       uint64_t at = first + uint64_t(done);
       int64_t r = int64_t(at / uint64_t(rowElements)), col = int64_t(at % uint64_t(rowElements));
       int64_t take = std::min(count - done, rowElements - col);
-      const uint8_t *row = window.row(fileRowOf(*mapped, r), bytesRead, error);
+      FileRow fileRow = fileRowOf(*mapped, r);
+      const uint8_t *row = windows[fileRow.part].row(fileRow.row, bytesRead, error);
       if (!row) {
         ok = false;
         return;

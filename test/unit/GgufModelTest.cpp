@@ -4,7 +4,8 @@
 // as llama.cpp reads them (which that loader does not know), and what read() and
 // readBlocks() return: the converter's RoPE row permutation undone (the file made with the
 // converter's permutation, written out here independently of the reader's inverse), and a
-// rank's slice of a Q8_0 matrix as the file's very blocks. That tpc and transformers compute
+// rank's slice of a Q8_0 matrix as the file's very blocks; a qwen3moe file's 3D experts, gate
+// and up read as one gate_up_proj, whole and by a rank's intermediate rows. That tpc and transformers compute
 // the same model from such files is test/conformance/gguf-architectures.test.
 #include "tpcrt/gguf_model.h"
 
@@ -467,4 +468,89 @@ TEST(GgufModel, ReadBlocksRefusesASliceThatCutsBlocks) {
                                  out.data(), bytesRead, error));
   EXPECT_NE(error.find(name), std::string::npos) << error;
   EXPECT_NE(error.find("blocks"), std::string::npos) << error;
+}
+
+TEST(GgufModel, Qwen3MoeExpertsAreTransformersStackedTensors) {
+  // Two experts of width 4 on a hidden of 8; file values hfValue(row, col, tag) of each 3D
+  // tensor's rows ([E, rows, row] flattened to E * rows rows).
+  constexpr int64_t experts = 2, width = 4;
+  ModelFile f = llamaMetadata("qwen3moe");
+  f.u32("qwen3moe.expert_count", experts);
+  f.u32("qwen3moe.expert_used_count", 1);
+  f.u32("qwen3moe.expert_feed_forward_length", width);
+  f32(f, "blk.0.ffn_gate_inp.weight", experts, kHidden, hfMatrix(experts, kHidden, 100));
+  auto experts3d = [&](const std::string &name, int64_t rows, int64_t cols, float tag) {
+    std::string bytes;
+    for (float v : hfMatrix(experts * rows, cols, tag))
+      putFloat(bytes, v);
+    f.tensor(name, {uint64_t(cols), uint64_t(rows), uint64_t(experts)}, GgmlType::F32, bytes);
+  };
+  // up before gate: mapping pairs them in either order.
+  experts3d("blk.0.ffn_up_exps.weight", width, kHidden, 2000);
+  experts3d("blk.0.ffn_gate_exps.weight", width, kHidden, 1000);
+  experts3d("blk.0.ffn_down_exps.weight", kHidden, width, 3000);
+  std::string path = writeTemp(f.bytes(), "qwen3moe"), error;
+  auto model = GgufModel::open(path, error);
+  ASSERT_NE(model, nullptr) << error;
+  auto config = nlohmann::json::parse(model->configJson());
+  EXPECT_EQ(config["model_type"], "qwen3_moe");
+  EXPECT_EQ(config["num_experts"], experts);
+  EXPECT_EQ(config["num_experts_per_tok"], 1);
+  EXPECT_EQ(config["moe_intermediate_size"], width);
+  EXPECT_EQ(config["norm_topk_prob"], true); // the loader's GGUF default, llama.cpp's
+  EXPECT_NE(model->find("model.layers.0.mlp.gate.weight"), nullptr);
+  EXPECT_NE(model->find("model.layers.0.mlp.experts.down_proj"), nullptr);
+
+  // gate_up_proj [E, 2I, H]: each expert's gate rows, then its up rows.
+  const std::string gateUp = "model.layers.0.mlp.experts.gate_up_proj";
+  auto fused = [&](int64_t e, int64_t r) { // HF row r of expert e
+    return r < width ? hfMatrix(experts * width, kHidden, 1000)
+                           .at(size_t((e * width + r) * kHidden))
+                     : hfMatrix(experts * width, kHidden, 2000)
+                           .at(size_t((e * width + r - width) * kHidden));
+  };
+  std::vector<float> all(size_t(experts * 2 * width * kHidden), -1.0f);
+  uint64_t bytesRead = 0;
+  ASSERT_TRUE(model->read(gateUp, {experts, 2 * width, kHidden}, SliceSpec(), all.data(),
+                          bytesRead, error))
+      << error;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < 2 * width; ++r)
+      EXPECT_EQ(all[size_t((e * 2 * width + r) * kHidden)], fused(e, r)) << e << " " << r;
+  EXPECT_EQ(bytesRead, uint64_t(all.size() * 4));
+
+  // Rank 1 of 2 by the intermediate dimension (gate and up each halved): each expert's gate
+  // rows 2..3 and up rows 2..3.
+  SliceSpec half;
+  half.dim = 1;
+  half.offsets = {0, width};
+  half.sizes = {width, width};
+  half.chunks = 2;
+  half.piece = 1;
+  std::vector<float> mine(size_t(experts * width * kHidden), -1.0f);
+  ASSERT_TRUE(model->read(gateUp, {experts, 2 * width, kHidden}, half, mine.data(), bytesRead,
+                          error))
+      << error;
+  size_t at = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r : {2, 3, 6, 7}) {
+      EXPECT_EQ(mine[at], fused(e, r)) << e << " " << r;
+      at += size_t(kHidden);
+    }
+
+  // A shape the model does not have is refused, naming the tensor.
+  EXPECT_FALSE(model->read(gateUp, {experts, width, kHidden}, SliceSpec(), all.data(),
+                           bytesRead, error));
+  EXPECT_NE(error.find(gateUp), std::string::npos) << error;
+}
+
+TEST(GgufModel, Qwen3MoeRefusesAGateWithoutItsUp) {
+  ModelFile f = llamaMetadata("qwen3moe");
+  std::string bytes;
+  for (int i = 0; i < 2 * 4 * kHidden; ++i)
+    putFloat(bytes, 0.0f);
+  f.tensor("blk.0.ffn_gate_exps.weight", {uint64_t(kHidden), 4, 2}, GgmlType::F32, bytes);
+  std::string error = openError(f, "qwen3moe-no-up");
+  EXPECT_NE(error.find("blk.0.ffn_gate_exps.weight has no ffn_up_exps"), std::string::npos)
+      << error;
 }

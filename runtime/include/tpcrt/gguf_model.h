@@ -1,7 +1,8 @@
 // A GGUF file as a Hugging Face checkpoint: the config.json transformers 5.17 builds from its
 // metadata (load_gguf_checkpoint), and its tensors under the Hugging Face names the plans use,
 // with what llama.cpp's converter did to them undone (the q/k row permutation for RoPE of
-// the llama architecture, the +1 of Gemma 2's norms). Plain C++17, shared by the compiler
+// the llama architecture, the +1 of Gemma 2's norms, an MoE's gate and up experts stored
+// apart). Plain C++17, shared by the compiler
 // (tpc import and tpc run read the config) and the loader (which reads the tensors).
 #ifndef TPCRT_GGUF_MODEL_H
 #define TPCRT_GGUF_MODEL_H
@@ -24,6 +25,10 @@ struct GgufModelTensor {
   int64_t permutedHeads = 0;
   /// Gemma's norms are stored as 1 + w; transformers subtracts the 1.
   bool minusOne = false;
+  /// The second half of a fused tensor (mlp.experts.gate_up_proj [E, 2I, H]: `tensor` is
+  /// ffn_gate_exps [E, I, H], this ffn_up_exps): each expert's I gate rows, then its I up
+  /// rows, as transformers' loader concatenates them. Null for a tensor of one file tensor.
+  const GgufTensor *up = nullptr;
 };
 
 class GgufModel {

@@ -10,7 +10,8 @@ file can say), and this writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's conv
 (llama's and smollm3's), Gemma 2's and 3's norms stored as 1 + w, vectors in F32 and
 matrices in F32, F16, Q8_0 or Q4_0 (gguf.quants.quantize; which one is per tensor, below, so
 every architecture has quantized matrices of both kinds, some split by tp 2 across their
-blocks' rows, some along them). The file holds no tokenizer, only what the config needs (a
+blocks' rows, some along them; qwen3moe's experts as the converter's 3D ffn_*_exps, gate_up_proj
+split into its gate and up halves). The file holds no tokenizer, only what the config needs (a
 token list where the converter writes no vocab_size).
 
 The reference is transformers 5.17 loading that file (from_pretrained(dir, gguf_file=...,
@@ -24,7 +25,7 @@ not know (NO_LOADER: olmo2, smollm3) have as reference the source model with eve
 the file's value (the same rounding), computed by transformers' modeling code; what llama.cpp
 takes from such a file that no key says is the source model's too (SmolLM3's layer without
 RoPE, every fourth), and must move the logits. Then, as
-hf_model.py: a prompt of 8 ids with clear greedy margins, greedy generate of 16 tokens and the
+hf_model.py: a prompt of 8 ids with clear greedy margins (and router gaps, for an MoE), greedy generate of 16 tokens and the
 teacher-forced logits, into OUTDIR/ARCH/reference.json, reference.bin, prompt.txt, force.txt;
 and OUTDIR/ARCH/gguf_config.json: load_gguf_checkpoint(file)["config"], for reading.
 """
@@ -47,8 +48,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
-ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "olmo2",
-         "smollm3"]
+ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
+         "olmo2", "smollm3"]
 # Written by the converter's LlamaModel (SmolLM3Model is a subclass): q/k rows permuted,
 # vocab_size and rope.dimension_count in the metadata.
 LLAMA_FILES = ("llama", "llama3rope", "mistral", "smollm3")
@@ -81,6 +82,10 @@ OVERRIDES = {
     # The loader reads no head_dim for qwen3 (Qwen3Config's default, 128, applies), so the
     # model must have that one.
     "qwen3": {"head_dim": 128},
+    # Every layer routed (llama.cpp's qwen3moe has no dense layers, no key would say which),
+    # and the experts' width Qwen3MoeConfig's default, 768: the loader does not read
+    # expert_feed_forward_length. (Its norm_topk_prob is the loader's GGUF default, true.)
+    "qwen3moe": {"mlp_only_layers": [], "moe_intermediate_size": 768},
     # Four layers with llama.cpp's layers without RoPE (every fourth, which no key says:
     # SmolLM3Config's default interval), none sliding (llama.cpp's smollm3 has no window), and
     # a head_dim that is not hidden / heads, so that rope.dimension_count matters.
@@ -101,6 +106,10 @@ QUANT = {
               "token_embd": Q.Q8_0},
     "qwen3": {"attn_k": Q.Q8_0, "attn_output": Q.F16, "ffn_gate": Q.Q8_0, "ffn_down": Q.Q4_0,
               "output": Q.Q4_0},
+    # The experts are 3D ([experts, rows, row]): quantized along their rows as llama.cpp does.
+    "qwen3moe": {"attn_q": Q.Q8_0, "attn_v": Q.Q4_0, "attn_output": Q.Q8_0,
+                 "ffn_gate_exps": Q.Q8_0, "ffn_up_exps": Q.F16, "ffn_down_exps": Q.Q8_0,
+                 "output": Q.Q4_0},
     "phi3": {"attn_qkv": Q.Q8_0, "attn_output": Q.Q4_0, "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0,
              "token_embd": Q.F16},
     "gemma2": {"attn_q": Q.Q4_0, "attn_k": Q.F16, "attn_output": Q.Q8_0, "ffn_gate": Q.Q8_0,
@@ -122,6 +131,7 @@ UNLOADABLE = {"mistral": "transformers 5.17 with gguf-py 0.19 raises 'Unknown gg
 GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA,
              "mistral": gguf.MODEL_ARCH.LLAMA,
              "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
+             "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
              "phi3": gguf.MODEL_ARCH.PHI3, "gemma2": gguf.MODEL_ARCH.GEMMA2,
              "gemma3": gguf.MODEL_ARCH.GEMMA3, "olmo2": gguf.MODEL_ARCH.OLMO2,
              "smollm3": gguf.MODEL_ARCH.SMOLLM3}
@@ -146,7 +156,9 @@ NO_LOADER = {
                                                  "n_no_rope_layer_step 4)")},
 }
 # The model_type transformers gives a file, where it is not ARCH.
-LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text"}
+LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text", "qwen3moe": "qwen3_moe"}
+# hf_model.py's name of the architecture whose tiny model a file holds, where it is not ARCH.
+SOURCE = {"llama3rope": "llama", "qwen3moe": "qwen3_moe"}
 # Gemma's norms, which the converter stores as 1 + w.
 NORM_PLUS_ONE = ("gemma2", "gemma3")
 
@@ -209,13 +221,17 @@ def write_gguf(model, arch, path):
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     if arch in LLAMA_FILES + ("phi3",):
         writer.add_rope_dimension_count(head_dim)
-    if arch in LLAMA_FILES + ("qwen3",) + NORM_PLUS_ONE:
+    if arch in LLAMA_FILES + ("qwen3", "qwen3moe") + NORM_PLUS_ONE:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     if arch == "gemma2":
         writer.add_sliding_window(c.sliding_window)
         writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
         writer.add_final_logit_softcapping(c.final_logit_softcapping)
+    if arch == "qwen3moe":  # the converter's Qwen3MoeModel
+        writer.add_expert_count(c.num_experts)
+        writer.add_expert_used_count(c.num_experts_per_tok)
+        writer.add_expert_feed_forward_length(c.moe_intermediate_size)
     # LlamaModel writes vocab_size (llama, smollm3); elsewhere the loaders count the tokens.
     if arch in LLAMA_FILES:
         writer.add_vocab_size(c.vocab_size)
@@ -228,21 +244,36 @@ def write_gguf(model, arch, path):
     names = gguf.get_tensor_name_map(gguf_arch, c.num_hidden_layers)
     tied = c.tie_word_embeddings
     expected = {}
+    tensors = []  # (hf name, gguf-py's name of its module, suffix, value)
     for hf, value in model.state_dict().items():
         if tied and hf == "lm_head.weight":
             continue
+        w = value.detach().float().numpy()
+        if ".mlp.experts." in hf:
+            # transformers' stacked experts, which the converter writes as gguf-py's 3D
+            # ffn_{gate,up,down}_exps: gate_up_proj [E, 2I, H] as its gate half and its up half.
+            stem = hf.rsplit(".", 1)[0]
+            if hf.endswith("gate_up_proj"):
+                half = w.shape[1] // 2
+                tensors.append((hf + "[gate]", names.get_name(stem + ".gate_proj"), "weight",
+                                np.ascontiguousarray(w[:, :half])))
+                tensors.append((hf + "[up]", names.get_name(stem + ".up_proj"), "weight",
+                                np.ascontiguousarray(w[:, half:])))
+            else:
+                tensors.append((hf, names.get_name(hf), "weight", w))
+            continue
         stem, suffix = hf.rsplit(".", 1)
-        name = names.get_name(stem)
+        tensors.append((hf, names.get_name(stem), suffix, w))
+    for hf, name, suffix, w in tensors:
         if name is None:
             raise SystemExit(f"gguf_models.py: {arch}: gguf-py has no name for {hf}")
         module = name.split(".")[-1]
-        w = value.detach().float().numpy()
         if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
             w = w + np.float32(1)
         if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
             w = permute(w, c.num_attention_heads if module == "attn_q"
                         else c.num_key_value_heads)
-        qtype = QUANT[arch].get(module, Q.F32) if w.ndim == 2 else Q.F32
+        qtype = QUANT[arch].get(module, Q.F32) if w.ndim >= 2 else Q.F32
         data = quantize(w, qtype)
         writer.add_tensor(f"{name}.{suffix}", data, raw_dtype=qtype)
         # What the file holds, as the Hugging Face value: the rounding and nothing else.
@@ -254,6 +285,9 @@ def write_gguf(model, arch, path):
         if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
             back = back - np.float32(1)
         expected[hf] = back
+    for hf in [k for k in expected if k.endswith("[gate]")]:  # gate_up_proj: gate, then up
+        fused = hf[:-len("[gate]")]
+        expected[fused] = np.concatenate([expected.pop(hf), expected.pop(fused + "[up]")], 1)
     if rope.get("rope_type") == "llama3":
         writer.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
                           llama3_rope_freqs(c, head_dim), raw_dtype=Q.F32)
@@ -287,8 +321,7 @@ def with_file_values(model, expected):
 
 
 def make(arch, outdir):
-    model = hf_model.build("llama" if arch in ("llama", "llama3rope") else arch, 0, 0.15,
-                           OVERRIDES.get(arch))
+    model = hf_model.build(SOURCE.get(arch, arch), 0, 0.15, OVERRIDES.get(arch))
     os.makedirs(outdir, exist_ok=True)
     name = f"{arch}.gguf"
     expected = write_gguf(model, arch, os.path.join(outdir, name))
@@ -377,7 +410,9 @@ def write_reference(arch, outdir, name, expected, loaded):
         prompt = torch.randint(3, hf_model.VOCAB, (hf_model.PROMPT_LEN,), generator=g).tolist()
         r = hf_model.reference(loaded, prompt)
         r.update(prompt=prompt, attempt=attempt)
-        clear = min(r["margins"]) >= 0.02 and r["argmax_same"]
+        # An MoE's routers too: no top k chosen by less than hf_model.py's gap.
+        clear = (min(r["margins"]) >= 0.02 and r["argmax_same"]
+                 and (r["router_gap"] is None or r["router_gap"] >= hf_model.MIN_ROUTER_GAP))
         key = (clear, len(set(r["greedy"])) >= hf_model.MIN_DISTINCT, min(r["margins"]))
         if best_key is None or key > best_key:
             best, best_key = r, key
@@ -398,8 +433,9 @@ def write_reference(arch, outdir, name, expected, loaded):
     for file, ids in (("prompt.txt", best["prompt"]), ("force.txt", best["greedy"])):
         with open(os.path.join(outdir, file), "w") as f:
             f.write(",".join(map(str, ids)) + "\n")
+    gap = "" if best["router_gap"] is None else f" router gap {best['router_gap']:.3g}"
     print(f"{arch}: {len(expected)} tensors as written; greedy "
-          f"{','.join(map(str, best['greedy']))} min margin {min(best['margins']):.3g} "
+          f"{','.join(map(str, best['greedy']))} min margin {min(best['margins']):.3g}{gap} "
           f"(prompt try {best['attempt']})")
 
 
