@@ -144,7 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 0: { // a schema, read as the API reads one
     nlohmann::ordered_json schema;
     try {
-      tpcrt::parseUntrustedJson(text, 32, 16384); // (the API's bound on an object's keys)
+      tpcrt::parseUntrustedJson(text, 32, 4096, 65536); // (the API's bounds on keys)
       schema = nlohmann::ordered_json::parse(text);
     } catch (const std::exception &) {
       return 0;

@@ -16,9 +16,10 @@ namespace tpcrt::serve {
 namespace {
 
 constexpr int kMaxJsonDepth = 32; // (a pydantic model's schema, nested in the request)
-/// The most keys of one object in a request: a chat's body is read again keeping the keys'
-/// order (for the template and the schemas), which costs the square of an object's keys.
-constexpr size_t kMaxObjectKeys = 16384;
+/// The most keys of one object in a request, and of the whole body: a chat's body is read
+/// again keeping the keys' order (for the template and the schemas), which costs the square of
+/// each object's keys (at these bounds, about 1.3e8 comparisons at most).
+constexpr size_t kMaxObjectKeys = 4096, kMaxBodyKeys = 65536;
 
 /// Fields that would change the result, not implemented here: refused by name. (best_of is
 /// refused unless 1, a chat's echo unless false, suffix unless null.)
@@ -83,7 +84,8 @@ std::optional<ApiError> toolCallsOf(const nlohmann::ordered_json &value, const s
     nlohmann::ordered_json arguments = function->value("arguments", nlohmann::ordered_json());
     if (arguments.is_string()) {
       try {
-        parseUntrustedJson(arguments.get<std::string>(), kMaxJsonDepth, kMaxObjectKeys);
+        parseUntrustedJson(arguments.get<std::string>(), kMaxJsonDepth, kMaxObjectKeys,
+                           kMaxBodyKeys);
         arguments = nlohmann::ordered_json::parse(arguments.get<std::string>());
       } catch (const std::exception &e) {
         return invalid("field '" + call + ".function.arguments' is not JSON: " + e.what(),
@@ -274,18 +276,29 @@ std::optional<ApiError> parametersOf(const nlohmann::ordered_json &tools, const 
 /// list's root, where their "#/$defs/..." references then point.
 /// The first "$ref" in `schema` that does not point into "#/$defs/" or "#/definitions/" (the
 /// ones that still point where they did once the tool's schema sits inside another), or "".
+/// Walked as a schema, by the keywords checkSchemaKeywords lets through: a property named
+/// "$ref", or a "$ref" inside an enum's values, is no reference.
 std::string localRef(const nlohmann::ordered_json &schema) {
-  if (schema.is_object()) {
-    auto ref = schema.find("$ref");
-    if (ref != schema.end() &&
-        !(ref->is_string() && (ref->get<std::string>().rfind("#/$defs/", 0) == 0 ||
-                               ref->get<std::string>().rfind("#/definitions/", 0) == 0)))
-      return ref->dump();
+  if (!schema.is_object())
+    return "";
+  for (const auto &[key, value] : schema.items()) {
+    std::string found;
+    if (key == "$ref") {
+      bool intoDefs = value.is_string() && (value.get<std::string>().rfind("#/$defs/", 0) == 0 ||
+                                            value.get<std::string>().rfind("#/definitions/", 0) == 0);
+      found = intoDefs ? "" : value.dump();
+    } else if ((key == "properties" || key == "$defs" || key == "definitions" ||
+                key == "anyOf") &&
+               (value.is_object() || value.is_array())) { // schemas by name, or a list
+      for (const auto &sub : value)
+        if (found.empty())
+          found = localRef(sub);
+    } else if (key == "items" || key == "additionalProperties") {
+      found = localRef(value);
+    }
+    if (!found.empty())
+      return found;
   }
-  if (schema.is_object() || schema.is_array())
-    for (const auto &item : schema)
-      if (std::string found = localRef(item); !found.empty())
-        return found;
   return "";
 }
 
@@ -449,7 +462,7 @@ std::optional<ApiError> readSchema(const nlohmann::ordered_json &value, const st
   if (value.is_string()) {
     try {
       // bounded, then read in its order
-      parseUntrustedJson(value.get<std::string>(), 64, kMaxObjectKeys);
+      parseUntrustedJson(value.get<std::string>(), 64, kMaxObjectKeys, kMaxBodyKeys);
       schema = nlohmann::ordered_json::parse(value.get<std::string>());
     } catch (const std::exception &e) {
       return invalid("field '" + field + "' is not JSON: " + e.what(), field);
@@ -584,7 +597,7 @@ namespace {
 /// The body as a JSON object, bounded in depth; an error otherwise.
 std::optional<ApiError> parseObject(const std::string &body, nlohmann::json &j) {
   try {
-    j = parseUntrustedJson(body, kMaxJsonDepth, kMaxObjectKeys);
+    j = parseUntrustedJson(body, kMaxJsonDepth, kMaxObjectKeys, kMaxBodyKeys);
   } catch (const std::exception &e) {
     return invalid(std::string("the body is not JSON: ") + e.what());
   }

@@ -571,8 +571,13 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
     // choice.
     if (job->api.structured.kind != StructuredSpec::None) {
       std::string error;
+      bool busy = false;
       std::vector<std::shared_ptr<TokenConstraint>> constraints =
-          grammars->make(job->api.structured, job->api.n, error);
+          grammars->make(job->api.structured, job->api.n, error, &busy);
+      if (constraints.empty() && busy) { // another request's grammar: no fault of this one
+        refused({503, error, "", "grammar_compiler_busy"}, "grammar_busy");
+        return;
+      }
       if (constraints.empty()) {
         refused({400, "field '" + job->api.structured.field + "' cannot be compiled: " + error,
                  job->api.structured.field, ""},
@@ -709,7 +714,8 @@ std::string Server::State::metrics() {
   // (the connection layer refuses a body over the limit before any route sees it)
   rejected["body_too_large"] = http ? http->stats().bodiesTooLarge : 0;
   for (const char *reason : {"invalid", "not_found", "method_not_allowed", "body_too_large",
-                             "queue_full", "loading", "unavailable", "internal", "unauthorized"})
+                             "queue_full", "loading", "unavailable", "internal", "unauthorized",
+                             "grammar_busy"})
     sample("requests_rejected_total", model + ",reason=\"" + reason + "\"",
            double(rejected[reason]));
   if (http) {

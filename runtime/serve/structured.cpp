@@ -165,13 +165,18 @@ struct Grammars::Impl {
 
 Grammars::Grammars(const Tokenizer &tokenizer, int64_t vocab, std::vector<int64_t> stopIds,
                    std::chrono::milliseconds compileLimit)
-    : impl(std::make_unique<Impl>(tokenizer, vocab, std::move(stopIds))),
+    : impl(std::make_shared<Impl>(tokenizer, vocab, std::move(stopIds))),
       compileLimit(compileLimit) {}
 
 Grammars::~Grammars() {
-  // A compile that ran over its time is still using the compiler: it ends first.
-  if (overrun.joinable())
-    overrun.join();
+  // A compile that ran over its time may still be running, and cannot be stopped: it goes on
+  // alone (holding the compiler), so that a server's shutdown never waits for it.
+  if (overrun.joinable()) {
+    if (overrunDone->load())
+      overrun.join();
+    else
+      overrun.detach();
+  }
 }
 
 namespace {
@@ -222,23 +227,32 @@ std::string messageOf(const std::exception &e) {
 } // namespace
 
 std::vector<std::shared_ptr<TokenConstraint>>
-Grammars::make(const StructuredSpec &spec, int64_t n, std::string &error) {
+Grammars::make(const StructuredSpec &spec, int64_t n, std::string &error, bool *busy) {
+  if (busy)
+    *busy = false;
   if (spec.kind == StructuredSpec::None)
     return {};
   if (std::string bad = tooLarge(spec); !bad.empty()) {
     error = bad;
     return {};
   }
-  std::lock_guard<std::mutex> lock(mutex);
+  auto refuseBusy = [&](const std::string &why) {
+    error = why;
+    if (busy)
+      *busy = true;
+    return std::vector<std::shared_ptr<TokenConstraint>>();
+  };
+  // One compile at a time; a request that would wait long for another's is refused as busy.
+  std::unique_lock<std::timed_mutex> lock(mutex, std::defer_lock);
+  if (!lock.try_lock_for(kCompileQueueWait))
+    return refuseBusy("the grammar compiler is busy with other requests' grammars; try again");
   // The compiler cannot be stopped, and a short regex of repeated classes can take it
   // seconds: it runs on a thread of its own, and a request waits for it compileLimit at
   // most. One that runs over goes on alone, and until it ends no other grammar is compiled.
   if (overrun.joinable()) {
-    if (!overrunDone->load()) {
-      error = "the grammar compiler is still busy with an earlier grammar that took more than " +
-              seconds(compileLimit) + "; try again later";
-      return {};
-    }
+    if (!overrunDone->load())
+      return refuseBusy("the grammar compiler is still busy with an earlier grammar that took "
+                        "more than " + seconds(compileLimit) + "; try again later");
     overrun.join();
   }
   struct Result {
@@ -249,11 +263,13 @@ Grammars::make(const StructuredSpec &spec, int64_t n, std::string &error) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   auto finished = std::make_shared<std::promise<void>>();
   std::future<void> ready = finished->get_future();
-  std::thread worker([impl = impl.get(), spec, result, done, finished] {
+  std::thread worker([impl = impl, spec, result, done, finished] {
     try {
       result->grammar = compile(impl->compiler, spec);
     } catch (const std::exception &e) {
       result->error = messageOf(e);
+    } catch (...) { // (nothing may leave a thread: it would end the server)
+      result->error = "the grammar engine failed on it";
     }
     done->store(true);
     finished->set_value();
@@ -288,7 +304,9 @@ Grammars::Grammars(const Tokenizer &, int64_t, std::vector<int64_t>,
 Grammars::~Grammars() = default;
 
 std::vector<std::shared_ptr<TokenConstraint>> Grammars::make(const StructuredSpec &spec, int64_t,
-                                                             std::string &error) {
+                                                             std::string &error, bool *busy) {
+  if (busy)
+    *busy = false;
   if (spec.kind != StructuredSpec::None)
     error = "this tpc was built without its grammar engine (xgrammar: scripts/xgrammar.sh)";
   return {};

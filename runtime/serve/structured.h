@@ -51,6 +51,10 @@ constexpr int64_t kGrammarCacheBytes = int64_t(256) << 20;
 /// The longest a request waits for its grammar to compile; one that takes longer is refused,
 /// and the compile, which cannot be stopped, finishes alone before any other starts.
 constexpr std::chrono::milliseconds kCompileLimit{10'000};
+/// The longest a request waits for another's compile to end before its own starts: past it,
+/// the compiler is busy (a 503 to retry), so that a slow grammar holds one reader thread, not
+/// every request behind it.
+constexpr std::chrono::milliseconds kCompileQueueWait{1'000};
 
 /// One server's grammars: the vocabulary as the grammar engine reads it, and a compiler (with
 /// its cache of compiled grammars, kGrammarCacheBytes at most). Compiling may take a while:
@@ -66,14 +70,17 @@ public:
   /// `error` (the grammar engine's message, for a 400) where it cannot be compiled, its text
   /// is over kMaxGrammarBytes, it took over `compileLimit` (given to the constructor), or one
   /// that did is still compiling.
+  /// `busy` (where given) says whether the error is the compiler's being busy with another
+  /// request's grammar (kCompileQueueWait passed, or an overrun still compiling): no fault of
+  /// this request's, which may be sent again.
   std::vector<std::shared_ptr<TokenConstraint>> make(const StructuredSpec &spec, int64_t n,
-                                                     std::string &error);
+                                                     std::string &error, bool *busy = nullptr);
 
 private:
   struct Impl;
-  std::unique_ptr<Impl> impl;
+  std::shared_ptr<Impl> impl; // (shared with a compile that ran over, which may outlive this)
   std::chrono::milliseconds compileLimit;
-  std::mutex mutex;
+  std::timed_mutex mutex;
   std::thread overrun; // a compile that ran over compileLimit, until it ends
   std::shared_ptr<std::atomic<bool>> overrunDone;
 };

@@ -109,6 +109,20 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
     if (part == "post_ffw_norm")
       return "post_feedforward_layernorm";
   }
+  // An MoE's router and its experts, stacked [E, ...] as transformers holds them; gate and up
+  // both go to gate_up_proj (mapTensor pairs them). Only where the architecture is read as
+  // MoE: a llama file with experts (Mixtral's) would otherwise import as a dense model whose
+  // MLP weights are missing.
+  static const std::pair<const char *, const char *> experts[] = {
+      {"ffn_gate_inp", "mlp.gate"},
+      {"ffn_gate_exps", "mlp.experts.gate_up_proj"},
+      {"ffn_up_exps", "mlp.experts.gate_up_proj"},
+      {"ffn_down_exps", "mlp.experts.down_proj"},
+  };
+  if (arch.moe)
+    for (const auto &[gguf, hf] : experts)
+      if (part == gguf)
+        return hf;
   static const std::pair<const char *, const char *> common[] = {
       {"attn_norm", "input_layernorm"},
       {"attn_q", "self_attn.q_proj"},
@@ -121,12 +135,6 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
       {"ffn_gate", "mlp.gate_proj"},
       {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"},
-      // An MoE's router and its experts, stacked [E, ...] as transformers holds them; gate
-      // and up both go to gate_up_proj (mapTensor pairs them).
-      {"ffn_gate_inp", "mlp.gate"},
-      {"ffn_gate_exps", "mlp.experts.gate_up_proj"},
-      {"ffn_up_exps", "mlp.experts.gate_up_proj"},
-      {"ffn_down_exps", "mlp.experts.down_proj"},
   };
   for (const auto &[gguf, hf] : common)
     if (part == gguf)
@@ -466,9 +474,14 @@ bool readGemma3(const GgufSource &source, nlohmann::ordered_json &config, std::s
   }
   int64_t layers = config.value("num_hidden_layers", int64_t(0)),
           heads = config.value("num_attention_heads", int64_t(0));
-  config["query_pre_attn_scalar"] = layers == 62 && heads > 0
-                                        ? config.value("hidden_size", int64_t(0)) / heads
-                                        : config["head_dim"].get<int64_t>();
+  int64_t scalar = layers == 62 && heads > 0 ? config.value("hidden_size", int64_t(0)) / heads
+                                             : config["head_dim"].get<int64_t>();
+  if (scalar <= 0) {
+    error = source.where + ": the query scale (head_dim, or for 62 layers hidden / heads) is " +
+            std::to_string(scalar) + "; it must be positive";
+    return false;
+  }
+  config["query_pre_attn_scalar"] = scalar;
   return true;
 }
 

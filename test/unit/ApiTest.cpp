@@ -274,20 +274,36 @@ TEST(Api, ToolParametersAreAnObjectAndKeepTheirReferencesUnderRequired) {
             "'required' cannot keep (it nests each tool's schema in a list of calls): refer "
             "into #/$defs/");
   EXPECT_EQ(with(recursive, named, a), "");
+  // A property named "$ref", or "$ref" among an enum's values, refers to nothing.
+  EXPECT_EQ(with(R"({"type": "object", "properties": {"$ref": {"type": "string",
+                  "enum": [{"$ref": "#"}]}}})",
+                 "\"required\"", a),
+            "");
   ApiRequest one;
   ASSERT_EQ(r.read(chat(R"("parallel_tool_calls": false)"), one, true), "");
   EXPECT_FALSE(one.parallelToolCalls);
 }
 
-TEST(Api, AnObjectOfTooManyKeysIsRefusedBeforeItIsReadInOrder) {
+TEST(Api, TooManyKeysAreRefusedBeforeTheBodyIsReadInOrder) {
   Reader r;
-  std::string keys;
-  for (int k = 0; k <= 16384; ++k)
-    keys += (k ? ", \"k" : "\"k") + std::to_string(k) + "\": 0";
+  // "k0": 0, "k1": 0, ... `count` keys of one object.
+  auto keys = [](int count) {
+    std::string text;
+    for (int k = 0; k < count; ++k)
+      text += (k ? ", \"k" : "\"k") + std::to_string(k) + "\": 0";
+    return "{" + text + "}";
+  };
   ApiRequest a;
-  EXPECT_EQ(r.read(R"({"messages": [{"role": "user", "content": "x", )" + keys + "}]}", a, true)
-                .substr(0, 60),
-            ": the body is not JSON: an object has more than 16384 keys");
+  EXPECT_EQ(r.read(R"({"messages": [{"role": "user", "content": "x"}], "x": )" + keys(4097) + "}",
+                   a, true),
+            ": the body is not JSON: an object has more than 4096 keys");
+  // Sixteen objects of 4096 keys pass the first bound; together they are past the second.
+  std::string many;
+  for (int k = 0; k < 17; ++k)
+    many += (k ? ", " : "") + keys(4096);
+  EXPECT_EQ(r.read(R"({"messages": [{"role": "user", "content": "x"}], "x": [)" + many + "]}",
+                   a, true),
+            ": the body is not JSON: it has more than 65536 keys in all");
 }
 
 TEST(Api, AnAnswerWithCallsHasNullContentIdsAndStreamsDeltas) {

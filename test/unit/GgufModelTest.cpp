@@ -215,6 +215,16 @@ TEST(GgufModel, RefusesATensorWithNoHuggingFaceCounterpart) {
   EXPECT_NE(error.find("blk.0.weird.weight"), std::string::npos) << error;
 }
 
+TEST(GgufModel, RefusesExpertsInAnArchitectureReadAsDense) {
+  // A llama file with a router (Mixtral's kind): tpc reads llama as dense, so the router has
+  // no counterpart, refused at open rather than as missing MLP weights at load.
+  ModelFile f = llamaFile();
+  f32(f, "blk.0.ffn_gate_inp.weight", 4, kHidden, hfMatrix(4, kHidden, 0));
+  std::string error = openError(f, "llama-experts");
+  EXPECT_NE(error.find("blk.0.ffn_gate_inp.weight has no counterpart"), std::string::npos)
+      << error;
+}
+
 // What llama.cpp computes from a gemma3 file that transformers' loader leaves out: the
 // global layers' linear RoPE scaling, the local theta, the query's scale (head_dim's; the
 // 27B's, 62 layers, hidden / heads), no sliding layer without a window.
@@ -252,6 +262,14 @@ TEST(GgufModel, Gemma3RefusesWhatItCannotRead) {
       << error;
   error = openError(gemma3Metadata(6, 4, "yarn"), "gemma3-yarn");
   EXPECT_NE(error.find("gemma3.rope.scaling.type is 'yarn'"), std::string::npos) << error;
+  // A query scale of 0 (a head of 0 dimensions) would scale the queries by infinity.
+  ModelFile zero = gemma3Metadata(6, 4, "linear", true, "attention.key_length");
+  zero.u32("gemma3.attention.key_length", 0);
+  error = openError(zero, "gemma3-zero-scale");
+  EXPECT_NE(error.find("the query scale (head_dim, or for 62 layers hidden / heads) is 0; it "
+                       "must be positive"),
+            std::string::npos)
+      << error;
 }
 
 namespace {

@@ -12,11 +12,11 @@
 namespace tpcrt {
 
 /// Parses `text`; throws std::runtime_error naming the problem for nesting deeper than
-/// `maxDepth` levels, for a repeated key and for an object of more than `maxKeys` keys (what
-/// is read again in its order, as nlohmann::ordered_json, costs the square of an object's
-/// keys), nlohmann::json::parse_error for malformed JSON.
+/// `maxDepth` levels, for a repeated key, and for an object of more than `maxKeys` keys or more
+/// than `maxTotalKeys` in all (what is read again in its order, as nlohmann::ordered_json,
+/// costs the square of each object's keys), nlohmann::json::parse_error for malformed JSON.
 nlohmann::json parseUntrustedJson(const std::string &text, int maxDepth,
-                                  size_t maxKeys = SIZE_MAX);
+                                  size_t maxKeys = SIZE_MAX, size_t maxTotalKeys = SIZE_MAX);
 
 } // namespace tpcrt
 
