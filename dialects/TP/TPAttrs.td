@@ -143,8 +143,8 @@ def TP_ShardDescAttr : TP_Attr<"ShardDesc", "shard_desc"> {
 
 // How a parameter's elements are stored: in the checkpoint (tpc import reads it off the
 // tensors), and, after tp-weight-storage, in the binary. The q types are ggml's block formats
-// (a GGUF file's): the CPU target holds q8_0, q4_0, q4_1 and q4_k as they are; q5_0, q5_1,
-// q5_k and q6_k only ever describe a file.
+// (a GGUF file's), which the CPU target holds as they are (tpcrt/types.def's held types: a
+// type added here needs its kernels there).
 def TP_WeightType : I32EnumAttr<"WeightType", "the element type a weight is stored in", [
     I32EnumAttrCase<"f32", 0>,
     I32EnumAttrCase<"bf16", 1>,

@@ -96,9 +96,9 @@ struct TPWeightStoragePass : tpc::tp::impl::TPWeightStorageBase<TPWeightStorageP
     if (failed(target))
       return signalPassFailure();
     std::optional<WeightType> activation = weightTypeOf((*target).getActivation());
-    // Block types without kernels, and block types whose split would cut blocks: held in
-    // bf16, said once per type.
-    std::map<std::string, Fallback> noKernels, cutBlocks;
+    // Block types whose split would cut blocks: held in bf16, said once per type. (Every
+    // block type has kernels: isHeldByCpu, which the unit tests check.)
+    std::map<std::string, Fallback> cutBlocks;
     auto elementsOf = [](ParamOp param) { return double(param.getTensorType().getNumElements()); };
     for (ParamOp param : module.getOps<ParamOp>()) {
       WeightType held = WeightType::f32;
@@ -108,11 +108,10 @@ struct TPWeightStoragePass : tpc::tp::impl::TPWeightStorageBase<TPWeightStorageP
         held = asked.value_or(param.getWeightType());
         if (isQuantized(held)) {
           WeightType stored = held;
-          bool kernels = held == WeightType::q8_0 || held == WeightType::q4_0 ||
-                         held == WeightType::q4_1 || held == WeightType::q4_k;
-          if (!kernels || !splitOnBlocks(param, blockElements(held))) {
+          assert(isHeldByCpu(held) && "a block type without CPU kernels");
+          if (!splitOnBlocks(param, blockElements(held))) {
             held = WeightType::bf16;
-            Fallback &fallback = (kernels ? cutBlocks : noKernels)[stringifyWeightType(stored).str()];
+            Fallback &fallback = cutBlocks[stringifyWeightType(stored).str()];
             fallback.params.push_back(param);
             fallback.storedBytes += elementsOf(param) * bytesPerElement(stored);
             fallback.heldBytes += elementsOf(param) * bytesPerElement(held);
@@ -126,17 +125,6 @@ struct TPWeightStoragePass : tpc::tp::impl::TPWeightStorageBase<TPWeightStorageP
         param.setStorage(held);
     }
     auto megabytes = [](double bytes) { return llvm::formatv("{0:F1} MB", bytes / 1e6).str(); };
-    for (auto &[type, fallback] : noKernels) {
-      ParamOp first = fallback.params.front();
-      first.emitWarning() << fallback.params.size() << " weight"
-                          << (fallback.params.size() == 1 ? "" : "s") << " stored as " << type
-                          << " (" << first.getSymName()
-                          << (fallback.params.size() > 1 ? ", ...) are" : ") is")
-                          << " held in bf16: the CPU target has kernels for q8_0, q4_0, "
-                             "q4_1 and q4_k only ("
-                          << megabytes(fallback.heldBytes) << " per rank instead of "
-                          << megabytes(fallback.storedBytes) << ")";
-    }
     for (auto &[type, fallback] : cutBlocks) {
       ParamOp first = fallback.params.front();
       ShardDescAttr shard = first.getShardAttr();

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 
@@ -142,12 +143,15 @@ public:
         argmaxOnRanks(argmaxOnRanks), stageFns(std::move(stageFns)) {}
 
   /// Batched steps over a paged cache; the argmax where the program's gather of the logits
-  /// is marked for it (ModelSpec::argmaxOnRanks); matrices held in a file's Q8_0, Q4_0, Q4_1
-  /// and Q4_K blocks, and quantized to Q8_0 and Q4_0 (dtype.h's narrow).
+  /// is marked for it (ModelSpec::argmaxOnRanks); matrices held in a file's blocks of every
+  /// quantized DType (types.def's held types), and quantized to Q8_0 and Q4_0 (dtype.h's
+  /// narrow).
   BackendCapabilities capabilities() const override {
     BackendCapabilities can;
     can.argmax = argmaxOnRanks;
-    can.blocksAsStored = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K};
+    for (size_t i = 0; i < std::size(kDTypeLines); ++i)
+      if (isQuantized(DType(i)))
+        can.blocksAsStored.push_back(DType(i));
     can.blocksFromFloats = {DType::Q8_0, DType::Q4_0};
     can.pipelined = true;
     return can;

@@ -1,6 +1,7 @@
 // The CPU kernels that read weights (tpcrt/cpu/kernels.h): linear and embedding, for fp32,
-// bf16 and f16 weights and ggml's block-quantized Q8_0, Q4_0, Q4_1 and Q4_K as stored, always
-// in fp32 arithmetic (x is never rounded or quantized).
+// bf16 and f16 weights and ggml's block-quantized types as stored (Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K and Q6_K: what llama.cpp's quantizations write), always in fp32
+// arithmetic (x is never rounded or quantized).
 //
 // One row of x (a decode step) is memory-bound: the product must stream W once at the
 // machine's read bandwidth, so a 16-bit or quantized W is read as it is and decoded in
@@ -18,6 +19,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <iterator>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -261,14 +264,20 @@ template <DType T> TPC_AVX2 void widenAvx2(const void *in, float *out, size_t co
 //   Q8_0: f16 d, then 32 int8 q;                          one group, d * q
 //   Q4_0: f16 d, then 16 bytes of nibbles;                one group, d * (q - 8)
 //   Q4_1: f16 d, f16 m, then 16 bytes of nibbles;         one group, d * q + m
+//   Q5_0: f16 d, 4 bytes of fifth bits, 16 of nibbles;  one group, d * (q - 16)
+//   Q5_1: f16 d, f16 m, then as Q5_0;                     one group, d * q + m
 //   Q4_K: f16 d, f16 dmin, 12 bytes of eight 6-bit scales s_g and mins m_g, then 128 bytes
 //         of nibbles;                                     eight groups, (d s_g) q - dmin m_g
+//   Q5_K: as Q4_K with 32 bytes of fifth bits before the nibbles
+//   Q6_K: 6-bit q in 192 bytes, sixteen int8 scales s_k (one per 16 elements), f16 d;
+//                                                         eight groups, (d s_k) (q - 32)
 // In Q4_0 and Q4_1 element j < 16 is the low nibble of byte j and element j + 16 its high
 // nibble; in Q4_K group 2c takes the low nibbles of bytes 32c .. 32c + 31 in order, group
-// 2c + 1 their high nibbles (runtime/weights/gguf.cpp's reference, after gguf-py's).
+// 2c + 1 their high nibbles; Q5_0, Q5_1 and Q5_K add a fifth bit to each, and Q6_K is laid
+// out as its Quant says (runtime/weights/gguf.cpp's reference, after gguf-py's).
 //
 // Every q converts to fp32 exactly, and so do d s_g and dmin m_g (11 by 6 significant bits)
-// and each scale * q (at most 21 bits), so scale * q + offset in one FMA rounds once, as the
+// and each scale * q (at most 22 bits), so scale * q + offset in one FMA rounds once, as the
 // reference's d * q + m and (d s) q - dmin m do: the AVX2 dequantizer below is bit for bit
 // the reference's.
 //
@@ -302,11 +311,13 @@ TPC_AVX2 inline void nibbles(const uint8_t *bytes, int bias, __m256 q[4]) {
   }
 }
 
-/// How a block of T decodes (see above), and how many rows a product takes at once (kRows:
-/// see gemvQuantized): kGroups groups of 32 elements in kBytes; Scales,
+/// How a block of T decodes (see above), how many rows a product takes at once (kRows: see
+/// gemvQuantized) and whether its one-row product has an AVX-512 kernel (kWide: see
+/// quants512): kGroups groups of 32 elements in kBytes; Scales,
 /// built from a block, gives group g's scale(g) in every lane and, where kOffsets, its
 /// offset(g) likewise and offsets(): group g's offset in lane g (the other lanes finite);
-/// quants(block, g, q) gives group g's integers as fp32 in four vectors, in element order.
+/// quants(block, g, scales, q) gives group g's integers as fp32 in four vectors, in element
+/// order.
 template <DType T> struct Quant;
 
 template <> struct Quant<DType::Q8_0> {
@@ -314,12 +325,13 @@ template <> struct Quant<DType::Q8_0> {
   static constexpr int kGroups = 1;
   static constexpr size_t kBytes = 34;
   static constexpr bool kOffsets = false;
+  static constexpr bool kWide = true;
   struct Scales {
     __m256 d;
     TPC_AVX2 explicit Scales(const uint8_t *block) : d(broadcastHalf(block)) {}
     TPC_AVX2 __m256 scale(int) const { return d; }
   };
-  TPC_AVX2 static void quants(const uint8_t *block, int, __m256 q[4]) {
+  TPC_AVX2 static void quants(const uint8_t *block, int, const Scales &, __m256 q[4]) {
     for (int i = 0; i < 4; ++i)
       q[i] = _mm256_cvtepi32_ps(signed8(block + 2 + 8 * i));
   }
@@ -330,8 +342,9 @@ template <> struct Quant<DType::Q4_0> {
   static constexpr int kGroups = 1;
   static constexpr size_t kBytes = 18;
   static constexpr bool kOffsets = false;
+  static constexpr bool kWide = true;
   using Scales = Quant<DType::Q8_0>::Scales; // d first, no offset
-  TPC_AVX2 static void quants(const uint8_t *block, int, __m256 q[4]) {
+  TPC_AVX2 static void quants(const uint8_t *block, int, const Scales &, __m256 q[4]) {
     nibbles(block + 2, 8, q);
   }
 };
@@ -341,6 +354,7 @@ template <> struct Quant<DType::Q4_1> {
   static constexpr int kGroups = 1;
   static constexpr size_t kBytes = 20;
   static constexpr bool kOffsets = true;
+  static constexpr bool kWide = false;
   struct Scales {
     __m256 d, m;
     TPC_AVX2 explicit Scales(const uint8_t *block) {
@@ -354,7 +368,7 @@ template <> struct Quant<DType::Q4_1> {
     TPC_AVX2 __m256 offset(int) const { return m; }
     TPC_AVX2 __m256 offsets() const { return m; }
   };
-  TPC_AVX2 static void quants(const uint8_t *block, int, __m256 q[4]) {
+  TPC_AVX2 static void quants(const uint8_t *block, int, const Scales &, __m256 q[4]) {
     nibbles(block + 4, 0, q);
   }
 };
@@ -364,6 +378,7 @@ template <> struct Quant<DType::Q4_K> {
   static constexpr int kGroups = 8;
   static constexpr size_t kBytes = 144;
   static constexpr bool kOffsets = true;
+  static constexpr bool kWide = true;
   struct Scales {
     alignas(32) float scales[8], offsets_[8]; // d s_g and -dmin m_g
     Scales() = default;
@@ -391,12 +406,127 @@ template <> struct Quant<DType::Q4_K> {
     TPC_AVX2 __m256 offset(int g) const { return _mm256_broadcast_ss(offsets_ + g); }
     TPC_AVX2 __m256 offsets() const { return _mm256_load_ps(offsets_); }
   };
-  TPC_AVX2 static void quants(const uint8_t *block, int g, __m256 q[4]) {
+  TPC_AVX2 static void quants(const uint8_t *block, int g, const Scales &, __m256 q[4]) {
     const uint8_t *bytes = block + 16 + 32 * (g / 2);
     const __m256i low = _mm256_set1_epi32(0xf);
     for (int i = 0; i < 4; ++i) {
       __m256i lanes = unsigned8(bytes + 8 * i);
       q[i] = _mm256_cvtepi32_ps(g % 2 ? _mm256_srli_epi32(lanes, 4) : _mm256_and_si256(lanes, low));
+    }
+  }
+};
+
+/// Q5_0's and Q5_1's fifth bits for elements 8i .. 8i + 7 of a block, as 16 or 0 in
+/// int32 lanes: bit j of the little-endian word `qh` is element j's.
+TPC_AVX2 inline __m256i fifthBits(uint32_t qh, int i) {
+  __m256i shifts = _mm256_add_epi32(_mm256_set1_epi32(8 * i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256i bits = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(qh)), shifts),
+                                  _mm256_set1_epi32(1));
+  return _mm256_slli_epi32(bits, 4);
+}
+/// The 32 five-bit integers of Q5_0 and Q5_1 (nibbles in Q4_0's order, fifth bits in `qh`),
+/// less `bias`, as fp32.
+TPC_AVX2 inline void fiveBits(const uint8_t *bytes, uint32_t qh, int bias, __m256 q[4]) {
+  const __m256i low = _mm256_set1_epi32(0xf), minus = _mm256_set1_epi32(bias);
+  for (int half = 0; half < 2; ++half) {
+    __m256i lanes = unsigned8(bytes + 8 * half); // elements 8 half .. and 16 + 8 half ..
+    __m256i first = _mm256_or_si256(_mm256_and_si256(lanes, low), fifthBits(qh, half));
+    __m256i second = _mm256_or_si256(_mm256_srli_epi32(lanes, 4), fifthBits(qh, half + 2));
+    q[half] = _mm256_cvtepi32_ps(_mm256_sub_epi32(first, minus));
+    q[half + 2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(second, minus));
+  }
+}
+
+template <> struct Quant<DType::Q5_0> {
+  static constexpr int64_t kRows = 8;
+  static constexpr int kGroups = 1;
+  static constexpr size_t kBytes = 22;
+  static constexpr bool kOffsets = false;
+  static constexpr bool kWide = true;
+  using Scales = Quant<DType::Q8_0>::Scales; // d first, no offset
+  TPC_AVX2 static void quants(const uint8_t *block, int, const Scales &, __m256 q[4]) {
+    uint32_t qh;
+    std::memcpy(&qh, block + 2, sizeof qh);
+    fiveBits(block + 6, qh, 16, q);
+  }
+};
+
+template <> struct Quant<DType::Q5_1> {
+  static constexpr int64_t kRows = 8;
+  static constexpr int kGroups = 1;
+  static constexpr size_t kBytes = 24;
+  static constexpr bool kOffsets = true;
+  static constexpr bool kWide = true;
+  using Scales = Quant<DType::Q4_1>::Scales; // d and m first
+  TPC_AVX2 static void quants(const uint8_t *block, int, const Scales &, __m256 q[4]) {
+    uint32_t qh;
+    std::memcpy(&qh, block + 4, sizeof qh);
+    fiveBits(block + 8, qh, 0, q);
+  }
+};
+
+/// Q5_K: Q4_K's scales, then 32 bytes of fifth bits (bit g of byte l for element l of group
+/// g), then Q4_K's nibbles.
+template <> struct Quant<DType::Q5_K> {
+  static constexpr int64_t kRows = 8;
+  static constexpr int kGroups = 8;
+  static constexpr size_t kBytes = 176;
+  static constexpr bool kOffsets = true;
+  static constexpr bool kWide = true;
+  using Scales = Quant<DType::Q4_K>::Scales;
+  TPC_AVX2 static void quants(const uint8_t *block, int g, const Scales &, __m256 q[4]) {
+    const uint8_t *bytes = block + 48 + 32 * (g / 2), *high = block + 16;
+    const __m256i low = _mm256_set1_epi32(0xf), one = _mm256_set1_epi32(1);
+    const __m128i shift = _mm_cvtsi32_si128(g);
+    for (int i = 0; i < 4; ++i) {
+      __m256i lanes = unsigned8(bytes + 8 * i);
+      __m256i nibble = g % 2 ? _mm256_srli_epi32(lanes, 4) : _mm256_and_si256(lanes, low);
+      __m256i fifth = _mm256_and_si256(_mm256_srl_epi32(unsigned8(high + 8 * i), shift), one);
+      q[i] = _mm256_cvtepi32_ps(_mm256_or_si256(nibble, _mm256_slli_epi32(fifth, 4)));
+    }
+  }
+};
+
+/// Q6_K: 128 bytes of low nibbles, 64 of 2-bit highs, sixteen int8 scales (one per 16
+/// elements) and f16 d last. Group g = 4h + t (half h of 128 elements, quarter t) takes the
+/// nibbles of bytes 64h + 32(t % 2) + l, low ones for t < 2, and bits 2t, 2t + 1 of high byte
+/// 32h + l, for l < 32. Its integers are given times their 16-element scale, (q - 32) s
+/// (exact: at most 4096 in magnitude), and d is the group's scale, so that d ((q - 32) s) is
+/// the reference's (d s)(q - 32): both products are exact, being of at most 24 bits.
+template <> struct Quant<DType::Q6_K> {
+  static constexpr int64_t kRows = 8;
+  static constexpr int kGroups = 8;
+  static constexpr size_t kBytes = 210;
+  static constexpr bool kOffsets = false;
+  static constexpr bool kWide = true;
+  struct Scales {
+    __m256 d;
+    alignas(64) float sub[16]; // the int8 scales s_k, converted once per block
+    Scales() = default;
+    TPC_AVX2 explicit Scales(const uint8_t *block) { read(block); }
+    TPC_AVX2 void read(const uint8_t *block) {
+      d = broadcastHalf(block + 208);
+      for (int i = 0; i < 2; ++i) {
+        _mm256_store_ps(sub + 8 * i, _mm256_cvtepi32_ps(signed8(block + 192 + 8 * i)));
+      }
+    }
+    TPC_AVX2 __m256 scale(int) const { return d; }
+  };
+  TPC_AVX2 static void quants(const uint8_t *block, int g, const Scales &scales, __m256 q[4]) {
+    const int h = g / 4, t = g % 4;
+    const uint8_t *ql = block + 64 * h + 32 * (t % 2), *qh = block + 128 + 32 * h;
+    const __m256i low = _mm256_set1_epi32(0xf), bits = _mm256_set1_epi32(0x30),
+                  bias = _mm256_set1_epi32(32);
+    for (int i = 0; i < 4; ++i) {
+      __m256i bytes = unsigned8(ql + 8 * i), highs = unsigned8(qh + 8 * i);
+      __m256i nibble = t < 2 ? _mm256_and_si256(bytes, low) : _mm256_srli_epi32(bytes, 4);
+      // Bits 2t and 2t + 1 of the high byte moved to bits 4 and 5.
+      __m256i top = t == 0   ? _mm256_slli_epi32(highs, 4)
+                    : t == 1 ? _mm256_slli_epi32(highs, 2)
+                    : t == 2 ? highs
+                             : _mm256_srli_epi32(highs, 2);
+      __m256i value = _mm256_sub_epi32(_mm256_or_si256(nibble, _mm256_and_si256(top, bits)), bias);
+      q[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(value), _mm256_broadcast_ss(scales.sub + 2 * g + i / 2));
     }
   }
 };
@@ -427,7 +557,7 @@ TPC_AVX2 inline __m256 accumulateGroup(const uint8_t *block, int g,
                                        const typename Quant<T>::Scales &scales, const float *x,
                                        __m256 acc) {
   __m256 q[4];
-  Quant<T>::quants(block, g, q);
+  Quant<T>::quants(block, g, scales, q);
   const float *xs = x + g * kGroupElements;
   __m256 dot = _mm256_mul_ps(q[0], _mm256_loadu_ps(xs));
   for (int i = 1; i < 4; ++i)
@@ -566,8 +696,10 @@ TPC_AVX512 inline __m512i unsigned16(const uint8_t *p) {
 }
 
 /// Group g of a block of T as fp32 integers in two vectors, in element order.
-template <DType T> TPC_AVX512 inline void quants512(const uint8_t *block, int g, __m512 q[2]) {
-  static_assert(T == DType::Q8_0 || T == DType::Q4_0 || T == DType::Q4_K);
+template <DType T>
+TPC_AVX512 inline void quants512(const uint8_t *block, int g,
+                                const typename Quant<T>::Scales &scales, __m512 q[2]) {
+  static_assert(Quant<T>::kWide);
   const __m512i low = _mm512_set1_epi32(0xf);
   if constexpr (T == DType::Q8_0) {
     for (int i = 0; i < 2; ++i)
@@ -578,25 +710,69 @@ template <DType T> TPC_AVX512 inline void quants512(const uint8_t *block, int g,
     __m512i lanes = unsigned16(block + 2), eight = _mm512_set1_epi32(8);
     q[0] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(lanes, low), eight));
     q[1] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(lanes, 4), eight));
-  } else { // Q4_K: group 2c is the low nibbles of bytes 32c .. 32c + 31, 2c + 1 the high ones
+  } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+    // Q4_0's nibbles with a fifth bit each, bit j of the word before them for element j.
+    constexpr size_t kHigh = T == DType::Q5_0 ? 2 : 4;
+    uint32_t qh;
+    std::memcpy(&qh, block + kHigh, sizeof qh);
+    __m512i lanes = unsigned16(block + kHigh + 4), bits = _mm512_set1_epi32(int(qh));
+    const __m512i one = _mm512_set1_epi32(1),
+                  bias = _mm512_set1_epi32(T == DType::Q5_0 ? 16 : 0),
+                  first = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i fifth[2] = {_mm512_and_si512(_mm512_srlv_epi32(bits, first), one),
+                        _mm512_and_si512(_mm512_srlv_epi32(bits, _mm512_add_epi32(
+                                                                     first, _mm512_set1_epi32(16))),
+                                         one)};
+    __m512i nibble[2] = {_mm512_and_si512(lanes, low), _mm512_srli_epi32(lanes, 4)};
+    for (int i = 0; i < 2; ++i)
+      q[i] = _mm512_cvtepi32_ps(_mm512_sub_epi32(
+          _mm512_or_si512(nibble[i], _mm512_slli_epi32(fifth[i], 4)), bias));
+  } else if constexpr (T == DType::Q4_K) {
+    // Group 2c is the low nibbles of bytes 32c .. 32c + 31, 2c + 1 the high ones.
     const uint8_t *bytes = block + 16 + 32 * (g / 2);
     for (int i = 0; i < 2; ++i) {
       __m512i lanes = unsigned16(bytes + 16 * i);
       q[i] = _mm512_cvtepi32_ps(g % 2 ? _mm512_srli_epi32(lanes, 4) : _mm512_and_si512(lanes, low));
     }
+  } else if constexpr (T == DType::Q5_K) { // Q4_K's nibbles after 32 bytes of fifth bits
+    const uint8_t *bytes = block + 48 + 32 * (g / 2), *high = block + 16;
+    const __m128i shift = _mm_cvtsi32_si128(g);
+    for (int i = 0; i < 2; ++i) {
+      __m512i lanes = unsigned16(bytes + 16 * i);
+      __m512i nibble = g % 2 ? _mm512_srli_epi32(lanes, 4) : _mm512_and_si512(lanes, low);
+      __m512i fifth =
+          _mm512_and_si512(_mm512_srl_epi32(unsigned16(high + 16 * i), shift), _mm512_set1_epi32(1));
+      q[i] = _mm512_cvtepi32_ps(_mm512_or_si512(nibble, _mm512_slli_epi32(fifth, 4)));
+    }
+  } else { // Q6_K (Quant<Q6_K>): each sixteen lanes one scale's elements
+    const int h = g / 4, t = g % 4;
+    const uint8_t *ql = block + 64 * h + 32 * (t % 2), *qh = block + 128 + 32 * h;
+    for (int i = 0; i < 2; ++i) {
+      __m512i bytes = unsigned16(ql + 16 * i), highs = unsigned16(qh + 16 * i);
+      __m512i nibble = t < 2 ? _mm512_and_si512(bytes, low) : _mm512_srli_epi32(bytes, 4);
+      // Bits 2t and 2t + 1 of the high byte moved to bits 4 and 5.
+      __m512i top = t == 0   ? _mm512_slli_epi32(highs, 4)
+                    : t == 1 ? _mm512_slli_epi32(highs, 2)
+                    : t == 2 ? highs
+                             : _mm512_srli_epi32(highs, 2);
+      __m512i value = _mm512_sub_epi32(
+          _mm512_or_si512(nibble, _mm512_and_si512(top, _mm512_set1_epi32(0x30))),
+          _mm512_set1_epi32(32));
+      q[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(value), _mm512_set1_ps(scales.sub[2 * g + i]));
+    }
   }
 }
 
-/// Group g's scale in all sixteen lanes: Q4_K's from its Scales' table, Q4_0's converted from
-/// the block's f16 d straight into sixteen lanes.
+/// Group g's scale in all sixteen lanes: Q4_K's and Q5_K's from their Scales' table, the
+/// others' converted from the block's f16 d (Q6_K's last) straight into sixteen lanes.
 template <DType T>
 TPC_AVX512 inline __m512 scale512(const uint8_t *block, const typename Quant<T>::Scales &scales,
                                   int g) {
-  if constexpr (T == DType::Q4_K) {
+  if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
     return _mm512_set1_ps(scales.scales[g]);
   } else {
     uint16_t bits;
-    std::memcpy(&bits, block, sizeof bits);
+    std::memcpy(&bits, block + (T == DType::Q6_K ? 208 : 0), sizeof bits);
     return _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
   }
 }
@@ -609,7 +785,7 @@ TPC_AVX512 inline void group512(const uint8_t *block, int g,
                                 const typename Quant<T>::Scales &scales, const float *xs,
                                 const float *sums, __m512 &acc, __m256 &offsetAcc) {
   __m512 q[2];
-  quants512<T>(block, g, q);
+  quants512<T>(block, g, scales, q);
   const float *xg = xs + g * kGroupElements;
   __m512 dot =
       _mm512_fmadd_ps(q[1], _mm512_loadu_ps(xg + 16), _mm512_mul_ps(q[0], _mm512_loadu_ps(xg)));
@@ -819,7 +995,7 @@ TPC_AVX512 void quantizedBatch512(const void *w, const float *x, int64_t out, in
       typename Q::Scales scales(block);
       for (int g = 0; g < Q::kGroups; ++g) {
         __m256 q[4];
-        Q::quants(block, g, q);
+        Q::quants(block, g, scales, q);
         for (int i = 0; i < 4; ++i) {
           if constexpr (Q::kOffsets)
             q[i] = _mm256_fmadd_ps(q[i], scales.scale(g), scales.offset(g));
@@ -876,7 +1052,7 @@ template <DType T> TPC_AVX2 void dequantizeAvx2(const void *in, float *out, size
     typename Q::Scales scales(block);
     for (int g = 0; g < Q::kGroups; ++g) {
       __m256 q[4];
-      Q::quants(block, g, q);
+      Q::quants(block, g, scales, q);
       for (int i = 0; i < 4; ++i) {
         __m256 value; // d * q as the reference, or d * q + m rounded once, as it is
         if constexpr (Q::kOffsets)
@@ -887,6 +1063,34 @@ template <DType T> TPC_AVX2 void dequantizeAvx2(const void *in, float *out, size
       }
     }
   }
+}
+
+/// visit(Block<T>{}) for the block type `type`, and true; false for a float type.
+template <DType T> using Block = std::integral_constant<DType, T>;
+template <class Visit> bool visitBlocks(DType type, Visit &&visit) {
+  switch (type) {
+  case DType::F32:
+  case DType::F16:
+  case DType::BF16:
+    return false;
+  case DType::Q8_0:
+    return visit(Block<DType::Q8_0>{}), true;
+  case DType::Q4_0:
+    return visit(Block<DType::Q4_0>{}), true;
+  case DType::Q4_1:
+    return visit(Block<DType::Q4_1>{}), true;
+  case DType::Q5_0:
+    return visit(Block<DType::Q5_0>{}), true;
+  case DType::Q5_1:
+    return visit(Block<DType::Q5_1>{}), true;
+  case DType::Q4_K:
+    return visit(Block<DType::Q4_K>{}), true;
+  case DType::Q5_K:
+    return visit(Block<DType::Q5_K>{}), true;
+  case DType::Q6_K:
+    return visit(Block<DType::Q6_K>{}), true;
+  }
+  return false;
 }
 
 bool hasAvx2Fma() {
@@ -914,10 +1118,17 @@ bool avx512Allowed() {
 #endif
 }
 
-/// Whether the one-row linear of `type` uses AVX-512 on this CPU (all but Q4_1, unless
-/// switched off); only where vectorKernels() holds.
+/// Whether the one-row linear of `type` uses AVX-512 on this CPU (the block types whose
+/// Quant says kWide, unless switched off); only where vectorKernels() holds.
 bool wideQuantizedKernels(DType type) {
-  return (type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K) && avx512Allowed();
+#if defined(__x86_64__)
+  bool wide = false;
+  visitBlocks(type, [&](auto block) { wide = Quant<decltype(block)::value>::kWide; });
+  return wide && avx512Allowed();
+#else
+  (void)type;
+  return false;
+#endif
 }
 
 /// Whether the linears of 1 to kBatchedGemvRows rows with float W of `type` use AVX-512 on
@@ -952,20 +1163,17 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
     case DType::F16:
       return wideFloatKernels(w.type) ? gemvWide<DType::F16>(w.data, x, 1, out, in, bias, y)
                                       : gemvAvx2<DType::F16>(w.data, x, 1, out, in, bias, y);
-    case DType::Q8_0:
-      return wideQuantizedKernels(w.type)
-                 ? gemvQuantized<DType::Q8_0, true>(w.data, x, out, in, bias, y)
-                 : gemvQuantized<DType::Q8_0>(w.data, x, out, in, bias, y);
-    case DType::Q4_0:
-      return wideQuantizedKernels(w.type)
-                 ? gemvQuantized<DType::Q4_0, true>(w.data, x, out, in, bias, y)
-                 : gemvQuantized<DType::Q4_0>(w.data, x, out, in, bias, y);
-    case DType::Q4_1:
-      return gemvQuantized<DType::Q4_1>(w.data, x, out, in, bias, y);
-    case DType::Q4_K:
-      return wideQuantizedKernels(w.type)
-                 ? gemvQuantized<DType::Q4_K, true>(w.data, x, out, in, bias, y)
-                 : gemvQuantized<DType::Q4_K>(w.data, x, out, in, bias, y);
+    default: {
+      const bool wide = wideQuantizedKernels(w.type);
+      visitBlocks(w.type, [&](auto block) {
+        constexpr DType T = decltype(block)::value;
+        if constexpr (Quant<T>::kWide)
+          if (wide)
+            return gemvQuantized<T, true>(w.data, x, out, in, bias, y);
+        gemvQuantized<T>(w.data, x, out, in, bias, y);
+      });
+      return;
+    }
     }
   }
 #endif
@@ -991,14 +1199,11 @@ void widenFast(const void *in, DType type, float *out, size_t count) {
       return widenAvx2<DType::BF16>(in, out, count);
     case DType::F16:
       return widenAvx2<DType::F16>(in, out, count);
-    case DType::Q8_0:
-      return dequantizeAvx2<DType::Q8_0>(in, out, count);
-    case DType::Q4_0:
-      return dequantizeAvx2<DType::Q4_0>(in, out, count);
-    case DType::Q4_1:
-      return dequantizeAvx2<DType::Q4_1>(in, out, count);
-    case DType::Q4_K:
-      return dequantizeAvx2<DType::Q4_K>(in, out, count);
+    default:
+      visitBlocks(type, [&](auto block) {
+        dequantizeAvx2<decltype(block)::value>(in, out, count);
+      });
+      return;
     }
   }
 #endif
@@ -1037,19 +1242,10 @@ void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t ou
       default:
         break;
       }
-    if (avx512Allowed())
-      switch (w.type) {
-      case DType::Q8_0:
-        return quantizedBatchWide<DType::Q8_0>(w.data, x, rows, out, in, bias, y);
-      case DType::Q4_0:
-        return quantizedBatchWide<DType::Q4_0>(w.data, x, rows, out, in, bias, y);
-      case DType::Q4_1:
-        return quantizedBatchWide<DType::Q4_1>(w.data, x, rows, out, in, bias, y);
-      case DType::Q4_K:
-        return quantizedBatchWide<DType::Q4_K>(w.data, x, rows, out, in, bias, y);
-      default:
-        break;
-      }
+    if (avx512Allowed() && visitBlocks(w.type, [&](auto block) {
+          quantizedBatchWide<decltype(block)::value>(w.data, x, rows, out, in, bias, y);
+        }))
+      return;
     switch (w.type) {
     case DType::F32:
       return gemvAvx2<DType::F32>(w.data, x, rows, out, in, bias, y);
@@ -1103,12 +1299,13 @@ bool embedding(Host, const int64_t *ids, int64_t tokens, Matrix table, int64_t r
 
 std::string matrixKernels() {
   std::string vector;
-  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                     DType::Q4_K})
+  for (size_t i = 0; i < std::size(kDTypeLines); ++i) {
+    DType type = DType(i);
     vector += std::string(vector.empty() ? "" : ", ") + dtypeName(type) +
               (!vectorKernels(type)               ? " scalar"
                : wideQuantizedKernels(type) || wideFloatKernels(type) ? " AVX-512"
                                                  : " AVX2");
+  }
   return "one-row linear: " + vector + "; matrix products: " + blasDescription() +
          " sgemm (16-bit and quantized weights widened to fp32 a panel at a time)";
 }

@@ -1,20 +1,20 @@
-// tp-weight-storage with a GGUF file's block types (issue 27): the CPU target holds q8_0,
-// q4_0, q4_1 and q4_k matrices as the file stores them, holds another block type (q6_k) in
-// bf16 and says so with the memory it costs, and holds in bf16 a matrix whose split along its
-// input dimension would cut its blocks, naming the tp sizes that would not (colwise splits
-// cut rows, never blocks); --weights-dtype q8_0 (--quantize) quantizes the f32 matrices.
+// tp-weight-storage with a GGUF file's block types (issues 27, 48): the CPU target holds
+// q8_0, q4_0, q4_1, q4_k and q6_k (and every other block type: WeightTypeTest) matrices as the
+// file stores them, and holds in bf16 a matrix whose split along its input dimension would
+// cut its blocks, saying so with the memory it costs and naming the tp sizes that would not
+// (colwise splits cut rows, never blocks); --weights-dtype q8_0 (--quantize) quantizes the
+// f32 matrices.
 // RUN: tpc-opt %s --tp-set-target=target=cpu --tp-weight-storage 2>&1 | FileCheck %s
 // RUN: tpc-opt %s --tp-set-target=target=cpu --tp-weight-storage="weights=q8_0" 2>&1 | FileCheck %s --check-prefix=Q8
 // RUN: not tpc-opt %s --tp-set-target=target=cpu --tp-weight-storage="weights=q4_1" 2>&1 | FileCheck %s --check-prefix=BAD
 
-// CHECK-DAG: warning: 1 weight stored as q6_k (down) is held in bf16: the CPU target has kernels for q8_0, q4_0, q4_1 and q4_k only (0.0 MB per rank instead of 0.0 MB)
 // CHECK-DAG: warning: 1 q4_k weight (cut) split along its input dimension of 768 would cut blocks of 256 elements at tp 2: held in bf16 instead (0.0 MB per rank instead of 0.0 MB); tp sizes that keep them whole: 1, 3
 // CHECK: tp.param @table {storage = #tp.storage<q8_0>} : tensor<256x64xf32>
 // CHECK: tp.param @norm : tensor<64xf32>
 // CHECK: tp.param @colwise {{.*}}storage = #tp.storage<q4_1>} : tensor<32x64xf32>
 // CHECK: tp.param @rowwise {{.*}}storage = #tp.storage<q4_0>} : tensor<64x32xf32>
 // CHECK: tp.param @cut {{.*}}storage = #tp.storage<bf16>} : tensor<64x384xf32>
-// CHECK: tp.param @down {storage = #tp.storage<bf16>} : tensor<64x64xf32>
+// CHECK: tp.param @down {storage = #tp.storage<q6_k>} : tensor<64x256xf32>
 // CHECK: tp.param @plain : tensor<64x64xf32>
 // Q8: tp.param @table {storage = #tp.storage<q8_0>}
 // Q8: tp.param @norm : tensor<64xf32>
@@ -26,7 +26,7 @@ module attributes {tp.mesh = #tp.mesh<tp = 2>} {
   tp.param @colwise {shard = #tp.shard_desc<dim = 0, hf_shape = [64, 64], offsets = [0], sizes = [64], chunks = 2>, storage = #tp.storage<q4_1>} : tensor<32x64xf32>
   tp.param @rowwise {shard = #tp.shard_desc<dim = 1, hf_shape = [64, 64], offsets = [0], sizes = [64], chunks = 2>, storage = #tp.storage<q4_0>} : tensor<64x32xf32>
   tp.param @cut {shard = #tp.shard_desc<dim = 1, hf_shape = [64, 768], offsets = [0], sizes = [768], chunks = 2>, storage = #tp.storage<q4_k>} : tensor<64x384xf32>
-  tp.param @down {storage = #tp.storage<q6_k>} : tensor<64x64xf32>
+  tp.param @down {storage = #tp.storage<q6_k>} : tensor<64x256xf32>
   tp.param @plain : tensor<64x64xf32>
   func.func @forward(%ids: tensor<?xi64>, %pos: tensor<?xi64>) -> tensor<?x256xf32> {
     %t = tp.weight @table : tensor<256x64xf32>
@@ -38,8 +38,9 @@ module attributes {tp.mesh = #tp.mesh<tp = 2>} {
     %r = tp.weight @rowwise : tensor<64x32xf32>
     %b = tp.linear "model.rowwise" %a, %r : (tensor<?x32xf32>, tensor<64x32xf32>) -> tensor<?x64xf32>
     %k = tp.weight @cut : tensor<64x384xf32>
-    %u = tp.weight @down : tensor<64x64xf32>
-    %d = tp.linear "model.down" %b, %u : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
+    %u = tp.weight @down : tensor<64x256xf32>
+    %w = tp.concat "model.wide" %b, %b, %b, %b {dim = 1 : i64} : (tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x256xf32>
+    %d = tp.linear "model.down" %w, %u : (tensor<?x256xf32>, tensor<64x256xf32>) -> tensor<?x64xf32>
     %q = tp.weight @plain : tensor<64x64xf32>
     %z = tp.linear "model.plain" %d, %q : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
     %l = tp.linear "lm_head" %z, %t : (tensor<?x64xf32>, tensor<256x64xf32>) -> tensor<?x256xf32>

@@ -55,7 +55,7 @@ TEST(Types, EveryReadGgmlTypeHasItsLayout) {
 
 TEST(Types, EveryDTypeHasItsLayout) {
   std::vector<DType> types = everyDType();
-  EXPECT_EQ(types.size(), 7u); // f32, bf16, f16, q8_0, q4_0, q4_1, q4_k
+  EXPECT_EQ(types.size(), 11u); // f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k
   for (DType type : types) {
     SCOPED_TRACE(dtypeName(type));
     const Layout *layout = layoutOf(dtypeName(type));
@@ -74,9 +74,10 @@ TEST(Types, EveryDTypeHasItsLayout) {
 }
 
 TEST(Types, OnlyHeldTypesAreDTypes) {
-  // Q5_0 is read (dequantized to fp32) but not held; IQ2_XXS is neither.
-  EXPECT_EQ(dtypeOf(GgmlType::Q5_0), std::nullopt);
+  // Every type tpc reads it also holds (Q5_0 and Q6_K among them); IQ2_XXS is neither.
+  EXPECT_EQ(dtypeOf(GgmlType::Q5_0), DType::Q5_0);
+  EXPECT_EQ(dtypeOf(GgmlType::Q6_K), DType::Q6_K);
   EXPECT_EQ(dtypeOf(GgmlType::IQ2_XXS), std::nullopt);
-  EXPECT_EQ(parseDType("q5_0"), std::nullopt);
+  EXPECT_EQ(parseDType("iq2_xxs"), std::nullopt);
   EXPECT_EQ(parseDType("Q4_k"), std::nullopt); // one spelling or the other, not a mix
 }

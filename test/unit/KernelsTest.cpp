@@ -9,14 +9,19 @@
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/dtype.h"
 
+#include "GgmlBlocks.h"
+
 #include <gtest/gtest.h>
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -223,9 +228,41 @@ TEST(DType, NamesRoundTrip) {
 
 namespace {
 
+/// Where a block of `type` keeps its f16 scales (d, and the offset's m or dmin where it has
+/// one), from ggml's block structs (GgmlBlocks.h), and a magnitude for them that keeps the
+/// elements within about [-1, 1]: one over the largest integer times its other scales.
+struct BlockHalves {
+  std::vector<size_t> offsets;
+  float range;
+};
+BlockHalves blockHalves(DType type) {
+  namespace g = tpc::test::ggml;
+  switch (type) {
+  case DType::Q8_0:
+    return {{offsetof(g::block_q8_0, d)}, 1.0f / 128};
+  case DType::Q4_0:
+    return {{offsetof(g::block_q4_0, d)}, 1.0f / 8};
+  case DType::Q4_1:
+    return {{offsetof(g::block_q4_1, d), offsetof(g::block_q4_1, m)}, 1.0f / 15};
+  case DType::Q5_0:
+    return {{offsetof(g::block_q5_0, d)}, 1.0f / 16};
+  case DType::Q5_1:
+    return {{offsetof(g::block_q5_1, d), offsetof(g::block_q5_1, m)}, 1.0f / 31};
+  case DType::Q4_K: // 6-bit scales and mins
+    return {{offsetof(g::block_q4_K, d), offsetof(g::block_q4_K, dmin)}, 1.0f / (15 * 63)};
+  case DType::Q5_K:
+    return {{offsetof(g::block_q5_K, d), offsetof(g::block_q5_K, dmin)}, 1.0f / (31 * 63)};
+  case DType::Q6_K: // int8 scales
+    return {{offsetof(g::block_q6_K, d)}, 1.0f / (32 * 128)};
+  default:
+    ADD_FAILURE() << dtypeName(type) << " has no scales here";
+    return {{}, 1};
+  }
+}
+
 /// Weights of `type` for random values in [-1, 1), and those weights widened. A quantized
-/// type's blocks are random bytes but for their f16 scales (d, and Q4_1's m or Q4_K's dmin),
-/// which are finite, random and of either sign; `count` is whole blocks.
+/// type's blocks are random bytes but for their f16 scales (blockHalves), which are finite,
+/// random and of either sign; `count` is whole blocks.
 struct Weights {
   std::vector<uint8_t> stored;
   std::vector<float> widened;
@@ -237,16 +274,11 @@ struct Weights {
     if (isQuantized(type)) {
       for (uint8_t &byte : stored)
         byte = uint8_t(gen());
-      // Scales that keep the elements within about [-1, 1]: the integers reach 15 (Q4_1,
-      // Q4_K, whose 6-bit scales reach 63 more), 8 (Q4_0) or 128 (Q8_0).
-      float range = type == DType::Q8_0   ? 1.0f / 128
-                    : type == DType::Q4_K ? 1.0f / (15 * 63)
-                                          : 1.0f / 15;
-      int scales = type == DType::Q4_1 || type == DType::Q4_K ? 2 : 1;
+      BlockHalves halves = blockHalves(type);
       for (size_t at = 0; at < stored.size(); at += dtypeBlockBytes(type))
-        for (int i = 0; i < scales; ++i) {
-          uint16_t half = floatToF16(range * dist(gen));
-          std::memcpy(&stored[at + 2 * size_t(i)], &half, sizeof half);
+        for (size_t offset : halves.offsets) {
+          uint16_t half = floatToF16(halves.range * dist(gen));
+          std::memcpy(&stored[at + offset], &half, sizeof half);
         }
     } else {
       std::vector<float> values(count);
@@ -259,7 +291,14 @@ struct Weights {
   Matrix matrix() const { return Matrix(stored.data(), type); }
 };
 
-constexpr DType kQuantizedTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K};
+/// Every block type tpc holds (types.def's held types).
+const std::vector<DType> kQuantizedTypes = [] {
+  std::vector<DType> types;
+  for (size_t i = 0; i < std::size(kDTypeLines); ++i)
+    if (isQuantized(DType(i)))
+      types.push_back(DType(i));
+  return types;
+}();
 
 std::vector<float> randomFloats(size_t n, unsigned seed) {
   std::mt19937 gen(seed);
@@ -319,9 +358,18 @@ struct ForcedKernels {
 
 TEST(Linear, ForcingScalarKernelsTurnsTheVectorOnesOff) {
   ScalarKernels scalar(true);
-  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                     DType::Q4_K})
-    EXPECT_FALSE(detail::vectorKernelsFor(type));
+  for (size_t i = 0; i < std::size(kDTypeLines); ++i)
+    EXPECT_FALSE(detail::vectorKernelsFor(DType(i)));
+}
+
+TEST(Linear, EveryHeldBlockTypeIsOneTheTestsCover) {
+  // The K-quant mixes llama.cpp writes (Q4_K_M, Q5_K_M: Q4_K or Q5_K with Q6_K, and Q5_0 or
+  // Q5_1 where rows are not 256-blocks) and the legacy types are all held as stored.
+  std::vector<std::string> names;
+  for (DType type : kQuantizedTypes)
+    names.push_back(dtypeName(type));
+  EXPECT_EQ(names, (std::vector<std::string>{"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+                                              "q5_k", "q6_k"}));
 }
 
 TEST(Linear, EveryTypeAndShapeMatchesDouble) {
@@ -416,19 +464,17 @@ TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
   EXPECT_EQ(detail::vectorKernelsFor(DType::F16), has && __builtin_cpu_supports("f16c"));
   for (DType type : kQuantizedTypes) // their f16 scales convert with F16C
     EXPECT_EQ(detail::vectorKernelsFor(type), has && __builtin_cpu_supports("f16c"));
-  // The one-row linear of Q8_0, Q4_0 and Q4_K, and the linears of up to eight rows of the
+  // The one-row linear of the block types but Q4_1, and the linears of up to eight rows of the
   // float types, use AVX-512 F and BW where the CPU has them, and forcing AVX2 turns it off.
   bool wide = has && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
               __builtin_cpu_supports("avx512bw");
   for (DType type : kQuantizedTypes)
-    EXPECT_EQ(detail::avx512KernelsFor(type),
-              wide && type != DType::Q4_1);
+    EXPECT_EQ(detail::avx512KernelsFor(type), wide && type != DType::Q4_1);
   for (DType type : {DType::F32, DType::BF16, DType::F16})
     EXPECT_EQ(detail::avx512KernelsFor(type), wide);
   ForcedKernels avx2(Kernels::Avx2);
-  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0,
-                     DType::Q4_1, DType::Q4_K})
-    EXPECT_FALSE(detail::avx512KernelsFor(type));
+  for (size_t i = 0; i < std::size(kDTypeLines); ++i)
+    EXPECT_FALSE(detail::avx512KernelsFor(DType(i)));
 #endif
 }
 

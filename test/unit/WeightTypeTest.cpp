@@ -22,5 +22,8 @@ TEST(WeightTypes, EveryWeightTypeHasItsLayout) {
     EXPECT_EQ(blockElements(*type), layout->elements);
     EXPECT_EQ(bytesPerElement(*type), double(layout->bytes) / double(layout->elements));
     EXPECT_EQ(isQuantized(*type), layout->elements > 1);
+    // The CPU target holds every type a file can give a weight in as stored (its kernels
+    // read them all: tp-weight-storage widens none for want of a kernel).
+    EXPECT_TRUE(isHeldByCpu(*type));
   }
 }

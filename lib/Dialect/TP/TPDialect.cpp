@@ -260,6 +260,18 @@ int64_t tpc::tp::blockElements(WeightType type) { return blockOf(type).first; }
 
 bool tpc::tp::isQuantized(WeightType type) { return blockElements(type) > 1; }
 
+bool tpc::tp::isHeldByCpu(WeightType type) {
+  StringRef name = stringifyWeightType(type);
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)
+#define TPC_HELD_TYPE(NAME, ID, ELEMENTS, BYTES, READS)                                         \
+  if (name.equals_insensitive(#NAME))                                                          \
+    return true;
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
+  return false;
+}
+
 std::optional<int64_t> tpc::tp::getMeshSize(ModuleOp module) {
   if (auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttrName))
     return mesh.getSize();

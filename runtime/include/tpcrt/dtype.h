@@ -14,8 +14,8 @@ namespace tpcrt {
 
 /// A weight's element type as stored: a float type, or one of ggml's block-quantized types
 /// kept as the GGUF file stores them (runs of `dtypeBlockElements` elements in
-/// `dtypeBlockBytes` bytes, laid out as ggml's block_q8_0, block_q4_0, block_q4_1 and
-/// block_q4_K; a row of a matrix is whole blocks). The types are tpcrt/types.def's held ones.
+/// `dtypeBlockBytes` bytes, laid out as ggml's block_q8_0, block_q4_0 and so on; a row of a
+/// matrix is whole blocks). The types are tpcrt/types.def's held ones.
 enum class DType {
 #define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)
 #define TPC_HELD_TYPE(NAME, ID, ELEMENTS, BYTES, READS) NAME,
@@ -51,11 +51,11 @@ inline size_t dtypeBytes(DType type) { return dtypeBlockBytes(type); }
 inline uint64_t dtypeBytesFor(DType type, int64_t count) {
   return uint64_t(count / dtypeBlockElements(type)) * dtypeBlockBytes(type);
 }
-/// "f32", "bf16", "f16", "q8_0", "q4_0", "q4_1", "q4_k": the names the compiler's `storage`
-/// attribute and --weights-dtype use.
+/// "f32", "f16", "bf16", "q8_0", ...: types.def's names in lower case, as the compiler's
+/// `storage` attribute and --weights-dtype spell them.
 const char *dtypeName(DType type);
 /// The type a name spells (as dtypeName, or safetensors' and GGUF's F32, BF16, F16, Q8_0,
-/// Q4_0, Q4_1, Q4_K); none for others.
+/// Q4_K, ...); none for others.
 std::optional<DType> parseDType(const std::string &name);
 
 /// bf16 is the top half of an fp32: widening is exact.
@@ -84,8 +84,8 @@ uint16_t floatToF16(float value);
 void widen(const void *in, DType type, float *out, size_t count);
 /// `count` fp32 values stored as `type` at `out`: rounded to nearest even, or quantized into
 /// Q8_0 or Q4_0 blocks as llama.cpp's reference quantizers do (--quantize; `count` whole
-/// blocks). Throws std::invalid_argument for Q4_1 and Q4_K, which are only ever loaded as a
-/// file stores them.
+/// blocks). Throws std::invalid_argument for the other block types, which are only ever
+/// loaded as a file stores them.
 void narrow(const float *in, DType type, void *out, size_t count);
 
 } // namespace tpcrt

@@ -2,6 +2,8 @@
 
     python gguf_models.py OUTDIR [ARCH,ARCH...]      (default: all of ARCHS; needs gguf-py)
 
+(and KQUANT_ARCHS, named: llama files of K-quant mixes, below)
+
 For each ARCH, hf_model.py's build() makes a tiny random transformers model (2 layers, gemma3's
 6, smollm3's 4; hidden 64, 4 heads, 2 KV heads; config changes below keep it to what a GGUF
 file can say), and this writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's converter
@@ -10,7 +12,8 @@ file can say), and this writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's conv
 (llama's and smollm3's), Gemma 2's and 3's norms stored as 1 + w, vectors in F32 and
 matrices in F32, F16, Q8_0 or Q4_0 (gguf.quants.quantize; which one is per tensor, below, so
 every architecture has quantized matrices of both kinds, some split by tp 2 across their
-blocks' rows, some along them; qwen3moe's experts as the converter's 3D ffn_*_exps, gate_up_proj
+blocks' rows, some along them; KQUANT_ARCHS' in Q4_K, Q5_K and Q6_K written by kquants.py,
+and Q5_0 and Q5_1; qwen3moe's experts as the converter's 3D ffn_*_exps, gate_up_proj
 split into its gate and up halves). The file holds no tokenizer, only what the config needs (a
 token list where the converter writes no vocab_size).
 
@@ -46,13 +49,21 @@ from gguf.quants import dequantize, quantize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
+import kquants  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
          "olmo2", "smollm3"]
+# Llama files of the mixes llama-quantize writes, Q4_K_M and Q5_K_M (llama.cpp's
+# llama_tensor_get_type): Q4_K (Q5_K) matrices, Q6_K for the output and for attn_v and
+# ffn_down in the layers it gives more bits (of two layers, the first), and where a row is no
+# whole 256-block the fallback Q5_0 (Q5_1), which here the embedding takes so that both are
+# read. Rows of 512 and 1024, so that tp 2's pieces of attn_output's and ffn_down's rows are
+# still whole 256-blocks.
+KQUANT_ARCHS = ["llama_q4_k_m", "llama_q5_k_m"]
 # Written by the converter's LlamaModel (SmolLM3Model is a subclass): q/k rows permuted,
 # vocab_size and rope.dimension_count in the metadata.
-LLAMA_FILES = ("llama", "llama3rope", "mistral", "smollm3")
+LLAMA_FILES = ("llama", "llama3rope", "mistral", "smollm3") + tuple(KQUANT_ARCHS)
 
 # What each architecture's source model changes from hf_model.py's tiny config, so that the
 # GGUF file can say it: llama's llama3 RoPE scaling would be a rope_freqs tensor (which
@@ -92,6 +103,10 @@ OVERRIDES = {
     "smollm3": {"num_hidden_layers": 4, "no_rope_layers": None, "use_sliding_window": False,
                 "sliding_window": None, "head_dim": 32},
 }
+for _arch in KQUANT_ARCHS:
+    OVERRIDES[_arch] = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+                        "hidden_size": 512, "intermediate_size": 1024,
+                        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64}
 
 # The storage of each matrix, by gguf-py's module name (the rest F32). tp 2 splits attn_q /
 # attn_k / attn_v / ffn_gate / ffn_up by rows (whole blocks) and attn_output / ffn_down along
@@ -121,6 +136,11 @@ QUANT = {
     "smollm3": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_0,
                 "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0, "token_embd": Q.Q8_0},
 }
+# A list: the type of each layer's tensor.
+for _arch, _k, _fallback in (("llama_q4_k_m", Q.Q4_K, Q.Q5_0), ("llama_q5_k_m", Q.Q5_K, Q.Q5_1)):
+    QUANT[_arch] = {"attn_q": _k, "attn_k": _k, "attn_output": _k, "ffn_gate": _k, "ffn_up": _k,
+                    "attn_v": [Q.Q6_K, _k], "ffn_down": [Q.Q6_K, _k], "output": Q.Q6_K,
+                    "token_embd": _fallback}
 
 # Files transformers 5.17 cannot load, written for tpc alone: its GGUF loader calls a llama
 # file named "mistral" model_type mistral, then looks "mistral" up in gguf-py's architecture
@@ -129,6 +149,7 @@ UNLOADABLE = {"mistral": "transformers 5.17 with gguf-py 0.19 raises 'Unknown gg
                          "mistral in gguf-py'"}
 
 GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA,
+             "llama_q4_k_m": gguf.MODEL_ARCH.LLAMA, "llama_q5_k_m": gguf.MODEL_ARCH.LLAMA,
              "mistral": gguf.MODEL_ARCH.LLAMA,
              "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
              "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
@@ -156,9 +177,11 @@ NO_LOADER = {
                                                  "n_no_rope_layer_step 4)")},
 }
 # The model_type transformers gives a file, where it is not ARCH.
-LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text", "qwen3moe": "qwen3_moe"}
+LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text", "qwen3moe": "qwen3_moe",
+               "llama_q4_k_m": "llama", "llama_q5_k_m": "llama"}
 # hf_model.py's name of the architecture whose tiny model a file holds, where it is not ARCH.
-SOURCE = {"llama3rope": "llama", "qwen3moe": "qwen3_moe"}
+SOURCE = {"llama3rope": "llama", "qwen3moe": "qwen3_moe", "llama_q4_k_m": "llama",
+          "llama_q5_k_m": "llama"}
 # Gemma's norms, which the converter stores as 1 + w.
 NORM_PLUS_ONE = ("gemma2", "gemma3")
 
@@ -274,7 +297,9 @@ def write_gguf(model, arch, path):
             w = permute(w, c.num_attention_heads if module == "attn_q"
                         else c.num_key_value_heads)
         qtype = QUANT[arch].get(module, Q.F32) if w.ndim >= 2 else Q.F32
-        data = quantize(w, qtype)
+        if isinstance(qtype, list):
+            qtype = qtype[int(name.split(".")[1])]
+        data = (kquants.quantize if qtype in kquants.WRITERS else quantize)(w, qtype)
         writer.add_tensor(f"{name}.{suffix}", data, raw_dtype=qtype)
         # What the file holds, as the Hugging Face value: the rounding and nothing else.
         back = dequantize(data, qtype).reshape(w.shape)
@@ -321,7 +346,10 @@ def with_file_values(model, expected):
 
 
 def make(arch, outdir):
-    model = hf_model.build(SOURCE.get(arch, arch), 0, 0.15, OVERRIDES.get(arch))
+    # KQUANT_ARCHS' rows are 8 times as long: a smaller spread keeps their logits about the
+    # others' size, so that fp32's rounding stays well inside the tolerance.
+    std = 0.06 if arch in KQUANT_ARCHS else 0.15
+    model = hf_model.build(SOURCE.get(arch, arch), 0, std, OVERRIDES.get(arch))
     os.makedirs(outdir, exist_ok=True)
     name = f"{arch}.gguf"
     expected = write_gguf(model, arch, os.path.join(outdir, name))
@@ -444,8 +472,9 @@ def main():
         raise SystemExit(__doc__)
     archs = sys.argv[2].split(",") if len(sys.argv) == 3 else ARCHS
     for arch in archs:
-        if arch not in ARCHS:
-            raise SystemExit(f"gguf_models.py: unknown arch {arch!r}; one of {', '.join(ARCHS)}")
+        if arch not in ARCHS + KQUANT_ARCHS:
+            raise SystemExit(f"gguf_models.py: unknown arch {arch!r}; one of "
+                             f"{', '.join(ARCHS + KQUANT_ARCHS)}")
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()

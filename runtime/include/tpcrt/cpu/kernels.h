@@ -67,8 +67,8 @@ void forceScalarKernels(bool scalar);
 bool vectorKernelsFor(DType type);
 /// The one-row linear of quantized W without AVX-512 (AVX2's) while `avx2`.
 void forceAvx2Kernels(bool avx2);
-/// Whether the one-row linear reads a W of `type` with AVX-512 now (Q8_0, Q4_0 and Q4_K, on a CPU
-/// with AVX-512 F and BW).
+/// Whether the one-row linear reads a W of `type` with AVX-512 now (the float types and the block
+/// types but Q4_1, on a CPU with AVX-512 F and BW).
 bool avx512KernelsFor(DType type);
 /// The size of the fp32 panel a several-row linear widens a 16-bit or quantized W into
 /// (1 MiB).

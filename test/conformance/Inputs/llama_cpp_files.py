@@ -1,0 +1,100 @@
+"""GGUF files as people download them, written by llama.cpp itself, and transformers' reference:
+
+    python llama_cpp_files.py LLAMA_CPP_SRC LLAMA_CPP_BIN EXTRAS TOKENIZER_DIR OUTDIR TYPE...
+
+A small random Llama checkpoint (hf_model.py's llama, widened: hidden 512, intermediate 1024,
+8 heads of 64, 2 KV heads, tied embeddings, the vocabulary of TOKENIZER_DIR's tokenizer.json,
+SmolLM2's) is saved with that tokenizer, converted to an F32 file by llama.cpp's
+convert_hf_to_gguf.py (with its own gguf-py, and EXTRAS on its path: bench/hf_extras.sh's
+sentencepiece, which it imports whatever the tokenizer) and quantized by llama-quantize to each TYPE
+(Q4_K_M, Q5_K_M, ...): OUTDIR/TYPE/TYPE.gguf. Each file must hold the K-quants its mix names
+(Q4_K_M: Q4_K and Q6_K; Q5_K_M: Q5_K and Q6_K), or this fails saying what it holds. The
+reference is transformers 5.17 loading that file (gguf_file=, its dequantization by gguf-py),
+written as gguf_models.py writes one (reference.json, reference.bin, prompt.txt, force.txt),
+for run_gguf.sh.
+"""
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch
+import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_models  # noqa: E402
+import hf_model  # noqa: E402
+
+# The block types each of llama-quantize's mixes must show (the rows here are 256-blocks).
+MIXES = {"Q4_K_M": {"Q4_K", "Q6_K"}, "Q5_K_M": {"Q5_K", "Q6_K"}, "Q6_K": {"Q6_K"},
+         "Q5_0": {"Q5_0"}, "Q5_1": {"Q5_1"}}
+
+
+def run(cmd, log, env=None):
+    with open(log, "w") as f:
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if done.returncode:
+        with open(log) as f:
+            tail = f.read()[-3000:]
+        raise SystemExit(f"llama_cpp_files.py: {' '.join(cmd[:3])} ... failed:\n{tail}")
+
+
+def types_of(path, src):
+    """{type name: tensors} of the GGUF file PATH, read by llama.cpp's own gguf-py."""
+    code = ("import collections, sys; from gguf import GGUFReader; "
+            "c = collections.Counter(t.tensor_type.name for t in GGUFReader(sys.argv[1]).tensors); "
+            "print(' '.join(f'{k}={v}' for k, v in sorted(c.items())))")
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(src, "gguf-py")))
+    if out.returncode:
+        raise SystemExit(f"llama_cpp_files.py: reading {path}: {out.stderr[-2000:]}")
+    return dict(kv.split("=") for kv in out.stdout.split())
+
+
+def main():
+    if len(sys.argv) < 7:
+        raise SystemExit(__doc__)
+    src, bin_dir, extras, tokenizer_dir, outdir = sys.argv[1:6]
+    mixes = sys.argv[6:]
+    for mix in mixes:
+        if mix not in MIXES:
+            raise SystemExit(f"llama_cpp_files.py: no mix {mix!r}; one of {', '.join(MIXES)}")
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    vocab = len(tokenizer)
+    overrides = dict(gguf_models.OVERRIDES["llama_q4_k_m"], vocab_size=vocab,
+                     tie_word_embeddings=True)
+    model = hf_model.build("llama", 0, 0.06, overrides)
+    ckpt = os.path.join(outdir, "checkpoint")
+    model.save_pretrained(ckpt)
+    tokenizer.save_pretrained(ckpt)
+    f32 = os.path.join(outdir, "f32.gguf")
+    convert = [sys.executable, os.path.join(src, "convert_hf_to_gguf.py"), ckpt, "--outtype",
+               "f32", "--outfile", f32]
+    run(convert, os.path.join(outdir, "convert.log"),
+        dict(os.environ, PYTHONPATH=os.path.join(src, "gguf-py") + os.pathsep + extras))
+    for mix in mixes:
+        d = os.path.join(outdir, mix)
+        os.makedirs(d, exist_ok=True)
+        name = f"{mix}.gguf"
+        path = os.path.join(d, name)
+        run([os.path.join(bin_dir, "llama-quantize"), f32, path, mix],
+            os.path.join(d, "quantize.log"))
+        held = types_of(path, src)
+        missing = MIXES[mix] - set(held)
+        if missing:
+            raise SystemExit(f"llama_cpp_files.py: llama-quantize's {mix} holds "
+                             f"{held}, no {', '.join(sorted(missing))}")
+        loaded = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name,
+                                                                   dtype=torch.float32)
+        loaded.set_attn_implementation("eager")
+        loaded.eval()
+        gguf_models.write_reference(mix, d, name, dict(loaded.state_dict()), loaded)
+        print(f"{mix}: tensors " + ", ".join(f"{v} {k}" for k, v in sorted(held.items())))
+
+
+if __name__ == "__main__":
+    main()
