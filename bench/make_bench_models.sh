@@ -84,6 +84,10 @@ for type in f32 bf16; do
   mv "$out.unchecked" "$out"
 done
 quantize "$cache/smollm2-f32.gguf" "$cache/smollm2-q8_0.gguf" Q8_0
+# llama.cpp's own mixes, as downloaded: SmolLM2's rows of 576 are no 256-blocks, so most of
+# its matrices take the fallbacks (Q5_0 in Q4_K_M, Q5_1 in Q5_K_M; Q8_0 for Q6_K's).
+quantize "$cache/smollm2-f32.gguf" "$cache/smollm2-q4_k_m.gguf" Q4_K_M
+quantize "$cache/smollm2-f32.gguf" "$cache/smollm2-q5_k_m.gguf" Q5_K_M
 
 if [[ ! -f $cache/llama1b-f32/config.json || ! -f $cache/llama1b-bf16/config.json ]]; then
   say "writing $cache/llama1b-f32 and $cache/llama1b-bf16 (random weights)"
@@ -97,4 +101,6 @@ quantize "$cache/llama1b-f32.gguf" "$cache/llama1b-q8_0.gguf" Q8_0
 # Q6_K), the embedding and lm_head included.
 quantize "$cache/llama1b-f32.gguf" "$cache/llama1b-q4_1.gguf" Q4_1 --pure
 quantize "$cache/llama1b-f32.gguf" "$cache/llama1b-q4_k.gguf" Q4_K_M --pure
+quantize "$cache/llama1b-f32.gguf" "$cache/llama1b-q4_k_m.gguf" Q4_K_M
+quantize "$cache/llama1b-f32.gguf" "$cache/llama1b-q5_k_m.gguf" Q5_K_M
 echo "$cache"

@@ -11,15 +11,17 @@
 # tensor sizes (bench/bench_models.py gguf-step-bytes).
 #
 # tpc: reads the same GGUF file as llama.cpp (tpc import FILE.gguf; the weights kept as the file
-# stores them: f32, bf16, q8_0, q4_1, q4_k), compile --plan auto --tp N, launch with --warmup
+# stores them: f32, bf16, q8_0, q4_1, q4_k, and the mixes q4_k_m and q5_k_m), compile --plan auto --tp N, launch with --warmup
 # (prefill: the median of 3 warm prefills; decode: the median step) and --ignore-eos, best of
 # RUNS; its bytes a step reads are what `tpc analyze` says the binary reads (the largest rank's).
 # llama.cpp: llama-bench, RUNS repetitions each: prefill = -p PROMPT -n 0; decode = -p 0 -n NEW
 # -d PROMPT (decoding after a PROMPT-token context, as tpc's steps do); its mean.
 #
 # Usage: bench/weights.sh [smollm2|llama1b] [FORMATS]   FORMATS: comma-separated, from
-#        f32,bf16,q8_0,q4_1,q4_k (default f32,bf16,q8_0,q4_1; q4_k exists for llama1b only:
-#        SmolLM2's rows of 576 are no multiple of Q4_K's 256, llama.cpp would make them Q5_0)
+#        f32,bf16,q8_0,q4_1,q4_k,q4_k_m,q5_k_m (default f32,bf16,q8_0,q4_1; q4_k, every
+#        matrix Q4_K (--pure), exists for llama1b only: SmolLM2's rows of 576 are no multiple
+#        of Q4_K's 256, and its q4_k_m and q5_k_m are mostly llama.cpp's fallbacks, Q5_0 and
+#        Q5_1)
 # Environment: TPC (default build/bin/tpc), RUNS (3), PROMPT_TOKENS (128), NEW_TOKENS (32).
 # Not a test: it takes minutes (the 1B model's f32 runs alone read 4.7 GB a step).
 set -euo pipefail
@@ -35,9 +37,9 @@ die() { echo "weights.sh: $*" >&2; exit 1; }
 case $model in smollm2 | llama1b) ;; *) die "no model '$model': smollm2 or llama1b" ;; esac
 for f in "${formats[@]}"; do
   case $f in
-    f32 | bf16 | q8_0 | q4_1) ;;
+    f32 | bf16 | q8_0 | q4_1 | q4_k_m | q5_k_m) ;;
     q4_k) [[ $model == llama1b ]] || die "q4_k exists for llama1b only" ;;
-    *) die "no format '$f': f32, bf16, q8_0, q4_1 or q4_k" ;;
+    *) die "no format '$f': f32, bf16, q8_0, q4_1, q4_k, q4_k_m or q5_k_m" ;;
   esac
 done
 [[ -x $tpc ]] || die "no tpc at $tpc (build it, or set TPC)"

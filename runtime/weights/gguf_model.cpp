@@ -3,8 +3,8 @@
 // modeling_gguf_pytorch_utils.py), the oracle the conformance tests compare with, for the
 // architectures that tpc imports and that loader knows; where the loader leaves out what
 // makes the file's model (llama's rope_freqs, Gemma 3's RoPE scaling and query scale), tpc
-// computes what llama.cpp computes from the file. olmo2 and smollm3, which that loader does
-// not know, are read as llama.cpp reads them (SmolLM3's layers without RoPE, which no key
+// computes what llama.cpp computes from the file. gemma, olmo2, smollm3 and llama files with
+// experts (Mixtral's), which that loader does not know, are read as llama.cpp reads them (SmolLM3's layers without RoPE, which no key
 // says: every fourth, as llama.cpp and SmolLM3Config take them). An MoE's 3D experts are
 // transformers' stacked parameters, its gate and up halves read as one gate_up_proj.
 #include "tpcrt/gguf_model.h"
@@ -30,7 +30,7 @@ struct GgufArchitecture {
   bool permuteQK = false;   // llama's RoPE row permutation of attn_q and attn_k
   bool normMinusOne = false; // Gemma's norms stored as 1 + w
   bool ropeDimIsHeadDim = false; // rope.dimension_count is head_dim (llama, mistral)
-  bool keyLengthIsHeadDim = false; // attention.key_length is head_dim (qwen3, gemma2)
+  bool keyLengthIsHeadDim = false; // attention.key_length is head_dim (qwen3, gemma, gemma2)
   bool slidingWindow = false;      // attention.sliding_window is sliding_window
   bool softcapping = false;        // attn_logit_softcapping, final_logit_softcapping (gemma2)
   bool gemma3 = false; // Gemma 3's sliding layers' RoPE, global RoPE scaling, query scale
@@ -39,10 +39,14 @@ struct GgufArchitecture {
 
 const GgufArchitecture kArchitectures[] = {
     {"llama", "llama", true, false, true, false, false},
+    // A llama file with experts (llama.expert_count): Mixtral's, which the converter writes
+    // as LlamaModel does (q/k permuted) with its experts as 3D ffn_*_exps.
+    {"llama", "mixtral", true, false, true, false, false, false, false, true},
     {"qwen2", "qwen2"},
     {"qwen3", "qwen3", false, false, false, true},
     {"qwen3moe", "qwen3_moe", false, false, false, true, false, false, false, true},
     {"phi3", "phi3"},
+    {"gemma", "gemma", false, true, false, true},
     {"gemma2", "gemma2", false, true, false, true, true, true},
     {"gemma3", "gemma3_text", false, true, false, true, true, true, true},
     {"olmo2", "olmo2"},
@@ -62,6 +66,7 @@ struct ClassDefault {
 };
 const ClassDefault kClassDefaults[] = {
     {"qwen3", "head_dim", 128, false},
+    {"gemma", "head_dim", 256, false},
     {"gemma2", "head_dim", 256, false},
     {"gemma2", "attn_logit_softcapping", 50.0, true},
     {"gemma2", "final_logit_softcapping", 30.0, true},
@@ -81,12 +86,16 @@ const ClassDefault kClassDefaults[] = {
     // SmolLM3Config's (and the importer's) would be 2e6.
     {"smollm3", "no_rope_layer_interval", 4, false},
     {"smollm3", "rope_theta", 10000.0, true},
+    // llama.cpp's theta for a llama file without rope.freq_base, where MixtralConfig's (and
+    // the importer's) would be 1e6.
+    {"mixtral", "rope_theta", 10000.0, true},
 };
 
 std::string supportedArchitectures() {
   std::string names;
   for (const GgufArchitecture &a : kArchitectures)
-    names += (names.empty() ? "" : ", ") + std::string(a.gguf);
+    if (&a == kArchitectures || std::string(a.gguf) != (&a)[-1].gguf) // llama's rows once
+      names += (names.empty() ? "" : ", ") + std::string(a.gguf);
   return names;
 }
 
@@ -289,9 +298,12 @@ const GgufArchitecture *findArchitecture(const GgufFile &file, const std::string
                                          std::string &architecture, std::string &error) {
   if (!file.getString("general.architecture", architecture, error))
     return nullptr;
+  // An architecture with a dense and an MoE entry (llama) is the MoE one where the file
+  // counts experts.
   const GgufArchitecture *arch = nullptr;
+  bool experts = file.find(architecture + ".expert_count") != nullptr;
   for (const GgufArchitecture &a : kArchitectures)
-    if (architecture == a.gguf)
+    if (architecture == a.gguf && (!arch || a.moe == experts))
       arch = &a;
   if (!arch)
     error = where + ": general.architecture '" + architecture +
@@ -302,7 +314,7 @@ const GgufArchitecture *findArchitecture(const GgufFile &file, const std::string
 /// transformers calls a llama file mistral when general.name is exactly "mistral" (it tests
 /// membership in the list of the field's values); its keys stay llama.*.
 std::string modelTypeOf(const GgufSource &source) {
-  if (source.architecture == "llama") {
+  if (source.architecture == "llama" && !source.arch.moe) {
     std::string name, ignored;
     if (source.file.find("general.name") &&
         source.file.getString("general.name", name, ignored) && name == "mistral")
@@ -339,10 +351,13 @@ std::vector<Hyperparameter> hyperparametersOf(const GgufArchitecture &arch) {
   // transformers 5.17's loader does not read expert_feed_forward_length (Qwen3MoeConfig's
   // 768 applies, kClassDefaults); the converter writes moe_intermediate_size there, and the
   // expert tensors have that width, so tpc reads it.
+  // Mixtral's experts are intermediate_size wide and its count is num_local_experts.
   if (arch.moe) {
-    fields.push_back({"expert_count", "num_experts", false});
+    bool mixtral = std::string(arch.modelType) == "mixtral";
+    fields.push_back({"expert_count", mixtral ? "num_local_experts" : "num_experts", false});
     fields.push_back({"expert_used_count", "num_experts_per_tok", false});
-    fields.push_back({"expert_feed_forward_length", "moe_intermediate_size", false});
+    if (!mixtral)
+      fields.push_back({"expert_feed_forward_length", "moe_intermediate_size", false});
   }
   // transformers 5.17's loader reads neither of these (qwen3's head_dim, gemma2's softcaps),
   // so its config class's default applies (kClassDefaults). The converter writes them from
@@ -485,14 +500,15 @@ bool readGemma3(const GgufSource &source, nlohmann::ordered_json &config, std::s
   return true;
 }
 
-/// What an olmo2 or smollm3 file may say that llama.cpp computes and tpc does not read from
+/// What a gemma, olmo2, smollm3 or Mixtral-style llama file may say that llama.cpp computes and
+/// tpc does not read from
 /// GGUF, refused by its key rather than computed without: RoPE scaling (the converter writes
 /// a yarn config as rope.scaling.*), and an olmo2 file's attention.sliding_window, which the
 /// converter writes for OLMo 3 (Olmo3ForCausalLM is converted to olmo2, its sliding layers in
 /// attention.sliding_window_pattern), a model tpc does not import.
 bool checkNothingUnread(const GgufSource &source, std::string &error) {
   std::string type = source.arch.modelType;
-  if (type != "olmo2" && type != "smollm3")
+  if (type != "gemma" && type != "olmo2" && type != "smollm3" && type != "mixtral")
     return true;
   std::string scaling = "none", key = source.key("rope.scaling.type");
   if (source.file.find(key) && !source.file.getString(key, scaling, error))
@@ -513,7 +529,7 @@ bool checkNothingUnread(const GgufSource &source, std::string &error) {
 }
 
 /// The config.json transformers 5.17 builds from the file's metadata (and Gemma 3's
-/// readGemma3; what llama.cpp takes from an olmo2 or smollm3 file, checkNothingUnread).
+/// readGemma3; what llama.cpp takes from a gemma, olmo2 or smollm3 file, checkNothingUnread).
 bool buildConfig(const GgufSource &source, const std::string &modelType,
                  nlohmann::ordered_json &config, std::string &error) {
   config["model_type"] = modelType;

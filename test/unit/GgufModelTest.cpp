@@ -153,9 +153,31 @@ TEST(GgufModel, RefusesAnUnknownArchitecture) {
   ModelFile f = llamaMetadata("falcon");
   std::string error = openError(f, "falcon");
   EXPECT_NE(error.find("'falcon'"), std::string::npos) << error;
-  for (const char *arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "olmo2",
-                           "smollm3"})
+  for (const char *arch : {"llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3",
+                           "olmo2", "smollm3"})
     EXPECT_NE(error.find(arch), std::string::npos) << arch << " not listed: " << error;
+  // llama once, though it reads as llama or (with experts) mixtral.
+  EXPECT_EQ(error.find("llama"), error.rfind("llama")) << error;
+}
+
+TEST(GgufModel, ALlamaFileWithExpertsIsMixtral) {
+  ModelFile f = llamaMetadata("llama");
+  f.u32("llama.expert_count", 4);
+  f.u32("llama.expert_used_count", 2);
+  f.u32("llama.feed_forward_length", 8);
+  std::string path = writeTemp(f.bytes(), "llama-experts"), error;
+  std::unique_ptr<GgufModel> model = GgufModel::open(path, error);
+  ASSERT_NE(model, nullptr) << error;
+  EXPECT_EQ(model->modelType(), "mixtral");
+  nlohmann::json config = nlohmann::json::parse(model->configJson());
+  EXPECT_EQ(config["num_local_experts"], 4);
+  EXPECT_EQ(config["num_experts_per_tok"], 2);
+  EXPECT_FALSE(config.contains("moe_intermediate_size"));
+  EXPECT_EQ(config["rope_theta"], 10000.0); // llama.cpp's, where the file says none
+  // Without expert_count it is the dense llama.
+  model = GgufModel::open(writeTemp(llamaMetadata("llama").bytes(), "llama-dense"), error);
+  ASSERT_NE(model, nullptr) << error;
+  EXPECT_EQ(model->modelType(), "llama");
 }
 
 TEST(GgufModel, RefusesAMissingBlockCount) {
@@ -337,7 +359,7 @@ TEST(GgufModel, Olmo2AndSmolLM3AreReadAsLlamaCppReadsThem) {
   EXPECT_EQ(out, hfMatrix(kHeads * kHeadDim, kHidden, 1000));
 }
 
-TEST(GgufModel, Olmo2AndSmolLM3RefuseWhatTpcDoesNotRead) {
+TEST(GgufModel, FilesTheLoaderDoesNotKnowRefuseWhatTpcDoesNotRead) {
   std::string error = openError(olmo2OrSmolLM3("olmo2", "attention.head_count"), "olmo2-no-heads");
   EXPECT_NE(error.find("no metadata 'olmo2.attention.head_count'"), std::string::npos) << error;
   error = openError(olmo2OrSmolLM3("smollm3", "embedding_length"), "smollm3-no-hidden");
@@ -351,6 +373,14 @@ TEST(GgufModel, Olmo2AndSmolLM3RefuseWhatTpcDoesNotRead) {
   yarn.str("smollm3.rope.scaling.type", "yarn");
   error = openError(yarn, "smollm3-yarn");
   EXPECT_NE(error.find("smollm3.rope.scaling.type is 'yarn'"), std::string::npos) << error;
+  // A gemma (1) file too: transformers' loader does not know it, llama.cpp would scale.
+  ModelFile gemma = llamaMetadata("gemma");
+  gemma.str("gemma.rope.scaling.type", "linear");
+  error = openError(gemma, "gemma-linear");
+  EXPECT_NE(error.find("gemma.rope.scaling.type is 'linear'; tpc does not read RoPE scaling "
+                       "from a gemma file yet"),
+            std::string::npos)
+      << error;
 }
 
 TEST(GgufModel, RopeFrequencyFactorsBecomeTheConfigsRopeAndNoParameter) {

@@ -52,8 +52,8 @@ import hf_model  # noqa: E402
 import kquants  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
-ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3",
-         "olmo2", "smollm3"]
+ARCHS = ["llama", "llama3rope", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "phi3",
+         "gemma", "gemma2", "gemma3", "olmo2", "smollm3"]
 # Llama files of the mixes llama-quantize writes, Q4_K_M and Q5_K_M (llama.cpp's
 # llama_tensor_get_type): Q4_K (Q5_K) matrices, Q6_K for the output and for attn_v and
 # ffn_down in the layers it gives more bits (of two layers, the first), and where a row is no
@@ -63,7 +63,7 @@ ARCHS = ["llama", "llama3rope", "mistral", "qwen2", "qwen3", "qwen3moe", "phi3",
 KQUANT_ARCHS = ["llama_q4_k_m", "llama_q5_k_m"]
 # Written by the converter's LlamaModel (SmolLM3Model is a subclass): q/k rows permuted,
 # vocab_size and rope.dimension_count in the metadata.
-LLAMA_FILES = ("llama", "llama3rope", "mistral", "smollm3") + tuple(KQUANT_ARCHS)
+LLAMA_FILES = ("llama", "llama3rope", "mistral", "mixtral", "smollm3") + tuple(KQUANT_ARCHS)
 
 # What each architecture's source model changes from hf_model.py's tiny config, so that the
 # GGUF file can say it: llama's llama3 RoPE scaling would be a rope_freqs tensor (which
@@ -127,6 +127,12 @@ QUANT = {
                  "output": Q.Q4_0},
     "phi3": {"attn_qkv": Q.Q8_0, "attn_output": Q.Q4_0, "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0,
              "token_embd": Q.F16},
+    # Mixtral's experts as the converter writes a llama file with experts: 3D ffn_*_exps.
+    "mixtral": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "attn_output": Q.Q5_0,
+                "ffn_gate_exps": Q.Q8_0, "ffn_up_exps": Q.Q5_1, "ffn_down_exps": Q.Q4_0,
+                "output": Q.Q8_0},
+    "gemma": {"attn_q": Q.Q8_0, "attn_k": Q.Q5_0, "attn_v": Q.Q4_0, "attn_output": Q.Q5_1,
+              "ffn_gate": Q.F16, "ffn_down": Q.Q8_0, "token_embd": Q.Q5_1},
     "gemma2": {"attn_q": Q.Q4_0, "attn_k": Q.F16, "attn_output": Q.Q8_0, "ffn_gate": Q.Q8_0,
                "ffn_down": Q.Q4_0, "token_embd": Q.Q8_0},
     "gemma3": {"attn_q": Q.Q8_0, "attn_v": Q.Q4_0, "attn_output": Q.Q4_0, "ffn_up": Q.F16,
@@ -149,11 +155,13 @@ UNLOADABLE = {"mistral": "transformers 5.17 with gguf-py 0.19 raises 'Unknown gg
                          "mistral in gguf-py'"}
 
 GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA,
+             "mixtral": gguf.MODEL_ARCH.LLAMA,
              "llama_q4_k_m": gguf.MODEL_ARCH.LLAMA, "llama_q5_k_m": gguf.MODEL_ARCH.LLAMA,
              "mistral": gguf.MODEL_ARCH.LLAMA,
              "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
              "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
-             "phi3": gguf.MODEL_ARCH.PHI3, "gemma2": gguf.MODEL_ARCH.GEMMA2,
+             "phi3": gguf.MODEL_ARCH.PHI3, "gemma": gguf.MODEL_ARCH.GEMMA,
+             "gemma2": gguf.MODEL_ARCH.GEMMA2,
              "gemma3": gguf.MODEL_ARCH.GEMMA3, "olmo2": gguf.MODEL_ARCH.OLMO2,
              "smollm3": gguf.MODEL_ARCH.SMOLLM3}
 # What transformers' loader leaves out of a file's model (config fields, with what they say in
@@ -172,6 +180,8 @@ BEYOND_LOADER = {
 # what it is)}, each checked to move the logits by more than 1e-2, or the test would not see
 # it ignored.
 NO_LOADER = {
+    "gemma": {},
+    "mixtral": {},
     "olmo2": {},
     "smollm3": {"no_rope_layers": ([1, 1, 1, 1], "the layer without RoPE (llama.cpp's "
                                                  "n_no_rope_layer_step 4)")},
@@ -183,7 +193,7 @@ LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text", "qwen3moe": "qwen
 SOURCE = {"llama3rope": "llama", "qwen3moe": "qwen3_moe", "llama_q4_k_m": "llama",
           "llama_q5_k_m": "llama"}
 # Gemma's norms, which the converter stores as 1 + w.
-NORM_PLUS_ONE = ("gemma2", "gemma3")
+NORM_PLUS_ONE = ("gemma", "gemma2", "gemma3")
 
 
 def permute(w, heads):
@@ -255,6 +265,9 @@ def write_gguf(model, arch, path):
         writer.add_expert_count(c.num_experts)
         writer.add_expert_used_count(c.num_experts_per_tok)
         writer.add_expert_feed_forward_length(c.moe_intermediate_size)
+    if arch == "mixtral":  # TextModel's expert keys; the experts are intermediate_size wide
+        writer.add_expert_count(c.num_local_experts)
+        writer.add_expert_used_count(c.num_experts_per_tok)
     # LlamaModel writes vocab_size (llama, smollm3); elsewhere the loaders count the tokens.
     if arch in LLAMA_FILES:
         writer.add_vocab_size(c.vocab_size)

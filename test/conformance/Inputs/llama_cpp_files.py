@@ -1,10 +1,13 @@
 """GGUF files as people download them, written by llama.cpp itself, and transformers' reference:
 
     python llama_cpp_files.py LLAMA_CPP_SRC LLAMA_CPP_BIN EXTRAS TOKENIZER_DIR OUTDIR TYPE...
+    python llama_cpp_files.py --checkpoint LLAMA_CPP_SRC LLAMA_CPP_BIN EXTRAS CKPT OUTDIR TYPE...
 
 A small random Llama checkpoint (hf_model.py's llama, widened: hidden 512, intermediate 1024,
 8 heads of 64, 2 KV heads, tied embeddings, the vocabulary of TOKENIZER_DIR's tokenizer.json,
-SmolLM2's) is saved with that tokenizer, converted to an F32 file by llama.cpp's
+SmolLM2's) is saved with that tokenizer (with --checkpoint: CKPT itself, the real SmolLM2,
+whose rows of 576 are no 256-blocks, so that its mixes are mostly llama-quantize's fallbacks,
+Q5_0 or Q5_1, and Q8_0 for Q6_K), converted to an F32 file by llama.cpp's
 convert_hf_to_gguf.py (with its own gguf-py, and EXTRAS on its path: bench/hf_extras.sh's
 sentencepiece, which it imports whatever the tokenizer) and quantized by llama-quantize to each TYPE
 (Q4_K_M, Q5_K_M, ...): OUTDIR/TYPE/TYPE.gguf. Each file must hold the K-quants its mix names
@@ -52,10 +55,14 @@ def types_of(path, src):
 
 
 def main():
-    if len(sys.argv) < 7:
+    args = sys.argv[1:]
+    real = bool(args) and args[0] == "--checkpoint"
+    if real:
+        args = args[1:]
+    if len(args) < 6:
         raise SystemExit(__doc__)
-    src, bin_dir, extras, tokenizer_dir, outdir = sys.argv[1:6]
-    mixes = sys.argv[6:]
+    src, bin_dir, extras, tokenizer_dir, outdir = args[:5]
+    mixes = args[5:]
     for mix in mixes:
         if mix not in MIXES:
             raise SystemExit(f"llama_cpp_files.py: no mix {mix!r}; one of {', '.join(MIXES)}")
@@ -63,14 +70,16 @@ def main():
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
-    vocab = len(tokenizer)
-    overrides = dict(gguf_models.OVERRIDES["llama_q4_k_m"], vocab_size=vocab,
-                     tie_word_embeddings=True)
-    model = hf_model.build("llama", 0, 0.06, overrides)
-    ckpt = os.path.join(outdir, "checkpoint")
-    model.save_pretrained(ckpt)
-    tokenizer.save_pretrained(ckpt)
+    if real:
+        ckpt = tokenizer_dir
+    else:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+        overrides = dict(gguf_models.OVERRIDES["llama_q4_k_m"], vocab_size=len(tokenizer),
+                         tie_word_embeddings=True)
+        model = hf_model.build("llama", 0, 0.06, overrides)
+        ckpt = os.path.join(outdir, "checkpoint")
+        model.save_pretrained(ckpt)
+        tokenizer.save_pretrained(ckpt)
     f32 = os.path.join(outdir, "f32.gguf")
     convert = [sys.executable, os.path.join(src, "convert_hf_to_gguf.py"), ckpt, "--outtype",
                "f32", "--outfile", f32]
