@@ -6,8 +6,8 @@
 # llama-quantize and llama-completion with Ninja, 2 jobs. Reused when the binaries are there.
 # Prints the bin folder; with --src, the source tree instead (convert_hf_to_gguf.py, gguf-py),
 # after the same build.
-# With --built, prints the bin folder only where the build is already there, and otherwise
-# fails at once (the test suite's probe: it never builds).
+# With --built, prints the bin folder and the source tree (two lines) only where the build is
+# already there, and otherwise fails at once (the test suite's probe: it never builds).
 # Usage: bench/llama_cpp.sh [--src | --built]
 set -euo pipefail
 cache=${TPC_BENCH_CACHE:-$HOME/.cache/tpc-bench}
@@ -31,7 +31,11 @@ have_all() {
   for t in "${targets[@]}"; do [[ -x $bin/$t ]] || return 1; done
 }
 print_result() {
-  if [[ ${1:-} == --src ]]; then echo "$src"; else echo "$bin"; fi
+  case ${1:-} in
+    --src) echo "$src" ;;
+    --built) printf '%s\n%s\n' "$bin" "$src" ;;
+    *) echo "$bin" ;;
+  esac
 }
 if have_all; then
   print_result "$@"

@@ -118,16 +118,15 @@ if os.path.isfile(smollm2_gguf):
 # GGUF files people download; REQUIRES: llama-cpp): %llama_cpp_bin and %llama_cpp_src. The
 # test command does not build it (about 10 minutes on two cores): a developer's
 # `bash bench/llama_cpp.sh` does, once.
-def llama_cpp(flag):
+def llama_cpp_built():
     try:
         out = subprocess.run(["bash", os.path.join(config.tpc_src_root, "bench", "llama_cpp.sh"),
-                              flag], capture_output=True, text=True, timeout=30)
+                              "--built"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
-llama_cpp_bin, llama_cpp_src = llama_cpp("--built"), None
-if llama_cpp_bin:
-    llama_cpp_src = llama_cpp("--src")
+        return None, None
+    lines = out.stdout.split()
+    return (lines[0], lines[1]) if out.returncode == 0 and len(lines) == 2 else (None, None)
+llama_cpp_bin, llama_cpp_src = llama_cpp_built()
 if llama_cpp_bin and llama_cpp_src:
     config.available_features.add("llama-cpp")
     config.substitutions.append(("%llama_cpp_bin", llama_cpp_bin))

@@ -508,8 +508,10 @@ void pipelineNote(const std::vector<PhaseReport> &phases, const AnalyzeOptions &
 }
 
 /// `memory`'s weights and KV cache as a rank of `stage` holds them; without a stage, as a
-/// rank of a mesh without stages does.
-void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, MemoryReport &memory) {
+/// rank of a mesh without stages does. The cache's elements are the activations' type, times
+/// `kvScale` (--kv-cache-dtype bf16 on the CPU: 0.5).
+void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvScale,
+                 MemoryReport &memory) {
   memory.weights = parameterBytes(partitioned, stage);
   memory.unshardedWeights = unshardedParameterBytes(partitioned);
   memory.decodeReads = decodeWeightReads(partitioned, stage);
@@ -517,8 +519,8 @@ void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, MemoryRepor
   for (auto [name, share] : routedShares(partitioned))
     memory.expertsRouted = std::max(memory.expertsRouted, share);
   memory.heldTypes = heldTypes(partitioned, stage);
-  memory.kvCache = kvCacheBytes(partitioned, memory.maxSeqLen, stage);
-  memory.kvCachePerToken = kvCacheBytes(partitioned, 1, stage);
+  memory.kvCache = kvScale * kvCacheBytes(partitioned, memory.maxSeqLen, stage);
+  memory.kvCachePerToken = kvScale * kvCacheBytes(partitioned, 1, stage);
   memory.mlaLatentCache = mlaLatentCacheBytes(partitioned, memory.maxSeqLen, stage);
 }
 
@@ -552,7 +554,9 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
   if (!prefill || !partitioned)
     return failure();
   MemoryReport &memory = a.memory;
-  measureHeld(*partitioned, std::nullopt, memory);
+  // The CPU's cache in bf16 (--kv-cache-dtype): half of its fp32 activations' bytes.
+  double kvScale = o.kvCacheDtype == "bf16" && target.activationBytes() == 4 ? 0.5 : 1.0;
+  measureHeld(*partitioned, std::nullopt, kvScale, memory);
   if (auto blockSize = decided->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName))
     memory.kvBlockSize = blockSize.getInt();
   if (a.stages.empty()) {
@@ -565,7 +569,7 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
   RankShares byWorldRank;
   for (StageReport &stage : a.stages) {
     stage.memory = memory;
-    measureHeld(*partitioned, stage.stage, stage.memory);
+    measureHeld(*partitioned, stage.stage, kvScale, stage.memory);
     stage.shares = rankShares(*partitioned, stage.stage);
     if (stage.memory.weights + stage.memory.kvCache >
         fullest->memory.weights + fullest->memory.kvCache)

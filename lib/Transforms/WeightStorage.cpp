@@ -108,7 +108,12 @@ struct TPWeightStoragePass : tpc::tp::impl::TPWeightStorageBase<TPWeightStorageP
         held = asked.value_or(param.getWeightType());
         if (isQuantized(held)) {
           WeightType stored = held;
-          assert(isHeldByCpu(held) && "a block type without CPU kernels");
+          if (!isHeldByCpu(held)) { // a tp.storage type added without its kernels
+            param.emitError() << "the CPU target has no kernels for "
+                              << stringifyWeightType(held)
+                              << " (not a held type of tpcrt/types.def)";
+            return signalPassFailure();
+          }
           if (!splitOnBlocks(param, blockElements(held))) {
             held = WeightType::bf16;
             Fallback &fallback = cutBlocks[stringifyWeightType(stored).str()];

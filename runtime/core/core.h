@@ -61,6 +61,8 @@ struct Args {
   /// --kv-cache-memory BYTES: the KV cache's size in bytes on each rank instead, made tokens
   /// once the backend says how wide its elements are (sizeKvCache); 0: not given.
   int64_t kvCacheMemory = 0;
+  /// --kv-cache-dtype: the KV cache's element type (F32 or BF16); none: the backend's own.
+  std::optional<DType> kvCacheType;
   /// Automatic prefix caching (scheduler.h), on unless --no-prefix-caching.
   bool prefixCaching = true;
   /// --serve HOST:PORT: an OpenAI-compatible HTTP server on rank 0 (serve/server.cpp), the

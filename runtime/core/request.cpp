@@ -176,6 +176,12 @@ bool setFlag(Args &a, FlagId id, const char *f, const char *v, std::string &e) {
     return integerOf(f, v, 1, a.kvCacheTokens, e);
   case FlagId::KvCacheMemory:
     return integerOf(f, v, 1, a.kvCacheMemory, e);
+  case FlagId::KvCacheDtype:
+    if (std::string(v) != "f32" && std::string(v) != "bf16") {
+      e = std::string(f) + " " + v + " is not a KV cache type: f32 or bf16";
+      return false;
+    }
+    return a.kvCacheType = parseDType(v), true;
   case FlagId::Serve:
     return a.serve = v, true;
   case FlagId::ServedModelName:

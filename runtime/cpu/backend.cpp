@@ -153,6 +153,7 @@ public:
       if (isQuantized(DType(i)))
         can.blocksAsStored.push_back(DType(i));
     can.blocksFromFloats = {DType::Q8_0, DType::Q4_0};
+    can.kvCacheTypes = {DType::F32, DType::BF16};
     can.pipelined = true;
     return can;
   }
@@ -201,16 +202,19 @@ public:
     return false; // the loader generates them into hostWeight, as it reads a checkpoint
   }
 
+  uint64_t kvElementBytes() const override { return dtypeBytes(kvType); }
+  void setKvCacheType(DType type) override { kvType = type; }
   uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
                           int64_t blockSize) override {
     int64_t capacity = blocks * blockSize;
+    size_t element = dtypeBytes(kvType);
     uint64_t bytes = 0;
     for (const KVCacheDesc &layer : layers) {
-      cacheMemory.emplace_back(size_t((layer.keyWidth + layer.valueWidth) * capacity));
-      float *base = cacheMemory.back().data();
-      cx.caches.push_back({base, base + layer.keyWidth * capacity, blocks, blockSize,
-                           layer.keyWidth, layer.valueWidth});
-      bytes += uint64_t(cacheMemory.back().size()) * sizeof(float);
+      cacheMemory.emplace_back(size_t((layer.keyWidth + layer.valueWidth) * capacity) * element);
+      std::byte *base = cacheMemory.back().data();
+      cx.caches.push_back({base, base + size_t(layer.keyWidth * capacity) * element, blocks,
+                           blockSize, layer.keyWidth, layer.valueWidth, kvType});
+      bytes += uint64_t(cacheMemory.back().size());
     }
     return bytes;
   }
@@ -261,8 +265,9 @@ private:
   std::vector<ForwardFn> stageFns; // each pipeline stage's, where there are several
   Context cx;
   std::vector<float> received; // receiveLogits' rows
-  std::vector<std::vector<float>> cacheMemory;
+  std::vector<std::vector<std::byte>> cacheMemory;
   std::vector<float> arena;
+  DType kvType = DType::F32; // --kv-cache-dtype
 };
 
 /// What main() told the runtime of the forwards; one program per binary, so one of these.

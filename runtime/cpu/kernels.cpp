@@ -244,31 +244,40 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
   KVCache &cache = c.cache;
   int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim, size = cache.blockSize;
   int64_t qWidth = heads * headDim, oWidth = heads * valueHeadDim;
-  // A sequence whose blocks are not one run is read from a copy of its keys and values in
-  // order; reused across calls.
+  // Row `slot` of the keys or values, `rowWidth` elements of the cache's type.
+  const size_t element = dtypeBytes(cache.type);
+  auto rowOf = [&](void *base, int64_t slot, int64_t rowWidth) {
+    return static_cast<std::byte *>(base) + size_t(slot * rowWidth) * element;
+  };
+  // A sequence whose blocks are not one run, or a cache of bf16, is read from an fp32 copy of
+  // its keys and values in order; reused across calls.
   thread_local std::vector<float> keysInOrder, valuesInOrder;
   for (const StepSequence &s : c.step.sequences) {
     for (int64_t i = 0; i < s.count; ++i) { // the new keys and values into their slots
       int64_t position = s.cached + i;
       int64_t slot = int64_t(s.blocks[position / size]) * size + position % size;
-      std::memcpy(cache.keys + slot * width, k + (s.first + i) * width, size_t(width) * 4);
-      std::memcpy(cache.values + slot * vWidth, v + (s.first + i) * vWidth, size_t(vWidth) * 4);
+      narrow(k + (s.first + i) * width, cache.type, rowOf(cache.keys, slot, width),
+             size_t(width));
+      narrow(v + (s.first + i) * vWidth, cache.type, rowOf(cache.values, slot, vWidth),
+             size_t(vWidth));
     }
     int64_t total = s.cached + s.count, blocks = (total + size - 1) / size;
     bool run = true;
     for (int64_t b = 1; b < blocks && run; ++b)
       run = s.blocks[b] == s.blocks[0] + b;
-    const float *keysOf = cache.keys + int64_t(s.blocks[0]) * size * width;
-    const float *valuesOf = cache.values + int64_t(s.blocks[0]) * size * vWidth;
-    if (!run) {
+    const float *keysOf, *valuesOf;
+    if (run && cache.type == DType::F32) {
+      keysOf = reinterpret_cast<const float *>(rowOf(cache.keys, s.blocks[0] * size, width));
+      valuesOf = reinterpret_cast<const float *>(rowOf(cache.values, s.blocks[0] * size, vWidth));
+    } else {
       keysInOrder.resize(size_t(total * width));
       valuesInOrder.resize(size_t(total * vWidth));
       for (int64_t b = 0; b < blocks; ++b) {
         int64_t from = int64_t(s.blocks[b]) * size, count = std::min(size, total - b * size);
-        std::memcpy(keysInOrder.data() + b * size * width, cache.keys + from * width,
-                    size_t(count * width) * 4);
-        std::memcpy(valuesInOrder.data() + b * size * vWidth, cache.values + from * vWidth,
-                    size_t(count * vWidth) * 4);
+        widen(rowOf(cache.keys, from, width), cache.type, keysInOrder.data() + b * size * width,
+              size_t(count * width));
+        widen(rowOf(cache.values, from, vWidth), cache.type,
+              valuesInOrder.data() + b * size * vWidth, size_t(count * vWidth));
       }
       keysOf = keysInOrder.data();
       valuesOf = valuesInOrder.data();

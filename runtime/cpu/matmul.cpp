@@ -437,33 +437,26 @@ TPC_AVX2 inline void fiveBits(const uint8_t *bytes, uint32_t qh, int bias, __m25
   }
 }
 
-template <> struct Quant<DType::Q5_0> {
+/// Q5_0 and Q5_1: Q4_0's or Q4_1's scales (TheScales, at the block's start), the 32 fifth
+/// bits at kHigh, then the nibbles; the integers less kBias.
+template <size_t kBlockBytes, size_t kHighAt, int kBias, class TheScales, bool kWithOffsets>
+struct FiveBitQuant {
   static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 1;
-  static constexpr size_t kBytes = 22;
-  static constexpr bool kOffsets = false;
+  static constexpr size_t kBytes = kBlockBytes, kHigh = kHighAt;
+  static constexpr bool kOffsets = kWithOffsets;
   static constexpr bool kWide = true;
-  using Scales = Quant<DType::Q8_0>::Scales; // d first, no offset
+  using Scales = TheScales;
   TPC_AVX2 static void quants(const uint8_t *block, int, const Scales &, __m256 q[4]) {
     uint32_t qh;
-    std::memcpy(&qh, block + 2, sizeof qh);
-    fiveBits(block + 6, qh, 16, q);
+    std::memcpy(&qh, block + kHigh, sizeof qh);
+    fiveBits(block + kHigh + 4, qh, kBias, q);
   }
 };
-
-template <> struct Quant<DType::Q5_1> {
-  static constexpr int64_t kRows = 8;
-  static constexpr int kGroups = 1;
-  static constexpr size_t kBytes = 24;
-  static constexpr bool kOffsets = true;
-  static constexpr bool kWide = true;
-  using Scales = Quant<DType::Q4_1>::Scales; // d and m first
-  TPC_AVX2 static void quants(const uint8_t *block, int, const Scales &, __m256 q[4]) {
-    uint32_t qh;
-    std::memcpy(&qh, block + 4, sizeof qh);
-    fiveBits(block + 8, qh, 0, q);
-  }
-};
+template <>
+struct Quant<DType::Q5_0> : FiveBitQuant<22, 2, 16, Quant<DType::Q8_0>::Scales, false> {};
+template <>
+struct Quant<DType::Q5_1> : FiveBitQuant<24, 4, 0, Quant<DType::Q4_1>::Scales, true> {};
 
 /// Q5_K: Q4_K's scales, then 32 bytes of fifth bits (bit g of byte l for element l of group
 /// g), then Q4_K's nibbles.
@@ -674,14 +667,16 @@ TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t 
     rowsOf<T, wide, 1>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
 }
 
-// Q8_0's, Q4_0's and Q4_K's products with AVX-512 (F and BW), where the CPU has it: a group of
-// 32 elements is two sixteen-lane vectors, so a group takes about half the instructions of
-// AVX2's, which a 4-bit W needs to keep up with memory (AVX2's Q4_K ran at 2.2x its bandwidth
-// floor on a ~1B Llama, bench/results/weights-llama1b.txt). On a Sapphire Rapids core they
-// stream Q4_K 16%, Q4_0 7% and Q8_0 (two rows at once in both) 7-10% faster than AVX2's
-// (`tpc-matmul-bench quantized` against `quantized-avx2`); Q4_1's, written the same way, was
-// 4% slower, its per-block scale conversions weighing as much as its products, so it stays
-// AVX2. The scales are AVX2's (Quant<T>::Scales), the sums the same in another order.
+// The block types' products with AVX-512 (F and BW) where the CPU has it, all but Q4_1's
+// (Quant's kWide): a group of 32 elements is two sixteen-lane vectors, so a group takes about
+// half the instructions of AVX2's, which a 4-bit W needs to keep up with memory (AVX2's Q4_K
+// ran at 2.2x its bandwidth floor on a ~1B Llama, bench/results/weights-llama1b.txt). On a
+// Sapphire Rapids core they stream Q4_K 16%, Q4_0 7% and Q8_0 (two rows at once in both)
+// 7-10% faster than AVX2's (`tpc-matmul-bench quantized` against `quantized-avx2`); on a Zen 4
+// class core Q5_0, Q5_1, Q5_K and Q6_K likewise (bench/results/matmul.txt); Q4_1's, written
+// the same way, was 4% slower, its per-block scale conversions weighing as much as its
+// products, so it stays AVX2. The scales are AVX2's (Quant<T>::Scales), the sums the same in
+// another order.
 #define TPC_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
 // GCC 12's AVX-512 intrinsics fill their unused mask operand with _mm512_undefined_*(), which
 // -Wmaybe-uninitialized and -Wuninitialized then report in every caller (GCC bug 105593,
@@ -712,7 +707,7 @@ TPC_AVX512 inline void quants512(const uint8_t *block, int g,
     q[1] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(lanes, 4), eight));
   } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
     // Q4_0's nibbles with a fifth bit each, bit j of the word before them for element j.
-    constexpr size_t kHigh = T == DType::Q5_0 ? 2 : 4;
+    constexpr size_t kHigh = Quant<T>::kHigh;
     uint32_t qh;
     std::memcpy(&qh, block + kHigh, sizeof qh);
     __m512i lanes = unsigned16(block + kHigh + 4), bits = _mm512_set1_epi32(int(qh));
@@ -763,16 +758,18 @@ TPC_AVX512 inline void quants512(const uint8_t *block, int g,
   }
 }
 
-/// Group g's scale in all sixteen lanes: Q4_K's and Q5_K's from their Scales' table, the
-/// others' converted from the block's f16 d (Q6_K's last) straight into sixteen lanes.
+/// Group g's scale in all sixteen lanes: Q4_K's and Q5_K's from their Scales' table, Q6_K's d
+/// from its Scales, the others' converted from the block's f16 d straight into sixteen lanes.
 template <DType T>
 TPC_AVX512 inline __m512 scale512(const uint8_t *block, const typename Quant<T>::Scales &scales,
                                   int g) {
   if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
     return _mm512_set1_ps(scales.scales[g]);
+  } else if constexpr (T == DType::Q6_K) {
+    return _mm512_set1_ps(_mm256_cvtss_f32(scales.d)); // converted once per block
   } else {
     uint16_t bits;
-    std::memcpy(&bits, block + (T == DType::Q6_K ? 208 : 0), sizeof bits);
+    std::memcpy(&bits, block, sizeof bits);
     return _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
   }
 }

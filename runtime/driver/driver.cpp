@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -324,6 +325,14 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
     backend.attach(rank);
   } catch (const std::exception &e) {
     return group->stop(e.what());
+  }
+  if (std::optional<DType> type = request->args.kvCacheType) {
+    std::vector<DType> types = backend.capabilities().kvCacheTypes;
+    if (std::find(types.begin(), types.end(), *type) == types.end())
+      return group->stop(std::string("--kv-cache-dtype ") + dtypeName(*type) +
+                         ": this target keeps its KV cache in its activation type " +
+                         "(bf16 on the GPU); the CPU target takes f32 or bf16");
+    backend.setKvCacheType(*type);
   }
   if (std::string why = sizeKvCache(spec, backend.kvElementBytes(), request->args); !why.empty())
     return group->stop(why);

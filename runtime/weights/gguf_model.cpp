@@ -3,10 +3,11 @@
 // modeling_gguf_pytorch_utils.py), the oracle the conformance tests compare with, for the
 // architectures that tpc imports and that loader knows; where the loader leaves out what
 // makes the file's model (llama's rope_freqs, Gemma 3's RoPE scaling and query scale), tpc
-// computes what llama.cpp computes from the file. gemma, olmo2, smollm3 and llama files with
-// experts (Mixtral's), which that loader does not know, are read as llama.cpp reads them (SmolLM3's layers without RoPE, which no key
-// says: every fourth, as llama.cpp and SmolLM3Config take them). An MoE's 3D experts are
-// transformers' stacked parameters, its gate and up halves read as one gate_up_proj.
+// computes what llama.cpp computes from the file. gemma, olmo2, smollm3 and llama files
+// with experts (Mixtral's), which that loader does not know, are read as llama.cpp reads
+// them (SmolLM3's layers without RoPE, which no key says: every fourth, as llama.cpp and
+// SmolLM3Config take them). An MoE's 3D experts are transformers' stacked parameters, its
+// gate and up halves read as one gate_up_proj.
 #include "tpcrt/gguf_model.h"
 
 #include "tpcrt/slices.h"
@@ -299,9 +300,13 @@ const GgufArchitecture *findArchitecture(const GgufFile &file, const std::string
   if (!file.getString("general.architecture", architecture, error))
     return nullptr;
   // An architecture with a dense and an MoE entry (llama) is the MoE one where the file
-  // counts experts.
+  // counts experts (more than none, as llama.cpp takes a file for MoE).
   const GgufArchitecture *arch = nullptr;
-  bool experts = file.find(architecture + ".expert_count") != nullptr;
+  int64_t expertCount = 0;
+  std::string key = architecture + ".expert_count";
+  if (file.find(key) && !file.getInt(key, expertCount, error, 0, int64_t(1) << 20))
+    return nullptr;
+  bool experts = expertCount > 0;
   for (const GgufArchitecture &a : kArchitectures)
     if (architecture == a.gguf && (!arch || a.moe == experts))
       arch = &a;
@@ -500,12 +505,12 @@ bool readGemma3(const GgufSource &source, nlohmann::ordered_json &config, std::s
   return true;
 }
 
-/// What a gemma, olmo2, smollm3 or Mixtral-style llama file may say that llama.cpp computes and
-/// tpc does not read from
-/// GGUF, refused by its key rather than computed without: RoPE scaling (the converter writes
-/// a yarn config as rope.scaling.*), and an olmo2 file's attention.sliding_window, which the
-/// converter writes for OLMo 3 (Olmo3ForCausalLM is converted to olmo2, its sliding layers in
-/// attention.sliding_window_pattern), a model tpc does not import.
+/// What a gemma, olmo2, smollm3 or Mixtral-style llama file may say that llama.cpp computes
+/// and tpc does not read from GGUF, refused by its key rather than computed without: RoPE
+/// scaling (the converter writes a yarn config as rope.scaling.*), and an olmo2 file's
+/// attention.sliding_window, which the converter writes for OLMo 3 (Olmo3ForCausalLM is
+/// converted to olmo2, its sliding layers in attention.sliding_window_pattern), a model tpc
+/// does not import.
 bool checkNothingUnread(const GgufSource &source, std::string &error) {
   std::string type = source.arch.modelType;
   if (type != "gemma" && type != "olmo2" && type != "smollm3" && type != "mixtral")
@@ -529,7 +534,8 @@ bool checkNothingUnread(const GgufSource &source, std::string &error) {
 }
 
 /// The config.json transformers 5.17 builds from the file's metadata (and Gemma 3's
-/// readGemma3; what llama.cpp takes from a gemma, olmo2 or smollm3 file, checkNothingUnread).
+/// readGemma3; what llama.cpp takes from a gemma, olmo2, smollm3 or Mixtral-style llama file,
+/// checkNothingUnread).
 bool buildConfig(const GgufSource &source, const std::string &modelType,
                  nlohmann::ordered_json &config, std::string &error) {
   config["model_type"] = modelType;

@@ -174,8 +174,13 @@ TEST(GgufModel, ALlamaFileWithExpertsIsMixtral) {
   EXPECT_EQ(config["num_experts_per_tok"], 2);
   EXPECT_FALSE(config.contains("moe_intermediate_size"));
   EXPECT_EQ(config["rope_theta"], 10000.0); // llama.cpp's, where the file says none
-  // Without expert_count it is the dense llama.
+  // Without expert_count, or with none, it is the dense llama.
   model = GgufModel::open(writeTemp(llamaMetadata("llama").bytes(), "llama-dense"), error);
+  ASSERT_NE(model, nullptr) << error;
+  EXPECT_EQ(model->modelType(), "llama");
+  ModelFile none = llamaMetadata("llama");
+  none.u32("llama.expert_count", 0);
+  model = GgufModel::open(writeTemp(none.bytes(), "llama-no-experts"), error);
   ASSERT_NE(model, nullptr) << error;
   EXPECT_EQ(model->modelType(), "llama");
 }

@@ -313,6 +313,61 @@ TEST(Kernels, AttentionPrefillThenDecodeMatchesNaive) {
     }
 }
 
+TEST(Kernels, AttentionOverABf16CacheIsAttentionOverItsRoundedKeysAndValues) {
+  // --kv-cache-dtype bf16: a prefill of 4 tokens then a decode step, the sequence's blocks (of
+  // 2 tokens) out of order in the cache; each output within 1e-5 of attention computed in
+  // double over the keys and values rounded to bf16, and the cache's 16-bit words those
+  // roundings.
+  int64_t heads = 4, kvHeads = 2, hd = 3, total = 5, width = kvHeads * hd, size = 2;
+  auto q = randomVector(total * heads * hd, 15), k = randomVector(total * kvHeads * hd, 16),
+       v = randomVector(total * kvHeads * hd, 17);
+  std::vector<uint16_t> keys(4 * size * width, 0xffff), values(4 * size * width, 0xffff);
+  KVCache cache{keys.data(), values.data(), 4, size, width, width, DType::BF16};
+  std::vector<int32_t> blocks = {3, 0, 2};
+  Step prefill, decode;
+  prefill.tokens = 4;
+  prefill.sequences = {StepSequence{0, 4, 0, blocks.data(), true}};
+  decode.tokens = 1;
+  decode.sequences = {StepSequence{0, 1, 4, blocks.data(), true}};
+  std::vector<float> out(total * heads * hd);
+  double scale = 1 / std::sqrt(double(hd));
+  attention(Host{}, q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, 0.0,
+            HeadSplit{}, {cache, prefill}, out.data());
+  attention(Host{}, q.data() + 4 * heads * hd, k.data() + 4 * kvHeads * hd,
+            v.data() + 4 * kvHeads * hd, 1, heads, kvHeads, hd, scale, 0, 0.0, HeadSplit{},
+            {cache, decode}, out.data() + 4 * heads * hd);
+  auto rounded = [](float x) { return double(bf16ToFloat(floatToBf16(x))); };
+  for (int64_t t = 0; t < total; ++t) {
+    int64_t slot = int64_t(blocks[size_t(t / size)]) * size + t % size;
+    for (int64_t c = 0; c < width; ++c) {
+      ASSERT_EQ(keys[size_t(slot * width + c)], floatToBf16(k[size_t(t * width + c)]));
+      ASSERT_EQ(values[size_t(slot * width + c)], floatToBf16(v[size_t(t * width + c)]));
+    }
+  }
+  for (int64_t t = 0; t < total; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t g = h / (heads / kvHeads);
+      std::vector<double> s(size_t(t + 1));
+      double mx = -1e30, sum = 0;
+      for (int64_t j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d)
+          dot += q[size_t((t * heads + h) * hd + d)] * rounded(k[size_t((j * kvHeads + g) * hd + d)]);
+        s[size_t(j)] = dot * scale;
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      for (double &x : s)
+        sum += x = std::exp(x - mx);
+      for (int64_t d = 0; d < hd; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j <= t; ++j)
+          acc += s[size_t(j)] / sum * rounded(v[size_t((j * kvHeads + g) * hd + d)]);
+        EXPECT_NEAR(out[size_t((t * heads + h) * hd + d)], acc, 1e-5)
+            << "token " << t << " head " << h;
+      }
+    }
+}
+
 TEST(Kernels, AttentionOfARaggedStepIsEachSequenceAlone) {
   // Three sequences in one step, their blocks (of 2 tokens) scattered through the cache and
   // out of order: one decoding after 5 cached tokens, one prefilling a 4-token chunk after 3,

@@ -51,6 +51,10 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
                   "arena, its element type sizes it (cpu: fp32, cuda: bf16)")
       ->check(CLI::IsMember(target::targetNames()));
   addWeightsDtype(cmd, opts->analysis.weights);
+  cmd->add_option("--kv-cache-dtype", opts->analysis.kvCacheDtype,
+                  "the KV cache's element type, as the binary's --kv-cache-dtype: f32 (the "
+                  "CPU's default) or bf16 (half the bytes); the GPU's is bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_flag("--sampled", opts->analysis.sampled,
                 "report steps that sample (or want logprobs, penalties or dumped logits): "
                 "lm_head's gather carries the logits, where a greedy step (the default) "
@@ -89,6 +93,11 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
     opts->analysis.prefillLenGiven = prefillLenOption->count() > 0;
     run = [opts]() -> int {
       const AnalyzeCommand &o = *opts;
+      if (!o.analysis.kvCacheDtype.empty() && o.analysis.target != "cpu") {
+        reportError("tpc analyze: --kv-cache-dtype is the CPU target's; the " +
+                    o.analysis.target + " target keeps its KV cache in its activation type");
+        return 1;
+      }
       Session session;
       FailureOr<analysis::Analysis> report = analyzeModel(session, o);
       if (failed(report))

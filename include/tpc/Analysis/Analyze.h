@@ -37,6 +37,9 @@ struct AnalyzeOptions {
   /// gather each row's argmax alone. False: greedy, the binary's default.
   bool sampled = false;
   std::string weights = "stored"; // --weights-dtype
+  /// --kv-cache-dtype: the binary's KV cache element type, f32 or bf16 (the CPU target's
+  /// choice); empty: the target's own (the activations' type).
+  std::string kvCacheDtype;
   /// --hosts: the ranks spread over this many machines (0: not asked), the link between
   /// them, and each host's memory bandwidth (what its ranks' decode reads share).
   int64_t hosts = 0;

@@ -74,6 +74,9 @@ struct BackendCapabilities {
   /// those it makes from fp32 values (--quantize's, through writeWeight). The driver refuses
   /// a weight held in a block type it can be given in neither way before it allocates.
   std::vector<DType> blocksAsStored, blocksFromFloats;
+  /// The KV cache element types --kv-cache-dtype may ask of it (setKvCacheType); empty: it
+  /// keeps its own type only.
+  std::vector<DType> kvCacheTypes;
   /// With pipeline stages: whether its sends to other stages can be held (holdTransfers), so
   /// that the engine keeps a step in every stage at once. Without, a step goes through the
   /// stages alone.
@@ -119,6 +122,9 @@ public:
   /// Bytes of one element of the KV cache (--kv-cache-memory's unit): fp32 unless a backend
   /// keeps them narrower.
   virtual uint64_t kvElementBytes() const { return sizeof(float); }
+  /// The KV cache's element type (--kv-cache-dtype), one of capabilities().kvCacheTypes, set
+  /// before allocateCaches.
+  virtual void setKvCacheType(DType) {}
   /// One cache per attention layer, each of `blocks` blocks of `blockSize` tokens
   /// (tpcrt/batch.h), empty; returns their bytes (--trace's kv_cache_bytes).
   virtual uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,

@@ -103,10 +103,12 @@ def q6_k(blocks):
 
 
 WRITERS = {Q.Q4_K: q4_k, Q.Q5_K: q5_k, Q.Q6_K: q6_k}
-# The most a value read back may be from the weight, in steps of its group of 32 (its range,
-# zero included, over 15): rounding makes half a step, the scales' own rounding a little more;
-# a packing mistake puts values many steps away.
-TOLERANCE = 2.0
+# The most a value read back may be from the weight, in quantization steps of its group (the
+# step the writer aims at: the group's range, zero included, over its largest integer; Q6_K's
+# largest magnitude over 31): rounding makes half a step, the 6- or 8-bit scales' own rounding
+# up to about a tenth more; a packing mistake puts values many steps away. Weights of a few
+# 1e-4 or less would make Q6_K's f16 d subnormal and miss it: the test models' are ~0.1.
+TOLERANCE = 1.0
 
 
 def quantize(w, qtype):
@@ -119,9 +121,14 @@ def quantize(w, qtype):
     per_row = w.shape[-1] // QK_K * data.shape[1]
     data = data.reshape(*w.shape[:-1], per_row)
     back = dequantize(data, qtype).reshape(blocks.shape)
-    groups = blocks.reshape(-1, 32)
-    step = (np.maximum(groups.max(axis=1), 0) - np.minimum(groups.min(axis=1), 0)) / 15
-    step = step.repeat(32).reshape(blocks.shape)
+    if qtype == Q.Q6_K:
+        step = np.abs(blocks.reshape(-1, 16)).max(axis=1) / 31
+        step = step.repeat(16).reshape(blocks.shape)
+    else:
+        groups = blocks.reshape(-1, 32)
+        top = 15 if qtype == Q.Q4_K else 31
+        step = (np.maximum(groups.max(axis=1), 0) - np.minimum(groups.min(axis=1), 0)) / top
+        step = step.repeat(32).reshape(blocks.shape)
     err = np.abs(back - blocks)
     if not (np.all(np.isfinite(back)) and np.all(err <= TOLERANCE * step + 1e-7)):
         worst = int(np.argmax(err - TOLERANCE * step))

@@ -111,9 +111,6 @@ bool isQuantized(WeightType type);
 /// Whether the CPU target holds weights of `type` as stored, its kernels reading them: a held
 /// type of tpcrt/types.def (TPC_HELD_TYPE).
 bool isHeldByCpu(WeightType type);
-/// Whether the CPU target holds weights of `type` as stored, its kernels reading them: a held
-/// type of tpcrt/types.def (TPC_HELD_TYPE).
-bool isHeldByCpu(WeightType type);
 
 /// The size of the tp axis of the mesh recorded on a module, if any.
 std::optional<int64_t> getMeshSize(mlir::ModuleOp module);

@@ -94,10 +94,13 @@ void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t h
                  const float *shared, int64_t sharedCols, float *out);
 
 /// One layer's keys and values, paged (tpcrt/batch.h): `blocks` blocks of `blockSize`
-/// tokens, [blocks * blockSize, width] keys (kvHeads * headDim) and [.., valueWidth] values.
+/// tokens, [blocks * blockSize, width] keys (kvHeads * headDim) and [.., valueWidth] values,
+/// of `type`: F32, or BF16 (--kv-cache-dtype bf16: rounded to nearest even as they are
+/// written, widened exactly as they are read).
 struct KVCache {
-  float *keys = nullptr, *values = nullptr;
+  void *keys = nullptr, *values = nullptr;
   int64_t blocks = 0, blockSize = 0, width = 0, valueWidth = 0;
+  DType type = DType::F32;
 };
 
 /// A layer's cache as one step reads and writes it.
