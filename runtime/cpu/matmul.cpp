@@ -1062,30 +1062,21 @@ template <DType T> TPC_AVX2 void dequantizeAvx2(const void *in, float *out, size
   }
 }
 
-/// visit(Block<T>{}) for the block type `type`, and true; false for a float type.
+/// visit(Block<T>{}) for the block type `type`, and true; false for a float type. The cases
+/// are types.def's held types, so a held block type without its Quant<T> does not compile.
 template <DType T> using Block = std::integral_constant<DType, T>;
 template <class Visit> bool visitBlocks(DType type, Visit &&visit) {
   switch (type) {
-  case DType::F32:
-  case DType::F16:
-  case DType::BF16:
-    return false;
-  case DType::Q8_0:
-    return visit(Block<DType::Q8_0>{}), true;
-  case DType::Q4_0:
-    return visit(Block<DType::Q4_0>{}), true;
-  case DType::Q4_1:
-    return visit(Block<DType::Q4_1>{}), true;
-  case DType::Q5_0:
-    return visit(Block<DType::Q5_0>{}), true;
-  case DType::Q5_1:
-    return visit(Block<DType::Q5_1>{}), true;
-  case DType::Q4_K:
-    return visit(Block<DType::Q4_K>{}), true;
-  case DType::Q5_K:
-    return visit(Block<DType::Q5_K>{}), true;
-  case DType::Q6_K:
-    return visit(Block<DType::Q6_K>{}), true;
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)
+#define TPC_HELD_TYPE(NAME, ID, ELEMENTS, BYTES, READS)                                         \
+  case DType::NAME:                                                                            \
+    if constexpr (ELEMENTS > 1)                                                                \
+      return visit(Block<DType::NAME>{}), true;                                                \
+    else                                                                                       \
+      return false;
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
   }
   return false;
 }
