@@ -509,8 +509,8 @@ void pipelineNote(const std::vector<PhaseReport> &phases, const AnalyzeOptions &
 
 /// `memory`'s weights and KV cache as a rank of `stage` holds them; without a stage, as a
 /// rank of a mesh without stages does. The cache's elements are the activations' type, times
-/// `kvScale` (--kv-cache-dtype bf16 on the CPU: 0.5).
-void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvScale,
+/// `kvScale` (--kv-cache-dtype bf16 or f16 on the CPU: 0.5; q8_0: 34 bytes for 32 floats).
+void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvScale, bool paged,
                  MemoryReport &memory) {
   memory.weights = parameterBytes(partitioned, stage);
   memory.unshardedWeights = unshardedParameterBytes(partitioned);
@@ -519,7 +519,20 @@ void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvSc
   for (auto [name, share] : routedShares(partitioned))
     memory.expertsRouted = std::max(memory.expertsRouted, share);
   memory.heldTypes = heldTypes(partitioned, stage);
-  memory.kvCache = kvScale * kvCacheBytes(partitioned, memory.maxSeqLen, stage);
+  // The binary's cache for one prompt: --kv-cache-tokens --max-model-len, in the groups'
+  // pools (where layers read a window or chunks, they keep fewer blocks).
+  memory.kvCache = kvScale * kvCacheAllocated(partitioned, memory.maxSeqLen, memory.maxSeqLen,
+                                              1, std::max<int64_t>(memory.kvBlockSize, 1),
+                                              paged, stage, memory);
+  memory.kvCachePerSequence = 0;
+  for (MemoryReport::KvGroup &group : memory.kvGroups) {
+    group.bytesPerToken *= kvScale;
+    int64_t blockSize = std::max<int64_t>(memory.kvBlockSize, 1);
+    memory.kvCachePerSequence +=
+        group.bytesPerToken * double(group.blocksPerSequence * blockSize);
+  }
+  memory.kvSequencesPerGiB = std::floor(memory.kvSequencesPerGiB / kvScale);
+  memory.kvSequencesPerGiBWhole = std::floor(memory.kvSequencesPerGiBWhole / kvScale);
   memory.kvCachePerToken = kvScale * kvCacheBytes(partitioned, 1, stage);
   memory.mlaLatentCache = mlaLatentCacheBytes(partitioned, memory.maxSeqLen, stage);
 }
@@ -554,11 +567,17 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
   if (!prefill || !partitioned)
     return failure();
   MemoryReport &memory = a.memory;
-  // The CPU's cache in bf16 (--kv-cache-dtype): half of its fp32 activations' bytes.
-  double kvScale = o.kvCacheDtype == "bf16" && target.activationBytes() == 4 ? 0.5 : 1.0;
-  measureHeld(*partitioned, std::nullopt, kvScale, memory);
+  // The CPU's cache in another type (--kv-cache-dtype): its bytes against its fp32
+  // activations', from the one table of types.
+  double kvScale = 1.0;
+  if (!o.kvCacheDtype.empty() && target.activationBytes() == 4)
+    if (std::optional<tpcrt::DType> type = tpcrt::parseDType(o.kvCacheDtype))
+      kvScale = double(tpcrt::dtypeBlockBytes(*type)) /
+                double(tpcrt::dtypeBlockElements(*type) * 4);
   if (auto blockSize = decided->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName))
     memory.kvBlockSize = blockSize.getInt();
+  bool paged = target::findTarget(o.target)->pagedKvCache();
+  measureHeld(*partitioned, std::nullopt, kvScale, paged, memory);
   if (a.stages.empty()) {
     a.shares = rankShares(*partitioned);
     return success();
@@ -569,7 +588,7 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
   RankShares byWorldRank;
   for (StageReport &stage : a.stages) {
     stage.memory = memory;
-    measureHeld(*partitioned, stage.stage, kvScale, stage.memory);
+    measureHeld(*partitioned, stage.stage, kvScale, paged, stage.memory);
     stage.shares = rankShares(*partitioned, stage.stage);
     if (stage.memory.weights + stage.memory.kvCache >
         fullest->memory.weights + fullest->memory.kvCache)
@@ -700,7 +719,7 @@ StepTime stepTime(const Analysis &a, const MeshLayout &mesh, const StageView &vi
   double routed = memory.expertsRouted;
   double hit = routed > 0 ? 1 - std::pow(1 - routed, double(phase.tokens)) : 1;
   double reads = memory.decodeReads - memory.expertReads * (1 - hit) +
-                 memory.kvCachePerToken * double(context) * double(phase.sequences);
+                 memory.kvReadBytes(context) * double(phase.sequences);
   t.reads = reads / (rankReadGBs(o, sharing) * 1e3);
   double elements = 0; // a token's multiply-adds on the rank with the most
   for (size_t r = 0; r < view.shares->matmulElements.size(); ++r) {
@@ -824,12 +843,12 @@ MeshPrediction predictMesh(const Analysis &a) {
   MeshLayout mesh(o);
   MeshPrediction p;
   // The KV cache of --concurrency sequences of --max-model-len tokens (what --max-num-seqs C
-  // allocates by default), sized by the stage that holds the most a token.
-  double kvPerToken = a.memory.kvCachePerToken;
+  // allocates by default), sized by the stage that holds the most a sequence (its layers
+  // that read a window or chunks keep only those blocks).
+  double kvPerSequence = a.memory.kvCachePerSequence;
   for (const StageReport &stage : a.stages)
-    kvPerToken = std::max(kvPerToken, stage.memory.kvCachePerToken);
-  p.memoryPerRank = a.memory.weights + a.memory.arena +
-                    kvPerToken * double(a.memory.maxSeqLen) * double(o.concurrency);
+    kvPerSequence = std::max(kvPerSequence, stage.memory.kvCachePerSequence);
+  p.memoryPerRank = a.memory.weights + a.memory.arena + kvPerSequence * double(o.concurrency);
   p.stepSequences = sequencesPerStep(o);
   int64_t steps = (o.concurrency + p.stepSequences - 1) / p.stepSequences; // a round's
   int64_t stages = int64_t(std::max<size_t>(1, a.stages.size()));
@@ -929,6 +948,16 @@ nlohmann::ordered_json imbalanceJson(const RankShares &shares) {
   return imbalanceJson;
 }
 
+nlohmann::ordered_json kvGroupsJson(const MemoryReport &memory) {
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  for (const MemoryReport::KvGroup &group : memory.kvGroups)
+    groups.push_back({{"reads", group.reads},
+                      {"layers", group.layers},
+                      {"bytes_per_token", group.bytesPerToken},
+                      {"blocks_per_sequence", group.blocksPerSequence}});
+  return groups;
+}
+
 nlohmann::ordered_json memoryJson(const Analysis &a) {
   const MemoryReport &memory = a.memory;
   return {{"weights_bytes", memory.weights},
@@ -942,6 +971,9 @@ nlohmann::ordered_json memoryJson(const Analysis &a) {
           {"kv_cache_bytes", memory.kvCache},
           {"kv_cache_bytes_per_token", memory.kvCachePerToken},
           {"kv_block_size", memory.kvBlockSize},
+          {"kv_groups", kvGroupsJson(memory)},
+          {"kv_sequences_per_gib", memory.kvSequencesPerGiB},
+          {"kv_sequences_per_gib_every_key", memory.kvSequencesPerGiBWhole},
           {"mla_latent_cache_bytes", memory.mlaLatentCache},
           {"max_seq_len", memory.maxSeqLen},
           {"max_seq_len_from", a.maxSeqLenFrom},
@@ -1080,6 +1112,18 @@ void printMemory(const Analysis &a, llvm::raw_ostream &os) {
                       "holds {:.0f} blocks, {:.0f} tokens (--kv-cache-tokens)\n",
                       memory.kvBlockSize, block, std::floor(double(1 << 30) / block),
                       std::floor(double(1 << 30) / block) * double(memory.kvBlockSize));
+  }
+  if (memory.kvGroups.size() > 1) { // some layers keep only the blocks they read
+    os << "                      by the keys its layers read (the others' blocks given back):\n";
+    for (const MemoryReport::KvGroup &group : memory.kvGroups)
+      os << fmt::format("                        {}: {} layers, {:.0f} bytes a token, at most "
+                        "{} blocks a sequence\n",
+                        group.reads, group.layers, group.bytesPerToken,
+                        group.blocksPerSequence);
+    os << fmt::format("                      1 GiB holds {:.0f} sequences of {} tokens ({:.0f} "
+                      "were every layer to keep every key)\n",
+                      memory.kvSequencesPerGiB, memory.maxSeqLen,
+                      memory.kvSequencesPerGiBWhole);
   }
   os << fmt::format("  activation arena    {:>14.0f} bytes ({} elements per token x {} "
                     "tokens, --target {}: what the binary allocates)\n",

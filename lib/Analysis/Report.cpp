@@ -8,6 +8,9 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 
+#include "tpcrt/kv_groups.h"
+
+#include <cmath>
 #include <map>
 
 using namespace mlir;
@@ -391,6 +394,53 @@ double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen,
              elementBytes(typeOf(attention.getKey()));
   });
   return bytes;
+}
+
+double tpc::kvCacheAllocated(ModuleOp partitioned, int64_t tokens, int64_t maxSeqLen,
+                             int64_t maxNumSeqs, int64_t blockSize, bool paged,
+                             std::optional<int64_t> stage, MemoryReport &memory) {
+  // Every layer, as main() describes them (addKvCache: the module's order), with its stage.
+  std::vector<tpcrt::KvReach> reaches;
+  std::vector<double> bytes;
+  std::vector<int64_t> stages;
+  partitioned.walk([&](AttentionOp attention) {
+    int64_t valueHeadDim = attention.getValueHeadDim().value_or(attention.getHeadDim());
+    reaches.push_back({attention.getSlidingWindow().value_or(0),
+                       attention.getChunkSize().value_or(0)});
+    bytes.push_back(double(attention.getNumKvHeads() * (attention.getHeadDim() + valueHeadDim) *
+                           elementBytes(typeOf(attention.getKey()))));
+    stages.push_back(stage ? stageOf(attention) : 0);
+  });
+  tpcrt::KvGroups groups = tpcrt::kvGroups(reaches, maxSeqLen, paged);
+  std::vector<int64_t> pools = tpcrt::kvPoolBlocks(groups, bytes, stages, tokens, blockSize,
+                                                   maxSeqLen, maxNumSeqs);
+  memory.kvGroups.assign(groups.size(), {});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    memory.kvGroups[g].reads = groups.reaches[g].describe();
+    memory.kvGroups[g].blocksPerSequence = groups.reaches[g].blocksRead(blockSize, maxSeqLen);
+    const tpcrt::KvReach &reach = groups.reaches[g];
+    memory.kvGroups[g].keysRead =
+        reach.everyKey() ? 0
+                         : std::min(reach.window > 0 ? reach.window : reach.chunk,
+                                    reach.chunk > 0 ? reach.chunk : reach.window);
+  }
+  double allocated = 0, perSequence = 0, perToken = 0;
+  for (size_t l = 0; l < bytes.size(); ++l) {
+    if (stage && stages[l] != *stage)
+      continue;
+    MemoryReport::KvGroup &group = memory.kvGroups[size_t(groups.layerGroup[l])];
+    ++group.layers;
+    group.bytesPerToken += bytes[l];
+    allocated += double(pools[size_t(groups.layerGroup[l])] * blockSize) * bytes[l];
+    perSequence += double(group.blocksPerSequence * blockSize) * bytes[l];
+    perToken += bytes[l];
+  }
+  llvm::erase_if(memory.kvGroups, [](const MemoryReport::KvGroup &g) { return g.layers == 0; });
+  double gib = double(int64_t(1) << 30), whole = (maxSeqLen + blockSize - 1) / blockSize;
+  memory.kvSequencesPerGiB = perSequence > 0 ? std::floor(gib / perSequence) : 0;
+  memory.kvSequencesPerGiBWhole =
+      perToken > 0 ? std::floor(gib / (whole * double(blockSize) * perToken)) : 0;
+  return allocated;
 }
 
 double tpc::mlaLatentCacheBytes(ModuleOp partitioned, int64_t maxSeqLen,

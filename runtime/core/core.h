@@ -91,17 +91,16 @@ struct Args {
 std::string engineDefaults(Args &args);
 /// --kv-cache-memory as --kv-cache-tokens: as many tokens as its bytes hold on this rank, in
 /// the backend's element width. "" or what is wrong (less than one sequence of --max-model-len).
-std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args);
+std::string sizeKvCache(const ModelSpec &spec, DType type, Args &args);
 /// The KV cache's blocks: --kv-cache-tokens in blocks of the program's size.
 inline int64_t kvBlocks(const ModelSpec &spec, const Args &args) {
   return args.kvCacheTokens / spec.kvBlockSize + (args.kvCacheTokens % spec.kvBlockSize != 0);
 }
 /// The engine's limits as the flags give them (the engine makes them runnable on its
-/// backend: runnableLimits).
-inline EngineLimits engineLimits(const ModelSpec &spec, const Args &args) {
-  return {args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args), spec.kvBlockSize,
-          args.maxSeqLen, args.prefixCaching};
-}
+/// backend: runnableLimits). Where some attention layers read a window or chunks shorter
+/// than --max-model-len, --kv-cache-tokens' bytes are shared among the KV groups' pools
+/// (tpcrt/kv_groups.h: kvPoolBlocks).
+EngineLimits engineLimits(const ModelSpec &spec, const Args &args);
 
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
 /// point of a run, make its logits NaN, or keep it from joining, deterministically.

@@ -177,8 +177,9 @@ bool setFlag(Args &a, FlagId id, const char *f, const char *v, std::string &e) {
   case FlagId::KvCacheMemory:
     return integerOf(f, v, 1, a.kvCacheMemory, e);
   case FlagId::KvCacheDtype:
-    if (std::string(v) != "f32" && std::string(v) != "bf16") {
-      e = std::string(f) + " " + v + " is not a KV cache type: f32 or bf16";
+    if (std::string(v) != "f32" && std::string(v) != "bf16" && std::string(v) != "f16" &&
+        std::string(v) != "q8_0") {
+      e = std::string(f) + " " + v + " is not a KV cache type: f32, bf16, f16 or q8_0";
       return false;
     }
     return a.kvCacheType = parseDType(v), true;
@@ -490,7 +491,26 @@ std::string engineDefaults(Args &args) {
   return "";
 }
 
-std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args) {
+EngineLimits engineLimits(const ModelSpec &spec, const Args &args) {
+  EngineLimits limits{args.maxNumSeqs, args.maxBatchTokens, kvBlocks(spec, args),
+                      spec.kvBlockSize,  args.maxSeqLen,      args.prefixCaching};
+  std::vector<KvReach> reaches = spec.kvReaches;
+  reaches.resize(spec.kvWidths.size());
+  limits.groups = kvGroups(reaches, args.maxSeqLen, true);
+  if (limits.groups.windowed()) {
+    std::vector<double> bytes; // a token's elements: one element type for every layer
+    for (size_t i = 0; i < spec.kvWidths.size(); ++i)
+      bytes.push_back(double(spec.kvWidths[i] + spec.kvValueWidths[i]));
+    std::vector<int64_t> pools =
+        kvPoolBlocks(limits.groups, bytes, spec.kvStages, args.kvCacheTokens, spec.kvBlockSize,
+                     args.maxSeqLen, args.maxNumSeqs);
+    limits.blocks = pools[0];
+    limits.windowBlocks.assign(pools.begin() + 1, pools.end());
+  }
+  return limits;
+}
+
+std::string sizeKvCache(const ModelSpec &spec, DType type, Args &args) {
   if (!args.kvCacheMemory)
     return "";
   // The stage that holds the most a token: every rank holds as many blocks, since rank 0's
@@ -498,7 +518,7 @@ std::string sizeKvCache(const ModelSpec &spec, uint64_t elementBytes, Args &args
   std::vector<uint64_t> perStage(size_t(std::max<int64_t>(spec.stages, 1)), 0);
   for (size_t i = 0; i < spec.kvWidths.size(); ++i)
     perStage[i < spec.kvStages.size() ? size_t(spec.kvStages[i]) : 0] +=
-        uint64_t(spec.kvWidths[i] + spec.kvValueWidths[i]) * elementBytes;
+        dtypeBytesFor(type, spec.kvWidths[i]) + dtypeBytesFor(type, spec.kvValueWidths[i]);
   uint64_t perToken = *std::max_element(perStage.begin(), perStage.end());
   if (perToken == 0) // no attention layer: nothing to hold
     return "";

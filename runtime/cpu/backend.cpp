@@ -153,7 +153,7 @@ public:
       if (isQuantized(DType(i)))
         can.blocksAsStored.push_back(DType(i));
     can.blocksFromFloats = {DType::Q8_0, DType::Q4_0};
-    can.kvCacheTypes = {DType::F32, DType::BF16};
+    can.kvCacheTypes = {DType::F32, DType::BF16, DType::F16, DType::Q8_0};
     can.pipelined = true;
     return can;
   }
@@ -202,18 +202,18 @@ public:
     return false; // the loader generates them into hostWeight, as it reads a checkpoint
   }
 
-  uint64_t kvElementBytes() const override { return dtypeBytes(kvType); }
+  DType kvCacheType() const override { return kvType; }
   void setKvCacheType(DType type) override { kvType = type; }
-  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                          int64_t blockSize) override {
-    int64_t capacity = blocks * blockSize;
-    size_t element = dtypeBytes(kvType);
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) override {
     uint64_t bytes = 0;
     for (const KVCacheDesc &layer : layers) {
-      cacheMemory.emplace_back(size_t((layer.keyWidth + layer.valueWidth) * capacity) * element);
+      int64_t capacity = layer.blocks * blockSize;
+      size_t keys = dtypeBytesFor(kvType, layer.keyWidth * capacity);
+      cacheMemory.emplace_back(keys + dtypeBytesFor(kvType, layer.valueWidth * capacity));
       std::byte *base = cacheMemory.back().data();
-      cx.caches.push_back({base, base + size_t(layer.keyWidth * capacity) * element, blocks,
-                           blockSize, layer.keyWidth, layer.valueWidth, kvType});
+      cx.caches.push_back({base, base + keys,
+                           layer.blocks, blockSize, layer.keyWidth, layer.valueWidth, kvType,
+                           layer.group});
       bytes += uint64_t(cacheMemory.back().size());
     }
     return bytes;

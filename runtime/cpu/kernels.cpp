@@ -148,15 +148,17 @@ void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t h
 namespace {
 
 /// Attention of one sequence's `rows` new tokens, at positions start .., whose keys and values
-/// (those of positions 0 .. start + rows - 1, the new ones included) lie contiguous from
-/// `keysOf` and `valuesOf`; see attention() for the rest.
-void attendSequence(const float *q, int64_t rows, int64_t start, const float *keysOf,
+/// (those of positions base .. start + rows - 1, the new ones included; base is at most the
+/// first position the first row reads) lie contiguous from `keysOf` and `valuesOf`; see
+/// attention() for the rest.
+void attendSequence(const float *q, int64_t rows, int64_t start, int64_t base, const float *keysOf,
                     const float *valuesOf, int64_t heads, int64_t kvHeads, int64_t headDim,
                     double scale, int64_t slidingWindow, double softcap, const HeadSplit &split,
                     float *out, const float *sinks, int64_t valueHeadDim,
                     const AttentionMask &mask) {
   int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim;
-  int64_t group = heads / kvHeads, keys = start + rows, qWidth = heads * headDim;
+  int64_t group = heads / kvHeads, keys = start + rows - base, qWidth = heads * headDim;
+  KvReach reach{slidingWindow, mask.chunkSize};
   int64_t oWidth = heads * valueHeadDim;
   // Scores of one head for every new token against every cached key, [rows, keys]; reused
   // across calls so a decode step allocates nothing.
@@ -186,34 +188,34 @@ void attendSequence(const float *q, int64_t rows, int64_t start, const float *ke
                   scores.data(), int(keys));
     }
     for (int64_t r = 0; r < rows; ++r) {
+      // The row's scores, from key `base` on; causal: keys reach.firstRead(p) .. p, counted
+      // from base (first .. last).
       float *row = scores.data() + r * keys;
-      int64_t position = start + r; // causal: keys 0 .. position
-      int64_t first = slidingWindow > 0 ? std::max<int64_t>(0, position - slidingWindow + 1) : 0;
-      if (mask.chunkSize > 0)
-        first = position / mask.chunkSize * mask.chunkSize;
+      int64_t position = start + r;
+      int64_t first = reach.firstRead(position) - base, last = position - base;
       if (mask.temperatureFloor > 0) { // as the query scaled, in float32
         float factor = float(std::log1p(std::floor(float(position + 1) /
                                                    float(mask.temperatureFloor))) *
                                  float(mask.temperatureScale) +
                              1.0f);
-        for (int64_t t = first; t <= position; ++t)
+        for (int64_t t = first; t <= last; ++t)
           row[t] *= factor;
       }
       float best = sinks ? sinks[h] : -INFINITY;
-      for (int64_t t = first; t <= position; ++t) {
+      for (int64_t t = first; t <= last; ++t) {
         if (softcap > 0)
           row[t] = float(softcap * std::tanh(row[t] / softcap));
         best = std::max(best, row[t]);
       }
       std::fill(row, row + first, 0.0f);
-      for (int64_t t = first; t <= position; ++t)
+      for (int64_t t = first; t <= last; ++t)
         row[t] = expApprox(row[t] - best);
-      std::fill(row + position + 1, row + keys, 0.0f);
-      double total = sum(row + first, position + 1 - first);
+      std::fill(row + last + 1, row + keys, 0.0f);
+      double total = sum(row + first, last + 1 - first);
       if (sinks) // the sink's share of the softmax, which no value receives
         total += expApprox(sinks[h] - best);
       float inverse = float(1.0 / total);
-      for (int64_t t = first; t <= position; ++t)
+      for (int64_t t = first; t <= last; ++t)
         row[t] *= inverse;
     }
     if (rows == 1) {
@@ -244,45 +246,52 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
   KVCache &cache = c.cache;
   int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim, size = cache.blockSize;
   int64_t qWidth = heads * headDim, oWidth = heads * valueHeadDim;
-  // Row `slot` of the keys or values, `rowWidth` elements of the cache's type.
-  const size_t element = dtypeBytes(cache.type);
+  // Row `slot` of the keys or values, `rowWidth` elements of the cache's type (of a block
+  // type, whole blocks: the driver refuses one whose blocks do not divide the rows).
   auto rowOf = [&](void *base, int64_t slot, int64_t rowWidth) {
-    return static_cast<std::byte *>(base) + size_t(slot * rowWidth) * element;
+    return static_cast<std::byte *>(base) + dtypeBytesFor(cache.type, slot * rowWidth);
   };
+  // The blocks are read from the first one the step's first row reads: before it, a layer
+  // with a window or chunks reads nothing, and its group's table may have given them back.
+  KvReach reach{slidingWindow, mask.chunkSize};
   // A sequence whose blocks are not one run, or a cache of bf16, is read from an fp32 copy of
   // its keys and values in order; reused across calls.
   thread_local std::vector<float> keysInOrder, valuesInOrder;
   for (const StepSequence &s : c.step.sequences) {
+    const int32_t *table = s.blocks + cache.group * c.step.tableStride; // its group's
     for (int64_t i = 0; i < s.count; ++i) { // the new keys and values into their slots
       int64_t position = s.cached + i;
-      int64_t slot = int64_t(s.blocks[position / size]) * size + position % size;
+      int64_t slot = int64_t(table[position / size]) * size + position % size;
       narrow(k + (s.first + i) * width, cache.type, rowOf(cache.keys, slot, width),
              size_t(width));
       narrow(v + (s.first + i) * vWidth, cache.type, rowOf(cache.values, slot, vWidth),
              size_t(vWidth));
     }
     int64_t total = s.cached + s.count, blocks = (total + size - 1) / size;
+    int64_t firstBlock = reach.firstRead(s.cached) / size, base = firstBlock * size;
     bool run = true;
-    for (int64_t b = 1; b < blocks && run; ++b)
-      run = s.blocks[b] == s.blocks[0] + b;
+    for (int64_t b = firstBlock + 1; b < blocks && run; ++b)
+      run = table[b] == table[firstBlock] + (b - firstBlock);
     const float *keysOf, *valuesOf;
     if (run && cache.type == DType::F32) {
-      keysOf = reinterpret_cast<const float *>(rowOf(cache.keys, s.blocks[0] * size, width));
-      valuesOf = reinterpret_cast<const float *>(rowOf(cache.values, s.blocks[0] * size, vWidth));
+      int64_t from = int64_t(table[firstBlock]) * size;
+      keysOf = reinterpret_cast<const float *>(rowOf(cache.keys, from, width));
+      valuesOf = reinterpret_cast<const float *>(rowOf(cache.values, from, vWidth));
     } else {
-      keysInOrder.resize(size_t(total * width));
-      valuesInOrder.resize(size_t(total * vWidth));
-      for (int64_t b = 0; b < blocks; ++b) {
-        int64_t from = int64_t(s.blocks[b]) * size, count = std::min(size, total - b * size);
-        widen(rowOf(cache.keys, from, width), cache.type, keysInOrder.data() + b * size * width,
+      keysInOrder.resize(size_t((total - base) * width));
+      valuesInOrder.resize(size_t((total - base) * vWidth));
+      for (int64_t b = firstBlock; b < blocks; ++b) {
+        int64_t from = int64_t(table[b]) * size, count = std::min(size, total - b * size);
+        int64_t at = (b - firstBlock) * size;
+        widen(rowOf(cache.keys, from, width), cache.type, keysInOrder.data() + at * width,
               size_t(count * width));
-        widen(rowOf(cache.values, from, vWidth), cache.type,
-              valuesInOrder.data() + b * size * vWidth, size_t(count * vWidth));
+        widen(rowOf(cache.values, from, vWidth), cache.type, valuesInOrder.data() + at * vWidth,
+              size_t(count * vWidth));
       }
       keysOf = keysInOrder.data();
       valuesOf = valuesInOrder.data();
     }
-    attendSequence(q + s.first * qWidth, s.count, s.cached, keysOf, valuesOf, heads, kvHeads,
+    attendSequence(q + s.first * qWidth, s.count, s.cached, base, keysOf, valuesOf, heads, kvHeads,
                    headDim, scale, slidingWindow, softcap, split, out + s.first * oWidth, sinks,
                    valueHeadDim, mask);
   }

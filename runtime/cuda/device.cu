@@ -12,6 +12,7 @@
 #include "tpcrt/slices.h"
 #include "tpcrt/random_weight.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -210,9 +211,10 @@ bool Device::generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
   return true;
 }
 
-uint64_t Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                                int64_t blockSize) {
-  int64_t capacity = blocks * blockSize;
+uint64_t Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) {
+  int64_t capacity = 0;
+  for (const KVCacheDesc &layer : layers)
+    capacity = std::max(capacity, layer.blocks * blockSize);
   uint64_t bytes = 0;
   for (const KVCacheDesc &layer : layers) {
     int64_t width = layer.keyWidth;

@@ -174,17 +174,19 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
     }
     staging = {};
     // As many blocks as the engine will use on this backend (one sequence's where its cache
-    // is not paged).
-    int64_t blocks = runnableLimits(engineLimits(spec, args), backend.capabilities()).blocks;
+    // is not paged), each layer its KV group's.
+    EngineLimits limits = runnableLimits(engineLimits(spec, args), backend.capabilities());
     allocating = "the KV cache of --kv-cache-tokens " + std::to_string(args.kvCacheTokens);
     std::vector<KVCacheDesc> layers;
     for (size_t i = 0; i < spec.kvWidths.size(); ++i) {
       if (i < spec.kvStages.size() && spec.kvStages[i] != rank.stage)
         continue; // another stage's layer
+      int64_t group = limits.groups.layerGroup[i];
+      int64_t blocks = group == 0 ? limits.blocks : limits.windowBlocks[size_t(group - 1)];
       elementCount({spec.kvWidths[i] + spec.kvValueWidths[i], blocks, spec.kvBlockSize});
-      layers.push_back({spec.kvWidths[i], spec.kvValueWidths[i]});
+      layers.push_back({spec.kvWidths[i], spec.kvValueWidths[i], blocks, group});
     }
-    footprint.kvCacheBytes = backend.allocateCaches(layers, blocks, spec.kvBlockSize);
+    footprint.kvCacheBytes = backend.allocateCaches(layers, spec.kvBlockSize);
     // A forward's tokens: a prompt whole (one prompt), or a step's (--max-batch-tokens).
     int64_t tokens = std::max(args.maxSeqLen, args.maxBatchTokens);
     allocating = "the activations for " + std::to_string(tokens) + " tokens";
@@ -331,10 +333,19 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
     if (std::find(types.begin(), types.end(), *type) == types.end())
       return group->stop(std::string("--kv-cache-dtype ") + dtypeName(*type) +
                          ": this target keeps its KV cache in its activation type " +
-                         "(bf16 on the GPU); the CPU target takes f32 or bf16");
+                         "(bf16 on the GPU); the CPU target takes f32, bf16, f16 or q8_0");
+    // A block type holds a token's keys (and values) in whole blocks.
+    for (size_t i = 0; i < spec.kvWidths.size(); ++i)
+      for (int64_t width : {spec.kvWidths[i], spec.kvValueWidths[i]})
+        if (width % dtypeBlockElements(*type) != 0)
+          return group->stop(std::string("--kv-cache-dtype ") + dtypeName(*type) +
+                             " holds a token's keys and values in blocks of " +
+                             std::to_string(dtypeBlockElements(*type)) + "; attention layer " +
+                             std::to_string(i) + "'s are " + std::to_string(width) +
+                             " wide on this rank");
     backend.setKvCacheType(*type);
   }
-  if (std::string why = sizeKvCache(spec, backend.kvElementBytes(), request->args); !why.empty())
+  if (std::string why = sizeKvCache(spec, backend.kvCacheType(), request->args); !why.empty())
     return group->stop(why);
   if (!loadWeights(spec, args, rank, backend, footprint, progress, error))
     return group->stop(error);

@@ -107,6 +107,15 @@ std::optional<int32_t> BlockPool::find(int32_t parent, const int64_t *tokens, in
   return it->second;
 }
 
+std::optional<int32_t> BlockPool::find(int32_t parent, uint64_t parentGeneration,
+                                       const int64_t *tokens, int64_t count) const {
+  auto it = cache.find(Origin{parent, parentGeneration,
+                              std::vector<int64_t>(tokens, tokens + count), ""});
+  if (it == cache.end())
+    return std::nullopt;
+  return it->second;
+}
+
 int32_t BlockPool::publish(int32_t block, int32_t parent, uint64_t parentGeneration,
                            const int64_t *tokens, int64_t count, const std::string &salt) {
   check(block, "publishing");

@@ -68,6 +68,10 @@ public:
   /// salted `salt`), if any.
   std::optional<int32_t> find(int32_t parent, const int64_t *tokens, int64_t count,
                               const std::string &salt = "") const;
+  /// The same, for a parent of another pool (a KV window group's block is cached under
+  /// group 0's), whose generation the caller gives.
+  std::optional<int32_t> find(int32_t parent, uint64_t parentGeneration, const int64_t *tokens,
+                              int64_t count) const;
   /// Held, full `block` holds the keys and values of `tokens` after `parent`, which had
   /// generation `parentGeneration` when the sequence found or made it (a first block: of
   /// requests salted `salt`). Returns the block the cache holds for that origin from now on:

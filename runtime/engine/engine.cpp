@@ -37,6 +37,9 @@ StepLayout layoutOf(const EngineLimits &limits) {
   layout.blocksPerSequence = limits.blocksFor(limits.maxSeqLen);
   layout.blockSize = limits.blockSize;
   layout.blocks = limits.blocks;
+  for (size_t w = 0; w < limits.windows(); ++w)
+    layout.windowReaches.push_back(limits.windowReach(w));
+  layout.windowBlocks = limits.windowBlocks;
   return layout;
 }
 
@@ -53,6 +56,10 @@ EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can)
     limits.maxNumSeqs = 1;
     limits.prefixCaching = false; // a table is its positions: no block can be another's
     limits.blocks = std::min(limits.blocks, limits.blocksFor(limits.maxSeqLen));
+    // Its positions are its slots: every layer keeps every key, in group 0.
+    limits.groups = kvGroups(std::vector<KvReach>(limits.groups.layerGroup.size()),
+                             limits.maxSeqLen, false);
+    limits.windowBlocks.clear();
   }
   return limits;
 }
@@ -363,7 +370,8 @@ void Engine::step(const EngineHooks &hooks) {
   planned.clear();
   for (const Scheduled &s : plan)
     planned.push_back({s.sequence->tokens.data() + s.sequence->computed, s.count,
-                       s.sequence->computed, s.logitsRows(), &s.sequence->blocks});
+                       s.sequence->computed, s.logitsRows(), &s.sequence->blocks,
+                       &s.sequence->windowBlocks});
   codec.encode(planned, argmaxOnly(plan, hooks), {}, descriptor);
   share(descriptor);
   codec.decode(descriptor, current);
@@ -399,7 +407,8 @@ void Engine::stepStaged(const EngineHooks &hooks) {
   planned.clear();
   for (const Scheduled &s : plan) {
     planned.push_back({s.sequence->tokens.data() + s.sequence->computed, s.count,
-                       s.sequence->computed, s.logitsRows(), &s.sequence->blocks});
+                       s.sequence->computed, s.logitsRows(), &s.sequence->blocks,
+                       &s.sequence->windowBlocks});
     s.sequence->inFlight = true;
   }
   StepCollect collect;

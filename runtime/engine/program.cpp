@@ -21,10 +21,12 @@ void addParam(ModelSpec *spec, const char *name, std::vector<int64_t> hfShape, S
   spec->params.push_back({name, std::move(hfShape), std::move(slice), std::move(sources), dtype});
 }
 
-void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth, int64_t stage) {
+void addKvCache(ModelSpec *spec, int64_t width, int64_t valueWidth, int64_t stage, int64_t window,
+                int64_t chunk) {
   spec->kvWidths.push_back(width);
   spec->kvValueWidths.push_back(valueWidth ? valueWidth : width);
   spec->kvStages.push_back(stage);
+  spec->kvReaches.push_back({window, chunk});
 }
 
 void setPipeline(ModelSpec *spec, int64_t stages) { spec->stages = stages; }

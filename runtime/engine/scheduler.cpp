@@ -7,6 +7,55 @@
 
 namespace tpcrt {
 
+Scheduler::Scheduler(const EngineLimits &limits) : limits(limits), pool(limits.blocks) {
+  for (int64_t blocks : limits.windowBlocks)
+    windowPools.emplace_back(blocks);
+}
+
+bool Scheduler::fits(const Sequence &s, int64_t count) const {
+  int64_t want = limits.blocksFor(s.computed + count);
+  if (want - int64_t(s.blocks.size()) > pool.available())
+    return false;
+  for (size_t w = 0; w < windowPools.size(); ++w)
+    if (want - int64_t(s.windowBlocks[w].size()) > windowPools[w].available())
+      return false;
+  return true;
+}
+
+int64_t Scheduler::clipWindows(const Sequence &s, int64_t count) const {
+  for (size_t w = 0; w < windowPools.size(); ++w) {
+    int64_t room =
+        (int64_t(s.windowBlocks[w].size()) + windowPools[w].available()) * limits.blockSize -
+        s.computed;
+    count = std::min(count, std::max<int64_t>(1, room));
+  }
+  return count;
+}
+
+void Scheduler::dropUnread(Sequence &s) {
+  for (size_t w = 0; w < windowPools.size(); ++w) {
+    std::vector<int32_t> &table = s.windowBlocks[w];
+    int64_t unread = std::min<int64_t>(
+        int64_t(table.size()), limits.windowReach(w).firstRead(s.computed) / limits.blockSize);
+    for (int64_t b = 0; b < unread; ++b)
+      if (table[size_t(b)] >= 0) {
+        windowPools[w].release(table[size_t(b)]);
+        table[size_t(b)] = -1;
+      }
+  }
+}
+
+void Scheduler::releaseBlocks(Sequence &s) {
+  pool.releaseAll(s.blocks);
+  for (size_t w = 0; w < s.windowBlocks.size(); ++w) { // last first, as releaseAll
+    std::vector<int32_t> &table = s.windowBlocks[w];
+    for (auto b = table.rbegin(); b != table.rend(); ++b)
+      if (*b >= 0)
+        windowPools[w].release(*b);
+    table.clear();
+  }
+}
+
 void Scheduler::grow(Sequence *s, int64_t count) {
   // A block table has room for --max-model-len's blocks and no more (the step descriptor's
   // slot): the engine refuses at submit a request that could outgrow it, so this guards a
@@ -16,8 +65,13 @@ void Scheduler::grow(Sequence *s, int64_t count) {
                            "hold " + std::to_string(s->computed + count) +
                            " tokens, more than --max-model-len " +
                            std::to_string(limits.maxSeqLen));
-  while (int64_t(s->blocks.size()) < limits.blocksFor(s->computed + count))
+  size_t want = size_t(limits.blocksFor(s->computed + count));
+  while (s->blocks.size() < want)
     s->blocks.push_back(pool.allocate());
+  s->windowBlocks.resize(windowPools.size());
+  for (size_t w = 0; w < windowPools.size(); ++w)
+    while (s->windowBlocks[w].size() < want)
+      s->windowBlocks[w].push_back(windowPools[w].allocate());
 }
 
 Sequence *Scheduler::newestNotInFlight() const {
@@ -31,7 +85,7 @@ Sequence *Scheduler::preemptNewest() {
   if (!victim)
     return nullptr;
   runningList.erase(std::find(runningList.begin(), runningList.end(), victim));
-  pool.releaseAll(victim->blocks);
+  releaseBlocks(*victim);
   victim->computed = 0; // recomputed from its prompt and output when readmitted
   victim->chained = 0;
   victim->chainParent = -1;
@@ -41,19 +95,43 @@ Sequence *Scheduler::preemptNewest() {
   return victim;
 }
 
-std::vector<int32_t> Scheduler::cachedPrefix(const Sequence &s) const {
+std::vector<int32_t> Scheduler::cachedPrefix(const Sequence &s,
+                                             std::vector<std::vector<int32_t>> &windowed) const {
   std::vector<int32_t> found;
+  windowed.assign(windowPools.size(), {});
   if (!limits.prefixCaching || s.scoring()) // the rows it scores are computed
     return found;
-  int64_t most = (int64_t(s.tokens.size()) - 1) / limits.blockSize;
+  int64_t size = limits.blockSize, most = (int64_t(s.tokens.size()) - 1) / size;
   int32_t parent = -1;
   for (int64_t i = 0; i < most; ++i) {
-    std::optional<int32_t> block =
-        pool.find(parent, s.tokens.data() + i * limits.blockSize, limits.blockSize, s.salt);
+    std::optional<int32_t> block = pool.find(parent, s.tokens.data() + i * size, size, s.salt);
     if (!block)
       break;
     found.push_back(parent = *block);
   }
+  // The longest of those prefixes whose first token after it finds, in every window group,
+  // the blocks it reads (a window group gave the older ones back, and may have lost them).
+  for (; !found.empty(); found.pop_back()) {
+    int64_t blocks = int64_t(found.size());
+    bool whole = true;
+    for (size_t w = 0; w < windowPools.size() && whole; ++w) {
+      std::vector<int32_t> &table = windowed[w];
+      table.assign(size_t(blocks), -1);
+      for (int64_t b = limits.windowReach(w).firstRead(blocks * size) / size;
+           b < blocks && whole; ++b) {
+        int32_t anchor = found[size_t(b)];
+        std::optional<int32_t> block = windowPools[w].find(
+            anchor, pool.generationOf(anchor), s.tokens.data() + b * size, size);
+        whole = block.has_value();
+        if (whole)
+          table[size_t(b)] = *block;
+      }
+    }
+    if (whole)
+      break;
+  }
+  if (found.empty())
+    windowed.assign(windowPools.size(), {});
   return found;
 }
 
@@ -68,20 +146,41 @@ void Scheduler::admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t mos
   while (budget > 0 && int64_t(runningList.size()) < limits.maxNumSeqs &&
          int64_t(plan.size()) < most && !waitingQueue.empty()) {
     Sequence *s = waitingQueue.front();
-    std::vector<int32_t> found = cachedPrefix(*s);
+    std::vector<std::vector<int32_t>> windowed;
+    std::vector<int32_t> found = cachedPrefix(*s, windowed);
     int64_t start = int64_t(found.size()) * limits.blockSize;
     int64_t count = clipScored(*s, std::min(int64_t(s->tokens.size()) - start, budget));
-    // The blocks it takes: new ones for what it computes, and the cached ones nobody holds,
-    // which available() counts as room too.
-    int64_t idle = std::count_if(found.begin(), found.end(),
-                                 [&](int32_t b) { return pool.holdersOf(b) == 0; });
-    if (limits.blocksFor(start + count) - int64_t(found.size()) + idle > pool.available())
+    // The blocks it takes in each group: new ones for what it computes, and the cached ones
+    // nobody holds, which available() counts as room too.
+    auto idle = [](const BlockPool &from, const std::vector<int32_t> &table) {
+      return int64_t(std::count_if(table.begin(), table.end(), [&](int32_t b) {
+        return b >= 0 && from.holdersOf(b) == 0;
+      }));
+    };
+    auto takes = [&](const BlockPool &from, const std::vector<int32_t> &table) {
+      return limits.blocksFor(start + count) - int64_t(table.size()) + idle(from, table);
+    };
+    // A window group may lack the blocks for the whole chunk: it takes what they hold.
+    for (size_t w = 0; w < windowPools.size(); ++w) {
+      int64_t blocks = windowPools[w].available() - idle(windowPools[w], windowed[w]) +
+                       int64_t(windowed[w].size());
+      count = std::min(count, std::max<int64_t>(1, blocks * limits.blockSize - start));
+    }
+    bool room = takes(pool, found) <= pool.available();
+    for (size_t w = 0; w < windowPools.size() && room; ++w)
+      room = takes(windowPools[w], windowed[w]) <= windowPools[w].available();
+    if (!room)
       break;
     waitingQueue.pop_front();
     runningList.push_back(s);
     for (int32_t b : found) // held before grow() allocates, which could evict them
       pool.hold(b);
+    for (size_t w = 0; w < windowPools.size(); ++w)
+      for (int32_t b : windowed[w])
+        if (b >= 0)
+          windowPools[w].hold(b);
     s->blocks = found;
+    s->windowBlocks = std::move(windowed);
     s->computed = start;
     s->chained = int64_t(found.size());
     s->chainParent = found.empty() ? -1 : found.back();
@@ -112,15 +211,14 @@ std::vector<Scheduled> Scheduler::schedule(int64_t most) {
     Sequence *s = runningList[i];
     if (s->inFlight)
       continue;
-    int64_t count = clipScored(*s, std::min(s->pending(), budget));
+    int64_t count = clipWindows(*s, clipScored(*s, std::min(s->pending(), budget)));
     // The victims are the newest not in flight, s itself at the latest. But where s is the
     // newest not in flight only because newer ones are in flight, it waits for their logits
     // instead, admitting nobody meanwhile, and takes the blocks of the newest of them when it
     // is back: preempting itself there would let the newer sequence take its room, the two
     // taking turns to be preempted with neither finishing.
     bool preemptedItself = false;
-    while (limits.blocksFor(s->computed + count) - int64_t(s->blocks.size()) >
-           pool.available()) {
+    while (!fits(*s, count)) {
       if (newestNotInFlight() == s &&
           std::any_of(runningList.begin() + ptrdiff_t(i) + 1, runningList.end(),
                       [](const Sequence *newer) { return newer->inFlight; })) {
@@ -153,8 +251,13 @@ void Scheduler::publish(Sequence &s) {
   int64_t size = limits.blockSize;
   while (limits.prefixCaching && (s.chained + 1) * size <= s.computed &&
          s.chained < int64_t(s.blocks.size())) {
+    const int64_t *tokens = s.tokens.data() + s.chained * size;
     int32_t holder = pool.publish(s.blocks[size_t(s.chained)], s.chainParent, s.chainGeneration,
-                                  s.tokens.data() + s.chained * size, size, s.salt);
+                                  tokens, size, s.salt);
+    // The window groups' blocks at the same place, under the block the cache keeps there.
+    for (size_t w = 0; w < windowPools.size(); ++w)
+      if (int32_t block = s.windowBlocks[w][size_t(s.chained)]; block >= 0)
+        windowPools[w].publish(block, holder, pool.generationOf(holder), tokens, size);
     s.chainParent = holder;
     s.chainGeneration = pool.generationOf(holder);
     ++s.chained;
@@ -164,19 +267,20 @@ void Scheduler::publish(Sequence &s) {
 void Scheduler::computed(const std::vector<Scheduled> &step) {
   for (const Scheduled &s : step) {
     s.sequence->computed += s.count;
-    publish(*s.sequence);
+    publish(*s.sequence); // before the window groups give blocks back: they stay cached
+    dropUnread(*s.sequence);
   }
 }
 
 void Scheduler::finish(Sequence *s) {
   s->inFlight = false;
-  pool.releaseAll(s->blocks);
+  releaseBlocks(*s);
   runningList.erase(std::find(runningList.begin(), runningList.end(), s));
 }
 
 void Scheduler::remove(Sequence *s) {
   s->inFlight = false;
-  pool.releaseAll(s->blocks);
+  releaseBlocks(*s);
   runningList.erase(std::remove(runningList.begin(), runningList.end(), s), runningList.end());
   waitingQueue.erase(std::remove(waitingQueue.begin(), waitingQueue.end(), s),
                      waitingQueue.end());

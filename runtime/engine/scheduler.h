@@ -42,6 +42,7 @@
 #define TPCRT_ENGINE_SCHEDULER_H
 
 #include "block_pool.h"
+#include "tpcrt/kv_groups.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -64,8 +65,17 @@ struct EngineLimits {
   /// is cut into chunks of as many, so that what a step returns stays bounded (a row is a
   /// vocabulary's floats on every rank that receives it).
   int64_t scoredRows = 128;
+  /// The KV cache's groups (tpcrt/kv_groups.h): which group each layer is in and the keys
+  /// each group reads. `blocks` is group 0's pool; windowBlocks[g - 1] the pool of group g,
+  /// whose tables give back the blocks no later query of the group reads. Without groups
+  /// (empty, or group 0 alone), every layer reads every key.
+  KvGroups groups;
+  std::vector<int64_t> windowBlocks;
 
   int64_t blocksFor(int64_t tokens) const { return (tokens + blockSize - 1) / blockSize; }
+  size_t windows() const { return windowBlocks.size(); }
+  /// The keys window group w (group w + 1) reads.
+  const KvReach &windowReach(size_t w) const { return groups.reaches[w + 1]; }
 };
 
 /// A sequence as the scheduler keeps it; its owner (the engine) keeps it in place while the
@@ -75,7 +85,10 @@ struct Sequence {
   std::vector<int64_t> tokens; // the prompt, then what it has generated
   std::string salt;            // its request's cache_salt: the prefix cache's first blocks
   int64_t computed = 0;        // tokens whose keys and values are in its blocks
-  std::vector<int32_t> blocks; // its block table
+  std::vector<int32_t> blocks; // its block table (KV group 0's)
+  /// Its tables of the window groups (EngineLimits::windowBlocks), as long as `blocks`; a
+  /// block no later query of the group reads is given back and its entry is -1.
+  std::vector<std::vector<int32_t>> windowBlocks;
   int64_t preempted = 0;       // times its blocks were taken back
   bool inFlight = false;       // in a step whose logits are not back yet (pipeline stages)
   int64_t cachedTokens = 0;    // tokens found in the prefix cache when it was first admitted
@@ -115,7 +128,7 @@ struct Scheduled {
 
 class Scheduler {
 public:
-  explicit Scheduler(const EngineLimits &limits) : limits(limits), pool(limits.blocks) {}
+  explicit Scheduler(const EngineLimits &limits);
 
   /// A new sequence, waiting at the back of the queue.
   void add(Sequence *s) { waitingQueue.push_back(s); }
@@ -134,6 +147,8 @@ public:
   const std::vector<Sequence *> &running() const { return runningList; } // oldest first
   const std::deque<Sequence *> &waiting() const { return waitingQueue; }
   const BlockPool &blocks() const { return pool; }
+  /// Window group w's pool (EngineLimits::windowBlocks).
+  const BlockPool &windowBlocks(size_t w) const { return windowPools[w]; }
   int64_t preemptions() const { return preemptionCount; }
   /// The prefix cache's lookups so far (vLLM's counters): the tokens of the sequences
   /// admitted with nothing computed, and how many of them were found cached.
@@ -143,6 +158,15 @@ public:
 private:
   /// Blocks for `count` more tokens of `s` (there are enough).
   void grow(Sequence *s, int64_t count);
+  /// Whether every group has the blocks `count` more tokens of `s` need.
+  bool fits(const Sequence &s, int64_t count) const;
+  /// `count` of `s`'s tokens, fewer (but one) where a window group has not the blocks for
+  /// them: a long prompt's chunk needs more of them than its decode steps will.
+  int64_t clipWindows(const Sequence &s, int64_t count) const;
+  /// Gives back the blocks of `s`'s window tables that no later query of their group reads.
+  void dropUnread(Sequence &s);
+  /// Gives back every block of `s` and empties its tables.
+  void releaseBlocks(Sequence &s);
   /// The newest running sequence not in flight, or null.
   Sequence *newestNotInFlight() const;
   /// Takes the blocks of the newest running sequence not in flight back, queueing it first
@@ -154,13 +178,19 @@ private:
   /// Admits waiting sequences into `plan` while `budget`, `most` and the blocks allow.
   void admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t most);
   /// The cached blocks holding the longest prefix of `s`'s tokens, up to the full blocks
-  /// before its last token.
-  std::vector<int32_t> cachedPrefix(const Sequence &s) const;
+  /// before its last token, for which every window group has cached the blocks the first
+  /// token after it reads: group 0's, and in `windowed` each window group's table (-1
+  /// before those).
+  std::vector<int32_t> cachedPrefix(const Sequence &s,
+                                    std::vector<std::vector<int32_t>> &windowed) const;
   /// Tells the cache what `s`'s blocks that are newly full hold.
   void publish(Sequence &s);
 
   EngineLimits limits;
   BlockPool pool;
+  // The window groups' pools. A window group's full block is cached under group 0's block at
+  // the same place (and its generation), which names every token before it: its prefix.
+  std::deque<BlockPool> windowPools;
   std::deque<Sequence *> waitingQueue;
   std::vector<Sequence *> runningList;
   int64_t preemptionCount = 0;

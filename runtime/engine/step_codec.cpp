@@ -27,7 +27,8 @@ size_t StepCodec::tablesOffset() const {
 }
 
 size_t StepCodec::length() const {
-  return tablesOffset() + size_t(layout.maxSequences) * size_t(layout.blocksPerSequence);
+  return tablesOffset() +
+         size_t(layout.maxSequences * layout.groups()) * size_t(layout.blocksPerSequence);
 }
 
 void StepCodec::encodeSignal(StepKind kind, std::vector<int64_t> &d,
@@ -55,8 +56,10 @@ void StepCodec::encode(const std::vector<PlannedSequence> &plan, bool argmax,
   header.collectAfterIds = collect.afterIds;
   for (size_t s = 0; s < plan.size(); ++s) {
     const PlannedSequence &p = plan[s];
+    size_t windows = layout.windowBlocks.size();
     if (header.tokens + p.count > layout.maxTokens ||
-        int64_t(p.blocks->size()) > layout.blocksPerSequence)
+        int64_t(p.blocks->size()) > layout.blocksPerSequence ||
+        (windows && (!p.windowBlocks || p.windowBlocks->size() != windows)))
       corrupt(" over its layout was asked for");
     SequenceFields fields;
     fields.first = header.tokens;
@@ -65,8 +68,15 @@ void StepCodec::encode(const std::vector<PlannedSequence> &plan, bool argmax,
     fields.logits = p.logits;
     std::memcpy(d.data() + sequencesOffset() + s * kSequenceWords, &fields, sizeof fields);
     std::copy(p.tokens, p.tokens + p.count, d.begin() + ptrdiff_t(kHeaderWords) + header.tokens);
-    std::copy(p.blocks->begin(), p.blocks->end(),
-              d.begin() + ptrdiff_t(tablesOffset() + s * size_t(layout.blocksPerSequence)));
+    size_t stride = size_t(layout.blocksPerSequence);
+    size_t tables = tablesOffset() + s * size_t(layout.groups()) * stride;
+    std::copy(p.blocks->begin(), p.blocks->end(), d.begin() + ptrdiff_t(tables));
+    for (size_t w = 0; w < windows; ++w) {
+      const std::vector<int32_t> &table = (*p.windowBlocks)[w];
+      if (table.size() != p.blocks->size())
+        corrupt(" over its layout was asked for");
+      std::copy(table.begin(), table.end(), d.begin() + ptrdiff_t(tables + (w + 1) * stride));
+    }
     header.tokens += p.count;
   }
   std::memcpy(d.data(), &header, sizeof header);
@@ -109,7 +119,8 @@ void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {
   out.ids.assign(d.begin() + ptrdiff_t(kHeaderWords),
                  d.begin() + ptrdiff_t(kHeaderWords + size_t(header.tokens)));
   out.positions.resize(size_t(header.tokens));
-  out.tables.resize(size_t(layout.maxSequences * layout.blocksPerSequence));
+  int64_t stride = layout.blocksPerSequence, groups = layout.groups();
+  out.tables.resize(size_t(layout.maxSequences * groups * stride));
   Step &step = out.step;
   step.sequences.clear();
   for (int64_t s = 0; s < header.sequences; ++s) {
@@ -119,12 +130,20 @@ void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {
     if (f.first < 0 || f.count < 1 || f.first + f.count > header.tokens || f.cached < 0 ||
         used > layout.blocksPerSequence || f.logits < 0 || f.logits > f.count)
       corrupt("'s sequence " + std::to_string(s) + " is out of range");
-    const int64_t *table = d.data() + tablesOffset() + size_t(s * layout.blocksPerSequence);
-    int32_t *mine = out.tables.data() + s * layout.blocksPerSequence;
-    for (int64_t b = 0; b < used; ++b) {
-      if (table[b] < 0 || table[b] >= layout.blocks)
-        corrupt(" names KV block " + std::to_string(table[b]));
-      mine[b] = int32_t(table[b]);
+    int32_t *mine = out.tables.data() + s * groups * stride;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t *table = d.data() + tablesOffset() + size_t((s * groups + g) * stride);
+      // A window group's blocks before the first the step reads may be given back (-1).
+      int64_t first = 0, blocks = layout.blocks;
+      if (g > 0) {
+        first = layout.windowReaches[size_t(g - 1)].firstRead(f.cached) / layout.blockSize;
+        blocks = layout.windowBlocks[size_t(g - 1)];
+      }
+      for (int64_t b = 0; b < used; ++b) {
+        if (table[b] >= blocks || table[b] < (b < first ? -1 : 0))
+          corrupt(" names KV block " + std::to_string(table[b]));
+        mine[g * stride + b] = int32_t(table[b]);
+      }
     }
     for (int64_t i = 0; i < f.count; ++i)
       out.positions[size_t(f.first + i)] = f.cached + i;
@@ -136,6 +155,7 @@ void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {
     sequence.blocks = mine;
     step.sequences.push_back(sequence);
   }
+  step.tableStride = stride;
   step.ids = out.ids.data();
   step.positions = out.positions.data();
   step.tokens = header.tokens;

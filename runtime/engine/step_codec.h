@@ -7,6 +7,7 @@
 //   ids            the step's token ids                  maxTokens slots
 //   per sequence   first, count, cached, logits          maxSequences x 4  (SequenceFields)
 //   block tables   each sequence's blocks, in order      maxSequences x blocksPerSequence
+//                  per KV group (group 0's, then each window group's)
 //
 // A peer runs exactly the step it decodes; decoding checks every count, offset and block
 // against the layout, so a corrupt descriptor is an error and never a read out of bounds.
@@ -14,6 +15,7 @@
 #define TPCRT_ENGINE_STEP_CODEC_H
 
 #include "tpcrt/batch.h"
+#include "tpcrt/kv_groups.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +48,12 @@ struct StepLayout {
   int64_t blocksPerSequence = 1; // ceil(--max-model-len / block size)
   int64_t blockSize = 16;        // tokens per KV block
   int64_t blocks = 1;            // the KV cache's blocks, which a table may name
+  /// The window groups (EngineLimits::windowBlocks): the keys each reads, and its blocks. A
+  /// table of one names -1 for the blocks before the first its step reads.
+  std::vector<KvReach> windowReaches;
+  std::vector<int64_t> windowBlocks;
+
+  int64_t groups() const { return 1 + int64_t(windowBlocks.size()); }
 };
 
 /// The descriptor's first words.
@@ -70,6 +78,8 @@ struct PlannedSequence {
   int64_t count = 0, cached = 0;
   int64_t logits = 0; // StepSequence::logits
   const std::vector<int32_t> *blocks = nullptr;
+  /// Its tables of the window groups, as long as `blocks` (none where there are none).
+  const std::vector<std::vector<int32_t>> *windowBlocks = nullptr;
 };
 
 /// A decoded step and the storage its pointers point into (kept from step to step).

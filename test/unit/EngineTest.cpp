@@ -28,7 +28,7 @@ public:
   bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
     return false;
   }
-  uint64_t allocateCaches(const std::vector<KVCacheDesc> &, int64_t, int64_t) override {
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &, int64_t) override {
     return 0;
   }
   uint64_t allocateArena(int64_t, int64_t) override { return 0; }

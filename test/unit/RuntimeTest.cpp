@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 #include <arpa/inet.h>
@@ -39,6 +40,39 @@ std::vector<float> randomVector(size_t n, unsigned seed) {
   for (float &x : v)
     x = dist(gen);
   return v;
+}
+
+/// Whether `out` (tokens 0 .. total - 1, heads * hd each) is within 1e-5 of attention in
+/// double: query head h of token t over the keys of tokens first(t) .. t, GQA over kvHeads;
+/// `key(j, c)` and `value(j, c)` are element c of token j's row (kvHeads * hd).
+void expectReferenceAttention(const std::vector<float> &out, const std::vector<float> &q,
+                              int64_t total, int64_t heads, int64_t kvHeads, int64_t hd,
+                              double scale, const std::function<int64_t(int64_t)> &first,
+                              const std::function<double(int64_t, int64_t)> &key,
+                              const std::function<double(int64_t, int64_t)> &value,
+                              const std::string &what) {
+  for (int64_t t = 0; t < total; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t g = h / (heads / kvHeads), from = first(t);
+      std::vector<double> s;
+      double mx = -1e30, sum = 0;
+      for (int64_t j = from; j <= t; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d)
+          dot += double(q[size_t((t * heads + h) * hd + d)]) * key(j, g * hd + d);
+        s.push_back(dot * scale);
+        mx = std::max(mx, s.back());
+      }
+      for (double &x : s)
+        sum += x = std::exp(x - mx);
+      for (int64_t d = 0; d < hd; ++d) {
+        double want = 0;
+        for (int64_t j = from; j <= t; ++j)
+          want += s[size_t(j - from)] / sum * value(j, g * hd + d);
+        EXPECT_NEAR(out[size_t((t * heads + h) * hd + d)], want, 1e-5)
+            << what << " token " << t << " head " << h;
+      }
+    }
 }
 
 std::string tempPath(const std::string &name) {
@@ -344,28 +378,134 @@ TEST(Kernels, AttentionOverABf16CacheIsAttentionOverItsRoundedKeysAndValues) {
       ASSERT_EQ(values[size_t(slot * width + c)], floatToBf16(v[size_t(t * width + c)]));
     }
   }
-  for (int64_t t = 0; t < total; ++t)
-    for (int64_t h = 0; h < heads; ++h) {
-      int64_t g = h / (heads / kvHeads);
-      std::vector<double> s(size_t(t + 1));
-      double mx = -1e30, sum = 0;
-      for (int64_t j = 0; j <= t; ++j) {
-        double dot = 0;
-        for (int64_t d = 0; d < hd; ++d)
-          dot += q[size_t((t * heads + h) * hd + d)] * rounded(k[size_t((j * kvHeads + g) * hd + d)]);
-        s[size_t(j)] = dot * scale;
-        mx = std::max(mx, s[size_t(j)]);
+  expectReferenceAttention(
+      out, q, total, heads, kvHeads, hd, scale, [](int64_t) { return 0; },
+      [&](int64_t j, int64_t c) { return rounded(k[size_t(j * width + c)]); },
+      [&](int64_t j, int64_t c) { return rounded(v[size_t(j * width + c)]); }, "bf16");
+}
+
+TEST(Kernels, AttentionOverAnF16OrQ8_0CacheIsAttentionOverWhatTheCacheHolds) {
+  // --kv-cache-dtype f16 and q8_0: a prefill of 4 tokens then a decode step, blocks of 2
+  // tokens out of order. The cache holds each key and value within its type's rounding (f16:
+  // the nearest-even half; q8_0: each block of 32 a scale, max |x| / 127 as a half, times
+  // int8s, within half a step); the outputs are within 1e-5 of attention in double over what
+  // the cache holds, decoded here (the half's bits by hand, the blocks as llama.cpp lays them
+  // out: a 2-byte scale, 32 int8s).
+  int64_t heads = 4, kvHeads = 2, hd = 16, total = 5, width = kvHeads * hd, size = 2;
+  auto half = [](uint16_t h) { // IEEE binary16, by its fields
+    int exponent = (h >> 10) & 31, mantissa = h & 1023;
+    double magnitude = exponent == 0 ? std::ldexp(mantissa, -24)
+                                     : std::ldexp(1024 + mantissa, exponent - 25);
+    return (h & 0x8000) ? -magnitude : magnitude;
+  };
+  for (DType type : {DType::F16, DType::Q8_0}) {
+    auto q = randomVector(total * heads * hd, 35), k = randomVector(total * width, 36),
+         v = randomVector(total * width, 37);
+    size_t rowBytes = type == DType::F16 ? size_t(width) * 2 : size_t(width / 32) * 34;
+    std::vector<std::byte> keys(4 * size * rowBytes), values(keys.size());
+    KVCache cache{keys.data(), values.data(), 4, size, width, width, type};
+    std::vector<int32_t> blocks = {3, 0, 2};
+    Step prefill, decode;
+    prefill.tokens = 4;
+    prefill.sequences = {StepSequence{0, 4, 0, blocks.data(), true}};
+    decode.tokens = 1;
+    decode.sequences = {StepSequence{0, 1, 4, blocks.data(), true}};
+    std::vector<float> out(size_t(total * heads * hd));
+    double scale = 1 / std::sqrt(double(hd));
+    attention(Host{}, q.data(), k.data(), v.data(), 4, heads, kvHeads, hd, scale, 0, 0.0,
+              HeadSplit{}, {cache, prefill}, out.data());
+    attention(Host{}, q.data() + 4 * heads * hd, k.data() + 4 * width, v.data() + 4 * width, 1,
+              heads, kvHeads, hd, scale, 0, 0.0, HeadSplit{}, {cache, decode},
+              out.data() + 4 * heads * hd);
+    // What the cache holds of token t, element c.
+    auto held = [&](const std::vector<std::byte> &memory, int64_t t, int64_t c) {
+      int64_t slot = int64_t(blocks[size_t(t / size)]) * size + t % size;
+      const std::byte *row = memory.data() + size_t(slot) * rowBytes;
+      uint16_t bits;
+      if (type == DType::F16) {
+        std::memcpy(&bits, row + 2 * c, 2);
+        return half(bits);
       }
-      for (double &x : s)
-        sum += x = std::exp(x - mx);
-      for (int64_t d = 0; d < hd; ++d) {
-        double acc = 0;
-        for (int64_t j = 0; j <= t; ++j)
-          acc += s[size_t(j)] / sum * rounded(v[size_t((j * kvHeads + g) * hd + d)]);
-        EXPECT_NEAR(out[size_t((t * heads + h) * hd + d)], acc, 1e-5)
-            << "token " << t << " head " << h;
+      const std::byte *block = row + (c / 32) * 34;
+      std::memcpy(&bits, block, 2);
+      return half(bits) * double(int8_t(block[2 + c % 32]));
+    };
+    for (int64_t t = 0; t < total; ++t)
+      for (int64_t c = 0; c < width; ++c)
+        for (auto [memory, x] : {std::pair{&keys, k[size_t(t * width + c)]},
+                                 std::pair{&values, v[size_t(t * width + c)]}}) {
+          double bound = 0; // how far the type may round x
+          if (type == DType::F16) {
+            bound = std::ldexp(1.0, std::ilogb(x) - 11); // half its step
+          } else {
+            float most = 0;
+            for (int64_t j = c / 32 * 32; j < c / 32 * 32 + 32; ++j)
+              most = std::max(most, std::fabs((memory == &keys ? k : v)[size_t(t * width + j)]));
+            // Half a step of d = most / 127, and the half's rounding of d (2^-11 of it) times
+            // the int8 (at most 127).
+            bound = most / 127.0 * (0.5 + 127.0 / 2048);
+          }
+          ASSERT_LE(std::fabs(held(*memory, t, c) - x), bound + 1e-12)
+              << dtypeName(type) << " token " << t << " element " << c;
+        }
+    expectReferenceAttention(
+        out, q, total, heads, kvHeads, hd, scale, [](int64_t) { return 0; },
+        [&](int64_t j, int64_t c) { return held(keys, j, c); },
+        [&](int64_t j, int64_t c) { return held(values, j, c); }, dtypeName(type));
+  }
+}
+
+TEST(Kernels, ASlidingWindowReadsOnlyTheBlocksItsGroupKeeps) {
+  // A KV window group's cache (tpcrt/kv_groups.h): window 3, blocks of 2 tokens, a prefill of
+  // 4 tokens then decodes to 9. After each step the blocks before the first the next query
+  // reads are given back: their slots filled with NaN, then taken again for later tokens, and
+  // their entries (which the scheduler makes -1) name a slot of NaNs no token is ever in, so
+  // that a kernel reading them would answer NaN. Each output is within 1e-5 of sliding-window
+  // attention computed in double over every token; the group's table is found
+  // Step::tableStride after group 0's, which holds nonsense here.
+  int64_t heads = 2, kvHeads = 1, hd = 4, total = 9, width = kvHeads * hd, size = 2, window = 3;
+  auto q = randomVector(total * heads * hd, 25), k = randomVector(total * kvHeads * hd, 26),
+       v = randomVector(total * kvHeads * hd, 27);
+  int64_t slots = 4; // the window spans at most 3 blocks; the 4th is all NaN
+  std::vector<float> keys(size_t(slots * size * width)), values(keys.size());
+  std::fill(keys.begin() + 3 * size * width, keys.end(), NAN);
+  std::fill(values.begin() + 3 * size * width, values.end(), NAN);
+  const int32_t spoiled = 3;
+  KVCache cache{keys.data(), values.data(), slots, size, width, width, DType::F32, /*group=*/1};
+  int64_t stride = 5; // ceil(9 / 2)
+  std::vector<int32_t> tables(size_t(2 * stride), 77); // group 0's: never read
+  int32_t *table = tables.data() + stride;
+  std::vector<int32_t> freeSlots = {2, 1, 0};
+  std::vector<float> out(size_t(total * heads * hd));
+  double scale = 1 / std::sqrt(double(hd));
+  for (int64_t at = 0; at < total;) {
+    int64_t count = at == 0 ? 4 : 1;
+    for (int64_t p = at; p < at + count; ++p)
+      if (p % size == 0) { // its block's first token: a block taken
+        table[p / size] = freeSlots.back();
+        freeSlots.pop_back();
       }
-    }
+    Step step;
+    step.tokens = count;
+    step.tableStride = stride;
+    step.sequences = {StepSequence{0, count, at, tables.data(), count}};
+    attention(Host{}, q.data() + at * heads * hd, k.data() + at * width, v.data() + at * width,
+              count, heads, kvHeads, hd, scale, window, 0.0, HeadSplit{}, {cache, step},
+              out.data() + at * heads * hd);
+    at += count;
+    for (int64_t b = 0; b < (std::max<int64_t>(0, at - window + 1)) / size; ++b)
+      if (table[b] != spoiled) { // no later query reads it: given back, spoiled
+        std::fill_n(keys.begin() + table[b] * size * width, size * width, NAN);
+        std::fill_n(values.begin() + table[b] * size * width, size * width, NAN);
+        freeSlots.push_back(table[b]);
+        table[b] = spoiled;
+      }
+  }
+  expectReferenceAttention(
+      out, q, total, heads, kvHeads, hd, scale,
+      [&](int64_t t) { return std::max<int64_t>(0, t - window + 1); },
+      [&](int64_t j, int64_t c) { return double(k[size_t(j * width + c)]); },
+      [&](int64_t j, int64_t c) { return double(v[size_t(j * width + c)]); }, "window");
 }
 
 TEST(Kernels, AttentionOfARaggedStepIsEachSequenceAlone) {
@@ -1353,10 +1493,9 @@ public:
   bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
     return false;
   }
-  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                          int64_t blockSize) override {
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) override {
     cacheLayers = layers.size();
-    cacheCapacity = blocks * blockSize;
+    cacheCapacity = layers.empty() ? 0 : layers[0].blocks * blockSize;
     return 0;
   }
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override {

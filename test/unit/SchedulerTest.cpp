@@ -350,5 +350,154 @@ TEST(Scheduler, BlocksFilledByDecodeAreCachedToo) {
   EXPECT_EQ(b.cachedTokens, 8);
 }
 
+// KV groups (tpcrt/kv_groups.h): layers with a sliding window keep only the blocks their
+// later queries read. Limits of blocks of 4 tokens, a group 0 of `full` blocks and one window
+// group of window 6 (a query at p reads p - 5 .. p) of `windowed` blocks.
+EngineLimits windowLimits(int64_t full, int64_t windowed, bool caching = false) {
+  EngineLimits limits{/*maxNumSeqs=*/4, /*maxBatchTokens=*/100, full, /*blockSize=*/4,
+                      /*maxSeqLen=*/40, caching};
+  limits.groups = kvGroups({{}, {6, 0}}, 40, true);
+  limits.windowBlocks = {windowed};
+  return limits;
+}
+
+TEST(Scheduler, AWindowGroupGivesBackTheBlocksNoLaterQueryReads) {
+  Scheduler scheduler(windowLimits(20, 6));
+  Sequence a = promptOf(1, 10);
+  scheduler.add(&a);
+  runStep(scheduler, scheduler.schedule()); // positions 0-9 computed
+  // The next query, at 10, reads 5 .. 10: blocks 1 and 2 (positions 4-11). Block 0 is given
+  // back; group 0 keeps all three.
+  ASSERT_EQ(a.windowBlocks.size(), 1u);
+  EXPECT_EQ(a.blocks.size(), 3u);
+  ASSERT_EQ(a.windowBlocks[0].size(), 3u);
+  EXPECT_EQ(a.windowBlocks[0][0], -1);
+  EXPECT_GE(a.windowBlocks[0][1], 0);
+  EXPECT_GE(a.windowBlocks[0][2], 0);
+  EXPECT_EQ(scheduler.windowBlocks(0).available(), 4);
+  EXPECT_EQ(scheduler.blocks().available(), 17);
+  for (int i = 0; i < 2; ++i) // positions 10, 11: the next reads 7 .. 12, blocks 1-3
+    runStep(scheduler, scheduler.schedule());
+  EXPECT_EQ(a.windowBlocks[0].size(), 3u); // block 3 not taken before position 12 needs it
+  runStep(scheduler, scheduler.schedule()); // 12: the next reads 8 .. 13, blocks 2-3
+  EXPECT_EQ(a.computed, 13);
+  EXPECT_EQ(a.windowBlocks[0][1], -1);
+  EXPECT_EQ(scheduler.windowBlocks(0).available(), 4);
+  EXPECT_EQ(scheduler.blocks().available(), 16);
+  scheduler.finish(&a);
+  EXPECT_EQ(scheduler.windowBlocks(0).available(), 6);
+  EXPECT_EQ(scheduler.blocks().available(), 20);
+}
+
+TEST(Scheduler, AWindowGroupAdmitsSequencesItsBlocksHold) {
+  // Prompts of 30 tokens. Group 0 (20 blocks) holds two of their 8 blocks; the window group
+  // (6 blocks) holds a whole prompt's chunk of them for one at a time only: the first prompt
+  // is computed in chunks the window group holds, giving its blocks back after each.
+  Scheduler scheduler(windowLimits(20, 6));
+  Sequence a = promptOf(1, 30), b = promptOf(2, 30);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  std::vector<Scheduled> step = scheduler.schedule();
+  // a: 6 blocks of 4 tokens, 24 tokens; b: nothing left in the window group.
+  EXPECT_EQ(shape(step), (Pairs{{1, 24}}));
+  runStep(scheduler, step);
+  // a's next query, at 24, reads 19 ..: blocks 4 and 5 are kept, four given back. a's rest
+  // takes two of them, b's first chunk the other two (8 tokens).
+  EXPECT_EQ(scheduler.windowBlocks(0).available(), 4);
+  step = scheduler.schedule();
+  EXPECT_EQ(shape(step), (Pairs{{1, 6}, {2, 8}}));
+}
+
+TEST(Scheduler, WindowGroupsFindTheirCachedBlocksUnderGroupZeros) {
+  Scheduler scheduler(windowLimits(20, 12, /*caching=*/true));
+  Sequence a = promptOf(1, 21);
+  scheduler.add(&a);
+  runStep(scheduler, scheduler.schedule());
+  // a's window table gave blocks 0-3 back (its next query, at 21, reads 16 ..), each cached.
+  EXPECT_EQ(a.windowBlocks[0][3], -1);
+  int32_t kept = a.windowBlocks[0][4];
+  std::vector<int64_t> prompt(a.tokens.begin(), a.tokens.begin() + 21);
+  scheduler.finish(&a);
+  // b's prompt is a's: 5 full blocks before its last token. The query after them, at 20,
+  // reads 15 ..: blocks 3 and 4 of the window group, found where a left them.
+  Sequence b;
+  b.handle = 2;
+  b.tokens = prompt;
+  scheduler.add(&b);
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{2, 1}}));
+  EXPECT_EQ(b.cachedTokens, 20);
+  ASSERT_EQ(b.windowBlocks[0].size(), 6u);
+  EXPECT_EQ(b.windowBlocks[0][2], -1);
+  EXPECT_GE(b.windowBlocks[0][3], 0); // given back by a, still cached
+  EXPECT_EQ(b.windowBlocks[0][4], kept);
+}
+
+TEST(Scheduler, APrefixIsShortenedToWhereTheWindowGroupStillHasItsBlocks) {
+  // The window group's cached blocks are evicted (another sequence takes them), group 0's are
+  // not: the prefix whose window blocks are gone is not taken.
+  Scheduler scheduler(windowLimits(40, 8, /*caching=*/true));
+  Sequence a = promptOf(1, 21);
+  scheduler.add(&a);
+  runStep(scheduler, scheduler.schedule());
+  std::vector<int64_t> prompt(a.tokens.begin(), a.tokens.begin() + 21);
+  scheduler.finish(&a);
+  // c takes every window block: 8 blocks, 32 tokens at once, evicting all of a's.
+  Sequence c = promptOf(3, 33);
+  scheduler.add(&c);
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{3, 32}}));
+  scheduler.remove(&c);
+  Sequence b;
+  b.handle = 2;
+  b.tokens = prompt;
+  scheduler.add(&b);
+  EXPECT_EQ(shape(scheduler.schedule()), (Pairs{{2, 21}}));
+  EXPECT_EQ(b.cachedTokens, 0);
+}
+
+TEST(Scheduler, Gemma3OneBsShapeHoldsFourTimesTheLongSequences) {
+  // Gemma 3 1B: 26 layers, each sixth reads every key, the others a window of 512; blocks of
+  // 16; sequences of 8192 tokens. A budget of 4 such sequences with every layer keeping every
+  // key holds 4 * 26 * 512 layer-blocks. A sequence keeps 512 blocks in the 4 global layers
+  // and 33 (512 tokens back and its own, over block boundaries) in the 22 local ones: 2774,
+  // so the budget holds 19 of them.
+  std::vector<KvReach> layers(26, KvReach{512, 0});
+  for (int l = 5; l < 26; l += 6)
+    layers[size_t(l)] = {};
+  EngineLimits limits{/*maxNumSeqs=*/64, /*maxBatchTokens=*/8192, 0, 16, /*maxSeqLen=*/8192};
+  limits.groups = kvGroups(layers, 8192, true);
+  std::vector<int64_t> pools = kvPoolBlocks(limits.groups, std::vector<double>(26, 1.0), {},
+                                            4 * 8192, 16, 8192, 64);
+  ASSERT_EQ(pools.size(), 2u);
+  // 4 * 26 * 512 / 2774 = 19.195 sequences: 9828.0 and 633.4 blocks.
+  EXPECT_EQ(pools[0], 9828);
+  EXPECT_EQ(pools[1], 633);
+  limits.blocks = pools[0];
+  limits.windowBlocks = {pools[1]};
+  // Prompts of 8192 tokens until the cache holds no more: a prompt computed whole is then
+  // held (marked in flight: neither scheduled nor preempted), its blocks kept.
+  auto held = [](Scheduler &scheduler, std::vector<Sequence> &all) {
+    for (Sequence &s : all)
+      scheduler.add(&s);
+    for (std::vector<Scheduled> step = scheduler.schedule(); !step.empty();
+         step = scheduler.schedule()) {
+      scheduler.computed(step);
+      for (const Scheduled &s : step)
+        s.sequence->inFlight = s.sequence->pending() == 0;
+    }
+    return std::count_if(all.begin(), all.end(),
+                         [](const Sequence &s) { return s.inFlight && s.computed == 8192; });
+  };
+  std::vector<Sequence> windowed, whole;
+  for (size_t i = 0; i < 24; ++i) {
+    windowed.push_back(promptOf(i + 1, 8192));
+    whole.push_back(promptOf(i + 1, 8192));
+  }
+  Scheduler kept(limits);
+  EXPECT_EQ(held(kept, windowed), 19);
+  EngineLimits everyKey{64, 8192, 4 * 8192 / 16, 16, 8192};
+  Scheduler all(everyKey);
+  EXPECT_EQ(held(all, whole), 4);
+}
+
 } // namespace
 } // namespace tpcrt

@@ -41,6 +41,35 @@ TEST(StepCodec, TheWordsAreWhereTheLayoutSays) {
             (std::vector<int64_t>{7, 0, 2, 5}));
 }
 
+TEST(StepCodec, AWindowGroupsTablesTravelAfterGroupZerosAndMayOmitWhatItDoesNotRead) {
+  // A window group (window 3, a pool of 5 blocks) beside group 0: each sequence's two tables
+  // in turn, Step::tableStride apart. Blocks before the first the step reads (the query at 6
+  // reads 4 ..: block 1 on) may be -1; one it reads may not, nor one past its pool.
+  StepLayout layout = smallLayout();
+  layout.blocksPerSequence = 3;
+  layout.windowReaches = {{3, 0}};
+  layout.windowBlocks = {5};
+  StepCodec codec(layout);
+  EXPECT_EQ(codec.length(), 8u + 8u + 12u + 3u * 2u * 3u);
+  std::vector<int64_t> tokens = {21, 22};
+  std::vector<int32_t> blocks = {2, 5};
+  std::vector<std::vector<int32_t>> windowed = {{-1, 4}};
+  std::vector<int64_t> d;
+  codec.encode({{tokens.data(), 2, 6, 1, &blocks, &windowed}}, false, {}, d);
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 28, d.begin() + 34)),
+            (std::vector<int64_t>{2, 5, 0, -1, 4, 0}));
+  DecodedStep out;
+  codec.decode(d, out);
+  EXPECT_EQ(out.step.tableStride, 3);
+  const int32_t *tables = out.step.sequences[0].blocks;
+  EXPECT_EQ((std::vector<int32_t>(tables, tables + 5)), (std::vector<int32_t>{2, 5, 0, -1, 4}));
+  for (int64_t bad : {-1, 5}) { // block 1 is read; the pool has 5 blocks
+    std::vector<int64_t> corrupt = d;
+    corrupt[32] = bad;
+    EXPECT_THROW(codec.decode(corrupt, out), std::runtime_error) << bad;
+  }
+}
+
 TEST(StepCodec, WhatTheFirstStageCollectsTravelsAndIsChecked) {
   StepCodec codec(smallLayout());
   std::vector<int64_t> tokens = {1};

@@ -53,8 +53,9 @@ void addAnalyzeCommand(CLI::App &app, CommandRunner &run) {
   addWeightsDtype(cmd, opts->analysis.weights);
   cmd->add_option("--kv-cache-dtype", opts->analysis.kvCacheDtype,
                   "the KV cache's element type, as the binary's --kv-cache-dtype: f32 (the "
-                  "CPU's default) or bf16 (half the bytes); the GPU's is bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                  "CPU's default), bf16 or f16 (half the bytes), q8_0 (34 bytes a block of "
+                  "32); the GPU's is bf16")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0"}));
   cmd->add_flag("--sampled", opts->analysis.sampled,
                 "report steps that sample (or want logprobs, penalties or dumped logits): "
                 "lm_head's gather carries the logits, where a greedy step (the default) "

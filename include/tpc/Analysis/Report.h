@@ -63,6 +63,32 @@ struct MemoryReport {
   std::string heldTypes;
   double mlaLatentCache = 0; // the latent cache transformers keeps for MLA layers instead
   int64_t maxSeqLen = 0, arenaElementsPerToken = 0;
+  /// The KV cache by the keys its layers read (tpcrt/kv_groups.h' groups, as the target's
+  /// runtime forms them): each group's layers on the rank, their bytes a token, and the
+  /// blocks of tp.kv_block_size a sequence of maxSeqLen holds in them at most.
+  struct KvGroup {
+    std::string reads;
+    int64_t layers = 0, blocksPerSequence = 0;
+    int64_t keysRead = 0; // the most keys a query reads (its window or chunk); 0: every key
+    double bytesPerToken = 0;
+  };
+  std::vector<KvGroup> kvGroups;
+  /// The cache a sequence of maxSeqLen holds at most, over the groups.
+  double kvCachePerSequence = 0;
+  /// The KV bytes a decode step's query at `context` reads: each group's keys, up to its
+  /// window or chunk.
+  double kvReadBytes(int64_t context) const {
+    if (kvGroups.empty())
+      return kvCachePerToken * double(context);
+    double bytes = 0;
+    for (const KvGroup &group : kvGroups)
+      bytes += group.bytesPerToken *
+               double(group.keysRead > 0 ? std::min(context, group.keysRead) : context);
+    return bytes;
+  }
+  /// Sequences of maxSeqLen that 1 GiB of KV cache holds, as the groups keep their blocks,
+  /// and were every layer to keep every key.
+  double kvSequencesPerGiB = 0, kvSequencesPerGiBWhole = 0;
 };
 
 /// "model.layers.3" for any module inside decoder layer 3; the module itself otherwise.
@@ -158,6 +184,15 @@ double imbalance(const std::vector<double> &perRank);
 /// Keys and values of every attention layer for `maxSeqLen` tokens, as partitioned.
 double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen,
                     std::optional<int64_t> stage = std::nullopt);
+/// The KV cache a rank of `stage` (none: a mesh without stages) allocates for
+/// --kv-cache-tokens `tokens`, sequences of at most `maxSeqLen` and --max-num-seqs
+/// `maxNumSeqs`: each layer in its group's pool as the runtime sizes them
+/// (tpcrt/kv_groups.h' kvPoolBlocks), in blocks of `blockSize`; `paged` false (a target whose
+/// cache is not paged): every layer in group 0. Fills `memory`'s kvGroups and sequences a GiB
+/// holds; returns the bytes, of elements of the activations' type.
+double kvCacheAllocated(mlir::ModuleOp partitioned, int64_t tokens, int64_t maxSeqLen,
+                        int64_t maxNumSeqs, int64_t blockSize, bool paged,
+                        std::optional<int64_t> stage, MemoryReport &memory);
 /// What DeepSeek's MLA layers would cache as transformers does (the latent and the rope key,
 /// on every rank) where tpc caches per-head keys and values; 0 without MLA.
 double mlaLatentCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen,

@@ -139,6 +139,11 @@ void addKvCaches(MainBuilder &m, func::FuncOp plain, bool staged) {
       add.integer("valueWidth", attention.getNumKvHeads() * *valueHeadDim);
     if (staged)
       add.integer("stage", stageOf(attention));
+    // The keys it reads: the scheduler frees the blocks no later query reads.
+    if (std::optional<int64_t> window = attention.getSlidingWindow())
+      add.integer("window", *window);
+    if (std::optional<int64_t> chunk = attention.getChunkSize())
+      add.integer("chunk", *chunk);
     add.emit();
   });
 }

@@ -34,9 +34,11 @@ struct WeightDesc {
   uint64_t bytes() const { return dtypeBytesFor(dtype, elements()); }
 };
 
-/// One attention layer's KV cache: the keys' and the values' elements per token (local).
+/// One attention layer's KV cache: the keys' and the values' elements per token (local), and
+/// its blocks, those of KV group `group` (tpcrt/kv_groups.h).
 struct KVCacheDesc {
   int64_t keyWidth = 0, valueWidth = 0;
+  int64_t blocks = 0, group = 0;
 };
 
 /// The rank a backend runs, as the core connected it.
@@ -119,16 +121,15 @@ public:
   virtual bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                               const SliceSpec &slice) = 0;
 
-  /// Bytes of one element of the KV cache (--kv-cache-memory's unit): fp32 unless a backend
+  /// The KV cache's element type (what --kv-cache-memory's bytes hold): fp32 unless a backend
   /// keeps them narrower.
-  virtual uint64_t kvElementBytes() const { return sizeof(float); }
+  virtual DType kvCacheType() const { return DType::F32; }
   /// The KV cache's element type (--kv-cache-dtype), one of capabilities().kvCacheTypes, set
   /// before allocateCaches.
   virtual void setKvCacheType(DType) {}
-  /// One cache per attention layer, each of `blocks` blocks of `blockSize` tokens
-  /// (tpcrt/batch.h), empty; returns their bytes (--trace's kv_cache_bytes).
-  virtual uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                                  int64_t blockSize) = 0;
+  /// One cache per attention layer, each of its blocks of `blockSize` tokens (tpcrt/batch.h),
+  /// empty; returns their bytes (--trace's kv_cache_bytes).
+  virtual uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) = 0;
   /// The forwards' activation arena, `perToken` elements for each of `tokens`; returns its
   /// bytes (--trace's arena_bytes).
   virtual uint64_t allocateArena(int64_t perToken, int64_t tokens) = 0;

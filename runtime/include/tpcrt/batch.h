@@ -20,7 +20,10 @@ namespace tpcrt {
 /// cached, cached + 1, ... (its cache holds `cached` tokens before them).
 struct StepSequence {
   int64_t first = 0, count = 0, cached = 0;
-  const int32_t *blocks = nullptr; // its block table, ceil((cached + count) / blockSize) long
+  /// Its block tables, ceil((cached + count) / blockSize) long, one per KV group
+  /// (tpcrt/kv_groups.h), Step::tableStride apart: group 0's first. A group whose layers
+  /// read a window or chunks has -1 for the blocks before the first its step reads.
+  const int32_t *blocks = nullptr;
   /// The forward returns the logits of its last `logits` tokens (0 to count): 1 where its
   /// next token is sampled, more where a prompt's own tokens are scored (prompt logprobs).
   int64_t logits = 0;
@@ -30,6 +33,8 @@ struct Step {
   const int64_t *ids = nullptr, *positions = nullptr;
   int64_t tokens = 0;
   std::vector<StepSequence> sequences;
+  /// Where a sequence's table of KV group g starts: its `blocks` + g * tableStride.
+  int64_t tableStride = 0;
   /// Every sampled row is greedy, with nothing that reads the whole row (a penalty,
   /// logprobs, dumped logits): a backend that can returns each row's argmax
   /// (Backend::argmax) instead of its logits: the CPU program where its gather of the logits

@@ -9,6 +9,7 @@
 #include "tpcrt/comm.h"
 #include "tpcrt/dtype.h"
 #include "tpcrt/failure.h"
+#include "tpcrt/kv_groups.h"
 #include "tpcrt/weights.h"
 
 #include <algorithm>
@@ -59,6 +60,8 @@ struct ModelSpec {
   int64_t stages = 1;
   std::vector<std::vector<int64_t>> paramStages;
   std::vector<int64_t> kvStages;
+  /// Per attention layer: which keys its queries read (tpcrt/kv_groups.h).
+  std::vector<KvReach> kvReaches;
   /// The stage whose ranks send the first stage the logits, and the transfer's module.
   int64_t logitsStage = 0;
   const char *logitsModule = "";

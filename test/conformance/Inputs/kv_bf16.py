@@ -1,6 +1,7 @@
-"""A compiled binary's answers with its KV cache in bf16 against fp32 (--kv-cache-dtype):
+"""A compiled binary's answers with its KV cache in bf16 (or TYPE) against fp32
+(--kv-cache-dtype):
 
-    python kv_bf16.py BINARY CHECKPOINT OUTDIR PROMPT...
+    python kv_bf16.py [--type TYPE] BINARY CHECKPOINT OUTDIR PROMPT...
 
 For each PROMPT (a user message, through the checkpoint's chat template by transformers'
 tokenizer, given as ids): the greedy answer
@@ -39,25 +40,29 @@ def run(binary, ckpt, prompt, extra, dump):
 
 
 def main():
-    if len(sys.argv) < 5:
+    args = sys.argv[1:]
+    kind = "bf16"
+    if args[:1] == ["--type"]:
+        kind, args = args[1], args[2:]
+    if len(args) < 4:
         raise SystemExit(__doc__)
-    binary, ckpt, outdir = sys.argv[1:4]
+    binary, ckpt, outdir = args[:3]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     bad = False
-    for i, text in enumerate(sys.argv[4:]):
+    for i, text in enumerate(args[3:]):
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                add_generation_prompt=True, tokenize=True)
         if isinstance(prompt, dict) or hasattr(prompt, "input_ids"):
             prompt = prompt["input_ids"]
         base = os.path.join(outdir, f"p{i}")
         f32, f32_logits = run(binary, ckpt, prompt, [], base + "-f32.bin")
-        free, _ = run(binary, ckpt, prompt, ["--kv-cache-dtype", "bf16"], base + "-free.bin")
+        free, _ = run(binary, ckpt, prompt, ["--kv-cache-dtype", kind], base + f"-{kind}-free.bin")
         forced_ids = ",".join(map(str, f32))
         _, bf16_logits = run(binary, ckpt, prompt,
-                             ["--kv-cache-dtype", "bf16", "--force-ids", forced_ids],
-                             base + "-bf16.bin")
+                             ["--kv-cache-dtype", kind, "--force-ids", forced_ids],
+                             base + f"-{kind}.bin")
         if len(bf16_logits) != len(f32_logits):
             raise SystemExit(f"kv_bf16.py: {len(bf16_logits)} logits against {len(f32_logits)}")
         vocab = len(f32_logits) // len(f32)

@@ -95,12 +95,14 @@ void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t h
 
 /// One layer's keys and values, paged (tpcrt/batch.h): `blocks` blocks of `blockSize`
 /// tokens, [blocks * blockSize, width] keys (kvHeads * headDim) and [.., valueWidth] values,
-/// of `type`: F32, or BF16 (--kv-cache-dtype bf16: rounded to nearest even as they are
-/// written, widened exactly as they are read).
+/// of `type`: F32, or BF16, F16 or Q8_0 (--kv-cache-dtype: rounded to nearest even, or
+/// quantized, as they are written, widened exactly as they are read). Its blocks are those of
+/// KV group `group` (tpcrt/kv_groups.h), whose table of each sequence a step carries.
 struct KVCache {
   void *keys = nullptr, *values = nullptr;
   int64_t blocks = 0, blockSize = 0, width = 0, valueWidth = 0;
   DType type = DType::F32;
+  int64_t group = 0;
 };
 
 /// A layer's cache as one step reads and writes it.

@@ -56,10 +56,10 @@ public:
   /// Generated on the device, where they will live.
   bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                       const SliceSpec &slice) override;
-  uint64_t kvElementBytes() const override { return sizeof(act); }
-  /// Contiguous caches of blocks * blockSize tokens: one sequence's.
-  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blocks,
-                          int64_t blockSize) override;
+  DType kvCacheType() const override { return DType::BF16; } // act
+  /// Contiguous caches of blocks * blockSize tokens: one sequence's (every layer in KV group 0:
+  /// the cache is not paged).
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) override;
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override;
   /// Connects the communicator: NCCL, its unique id sent through the group's broadcast,
   /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
