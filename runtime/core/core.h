@@ -172,7 +172,7 @@ public:
       : spec(spec), backend(backend), rank(rank), fault(fault) {}
 
   /// --warmup: what only a process's first forwards pay, paid before the timed ones.
-  void warmUp(const std::vector<int64_t> &prompt);
+  void warmUp(const Args &args);
   /// Rank 0: the new tokens (the others: none): the prompt's prefill, then a decode step each
   /// until --max-new-tokens, an end-of-sequence or stop id, or a stop string. `onToken`, when
   /// given, sees each token on rank 0 as it comes, and returns true to stop there (a stop
@@ -192,8 +192,13 @@ public:
 
 private:
   /// The last token's logits of a forward (of the whole vocabulary, on every rank): --warmup's
-  /// forwards, of one sequence.
-  const float *forward(const std::vector<int64_t> &ids, int64_t start);
+  /// forwards, of one sequence, in the KV cache `limits` describes. A window group's pool may
+  /// hold fewer blocks than the tokens: the forwards take its blocks as a ring (block b in
+  /// slot b % its blocks), in chunks whose blocks read and written fit it.
+  const float *forward(const std::vector<int64_t> &ids, int64_t start, const EngineLimits &limits);
+  /// One forward of `ids` (a chunk above).
+  const float *forwardChunk(const int64_t *ids, int64_t n, int64_t start,
+                            const EngineLimits &limits);
   /// TPC_FAULT, where it names this rank and the step under way.
   void strike();
 
@@ -204,7 +209,7 @@ private:
   int64_t step = 0;       // 0: the prefill; n: the n-th decode step
   std::string current = "the prefill";
   std::vector<float> dumped;
-  std::vector<int32_t> blocks; // the sequence's block table: the cache's blocks in order
+  std::vector<int32_t> tables; // the sequence's block tables, a group's after another
   Timings times;
   const char *finished = "length";
   std::vector<TokenLogprobs> tokenLogprobs;

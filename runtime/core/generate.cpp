@@ -66,19 +66,46 @@ void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step) {
 
 void Generator::strike() { strikeFault(fault, rank.worldRank(), backend, step); }
 
-const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) {
-  std::vector<int64_t> positions(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i)
-    positions[i] = start + int64_t(i);
-  int64_t n = int64_t(ids.size());
-  // One sequence, alone in the cache: its blocks are the first ones, in order.
-  while (int64_t(blocks.size()) * spec.kvBlockSize < start + n)
-    blocks.push_back(int32_t(blocks.size()));
+const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start,
+                                const EngineLimits &limits) {
+  const float *logits = nullptr;
+  int64_t size = spec.kvBlockSize, n = int64_t(ids.size());
+  for (int64_t done = 0; done < n;) {
+    // The chunk's blocks, from the first its first row reads to its last token's, fit each
+    // window group's pool (one token always does: blocksRead counts that many).
+    int64_t from = start + done, count = n - done;
+    for (size_t w = 0; w < limits.windows(); ++w)
+      while (count > 1 && (from + count - 1) / size -
+                                  limits.windowReach(w).firstRead(from) / size + 1 >
+                              limits.windowBlocks[w])
+        count = std::max<int64_t>(1, count - size);
+    logits = forwardChunk(ids.data() + done, count, from, limits);
+    done += count;
+  }
+  return logits;
+}
+
+const float *Generator::forwardChunk(const int64_t *ids, int64_t n, int64_t start,
+                                     const EngineLimits &limits) {
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    positions[size_t(i)] = start + i;
+  // One sequence, alone in the cache: group 0's blocks are the first ones, in order; a window
+  // group's a ring over its pool.
+  int64_t stride = limits.blocksFor(limits.maxSeqLen);
+  size_t groups = 1 + limits.windows();
+  tables.resize(groups * size_t(stride));
+  for (int64_t b = 0; b < stride; ++b) {
+    tables[size_t(b)] = int32_t(b);
+    for (size_t w = 0; w < limits.windows(); ++w)
+      tables[(w + 1) * size_t(stride) + size_t(b)] = int32_t(b % limits.windowBlocks[w]);
+  }
   Step one;
-  one.ids = ids.data();
+  one.ids = ids;
   one.positions = positions.data();
   one.tokens = n;
-  one.sequences = {StepSequence{0, n, start, blocks.data(), true}};
+  one.tableStride = stride;
+  one.sequences = {StepSequence{0, n, start, tables.data(), true}};
   // The program's rule (tp.sequence_parallel), as the compiler decided it.
   int64_t multiple = spec.sequenceParallelTokens;
   bool split = backend.hasSequenceParallel() && multiple > 0 && n >= multiple && n % multiple == 0;
@@ -94,7 +121,9 @@ const float *Generator::forward(const std::vector<int64_t> &ids, int64_t start) 
   return spec.lastTokenOnly ? logits : logits + (n - 1) * spec.vocab;
 }
 
-void Generator::warmUp(const std::vector<int64_t> &prompt) {
+void Generator::warmUp(const Args &args) {
+  const std::vector<int64_t> &prompt = args.params.prompt;
+  EngineLimits limits = runnableLimits(engineLimits(spec, args), backend.capabilities());
   // What only a process's first forwards pay (lazy kernel loading, GEMM heuristics, the
   // decode graph's capture, allocations grown on first use), paid here and not timed: a
   // throwaway prefill and two decode steps (fed the prompt's first token: nothing is
@@ -102,16 +131,16 @@ void Generator::warmUp(const std::vector<int64_t> &prompt) {
   auto t0 = now();
   current = "the warm-up prefill";
   int64_t position = int64_t(prompt.size());
-  forward(prompt, 0);
+  forward(prompt, 0, limits);
   for (int i = 1; i <= 2; ++i) {
     current = "warm-up decode step " + std::to_string(i);
-    forward({prompt[0]}, position++);
+    forward({prompt[0]}, position++, limits);
   }
   times.warmupMs = millis(now() - t0);
   for (int i = 1; i <= 2; ++i) { // each from position 0: the cache starts anew
     current = "warm prefill " + std::to_string(i) + " of 3";
     t0 = now();
-    forward(prompt, 0);
+    forward(prompt, 0, limits);
     times.prefillMs.push_back(millis(now() - t0));
   }
   rank.trace->clear(); // the trace lists the generation's collectives, as without --warmup
@@ -142,12 +171,12 @@ std::vector<int64_t> Generator::generate(const Args &args,
     hooks.onToken = [&](size_t, int64_t id) { return onToken(id); };
   current = "the prefill";
   engine.run(one, hooks);
-  // The first steps are the prefill (one, or the chunks --max-batch-tokens cuts the prompt
-  // into), the others decode steps.
+  // The first steps are the prefill (one, or the chunks --max-batch-tokens, or a window
+  // group's pool, cuts the prompt into), the others decode steps: one a token after the
+  // first, which the prefill's last step samples.
   const std::vector<double> &ms = engine.stepMs();
-  int64_t chunk = std::max<int64_t>(1, limits.maxBatchTokens);
-  size_t prefillSteps =
-      std::min(ms.size(), size_t((int64_t(args.params.prompt.size()) + chunk - 1) / chunk));
+  size_t decodeSteps = decides && !one[0].output.empty() ? one[0].output.size() - 1 : 0;
+  size_t prefillSteps = ms.size() - std::min(ms.size(), decodeSteps);
   double prefill = 0;
   for (size_t i = 0; i < prefillSteps; ++i)
     prefill += ms[i];

@@ -362,7 +362,7 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
   Generator generator(spec, backend, rank, request->fault);
   try {
     if (args.warmup && args.params.maxTokens > 0)
-      generator.warmUp(args.params.prompt);
+      generator.warmUp(args);
     if (!args.serve.empty()) {
       int status = server ? server->run(args, backend, rank, *group, request->fault)
                           : serve::follow(spec, args, backend, rank, *group, request->fault);
