@@ -22,12 +22,24 @@ bool Scheduler::fits(const Sequence &s, int64_t count) const {
   return true;
 }
 
-int64_t Scheduler::clipWindows(const Sequence &s, int64_t count) const {
+namespace {
+/// The blocks of `table` that `from` holds cached and nobody holds: a sequence that takes them
+/// takes room available() counts.
+int64_t idle(const BlockPool &from, const std::vector<int32_t> &table) {
+  return int64_t(std::count_if(table.begin(), table.end(), [&](int32_t b) {
+    return b >= 0 && from.holdersOf(b) == 0;
+  }));
+}
+} // namespace
+
+int64_t Scheduler::clipWindows(const std::vector<std::vector<int32_t>> &tables, int64_t start,
+                               int64_t count) const {
   for (size_t w = 0; w < windowPools.size(); ++w) {
-    int64_t room =
-        (int64_t(s.windowBlocks[w].size()) + windowPools[w].available()) * limits.blockSize -
-        s.computed;
-    count = std::min(count, std::max<int64_t>(1, room));
+    // The tokens the table's blocks and the pool's room hold past `start`.
+    const std::vector<int32_t> &table = tables[w];
+    int64_t blocks =
+        int64_t(table.size()) + windowPools[w].available() - idle(windowPools[w], table);
+    count = std::min(count, std::max<int64_t>(1, blocks * limits.blockSize - start));
   }
   return count;
 }
@@ -150,22 +162,13 @@ void Scheduler::admit(std::vector<Scheduled> &plan, int64_t &budget, int64_t mos
     std::vector<int32_t> found = cachedPrefix(*s, windowed);
     int64_t start = int64_t(found.size()) * limits.blockSize;
     int64_t count = clipScored(*s, std::min(int64_t(s->tokens.size()) - start, budget));
+    // A window group may lack the blocks for the whole chunk: it takes what they hold.
+    count = clipWindows(windowed, start, count);
     // The blocks it takes in each group: new ones for what it computes, and the cached ones
     // nobody holds, which available() counts as room too.
-    auto idle = [](const BlockPool &from, const std::vector<int32_t> &table) {
-      return int64_t(std::count_if(table.begin(), table.end(), [&](int32_t b) {
-        return b >= 0 && from.holdersOf(b) == 0;
-      }));
-    };
     auto takes = [&](const BlockPool &from, const std::vector<int32_t> &table) {
       return limits.blocksFor(start + count) - int64_t(table.size()) + idle(from, table);
     };
-    // A window group may lack the blocks for the whole chunk: it takes what they hold.
-    for (size_t w = 0; w < windowPools.size(); ++w) {
-      int64_t blocks = windowPools[w].available() - idle(windowPools[w], windowed[w]) +
-                       int64_t(windowed[w].size());
-      count = std::min(count, std::max<int64_t>(1, blocks * limits.blockSize - start));
-    }
     bool room = takes(pool, found) <= pool.available();
     for (size_t w = 0; w < windowPools.size() && room; ++w)
       room = takes(windowPools[w], windowed[w]) <= windowPools[w].available();
@@ -211,7 +214,8 @@ std::vector<Scheduled> Scheduler::schedule(int64_t most) {
     Sequence *s = runningList[i];
     if (s->inFlight)
       continue;
-    int64_t count = clipWindows(*s, clipScored(*s, std::min(s->pending(), budget)));
+    int64_t count =
+        clipWindows(s->windowBlocks, s->computed, clipScored(*s, std::min(s->pending(), budget)));
     // The victims are the newest not in flight, s itself at the latest. But where s is the
     // newest not in flight only because newer ones are in flight, it waits for their logits
     // instead, admitting nobody meanwhile, and takes the blocks of the newest of them when it

@@ -160,9 +160,11 @@ private:
   void grow(Sequence *s, int64_t count);
   /// Whether every group has the blocks `count` more tokens of `s` need.
   bool fits(const Sequence &s, int64_t count) const;
-  /// `count` of `s`'s tokens, fewer (but one) where a window group has not the blocks for
-  /// them: a long prompt's chunk needs more of them than its decode steps will.
-  int64_t clipWindows(const Sequence &s, int64_t count) const;
+  /// `count` tokens from `start` of a sequence whose window tables are `tables`, fewer (but
+  /// one) where a window group has not the blocks for them: a long prompt's chunk needs more
+  /// of them than its decode steps will.
+  int64_t clipWindows(const std::vector<std::vector<int32_t>> &tables, int64_t start,
+                      int64_t count) const;
   /// Gives back the blocks of `s`'s window tables that no later query of their group reads.
   void dropUnread(Sequence &s);
   /// Gives back every block of `s` and empties its tables.
