@@ -14,6 +14,8 @@
 //   tpc-matmul-bench scalar [RUNS]   decode and prefill without the AVX2 kernels
 //   tpc-matmul-bench quantized [RUNS]  decode and prefill of the quantized types alone
 //   tpc-matmul-bench quantized-avx2 [RUNS]  the same without the AVX-512 quantized kernels
+//   tpc-matmul-bench int8 [RUNS]     the K types' decode and prefill, exact and with
+//                                    --int8-activations (x rounded to int8), in one run
 #include "tpcrt/cpu/kernels.h"
 
 #include <algorithm>
@@ -190,6 +192,33 @@ void prefill(int runs) {
   }
 }
 
+/// The K types' decode (weight GB/s) and prefill (GFLOP/s) with fp32 x and with x rounded to
+/// int8 (setInt8Activations), alternated in one run.
+void int8Rates(int runs) {
+  std::printf("== K types, exact (fp32 x) and --int8-activations: decode weight GB/s, prefill "
+              "of 128 rows GFLOP/s (best of %d)\n",
+              runs);
+  std::printf("%-12s %5s %9s %9s %6s %9s %9s %6s\n", "out x in", "type", "dec f32", "dec int8",
+              "x", "pre f32", "pre int8", "x");
+  for (Shape shape : kQuantizedShapes)
+    for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      double bytes = double(dtypeBytesFor(type, shape.out * shape.in)), rate[2][2];
+      for (int int8 = 0; int8 < 2; ++int8) {
+        setInt8Activations(int8 == 1);
+        rate[int8][0] = bytes / decodeTime(shape, type, runs) / 1e9;
+        rate[int8][1] = shape.in == kQuantizedShapes[0].in ? prefillRate(shape, type, runs) : 0;
+      }
+      setInt8Activations(false);
+      std::printf("%5lldx%-6lld %5s %9.2f %9.2f %5.2fx", (long long)shape.out,
+                  (long long)shape.in, dtypeName(type), rate[0][0], rate[1][0],
+                  rate[1][0] / rate[0][0]);
+      if (rate[0][1] > 0)
+        std::printf(" %9.1f %9.1f %5.2fx", rate[0][1], rate[1][1], rate[1][1] / rate[0][1]);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+}
+
 void panels(int runs) {
   std::printf("== prefill: 128 rows, GFLOP/s per fp32 panel size (best of %d)\n", runs);
   for (DType type : {DType::BF16, DType::F16}) {
@@ -220,13 +249,18 @@ int main(int argc, char **argv) {
     panels(runs);
     return 0;
   }
+  if (mode == "int8") {
+    std::printf("%s\n", matrixKernels().c_str());
+    int8Rates(runs);
+    return 0;
+  }
   if (mode == "scalar")
     detail::forceScalarKernels(true);
   else if (mode == "quantized-avx2")
     detail::forceAvx2Kernels(true);
   else if (!mode.empty() && mode != "quantized") {
     std::fprintf(stderr,
-                 "usage: tpc-matmul-bench [panels|scalar|quantized|quantized-avx2] [RUNS]\n");
+                 "usage: tpc-matmul-bench [panels|scalar|quantized|quantized-avx2|int8] [RUNS]\n");
     return 2;
   }
   std::printf("one-row kernels:");

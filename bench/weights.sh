@@ -21,7 +21,8 @@
 #        f32,bf16,q8_0,q4_1,q4_k,q4_k_m,q5_k_m (default f32,bf16,q8_0,q4_1; q4_k, every
 #        matrix Q4_K (--pure), exists for llama1b only: SmolLM2's rows of 576 are no multiple
 #        of Q4_K's 256, and its q4_k_m and q5_k_m are mostly llama.cpp's fallbacks, Q5_0 and
-#        Q5_1)
+#        Q5_1). A K-quant format with +int8 (q4_k_m+int8) is the same file run by tpc with
+#        --int8-activations (its llama.cpp columns are the plain format's).
 # Environment: TPC (default build/bin/tpc), RUNS (3), PROMPT_TOKENS (128), NEW_TOKENS (32).
 # Not a test: it takes minutes (the 1B model's f32 runs alone read 4.7 GB a step).
 set -euo pipefail
@@ -35,8 +36,13 @@ new_tokens=${NEW_TOKENS:-32}
 die() { echo "weights.sh: $*" >&2; exit 1; }
 
 case $model in smollm2 | llama1b) ;; *) die "no model '$model': smollm2 or llama1b" ;; esac
+bases=()
 for f in "${formats[@]}"; do
-  case $f in
+  base=${f%+int8}
+  [[ $f == "$base" ]] || case $base in q4_k | q4_k_m | q5_k_m) ;;
+    *) die "+int8 is for the K-quant formats (q4_k, q4_k_m, q5_k_m), not $base" ;; esac
+  [[ " ${bases[*]} " == *" $base "* ]] || bases+=("$base")
+  case $base in
     f32 | bf16 | q8_0 | q4_1 | q4_k_m | q5_k_m) ;;
     q4_k) [[ $model == llama1b ]] || die "q4_k exists for llama1b only" ;;
     *) die "no format '$f': f32, bf16, q8_0, q4_1, q4_k, q4_k_m or q5_k_m" ;;
@@ -85,24 +91,28 @@ prompt=$(python3 -c "print(','.join(str((7 * i + 3) % 250) for i in range($promp
 
 echo "== tpc"
 for f in "${formats[@]}"; do
-  file=$(gguf_file "$f")
+  base=${f%+int8} extra=()
+  [[ $f == "$base" ]] || extra=(--int8-activations)
+  file=$(gguf_file "$base")
   [[ -e $file ]] || die "no $file (bench/make_bench_models.sh makes it)"
-  "$tpc" import "$file" -o "$work/$f.mlir" > /dev/null || die "tpc import $file failed"
+  [[ -e $work/$base.mlir ]] ||
+    "$tpc" import "$file" -o "$work/$base.mlir" > /dev/null || die "tpc import $file failed"
   for tp in 1 2; do
-    out_dir=$work/$f-tp$tp
-    "$tpc" compile "$work/$f.mlir" --plan auto --tp "$tp" -o "$out_dir" \
+    out_dir=$work/$base-tp$tp
+    [[ -d $out_dir ]] || "$tpc" compile "$work/$base.mlir" --plan auto --tp "$tp" -o "$out_dir" \
       > "$out_dir.log" 2>&1 || { cat "$out_dir.log" >&2; die "tpc compile ($f, tp $tp) failed"; }
     binary=$(find "$out_dir" -maxdepth 1 -type f -perm -u+x | head -1)
     [[ -n $binary ]] || die "tpc compile wrote no binary into $out_dir"
     if [[ $tp == 1 ]]; then
-      bytes[$f]=$("$tpc" analyze "$work/$f.mlir" --plan auto --tp 1 2> /dev/null |
+      bytes[$f]=$("$tpc" analyze "$work/$base.mlir" --plan auto --tp 1 2> /dev/null |
         sed -n 's/.*a decode step reads \([0-9]*\) bytes.*/\1/p')
       [[ -n ${bytes[$f]} ]] || die "tpc analyze said no bytes a decode step reads"
     fi
     ds=() ps=()
     for run in $(seq "$runs"); do
       out=$("$tpc" launch -n "$tp" "$binary" --weights "$file" --prompt-ids "$prompt" \
-        --max-new-tokens "$new_tokens" --ignore-eos --warmup 2>&1 | sed 's/\[rank 0\] //') ||
+        --max-new-tokens "$new_tokens" --ignore-eos --warmup "${extra[@]}" 2>&1 |
+        sed 's/\[rank 0\] //') ||
         { echo "$out" >&2; die "tpc launch ($f, tp $tp) failed"; }
       d=$(sed -n 's/^decode: \([0-9.]*\) ms.*/\1/p' <<< "$out")
       p=$(sed -n 's/^prefill: \([0-9.]*\) ms.*/\1/p' <<< "$out")
@@ -126,7 +136,7 @@ llama_bench() { # FILE THREADS ARGS... -> avg ms of the one test
 print(t[0]['avg_ns'] / 1e6)" "$work/lb.json"
 }
 echo "== llama.cpp"
-for f in "${formats[@]}"; do
+for f in "${bases[@]}"; do
   file=$(gguf_file "$f")
   [[ -e $file ]] || die "no $file (bench/make_bench_models.sh makes it)"
   lc_bytes[$f]=$(PYTHONPATH=$src/gguf-py "$venv/bin/python" "$root/bench/bench_models.py" \
@@ -159,7 +169,7 @@ lc_decode, lc_prefill = d("""$(for k in "${!lc_decode[@]}"; do echo "$k=${lc_dec
 nbytes = d("""$(for k in "${!bytes[@]}"; do echo "$k=${bytes[$k]}"; done)""")
 lc_nbytes = d("""$(for k in "${!lc_bytes[@]}"; do echo "$k=${lc_bytes[$k]}"; done)""")
 def num(x, fmt="%.2f"): return "-" if x is None else fmt % x
-print("%-5s %2s %9s %9s %6s %9s %9s %6s %7s %10s %10s" % (
+print("%-11s %2s %9s %9s %6s %9s %9s %6s %7s %10s %10s" % (
     "fmt", "tp", "tpc ms", "floor ms", "x", "llama ms", "floor ms", "x", "tpc/ll",
     "tpc pre", "llama pre"))
 for f in formats:
@@ -167,18 +177,19 @@ for f in formats:
         k = f + str(tp)
         t = float(decode[k]) if k in decode else None
         floor = int(nbytes[f]) / (bw[tp] * 1e6) if f in nbytes else None
-        l = float(lc_decode[k])
-        lfloor = int(lc_nbytes[f]) / (bw[tp] * 1e6)
-        print("%-5s %2d %9s %9s %6s %9s %9s %6s %7s %10s %10s" % (
+        base = f.removesuffix("+int8")
+        l = float(lc_decode[base + str(tp)])
+        lfloor = int(lc_nbytes[base]) / (bw[tp] * 1e6)
+        print("%-11s %2d %9s %9s %6s %9s %9s %6s %7s %10s %10s" % (
             f, tp, num(t), num(floor), num(t / floor if t else None),
             num(l), num(lfloor), num(l / lfloor), num(t / l if t else None),
             num(float(prefill[k]) if k in prefill else None, "%.1f"),
-            num(float(lc_prefill[k]), "%.1f")))
+            num(float(lc_prefill[base + str(tp)]), "%.1f")))
 print()
 for f in formats:
     print("%s: tpc reads %s MB a step, llama.cpp %s MB" % (
         f, num(int(nbytes[f]) / 1e6, "%.1f") if f in nbytes else "-",
-        num(int(lc_nbytes[f]) / 1e6, "%.1f")))
+        num(int(lc_nbytes[f.removesuffix("+int8")]) / 1e6, "%.1f")))
 print("bandwidth: %.1f GB/s (1 thread), %.1f GB/s (2 threads), the better of before and after"
       % (bw[1], bw[2]))
 EOF

@@ -63,6 +63,9 @@ struct Args {
   int64_t kvCacheMemory = 0;
   /// --kv-cache-dtype: the KV cache's element type (F32 or BF16); none: the backend's own.
   std::optional<DType> kvCacheType;
+  /// --int8-activations: the backend's matrix products round x to int8 where it can
+  /// (Backend::setInt8Activations).
+  bool int8Activations = false;
   /// Automatic prefix caching (scheduler.h), on unless --no-prefix-caching.
   bool prefixCaching = true;
   /// --serve HOST:PORT: an OpenAI-compatible HTTP server on rank 0 (serve/server.cpp), the

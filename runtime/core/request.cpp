@@ -195,6 +195,8 @@ bool setFlag(Args &a, FlagId id, const char *f, const char *v, std::string &e) {
     return apiKeysOf(f, v, a.apiKeys, e);
   case FlagId::MetricsPublic:
     return a.metricsPublic = true;
+  case FlagId::Int8Activations:
+    return a.int8Activations = true;
   case FlagId::NoPrefixCaching:
     return !(a.prefixCaching = false);
   case FlagId::MaxConnections:

@@ -155,6 +155,7 @@ public:
     can.blocksFromFloats = {DType::Q8_0, DType::Q4_0};
     can.kvCacheTypes = {DType::F32, DType::BF16, DType::F16, DType::Q8_0};
     can.pipelined = true;
+    can.int8Activations = true;
     return can;
   }
 
@@ -204,6 +205,7 @@ public:
 
   DType kvCacheType() const override { return kvType; }
   void setKvCacheType(DType type) override { kvType = type; }
+  void setInt8Activations(bool on) override { cpu::setInt8Activations(on); }
   uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) override {
     uint64_t bytes = 0;
     for (const KVCacheDesc &layer : layers) {

@@ -12,6 +12,7 @@
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/cpu/blas.h"
 
+#include "int8.h"
 #include "rows.h"
 
 #include <cblas.h>
@@ -32,6 +33,8 @@ namespace tpcrt::cpu {
 namespace {
 
 std::atomic<bool> forcedScalar{false}, forcedAvx2{false};
+// --int8-activations: W of the types int8::takes met by x rounded to int8 (int8.cpp).
+std::atomic<bool> int8Activations{false};
 // The fp32 panel a prefill widens W into. Each panel is one sgemm call, which packs all of x
 // again, so small panels lose: measured on Zen 3 (512 KiB L2) from 64 KiB to 2 MiB
 // (bench/results/matmul.txt, `tpc-matmul-bench panels`), 128 rows of x ran at 10-25 GFLOP/s
@@ -1208,11 +1211,18 @@ bool avx512KernelsFor(DType type) {
   return vectorKernels(type) && (wideQuantizedKernels(type) || wideFloatKernels(type));
 }
 bool vectorKernelsFor(DType type) { return vectorKernels(type); }
+bool int8KernelsFor(DType type) {
+  return int8Activations.load(std::memory_order_relaxed) && int8::takes(type);
+}
 void setPanelBytes(size_t bytes) { panelBytes.store(bytes); }
 } // namespace detail
 
+void setInt8Activations(bool on) { int8Activations.store(on); }
+
 void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y) {
+  if (detail::int8KernelsFor(w.type))
+    return int8::linear(x, rows, in, w.data, w.type, out, bias, y);
   if (rows == 1) // a decode step: W read once, as fast as it streams
     return gemv(w, x, out, in, bias, y);
 #if defined(__x86_64__)
@@ -1294,8 +1304,14 @@ std::string matrixKernels() {
                : wideQuantizedKernels(type) || wideFloatKernels(type) ? " AVX-512"
                                                  : " AVX2");
   }
+  std::string rounded;
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    if (detail::int8KernelsFor(type))
+      rounded += std::string(rounded.empty() ? "" : ", ") + dtypeName(type);
   return "one-row linear: " + vector + "; matrix products: " + blasDescription() +
-         " sgemm (16-bit and quantized weights widened to fp32 a panel at a time)";
+         " sgemm (16-bit and quantized weights widened to fp32 a panel at a time)" +
+         (rounded.empty() ? std::string()
+                          : "; " + rounded + " times x rounded to int8 (--int8-activations)");
 }
 
 } // namespace tpcrt::cpu

@@ -345,6 +345,12 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
                              " wide on this rank");
     backend.setKvCacheType(*type);
   }
+  if (request->args.int8Activations) {
+    if (!backend.capabilities().int8Activations)
+      return group->stop("--int8-activations: this target's matrix products have no int8 "
+                         "path; the CPU target's do");
+    backend.setInt8Activations(true);
+  }
   if (std::string why = sizeKvCache(spec, backend.kvCacheType(), request->args); !why.empty())
     return group->stop(why);
   if (!loadWeights(spec, args, rank, backend, footprint, progress, error))

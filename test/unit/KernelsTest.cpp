@@ -478,6 +478,159 @@ TEST(Linear, VectorKernelsRunWhereTheCpuHasThem) {
 #endif
 }
 
+namespace {
+
+/// --int8-activations for a test's scope.
+struct Int8Activations {
+  Int8Activations() { setInt8Activations(true); }
+  ~Int8Activations() { setInt8Activations(false); }
+};
+
+/// The int8 path's promise, from the outside: each output is the exact product (in double,
+/// over the widened weights) of x with each element moved by at most half a step of its block
+/// of 256, the step being max |x| / 127 over the block; so it lies within the sum of |w| times
+/// half the step of the exact one (plus fp32's rounding of the sums). Returns the largest
+/// distance from the exact product, which a path that did not round x would not reach.
+double checkInt8Linear(DType type, int64_t rows, int64_t out, int64_t blocks,
+                       const std::vector<float> &x, bool withBias) {
+  const int64_t in = blocks * 256;
+  SCOPED_TRACE(std::string(dtypeName(type)) + " rows " + std::to_string(rows) + " out " +
+               std::to_string(out) + " blocks " + std::to_string(blocks));
+  Weights w(type, size_t(out * in), unsigned(out * 7 + blocks));
+  std::vector<float> bias = randomFloats(size_t(out), 9), y(size_t(rows * out), NAN);
+  linear(Host{}, x.data(), rows, in, w.matrix(), out, withBias ? bias.data() : nullptr, y.data());
+  double farthest = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double expected = withBias ? bias[size_t(o)] : 0, magnitude = std::fabs(expected), moved = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        double largest = 0;
+        for (int64_t c = b * 256; c < (b + 1) * 256; ++c)
+          largest = std::max(largest, std::fabs(double(x[size_t(r * in + c)])));
+        for (int64_t c = b * 256; c < (b + 1) * 256; ++c) {
+          double weight = w.widened[size_t(o * in + c)], term = x[size_t(r * in + c)] * weight;
+          expected += term;
+          magnitude += std::fabs(term);
+          moved += std::fabs(weight) * largest / 127 / 2;
+        }
+      }
+      double got = y[size_t(r * out + o)];
+      EXPECT_NEAR(got, expected, moved + 1e-5 * (magnitude + moved))
+          << "row " << r << " column " << o;
+      farthest = std::max(farthest, std::fabs(got - expected));
+    }
+  return farthest;
+}
+
+} // namespace
+
+TEST(Int8Activations, KQuantsAreTheProductOfXRoundedToItsSteps) {
+  // One row (a decode step), up to eight (a batch: one pass over W), and more (a prefill: W a
+  // panel of rows at a time, eight rows of x a pass, and the tail); rows of one to several
+  // blocks; with and without a bias. Q4_K and Q5_K carry minimums, Q6_K its offset of 32.
+  Int8Activations on;
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    if (!detail::int8KernelsFor(type))
+      GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    struct Shape {
+      int64_t rows, out, blocks;
+    };
+    double farthest = 0;
+    for (Shape shape : {Shape{1, 13, 1}, Shape{1, 37, 3}, Shape{3, 21, 2}, Shape{8, 9, 1},
+                        Shape{9, 13, 2}, Shape{20, 600, 1}}) {
+      std::vector<float> x = randomFloats(size_t(shape.rows * shape.blocks * 256), 11);
+      farthest = std::max(farthest, checkInt8Linear(type, shape.rows, shape.out, shape.blocks, x,
+                                                    shape.rows % 2 == 1));
+    }
+    // Random x is not on its steps: rounding it moves the products by far more than fp32's
+    // sums would (~1e-6 here).
+    EXPECT_GT(farthest, 1e-3) << dtypeName(type) << ": x was not rounded";
+  }
+}
+
+TEST(Int8Activations, XOnItsStepsGivesTheExactProduct) {
+  // Every element a multiple of 2^-7 (a step) with each block of 256 reaching 127 steps: int8
+  // holds x exactly, so the products are fp32's within 1e-5 of their terms' magnitudes. Blocks
+  // of zeros (a step of 0) too.
+  Int8Activations on;
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    if (!detail::int8KernelsFor(type))
+      GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    const int64_t rows = 3, blocks = 3, in = blocks * 256, out = 19;
+    std::mt19937 gen(5);
+    std::vector<float> x(size_t(rows * in));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < in; ++c) {
+        int steps = c % 256 == 17 ? (r % 2 ? 127 : -127) : int(gen() % 255) - 127;
+        x[size_t(r * in + c)] = r == 1 && c / 256 == 1 ? 0.0f : float(steps) / 128;
+      }
+    Weights w(type, size_t(out * in), 3);
+    std::vector<float> y(size_t(rows * out));
+    linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, y.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o) {
+        double expected = 0, magnitude = 0;
+        for (int64_t c = 0; c < in; ++c) {
+          double term = double(x[size_t(r * in + c)]) * w.widened[size_t(o * in + c)];
+          expected += term;
+          magnitude += std::fabs(term);
+        }
+        ASSERT_NEAR(y[size_t(r * out + o)], expected, 1e-5 * magnitude + 1e-30)
+            << dtypeName(type) << " row " << r << " column " << o;
+      }
+  }
+}
+
+TEST(Int8Activations, ANonFiniteElementSpoilsItsRowOnly) {
+  // An infinity or NaN in x cannot be rounded to a step: its row's results are NaN (which the
+  // engine reports), never a finite number that hides it; the other rows are unharmed.
+  Int8Activations on;
+  if (!detail::int8KernelsFor(DType::Q4_K))
+    GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+  const int64_t rows = 3, in = 512, out = 5;
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    std::vector<float> x = randomFloats(size_t(rows * in), 2);
+    x[size_t(in + 300)] = bad;
+    Weights w(DType::Q4_K, size_t(out * in), 4);
+    std::vector<float> y(size_t(rows * out));
+    linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, y.data());
+    for (int64_t o = 0; o < out; ++o) {
+      EXPECT_TRUE(std::isfinite(y[size_t(o)]));
+      EXPECT_TRUE(std::isnan(y[size_t(out + o)])) << bad;
+      EXPECT_TRUE(std::isfinite(y[size_t(2 * out + o)]));
+    }
+  }
+}
+
+TEST(Int8Activations, OtherTypesKeepTheExactKernels) {
+  // The switch changes only the K types, and only on a CPU with AVX-512 VNNI: every other
+  // type's product is bit for bit what it is with the switch off.
+  const int64_t rows = 3, out = 11, in = 512;
+  std::vector<float> x = randomFloats(size_t(rows * in), 8);
+  for (size_t i = 0; i < std::size(kDTypeLines); ++i) {
+    DType type = DType(i);
+    if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K)
+      continue;
+    Weights w(type, size_t(out * in), 6);
+    std::vector<float> exact(size_t(rows * out)), switched(size_t(rows * out));
+    linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, exact.data());
+    {
+      Int8Activations on;
+      EXPECT_FALSE(detail::int8KernelsFor(type)) << dtypeName(type);
+      linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, switched.data());
+    }
+    for (size_t k = 0; k < exact.size(); ++k)
+      ASSERT_EQ(toBits(exact[k]), toBits(switched[k])) << dtypeName(type) << " element " << k;
+  }
+#if defined(__x86_64__)
+  Int8Activations on;
+  bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vnni");
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    EXPECT_EQ(detail::int8KernelsFor(type), vnni);
+#endif
+}
+
 /// Each looked-up row of `out` is the table's widened row, bit for bit, or zeros where the
 /// id is another rank's (outside [rowOffset, rowOffset + rows)).
 static void expectRows(const Weights &table, const int64_t *ids, int64_t tokens,

@@ -79,6 +79,9 @@ struct BackendCapabilities {
   /// The KV cache element types --kv-cache-dtype may ask of it (setKvCacheType); empty: it
   /// keeps its own type only.
   std::vector<DType> kvCacheTypes;
+  /// Whether --int8-activations may ask it to round activations to int8 in its matrix
+  /// products (setInt8Activations).
+  bool int8Activations = false;
   /// With pipeline stages: whether its sends to other stages can be held (holdTransfers), so
   /// that the engine keeps a step in every stage at once. Without, a step goes through the
   /// stages alone.
@@ -127,6 +130,8 @@ public:
   /// The KV cache's element type (--kv-cache-dtype), one of capabilities().kvCacheTypes, set
   /// before allocateCaches.
   virtual void setKvCacheType(DType) {}
+  /// --int8-activations, where capabilities() say it can: before the first forward.
+  virtual void setInt8Activations(bool) {}
   /// One cache per attention layer, each of its blocks of `blockSize` tokens (tpcrt/batch.h),
   /// empty; returns their bytes (--trace's kv_cache_bytes).
   virtual uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) = 0;

@@ -55,6 +55,12 @@ void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const flo
 void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y);
 
+/// --int8-activations: from now on, linear meets W held in Q4_K, Q5_K or Q6_K with x rounded
+/// to int8 in blocks of 256 (llama.cpp's Q8_K), on a CPU with AVX-512 VNNI: faster, and no
+/// longer fp32's answer (each element of x moves by up to half of max |x| / 127 of its
+/// block). Other types, and CPUs without it, keep the fp32 kernels.
+void setInt8Activations(bool on);
+
 /// How linear computes on this CPU, for --verbose: the matrix-vector kernels of each type and
 /// the BLAS behind the matrix products.
 std::string matrixKernels();
@@ -70,6 +76,9 @@ void forceAvx2Kernels(bool avx2);
 /// Whether the one-row linear reads a W of `type` with AVX-512 now (the float types and the block
 /// types but Q4_1, on a CPU with AVX-512 F and BW).
 bool avx512KernelsFor(DType type);
+/// Whether linear meets W of `type` with x rounded to int8 now (setInt8Activations, and a
+/// type and CPU the int8 path takes).
+bool int8KernelsFor(DType type);
 /// The size of the fp32 panel a several-row linear widens a 16-bit or quantized W into
 /// (1 MiB).
 void setPanelBytes(size_t bytes);

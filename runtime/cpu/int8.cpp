@@ -1,0 +1,494 @@
+// linear's int8 path (int8.h), which --int8-activations turns on: W held in Q4_K, Q5_K or Q6_K
+// blocks times x rounded to int8 in blocks of 256, the products summed in int32.
+//
+// Why: the exact kernels (matmul.cpp) widen each of W's 4- to 6-bit integers to fp32 and
+// multiply it by an fp32 element of x, sixteen a step. On a core whose memory outruns that
+// (two AVX-512 cores here read 40 GB/s), a Q4_K decode is bound by the widening, not by W's
+// bytes, and a prefill more so. Rounded to int8, x meets W's integers sixty-four at a time
+// (vpmaddubsw: unsigned bytes of W times signed bytes of x, pairs summed to int16; vpdpwssd:
+// those times the 16-bit sub-block scales, summed into int32), and the fp32 work is one
+// multiply-add per 256 elements. llama.cpp computes these types the same way (its Q8_K), so
+// the answer is its kind of answer, not transformers': each element of x moves by up to half
+// of max |x| / 127 of its block.
+//
+// Layout: a block of x is 256 int8 (its scale d = max |x| / 127, nearest even), its sixteen
+// sums of 16 (Q6_K's offset of 32), and d times its eight sums of 32 (Q4_K's and Q5_K's
+// minimums). Q4_K and Q5_K keep groups 2c and 2c + 1 (32 elements each) as the low and high
+// nibbles of the same 32 bytes; a 64-byte load gives the low nibbles of groups 0 and 2 (or 4
+// and 6) in one vector and the high ones of 1 and 3 in another, so x's groups are stored in
+// that order (0, 2, 1, 3, 4, 6, 5, 7) and each vector of W meets 64 consecutive bytes of x.
+// Q6_K's 64-byte loads give its elements in order.
+#include "int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace tpcrt::cpu::int8 {
+
+#if defined(__x86_64__)
+namespace {
+
+#define TPC_INT8 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
+// GCC 12's AVX-512 intrinsics and -Wmaybe-uninitialized: see matmul.cpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+constexpr int64_t kBlock = 256;
+/// The most rows of x one pass over W's rows meets (their sums stay in registers).
+constexpr int64_t kRowsOfX = 8;
+/// The bytes of W's rows one pass takes, which stay in L2 while every eight rows of x meet them.
+constexpr size_t kPanelBytes = size_t(256) << 10;
+
+/// Where group g of a block of x is kept for Q4_K and Q5_K (see above); swapping 1 and 2
+/// (and 5 and 6) is its own inverse.
+constexpr int kNibbleOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+
+/// x's rows rounded to int8, a block of 256 at a time.
+struct Rounded {
+  int64_t blocks = 0;        // per row
+  std::vector<int8_t> q;     // [row][block][256]
+  std::vector<float> d;      // [row][block]: the step
+  std::vector<int16_t> s16;  // [row][block][16]: sums of q over each 16, in element order
+  std::vector<float> s32;    // [row][block][8]: d times the sums over each 32
+  std::vector<float> s16d;   // [row][block][16]: d times the sums over each 16
+  const int8_t *values(int64_t row, int64_t block) const {
+    return q.data() + (row * blocks + block) * kBlock;
+  }
+};
+
+TPC_INT8 void roundRows(const float *x, int64_t rows, int64_t in, bool nibbleOrder, Rounded &out) {
+  const int64_t blocks = in / kBlock;
+  out.blocks = blocks;
+  out.q.resize(size_t(rows * in));
+  out.d.resize(size_t(rows * blocks));
+  out.s16.resize(size_t(rows * blocks * 16));
+  out.s32.resize(size_t(rows * blocks * 8));
+  out.s16d.resize(size_t(rows * blocks * 16));
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float *xs = x + r * in + b * kBlock;
+      const int64_t at = r * blocks + b;
+      __m512 largest = zero, poison = zero; // poison: x times 0, which only inf and NaN spoil
+      for (int i = 0; i < 16; ++i) {
+        __m512 v = _mm512_loadu_ps(xs + 16 * i);
+        largest = _mm512_max_ps(largest, _mm512_abs_ps(v));
+        poison = _mm512_add_ps(poison, _mm512_mul_ps(v, zero));
+      }
+      float most = _mm512_reduce_max_ps(largest);
+      bool finite = _mm512_cmpneq_ps_mask(poison, zero) == 0;
+      float step = finite ? most / 127 : NAN;
+      __m512 inverse = _mm512_set1_ps(finite && most > 0 ? 127 / most : 0);
+      int8_t *q = out.q.data() + at * kBlock;
+      int16_t *sums = out.s16.data() + at * 16;
+      for (int i = 0; i < 16; ++i) { // sixteen elements: half of group i / 2
+        // Nearest even (MXCSR's default); at most 127 in magnitude, saturated all the same.
+        __m512i ints = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * i), inverse));
+        const int group = i / 2, slot = nibbleOrder ? kNibbleOrder[group] : group;
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 32 * slot + 16 * (i % 2)),
+                         _mm512_cvtsepi32_epi8(ints));
+        sums[i] = int16_t(_mm512_reduce_add_epi32(ints));
+      }
+      out.d[size_t(at)] = step;
+      for (int g = 0; g < 8; ++g)
+        out.s32[size_t(at * 8 + g)] = step * float(sums[2 * g] + sums[2 * g + 1]);
+      for (int k = 0; k < 16; ++k)
+        out.s16d[size_t(at * 16 + k)] = step * float(sums[k]);
+    }
+}
+
+/// A block of W decoded for the int8 products: w[i] is 64 unsigned integers meeting bytes
+/// 64 i .. 64 i + 63 of x's block (in x's order), scales[i] their 32 pairs' 16-bit scales;
+/// d its fp32 scale in every lane. Q4_K and Q5_K: `minimums` holds -dmin m_g in lane g, to
+/// meet x's s32. Q6_K: `offsets` holds -32 s_k as 16-bit lane k (sixteen
+/// lanes, then zeros), to meet x's s16.
+struct Decoded {
+  __m512i w[4], scales[4];
+  __m512 d;
+  __m256 minimums;
+  __m512i offsets;
+};
+
+TPC_INT8 inline float f16At(const uint8_t *p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return _cvtsh_ss(bits);
+}
+
+/// Sixteen-bit lane p of scales[i] is the scale of lane pair p of w[i]: table lane first[i]
+/// for p < 16 and second[i] after (Q4_K, Q5_K: a group's), or 4 i + p / 8 (Q6_K: a 16's).
+TPC_INT8 inline __m512i lanesOf(int first, int second) {
+  return _mm512_inserti64x4(_mm512_set1_epi16(short(first)),
+                            _mm256_set1_epi16(short(second)), 1);
+}
+
+/// Q4_K (144 bytes: f16 d and dmin, 12 bytes of 6-bit scales s_g and minimums m_g, 128 of
+/// nibbles) and Q5_K (the same with 32 bytes of fifth bits before the nibbles: bit g of byte l
+/// is element l of group g's).
+template <DType T> TPC_INT8 inline void decodeK(const uint8_t *block, Decoded &out) {
+  constexpr bool kFive = T == DType::Q5_K;
+  const uint8_t *nibbles = block + (kFive ? 48 : 16);
+  // The scales and minimums, as matmul.cpp's Quant<Q4_K>::Scales reads them.
+  uint32_t word[3];
+  std::memcpy(word, block + 4, sizeof word);
+  uint32_t s0 = word[0] & 0x3f3f3f3fu, m0 = word[1] & 0x3f3f3f3fu;
+  uint32_t s4 = (word[2] & 0x0f0f0f0fu) | ((word[0] >> 2) & 0x30303030u);
+  uint32_t m4 = ((word[2] >> 4) & 0x0f0f0f0fu) | ((word[1] >> 2) & 0x30303030u);
+  __m128i packed = _mm_set_epi32(int(m4), int(m0), int(s4), int(s0));
+  __m512i table = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed)); // s_0 .. s_7
+  static const int first[4] = {0, 1, 4, 5}, second[4] = {2, 3, 6, 7};
+  for (int i = 0; i < 4; ++i)
+    out.scales[i] = _mm512_permutexvar_epi16(lanesOf(first[i], second[i]), table);
+  __m256 minimums = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed, 8)));
+  out.minimums = _mm256_mul_ps(minimums, _mm256_set1_ps(-f16At(block + 2)));
+  out.d = _mm512_set1_ps(f16At(block));
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  __m512i fifths;
+  if constexpr (kFive)
+    fifths = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(block + 16)));
+  for (int h = 0; h < 2; ++h) {
+    __m512i bytes = _mm512_loadu_si512(nibbles + 64 * h);
+    out.w[2 * h] = _mm512_and_si512(bytes, low);                          // groups 4h, 4h + 2
+    out.w[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low); // 4h + 1, 4h + 3
+    if constexpr (kFive)
+      for (int i = 2 * h; i < 2 * h + 2; ++i) {
+        // Group first[i]'s bit in the low 32 bytes, second[i]'s in the high ones.
+        __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(char(1 << first[i])),
+                                         _mm256_set1_epi8(char(1 << second[i])), 1);
+        __mmask64 set = _mm512_test_epi8_mask(fifths, bit);
+        out.w[i] = _mm512_mask_add_epi8(out.w[i], set, out.w[i], _mm512_set1_epi8(16));
+      }
+  }
+}
+
+/// Q6_K (210 bytes: 128 of low nibbles, 64 of 2-bit highs, sixteen int8 scales, f16 d): half
+/// h's 64 bytes of nibbles hold its elements 0..63 (low nibbles) and 64..127 (high ones),
+/// their top bits in bits (0, 1 | 2, 3) and (4, 5 | 6, 7) of its 32 high bytes (the first 32
+/// elements of each 64 | the second).
+TPC_INT8 inline void decodeQ6K(const uint8_t *block, Decoded &out) {
+  const __m512i low = _mm512_set1_epi8(0x0f), two = _mm512_set1_epi8(0x03);
+  const __m512i lowShift = lanesOf(0, 2), highShift = lanesOf(4, 6);
+  for (int h = 0; h < 2; ++h) {
+    __m512i bytes = _mm512_loadu_si512(block + 64 * h);
+    __m512i tops = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(block + 128 + 32 * h)));
+    __m512i first = _mm512_and_si512(_mm512_srlv_epi16(tops, lowShift), two);
+    __m512i second = _mm512_and_si512(_mm512_srlv_epi16(tops, highShift), two);
+    out.w[2 * h] = _mm512_or_si512(_mm512_and_si512(bytes, low), _mm512_slli_epi16(first, 4));
+    out.w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bytes, 4), low),
+                                       _mm512_slli_epi16(second, 4));
+  }
+  __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(block + 192)));
+  __m512i table = _mm512_castsi256_si512(scales);
+  // Lane pair p of w[i] is elements 64 i + 2 p and the next: scale 4 i + p / 8.
+  alignas(64) static constexpr int16_t kEighths[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                       2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  const __m512i eighths = _mm512_load_si512(kEighths);
+  for (int i = 0; i < 4; ++i)
+    out.scales[i] = _mm512_permutexvar_epi16(
+        _mm512_add_epi16(eighths, _mm512_set1_epi16(short(4 * i))), table);
+  out.offsets = _mm512_zextsi256_si512(_mm256_mullo_epi16(scales, _mm256_set1_epi16(-32)));
+  out.d = _mm512_set1_ps(f16At(block + 208));
+}
+
+template <DType T> constexpr size_t kBlockBytes = T == DType::Q4_K ? 144 : T == DType::Q5_K ? 176 : 210;
+
+/// Rows [first, first + count) of W (rowBytes each) times kX rows of x from `xRow`: y's row
+/// xRow + j at y + (xRow + j) out.
+template <DType T, int64_t kX>
+TPC_INT8 void rowsTimes(const uint8_t *w, size_t rowBytes, int64_t first, int64_t count,
+                        const Rounded &x, int64_t xRow, int64_t out, const float *bias, float *y) {
+  const int64_t blocks = x.blocks;
+  // Row xRow + j's blocks, as plain pointers (the loops store nothing they could alias).
+  const int8_t *__restrict q = x.q.data() + xRow * blocks * kBlock;
+  const float *__restrict steps = x.d.data() + xRow * blocks;
+  const int16_t *__restrict sums16 = x.s16.data() + xRow * blocks * 16;
+  const float *__restrict sums32 = x.s32.data() + xRow * blocks * 8;
+  for (int64_t r = first; r < first + count; ++r) {
+    const uint8_t *row = w + size_t(r) * rowBytes;
+    // The minimums' terms in sums of their own, eight lanes wide (their products are eight),
+    // so that a block's two multiply-adds do not wait on each other.
+    __m512 acc[kX];
+    __m256 minimums[kX];
+    for (int64_t j = 0; j < kX; ++j) {
+      acc[j] = _mm512_setzero_ps();
+      minimums[j] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      Decoded u;
+      if constexpr (T == DType::Q6_K)
+        decodeQ6K(row + size_t(b) * kBlockBytes<T>, u);
+      else
+        decodeK<T>(row + size_t(b) * kBlockBytes<T>, u);
+      for (int64_t j = 0; j < kX; ++j) {
+        const int64_t at = j * blocks + b;
+        const int8_t *values = q + at * kBlock;
+        __m512i sum = _mm512_madd_epi16(
+            _mm512_maddubs_epi16(u.w[0], _mm512_loadu_si512(values)), u.scales[0]);
+        for (int i = 1; i < 4; ++i)
+          sum = _mm512_dpwssd_epi32(
+              sum, _mm512_maddubs_epi16(u.w[i], _mm512_loadu_si512(values + 64 * i)),
+              u.scales[i]);
+        if constexpr (T == DType::Q6_K) // sum_k -32 s_k (sum of x's 16), in the low lanes
+          sum = _mm512_dpwssd_epi32(sum, u.offsets, _mm512_maskz_loadu_epi16(0xffff, sums16 + at * 16));
+        __m512 scale = _mm512_mul_ps(u.d, _mm512_set1_ps(steps[at]));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[j]);
+        if constexpr (T != DType::Q6_K)
+          minimums[j] = _mm256_fmadd_ps(u.minimums, _mm256_loadu_ps(sums32 + at * 8), minimums[j]);
+      }
+    }
+    for (int64_t j = 0; j < kX; ++j) {
+      float total = _mm512_reduce_add_ps(acc[j]);
+      if constexpr (T != DType::Q6_K) {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, minimums[j]);
+        for (float lane : lanes)
+          total += lane;
+      }
+      y[(xRow + j) * out + r] = bias ? total + bias[r] : total;
+    }
+  }
+}
+
+/// Many rows of x (a prefill): W taken sixteen rows at a time and repacked so that one
+/// vector holds four consecutive integers of each of the sixteen rows. vpdpbusd then meets it
+/// with four bytes of a row of x broadcast to every lane, and sixteen outputs grow at once:
+/// each vector of W loaded serves eight rows of x, each byte of x is loaded once per sixteen
+/// rows of W, and the scales apply once per group of 32 (16 for Q6_K) to sixteen sums. (The
+/// one-row kernel above loads 64 bytes of x per 64 products of each row of W: loads bound it
+/// here, vpdpbusd with a broadcast runs about 2.5 times as many products a cycle.) The
+/// repacking is paid once per sixteen rows of W, whatever the rows of x.
+constexpr int64_t kPanelRowsOfW = 16;
+
+/// Sixteen rows of W, repacked: for each block, its 64 runs of four elements, each run as a
+/// vector of the sixteen rows' four integers (unsigned, 0 to 63); then for each of its
+/// sub-blocks (8 of 32 elements, or 16 of 16 for Q6_K) the rows' scales (d s) and offsets
+/// (-dmin m for Q4_K and Q5_K, -32 d s for Q6_K), sixteen floats each. Rows past W's last are
+/// zeros.
+struct Panel {
+  std::vector<uint8_t> values; // [block][64][16][4]
+  std::vector<float> scales, offsets; // [block][sub][16]
+};
+
+template <DType T> constexpr int kSubBlocks = T == DType::Q6_K ? 16 : 8;
+
+/// Row k (of sixteen) of W's `rows` blocks from `row` into `panel`.
+template <DType T>
+TPC_INT8 void repackRow(const uint8_t *row, int64_t blocks, int k, Panel &panel) {
+  constexpr int kSubs = kSubBlocks<T>;
+  alignas(64) uint8_t natural[kBlock];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t *block = row + size_t(b) * kBlockBytes<T>;
+    Decoded u;
+    float scales[16], offsets[16];
+    if constexpr (T == DType::Q6_K) {
+      decodeQ6K(block, u);
+      for (int i = 0; i < 4; ++i)
+        _mm512_store_si512(natural + 64 * i, u.w[i]);
+      const float d = f16At(block + 208);
+      for (int sub = 0; sub < 16; ++sub) {
+        scales[sub] = d * float(int8_t(block[192 + sub]));
+        offsets[sub] = -32 * scales[sub];
+      }
+    } else {
+      decodeK<T>(block, u);
+      static const int first[4] = {0, 1, 4, 5}, second[4] = {2, 3, 6, 7};
+      for (int i = 0; i < 4; ++i) {
+        _mm256_store_si256(reinterpret_cast<__m256i *>(natural + 32 * first[i]),
+                           _mm512_castsi512_si256(u.w[i]));
+        _mm256_store_si256(reinterpret_cast<__m256i *>(natural + 32 * second[i]),
+                           _mm512_extracti64x4_epi64(u.w[i], 1));
+      }
+      // Lane pair 0 of scales[i] (for w[i]'s first group), and 16 (its second): s_g.
+      alignas(64) int16_t table[4][32];
+      for (int i = 0; i < 4; ++i)
+        _mm512_store_si512(table[i], u.scales[i]);
+      alignas(32) float minimums[8];
+      _mm256_store_ps(minimums, u.minimums);
+      const float d = f16At(block);
+      for (int i = 0; i < 4; ++i) {
+        scales[first[i]] = d * float(table[i][0]);
+        scales[second[i]] = d * float(table[i][16]);
+      }
+      for (int g = 0; g < 8; ++g)
+        offsets[g] = minimums[g];
+    }
+    uint32_t runs[64];
+    std::memcpy(runs, natural, sizeof runs);
+    auto *values = reinterpret_cast<uint32_t *>(panel.values.data()) + b * 64 * kPanelRowsOfW + k;
+    for (int run = 0; run < 64; ++run)
+      values[run * kPanelRowsOfW] = runs[run];
+    float *s = panel.scales.data() + (b * kSubs) * kPanelRowsOfW + k;
+    float *o = panel.offsets.data() + (b * kSubs) * kPanelRowsOfW + k;
+    for (int sub = 0; sub < kSubs; ++sub) {
+      s[sub * kPanelRowsOfW] = scales[sub];
+      o[sub * kPanelRowsOfW] = offsets[sub];
+    }
+  }
+}
+
+/// The panel's sixteen rows of W times kX rows of x from `xRow`: outputs [first, first +
+/// count) of y's rows xRow + j.
+template <DType T, int64_t kX>
+TPC_INT8 void panelTimes(const Panel &panel, const Rounded &x, int64_t xRow, int64_t first,
+                         int64_t count, int64_t out, const float *bias, float *y) {
+  constexpr int kSubs = kSubBlocks<T>, kRuns = 64 / kSubs;
+  const int64_t blocks = x.blocks;
+  __m512 acc[kX];
+  for (int64_t j = 0; j < kX; ++j)
+    acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const auto *values = reinterpret_cast<const __m512i *>(panel.values.data()) + b * 64;
+    const float *scales = panel.scales.data() + b * kSubs * kPanelRowsOfW;
+    const float *offsets = panel.offsets.data() + b * kSubs * kPanelRowsOfW;
+    const int32_t *xs[kX];
+    const float *sums[kX];
+    for (int64_t j = 0; j < kX; ++j) {
+      const int64_t at = (xRow + j) * blocks + b;
+      xs[j] = reinterpret_cast<const int32_t *>(x.q.data() + at * kBlock);
+      sums[j] = kSubs == 8 ? x.s32.data() + at * 8 : x.s16d.data() + at * 16;
+    }
+    __m512 block[kX];
+    for (int64_t j = 0; j < kX; ++j)
+      block[j] = _mm512_setzero_ps();
+    for (int sub = 0; sub < kSubs; ++sub) {
+      __m512i dots[kX];
+      for (int64_t j = 0; j < kX; ++j)
+        dots[j] = _mm512_setzero_si512();
+      for (int run = sub * kRuns; run < (sub + 1) * kRuns; ++run) {
+        const __m512i w = _mm512_loadu_si512(values + run);
+        for (int64_t j = 0; j < kX; ++j)
+          dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(xs[j][run]));
+      }
+      const __m512 scale = _mm512_loadu_ps(scales + sub * kPanelRowsOfW),
+                   offset = _mm512_loadu_ps(offsets + sub * kPanelRowsOfW);
+      for (int64_t j = 0; j < kX; ++j) {
+        block[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[j]), scale, block[j]);
+        acc[j] = _mm512_fmadd_ps(offset, _mm512_set1_ps(sums[j][sub]), acc[j]);
+      }
+    }
+    for (int64_t j = 0; j < kX; ++j)
+      acc[j] = _mm512_fmadd_ps(block[j], _mm512_set1_ps(x.d[size_t((xRow + j) * blocks + b)]),
+                               acc[j]);
+  }
+  const __mmask16 lanes = __mmask16((1u << count) - 1);
+  const __m512 biases = bias ? _mm512_maskz_loadu_ps(lanes, bias + first) : _mm512_setzero_ps();
+  for (int64_t j = 0; j < kX; ++j)
+    _mm512_mask_storeu_ps(y + (xRow + j) * out + first, lanes, _mm512_add_ps(acc[j], biases));
+}
+
+/// linear for more than kRowsOfX rows of x: sixteen rows of W repacked at a time (Panel),
+/// then met by every eight rows of x.
+template <DType T>
+TPC_INT8 void panelsOf(const Rounded &x, int64_t rows, int64_t in, const uint8_t *w,
+                       int64_t out, const float *bias, float *y) {
+  const int64_t blocks = in / kBlock;
+  const size_t rowBytes = size_t(blocks) * kBlockBytes<T>;
+  thread_local Panel panel;
+  panel.values.resize(size_t(blocks) * 64 * 64);
+  panel.scales.resize(size_t(blocks) * kSubBlocks<T> * kPanelRowsOfW);
+  panel.offsets.resize(panel.scales.size());
+  for (int64_t first = 0; first < out; first += kPanelRowsOfW) {
+    const int64_t count = std::min(kPanelRowsOfW, out - first);
+    if (count < kPanelRowsOfW) { // rows past W's last: zeros, their outputs not stored
+      std::fill(panel.values.begin(), panel.values.end(), 0);
+      std::fill(panel.scales.begin(), panel.scales.end(), 0.0f);
+      std::fill(panel.offsets.begin(), panel.offsets.end(), 0.0f);
+    }
+    for (int k = 0; k < count; ++k)
+      repackRow<T>(w + size_t(first + k) * rowBytes, blocks, k, panel);
+    for (int64_t xRow = 0; xRow < rows; xRow += kRowsOfX) {
+      auto pass = [&](auto kX) {
+        panelTimes<T, decltype(kX)::value>(panel, x, xRow, first, count, out, bias, y);
+      };
+      switch (std::min(kRowsOfX, rows - xRow)) {
+      case 1: pass(std::integral_constant<int64_t, 1>{}); break;
+      case 2: pass(std::integral_constant<int64_t, 2>{}); break;
+      case 3: pass(std::integral_constant<int64_t, 3>{}); break;
+      case 4: pass(std::integral_constant<int64_t, 4>{}); break;
+      case 5: pass(std::integral_constant<int64_t, 5>{}); break;
+      case 6: pass(std::integral_constant<int64_t, 6>{}); break;
+      case 7: pass(std::integral_constant<int64_t, 7>{}); break;
+      default: pass(std::integral_constant<int64_t, 8>{}); break;
+      }
+    }
+  }
+}
+
+template <DType T>
+TPC_INT8 void linearOf(const float *x, int64_t rows, int64_t in, const void *w, int64_t out,
+                       const float *bias, float *y) {
+  thread_local Rounded rounded;
+  const bool panels = rows > kRowsOfX;
+  // The one-row kernel meets x in the order W's nibbles come (see above); the panels in order.
+  roundRows(x, rows, in, T != DType::Q6_K && !panels, rounded);
+  if (panels)
+    return panelsOf<T>(rounded, rows, in, static_cast<const uint8_t *>(w), out, bias, y);
+  const size_t rowBytes = size_t(in / kBlock) * kBlockBytes<T>;
+  const int64_t panel = std::max<int64_t>(1, int64_t(kPanelBytes / rowBytes));
+  const auto *base = static_cast<const uint8_t *>(w);
+  static_assert(kRowsOfX == 8, "one instantiation per row count");
+  for (int64_t first = 0; first < out; first += panel) {
+    const int64_t count = std::min(panel, out - first);
+    for (int64_t xRow = 0; xRow < rows; xRow += kRowsOfX) {
+      auto pass = [&](auto kX) {
+        rowsTimes<T, decltype(kX)::value>(base, rowBytes, first, count, rounded, xRow, out, bias, y);
+      };
+      switch (std::min(kRowsOfX, rows - xRow)) {
+      case 1: pass(std::integral_constant<int64_t, 1>{}); break;
+      case 2: pass(std::integral_constant<int64_t, 2>{}); break;
+      case 3: pass(std::integral_constant<int64_t, 3>{}); break;
+      case 4: pass(std::integral_constant<int64_t, 4>{}); break;
+      case 5: pass(std::integral_constant<int64_t, 5>{}); break;
+      case 6: pass(std::integral_constant<int64_t, 6>{}); break;
+      case 7: pass(std::integral_constant<int64_t, 7>{}); break;
+      default: pass(std::integral_constant<int64_t, 8>{}); break;
+      }
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+#undef TPC_INT8
+
+bool cpuHasIt() {
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+} // namespace
+
+bool takes(DType type) {
+  return (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) && cpuHasIt();
+}
+
+void linear(const float *x, int64_t rows, int64_t in, const void *w, DType type, int64_t out,
+            const float *bias, float *y) {
+  switch (type) {
+  case DType::Q4_K:
+    return linearOf<DType::Q4_K>(x, rows, in, w, out, bias, y);
+  case DType::Q5_K:
+    return linearOf<DType::Q5_K>(x, rows, in, w, out, bias, y);
+  default:
+    return linearOf<DType::Q6_K>(x, rows, in, w, out, bias, y);
+  }
+}
+
+#else // not x86-64: the exact kernels only
+
+bool takes(DType) { return false; }
+void linear(const float *, int64_t, int64_t, const void *, DType, int64_t, const float *,
+            float *) {}
+
+#endif
+
+} // namespace tpcrt::cpu::int8
