@@ -279,58 +279,96 @@ struct Panel {
 
 template <DType T> constexpr int kSubBlocks = T == DType::Q6_K ? 16 : 8;
 
-/// Row k (of sixteen) of W's `rows` blocks from `row` into `panel`.
+/// Block `block` of a row of W: its 256 integers in element order (unsigned, 0 to 63), and its
+/// sub-blocks' scales and offsets (Panel's).
 template <DType T>
-TPC_INT8 void repackRow(const uint8_t *row, int64_t blocks, int k, Panel &panel) {
+TPC_INT8 inline void naturalBlock(const uint8_t *block, uint8_t *natural, float *scales,
+                                  float *offsets) {
+  Decoded u;
+  if constexpr (T == DType::Q6_K) {
+    decodeQ6K(block, u);
+    for (int i = 0; i < 4; ++i)
+      _mm512_store_si512(natural + 64 * i, u.w[i]);
+    const float d = f16At(block + 208);
+    for (int sub = 0; sub < 16; ++sub) {
+      scales[sub] = d * float(int8_t(block[192 + sub]));
+      offsets[sub] = -32 * scales[sub];
+    }
+  } else {
+    decodeK<T>(block, u);
+    static const int first[4] = {0, 1, 4, 5}, second[4] = {2, 3, 6, 7};
+    for (int i = 0; i < 4; ++i) {
+      _mm256_store_si256(reinterpret_cast<__m256i *>(natural + 32 * first[i]),
+                         _mm512_castsi512_si256(u.w[i]));
+      _mm256_store_si256(reinterpret_cast<__m256i *>(natural + 32 * second[i]),
+                         _mm512_extracti64x4_epi64(u.w[i], 1));
+    }
+    // Sixteen-bit lane 0 of scales[i] is w[i]'s first group's s_g, lane 16 its second's.
+    alignas(64) int16_t table[4][32];
+    for (int i = 0; i < 4; ++i)
+      _mm512_store_si512(table[i], u.scales[i]);
+    const float d = f16At(block);
+    for (int i = 0; i < 4; ++i) {
+      scales[first[i]] = d * float(table[i][0]);
+      scales[second[i]] = d * float(table[i][16]);
+    }
+    _mm256_storeu_ps(offsets, u.minimums);
+  }
+}
+
+/// The 16 x 16 matrix of 32-bit lanes in `rows` transposed in place: lane c of rows[i]
+/// becomes lane i of rows[c].
+TPC_INT8 inline void transpose16(__m512i rows[16]) {
+  __m512i pairs[16], quads[16];
+  for (int k = 0; k < 8; ++k) { // within each 128 bits: lanes 0, 1 and 2, 3 of two rows
+    pairs[2 * k] = _mm512_unpacklo_epi32(rows[2 * k], rows[2 * k + 1]);
+    pairs[2 * k + 1] = _mm512_unpackhi_epi32(rows[2 * k], rows[2 * k + 1]);
+  }
+  for (int k = 0; k < 4; ++k) { // quads[4k + e]: lane 4L + e of rows 4k .. 4k + 3, in 128 bits L
+    quads[4 * k] = _mm512_unpacklo_epi64(pairs[4 * k], pairs[4 * k + 2]);
+    quads[4 * k + 1] = _mm512_unpackhi_epi64(pairs[4 * k], pairs[4 * k + 2]);
+    quads[4 * k + 2] = _mm512_unpacklo_epi64(pairs[4 * k + 1], pairs[4 * k + 3]);
+    quads[4 * k + 3] = _mm512_unpackhi_epi64(pairs[4 * k + 1], pairs[4 * k + 3]);
+  }
+  for (int e = 0; e < 4; ++e) { // the 128-bit pieces L of quads[e], [4 + e], [8 + e], [12 + e]
+    __m512i low = _mm512_shuffle_i32x4(quads[e], quads[4 + e], 0x44),
+            high = _mm512_shuffle_i32x4(quads[e], quads[4 + e], 0xee),
+            low2 = _mm512_shuffle_i32x4(quads[8 + e], quads[12 + e], 0x44),
+            high2 = _mm512_shuffle_i32x4(quads[8 + e], quads[12 + e], 0xee);
+    rows[e] = _mm512_shuffle_i32x4(low, low2, 0x88);
+    rows[4 + e] = _mm512_shuffle_i32x4(low, low2, 0xdd);
+    rows[8 + e] = _mm512_shuffle_i32x4(high, high2, 0x88);
+    rows[12 + e] = _mm512_shuffle_i32x4(high, high2, 0xdd);
+  }
+}
+
+/// Rows [first, first + count) of W (count at most sixteen; rowBytes apart) into `panel`.
+template <DType T>
+TPC_INT8 void repack(const uint8_t *w, size_t rowBytes, int64_t first, int64_t count,
+                     int64_t blocks, Panel &panel) {
   constexpr int kSubs = kSubBlocks<T>;
-  alignas(64) uint8_t natural[kBlock];
+  alignas(64) uint8_t natural[kPanelRowsOfW][kBlock] = {};
+  float scales[kPanelRowsOfW][16] = {}, offsets[kPanelRowsOfW][16] = {};
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t *block = row + size_t(b) * kBlockBytes<T>;
-    Decoded u;
-    float scales[16], offsets[16];
-    if constexpr (T == DType::Q6_K) {
-      decodeQ6K(block, u);
-      for (int i = 0; i < 4; ++i)
-        _mm512_store_si512(natural + 64 * i, u.w[i]);
-      const float d = f16At(block + 208);
-      for (int sub = 0; sub < 16; ++sub) {
-        scales[sub] = d * float(int8_t(block[192 + sub]));
-        offsets[sub] = -32 * scales[sub];
-      }
-    } else {
-      decodeK<T>(block, u);
-      static const int first[4] = {0, 1, 4, 5}, second[4] = {2, 3, 6, 7};
-      for (int i = 0; i < 4; ++i) {
-        _mm256_store_si256(reinterpret_cast<__m256i *>(natural + 32 * first[i]),
-                           _mm512_castsi512_si256(u.w[i]));
-        _mm256_store_si256(reinterpret_cast<__m256i *>(natural + 32 * second[i]),
-                           _mm512_extracti64x4_epi64(u.w[i], 1));
-      }
-      // Lane pair 0 of scales[i] (for w[i]'s first group), and 16 (its second): s_g.
-      alignas(64) int16_t table[4][32];
-      for (int i = 0; i < 4; ++i)
-        _mm512_store_si512(table[i], u.scales[i]);
-      alignas(32) float minimums[8];
-      _mm256_store_ps(minimums, u.minimums);
-      const float d = f16At(block);
-      for (int i = 0; i < 4; ++i) {
-        scales[first[i]] = d * float(table[i][0]);
-        scales[second[i]] = d * float(table[i][16]);
-      }
-      for (int g = 0; g < 8; ++g)
-        offsets[g] = minimums[g];
+    for (int64_t k = 0; k < count; ++k)
+      naturalBlock<T>(w + size_t(first + k) * rowBytes + size_t(b) * kBlockBytes<T>, natural[k],
+                      scales[k], offsets[k]);
+    auto *values = reinterpret_cast<__m512i *>(panel.values.data()) + b * 64;
+    for (int quarter = 0; quarter < 4; ++quarter) { // runs 16 quarter .. 16 quarter + 15
+      __m512i rows[16];
+      for (int k = 0; k < 16; ++k)
+        rows[k] = _mm512_load_si512(natural[k] + 64 * quarter);
+      transpose16(rows);
+      for (int run = 0; run < 16; ++run)
+        _mm512_storeu_si512(values + 16 * quarter + run, rows[run]);
     }
-    uint32_t runs[64];
-    std::memcpy(runs, natural, sizeof runs);
-    auto *values = reinterpret_cast<uint32_t *>(panel.values.data()) + b * 64 * kPanelRowsOfW + k;
-    for (int run = 0; run < 64; ++run)
-      values[run * kPanelRowsOfW] = runs[run];
-    float *s = panel.scales.data() + (b * kSubs) * kPanelRowsOfW + k;
-    float *o = panel.offsets.data() + (b * kSubs) * kPanelRowsOfW + k;
-    for (int sub = 0; sub < kSubs; ++sub) {
-      s[sub * kPanelRowsOfW] = scales[sub];
-      o[sub * kPanelRowsOfW] = offsets[sub];
-    }
+    float *s = panel.scales.data() + b * kSubs * kPanelRowsOfW;
+    float *o = panel.offsets.data() + b * kSubs * kPanelRowsOfW;
+    for (int sub = 0; sub < kSubs; ++sub)
+      for (int k = 0; k < kPanelRowsOfW; ++k) {
+        s[sub * kPanelRowsOfW + k] = scales[k][sub];
+        o[sub * kPanelRowsOfW + k] = offsets[k][sub];
+      }
   }
 }
 
@@ -397,13 +435,7 @@ TPC_INT8 void panelsOf(const Rounded &x, int64_t rows, int64_t in, const uint8_t
   panel.offsets.resize(panel.scales.size());
   for (int64_t first = 0; first < out; first += kPanelRowsOfW) {
     const int64_t count = std::min(kPanelRowsOfW, out - first);
-    if (count < kPanelRowsOfW) { // rows past W's last: zeros, their outputs not stored
-      std::fill(panel.values.begin(), panel.values.end(), 0);
-      std::fill(panel.scales.begin(), panel.scales.end(), 0.0f);
-      std::fill(panel.offsets.begin(), panel.offsets.end(), 0.0f);
-    }
-    for (int k = 0; k < count; ++k)
-      repackRow<T>(w + size_t(first + k) * rowBytes, blocks, k, panel);
+    repack<T>(w, rowBytes, first, count, blocks, panel); // rows past W's last: zeros
     for (int64_t xRow = 0; xRow < rows; xRow += kRowsOfX) {
       auto pass = [&](auto kX) {
         panelTimes<T, decltype(kX)::value>(panel, x, xRow, first, count, out, bias, y);
