@@ -85,12 +85,17 @@ TPC_INT8 void roundRows(const float *x, int64_t rows, int64_t in, bool nibbleOrd
       float most = _mm512_reduce_max_ps(largest);
       bool finite = _mm512_cmpneq_ps_mask(poison, zero) == 0;
       float step = finite ? most / 127 : NAN;
-      __m512 inverse = _mm512_set1_ps(finite && most > 0 ? 127 / most : 0);
+      // 127 / most overflows fp32 below about 3.7e-37: such a block is scaled by 2^64 first
+      // (exactly), so that its elements still round to their own steps.
+      const float early = most < 0x1p-100f ? 0x1p64f : 1.0f;
+      __m512 first = _mm512_set1_ps(early),
+             inverse = _mm512_set1_ps(finite && most > 0 ? 127 / (most * early) : 0);
       int8_t *q = out.q.data() + at * kBlock;
       int16_t *sums = out.s16.data() + at * 16;
       for (int i = 0; i < 16; ++i) { // sixteen elements: half of group i / 2
         // Nearest even (MXCSR's default); at most 127 in magnitude, saturated all the same.
-        __m512i ints = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * i), inverse));
+        __m512i ints = _mm512_cvtps_epi32(
+            _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * i), first), inverse));
         const int group = i / 2, slot = nibbleOrder ? kNibbleOrder[group] : group;
         _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 32 * slot + 16 * (i % 2)),
                          _mm512_cvtsepi32_epi8(ints));

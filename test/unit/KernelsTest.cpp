@@ -581,6 +581,48 @@ TEST(Int8Activations, XOnItsStepsGivesTheExactProduct) {
   }
 }
 
+TEST(Int8Activations, TinyAndHugeBlocksRoundToTheirOwnSteps) {
+  // A block whose largest element is below 3.7e-37 has a step whose inverse is no fp32 (127 /
+  // max |x| overflows); one near fp32's largest has a step near 2.7e36. Both still round each
+  // element to its own step: the products are x's within the rounding's bound, scaled. (A step
+  // below fp32's normal range, 1.5e-36 here, keeps fewer bits, as fp32's own products of such
+  // values do: the bound is widened by that step's relative spacing, 2^-23 times 2^(126 -
+  // the step's binary exponent).)
+  Int8Activations on;
+  if (!detail::int8KernelsFor(DType::Q4_K))
+    GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+  for (float scale : {1e-37f, 1e-36f, 1e-30f, 1e30f, 1e36f}) {
+    SCOPED_TRACE(scale);
+    std::vector<float> x = randomFloats(size_t(3 * 512), 12);
+    for (float &v : x)
+      v *= scale;
+    Weights w(DType::Q4_K, size_t(7 * 512), 13);
+    std::vector<float> y(size_t(3 * 7));
+    linear(Host{}, x.data(), 3, 512, w.matrix(), 7, nullptr, y.data());
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t o = 0; o < 7; ++o) {
+        double expected = 0, magnitude = 0, moved = 0;
+        for (int64_t b = 0; b < 2; ++b) {
+          double largest = 0;
+          for (int64_t c = b * 256; c < (b + 1) * 256; ++c)
+            largest = std::max(largest, std::fabs(double(x[size_t(r * 512 + c)])));
+          double step = largest / 127;
+          double spacing = step < 0x1p-126 ? 0x1p-149 : 0; // a subnormal step's own rounding
+          for (int64_t c = b * 256; c < (b + 1) * 256; ++c) {
+            double weight = w.widened[size_t(o * 512 + c)];
+            expected += double(x[size_t(r * 512 + c)]) * weight;
+            magnitude += std::fabs(double(x[size_t(r * 512 + c)]) * weight);
+            moved += std::fabs(weight) * (step / 2 + 127 * spacing);
+          }
+        }
+        double got = y[size_t(r * 7 + o)];
+        ASSERT_TRUE(std::isfinite(got)) << "row " << r << " column " << o;
+        ASSERT_NEAR(got, expected, moved + 1e-5 * (magnitude + moved) + 1e-44)
+            << "row " << r << " column " << o;
+      }
+  }
+}
+
 TEST(Int8Activations, ANonFiniteElementSpoilsItsRowOnly) {
   // An infinity or NaN in x cannot be rounded to a step: its row's results are NaN (which the
   // engine reports), never a finite number that hides it; the other rows are unharmed.
