@@ -192,16 +192,21 @@ void prefill(int runs) {
   }
 }
 
-/// The K types' decode (weight GB/s) and prefill (GFLOP/s) with fp32 x and with x rounded to
-/// int8 (setInt8Activations), alternated in one run.
+/// The block types' decode (weight GB/s) and prefill (GFLOP/s) with fp32 x and with x rounded
+/// to int8 (setInt8Activations), alternated in one run; the K types on every shape, the
+/// others on the first.
 void int8Rates(int runs) {
-  std::printf("== K types, exact (fp32 x) and --int8-activations: decode weight GB/s, prefill "
-              "of 128 rows GFLOP/s (best of %d)\n",
+  std::printf("== block types, exact (fp32 x) and --int8-activations: decode weight GB/s, "
+              "prefill of 128 rows GFLOP/s (best of %d)\n",
               runs);
   std::printf("%-12s %5s %9s %9s %6s %9s %9s %6s\n", "out x in", "type", "dec f32", "dec int8",
               "x", "pre f32", "pre int8", "x");
   for (Shape shape : kQuantizedShapes)
-    for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (DType type : kQuantizedTypes) {
+      const bool firstShape =
+          shape.in == kQuantizedShapes[0].in && shape.out == kQuantizedShapes[0].out;
+      if (!isQuantized(type) || (!firstShape && dtypeBlockElements(type) != 256))
+        continue;
       double bytes = double(dtypeBytesFor(type, shape.out * shape.in)), rate[2][2];
       for (int int8 = 0; int8 < 2; ++int8) {
         setInt8Activations(int8 == 1);
@@ -250,6 +255,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (mode == "int8") {
+    setInt8Activations(true);
     std::printf("%s\n", matrixKernels().c_str());
     int8Rates(runs);
     return 0;

@@ -21,7 +21,7 @@
 #        f32,bf16,q8_0,q4_1,q4_k,q4_k_m,q5_k_m (default f32,bf16,q8_0,q4_1; q4_k, every
 #        matrix Q4_K (--pure), exists for llama1b only: SmolLM2's rows of 576 are no multiple
 #        of Q4_K's 256, and its q4_k_m and q5_k_m are mostly llama.cpp's fallbacks, Q5_0 and
-#        Q5_1). A K-quant format with +int8 (q4_k_m+int8) is the same file run by tpc with
+#        Q5_1). A quantized format with +int8 (q4_k_m+int8) is the same file run by tpc with
 #        --int8-activations (its llama.cpp columns are the plain format's).
 # Environment: TPC (default build/bin/tpc), RUNS (3), PROMPT_TOKENS (128), NEW_TOKENS (32).
 # Not a test: it takes minutes (the 1B model's f32 runs alone read 4.7 GB a step).
@@ -39,8 +39,8 @@ case $model in smollm2 | llama1b) ;; *) die "no model '$model': smollm2 or llama
 bases=()
 for f in "${formats[@]}"; do
   base=${f%+int8}
-  [[ $f == "$base" ]] || case $base in q4_k | q4_k_m | q5_k_m) ;;
-    *) die "+int8 is for the K-quant formats (q4_k, q4_k_m, q5_k_m), not $base" ;; esac
+  [[ $f == "$base" ]] || case $base in q8_0 | q4_1 | q4_k | q4_k_m | q5_k_m) ;;
+    *) die "+int8 is for the quantized formats (q8_0, q4_1, q4_k, q4_k_m, q5_k_m), not $base" ;; esac
   [[ " ${bases[*]} " == *" $base "* ]] || bases+=("$base")
   case $base in
     f32 | bf16 | q8_0 | q4_1 | q4_k_m | q5_k_m) ;;

@@ -1,23 +1,31 @@
-// linear's int8 path (int8.h), which --int8-activations turns on: W held in Q4_K, Q5_K or Q6_K
-// blocks times x rounded to int8 in blocks of 256, the products summed in int32.
+// linear's int8 path (int8.h), which --int8-activations turns on: W held in ggml's block
+// types times x rounded to int8 in W's blocks (256 elements for Q4_K, Q5_K and Q6_K; 32 for
+// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1), the products summed in int32.
 //
-// Why: the exact kernels (matmul.cpp) widen each of W's 4- to 6-bit integers to fp32 and
+// Why: the exact kernels (matmul.cpp) widen each of W's 4- to 8-bit integers to fp32 and
 // multiply it by an fp32 element of x, sixteen a step. On a core whose memory outruns that
 // (two AVX-512 cores here read 40 GB/s), a Q4_K decode is bound by the widening, not by W's
-// bytes, and a prefill more so. Rounded to int8, x meets W's integers sixty-four at a time
-// (vpmaddubsw: unsigned bytes of W times signed bytes of x, pairs summed to int16; vpdpwssd:
-// those times the 16-bit sub-block scales, summed into int32), and the fp32 work is one
-// multiply-add per 256 elements. llama.cpp computes these types the same way (its Q8_K), so
-// the answer is its kind of answer, not transformers': each element of x moves by up to half
-// of max |x| / 127 of its block.
+// bytes, and a prefill more so. Rounded to int8, x meets W's integers sixty-four at a time,
+// and the fp32 work is a multiply-add per sub-block. llama.cpp computes these types the same
+// way (its Q8_K and Q8_0), so the answer is its kind of answer, not transformers': each
+// element of x moves by up to half of max |x| / 127 of its block.
 //
-// Layout: a block of x is 256 int8 (its scale d = max |x| / 127, nearest even), its sixteen
-// sums of 16 (Q6_K's offset of 32), and d times its eight sums of 32 (Q4_K's and Q5_K's
-// minimums). Q4_K and Q5_K keep groups 2c and 2c + 1 (32 elements each) as the low and high
-// nibbles of the same 32 bytes; a 64-byte load gives the low nibbles of groups 0 and 2 (or 4
-// and 6) in one vector and the high ones of 1 and 3 in another, so x's groups are stored in
-// that order (0, 2, 1, 3, 4, 6, 5, 7) and each vector of W meets 64 consecutive bytes of x.
-// Q6_K's 64-byte loads give its elements in order.
+// Two forms:
+// - The K types' one to eight rows (decode): each block of W decoded in registers and met by
+//   64 bytes of x through vpmaddubsw (unsigned bytes of W times signed bytes of x, pairs
+//   summed to int16) and vpdpwssd (those times the 16-bit sub-block scales, summed into
+//   int32). A block of x is 256 int8 (its step d = max |x| / 127, nearest even), its sixteen
+//   sums of 16 (Q6_K's offset of 32), and d times its eight sums of 32 (Q4_K's and Q5_K's
+//   minimums). Q4_K and Q5_K keep groups 2c and 2c + 1 (32 elements each) as the low and high
+//   nibbles of the same 32 bytes; a 64-byte load gives the low nibbles of groups 0 and 2 (or
+//   4 and 6) in one vector and the high ones of 1 and 3 in another, so x's groups are stored
+//   in that order (0, 2, 1, 3, 4, 6, 5, 7) and each vector of W meets 64 consecutive bytes of
+//   x. Q6_K's 64-byte loads give its elements in order.
+// - Panels (below): more than eight rows of every block type. The 32-element types' one to
+//   eight rows keep the exact kernels (int8.h's takes): a kernel that decoded each block in
+//   registers for vpdpbusd on 32 bytes of x ran at 0.54-0.91 times their rates on a Zen 4
+//   core (its per-block scale and offset work outweighed the products; Q8_0's exact decode
+//   is near the memory's rate already).
 #include "int8.h"
 
 #include <algorithm>
@@ -34,7 +42,7 @@ namespace tpcrt::cpu::int8 {
 #if defined(__x86_64__)
 namespace {
 
-#define TPC_INT8 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
+#define TPC_INT8 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 // GCC 12's AVX-512 intrinsics and -Wmaybe-uninitialized: see matmul.cpp.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -50,34 +58,49 @@ constexpr size_t kPanelBytes = size_t(256) << 10;
 /// (and 5 and 6) is its own inverse.
 constexpr int kNibbleOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 
-/// x's rows rounded to int8, a block of 256 at a time.
-struct Rounded {
-  int64_t blocks = 0;        // per row
-  std::vector<int8_t> q;     // [row][block][256]
-  std::vector<float> d;      // [row][block]: the step
-  std::vector<int16_t> s16;  // [row][block][16]: sums of q over each 16, in element order
-  std::vector<float> s32;    // [row][block][8]: d times the sums over each 32
-  std::vector<float> s16d;   // [row][block][16]: d times the sums over each 16
-  const int8_t *values(int64_t row, int64_t block) const {
-    return q.data() + (row * blocks + block) * kBlock;
-  }
+/// How a block type meets x: blocks of kElements (x rounded with one step per as many), kSubs
+/// sub-blocks of a scale each, kBytes per block of W.
+template <DType T> struct Layout {
+  static constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
+  static constexpr int64_t kElements = kK ? 256 : 32;
+  static constexpr int kSubs = T == DType::Q6_K ? 16 : kK ? 8 : 1;
+  static constexpr size_t kBytes = T == DType::Q4_K   ? 144
+                                   : T == DType::Q5_K ? 176
+                                   : T == DType::Q6_K ? 210
+                                   : T == DType::Q8_0 ? 34
+                                   : T == DType::Q4_0 ? 18
+                                   : T == DType::Q4_1 ? 20
+                                   : T == DType::Q5_0 ? 22
+                                                      : 24; // Q5_1
 };
 
+/// x's rows rounded to int8, a block (of 256 or 32) at a time.
+struct Rounded {
+  int64_t blocks = 0;        // per row
+  std::vector<int8_t> q;     // [row][block][elements]
+  std::vector<float> d;      // [row][block]: the step
+  std::vector<int16_t> s16;  // [row][block][elements / 16]: sums of q over each 16, in order
+  std::vector<float> sums;   // [row][block][sub-blocks]: d times the sums over each sub-block
+};
+
+/// x's rows, `in` whole blocks of kElements, into `out`, with kSubs sums a block; a block of
+/// 256 in the nibbles' order where `nibbleOrder`.
+template <int64_t kElements, int kSubs>
 TPC_INT8 void roundRows(const float *x, int64_t rows, int64_t in, bool nibbleOrder, Rounded &out) {
-  const int64_t blocks = in / kBlock;
+  constexpr int kSixteens = int(kElements / 16), kPerSub = kSixteens / kSubs;
+  const int64_t blocks = in / kElements;
   out.blocks = blocks;
   out.q.resize(size_t(rows * in));
   out.d.resize(size_t(rows * blocks));
-  out.s16.resize(size_t(rows * blocks * 16));
-  out.s32.resize(size_t(rows * blocks * 8));
-  out.s16d.resize(size_t(rows * blocks * 16));
+  out.s16.resize(size_t(rows * blocks * kSixteens));
+  out.sums.resize(size_t(rows * blocks * kSubs));
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
-      const float *xs = x + r * in + b * kBlock;
+      const float *xs = x + r * in + b * kElements;
       const int64_t at = r * blocks + b;
       __m512 largest = zero, poison = zero; // poison: x times 0, which only inf and NaN spoil
-      for (int i = 0; i < 16; ++i) {
+      for (int i = 0; i < kSixteens; ++i) {
         __m512 v = _mm512_loadu_ps(xs + 16 * i);
         largest = _mm512_max_ps(largest, _mm512_abs_ps(v));
         poison = _mm512_add_ps(poison, _mm512_mul_ps(v, zero));
@@ -90,22 +113,24 @@ TPC_INT8 void roundRows(const float *x, int64_t rows, int64_t in, bool nibbleOrd
       const float early = most < 0x1p-100f ? 0x1p64f : 1.0f;
       __m512 first = _mm512_set1_ps(early),
              inverse = _mm512_set1_ps(finite && most > 0 ? 127 / (most * early) : 0);
-      int8_t *q = out.q.data() + at * kBlock;
-      int16_t *sums = out.s16.data() + at * 16;
-      for (int i = 0; i < 16; ++i) { // sixteen elements: half of group i / 2
+      int8_t *q = out.q.data() + at * kElements;
+      int16_t *sixteens = out.s16.data() + at * kSixteens;
+      for (int i = 0; i < kSixteens; ++i) { // sixteen elements: half of group i / 2
         // Nearest even (MXCSR's default); at most 127 in magnitude, saturated all the same.
         __m512i ints = _mm512_cvtps_epi32(
             _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * i), first), inverse));
         const int group = i / 2, slot = nibbleOrder ? kNibbleOrder[group] : group;
         _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 32 * slot + 16 * (i % 2)),
                          _mm512_cvtsepi32_epi8(ints));
-        sums[i] = int16_t(_mm512_reduce_add_epi32(ints));
+        sixteens[i] = int16_t(_mm512_reduce_add_epi32(ints));
       }
       out.d[size_t(at)] = step;
-      for (int g = 0; g < 8; ++g)
-        out.s32[size_t(at * 8 + g)] = step * float(sums[2 * g] + sums[2 * g + 1]);
-      for (int k = 0; k < 16; ++k)
-        out.s16d[size_t(at * 16 + k)] = step * float(sums[k]);
+      for (int g = 0; g < kSubs; ++g) {
+        int total = 0;
+        for (int i = g * kPerSub; i < (g + 1) * kPerSub; ++i)
+          total += sixteens[i];
+        out.sums[size_t(at * kSubs + g)] = step * float(total);
+      }
     }
 }
 
@@ -203,7 +228,6 @@ TPC_INT8 inline void decodeQ6K(const uint8_t *block, Decoded &out) {
   out.d = _mm512_set1_ps(f16At(block + 208));
 }
 
-template <DType T> constexpr size_t kBlockBytes = T == DType::Q4_K ? 144 : T == DType::Q5_K ? 176 : 210;
 
 /// Rows [first, first + count) of W (rowBytes each) times kX rows of x from `xRow`: y's row
 /// xRow + j at y + (xRow + j) out.
@@ -215,7 +239,7 @@ TPC_INT8 void rowsTimes(const uint8_t *w, size_t rowBytes, int64_t first, int64_
   const int8_t *__restrict q = x.q.data() + xRow * blocks * kBlock;
   const float *__restrict steps = x.d.data() + xRow * blocks;
   const int16_t *__restrict sums16 = x.s16.data() + xRow * blocks * 16;
-  const float *__restrict sums32 = x.s32.data() + xRow * blocks * 8;
+  const float *__restrict sums32 = x.sums.data() + xRow * blocks * 8;
   for (int64_t r = first; r < first + count; ++r) {
     const uint8_t *row = w + size_t(r) * rowBytes;
     // The minimums' terms in sums of their own, eight lanes wide (their products are eight),
@@ -229,9 +253,9 @@ TPC_INT8 void rowsTimes(const uint8_t *w, size_t rowBytes, int64_t first, int64_
     for (int64_t b = 0; b < blocks; ++b) {
       Decoded u;
       if constexpr (T == DType::Q6_K)
-        decodeQ6K(row + size_t(b) * kBlockBytes<T>, u);
+        decodeQ6K(row + size_t(b) * Layout<T>::kBytes, u);
       else
-        decodeK<T>(row + size_t(b) * kBlockBytes<T>, u);
+        decodeK<T>(row + size_t(b) * Layout<T>::kBytes, u);
       for (int64_t j = 0; j < kX; ++j) {
         const int64_t at = j * blocks + b;
         const int8_t *values = q + at * kBlock;
@@ -262,51 +286,82 @@ TPC_INT8 void rowsTimes(const uint8_t *w, size_t rowBytes, int64_t first, int64_
   }
 }
 
-/// Many rows of x (a prefill): W taken sixteen rows at a time and repacked so that one
-/// vector holds four consecutive integers of each of the sixteen rows. vpdpbusd then meets it
-/// with four bytes of a row of x broadcast to every lane, and sixteen outputs grow at once:
-/// each vector of W loaded serves eight rows of x, each byte of x is loaded once per sixteen
-/// rows of W, and the scales apply once per group of 32 (16 for Q6_K) to sixteen sums. (The
-/// one-row kernel above loads 64 bytes of x per 64 products of each row of W: loads bound it
-/// here, vpdpbusd with a broadcast runs about 2.5 times as many products a cycle.) The
-/// repacking is paid once per sixteen rows of W, whatever the rows of x.
+/// A 32-element block of W of T (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) as 32 unsigned integers in
+/// element order, its scale d and its offset (what meets d times x's sum over the block:
+/// -128 d, -8 d, -16 d, or m).
+template <DType T>
+TPC_INT8 inline __m256i unsigned32(const uint8_t *block, float &d, float &offset) {
+  d = f16At(block);
+  if constexpr (T == DType::Q8_0) { // signed int8: w + 128 is unsigned
+    offset = -128 * d;
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(block + 2)),
+                            _mm256_set1_epi8(char(0x80)));
+  } else {
+    // Element i < 16 is byte i's low nibble, 16 + i its high one; bit j of the fifth bits'
+    // word is element j's.
+    constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1;
+    constexpr bool kFive = T == DType::Q5_0 || T == DType::Q5_1;
+    offset = kMin ? f16At(block + 2) : (kFive ? -16 : -8) * d;
+    const uint8_t *nibbles = block + (kMin ? 4 : 2) + (kFive ? 4 : 0);
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(nibbles));
+    const __m128i low = _mm_set1_epi8(0x0f);
+    __m256i values = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low),
+                                      _mm_and_si128(bytes, low));
+    if constexpr (kFive) {
+      uint32_t fifth;
+      std::memcpy(&fifth, block + (kMin ? 4 : 2), sizeof fifth);
+      values = _mm256_or_si256(values, _mm256_maskz_mov_epi8(__mmask32(fifth),
+                                                             _mm256_set1_epi8(16)));
+    }
+    return values;
+  }
+}
+
+/// Many rows of x (a prefill), of every block type: W taken sixteen rows at a time and repacked so that one vector holds four consecutive integers of each of
+/// the sixteen rows. vpdpbusd then meets it with four bytes of a row of x broadcast to every
+/// lane, and sixteen outputs grow at once: each vector of W loaded serves eight rows of x,
+/// each byte of x is loaded once per sixteen rows of W, and the scales apply once per
+/// sub-block to sixteen sums. (The one-row kernel above loads 64 bytes of x per 64 products
+/// of each row of W: loads bound it here, vpdpbusd with a broadcast runs about 2.5 times as
+/// many products a cycle.) The repacking is paid once per sixteen rows of W, whatever the
+/// rows of x.
 constexpr int64_t kPanelRowsOfW = 16;
 
-/// Sixteen rows of W, repacked: for each block, its 64 runs of four elements, each run as a
-/// vector of the sixteen rows' four integers (unsigned, 0 to 63); then for each of its
-/// sub-blocks (8 of 32 elements, or 16 of 16 for Q6_K) the rows' scales (d s) and offsets
-/// (-dmin m for Q4_K and Q5_K, -32 d s for Q6_K), sixteen floats each. Rows past W's last are
-/// zeros.
+/// Sixteen rows of W, repacked: for each block, its runs of four elements (64 or 8), each run
+/// as a vector of the sixteen rows' four integers (unsigned: 0 to 63, or 255 for Q8_0); then
+/// for each of its sub-blocks the rows' scales (d s, or d) and offsets (what meets d times
+/// the sub-block's sum of x: -dmin m for Q4_K and Q5_K, -32 d s for Q6_K, -128 d, -8 d and
+/// -16 d for Q8_0, Q4_0 and Q5_0, m for Q4_1 and Q5_1), sixteen floats each. Rows past W's
+/// last are zeros.
 struct Panel {
-  std::vector<uint8_t> values; // [block][64][16][4]
+  std::vector<uint8_t> values;        // [block][run][16][4]
   std::vector<float> scales, offsets; // [block][sub][16]
 };
 
-template <DType T> constexpr int kSubBlocks = T == DType::Q6_K ? 16 : 8;
-
-/// Block `block` of a row of W: its 256 integers in element order (unsigned, 0 to 63), and its
+/// Block `block` of a row of W of T: its integers in element order (unsigned), and its
 /// sub-blocks' scales and offsets (Panel's).
 template <DType T>
 TPC_INT8 inline void naturalBlock(const uint8_t *block, uint8_t *natural, float *scales,
                                   float *offsets) {
-  Decoded u;
   if constexpr (T == DType::Q6_K) {
+    Decoded u;
     decodeQ6K(block, u);
     for (int i = 0; i < 4; ++i)
-      _mm512_store_si512(natural + 64 * i, u.w[i]);
+      _mm512_storeu_si512(natural + 64 * i, u.w[i]);
     const float d = f16At(block + 208);
     for (int sub = 0; sub < 16; ++sub) {
       scales[sub] = d * float(int8_t(block[192 + sub]));
       offsets[sub] = -32 * scales[sub];
     }
-  } else {
+  } else if constexpr (Layout<T>::kK) {
+    Decoded u;
     decodeK<T>(block, u);
     static const int first[4] = {0, 1, 4, 5}, second[4] = {2, 3, 6, 7};
     for (int i = 0; i < 4; ++i) {
-      _mm256_store_si256(reinterpret_cast<__m256i *>(natural + 32 * first[i]),
-                         _mm512_castsi512_si256(u.w[i]));
-      _mm256_store_si256(reinterpret_cast<__m256i *>(natural + 32 * second[i]),
-                         _mm512_extracti64x4_epi64(u.w[i], 1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(natural + 32 * first[i]),
+                          _mm512_castsi512_si256(u.w[i]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(natural + 32 * second[i]),
+                          _mm512_extracti64x4_epi64(u.w[i], 1));
     }
     // Sixteen-bit lane 0 of scales[i] is w[i]'s first group's s_g, lane 16 its second's.
     alignas(64) int16_t table[4][32];
@@ -318,6 +373,9 @@ TPC_INT8 inline void naturalBlock(const uint8_t *block, uint8_t *natural, float 
       scales[second[i]] = d * float(table[i][16]);
     }
     _mm256_storeu_ps(offsets, u.minimums);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(natural),
+                        unsigned32<T>(block, scales[0], offsets[0]));
   }
 }
 
@@ -347,29 +405,35 @@ TPC_INT8 inline void transpose16(__m512i rows[16]) {
   }
 }
 
-/// Rows [first, first + count) of W (count at most sixteen; rowBytes apart) into `panel`.
+/// Rows [first, first + count) of W (count at most sixteen; rowBytes apart) into `panel`: 64
+/// elements of each row at a time (a quarter of a K-quant block, or two 32-element blocks).
 template <DType T>
 TPC_INT8 void repack(const uint8_t *w, size_t rowBytes, int64_t first, int64_t count,
                      int64_t blocks, Panel &panel) {
-  constexpr int kSubs = kSubBlocks<T>;
-  alignas(64) uint8_t natural[kPanelRowsOfW][kBlock] = {};
-  float scales[kPanelRowsOfW][16] = {}, offsets[kPanelRowsOfW][16] = {};
-  for (int64_t b = 0; b < blocks; ++b) {
+  using L = Layout<T>;
+  constexpr int64_t kAtOnce = L::kElements >= 64 ? 1 : 64 / L::kElements; // blocks per pass
+  constexpr int64_t kWidth = L::kElements * kAtOnce, kRuns = L::kElements / 4;
+  alignas(64) uint8_t natural[kPanelRowsOfW][kWidth] = {};
+  float scales[kPanelRowsOfW][16 * kAtOnce] = {}, offsets[kPanelRowsOfW][16 * kAtOnce] = {};
+  for (int64_t b = 0; b < blocks; b += kAtOnce) {
+    const int64_t taken = std::min(kAtOnce, blocks - b); // the last pass may hold one block
     for (int64_t k = 0; k < count; ++k)
-      naturalBlock<T>(w + size_t(first + k) * rowBytes + size_t(b) * kBlockBytes<T>, natural[k],
-                      scales[k], offsets[k]);
-    auto *values = reinterpret_cast<__m512i *>(panel.values.data()) + b * 64;
-    for (int quarter = 0; quarter < 4; ++quarter) { // runs 16 quarter .. 16 quarter + 15
+      for (int64_t i = 0; i < taken; ++i)
+        naturalBlock<T>(w + size_t(first + k) * rowBytes + size_t(b + i) * L::kBytes,
+                        natural[k] + i * L::kElements, scales[k] + i * L::kSubs,
+                        offsets[k] + i * L::kSubs);
+    auto *values = reinterpret_cast<__m512i *>(panel.values.data()) + b * kRuns;
+    for (int64_t quarter = 0; quarter < kWidth / 64; ++quarter) { // runs 16 quarter ..
       __m512i rows[16];
       for (int k = 0; k < 16; ++k)
         rows[k] = _mm512_load_si512(natural[k] + 64 * quarter);
       transpose16(rows);
-      for (int run = 0; run < 16; ++run)
+      for (int64_t run = 0; run < std::min<int64_t>(16, taken * kRuns); ++run)
         _mm512_storeu_si512(values + 16 * quarter + run, rows[run]);
     }
-    float *s = panel.scales.data() + b * kSubs * kPanelRowsOfW;
-    float *o = panel.offsets.data() + b * kSubs * kPanelRowsOfW;
-    for (int sub = 0; sub < kSubs; ++sub)
+    float *s = panel.scales.data() + b * L::kSubs * kPanelRowsOfW;
+    float *o = panel.offsets.data() + b * L::kSubs * kPanelRowsOfW;
+    for (int64_t sub = 0; sub < taken * L::kSubs; ++sub)
       for (int k = 0; k < kPanelRowsOfW; ++k) {
         s[sub * kPanelRowsOfW + k] = scales[k][sub];
         o[sub * kPanelRowsOfW + k] = offsets[k][sub];
@@ -382,21 +446,23 @@ TPC_INT8 void repack(const uint8_t *w, size_t rowBytes, int64_t first, int64_t c
 template <DType T, int64_t kX>
 TPC_INT8 void panelTimes(const Panel &panel, const Rounded &x, int64_t xRow, int64_t first,
                          int64_t count, int64_t out, const float *bias, float *y) {
-  constexpr int kSubs = kSubBlocks<T>, kRuns = 64 / kSubs;
+  using L = Layout<T>;
+  constexpr int kSubs = L::kSubs, kRuns = int(L::kElements / 4) / kSubs;
   const int64_t blocks = x.blocks;
   __m512 acc[kX];
   for (int64_t j = 0; j < kX; ++j)
     acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const auto *values = reinterpret_cast<const __m512i *>(panel.values.data()) + b * 64;
+    const auto *values =
+        reinterpret_cast<const __m512i *>(panel.values.data()) + b * (L::kElements / 4);
     const float *scales = panel.scales.data() + b * kSubs * kPanelRowsOfW;
     const float *offsets = panel.offsets.data() + b * kSubs * kPanelRowsOfW;
     const int32_t *xs[kX];
     const float *sums[kX];
     for (int64_t j = 0; j < kX; ++j) {
       const int64_t at = (xRow + j) * blocks + b;
-      xs[j] = reinterpret_cast<const int32_t *>(x.q.data() + at * kBlock);
-      sums[j] = kSubs == 8 ? x.s32.data() + at * 8 : x.s16d.data() + at * 16;
+      xs[j] = reinterpret_cast<const int32_t *>(x.q.data() + at * L::kElements);
+      sums[j] = x.sums.data() + at * kSubs;
     }
     __m512 block[kX];
     for (int64_t j = 0; j < kX; ++j)
@@ -427,68 +493,66 @@ TPC_INT8 void panelTimes(const Panel &panel, const Rounded &x, int64_t xRow, int
     _mm512_mask_storeu_ps(y + (xRow + j) * out + first, lanes, _mm512_add_ps(acc[j], biases));
 }
 
-/// linear for more than kRowsOfX rows of x: sixteen rows of W repacked at a time (Panel),
-/// then met by every eight rows of x.
+/// Calls pass(std::integral_constant<int64_t, n>) for n (1 to kRowsOfX) rows of x.
+template <class Pass> TPC_INT8 inline void forRowsOfX(int64_t n, Pass &&pass) {
+  static_assert(kRowsOfX == 8, "one instantiation per row count");
+  switch (n) {
+  case 1: return pass(std::integral_constant<int64_t, 1>{});
+  case 2: return pass(std::integral_constant<int64_t, 2>{});
+  case 3: return pass(std::integral_constant<int64_t, 3>{});
+  case 4: return pass(std::integral_constant<int64_t, 4>{});
+  case 5: return pass(std::integral_constant<int64_t, 5>{});
+  case 6: return pass(std::integral_constant<int64_t, 6>{});
+  case 7: return pass(std::integral_constant<int64_t, 7>{});
+  default: return pass(std::integral_constant<int64_t, 8>{});
+  }
+}
+
+/// linear through panels (above): sixteen rows of W repacked at a time, then met by every
+/// eight rows of x.
 template <DType T>
 TPC_INT8 void panelsOf(const Rounded &x, int64_t rows, int64_t in, const uint8_t *w,
                        int64_t out, const float *bias, float *y) {
-  const int64_t blocks = in / kBlock;
-  const size_t rowBytes = size_t(blocks) * kBlockBytes<T>;
+  using L = Layout<T>;
+  const int64_t blocks = in / L::kElements;
+  const size_t rowBytes = size_t(blocks) * L::kBytes;
   thread_local Panel panel;
-  panel.values.resize(size_t(blocks) * 64 * 64);
-  panel.scales.resize(size_t(blocks) * kSubBlocks<T> * kPanelRowsOfW);
+  panel.values.resize(size_t(blocks * L::kElements) * kPanelRowsOfW);
+  panel.scales.resize(size_t(blocks) * L::kSubs * kPanelRowsOfW);
   panel.offsets.resize(panel.scales.size());
   for (int64_t first = 0; first < out; first += kPanelRowsOfW) {
     const int64_t count = std::min(kPanelRowsOfW, out - first);
     repack<T>(w, rowBytes, first, count, blocks, panel); // rows past W's last: zeros
-    for (int64_t xRow = 0; xRow < rows; xRow += kRowsOfX) {
-      auto pass = [&](auto kX) {
+    for (int64_t xRow = 0; xRow < rows; xRow += kRowsOfX)
+      forRowsOfX(std::min(kRowsOfX, rows - xRow), [&](auto kX) {
         panelTimes<T, decltype(kX)::value>(panel, x, xRow, first, count, out, bias, y);
-      };
-      switch (std::min(kRowsOfX, rows - xRow)) {
-      case 1: pass(std::integral_constant<int64_t, 1>{}); break;
-      case 2: pass(std::integral_constant<int64_t, 2>{}); break;
-      case 3: pass(std::integral_constant<int64_t, 3>{}); break;
-      case 4: pass(std::integral_constant<int64_t, 4>{}); break;
-      case 5: pass(std::integral_constant<int64_t, 5>{}); break;
-      case 6: pass(std::integral_constant<int64_t, 6>{}); break;
-      case 7: pass(std::integral_constant<int64_t, 7>{}); break;
-      default: pass(std::integral_constant<int64_t, 8>{}); break;
-      }
-    }
+      });
   }
 }
 
 template <DType T>
 TPC_INT8 void linearOf(const float *x, int64_t rows, int64_t in, const void *w, int64_t out,
                        const float *bias, float *y) {
+  using L = Layout<T>;
   thread_local Rounded rounded;
-  const bool panels = rows > kRowsOfX;
-  // The one-row kernel meets x in the order W's nibbles come (see above); the panels in order.
-  roundRows(x, rows, in, T != DType::Q6_K && !panels, rounded);
+  const bool panels = rows > kRowsOfX; // else a K type: rounds() sends the others elsewhere
+  // The K types' one-row kernel meets x in the order W's nibbles come (see above); the others
+  // and the panels in order.
+  roundRows<L::kElements, L::kSubs>(x, rows, in, L::kK && T != DType::Q6_K && !panels, rounded);
   if (panels)
     return panelsOf<T>(rounded, rows, in, static_cast<const uint8_t *>(w), out, bias, y);
-  const size_t rowBytes = size_t(in / kBlock) * kBlockBytes<T>;
+  if constexpr (!L::kK)
+    return;
+  const size_t rowBytes = size_t(in / L::kElements) * L::kBytes;
   const int64_t panel = std::max<int64_t>(1, int64_t(kPanelBytes / rowBytes));
   const auto *base = static_cast<const uint8_t *>(w);
-  static_assert(kRowsOfX == 8, "one instantiation per row count");
   for (int64_t first = 0; first < out; first += panel) {
     const int64_t count = std::min(panel, out - first);
-    for (int64_t xRow = 0; xRow < rows; xRow += kRowsOfX) {
-      auto pass = [&](auto kX) {
-        rowsTimes<T, decltype(kX)::value>(base, rowBytes, first, count, rounded, xRow, out, bias, y);
-      };
-      switch (std::min(kRowsOfX, rows - xRow)) {
-      case 1: pass(std::integral_constant<int64_t, 1>{}); break;
-      case 2: pass(std::integral_constant<int64_t, 2>{}); break;
-      case 3: pass(std::integral_constant<int64_t, 3>{}); break;
-      case 4: pass(std::integral_constant<int64_t, 4>{}); break;
-      case 5: pass(std::integral_constant<int64_t, 5>{}); break;
-      case 6: pass(std::integral_constant<int64_t, 6>{}); break;
-      case 7: pass(std::integral_constant<int64_t, 7>{}); break;
-      default: pass(std::integral_constant<int64_t, 8>{}); break;
-      }
-    }
+    for (int64_t xRow = 0; xRow < rows; xRow += kRowsOfX)
+      forRowsOfX(std::min(kRowsOfX, rows - xRow), [&](auto kX) {
+        rowsTimes<T, decltype(kX)::value>(base, rowBytes, first, count, rounded, xRow, out,
+                                           bias, y);
+      });
   }
 }
 
@@ -498,31 +562,50 @@ TPC_INT8 void linearOf(const float *x, int64_t rows, int64_t in, const void *w, 
 bool cpuHasIt() {
   static const bool has = __builtin_cpu_supports("avx512f") &&
                           __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512vnni");
   return has;
+}
+
+/// visit(Block<T>{}) for the block type `type`, and true; false for another type.
+template <DType T> using Block = std::integral_constant<DType, T>;
+template <class Visit> bool visitBlocks(DType type, Visit &&visit) {
+  switch (type) {
+  case DType::Q8_0: return visit(Block<DType::Q8_0>{}), true;
+  case DType::Q4_0: return visit(Block<DType::Q4_0>{}), true;
+  case DType::Q4_1: return visit(Block<DType::Q4_1>{}), true;
+  case DType::Q5_0: return visit(Block<DType::Q5_0>{}), true;
+  case DType::Q5_1: return visit(Block<DType::Q5_1>{}), true;
+  case DType::Q4_K: return visit(Block<DType::Q4_K>{}), true;
+  case DType::Q5_K: return visit(Block<DType::Q5_K>{}), true;
+  case DType::Q6_K: return visit(Block<DType::Q6_K>{}), true;
+  default: return false;
+  }
 }
 
 } // namespace
 
 bool takes(DType type) {
-  return (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) && cpuHasIt();
+  return visitBlocks(type, [](auto) {}) && cpuHasIt();
+}
+
+bool rounds(DType type, int64_t rows) {
+  bool k = false;
+  return visitBlocks(type, [&](auto block) { k = Layout<decltype(block)::value>::kK; }) &&
+         cpuHasIt() && (k || rows > kRowsOfX);
 }
 
 void linear(const float *x, int64_t rows, int64_t in, const void *w, DType type, int64_t out,
             const float *bias, float *y) {
-  switch (type) {
-  case DType::Q4_K:
-    return linearOf<DType::Q4_K>(x, rows, in, w, out, bias, y);
-  case DType::Q5_K:
-    return linearOf<DType::Q5_K>(x, rows, in, w, out, bias, y);
-  default:
-    return linearOf<DType::Q6_K>(x, rows, in, w, out, bias, y);
-  }
+  visitBlocks(type, [&](auto block) {
+    linearOf<decltype(block)::value>(x, rows, in, w, out, bias, y);
+  });
 }
 
 #else // not x86-64: the exact kernels only
 
 bool takes(DType) { return false; }
+bool rounds(DType, int64_t) { return false; }
 void linear(const float *, int64_t, int64_t, const void *, DType, int64_t, const float *,
             float *) {}
 

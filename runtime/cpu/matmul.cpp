@@ -1221,7 +1221,7 @@ void setInt8Activations(bool on) { int8Activations.store(on); }
 
 void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y) {
-  if (detail::int8KernelsFor(w.type))
+  if (detail::int8KernelsFor(w.type) && int8::rounds(w.type, rows))
     return int8::linear(x, rows, in, w.data, w.type, out, bias, y);
   if (rows == 1) // a decode step: W read once, as fast as it streams
     return gemv(w, x, out, in, bias, y);
@@ -1305,9 +1305,10 @@ std::string matrixKernels() {
                                                  : " AVX2");
   }
   std::string rounded;
-  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
-    if (detail::int8KernelsFor(type))
-      rounded += std::string(rounded.empty() ? "" : ", ") + dtypeName(type);
+  for (size_t i = 0; i < std::size(kDTypeLines); ++i)
+    if (DType type = DType(i); detail::int8KernelsFor(type))
+      rounded += std::string(rounded.empty() ? "" : ", ") + dtypeName(type) +
+                 (int8::rounds(type, 1) ? "" : " (prefills)");
   return "one-row linear: " + vector + "; matrix products: " + blasDescription() +
          " sgemm (16-bit and quantized weights widened to fp32 a panel at a time)" +
          (rounded.empty() ? std::string()

@@ -488,12 +488,13 @@ struct Int8Activations {
 
 /// The int8 path's promise, from the outside: each output is the exact product (in double,
 /// over the widened weights) of x with each element moved by at most half a step of its block
-/// of 256, the step being max |x| / 127 over the block; so it lies within the sum of |w| times
-/// half the step of the exact one (plus fp32's rounding of the sums). Returns the largest
-/// distance from the exact product, which a path that did not round x would not reach.
+/// (of W's block size: 256 elements for the K types, 32 for the others), the step being max
+/// |x| / 127 over the block; so it lies within the sum of |w| times half the step of the exact
+/// one (plus fp32's rounding of the sums). Returns the largest distance from the exact
+/// product, which a path that did not round x would not reach.
 double checkInt8Linear(DType type, int64_t rows, int64_t out, int64_t blocks,
                        const std::vector<float> &x, bool withBias) {
-  const int64_t in = blocks * 256;
+  const int64_t size = dtypeBlockElements(type), in = blocks * size;
   SCOPED_TRACE(std::string(dtypeName(type)) + " rows " + std::to_string(rows) + " out " +
                std::to_string(out) + " blocks " + std::to_string(blocks));
   Weights w(type, size_t(out * in), unsigned(out * 7 + blocks));
@@ -505,9 +506,9 @@ double checkInt8Linear(DType type, int64_t rows, int64_t out, int64_t blocks,
       double expected = withBias ? bias[size_t(o)] : 0, magnitude = std::fabs(expected), moved = 0;
       for (int64_t b = 0; b < blocks; ++b) {
         double largest = 0;
-        for (int64_t c = b * 256; c < (b + 1) * 256; ++c)
+        for (int64_t c = b * size; c < (b + 1) * size; ++c)
           largest = std::max(largest, std::fabs(double(x[size_t(r * in + c)])));
-        for (int64_t c = b * 256; c < (b + 1) * 256; ++c) {
+        for (int64_t c = b * size; c < (b + 1) * size; ++c) {
           double weight = w.widened[size_t(o * in + c)], term = x[size_t(r * in + c)] * weight;
           expected += term;
           magnitude += std::fabs(term);
@@ -524,12 +525,14 @@ double checkInt8Linear(DType type, int64_t rows, int64_t out, int64_t blocks,
 
 } // namespace
 
-TEST(Int8Activations, KQuantsAreTheProductOfXRoundedToItsSteps) {
-  // One row (a decode step), up to eight (a batch: one pass over W), and more (a prefill: W a
-  // panel of rows at a time, eight rows of x a pass, and the tail); rows of one to several
-  // blocks; with and without a bias. Q4_K and Q5_K carry minimums, Q6_K its offset of 32.
+TEST(Int8Activations, EveryBlockTypeIsTheProductOfXRoundedToItsSteps) {
+  // One row (a decode step), up to eight (a batch: the K types' one pass over W), and more (a
+  // prefill: W a panel of sixteen rows at a time, eight rows of x a pass, and the tails);
+  // rows of one to several blocks, an odd count of them too (the 32-element types repack
+  // two blocks at a time); with and without a bias. Q4_K, Q5_K, Q4_1 and Q5_1 carry
+  // minimums, Q6_K its offset of 32, Q8_0 signed integers.
   Int8Activations on;
-  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : kQuantizedTypes) {
     if (!detail::int8KernelsFor(type))
       GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
     struct Shape {
@@ -537,8 +540,9 @@ TEST(Int8Activations, KQuantsAreTheProductOfXRoundedToItsSteps) {
     };
     double farthest = 0;
     for (Shape shape : {Shape{1, 13, 1}, Shape{1, 37, 3}, Shape{3, 21, 2}, Shape{8, 9, 1},
-                        Shape{9, 13, 2}, Shape{20, 600, 1}}) {
-      std::vector<float> x = randomFloats(size_t(shape.rows * shape.blocks * 256), 11);
+                        Shape{9, 13, 2}, Shape{20, 600, 1}, Shape{2, 17, 5}}) {
+      std::vector<float> x =
+          randomFloats(size_t(shape.rows * shape.blocks * dtypeBlockElements(type)), 11);
       farthest = std::max(farthest, checkInt8Linear(type, shape.rows, shape.out, shape.blocks, x,
                                                     shape.rows % 2 == 1));
     }
@@ -549,35 +553,38 @@ TEST(Int8Activations, KQuantsAreTheProductOfXRoundedToItsSteps) {
 }
 
 TEST(Int8Activations, XOnItsStepsGivesTheExactProduct) {
-  // Every element a multiple of 2^-7 (a step) with each block of 256 reaching 127 steps: int8
-  // holds x exactly, so the products are fp32's within 1e-5 of their terms' magnitudes. Blocks
-  // of zeros (a step of 0) too.
+  // Every element a multiple of 2^-7 (a step) with each block reaching 127 steps: int8 holds
+  // x exactly, so the products are fp32's within 1e-5 of their terms' magnitudes. Blocks of
+  // zeros (a step of 0) too.
   Int8Activations on;
-  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : kQuantizedTypes) {
     if (!detail::int8KernelsFor(type))
       GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
-    const int64_t rows = 3, blocks = 3, in = blocks * 256, out = 19;
-    std::mt19937 gen(5);
-    std::vector<float> x(size_t(rows * in));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < in; ++c) {
-        int steps = c % 256 == 17 ? (r % 2 ? 127 : -127) : int(gen() % 255) - 127;
-        x[size_t(r * in + c)] = r == 1 && c / 256 == 1 ? 0.0f : float(steps) / 128;
-      }
-    Weights w(type, size_t(out * in), 3);
-    std::vector<float> y(size_t(rows * out));
-    linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, y.data());
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t o = 0; o < out; ++o) {
-        double expected = 0, magnitude = 0;
+    const int64_t size = dtypeBlockElements(type);
+    for (int64_t rows : {3, 10}) {
+      const int64_t blocks = 3, in = blocks * size, out = 19;
+      std::mt19937 gen(5);
+      std::vector<float> x(size_t(rows * in));
+      for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < in; ++c) {
-          double term = double(x[size_t(r * in + c)]) * w.widened[size_t(o * in + c)];
-          expected += term;
-          magnitude += std::fabs(term);
+          int steps = c % size == 17 ? (r % 2 ? 127 : -127) : int(gen() % 255) - 127;
+          x[size_t(r * in + c)] = r == 1 && c / size == 1 ? 0.0f : float(steps) / 128;
         }
-        ASSERT_NEAR(y[size_t(r * out + o)], expected, 1e-5 * magnitude + 1e-30)
-            << dtypeName(type) << " row " << r << " column " << o;
-      }
+      Weights w(type, size_t(out * in), 3);
+      std::vector<float> y(size_t(rows * out));
+      linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, y.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+          double expected = 0, magnitude = 0;
+          for (int64_t c = 0; c < in; ++c) {
+            double term = double(x[size_t(r * in + c)]) * w.widened[size_t(o * in + c)];
+            expected += term;
+            magnitude += std::fabs(term);
+          }
+          ASSERT_NEAR(y[size_t(r * out + o)], expected, 1e-5 * magnitude + 1e-30)
+              << dtypeName(type) << " rows " << rows << ", row " << r << " column " << o;
+        }
+    }
   }
 }
 
@@ -586,73 +593,77 @@ TEST(Int8Activations, TinyAndHugeBlocksRoundToTheirOwnSteps) {
   // max |x| overflows); one near fp32's largest has a step near 2.7e36. Both still round each
   // element to its own step: the products are x's within the rounding's bound, scaled. (A step
   // below fp32's normal range, 1.5e-36 here, keeps fewer bits, as fp32's own products of such
-  // values do: the bound is widened by that step's relative spacing, 2^-23 times 2^(126 -
-  // the step's binary exponent).)
+  // values do: the bound is widened by its spacing, 2^-149.)
   Int8Activations on;
-  if (!detail::int8KernelsFor(DType::Q4_K))
-    GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
-  for (float scale : {1e-37f, 1e-36f, 1e-30f, 1e30f, 1e36f}) {
-    SCOPED_TRACE(scale);
-    std::vector<float> x = randomFloats(size_t(3 * 512), 12);
-    for (float &v : x)
-      v *= scale;
-    Weights w(DType::Q4_K, size_t(7 * 512), 13);
-    std::vector<float> y(size_t(3 * 7));
-    linear(Host{}, x.data(), 3, 512, w.matrix(), 7, nullptr, y.data());
-    for (int64_t r = 0; r < 3; ++r)
-      for (int64_t o = 0; o < 7; ++o) {
-        double expected = 0, magnitude = 0, moved = 0;
-        for (int64_t b = 0; b < 2; ++b) {
-          double largest = 0;
-          for (int64_t c = b * 256; c < (b + 1) * 256; ++c)
-            largest = std::max(largest, std::fabs(double(x[size_t(r * 512 + c)])));
-          double step = largest / 127;
-          double spacing = step < 0x1p-126 ? 0x1p-149 : 0; // a subnormal step's own rounding
-          for (int64_t c = b * 256; c < (b + 1) * 256; ++c) {
-            double weight = w.widened[size_t(o * 512 + c)];
-            expected += double(x[size_t(r * 512 + c)]) * weight;
-            magnitude += std::fabs(double(x[size_t(r * 512 + c)]) * weight);
-            moved += std::fabs(weight) * (step / 2 + 127 * spacing);
+  for (DType type : {DType::Q4_K, DType::Q8_0}) {
+    if (!detail::int8KernelsFor(type))
+      GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    const int64_t size = dtypeBlockElements(type), in = 2 * size;
+    for (float scale : {1e-37f, 1e-36f, 1e-30f, 1e30f, 1e36f}) {
+      SCOPED_TRACE(std::string(dtypeName(type)) + " " + std::to_string(scale));
+      const int64_t rows = type == DType::Q8_0 ? 12 : 3; // Q8_0 rounds in panels only
+      std::vector<float> x = randomFloats(size_t(rows * in), 12);
+      for (float &v : x)
+        v *= scale;
+      Weights w(type, size_t(7 * in), 13);
+      std::vector<float> y(size_t(rows * 7));
+      linear(Host{}, x.data(), rows, in, w.matrix(), 7, nullptr, y.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < 7; ++o) {
+          double expected = 0, magnitude = 0, moved = 0;
+          for (int64_t b = 0; b < 2; ++b) {
+            double largest = 0;
+            for (int64_t c = b * size; c < (b + 1) * size; ++c)
+              largest = std::max(largest, std::fabs(double(x[size_t(r * in + c)])));
+            double step = largest / 127;
+            double spacing = step < 0x1p-126 ? 0x1p-149 : 0; // a subnormal step's own rounding
+            for (int64_t c = b * size; c < (b + 1) * size; ++c) {
+              double weight = w.widened[size_t(o * in + c)];
+              expected += double(x[size_t(r * in + c)]) * weight;
+              magnitude += std::fabs(double(x[size_t(r * in + c)]) * weight);
+              moved += std::fabs(weight) * (step / 2 + 127 * spacing);
+            }
           }
+          double got = y[size_t(r * 7 + o)];
+          ASSERT_TRUE(std::isfinite(got)) << "row " << r << " column " << o;
+          ASSERT_NEAR(got, expected, moved + 1e-5 * (magnitude + moved) + 1e-44)
+              << "row " << r << " column " << o;
         }
-        double got = y[size_t(r * 7 + o)];
-        ASSERT_TRUE(std::isfinite(got)) << "row " << r << " column " << o;
-        ASSERT_NEAR(got, expected, moved + 1e-5 * (magnitude + moved) + 1e-44)
-            << "row " << r << " column " << o;
-      }
+    }
   }
 }
 
 TEST(Int8Activations, ANonFiniteElementSpoilsItsRowOnly) {
   // An infinity or NaN in x cannot be rounded to a step: its row's results are NaN (which the
-  // engine reports), never a finite number that hides it; the other rows are unharmed.
+  // engine reports), never a finite number that hides it; the other rows are unharmed. Three
+  // rows (the K types' one pass; Q5_0's exact kernels) and twelve (panels).
   Int8Activations on;
-  if (!detail::int8KernelsFor(DType::Q4_K))
-    GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
-  const int64_t rows = 3, in = 512, out = 5;
-  for (float bad : {INFINITY, -INFINITY, NAN}) {
-    std::vector<float> x = randomFloats(size_t(rows * in), 2);
-    x[size_t(in + 300)] = bad;
-    Weights w(DType::Q4_K, size_t(out * in), 4);
-    std::vector<float> y(size_t(rows * out));
-    linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, y.data());
-    for (int64_t o = 0; o < out; ++o) {
-      EXPECT_TRUE(std::isfinite(y[size_t(o)]));
-      EXPECT_TRUE(std::isnan(y[size_t(out + o)])) << bad;
-      EXPECT_TRUE(std::isfinite(y[size_t(2 * out + o)]));
+  for (DType type : {DType::Q4_K, DType::Q5_0}) {
+    if (!detail::int8KernelsFor(type))
+      GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    for (int64_t rows : {3, 12}) {
+      const int64_t in = 512, out = 5;
+      for (float bad : {INFINITY, -INFINITY, NAN}) {
+        std::vector<float> x = randomFloats(size_t(rows * in), 2);
+        x[size_t(in + 300)] = bad;
+        Weights w(type, size_t(out * in), 4);
+        std::vector<float> y(size_t(rows * out));
+        linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, y.data());
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t o = 0; o < out; ++o)
+            EXPECT_EQ(!std::isfinite(y[size_t(r * out + o)]), r == 1)
+                << dtypeName(type) << " " << bad << " rows " << rows << ", row " << r;
+      }
     }
   }
 }
 
-TEST(Int8Activations, OtherTypesKeepTheExactKernels) {
-  // The switch changes only the K types, and only on a CPU with AVX-512 VNNI: every other
-  // type's product is bit for bit what it is with the switch off.
+TEST(Int8Activations, FloatTypesKeepTheExactKernels) {
+  // The switch changes only the block types, and only on a CPU with AVX-512 VNNI: f32, bf16
+  // and f16 products are bit for bit what they are with the switch off.
   const int64_t rows = 3, out = 11, in = 512;
   std::vector<float> x = randomFloats(size_t(rows * in), 8);
-  for (size_t i = 0; i < std::size(kDTypeLines); ++i) {
-    DType type = DType(i);
-    if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K)
-      continue;
+  for (DType type : {DType::F32, DType::BF16, DType::F16}) {
     Weights w(type, size_t(out * in), 6);
     std::vector<float> exact(size_t(rows * out)), switched(size_t(rows * out));
     linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, exact.data());
@@ -667,9 +678,9 @@ TEST(Int8Activations, OtherTypesKeepTheExactKernels) {
 #if defined(__x86_64__)
   Int8Activations on;
   bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512vnni");
-  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
-    EXPECT_EQ(detail::int8KernelsFor(type), vnni);
+              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  for (DType type : kQuantizedTypes)
+    EXPECT_EQ(detail::int8KernelsFor(type), vnni) << dtypeName(type);
 #endif
 }
 

@@ -55,10 +55,12 @@ void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const flo
 void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y);
 
-/// --int8-activations: from now on, linear meets W held in Q4_K, Q5_K or Q6_K with x rounded
-/// to int8 in blocks of 256 (llama.cpp's Q8_K), on a CPU with AVX-512 VNNI: faster, and no
-/// longer fp32's answer (each element of x moves by up to half of max |x| / 127 of its
-/// block). Other types, and CPUs without it, keep the fp32 kernels.
+/// --int8-activations: from now on, linear meets W held in a block type with x rounded to
+/// int8 in blocks of W's (256 elements for Q4_K, Q5_K and Q6_K, as llama.cpp's Q8_K; 32 for
+/// the others, as its Q8_0, and for them only in products of more than eight rows), on a CPU
+/// with AVX-512 VNNI: faster, and no longer fp32's answer (each element of x moves by up to
+/// half of max |x| / 127 of its block). Float weights, and CPUs without it, keep the fp32
+/// kernels.
 void setInt8Activations(bool on);
 
 /// How linear computes on this CPU, for --verbose: the matrix-vector kernels of each type and
