@@ -441,6 +441,13 @@ TPC_INT8 void repack(const uint8_t *w, size_t rowBytes, int64_t first, int64_t c
   }
 }
 
+/// The four bytes at `p` as one 32-bit lane.
+inline int fourBytes(const int8_t *p) {
+  int32_t four;
+  std::memcpy(&four, p, sizeof four);
+  return four;
+}
+
 /// The panel's sixteen rows of W times kX rows of x from `xRow`: outputs [first, first +
 /// count) of y's rows xRow + j.
 template <DType T, int64_t kX>
@@ -457,11 +464,11 @@ TPC_INT8 void panelTimes(const Panel &panel, const Rounded &x, int64_t xRow, int
         reinterpret_cast<const __m512i *>(panel.values.data()) + b * (L::kElements / 4);
     const float *scales = panel.scales.data() + b * kSubs * kPanelRowsOfW;
     const float *offsets = panel.offsets.data() + b * kSubs * kPanelRowsOfW;
-    const int32_t *xs[kX];
+    const int8_t *xs[kX];
     const float *sums[kX];
     for (int64_t j = 0; j < kX; ++j) {
       const int64_t at = (xRow + j) * blocks + b;
-      xs[j] = reinterpret_cast<const int32_t *>(x.q.data() + at * L::kElements);
+      xs[j] = x.q.data() + at * L::kElements;
       sums[j] = x.sums.data() + at * kSubs;
     }
     __m512 block[kX];
@@ -474,7 +481,7 @@ TPC_INT8 void panelTimes(const Panel &panel, const Rounded &x, int64_t xRow, int
       for (int run = sub * kRuns; run < (sub + 1) * kRuns; ++run) {
         const __m512i w = _mm512_loadu_si512(values + run);
         for (int64_t j = 0; j < kX; ++j)
-          dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(xs[j][run]));
+          dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(fourBytes(xs[j] + 4 * run)));
       }
       const __m512 scale = _mm512_loadu_ps(scales + sub * kPanelRowsOfW),
                    offset = _mm512_loadu_ps(offsets + sub * kPanelRowsOfW);
@@ -541,8 +548,10 @@ TPC_INT8 void linearOf(const float *x, int64_t rows, int64_t in, const void *w, 
   roundRows<L::kElements, L::kSubs>(x, rows, in, L::kK && T != DType::Q6_K && !panels, rounded);
   if (panels)
     return panelsOf<T>(rounded, rows, in, static_cast<const uint8_t *>(w), out, bias, y);
-  if constexpr (!L::kK)
+  if constexpr (!L::kK) { // not sent here (rounds()): say so loudly rather than leave y
+    std::fill(y, y + rows * out, NAN);
     return;
+  }
   const size_t rowBytes = size_t(in / L::kElements) * L::kBytes;
   const int64_t panel = std::max<int64_t>(1, int64_t(kPanelBytes / rowBytes));
   const auto *base = static_cast<const uint8_t *>(w);

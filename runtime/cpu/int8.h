@@ -20,8 +20,8 @@ bool takes(DType type);
 /// one-row kernels are faster than an int8 one was (int8.cpp).
 bool rounds(DType type, int64_t rows);
 
-/// y[rows, out] = x'[rows, in] @ w[out, in]^T (+ bias), w of a type takes() holds, `in` whole
-/// blocks of it, where x' is x with each block (256 elements for the K types, as llama.cpp's
+/// y[rows, out] = x'[rows, in] @ w[out, in]^T (+ bias), for a type and row count rounds()
+/// holds (else y is all NaN), `in` whole blocks of the type, where x' is x with each block (256 elements for the K types, as llama.cpp's
 /// Q8_K; 32 for the others, as its Q8_0) rounded to the nearest of 255 steps of max |x| / 127:
 /// an element moves by at most half a step.
 /// A block holding an infinity or NaN makes its row's results NaN.

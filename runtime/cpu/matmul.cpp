@@ -1211,8 +1211,10 @@ bool avx512KernelsFor(DType type) {
   return vectorKernels(type) && (wideQuantizedKernels(type) || wideFloatKernels(type));
 }
 bool vectorKernelsFor(DType type) { return vectorKernels(type); }
-bool int8KernelsFor(DType type) {
-  return int8Activations.load(std::memory_order_relaxed) && int8::takes(type);
+bool int8KernelsFor(DType type) { // AVX-512 kernels: not while a test asks for fewer
+  return int8Activations.load(std::memory_order_relaxed) && int8::takes(type) &&
+         !forcedScalar.load(std::memory_order_relaxed) &&
+         !forcedAvx2.load(std::memory_order_relaxed);
 }
 void setPanelBytes(size_t bytes) { panelBytes.store(bytes); }
 } // namespace detail

@@ -526,10 +526,11 @@ double checkInt8Linear(DType type, int64_t rows, int64_t out, int64_t blocks,
 } // namespace
 
 TEST(Int8Activations, EveryBlockTypeIsTheProductOfXRoundedToItsSteps) {
-  // One row (a decode step), up to eight (a batch: the K types' one pass over W), and more (a
-  // prefill: W a panel of sixteen rows at a time, eight rows of x a pass, and the tails);
-  // rows of one to several blocks, an odd count of them too (the 32-element types repack
-  // two blocks at a time); with and without a bias. Q4_K, Q5_K, Q4_1 and Q5_1 carry
+  // One row (a decode step), up to eight (a batch: the K types' one pass over W, of 1 to 8
+  // rows), and more (a prefill: W a panel of sixteen rows at a time, eight rows of x a pass,
+  // and tails of 1 to 7); rows of one to several blocks, an odd count of them too (the
+  // 32-element types repack two blocks at a time); 2000 rows of W (the K types' one-row
+  // kernel takes 256 KiB of W's rows a pass); with and without a bias. Q4_K, Q5_K, Q4_1 and Q5_1 carry
   // minimums, Q6_K its offset of 32, Q8_0 signed integers.
   Int8Activations on;
   for (DType type : kQuantizedTypes) {
@@ -540,7 +541,8 @@ TEST(Int8Activations, EveryBlockTypeIsTheProductOfXRoundedToItsSteps) {
     };
     double farthest = 0;
     for (Shape shape : {Shape{1, 13, 1}, Shape{1, 37, 3}, Shape{3, 21, 2}, Shape{8, 9, 1},
-                        Shape{9, 13, 2}, Shape{20, 600, 1}, Shape{2, 17, 5}}) {
+                        Shape{9, 13, 2}, Shape{20, 600, 1}, Shape{2, 17, 5}, Shape{5, 13, 1},
+                        Shape{7, 9, 2}, Shape{13, 21, 1}, Shape{15, 17, 2}, Shape{1, 2000, 2}}) {
       std::vector<float> x =
           randomFloats(size_t(shape.rows * shape.blocks * dtypeBlockElements(type)), 11);
       farthest = std::max(farthest, checkInt8Linear(type, shape.rows, shape.out, shape.blocks, x,
@@ -578,6 +580,53 @@ TEST(Int8Activations, XOnItsStepsGivesTheExactProduct) {
           double expected = 0, magnitude = 0;
           for (int64_t c = 0; c < in; ++c) {
             double term = double(x[size_t(r * in + c)]) * w.widened[size_t(o * in + c)];
+            expected += term;
+            magnitude += std::fabs(term);
+          }
+          ASSERT_NEAR(y[size_t(r * out + o)], expected, 1e-5 * magnitude + 1e-30)
+              << dtypeName(type) << " rows " << rows << ", row " << r << " column " << o;
+        }
+    }
+  }
+}
+
+TEST(Int8Activations, EachElementGoesToItsNearestStep) {
+  // Elements 0.3 or 0.7 of a step past a multiple of it (the step 2^-7, fixed by one element
+  // of 127 steps in each block): the nearest multiple is 0.3 away, the others 0.7 or more, so
+  // truncating, or rounding with another step, misses the product of x rounded to nearest,
+  // which the test computes from the definition, by far more than fp32's sums. The K types
+  // at 1, 5 and 12 rows (both forms, partial passes), the 32-element types at 12 (their
+  // panels; fewer rows keep the exact kernels, and give the unrounded product).
+  Int8Activations on;
+  for (DType type : kQuantizedTypes) {
+    if (!detail::int8KernelsFor(type))
+      GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    const int64_t size = dtypeBlockElements(type), blocks = 2, in = blocks * size, out = 23;
+    for (int64_t rows : {1, 5, 12}) {
+      const bool rounded = size == 256 || rows > 8;
+      std::mt19937 gen{unsigned(rows)};
+      std::vector<float> x(size_t(rows * in)), nearest(x.size());
+      for (size_t c = 0; c < x.size(); ++c) {
+        const double step = 0x1p-7;
+        if (c % size_t(size) == 5) { // 127 steps, either sign: the block's step is 2^-7
+          x[c] = float((gen() % 2 ? 127 : -127) * step);
+          nearest[c] = x[c];
+          continue;
+        }
+        int whole = int(gen() % 253) - 126; // -126 .. 126
+        double frac = gen() % 2 ? 0.3 : 0.7;
+        x[c] = float((whole + frac) * step);
+        nearest[c] = float((whole + (frac < 0.5 ? 0 : 1)) * step);
+      }
+      Weights w(type, size_t(out * in), 21);
+      std::vector<float> y(size_t(rows * out));
+      linear(Host{}, x.data(), rows, in, w.matrix(), out, nullptr, y.data());
+      const std::vector<float> &meant = rounded ? nearest : x;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+          double expected = 0, magnitude = 0;
+          for (int64_t c = 0; c < in; ++c) {
+            double term = double(meant[size_t(r * in + c)]) * w.widened[size_t(o * in + c)];
             expected += term;
             magnitude += std::fabs(term);
           }
