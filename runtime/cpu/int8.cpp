@@ -441,6 +441,33 @@ TPC_INT8 void repack(const uint8_t *w, size_t rowBytes, int64_t first, int64_t c
   }
 }
 
+/// x's rounded rows for the panels, eight rows at a time and block by block: chunk c's block
+/// b holds rows 8c .. 8c + 7's block b one after another (zeros past the last row), so that a
+/// pass reads every row's bytes at constant offsets from one pointer. (Apart, eight pointers
+/// were more than GCC kept in registers: it moved them through vector registers per run.)
+struct Interleaved {
+  std::vector<int8_t> q;     // [chunk][block][8][elements]
+  std::vector<float> steps;  // [chunk][block][8]
+  std::vector<float> sums;   // [chunk][block][8][sub-blocks]
+};
+
+inline void interleave(const Rounded &x, int64_t rows, int64_t elements, int subs,
+                       Interleaved &out) {
+  const int64_t chunks = (rows + kRowsOfX - 1) / kRowsOfX, blocks = x.blocks;
+  out.q.assign(size_t(chunks * blocks * kRowsOfX * elements), 0);
+  out.steps.assign(size_t(chunks * blocks * kRowsOfX), 0.0f);
+  out.sums.assign(size_t(chunks * blocks * kRowsOfX * subs), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = ((r / kRowsOfX) * blocks + b) * kRowsOfX + r % kRowsOfX;
+      std::memcpy(out.q.data() + at * elements, x.q.data() + (r * blocks + b) * elements,
+                  size_t(elements));
+      out.steps[size_t(at)] = x.d[size_t(r * blocks + b)];
+      std::memcpy(out.sums.data() + at * subs, x.sums.data() + (r * blocks + b) * subs,
+                  sizeof(float) * size_t(subs));
+    }
+}
+
 /// The four bytes at `p` as one 32-bit lane.
 inline int fourBytes(const int8_t *p) {
   int32_t four;
@@ -451,11 +478,14 @@ inline int fourBytes(const int8_t *p) {
 /// The panel's sixteen rows of W times kX rows of x from `xRow`: outputs [first, first +
 /// count) of y's rows xRow + j.
 template <DType T, int64_t kX>
-TPC_INT8 void panelTimes(const Panel &panel, const Rounded &x, int64_t xRow, int64_t first,
-                         int64_t count, int64_t out, const float *bias, float *y) {
+TPC_INT8 void panelTimes(const Panel &panel, const Interleaved &x, int64_t blocks, int64_t xRow,
+                         int64_t first, int64_t count, int64_t out, const float *bias, float *y) {
   using L = Layout<T>;
   constexpr int kSubs = L::kSubs, kRuns = int(L::kElements / 4) / kSubs;
-  const int64_t blocks = x.blocks;
+  const int64_t chunk = xRow / kRowsOfX;
+  const int8_t *q = x.q.data() + chunk * blocks * kRowsOfX * L::kElements;
+  const float *stepsOf = x.steps.data() + chunk * blocks * kRowsOfX;
+  const float *sumsOf = x.sums.data() + chunk * blocks * kRowsOfX * kSubs;
   __m512 acc[kX];
   for (int64_t j = 0; j < kX; ++j)
     acc[j] = _mm512_setzero_ps();
@@ -464,13 +494,9 @@ TPC_INT8 void panelTimes(const Panel &panel, const Rounded &x, int64_t xRow, int
         reinterpret_cast<const __m512i *>(panel.values.data()) + b * (L::kElements / 4);
     const float *scales = panel.scales.data() + b * kSubs * kPanelRowsOfW;
     const float *offsets = panel.offsets.data() + b * kSubs * kPanelRowsOfW;
-    const int8_t *xs[kX];
-    const float *sums[kX];
-    for (int64_t j = 0; j < kX; ++j) {
-      const int64_t at = (xRow + j) * blocks + b;
-      xs[j] = x.q.data() + at * L::kElements;
-      sums[j] = x.sums.data() + at * kSubs;
-    }
+    // Row j's block b at constant offsets from one pointer (Interleaved).
+    const int8_t *xs = q + b * kRowsOfX * L::kElements;
+    const float *sums = sumsOf + b * kRowsOfX * kSubs, *steps = stepsOf + b * kRowsOfX;
     __m512 block[kX];
     for (int64_t j = 0; j < kX; ++j)
       block[j] = _mm512_setzero_ps();
@@ -478,21 +504,23 @@ TPC_INT8 void panelTimes(const Panel &panel, const Rounded &x, int64_t xRow, int
       __m512i dots[kX];
       for (int64_t j = 0; j < kX; ++j)
         dots[j] = _mm512_setzero_si512();
+      // Unrolled: a loop over runs made GCC copy the eight sums between registers each time.
+#pragma GCC unroll 16
       for (int run = sub * kRuns; run < (sub + 1) * kRuns; ++run) {
         const __m512i w = _mm512_loadu_si512(values + run);
         for (int64_t j = 0; j < kX; ++j)
-          dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(fourBytes(xs[j] + 4 * run)));
+          dots[j] = _mm512_dpbusd_epi32(
+              dots[j], w, _mm512_set1_epi32(fourBytes(xs + j * L::kElements + 4 * run)));
       }
       const __m512 scale = _mm512_loadu_ps(scales + sub * kPanelRowsOfW),
                    offset = _mm512_loadu_ps(offsets + sub * kPanelRowsOfW);
       for (int64_t j = 0; j < kX; ++j) {
         block[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[j]), scale, block[j]);
-        acc[j] = _mm512_fmadd_ps(offset, _mm512_set1_ps(sums[j][sub]), acc[j]);
+        acc[j] = _mm512_fmadd_ps(offset, _mm512_set1_ps(sums[j * kSubs + sub]), acc[j]);
       }
     }
     for (int64_t j = 0; j < kX; ++j)
-      acc[j] = _mm512_fmadd_ps(block[j], _mm512_set1_ps(x.d[size_t((xRow + j) * blocks + b)]),
-                               acc[j]);
+      acc[j] = _mm512_fmadd_ps(block[j], _mm512_set1_ps(steps[j]), acc[j]);
   }
   const __mmask16 lanes = __mmask16((1u << count) - 1);
   const __m512 biases = bias ? _mm512_maskz_loadu_ps(lanes, bias + first) : _mm512_setzero_ps();
@@ -518,10 +546,12 @@ template <class Pass> TPC_INT8 inline void forRowsOfX(int64_t n, Pass &&pass) {
 /// linear through panels (above): sixteen rows of W repacked at a time, then met by every
 /// eight rows of x.
 template <DType T>
-TPC_INT8 void panelsOf(const Rounded &x, int64_t rows, int64_t in, const uint8_t *w,
+TPC_INT8 void panelsOf(const Rounded &rounded, int64_t rows, int64_t in, const uint8_t *w,
                        int64_t out, const float *bias, float *y) {
   using L = Layout<T>;
   const int64_t blocks = in / L::kElements;
+  thread_local Interleaved x;
+  interleave(rounded, rows, L::kElements, L::kSubs, x);
   const size_t rowBytes = size_t(blocks) * L::kBytes;
   thread_local Panel panel;
   panel.values.resize(size_t(blocks * L::kElements) * kPanelRowsOfW);
@@ -532,7 +562,7 @@ TPC_INT8 void panelsOf(const Rounded &x, int64_t rows, int64_t in, const uint8_t
     repack<T>(w, rowBytes, first, count, blocks, panel); // rows past W's last: zeros
     for (int64_t xRow = 0; xRow < rows; xRow += kRowsOfX)
       forRowsOfX(std::min(kRowsOfX, rows - xRow), [&](auto kX) {
-        panelTimes<T, decltype(kX)::value>(panel, x, xRow, first, count, out, bias, y);
+        panelTimes<T, decltype(kX)::value>(panel, x, blocks, xRow, first, count, out, bias, y);
       });
   }
 }
