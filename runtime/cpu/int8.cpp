@@ -27,6 +27,7 @@
 //   core (its per-block scale and offset work outweighed the products; Q8_0's exact decode
 //   is near the memory's rate already).
 #include "int8.h"
+#include "rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -59,19 +60,13 @@ constexpr size_t kPanelBytes = size_t(256) << 10;
 constexpr int kNibbleOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 
 /// How a block type meets x: blocks of kElements (x rounded with one step per as many), kSubs
-/// sub-blocks of a scale each, kBytes per block of W.
+/// sub-blocks of a scale each, kBytes per block of W; the sizes are types.def's.
 template <DType T> struct Layout {
   static constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
-  static constexpr int64_t kElements = kK ? 256 : 32;
+  static constexpr int64_t kElements = kDTypeLines[size_t(T)].blockElements;
   static constexpr int kSubs = T == DType::Q6_K ? 16 : kK ? 8 : 1;
-  static constexpr size_t kBytes = T == DType::Q4_K   ? 144
-                                   : T == DType::Q5_K ? 176
-                                   : T == DType::Q6_K ? 210
-                                   : T == DType::Q8_0 ? 34
-                                   : T == DType::Q4_0 ? 18
-                                   : T == DType::Q4_1 ? 20
-                                   : T == DType::Q5_0 ? 22
-                                                      : 24; // Q5_1
+  static constexpr size_t kBytes = kDTypeLines[size_t(T)].blockBytes;
+  static_assert(kElements == (kK ? 256 : 32), "a block type int8.cpp does not know");
 };
 
 /// x's rows rounded to int8, a block (of 256 or 32) at a time.
@@ -165,13 +160,9 @@ TPC_INT8 inline __m512i lanesOf(int first, int second) {
 template <DType T> TPC_INT8 inline void decodeK(const uint8_t *block, Decoded &out) {
   constexpr bool kFive = T == DType::Q5_K;
   const uint8_t *nibbles = block + (kFive ? 48 : 16);
-  // The scales and minimums, as matmul.cpp's Quant<Q4_K>::Scales reads them.
-  uint32_t word[3];
-  std::memcpy(word, block + 4, sizeof word);
-  uint32_t s0 = word[0] & 0x3f3f3f3fu, m0 = word[1] & 0x3f3f3f3fu;
-  uint32_t s4 = (word[2] & 0x0f0f0f0fu) | ((word[0] >> 2) & 0x30303030u);
-  uint32_t m4 = ((word[2] >> 4) & 0x0f0f0f0fu) | ((word[1] >> 2) & 0x30303030u);
-  __m128i packed = _mm_set_epi32(int(m4), int(m0), int(s4), int(s0));
+  uint64_t sBytes, mBytes;
+  kScales(block + 4, sBytes, mBytes); // rows.h
+  __m128i packed = _mm_set_epi64x(int64_t(mBytes), int64_t(sBytes));
   __m512i table = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed)); // s_0 .. s_7
   static const int first[4] = {0, 1, 4, 5}, second[4] = {2, 3, 6, 7};
   for (int i = 0; i < 4; ++i)
@@ -604,22 +595,6 @@ bool cpuHasIt() {
                           __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512vnni");
   return has;
-}
-
-/// visit(Block<T>{}) for the block type `type`, and true; false for another type.
-template <DType T> using Block = std::integral_constant<DType, T>;
-template <class Visit> bool visitBlocks(DType type, Visit &&visit) {
-  switch (type) {
-  case DType::Q8_0: return visit(Block<DType::Q8_0>{}), true;
-  case DType::Q4_0: return visit(Block<DType::Q4_0>{}), true;
-  case DType::Q4_1: return visit(Block<DType::Q4_1>{}), true;
-  case DType::Q5_0: return visit(Block<DType::Q5_0>{}), true;
-  case DType::Q5_1: return visit(Block<DType::Q5_1>{}), true;
-  case DType::Q4_K: return visit(Block<DType::Q4_K>{}), true;
-  case DType::Q5_K: return visit(Block<DType::Q5_K>{}), true;
-  case DType::Q6_K: return visit(Block<DType::Q6_K>{}), true;
-  default: return false;
-  }
 }
 
 } // namespace

@@ -387,16 +387,9 @@ template <> struct Quant<DType::Q4_K> {
     Scales() = default;
     TPC_AVX2 explicit Scales(const uint8_t *block) { read(block); }
     TPC_AVX2 void read(const uint8_t *block) {
-      // The 12 bytes as three little-endian words: bytes 0..3 hold s_0..3 in their low six
-      // bits, bytes 4..7 m_0..3 likewise, and bytes 8..11 the low four bits of s_4..7 (low
-      // nibbles) and m_4..7 (high nibbles), whose top two bits are the top two of bytes 0..3
-      // (for s) and 4..7 (for m). Byte j of (word >> 2) & 0x30.. is bits 6-7 of byte j.
-      uint32_t word[3];
-      std::memcpy(word, block + 4, sizeof word);
-      uint32_t s0 = word[0] & 0x3f3f3f3fu, m0 = word[1] & 0x3f3f3f3fu;
-      uint32_t s4 = (word[2] & 0x0f0f0f0fu) | ((word[0] >> 2) & 0x30303030u);
-      uint32_t m4 = ((word[2] >> 4) & 0x0f0f0f0fu) | ((word[1] >> 2) & 0x30303030u);
-      __m128i packed = _mm_set_epi32(int(m4), int(m0), int(s4), int(s0));
+      uint64_t sBytes, mBytes;
+      kScales(block + 4, sBytes, mBytes); // rows.h
+      __m128i packed = _mm_set_epi64x(int64_t(mBytes), int64_t(sBytes));
       __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(packed));
       __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed, 8)));
       _mm256_store_ps(scales, _mm256_mul_ps(broadcastHalf(block), s));
@@ -1063,25 +1056,6 @@ template <DType T> TPC_AVX2 void dequantizeAvx2(const void *in, float *out, size
       }
     }
   }
-}
-
-/// visit(Block<T>{}) for the block type `type`, and true; false for a float type. The cases
-/// are types.def's held types, so a held block type without its Quant<T> does not compile.
-template <DType T> using Block = std::integral_constant<DType, T>;
-template <class Visit> bool visitBlocks(DType type, Visit &&visit) {
-  switch (type) {
-#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)
-#define TPC_HELD_TYPE(NAME, ID, ELEMENTS, BYTES, READS)                                         \
-  case DType::NAME:                                                                            \
-    if constexpr (ELEMENTS > 1)                                                                \
-      return visit(Block<DType::NAME>{}), true;                                                \
-    else                                                                                       \
-      return false;
-#include "tpcrt/types.def"
-#undef TPC_TYPE
-#undef TPC_HELD_TYPE
-  }
-  return false;
 }
 
 bool hasAvx2Fma() {

@@ -1,9 +1,14 @@
-// What the CPU kernels share (kernels.cpp, matmul.cpp): loops over rows of floats. Internal to
-// runtime/cpu. Plain C++17.
+// What the CPU kernels share (kernels.cpp, matmul.cpp, int8.cpp): loops over rows of floats,
+// the block types by type, Q4_K's and Q5_K's packed scales. Internal to runtime/cpu. Plain
+// C++17.
 #ifndef TPCRT_CPU_ROWS_H
 #define TPCRT_CPU_ROWS_H
 
+#include "tpcrt/dtype.h"
+
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace tpcrt::cpu {
 
@@ -20,6 +25,41 @@ inline float dot(const float *a, const float *b, int64_t n) {
   for (; i < n; ++i)
     total += a[i] * b[i];
   return total;
+}
+
+/// visit(Block<T>{}) for the block type `type`, and true; false for a float type. The cases
+/// are types.def's held types, so a held block type without its kernels' traits does not
+/// compile.
+template <DType T> using Block = std::integral_constant<DType, T>;
+template <class Visit> bool visitBlocks(DType type, Visit &&visit) {
+  switch (type) {
+#define TPC_TYPE(NAME, ID, ELEMENTS, BYTES, READS)
+#define TPC_HELD_TYPE(NAME, ID, ELEMENTS, BYTES, READS)                                         \
+  case DType::NAME:                                                                            \
+    if constexpr (ELEMENTS > 1)                                                                \
+      return visit(Block<DType::NAME>{}), true;                                                \
+    else                                                                                       \
+      return false;
+#include "tpcrt/types.def"
+#undef TPC_TYPE
+#undef TPC_HELD_TYPE
+  }
+  return false;
+}
+
+/// Q4_K's and Q5_K's twelve bytes of 6-bit scales and minimums (at block + 4) as eight bytes
+/// each: s_0 .. s_7 in `scales`, m_0 .. m_7 in `minimums`, byte g at bits 8g. Bytes 0..3 hold
+/// s_0..3 in their low six bits, bytes 4..7 m_0..3 likewise, and bytes 8..11 the low four bits
+/// of s_4..7 (low nibbles) and m_4..7 (high nibbles), whose top two bits are the top two of
+/// bytes 0..3 (for s) and 4..7 (for m); byte j of (word >> 2) & 0x30.. is bits 6-7 of byte j.
+inline void kScales(const uint8_t *packed, uint64_t &scales, uint64_t &minimums) {
+  uint32_t word[3];
+  std::memcpy(word, packed, sizeof word);
+  uint32_t s0 = word[0] & 0x3f3f3f3fu, m0 = word[1] & 0x3f3f3f3fu;
+  uint32_t s4 = (word[2] & 0x0f0f0f0fu) | ((word[0] >> 2) & 0x30303030u);
+  uint32_t m4 = ((word[2] >> 4) & 0x0f0f0f0fu) | ((word[1] >> 2) & 0x30303030u);
+  scales = uint64_t(s0) | uint64_t(s4) << 32;
+  minimums = uint64_t(m0) | uint64_t(m4) << 32;
 }
 
 } // namespace tpcrt::cpu
