@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace tpcrt::cpu {
@@ -147,6 +148,146 @@ void concatHeads(Host, const float *heads, int64_t rows, int64_t cols, int64_t h
 
 namespace {
 
+/// The local KV head that query head h reads (see attention()), or -1 for a padding head of
+/// an uneven split, whose output is zero.
+int64_t kvHeadOf(int64_t h, int64_t heads, int64_t kvHeads, const HeadSplit &split) {
+  if (!split.group)
+    return h / (heads / kvHeads);
+  if (h >= split.heads)
+    return -1;
+  return (split.firstHead + h) / split.group - split.firstKvHead;
+}
+
+/// One query row's scores over `keys` keys turned into its attention weights: the keys it
+/// reads are first .. last, of the query at `position`; Llama 4's temperature and the
+/// soft-cap applied, then the softmax, whose denominator `sink` (the head's, or null) joins
+/// and no value receives; the others come out zero.
+void softmaxScores(float *row, int64_t keys, int64_t first, int64_t last, int64_t position,
+                   const float *sink, double softcap, const AttentionMask &mask) {
+  if (mask.temperatureFloor > 0) { // as the query scaled, in float32
+    float factor =
+        float(std::log1p(std::floor(float(position + 1) / float(mask.temperatureFloor))) *
+                  float(mask.temperatureScale) +
+              1.0f);
+    for (int64_t t = first; t <= last; ++t)
+      row[t] *= factor;
+  }
+  float best = sink ? *sink : -INFINITY;
+  for (int64_t t = first; t <= last; ++t) {
+    if (softcap > 0)
+      row[t] = float(softcap * std::tanh(row[t] / softcap));
+    best = std::max(best, row[t]);
+  }
+  std::fill(row, row + first, 0.0f);
+  for (int64_t t = first; t <= last; ++t)
+    row[t] = expApprox(row[t] - best);
+  std::fill(row + last + 1, row + keys, 0.0f);
+  double total = sum(row + first, last + 1 - first);
+  if (sink) // the sink's share of the softmax, which no value receives
+    total += expApprox(*sink - best);
+  float inverse = float(1.0 / total);
+  for (int64_t t = first; t <= last; ++t)
+    row[t] *= inverse;
+}
+
+/// Row `slot` of a cache's keys or values of `rowWidth` elements of `type` (of a block type,
+/// whole blocks: the driver refuses one whose blocks do not divide the rows).
+inline std::byte *cacheRow(void *base, DType type, int64_t slot, int64_t rowWidth) {
+  return static_cast<std::byte *>(base) + dtypeBytesFor(type, slot * rowWidth);
+}
+
+/// A decode step's attention, one new token of a sequence at `position`, reading the keys and
+/// values where they lie in the cache through the sequence's block table: an f32 or bf16
+/// cache's rows in place (E float or Bf16), another type's a block of rows at a time widened
+/// into fp32 that stays in cache. So no copy of the sequence's keys and values is made,
+/// whatever the blocks' order, and each key and value row is read once a step and met by every
+/// query head that reads it, not once per head of its group. Each score and weighted sum is
+/// attendSequence's one-row form, key by key in the same order.
+template <class E>
+inline __attribute__((always_inline)) void
+attendOneBody(const float *q, int64_t position, const int32_t *table, const KVCache &cache,
+              int64_t heads, int64_t kvHeads, int64_t headDim, double scale, KvReach reach,
+              double softcap, const HeadSplit &split, float *out, const float *sinks,
+              int64_t valueHeadDim, const AttentionMask &mask) {
+  const int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim;
+  const int64_t size = cache.blockSize, first = reach.firstRead(position);
+  const int64_t keys = position + 1 - first;
+  const bool inPlace = std::is_same_v<E, Bf16> || cache.type == DType::F32;
+  thread_local std::vector<float> scores, widened;
+  scores.resize(size_t(heads * keys));
+  if (!inPlace)
+    widened.resize(size_t(size * std::max(width, vWidth)));
+  // Positions from .. to - 1 (one block's) of the keys or values.
+  auto rowsOf = [&](void *base, int64_t rowWidth, int64_t from, int64_t to) -> const E * {
+    const std::byte *at =
+        cacheRow(base, cache.type, int64_t(table[from / size]) * size + from % size, rowWidth);
+    if (inPlace)
+      return reinterpret_cast<const E *>(at);
+    widenFast(at, cache.type, widened.data(), size_t((to - from) * rowWidth));
+    return reinterpret_cast<const E *>(widened.data()); // E is float here
+  };
+  for (int64_t from = first; from <= position; from = (from / size + 1) * size) {
+    int64_t to = std::min(position + 1, (from / size + 1) * size);
+    const E *k = rowsOf(cache.keys, width, from, to);
+    for (int64_t t = from; t < to; ++t, k += width)
+      for (int64_t h = 0; h < heads; ++h)
+        if (int64_t kv = kvHeadOf(h, heads, kvHeads, split); kv >= 0)
+          scores[size_t(h * keys + t - first)] =
+              float(scale) * dot(q + h * headDim, k + kv * headDim, headDim);
+  }
+  for (int64_t h = 0; h < heads; ++h)
+    if (kvHeadOf(h, heads, kvHeads, split) >= 0)
+      softmaxScores(scores.data() + h * keys, keys, 0, keys - 1, position,
+                    sinks ? sinks + h : nullptr, softcap, mask);
+  std::fill(out, out + heads * valueHeadDim, 0.0f);
+  for (int64_t from = first; from <= position; from = (from / size + 1) * size) {
+    int64_t to = std::min(position + 1, (from / size + 1) * size);
+    const E *v = rowsOf(cache.values, vWidth, from, to);
+    for (int64_t t = from; t < to; ++t, v += vWidth)
+      for (int64_t h = 0; h < heads; ++h)
+        if (int64_t kv = kvHeadOf(h, heads, kvHeads, split); kv >= 0) {
+          const float p = scores[size_t(h * keys + t - first)];
+          const E *vt = v + kv * valueHeadDim;
+          float *o = out + h * valueHeadDim;
+          for (int64_t d = 0; d < valueHeadDim; ++d)
+            o[d] += p * fp32(vt[d]);
+        }
+  }
+}
+
+#define TPC_ATTEND_ONE_ARGS                                                                    \
+  const float *q, int64_t position, const int32_t *table, const KVCache &cache, int64_t heads, \
+      int64_t kvHeads, int64_t headDim, double scale, KvReach reach, double softcap,           \
+      const HeadSplit &split, float *out, const float *sinks, int64_t valueHeadDim,            \
+      const AttentionMask &mask
+#define TPC_ATTEND_ONE_CALL                                                                    \
+  q, position, table, cache, heads, kvHeads, headDim, scale, reach, softcap, split, out, sinks, \
+      valueHeadDim, mask
+
+// attendOneBody compiled twice: for the CPUs with AVX-512 (its loops wider, with FMA) and
+// for every x86-64.
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx2,fma"))) void attendOneWide(TPC_ATTEND_ONE_ARGS) {
+  if (cache.type == DType::BF16)
+    return attendOneBody<Bf16>(TPC_ATTEND_ONE_CALL);
+  attendOneBody<float>(TPC_ATTEND_ONE_CALL);
+}
+#endif
+
+void attendOne(TPC_ATTEND_ONE_ARGS) {
+#if defined(__x86_64__)
+  static const bool wide = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
+  if (wide)
+    return attendOneWide(TPC_ATTEND_ONE_CALL);
+#endif
+  if (cache.type == DType::BF16)
+    return attendOneBody<Bf16>(TPC_ATTEND_ONE_CALL);
+  attendOneBody<float>(TPC_ATTEND_ONE_CALL);
+}
+#undef TPC_ATTEND_ONE_ARGS
+#undef TPC_ATTEND_ONE_CALL
+
 /// Attention of one sequence's `rows` new tokens, at positions start .., whose keys and values
 /// (those of positions base .. start + rows - 1, the new ones included; base is at most the
 /// first position the first row reads) lie contiguous from `keysOf` and `valuesOf`; see
@@ -157,7 +298,7 @@ void attendSequence(const float *q, int64_t rows, int64_t start, int64_t base, c
                     float *out, const float *sinks, int64_t valueHeadDim,
                     const AttentionMask &mask) {
   int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim;
-  int64_t group = heads / kvHeads, keys = start + rows - base, qWidth = heads * headDim;
+  int64_t keys = start + rows - base, qWidth = heads * headDim;
   KvReach reach{slidingWindow, mask.chunkSize};
   int64_t oWidth = heads * valueHeadDim;
   // Scores of one head for every new token against every cached key, [rows, keys]; reused
@@ -165,72 +306,27 @@ void attendSequence(const float *q, int64_t rows, int64_t start, int64_t base, c
   thread_local std::vector<float> scores;
   scores.resize(size_t(rows * keys));
   for (int64_t h = 0; h < heads; ++h) {
-    int64_t kv = h / group;
-    if (split.group) {
-      if (h >= split.heads) { // padding: a head this rank does not hold
-        for (int64_t r = 0; r < rows; ++r)
-          std::fill_n(out + r * oWidth + h * valueHeadDim, valueHeadDim, 0.0f);
-        continue;
-      }
-      kv = (split.firstHead + h) / split.group - split.firstKvHead;
+    int64_t kv = kvHeadOf(h, heads, kvHeads, split);
+    if (kv < 0) { // padding: a head this rank does not hold
+      for (int64_t r = 0; r < rows; ++r)
+        std::fill_n(out + r * oWidth + h * valueHeadDim, valueHeadDim, 0.0f);
+      continue;
     }
     const float *kh = keysOf + kv * headDim;
     const float *vh = valuesOf + kv * valueHeadDim;
-    // One query row (a decode step) is a few dot products per cached key: plain loops, which
-    // cost less than a GEMM's packing. More rows are one GEMM.
-    if (rows == 1) {
-      const float *qh = q + h * headDim;
-      for (int64_t t = 0; t < keys; ++t)
-        scores[size_t(t)] = float(scale) * dot(qh, kh + t * width, headDim);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(headDim),
-                  float(scale), q + h * headDim, int(qWidth), kh, int(width), 0.0f,
-                  scores.data(), int(keys));
-    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(headDim),
+                float(scale), q + h * headDim, int(qWidth), kh, int(width), 0.0f, scores.data(),
+                int(keys));
     for (int64_t r = 0; r < rows; ++r) {
       // The row's scores, from key `base` on; causal: keys reach.firstRead(p) .. p, counted
       // from base (first .. last).
-      float *row = scores.data() + r * keys;
       int64_t position = start + r;
-      int64_t first = reach.firstRead(position) - base, last = position - base;
-      if (mask.temperatureFloor > 0) { // as the query scaled, in float32
-        float factor = float(std::log1p(std::floor(float(position + 1) /
-                                                   float(mask.temperatureFloor))) *
-                                 float(mask.temperatureScale) +
-                             1.0f);
-        for (int64_t t = first; t <= last; ++t)
-          row[t] *= factor;
-      }
-      float best = sinks ? sinks[h] : -INFINITY;
-      for (int64_t t = first; t <= last; ++t) {
-        if (softcap > 0)
-          row[t] = float(softcap * std::tanh(row[t] / softcap));
-        best = std::max(best, row[t]);
-      }
-      std::fill(row, row + first, 0.0f);
-      for (int64_t t = first; t <= last; ++t)
-        row[t] = expApprox(row[t] - best);
-      std::fill(row + last + 1, row + keys, 0.0f);
-      double total = sum(row + first, last + 1 - first);
-      if (sinks) // the sink's share of the softmax, which no value receives
-        total += expApprox(sinks[h] - best);
-      float inverse = float(1.0 / total);
-      for (int64_t t = first; t <= last; ++t)
-        row[t] *= inverse;
+      softmaxScores(scores.data() + r * keys, keys, reach.firstRead(position) - base,
+                    position - base, position, sinks ? sinks + h : nullptr, softcap, mask);
     }
-    if (rows == 1) {
-      float *o = out + h * valueHeadDim;
-      std::fill(o, o + valueHeadDim, 0.0f);
-      for (int64_t t = 0; t < keys; ++t) {
-        const float p = scores[size_t(t)], *vt = vh + t * vWidth;
-        for (int64_t d = 0; d < valueHeadDim; ++d)
-          o[d] += p * vt[d];
-      }
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(valueHeadDim),
-                  int(keys), 1.0f, scores.data(), int(keys), vh, int(vWidth), 0.0f,
-                  out + h * valueHeadDim, int(oWidth));
-    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(valueHeadDim),
+                int(keys), 1.0f, scores.data(), int(keys), vh, int(vWidth), 0.0f,
+                out + h * valueHeadDim, int(oWidth));
   }
 }
 
@@ -246,16 +342,15 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
   KVCache &cache = c.cache;
   int64_t width = kvHeads * headDim, vWidth = kvHeads * valueHeadDim, size = cache.blockSize;
   int64_t qWidth = heads * headDim, oWidth = heads * valueHeadDim;
-  // Row `slot` of the keys or values, `rowWidth` elements of the cache's type (of a block
-  // type, whole blocks: the driver refuses one whose blocks do not divide the rows).
   auto rowOf = [&](void *base, int64_t slot, int64_t rowWidth) {
-    return static_cast<std::byte *>(base) + dtypeBytesFor(cache.type, slot * rowWidth);
+    return cacheRow(base, cache.type, slot, rowWidth);
   };
   // The blocks are read from the first one the step's first row reads: before it, a layer
   // with a window or chunks reads nothing, and its group's table may have given them back.
   KvReach reach{slidingWindow, mask.chunkSize};
-  // A sequence whose blocks are not one run, or a cache of bf16, is read from an fp32 copy of
-  // its keys and values in order; reused across calls.
+  // A sequence's decode step reads the cache in place (attendOne). A prefill whose blocks are
+  // not one run, or of a cache of another type than f32, is read from an fp32 copy of its keys
+  // and values in order (one GEMM of its rows by them); reused across calls.
   thread_local std::vector<float> keysInOrder, valuesInOrder;
   for (const StepSequence &s : c.step.sequences) {
     const int32_t *table = s.blocks + cache.group * c.step.tableStride; // its group's
@@ -266,6 +361,11 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
              size_t(width));
       narrow(v + (s.first + i) * vWidth, cache.type, rowOf(cache.values, slot, vWidth),
              size_t(vWidth));
+    }
+    if (s.count == 1) {
+      attendOne(q + s.first * qWidth, s.cached, table, cache, heads, kvHeads, headDim, scale,
+                reach, softcap, split, out + s.first * oWidth, sinks, valueHeadDim, mask);
+      continue;
     }
     int64_t total = s.cached + s.count, blocks = (total + size - 1) / size;
     int64_t firstBlock = reach.firstRead(s.cached) / size, base = firstBlock * size;
@@ -283,10 +383,10 @@ void attention(Host, const float *q, const float *k, const float *v, int64_t row
       for (int64_t b = firstBlock; b < blocks; ++b) {
         int64_t from = int64_t(table[b]) * size, count = std::min(size, total - b * size);
         int64_t at = (b - firstBlock) * size;
-        widen(rowOf(cache.keys, from, width), cache.type, keysInOrder.data() + at * width,
-              size_t(count * width));
-        widen(rowOf(cache.values, from, vWidth), cache.type, valuesInOrder.data() + at * vWidth,
-              size_t(count * vWidth));
+        widenFast(rowOf(cache.keys, from, width), cache.type, keysInOrder.data() + at * width,
+                  size_t(count * width));
+        widenFast(rowOf(cache.values, from, vWidth), cache.type,
+                  valuesInOrder.data() + at * vWidth, size_t(count * vWidth));
       }
       keysOf = keysInOrder.data();
       valuesOf = valuesInOrder.data();

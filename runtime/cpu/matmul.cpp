@@ -1152,6 +1152,8 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
   gemvScalar(w, x, out, in, bias, y);
 }
 
+} // namespace
+
 /// `count` elements of `type` at `in` as fp32 (as widen() gives them, bit for bit),
 /// vectorized where the CPU allows.
 void widenFast(const void *in, DType type, float *out, size_t count) {
@@ -1174,9 +1176,6 @@ void widenFast(const void *in, DType type, float *out, size_t count) {
 #endif
   widen(in, type, out, count);
 }
-
-
-} // namespace
 
 namespace detail {
 void forceScalarKernels(bool scalar) { forcedScalar.store(scalar); }

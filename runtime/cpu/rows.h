@@ -12,18 +12,31 @@
 
 namespace tpcrt::cpu {
 
-/// The dot product of two rows of `n` floats, eight running sums wide (so it vectorizes).
-inline float dot(const float *a, const float *b, int64_t n) {
+/// `count` elements of `type` at `in` (whole blocks of a block type) as fp32, as widen()
+/// gives them bit for bit, vectorized where the CPU allows (matmul.cpp).
+void widenFast(const void *in, DType type, float *out, size_t count);
+
+/// A bf16 element read where it lies: its fp32 value is its bits shifted up (so loops over
+/// it vectorize).
+struct Bf16 {
+  uint16_t bits;
+};
+inline float fp32(float x) { return x; }
+inline float fp32(Bf16 x) { return bf16ToFloat(x.bits); }
+
+/// The dot product of a row of `n` floats and one of `n` E (float or Bf16), eight running
+/// sums wide (so it vectorizes).
+template <class E> inline float dot(const float *a, const E *b, int64_t n) {
   float lanes[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int j = 0; j < 8; ++j)
-      lanes[j] += a[i + j] * b[i + j];
+      lanes[j] += a[i + j] * fp32(b[i + j]);
   float total = 0;
   for (float lane : lanes)
     total += lane;
   for (; i < n; ++i)
-    total += a[i] * b[i];
+    total += a[i] * fp32(b[i]);
   return total;
 }
 

@@ -455,6 +455,95 @@ TEST(Kernels, AttentionOverAnF16OrQ8_0CacheIsAttentionOverWhatTheCacheHolds) {
   }
 }
 
+TEST(Kernels, DecodeStepsReadEveryCacheTypeInPlace) {
+  // A decode step reads the cache where it lies (attendOne), whatever its type: a 3-token
+  // prefill then decodes to 9 tokens, blocks of 2 out of order, a window of 5, a soft-cap of
+  // 2 that bites, sinks, and rank 0's heads of 9 query heads over 3 KV heads at tp 2 (heads
+  // 0-3 over KV heads 0-1, then a padding head). Each decode output is within 1e-5 of
+  // attention in double over what the cache holds, decoded here from its bytes (bf16's and the
+  // half's bits by hand, q8_0's blocks as llama.cpp lays them out); the padding head is zero.
+  const int64_t local = 5, localKv = 2, hd = 16, width = localKv * hd, size = 2, total = 9;
+  const int64_t window = 5, prompt = 3;
+  const double scale = 0.9, cap = 2.0;
+  const HeadSplit split{3, 0, 4, 0};
+  const std::vector<int32_t> blocks = {4, 1, 3, 0, 2};
+  auto half = [](uint16_t h) {
+    int exponent = (h >> 10) & 31, mantissa = h & 1023;
+    double magnitude = exponent == 0 ? std::ldexp(mantissa, -24)
+                                     : std::ldexp(1024 + mantissa, exponent - 25);
+    return (h & 0x8000) ? -magnitude : magnitude;
+  };
+  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0}) {
+    auto q = randomVector(total * local * hd, 45), k = randomVector(total * width, 46),
+         v = randomVector(total * width, 47), sinks = randomVector(local, 48);
+    for (float &x : q)
+      x *= 3; // scores of a few units: the cap bites
+    size_t rowBytes = dtypeBytesFor(type, width);
+    std::vector<std::byte> keys(5 * size * rowBytes), values(keys.size());
+    KVCache cache{keys.data(), values.data(), 5, size, width, width, type};
+    std::vector<float> out(size_t(total * local * hd), NAN);
+    for (int64_t at = 0; at < total;) {
+      int64_t count = at == 0 ? prompt : 1;
+      Step step;
+      step.tokens = count;
+      step.sequences = {StepSequence{0, count, at, blocks.data(), count}};
+      attention(Host{}, q.data() + at * local * hd, k.data() + at * width, v.data() + at * width,
+                count, local, localKv, hd, scale, window, cap, split, {cache, step},
+                out.data() + at * local * hd, sinks.data());
+      at += count;
+    }
+    auto held = [&](const std::vector<std::byte> &memory, int64_t t, int64_t c) {
+      int64_t slot = int64_t(blocks[size_t(t / size)]) * size + t % size;
+      const std::byte *row = memory.data() + size_t(slot) * rowBytes;
+      uint16_t bits;
+      float f;
+      switch (type) {
+      case DType::F32:
+        std::memcpy(&f, row + 4 * c, 4);
+        return double(f);
+      case DType::BF16: {
+        std::memcpy(&bits, row + 2 * c, 2);
+        uint32_t wide = uint32_t(bits) << 16;
+        std::memcpy(&f, &wide, 4);
+        return double(f);
+      }
+      case DType::F16:
+        std::memcpy(&bits, row + 2 * c, 2);
+        return half(bits);
+      default: {
+        const std::byte *block = row + (c / 32) * 34;
+        std::memcpy(&bits, block, 2);
+        return half(bits) * double(int8_t(block[2 + c % 32]));
+      }
+      }
+    };
+    for (int64_t t = prompt; t < total; ++t)
+      for (int64_t h = 0; h < local; ++h)
+        for (int64_t d = 0; d < hd; ++d) {
+          double want = 0;
+          if (h < split.heads) {
+            int64_t g = h / split.group, from = std::max<int64_t>(0, t - window + 1);
+            std::vector<double> s;
+            double best = sinks[size_t(h)], sum = 0;
+            for (int64_t j = from; j <= t; ++j) {
+              double dot = 0;
+              for (int64_t e = 0; e < hd; ++e)
+                dot += double(q[size_t((t * local + h) * hd + e)]) * held(keys, j, g * hd + e);
+              s.push_back(cap * std::tanh(dot * scale / cap));
+              best = std::max(best, s.back());
+            }
+            for (double &x : s)
+              sum += x = std::exp(x - best);
+            sum += std::exp(sinks[size_t(h)] - best);
+            for (int64_t j = from; j <= t; ++j)
+              want += s[size_t(j - from)] / sum * held(values, j, g * hd + d);
+          }
+          EXPECT_NEAR(out[size_t((t * local + h) * hd + d)], want, 1e-5)
+              << dtypeName(type) << " token " << t << " head " << h;
+        }
+  }
+}
+
 TEST(Kernels, ASlidingWindowReadsOnlyTheBlocksItsGroupKeeps) {
   // A KV window group's cache (tpcrt/kv_groups.h): window 3, blocks of 2 tokens, a prefill of
   // 4 tokens then decodes to 9. After each step the blocks before the first the next query

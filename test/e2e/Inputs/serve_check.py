@@ -15,7 +15,7 @@ Scenarios (each prints lines for FileCheck, and exits non-zero on what it cannot
   adjust      logit_bias and min_tokens change greedy answers as they say (run at tp 2)
   cache       the same chats (a shared system prompt, two turns each, greedy and seeded)
               with prefix caching and with --no-prefix-caching: the same answers, logprobs
-              within 1e-5; cached_tokens the block-rounded shared prefix; /metrics' counters
+              within 5e-5; cached_tokens the block-rounded shared prefix; /metrics' counters
               and gauges, idle: no block held
   churn       1,000 requests, 8 at a time, sharing beginnings: then, idle, no block held
   overload    (--max-num-seqs 1 --max-queue 1) three long requests at once: two 200 and one
@@ -756,7 +756,10 @@ def conversations(server):
 def cache(server, checkpoint, flags):
     """Prefix caching changes no answer and pays where prompts begin alike: the same chats on
     this server (caching on) and on one with --no-prefix-caching give the same text and
-    log-probabilities within 1e-5; each first turn finds the system prompt's full blocks, each
+    log-probabilities within 5e-5 (a prompt's rows computed in a step of a few rows, after a
+    hit, or in one of the whole prompt go through other kernels: the batched matrix-vector
+    ones or sgemm, a decode step's attention or a prefill's; after SmolLM2's 30 layers their
+    roundings differ by up to 1.3e-5 here); each first turn finds the system prompt's full blocks, each
     second turn at least its first turn's prompt; /metrics counts the lookups, and once idle
     no block is held (the cached ones are counted apart)."""
     used = server.metric("kv_cache_blocks_used")
@@ -770,7 +773,7 @@ def cache(server, checkpoint, flags):
     same = all(a[0] == b[0] for a, b in zip(on, off))
     largest = max(abs(x - y) for a, b in zip(on, off) for r, q in zip(a[1], b[1])
                   for x, y in zip(r, q))
-    print("same answers: %s; logprobs within 1e-5: %s" % (same, largest <= 1e-5))
+    print("same answers: %s; logprobs within 5e-5: %s" % (same, largest <= 5e-5))
 
     def lcp(a, b):
         n = 0
