@@ -12,6 +12,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace tpcrt::cpu {
 
 namespace {
@@ -162,8 +166,10 @@ int64_t kvHeadOf(int64_t h, int64_t heads, int64_t kvHeads, const HeadSplit &spl
 /// reads are first .. last, of the query at `position`; Llama 4's temperature and the
 /// soft-cap applied, then the softmax, whose denominator `sink` (the head's, or null) joins
 /// and no value receives; the others come out zero.
-void softmaxScores(float *row, int64_t keys, int64_t first, int64_t last, int64_t position,
-                   const float *sink, double softcap, const AttentionMask &mask) {
+/// Inlined, so that a decode step's (attendOneWide) is compiled for AVX-512 too.
+inline __attribute__((always_inline)) void
+softmaxScores(float *row, int64_t keys, int64_t first, int64_t last, int64_t position,
+              const float *sink, double softcap, const AttentionMask &mask) {
   if (mask.temperatureFloor > 0) { // as the query scaled, in float32
     float factor =
         float(std::log1p(std::floor(float(position + 1) / float(mask.temperatureFloor))) *
@@ -201,9 +207,10 @@ inline std::byte *cacheRow(void *base, DType type, int64_t slot, int64_t rowWidt
 /// cache's rows in place (E float or Bf16), another type's a block of rows at a time widened
 /// into fp32 that stays in cache. So no copy of the sequence's keys and values is made,
 /// whatever the blocks' order, and each key and value row is read once a step and met by every
-/// query head that reads it, not once per head of its group. Each score and weighted sum is
-/// attendSequence's one-row form, key by key in the same order.
-template <class E>
+/// query head that reads it, not once per head of its group. Each score is a dot product of
+/// the query and the key (Dot's), each output the weighted sum of the values key by key: the
+/// prefill's arithmetic in another order, as the scores' GEMM rounds them in its own.
+template <class E, class Dot>
 inline __attribute__((always_inline)) void
 attendOneBody(const float *q, int64_t position, const int32_t *table, const KVCache &cache,
               int64_t heads, int64_t kvHeads, int64_t headDim, double scale, KvReach reach,
@@ -233,7 +240,7 @@ attendOneBody(const float *q, int64_t position, const int32_t *table, const KVCa
       for (int64_t h = 0; h < heads; ++h)
         if (int64_t kv = kvHeadOf(h, heads, kvHeads, split); kv >= 0)
           scores[size_t(h * keys + t - first)] =
-              float(scale) * dot(q + h * headDim, k + kv * headDim, headDim);
+              float(scale) * Dot::of(q + h * headDim, k + kv * headDim, headDim);
   }
   for (int64_t h = 0; h < heads; ++h)
     if (kvHeadOf(h, heads, kvHeads, split) >= 0)
@@ -264,26 +271,62 @@ attendOneBody(const float *q, int64_t position, const int32_t *table, const KVCa
   q, position, table, cache, heads, kvHeads, headDim, scale, reach, softcap, split, out, sinks, \
       valueHeadDim, mask
 
-// attendOneBody compiled twice: for the CPUs with AVX-512 (its loops wider, with FMA) and
-// for every x86-64.
+/// dot() as it is compiled where it is called.
+struct PlainDot {
+  template <class E> static float of(const float *a, const E *b, int64_t n) {
+    return dot(a, b, n);
+  }
+};
+
+// attendOneBody compiled twice: for the CPUs with AVX-512 (its dot products sixteen lanes
+// wide, the rest as the compiler vectorizes it for them) and for every x86-64.
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx2,fma"))) void attendOneWide(TPC_ATTEND_ONE_ARGS) {
+// GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized (GCC bug 105593; see matmul.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define TPC_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
+/// A dot product in sixteen lanes, reduced once at its end (for a head of 64, four FMAs and a
+/// reduction, where dot()'s eight lanes compile to four-lane halves).
+struct WideDot {
+  template <class E> TPC_AVX512 static inline float of(const float *a, const E *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      __m512 wide;
+      if constexpr (std::is_same_v<E, Bf16>)
+        wide = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + i))),
+            16));
+      else
+        wide = _mm512_loadu_ps(b + i);
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), wide, acc);
+    }
+    float total = _mm512_reduce_add_ps(acc);
+    for (; i < n; ++i)
+      total += a[i] * fp32(b[i]);
+    return total;
+  }
+};
+
+TPC_AVX512 void attendOneWide(TPC_ATTEND_ONE_ARGS) {
   if (cache.type == DType::BF16)
-    return attendOneBody<Bf16>(TPC_ATTEND_ONE_CALL);
-  attendOneBody<float>(TPC_ATTEND_ONE_CALL);
+    return attendOneBody<Bf16, WideDot>(TPC_ATTEND_ONE_CALL);
+  attendOneBody<float, WideDot>(TPC_ATTEND_ONE_CALL);
 }
+#undef TPC_AVX512
+#pragma GCC diagnostic pop
 #endif
 
 void attendOne(TPC_ATTEND_ONE_ARGS) {
 #if defined(__x86_64__)
-  static const bool wide = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
-  if (wide)
+  // AVX-512 F and BW with FMA, unless a test switched the wide or the vector kernels off.
+  if (avx512Allowed() && detail::vectorKernelsFor(DType::F32))
     return attendOneWide(TPC_ATTEND_ONE_CALL);
 #endif
   if (cache.type == DType::BF16)
-    return attendOneBody<Bf16>(TPC_ATTEND_ONE_CALL);
-  attendOneBody<float>(TPC_ATTEND_ONE_CALL);
+    return attendOneBody<Bf16, PlainDot>(TPC_ATTEND_ONE_CALL);
+  attendOneBody<float, PlainDot>(TPC_ATTEND_ONE_CALL);
 }
 #undef TPC_ATTEND_ONE_ARGS
 #undef TPC_ATTEND_ONE_CALL

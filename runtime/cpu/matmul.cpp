@@ -1074,14 +1074,6 @@ bool hasF16c() {
 #undef TPC_AVX2
 #endif
 
-/// Whether the AVX-512 kernels may run: the CPU has them and they are not switched off.
-bool avx512Allowed() {
-#if defined(__x86_64__)
-  return !forcedAvx2.load(std::memory_order_relaxed) && hasAvx512();
-#else
-  return false;
-#endif
-}
 
 /// Whether the one-row linear of `type` uses AVX-512 on this CPU (the block types whose
 /// Quant says kWide, unless switched off); only where vectorKernels() holds.
@@ -1153,6 +1145,14 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
 }
 
 } // namespace
+
+bool avx512Allowed() {
+#if defined(__x86_64__)
+  return !forcedAvx2.load(std::memory_order_relaxed) && hasAvx512();
+#else
+  return false;
+#endif
+}
 
 /// `count` elements of `type` at `in` as fp32 (as widen() gives them, bit for bit),
 /// vectorized where the CPU allows.

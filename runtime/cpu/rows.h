@@ -12,6 +12,10 @@
 
 namespace tpcrt::cpu {
 
+/// Whether the AVX-512 kernels may run: the CPU has AVX-512 F and BW, and no test switched
+/// them off (detail::forceAvx2Kernels; matmul.cpp).
+bool avx512Allowed();
+
 /// `count` elements of `type` at `in` (whole blocks of a block type) as fp32, as widen()
 /// gives them bit for bit, vectorized where the CPU allows (matmul.cpp).
 void widenFast(const void *in, DType type, float *out, size_t count);

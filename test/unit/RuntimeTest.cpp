@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -458,12 +459,14 @@ TEST(Kernels, AttentionOverAnF16OrQ8_0CacheIsAttentionOverWhatTheCacheHolds) {
 TEST(Kernels, DecodeStepsReadEveryCacheTypeInPlace) {
   // A decode step reads the cache where it lies (attendOne), whatever its type: a 3-token
   // prefill then decodes to 9 tokens, blocks of 2 out of order, a window of 5, a soft-cap of
-  // 2 that bites, sinks, and rank 0's heads of 9 query heads over 3 KV heads at tp 2 (heads
-  // 0-3 over KV heads 0-1, then a padding head). Each decode output is within 1e-5 of
-  // attention in double over what the cache holds, decoded here from its bytes (bf16's and the
-  // half's bits by hand, q8_0's blocks as llama.cpp lays them out); the padding head is zero.
-  const int64_t local = 5, localKv = 2, hd = 16, width = localKv * hd, size = 2, total = 9;
-  const int64_t window = 5, prompt = 3;
+  // 2 that bites, sinks, values of heads twice the keys' (MLA's shapes), and rank 0's heads of
+  // 9 query heads over 3 KV heads at tp 2 (heads 0-3 over KV heads 0-1, then a padding head);
+  // with the AVX-512 kernels where the CPU has them, and without. Each decode output is
+  // within 1e-5 of attention in double over what the cache holds, decoded here from its bytes
+  // (bf16's and the half's bits by hand, q8_0's blocks as llama.cpp lays them out); the
+  // padding head is zero.
+  const int64_t local = 5, localKv = 2, hd = 16, vhd = 32, width = localKv * hd;
+  const int64_t vWidth = localKv * vhd, size = 2, total = 9, window = 5, prompt = 3;
   const double scale = 0.9, cap = 2.0;
   const HeadSplit split{3, 0, 4, 0};
   const std::vector<int32_t> blocks = {4, 1, 3, 0, 2};
@@ -473,28 +476,32 @@ TEST(Kernels, DecodeStepsReadEveryCacheTypeInPlace) {
                                      : std::ldexp(1024 + mantissa, exponent - 25);
     return (h & 0x8000) ? -magnitude : magnitude;
   };
-  for (DType type : {DType::F32, DType::BF16, DType::F16, DType::Q8_0}) {
+  for (int mode = 0; mode < 8; ++mode) { // with AVX-512 where the CPU has it, then without
+    const bool avx2 = mode >= 4;
+    const DType type = std::array{DType::F32, DType::BF16, DType::F16, DType::Q8_0}[mode % 4];
+    detail::forceAvx2Kernels(avx2);
     auto q = randomVector(total * local * hd, 45), k = randomVector(total * width, 46),
-         v = randomVector(total * width, 47), sinks = randomVector(local, 48);
+         v = randomVector(total * vWidth, 47), sinks = randomVector(local, 48);
     for (float &x : q)
       x *= 3; // scores of a few units: the cap bites
-    size_t rowBytes = dtypeBytesFor(type, width);
-    std::vector<std::byte> keys(5 * size * rowBytes), values(keys.size());
-    KVCache cache{keys.data(), values.data(), 5, size, width, width, type};
-    std::vector<float> out(size_t(total * local * hd), NAN);
+    size_t rowBytes = dtypeBytesFor(type, width), vRowBytes = dtypeBytesFor(type, vWidth);
+    std::vector<std::byte> keys(5 * size * rowBytes), values(5 * size * vRowBytes);
+    KVCache cache{keys.data(), values.data(), 5, size, width, vWidth, type};
+    std::vector<float> out(size_t(total * local * vhd), NAN);
     for (int64_t at = 0; at < total;) {
       int64_t count = at == 0 ? prompt : 1;
       Step step;
       step.tokens = count;
       step.sequences = {StepSequence{0, count, at, blocks.data(), count}};
-      attention(Host{}, q.data() + at * local * hd, k.data() + at * width, v.data() + at * width,
-                count, local, localKv, hd, scale, window, cap, split, {cache, step},
-                out.data() + at * local * hd, sinks.data());
+      attention(Host{}, q.data() + at * local * hd, k.data() + at * width,
+                v.data() + at * vWidth, count, local, localKv, hd, scale, window, cap, split,
+                {cache, step}, out.data() + at * local * vhd, sinks.data(), vhd);
       at += count;
     }
     auto held = [&](const std::vector<std::byte> &memory, int64_t t, int64_t c) {
       int64_t slot = int64_t(blocks[size_t(t / size)]) * size + t % size;
-      const std::byte *row = memory.data() + size_t(slot) * rowBytes;
+      const std::byte *row =
+          memory.data() + size_t(slot) * (&memory == &keys ? rowBytes : vRowBytes);
       uint16_t bits;
       float f;
       switch (type) {
@@ -519,7 +526,7 @@ TEST(Kernels, DecodeStepsReadEveryCacheTypeInPlace) {
     };
     for (int64_t t = prompt; t < total; ++t)
       for (int64_t h = 0; h < local; ++h)
-        for (int64_t d = 0; d < hd; ++d) {
+        for (int64_t d = 0; d < vhd; ++d) {
           double want = 0;
           if (h < split.heads) {
             int64_t g = h / split.group, from = std::max<int64_t>(0, t - window + 1);
@@ -536,12 +543,14 @@ TEST(Kernels, DecodeStepsReadEveryCacheTypeInPlace) {
               sum += x = std::exp(x - best);
             sum += std::exp(sinks[size_t(h)] - best);
             for (int64_t j = from; j <= t; ++j)
-              want += s[size_t(j - from)] / sum * held(values, j, g * hd + d);
+              want += s[size_t(j - from)] / sum * held(values, j, g * vhd + d);
           }
-          EXPECT_NEAR(out[size_t((t * local + h) * hd + d)], want, 1e-5)
-              << dtypeName(type) << " token " << t << " head " << h;
+          EXPECT_NEAR(out[size_t((t * local + h) * vhd + d)], want, 1e-5)
+              << dtypeName(type) << (avx2 ? " without AVX-512" : "") << " token " << t
+              << " head " << h;
         }
   }
+  detail::forceAvx2Kernels(false);
 }
 
 TEST(Kernels, ASlidingWindowReadsOnlyTheBlocksItsGroupKeeps) {

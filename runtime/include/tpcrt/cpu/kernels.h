@@ -69,11 +69,12 @@ std::string matrixKernels();
 
 /// Switches for tests and benchmarks, not for programs.
 namespace detail {
-/// linear and embedding without the AVX2 kernels (as on a CPU without them) while `scalar`.
+/// linear, embedding and a decode step's attention without the AVX2 and AVX-512 kernels (as on
+/// a CPU without them) while `scalar`.
 void forceScalarKernels(bool scalar);
 /// Whether linear reads a W of `type` with the AVX2 kernels now.
 bool vectorKernelsFor(DType type);
-/// The one-row linear of quantized W without AVX-512 (AVX2's) while `avx2`.
+/// The linears and a decode step's attention without AVX-512 while `avx2`.
 void forceAvx2Kernels(bool avx2);
 /// Whether the one-row linear reads a W of `type` with AVX-512 now (the float types and the block
 /// types but Q4_1, on a CPU with AVX-512 F and BW).
