@@ -1,6 +1,8 @@
 // The server (server.h). Threads: the connection layer's I/O thread (http.h) reads requests
 // and writes answers; two reader threads check completion requests (JSON, the chat template,
-// the tokenizer: work too long for the I/O thread); rank 0's main thread runs the engine. No
+// the tokenizer: work too long for the I/O thread); two compiler threads compile structured
+// outputs' grammars (work that may take seconds, kept off the readers so that a slow grammar
+// never delays another request's reading); rank 0's main thread runs the engine. No
 // thread waits on a client: a checked request (a Job) goes to the inbox under the server's
 // mutex, the engine thread submits it, steps, and writes each token's text to its exchange,
 // which queues it for the I/O thread. A client that goes away (it closed its connection, or
@@ -48,6 +50,9 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMaxBodyBytes = uint64_t(4) << 20;
 /// Threads that read completion requests.
 constexpr size_t kReaders = 2;
+/// Threads that compile requests' grammars: one compiles (Grammars compiles one at a time)
+/// while the other refuses, as busy, what has waited kCompileQueueWait behind it.
+constexpr size_t kCompilers = 2;
 
 /// SIGTERM or SIGINT on rank 0: drain and exit.
 volatile std::sig_atomic_t terminateRequested = 0;
@@ -207,6 +212,7 @@ struct Server::State {
   std::unique_ptr<GgufFile> gguf; // a GGUF checkpoint's tokenizer and template live in it
   std::unique_ptr<http::Server> http;
   std::unique_ptr<Workers> readers;
+  std::unique_ptr<Workers> compilers; // structured outputs' grammars (kCompilers)
   std::string address; // HOST:PORT, as bound
   int64_t created = 0; // Unix seconds, for the responses
   uint64_t nextId = 0;
@@ -242,8 +248,16 @@ struct Server::State {
               std::vector<std::pair<std::string, std::string>> headers = {});
   std::string metrics();
   void cancel(const std::shared_ptr<Job> &job);
-  // A reader thread.
+  // A reader thread: the request read and checked, then admitted or handed to a compiler.
   void complete(const std::shared_ptr<Job> &job, bool chat);
+  // A compiler thread: its grammar compiled, then admitted.
+  void constrain(const std::shared_ptr<Job> &job, bool chat, Clock::time_point queued);
+  // Either: a checked job goes to the engine's inbox (its stream opened first).
+  void admit(const std::shared_ptr<Job> &job, bool chat);
+  /// An admitted request refused before it reached the engine: its slot given back.
+  void refuseAdmitted(Job &job, const ApiError &error, const char *rejectedAs);
+  /// An exception while checking: logged under the request's id, a 500 naming that id.
+  void internalError(Job &job, const std::exception &e);
   /// POST /tokenize or /detokenize: read, answered, and its admission's slot given back.
   void tokenize(const std::shared_ptr<http::Exchange> &exchange, const std::string &id,
                 bool detokenize);
@@ -528,18 +542,10 @@ void Server::State::tokenize(const std::shared_ptr<http::Exchange> &exchange,
 }
 
 void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
-  http::Exchange &exchange = *job->exchange;
-  auto refused = [&](const ApiError &error, const char *as) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      --inFlight;
-    }
-    refuse(exchange, job->id, error, as);
-  };
   try {
     if (std::optional<ApiError> bad =
-            readRequest(exchange.request().body, chat, context, job->api)) {
-      refused(*bad, bad->status == 404 ? "not_found" : "invalid");
+            readRequest(job->exchange->request().body, chat, context, job->api)) {
+      refuseAdmitted(*job, *bad, bad->status == 404 ? "not_found" : "invalid");
       return;
     }
     // (run() set the arguments before `ready`, which admission read under the mutex: they
@@ -567,35 +573,65 @@ void Server::State::complete(const std::shared_ptr<Job> &job, bool chat) {
       if (job->api.stream && job->api.toolFormat)
         job->choices[size_t(i)].tools.emplace(*job->api.toolFormat, job->api.namedTool);
     }
-    // Structured outputs: one grammar compiled (here, off the engine's thread), a matcher a
-    // choice.
-    if (job->api.structured.kind != StructuredSpec::None) {
-      std::string error;
-      bool busy = false;
-      std::vector<std::shared_ptr<TokenConstraint>> constraints =
-          grammars->make(job->api.structured, job->api.n, error, &busy);
-      if (constraints.empty() && busy) { // another request's grammar: no fault of this one
-        refused({503, error, "", "grammar_compiler_busy"}, "grammar_busy");
-        return;
-      }
-      if (constraints.empty()) {
-        refused({400, "field '" + job->api.structured.field + "' cannot be compiled: " + error,
-                 job->api.structured.field, ""},
-                "invalid");
-        return;
-      }
-      for (size_t i = 0; i < constraints.size(); ++i)
-        job->requests[i].constraint = std::move(constraints[i]);
-    }
   } catch (const std::exception &e) {
-    // What went wrong inside is the server's log's, under the request's id; the client
-    // learns that id, not the server's internals (paths, exception texts).
-    std::fprintf(stderr, "tpc serve: request %s: internal error: %s\n", job->id.c_str(),
-                 e.what());
-    refused({500, "internal error; the server's log has it under request id " + job->id},
-            "internal");
+    internalError(*job, e);
     return;
   }
+  // Structured outputs: the grammar compiles on a compiler thread, so that a slow one never
+  // holds a reader (and every request queued behind it).
+  if (job->api.structured.kind != StructuredSpec::None) {
+    compilers->post([this, job, chat, queued = Clock::now()] { constrain(job, chat, queued); });
+    return;
+  }
+  admit(job, chat);
+}
+
+void Server::State::constrain(const std::shared_ptr<Job> &job, bool chat,
+                              Clock::time_point queued) {
+  try {
+    // One grammar compiled, a matcher a choice.
+    std::string error;
+    bool busy = false;
+    std::vector<std::shared_ptr<TokenConstraint>> constraints =
+        grammars->make(job->api.structured, job->api.n, error, &busy, queued);
+    if (constraints.empty() && busy) { // another request's grammar: no fault of this one
+      refuseAdmitted(*job, {503, error, "", "grammar_compiler_busy"}, "grammar_busy");
+      return;
+    }
+    if (constraints.empty()) {
+      refuseAdmitted(*job,
+                     {400, "field '" + job->api.structured.field + "' cannot be compiled: " + error,
+                      job->api.structured.field, ""},
+                     "invalid");
+      return;
+    }
+    for (size_t i = 0; i < constraints.size(); ++i)
+      job->requests[i].constraint = std::move(constraints[i]);
+  } catch (const std::exception &e) {
+    internalError(*job, e);
+    return;
+  }
+  admit(job, chat);
+}
+
+void Server::State::refuseAdmitted(Job &job, const ApiError &error, const char *rejectedAs) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    --inFlight;
+  }
+  refuse(*job.exchange, job.id, error, rejectedAs);
+}
+
+void Server::State::internalError(Job &job, const std::exception &e) {
+  // What went wrong inside is the server's log's, under the request's id; the client learns
+  // that id, not the server's internals (paths, exception texts).
+  std::fprintf(stderr, "tpc serve: request %s: internal error: %s\n", job.id.c_str(), e.what());
+  refuseAdmitted(job, {500, "internal error; the server's log has it under request id " + job.id},
+                 "internal");
+}
+
+void Server::State::admit(const std::shared_ptr<Job> &job, bool chat) {
+  http::Exchange &exchange = *job->exchange;
   job->usage.prompt = int64_t(job->requests.front().prompt.size());
   if (job->api.stream) {
     http::Response head = jsonResponse(200, "", job->id);
@@ -838,6 +874,7 @@ std::unique_ptr<Server> Server::start(const ModelSpec &spec, const Args &args,
   std::signal(SIGTERM, onTerminate);
   std::signal(SIGINT, onTerminate);
   s.readers = std::make_unique<Workers>(kReaders);
+  s.compilers = std::make_unique<Workers>(kCompilers);
   s.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
               std::to_string(s.http->port());
   s.http->start([&s](std::shared_ptr<http::Exchange> exchange) { s.handle(exchange); });
@@ -855,6 +892,7 @@ Server::~Server() {
     return;
   state->http.reset(); // no handler runs after this
   state->readers.reset();
+  state->compilers.reset(); // (after the readers, which hand it jobs)
 }
 
 int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, const Group &group,

@@ -227,7 +227,8 @@ std::string messageOf(const std::exception &e) {
 } // namespace
 
 std::vector<std::shared_ptr<TokenConstraint>>
-Grammars::make(const StructuredSpec &spec, int64_t n, std::string &error, bool *busy) {
+Grammars::make(const StructuredSpec &spec, int64_t n, std::string &error, bool *busy,
+               std::chrono::steady_clock::time_point queued) {
   if (busy)
     *busy = false;
   if (spec.kind == StructuredSpec::None)
@@ -244,7 +245,7 @@ Grammars::make(const StructuredSpec &spec, int64_t n, std::string &error, bool *
   };
   // One compile at a time; a request that would wait long for another's is refused as busy.
   std::unique_lock<std::timed_mutex> lock(mutex, std::defer_lock);
-  if (!lock.try_lock_for(kCompileQueueWait))
+  if (!lock.try_lock_until(queued + kCompileQueueWait))
     return refuseBusy("the grammar compiler is busy with other requests' grammars; try again");
   // The compiler cannot be stopped, and a short regex of repeated classes can take it
   // seconds: it runs on a thread of its own, and a request waits for it compileLimit at
@@ -303,8 +304,9 @@ Grammars::Grammars(const Tokenizer &, int64_t, std::vector<int64_t>,
 
 Grammars::~Grammars() = default;
 
-std::vector<std::shared_ptr<TokenConstraint>> Grammars::make(const StructuredSpec &spec, int64_t,
-                                                             std::string &error, bool *busy) {
+std::vector<std::shared_ptr<TokenConstraint>>
+Grammars::make(const StructuredSpec &spec, int64_t, std::string &error, bool *busy,
+               std::chrono::steady_clock::time_point) {
   if (busy)
     *busy = false;
   if (spec.kind != StructuredSpec::None)

@@ -51,14 +51,15 @@ constexpr int64_t kGrammarCacheBytes = int64_t(256) << 20;
 /// The longest a request waits for its grammar to compile; one that takes longer is refused,
 /// and the compile, which cannot be stopped, finishes alone before any other starts.
 constexpr std::chrono::milliseconds kCompileLimit{10'000};
-/// The longest a request waits for another's compile to end before its own starts: past it,
-/// the compiler is busy (a 503 to retry), so that a slow grammar holds one reader thread, not
-/// every request behind it.
+/// The longest a request waits, from the time it was queued, for another's compile to end
+/// before its own starts: past it, the compiler is busy (a 503 to retry), never a queue that
+/// grows behind a slow grammar.
 constexpr std::chrono::milliseconds kCompileQueueWait{1'000};
 
 /// One server's grammars: the vocabulary as the grammar engine reads it, and a compiler (with
 /// its cache of compiled grammars, kGrammarCacheBytes at most). Compiling may take a while:
-/// the readers call it, off the engine's thread; one at a time.
+/// the server calls it on threads of its own (neither the engine's nor the readers'); one
+/// compile at a time.
 class Grammars {
 public:
   /// Over `tokenizer`'s vocabulary of `vocab` ids (the model's: ids past the tokenizer's are
@@ -71,10 +72,12 @@ public:
   /// is over kMaxGrammarBytes, it took over `compileLimit` (given to the constructor), or one
   /// that did is still compiling.
   /// `busy` (where given) says whether the error is the compiler's being busy with another
-  /// request's grammar (kCompileQueueWait passed, or an overrun still compiling): no fault of
-  /// this request's, which may be sent again.
-  std::vector<std::shared_ptr<TokenConstraint>> make(const StructuredSpec &spec, int64_t n,
-                                                     std::string &error, bool *busy = nullptr);
+  /// request's grammar (kCompileQueueWait passed since `queued`, or an overrun still
+  /// compiling): no fault of this request's, which may be sent again. A request queued longer
+  /// ago than kCompileQueueWait starts only where the compiler is free at once.
+  std::vector<std::shared_ptr<TokenConstraint>>
+  make(const StructuredSpec &spec, int64_t n, std::string &error, bool *busy = nullptr,
+       std::chrono::steady_clock::time_point queued = std::chrono::steady_clock::now());
 
 private:
   struct Impl;
