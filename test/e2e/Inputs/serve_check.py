@@ -716,6 +716,70 @@ def structured(server):
             {"messages": [{"role": "user", "content": "x"}]}, **body))
         e = json.loads(text)["error"]
         print("%s: %s param=%s: %s" % (name, status, e["param"], e["message"]))
+    compiling(server)
+
+
+def compiling(server):
+    """A grammar that takes the compiler seconds (a regex of repeated classes) holds neither
+    reader: while it compiles, a second such grammar waits its second and is refused as busy
+    (503, to send again), and requests of every kind sent after that one are answered before
+    it is refused, that is, not behind it on a reader (where they were, before the compiler
+    had threads of its own)."""
+    answers = {}
+
+    def slow(name, letters):  # about 5 s with SmolLM2's vocabulary here, alone
+        started = time.time()
+        status, text, _ = server.post("/v1/completions", {
+            "prompt": "x", "max_tokens": 1, "structured_outputs": {
+                "regex": "".join("[^%s]{1000}" % letter for letter in letters)}}, timeout=120)
+        answers[name] = (status, text, time.time() - started, time.time())
+
+    first = threading.Thread(target=slow, args=("first", "abcdef"))
+    first.start()
+    time.sleep(0.5)  # the first compiling
+    second = threading.Thread(target=slow, args=("second", "ghijkl"))
+    second.start()
+    time.sleep(0.2)  # the second waiting for the compiler
+    others = []
+    for path, body in [("/tokenize", {"prompt": "Hello world"}),
+                       ("/v1/completions", {"prompt": "Hello", "max_tokens": 2}),
+                       ("/tokenize", {"prompt": "Goodbye"})]:
+        status, text, _ = server.post(path, body)
+        if status != 200:
+            fail("%s while a grammar compiles: %s %s" % (path, status, text))
+        others.append(time.time())
+    second.join()
+    first.join()
+    status, text, _, _ = answers["second"]
+    code = json.loads(text)["error"].get("code") if status != 200 else None
+    print("second slow grammar meanwhile: %s %s" % (status, code))
+    print("other requests answered before it: %s" % all(t < answers["second"][3] for t in others))
+    status, text, seconds, _ = answers["first"]
+    # Within the compile limit it is answered; past it (a slow machine), refused by that limit.
+    print("first slow grammar: %s" % (
+        "answered" if status == 200 or "took more than" in text else "%s %s" % (status, text)))
+    if answers["first"][2] < 1.5:
+        fail("the slow grammar compiled in %.1f s: too fast to hold the compiler" % seconds)
+
+
+def masked(server):
+    """A greedy request, then another under a regex, one at a time (each step holds one
+    sequence), for a server run with --trace: the test holds the trace to analyze's steps, the
+    first request's found on the ranks (an argmax), the second's with its logits gathered for
+    rank 0's mask every step."""
+    def complete(prompt, **extra):
+        status, text, _ = server.post("/v1/completions", dict(
+            {"prompt": prompt, "max_tokens": 6, "temperature": 0}, **extra))
+        if status != 200:
+            fail("%s: %s" % (status, text))
+        return json.loads(text)
+
+    plain = complete([3, 1, 4, 1, 5, 9, 2, 6], ignore_eos=True)
+    print("greedy: %d tokens" % plain["usage"]["completion_tokens"])
+    regex = complete([2, 7, 1, 8, 2, 8, 1, 8], structured_outputs={"regex": "[a-z]{6}"})
+    print("regex: %d tokens, matches: %s" % (
+        regex["usage"]["completion_tokens"],
+        bool(re.fullmatch("[a-z]{6}", regex["choices"][0]["text"]))))
 
 
 SYSTEM = ("You are a careful assistant for a small museum of clocks. Answer visitors in one "
@@ -1251,7 +1315,7 @@ def main():
         else:
             {"errors": errors, "template": template, "stream": stream, "adjust": adjust,
              "churn": churn, "choices": choices, "failing": failing,
-             "structured": structured,
+             "structured": structured, "masked": masked,
              "overload": overload,
              "disconnect": disconnect, "hostile": hostile}[scenario](server)
     finally:
