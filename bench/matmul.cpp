@@ -46,10 +46,10 @@ constexpr DType kTypes[] = {DType::F32, DType::BF16, DType::F16};
 constexpr Shape kQuantizedShapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
 constexpr DType kQuantizedTypes[] = {DType::F32,  DType::BF16, DType::Q8_0, DType::Q4_0,
                                      DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K,
-                                     DType::Q5_K, DType::Q6_K};
+                                     DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
 /// `count` weights of `type`, values uniform in [-1, 1), on a cache-line boundary; of a
-/// quantized type, random blocks with finite f16 scales of about 1 / 16.
+/// quantized type, random blocks with finite scales of about 1 / 16.
 void *randomWeights(DType type, size_t count, unsigned seed) {
   size_t stored = dtypeBytesFor(type, int64_t(count)), bytes = (stored + 63) / 64 * 64;
   void *data = std::aligned_alloc(64, bytes);
@@ -64,6 +64,10 @@ void *randomWeights(DType type, size_t count, unsigned seed) {
     bool offset = type == DType::Q4_1 || type == DType::Q5_1 || type == DType::Q4_K ||
                   type == DType::Q5_K;
     for (size_t at = 0; at < stored; at += dtypeBlockBytes(type)) {
+      if (type == DType::MXFP4) { // an E8M0 byte: 2^(124 - 128), the others' 1 / 16
+        block[at] = 124;
+        continue;
+      }
       std::memcpy(block + at + (type == DType::Q6_K ? 208 : 0), &scale, sizeof scale);
       if (offset)
         std::memcpy(block + at + 2, &scale, sizeof scale);

@@ -156,7 +156,8 @@ def TP_WeightType : I32EnumAttr<"WeightType", "the element type a weight is stor
     I32EnumAttrCase<"q5_0", 7>,
     I32EnumAttrCase<"q5_1", 8>,
     I32EnumAttrCase<"q5_k", 9>,
-    I32EnumAttrCase<"q6_k", 10>
+    I32EnumAttrCase<"q6_k", 10>,
+    I32EnumAttrCase<"mxfp4", 11>
   ]> {
   let cppNamespace = "::tpc::tp";
   let genSpecializedAttr = 0;

@@ -219,7 +219,7 @@ def TPWeightStorage : Pass<"tp-weight-storage", "::mlir::ModuleOp"> {
     - a target whose activations are not f32 (the GPU's bf16) holds every weight in the
       activation type;
     - the CPU target keeps a matrix in its stored type (f32, bf16, f16, and ggml's q8_0,
-      q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k blocks) where every use of it is a
+      q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k and mxfp4 blocks) where every use of it is a
       `tp.linear` weight or a `tp.embedding` table, the kernels that read those types and
       widen or decode them to fp32 in registers; every other parameter (norms, biases,
       routers, experts) is held in f32. A block matrix whose split along its input

@@ -277,11 +277,21 @@ TPC_INT8 void rowsTimes(const uint8_t *w, size_t rowBytes, int64_t first, int64_
   }
 }
 
-/// A 32-element block of W of T (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) as 32 unsigned integers in
-/// element order, its scale d and its offset (what meets d times x's sum over the block:
-/// -128 d, -8 d, -16 d, or m).
+/// A 32-element block of W of T (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4) as 32 unsigned
+/// integers in element order, its scale d and its offset (what meets d times x's sum over the
+/// block: -128 d, -8 d, -16 d, m, or -12 d).
 template <DType T>
 TPC_INT8 inline __m256i unsigned32(const uint8_t *block, float &d, float &offset) {
+  if constexpr (T == DType::MXFP4) { // E2M1's values doubled, -12 to 12: v + 12 is unsigned
+    d = mxfp4Scale(block[0]);
+    offset = -12 * d;
+    const __m128i table = _mm_add_epi8(
+        _mm_loadu_si128(reinterpret_cast<const __m128i *>(kMxfp4Values)), _mm_set1_epi8(12));
+    const __m128i low = _mm_set1_epi8(0x0f);
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(block + 1));
+    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), low)),
+                            _mm_shuffle_epi8(table, _mm_and_si128(bytes, low)));
+  }
   d = f16At(block);
   if constexpr (T == DType::Q8_0) { // signed int8: w + 128 is unsigned
     offset = -128 * d;

@@ -274,6 +274,8 @@ template <DType T> TPC_AVX2 void widenAvx2(const void *in, float *out, size_t co
 //   Q5_K: as Q4_K with 32 bytes of fifth bits before the nibbles
 //   Q6_K: 6-bit q in 192 bytes, sixteen int8 scales s_k (one per 16 elements), f16 d;
 //                                                         eight groups, (d s_k) (q - 32)
+//   MXFP4: E8M0 e, then 16 bytes of nibbles;               one group, 2^(e-128) v(q), v being
+//          E2M1's values doubled (kMxfp4Values, rows.h) and the scale a power of two
 // In Q4_0 and Q4_1 element j < 16 is the low nibble of byte j and element j + 16 its high
 // nibble; in Q4_K group 2c takes the low nibbles of bytes 32c .. 32c + 31 in order, group
 // 2c + 1 their high nibbles; Q5_0, Q5_1 and Q5_K add a fifth bit to each, and Q6_K is laid
@@ -409,6 +411,36 @@ template <> struct Quant<DType::Q4_K> {
       __m256i lanes = unsigned8(bytes + 8 * i);
       q[i] = _mm256_cvtepi32_ps(g % 2 ? _mm256_srli_epi32(lanes, 4) : _mm256_and_si256(lanes, low));
     }
+  }
+};
+
+/// MXFP4: Q4_0's nibbles, each the index of an E2M1 value (kMxfp4Values, looked up sixteen
+/// at a time by a byte shuffle), and one power-of-two scale.
+template <> struct Quant<DType::MXFP4> {
+  static constexpr int64_t kRows = 8;
+  static constexpr int kGroups = 1;
+  static constexpr size_t kBytes = 17;
+  static constexpr bool kOffsets = false;
+  static constexpr bool kWide = true;
+  struct Scales {
+    __m256 d;
+    TPC_AVX2 explicit Scales(const uint8_t *block) : d(_mm256_set1_ps(mxfp4Scale(block[0]))) {}
+    TPC_AVX2 __m256 scale(int) const { return d; }
+  };
+  /// The values of the block's 32 nibbles as int8, elements 0..15 then 16..31.
+  TPC_AVX2 static void values(const uint8_t *block, __m128i &first, __m128i &second) {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i *>(kMxfp4Values));
+    const __m128i low = _mm_set1_epi8(0x0f);
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(block + 1));
+    first = _mm_shuffle_epi8(table, _mm_and_si128(bytes, low));
+    second = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), low));
+  }
+  TPC_AVX2 static void quants(const uint8_t *block, int, const Scales &, __m256 q[4]) {
+    __m128i half[2];
+    values(block, half[0], half[1]);
+    for (int i = 0; i < 4; ++i)
+      q[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+          i % 2 ? _mm_srli_si128(half[i / 2], 8) : half[i / 2]));
   }
 };
 
@@ -701,6 +733,11 @@ TPC_AVX512 inline void quants512(const uint8_t *block, int g,
     __m512i lanes = unsigned16(block + 2), eight = _mm512_set1_epi32(8);
     q[0] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(lanes, low), eight));
     q[1] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(lanes, 4), eight));
+  } else if constexpr (T == DType::MXFP4) {
+    __m128i half[2];
+    Quant<T>::values(block, half[0], half[1]);
+    for (int i = 0; i < 2; ++i)
+      q[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(half[i]));
   } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
     // Q4_0's nibbles with a fifth bit each, bit j of the word before them for element j.
     constexpr size_t kHigh = Quant<T>::kHigh;
@@ -755,13 +792,13 @@ TPC_AVX512 inline void quants512(const uint8_t *block, int g,
 }
 
 /// Group g's scale in all sixteen lanes: Q4_K's and Q5_K's from their Scales' table, Q6_K's d
-/// from its Scales, the others' converted from the block's f16 d straight into sixteen lanes.
+/// and MXFP4's from their Scales, the others' converted from the block's f16 d straight into sixteen lanes.
 template <DType T>
 TPC_AVX512 inline __m512 scale512(const uint8_t *block, const typename Quant<T>::Scales &scales,
                                   int g) {
   if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
     return _mm512_set1_ps(scales.scales[g]);
-  } else if constexpr (T == DType::Q6_K) {
+  } else if constexpr (T == DType::Q6_K || T == DType::MXFP4) {
     return _mm512_set1_ps(_mm256_cvtss_f32(scales.d)); // converted once per block
   } else {
     uint16_t bits;

@@ -238,6 +238,21 @@ void dequantQ8_0(const uint8_t *b, float *out) {
     out[j] = float(int8_t(b[2 + j])) * d;
 }
 
+// MXFP4 (OCP microscaling FP4, GPT-OSS's experts): one E8M0 byte e, then 16 bytes of
+// nibbles as Q4_0; each nibble indexes E2M1's values doubled (0, 1, 2, 3, 4, 6, 8, 12 and
+// their negatives, 8 being -0 as 0), times half the scale, 2^(e - 127) / 2, which gguf-py
+// (and ggml's ggml_e8m0_to_fp32_half) build as the bits of a float: e < 2 a subnormal.
+void dequantMXFP4(const uint8_t *b, float *out) {
+  static constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  uint32_t bits = b[0] < 2 ? uint32_t(0x00200000) << b[0] : uint32_t(b[0] - 1) << 23;
+  float d;
+  std::memcpy(&d, &bits, sizeof d);
+  for (int j = 0; j < 16; ++j) {
+    out[j] = d * float(kValues[b[1 + j] & 0xf]);
+    out[j + 16] = d * float(kValues[b[1 + j] >> 4]);
+  }
+}
+
 // The K-quants' eight 6-bit scales and mins in 12 bytes: bytes 0..3 hold scales
 // 0..3 in their low 6 bits (and the top 2 bits of scales 4..7), bytes 4..7 the
 // mins 0..3 likewise, bytes 8..11 the low 4 bits of scales 4..7 (low nibble)
@@ -402,6 +417,9 @@ bool dequantize(GgmlType type, const void *blocks, int64_t elements, float *out,
     break;
   case GgmlType::Q6_K:
     block = dequantQ6_K;
+    break;
+  case GgmlType::MXFP4:
+    block = dequantMXFP4;
     break;
   default:
     error = std::string("type ") + info->name + " has no dequantization";

@@ -55,7 +55,8 @@ TEST(Types, EveryReadGgmlTypeHasItsLayout) {
 
 TEST(Types, EveryDTypeHasItsLayout) {
   std::vector<DType> types = everyDType();
-  EXPECT_EQ(types.size(), 11u); // f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k
+  EXPECT_EQ(types.size(), 12u); // f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k,
+                                // mxfp4
   for (DType type : types) {
     SCOPED_TRACE(dtypeName(type));
     const Layout *layout = layoutOf(dtypeName(type));

@@ -17,6 +17,7 @@ using ggml_bf16_t = uint16_t;
 
 constexpr int QK4_0 = 32, QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_0 = 32;
 constexpr int QK_K = 256, K_SCALE_SIZE = 12; // the K-quants' super-block, its packed scales
+constexpr int QK_MXFP4 = 32;
 
 struct block_q4_0 {
   ggml_half d;
@@ -58,6 +59,11 @@ struct block_q6_K {
   ggml_half d;
 };
 
+struct block_mxfp4 {
+  uint8_t e; // E8M0
+  uint8_t qs[QK_MXFP4 / 2];
+};
+
 // ggml's own checks that no struct is padded, so that sizeof is the bytes a file holds.
 static_assert(sizeof(block_q4_0) == sizeof(ggml_half) + QK4_0 / 2);
 static_assert(sizeof(block_q4_1) == 2 * sizeof(ggml_half) + QK4_1 / 2);
@@ -67,6 +73,7 @@ static_assert(sizeof(block_q8_0) == sizeof(ggml_half) + QK8_0);
 static_assert(sizeof(block_q4_K) == 2 * sizeof(ggml_half) + K_SCALE_SIZE + QK_K / 2);
 static_assert(sizeof(block_q5_K) == 2 * sizeof(ggml_half) + K_SCALE_SIZE + QK_K / 2 + QK_K / 8);
 static_assert(sizeof(block_q6_K) == sizeof(ggml_half) + QK_K / 16 + 3 * QK_K / 4);
+static_assert(sizeof(block_mxfp4) == sizeof(uint8_t) + QK_MXFP4 / 2);
 
 /// A type as ggml defines it: its name (gguf-py's), id, elements and bytes per block.
 struct Layout {
@@ -88,6 +95,7 @@ constexpr Layout kLayouts[] = {
     {"Q4_K", 12, QK_K, sizeof(block_q4_K)},
     {"Q5_K", 13, QK_K, sizeof(block_q5_K)},
     {"Q6_K", 14, QK_K, sizeof(block_q6_K)},
+    {"MXFP4", 39, QK_MXFP4, sizeof(block_mxfp4)},
 };
 
 /// The layout whose name is `name` in any case (the compiler and dtypeName spell "q4_k");

@@ -378,7 +378,7 @@ TEST(Gguf, UnreadTypeIsListedAndNamed) {
           "tensor blk.0.attn_q.weight has type IQ2_XXS, which tpc does not "
           "read "
           "(it reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, "
-          "Q6_K)"),
+          "Q6_K, MXFP4)"),
       std::string::npos)
       << error;
 }

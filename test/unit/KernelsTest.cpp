@@ -262,7 +262,8 @@ BlockHalves blockHalves(DType type) {
 
 /// Weights of `type` for random values in [-1, 1), and those weights widened. A quantized
 /// type's blocks are random bytes but for their f16 scales (blockHalves), which are finite,
-/// random and of either sign; `count` is whole blocks.
+/// random and of either sign (MXFP4's E8M0 scale: a small power of two); `count` is whole
+/// blocks.
 struct Weights {
   std::vector<uint8_t> stored;
   std::vector<float> widened;
@@ -274,6 +275,12 @@ struct Weights {
     if (isQuantized(type)) {
       for (uint8_t &byte : stored)
         byte = uint8_t(gen());
+      if (type == DType::MXFP4) { // an E8M0 scale of 2^-5 to 2^-2: elements within 1.5
+        for (size_t at = 0; at < stored.size(); at += dtypeBlockBytes(type))
+          stored[at] = uint8_t(123 + gen() % 4);
+        widen(stored.data(), type, widened.data(), count);
+        return;
+      }
       BlockHalves halves = blockHalves(type);
       for (size_t at = 0; at < stored.size(); at += dtypeBlockBytes(type))
         for (size_t offset : halves.offsets) {
@@ -364,12 +371,13 @@ TEST(Linear, ForcingScalarKernelsTurnsTheVectorOnesOff) {
 
 TEST(Linear, EveryHeldBlockTypeIsOneTheTestsCover) {
   // The K-quant mixes llama.cpp writes (Q4_K_M, Q5_K_M: Q4_K or Q5_K with Q6_K, and Q5_0 or
-  // Q5_1 where rows are not 256-blocks) and the legacy types are all held as stored.
+  // Q5_1 where rows are not 256-blocks), the legacy types and MXFP4 (GPT-OSS's experts) are
+  // all held as stored.
   std::vector<std::string> names;
   for (DType type : kQuantizedTypes)
     names.push_back(dtypeName(type));
   EXPECT_EQ(names, (std::vector<std::string>{"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
-                                              "q5_k", "q6_k"}));
+                                              "q5_k", "q6_k", "mxfp4"}));
 }
 
 TEST(Linear, EveryTypeAndShapeMatchesDouble) {

@@ -45,7 +45,7 @@ void addWeightsDtype(CLI::App *cmd, std::string &weights) {
       cmd->add_option("--weights-dtype", weights,
                       "the type the CPU binary holds its weight matrices in: stored (default: "
                       "the checkpoint's: f32, bf16, f16, or a GGUF file's q8_0, q4_0, q4_1, "
-                      "q5_0, q5_1, q4_k, q5_k or q6_k blocks; the arithmetic is fp32 either way), f32, bf16 or f16 "
+                      "q5_0, q5_1, q4_k, q5_k, q6_k or mxfp4 blocks; the arithmetic is fp32 either way), f32, bf16 or f16 "
                       "(rounded at load), q8_0 or q4_0 (quantized at load, as llama.cpp "
                       "does); the GPU holds bf16")
           ->check(CLI::IsMember({"stored", "f32", "fp32", "bf16", "f16", "fp16", "q8_0", "q4_0"}));

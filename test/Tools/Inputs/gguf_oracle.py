@@ -1,8 +1,9 @@
 """gguf-py as the oracle for tpc's GGUF dequantization (test/Tools/gguf-dequant.test).
 
-  gguf_oracle.py blocks DIR     for each of the 11 types tpc reads, random blocks (quantized
+  gguf_oracle.py blocks DIR     for each of the 12 types tpc reads, random blocks (quantized
                                 by gguf-py where it can, random bytes with finite f16 scales
-                                where it cannot) in DIR/TYPE.bin and gguf-py's fp32 in
+                                where it cannot; MXFP4's are random bytes, its E8M0 scale
+                                the extremes among them) in DIR/TYPE.bin and gguf-py's fp32 in
                                 DIR/TYPE.expected
   gguf_oracle.py quantize DIR   random fp32 blocks in DIR/in.f32 (wide-ranging scales, a zero
                                 block, ties of magnitude, values on .5 boundaries) and gguf-py's
@@ -21,7 +22,8 @@ import sys
 import numpy as np
 from gguf import GGUFReader, GGMLQuantizationType as T, GGML_QUANT_SIZES, quants
 
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
+         "MXFP4"]
 # Where each block's f16 scales sit (byte offsets), for random blocks.
 SCALES = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
           "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
@@ -60,6 +62,10 @@ def make_blocks(out):
             parts.append(np.ascontiguousarray(quants.quantize(data, qtype)).view(np.uint8))
         if name in SCALES:
             parts.append(random_blocks(rng, qtype, 8 * cols // block).reshape(8, -1))
+        elif name == "MXFP4":  # random bytes are valid blocks, every scale byte included
+            raw = rng.integers(0, 256, size=(8 * cols // block, size), dtype=np.uint8)
+            raw[:6, 0] = [0, 1, 2, 127, 254, 255]  # subnormal halves, 1/2, the largest
+            parts.append(raw.reshape(8, -1))
         elif name == "F32":
             parts.append(rng.integers(0, 256, size=(8, cols * 4), dtype=np.uint8))
         else:  # every 16-bit pattern, NaNs and subnormals included

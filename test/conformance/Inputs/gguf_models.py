@@ -10,7 +10,7 @@ file can say), and this writes it into OUTDIR/ARCH/ARCH.gguf as llama.cpp's conv
 (convert_hf_to_gguf.py) would: the architecture's metadata keys, gguf-py's tensor names
 (get_tensor_name_map), q/k rows permuted for llama.cpp's RoPE by the converter's LlamaModel
 (llama's and smollm3's), Gemma 2's and 3's norms stored as 1 + w, vectors in F32 and
-matrices in F32, F16, Q8_0 or Q4_0 (gguf.quants.quantize; which one is per tensor, below, so
+matrices in F32, F16, Q8_0, Q4_0 or MXFP4 (gguf.quants.quantize; which one is per tensor, below, so
 every architecture has quantized matrices of both kinds, some split by tp 2 across their
 blocks' rows, some along them; KQUANT_ARCHS' in Q4_K, Q5_K and Q6_K written by kquants.py,
 and Q5_0 and Q5_1; qwen3moe's experts as the converter's 3D ffn_*_exps, gate_up_proj
@@ -113,7 +113,8 @@ for _arch in KQUANT_ARCHS:
 # their rows (64 / 2 = 32 columns, one block): both kinds of Q8_0 and Q4_0 split.
 QUANT = {
     "llama": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.F16, "attn_output": Q.Q8_0,
-              "ffn_gate": Q.Q4_0, "ffn_down": Q.Q8_0, "token_embd": Q.F16, "output": Q.Q8_0},
+              "ffn_gate": Q.Q4_0, "ffn_up": Q.MXFP4, "ffn_down": Q.Q8_0, "token_embd": Q.F16,
+              "output": Q.Q8_0},
     "llama3rope": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "ffn_up": Q.Q8_0, "output": Q.F16},
     "mistral": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "attn_output": Q.Q4_0, "ffn_up": Q.Q8_0,
                 "token_embd": Q.Q8_0},
@@ -123,7 +124,7 @@ QUANT = {
               "output": Q.Q4_0},
     # The experts are 3D ([experts, rows, row]): quantized along their rows as llama.cpp does.
     "qwen3moe": {"attn_q": Q.Q8_0, "attn_v": Q.Q4_0, "attn_output": Q.Q8_0,
-                 "ffn_gate_exps": Q.Q8_0, "ffn_up_exps": Q.F16, "ffn_down_exps": Q.Q8_0,
+                 "ffn_gate_exps": Q.Q8_0, "ffn_up_exps": Q.MXFP4, "ffn_down_exps": Q.Q8_0,
                  "output": Q.Q4_0},
     "phi3": {"attn_qkv": Q.Q8_0, "attn_output": Q.Q4_0, "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0,
              "token_embd": Q.F16},
