@@ -2,14 +2,16 @@
 what the grammar's mask costs a decode step, measured in one run.
 
     ~/.cache/tpc-venv/bin/python bench/structured_outputs.py CKPT [--prompts 4] [--overhead]
-        [--no-plain] [--tpc PATH] [-- tpc serve flags...]
+        [--no-plain] [--repetition-penalty R] [--tpc PATH] [-- tpc serve flags...]
 
 Five pydantic models (nested objects, arrays, enums, numbers with bounds, optional fields),
 each asked through `client.chat.completions.parse(response_format=Model)` with --prompts
 prompts of its own (4 each: 20 prompts in all), greedy, max_tokens 256: a parsed object that
 pydantic validated counts, anything else (a refusal, an answer cut at the length) fails. The
 same prompts without the schema are asked too, and counted where the answer happens to parse
-as the model. --overhead then measures the decode time per output token (vLLM's TPOT: from
+as the model. --repetition-penalty R asks every one of those requests, with the schema and
+without, for vLLM's repetition penalty (a client's setting: a small model that loops inside a
+string the schema leaves unbounded may otherwise reach max_tokens). --overhead then measures the decode time per output token (vLLM's TPOT: from
 the first token to the last, over the tokens after the first) of streamed chat requests with
 the Person schema and without any, at concurrency 1 and 8, in one run (alternating, 3 rounds
 of each).
@@ -88,15 +90,16 @@ SCHEMAS = [
 ]
 
 
-def schemas_hold(client, prompts, plain_too):
+def schemas_hold(client, prompts, plain_too, penalty=None):
     held, plain, failures = 0, 0, []
+    extra = {"extra_body": {"repetition_penalty": penalty}} if penalty else {}
     for model, questions in SCHEMAS:
         for question in questions[:prompts]:
             messages = [{"role": "user", "content": question}]
             try:
                 reply = client.chat.completions.parse(model="ckpt", messages=messages,
                                                       response_format=model, max_tokens=256,
-                                                      temperature=0)
+                                                      temperature=0, **extra)
                 parsed = reply.choices[0].message.parsed
                 if isinstance(parsed, model) and reply.choices[0].finish_reason == "stop":
                     held += 1
@@ -107,7 +110,7 @@ def schemas_hold(client, prompts, plain_too):
             if not plain_too:
                 continue
             answer = client.chat.completions.create(model="ckpt", messages=messages,
-                                                    max_tokens=256, temperature=0)
+                                                    max_tokens=256, temperature=0, **extra)
             try:
                 model.model_validate_json(answer.choices[0].message.content or "")
                 plain += 1
@@ -152,6 +155,7 @@ def main():
     parser.add_argument("ckpt")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--overhead", action="store_true")
+    parser.add_argument("--repetition-penalty", type=float, default=None)
     parser.add_argument("--no-plain", action="store_true",
                         help="skip the prompts without the schema (conformance/structured.test)")
     args, flags = serve_arguments(parser)  # tpc serve's flags after "--"
@@ -159,9 +163,12 @@ def main():
     try:
         client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % server.port,
                                api_key="unused", max_retries=0, timeout=600)
-        held, plain, failures = schemas_hold(client, args.prompts, not args.no_plain)
+        held, plain, failures = schemas_hold(client, args.prompts, not args.no_plain,
+                                             args.repetition_penalty)
         total = len(SCHEMAS) * min(args.prompts, 4)
-        print("schemas held: %d of %d parsed and valid (max_tokens 256, greedy)" % (held, total))
+        print("schemas held: %d of %d parsed and valid (max_tokens 256, greedy%s)" % (
+            held, total, ", repetition_penalty %g" % args.repetition_penalty
+            if args.repetition_penalty else ""))
         if not args.no_plain:
             print("without the schema: %d of %d happen to parse" % (plain, total))
         for f in failures:

@@ -4,7 +4,7 @@ schema; the streamed deltas reassemble to the same call; and a conversation with
 result goes back through the chat template to a final answer.
 
     ~/.cache/tpc-venv/bin/python bench/tool_calls.py CKPT [--prompts 20] [--parallel]
-        [--tpc PATH] [-- tpc serve flags...]
+        [--repetition-penalty R] [--tpc PATH] [-- tpc serve flags...]
 
 The tools are the OpenAI documentation's kind: a weather lookup (a city, a unit from an enum),
 a sum of numbers (a list of at least one), a calendar entry (a title, a day 1 to 31, optional
@@ -15,7 +15,8 @@ add calls, tends to repeat them up to max_tokens) and once naming the tool the p
 about; the arguments are checked by
 pydantic models written apart from the tools' JSON schemas (not by tpc's grammar). Streamed, the same
 request's deltas are put together as a client does (name from the first delta, arguments
-concatenated) and compared with the whole answer's call.
+concatenated) and compared with the whole answer's call. --repetition-penalty R asks the
+calls for vLLM's repetition penalty (a client's setting, against a small model's loops).
 """
 import argparse
 import json
@@ -128,8 +129,9 @@ def streamed_call(client, **request):
     return name, arguments
 
 
-def calls_hold(client, prompts, parallel):
+def calls_hold(client, prompts, parallel, penalty=None):
     held, streamed_same, failures = {"required": 0, "named": 0}, 0, []
+    extra = {"extra_body": {"repetition_penalty": penalty}} if penalty else {}
     for expected, question in PROMPTS[:prompts]:
         messages = [{"role": "user", "content": question}]
         for mode in ("required", "named"):
@@ -137,7 +139,8 @@ def calls_hold(client, prompts, parallel):
                 "type": "function", "function": {"name": expected}}
             allowed = [t["function"]["name"] for t in TOOLS] if mode == "required" else [expected]
             request = dict(model="ckpt", messages=messages, tools=TOOLS, tool_choice=choice,
-                           max_tokens=256, temperature=0, parallel_tool_calls=parallel)
+                           max_tokens=256, temperature=0, parallel_tool_calls=parallel,
+                           **extra)
             try:
                 reply = client.chat.completions.create(**request)
                 calls = reply.choices[0].message.tool_calls or []
@@ -184,15 +187,20 @@ def main():
     parser.add_argument("--prompts", type=int, default=len(PROMPTS))
     parser.add_argument("--parallel", action="store_true",
                         help="parallel_tool_calls true (several calls allowed) under required")
+    parser.add_argument("--repetition-penalty", type=float, default=None)
     args, flags = serve_arguments(parser)  # tpc serve's flags after "--"
     server = Server(args.tpc, args.ckpt, flags)
     try:
         client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % server.port,
                                api_key="unused", max_retries=0, timeout=600)
         prompts = min(args.prompts, len(PROMPTS))
-        held, streamed_same, failures = calls_hold(client, prompts, args.parallel)
+        held, streamed_same, failures = calls_hold(client, prompts, args.parallel,
+                                                   args.repetition_penalty)
         print("tool_choice required: %d of %d calls parse and fit (max_tokens 256, greedy, "
-              "parallel_tool_calls %s)" % (held["required"], prompts, str(args.parallel).lower()))
+              "parallel_tool_calls %s%s)" % (
+                  held["required"], prompts, str(args.parallel).lower(),
+                  ", repetition_penalty %g" % args.repetition_penalty
+                  if args.repetition_penalty else ""))
         print("tool_choice named: %d of %d calls parse and fit" % (held["named"], prompts))
         print("streamed: %d of %d reassemble to the same call" % (streamed_same, held["named"]))
         for f in failures:
