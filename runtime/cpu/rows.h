@@ -6,7 +6,6 @@
 
 #include "tpcrt/dtype.h"
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -46,9 +45,17 @@ template <class E> inline float dot(const float *a, const E *b, int64_t n) {
 }
 
 /// MXFP4's E2M1 values doubled (what a nibble indexes: 8 is a zero, not -0) and the scale of
-/// its E8M0 byte `e`, halved to match: 2^(e - 128), exact for every e (a subnormal below 2).
+/// its E8M0 byte `e`, halved to match: 2^(e - 128), exact for every e; for e of 2 and more a
+/// float whose exponent field is e - 1, below that a subnormal. Once a block, so no call.
 constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-inline float mxfp4Scale(uint8_t e) { return std::ldexp(1.0f, int(e) - 128); }
+inline float mxfp4Scale(uint8_t e) {
+  if (e < 2)
+    return e ? 0x1p-127f : 0x1p-128f;
+  uint32_t bits = uint32_t(e - 1) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return scale;
+}
 
 /// visit(Block<T>{}) for the block type `type`, and true; false for a float type. The cases
 /// are types.def's held types, so a held block type without its kernels' traits does not
