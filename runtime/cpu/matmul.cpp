@@ -325,10 +325,13 @@ TPC_AVX2 inline void nibbles(const uint8_t *bytes, int bias, __m256 q[4]) {
 /// order.
 template <DType T> struct Quant;
 
+/// A block type's bytes, types.def's column (each Quant's kBytes).
+constexpr size_t blockBytes(DType type) { return kDTypeLines[size_t(type)].blockBytes; }
+
 template <> struct Quant<DType::Q8_0> {
   static constexpr int64_t kRows = 2;
   static constexpr int kGroups = 1;
-  static constexpr size_t kBytes = 34;
+  static constexpr size_t kBytes = blockBytes(DType::Q8_0);
   static constexpr bool kOffsets = false;
   static constexpr bool kWide = true;
   struct Scales {
@@ -345,7 +348,7 @@ template <> struct Quant<DType::Q8_0> {
 template <> struct Quant<DType::Q4_0> {
   static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 1;
-  static constexpr size_t kBytes = 18;
+  static constexpr size_t kBytes = blockBytes(DType::Q4_0);
   static constexpr bool kOffsets = false;
   static constexpr bool kWide = true;
   using Scales = Quant<DType::Q8_0>::Scales; // d first, no offset
@@ -357,7 +360,7 @@ template <> struct Quant<DType::Q4_0> {
 template <> struct Quant<DType::Q4_1> {
   static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 1;
-  static constexpr size_t kBytes = 20;
+  static constexpr size_t kBytes = blockBytes(DType::Q4_1);
   static constexpr bool kOffsets = true;
   static constexpr bool kWide = false;
   struct Scales {
@@ -381,7 +384,7 @@ template <> struct Quant<DType::Q4_1> {
 template <> struct Quant<DType::Q4_K> {
   static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 8;
-  static constexpr size_t kBytes = 144;
+  static constexpr size_t kBytes = blockBytes(DType::Q4_K);
   static constexpr bool kOffsets = true;
   static constexpr bool kWide = true;
   struct Scales {
@@ -419,7 +422,7 @@ template <> struct Quant<DType::Q4_K> {
 template <> struct Quant<DType::MXFP4> {
   static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 1;
-  static constexpr size_t kBytes = 17;
+  static constexpr size_t kBytes = blockBytes(DType::MXFP4);
   static constexpr bool kOffsets = false;
   static constexpr bool kWide = true;
   struct Scales {
@@ -465,13 +468,13 @@ TPC_AVX2 inline void fiveBits(const uint8_t *bytes, uint32_t qh, int bias, __m25
   }
 }
 
-/// Q5_0 and Q5_1: Q4_0's or Q4_1's scales (TheScales, at the block's start), the 32 fifth
+/// Q5_0 and Q5_1 (T): Q4_0's or Q4_1's scales (TheScales, at the block's start), the 32 fifth
 /// bits at kHigh, then the nibbles; the integers less kBias.
-template <size_t kBlockBytes, size_t kHighAt, int kBias, class TheScales, bool kWithOffsets>
+template <DType T, size_t kHighAt, int kBias, class TheScales, bool kWithOffsets>
 struct FiveBitQuant {
   static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 1;
-  static constexpr size_t kBytes = kBlockBytes, kHigh = kHighAt;
+  static constexpr size_t kBytes = blockBytes(T), kHigh = kHighAt;
   static constexpr bool kOffsets = kWithOffsets;
   static constexpr bool kWide = true;
   using Scales = TheScales;
@@ -482,16 +485,18 @@ struct FiveBitQuant {
   }
 };
 template <>
-struct Quant<DType::Q5_0> : FiveBitQuant<22, 2, 16, Quant<DType::Q8_0>::Scales, false> {};
+struct Quant<DType::Q5_0>
+    : FiveBitQuant<DType::Q5_0, 2, 16, Quant<DType::Q8_0>::Scales, false> {};
 template <>
-struct Quant<DType::Q5_1> : FiveBitQuant<24, 4, 0, Quant<DType::Q4_1>::Scales, true> {};
+struct Quant<DType::Q5_1>
+    : FiveBitQuant<DType::Q5_1, 4, 0, Quant<DType::Q4_1>::Scales, true> {};
 
 /// Q5_K: Q4_K's scales, then 32 bytes of fifth bits (bit g of byte l for element l of group
 /// g), then Q4_K's nibbles.
 template <> struct Quant<DType::Q5_K> {
   static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 8;
-  static constexpr size_t kBytes = 176;
+  static constexpr size_t kBytes = blockBytes(DType::Q5_K);
   static constexpr bool kOffsets = true;
   static constexpr bool kWide = true;
   using Scales = Quant<DType::Q4_K>::Scales;
@@ -517,7 +522,7 @@ template <> struct Quant<DType::Q5_K> {
 template <> struct Quant<DType::Q6_K> {
   static constexpr int64_t kRows = 8;
   static constexpr int kGroups = 8;
-  static constexpr size_t kBytes = 210;
+  static constexpr size_t kBytes = blockBytes(DType::Q6_K);
   static constexpr bool kOffsets = false;
   static constexpr bool kWide = true;
   struct Scales {
