@@ -722,9 +722,9 @@ def structured(server):
 def compiling(server):
     """A grammar that takes the compiler seconds (a regex of repeated classes) holds neither
     reader: while it compiles, a second such grammar waits its second and is refused as busy
-    (503, to send again), and requests of every kind sent after that one are answered before
-    it is refused, that is, not behind it on a reader (where they were, before the compiler
-    had threads of its own)."""
+    (503, to send again), and tokenize requests (a prompt, a chat through the template) sent
+    after that one are answered before it is refused, that is, not behind it on a reader
+    (where they were, before the compiler had threads of its own); a completion is served."""
     answers = {}
 
     def slow(name, letters):  # about 5 s with SmolLM2's vocabulary here, alone
@@ -740,14 +740,20 @@ def compiling(server):
     second = threading.Thread(target=slow, args=("second", "ghijkl"))
     second.start()
     time.sleep(0.2)  # the second waiting for the compiler
+    # Requests a reader answers alone (a reader held behind the second would answer them only
+    # after its refusal, a second after it was sent), then a completion, which must be
+    # admitted too (its answer, which takes the engine's steps, may come later).
     others = []
     for path, body in [("/tokenize", {"prompt": "Hello world"}),
-                       ("/v1/completions", {"prompt": "Hello", "max_tokens": 2}),
+                       ("/tokenize", {"messages": [{"role": "user", "content": "Hi"}]}),
                        ("/tokenize", {"prompt": "Goodbye"})]:
         status, text, _ = server.post(path, body)
         if status != 200:
             fail("%s while a grammar compiles: %s %s" % (path, status, text))
         others.append(time.time())
+    status, text, _ = server.post("/v1/completions", {"prompt": "Hello", "max_tokens": 2})
+    if status != 200:
+        fail("a completion while a grammar compiles: %s %s" % (status, text))
     second.join()
     first.join()
     status, text, _, _ = answers["second"]
