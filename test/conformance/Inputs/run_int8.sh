@@ -20,7 +20,7 @@ for tp in "$@"; do
   runs+=("$dir/int8-$tp.bin")
 done
 if grep -q 'times x rounded to int8' "$dir/int8-$1.txt"; then
-  grep -o 'q[0-9a-z_, ]* times x rounded to int8' "$dir/int8-$1.txt" | head -1 | sed 's/^/kernels: /'
+  grep -o 'q[0-9a-z_, ()]* times x rounded to int8' "$dir/int8-$1.txt" | head -1 | sed 's/^/kernels: /'
   python3 "$here/int8_logits.py" "$dir" "$dir/forced$1.bin" "${runs[@]}"
 else
   echo "kernels: none (no AVX-512 VNNI on this CPU): the exact ones ran"
