@@ -36,6 +36,9 @@ struct GgufArchitecture {
   bool softcapping = false;        // attn_logit_softcapping, final_logit_softcapping (gemma2)
   bool gemma3 = false; // Gemma 3's sliding layers' RoPE, global RoPE scaling, query scale
   bool moe = false;    // expert_count, expert_used_count, expert_feed_forward_length
+  /// GPT-OSS: a router and experts with biases, the experts transposed and gate and up
+  /// interleaved in transformers' layout, attention sinks, YaRN from rope.scaling.*.
+  bool gptOss = false;
 };
 
 const GgufArchitecture kArchitectures[] = {
@@ -52,6 +55,7 @@ const GgufArchitecture kArchitectures[] = {
     {"gemma3", "gemma3_text", false, true, false, true, true, true, true},
     {"olmo2", "olmo2"},
     {"smollm3", "smollm3", true, false, true},
+    {"gpt-oss", "gpt_oss", false, false, false, true, true, false, false, true, true},
 };
 
 /// Values transformers' config classes give a field the GGUF loader leaves out, where tpc's
@@ -90,6 +94,9 @@ const ClassDefault kClassDefaults[] = {
     // llama.cpp's theta for a llama file without rope.freq_base, where MixtralConfig's (and
     // the importer's) would be 1e6.
     {"mixtral", "rope_theta", 10000.0, true},
+    // llama.cpp's theta for a gpt-oss file without rope.freq_base, where GptOssConfig's would
+    // be 150000.
+    {"gpt_oss", "rope_theta", 10000.0, true},
 };
 
 std::string supportedArchitectures() {
@@ -118,6 +125,16 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
       return "post_attention_layernorm";
     if (part == "post_ffw_norm")
       return "post_feedforward_layernorm";
+  }
+  // GPT-OSS's norm before the MLP, its attention sinks (a parameter of the attention, not a
+  // module's weight: hfName) and its router with a bias.
+  if (arch.gptOss) {
+    if (part == "post_attention_norm")
+      return "post_attention_layernorm";
+    if (part == "attn_sinks")
+      return "self_attn.sinks";
+    if (part == "ffn_gate_inp")
+      return "mlp.router";
   }
   // An MoE's router and its experts, stacked [E, ...] as transformers holds them; gate and up
   // both go to gate_up_proj (mapTensor pairs them). Only where the architecture is read as
@@ -181,8 +198,14 @@ std::string hfName(const std::string &name, const GgufArchitecture &arch, std::s
   const char *hf = layerModule(module, arch);
   if (!hf)
     return "";
-  // The stacked experts are parameters of their module, not a Linear's weight.
-  if (std::strncmp(hf, "mlp.experts.", 12) == 0)
+  // The stacked experts are parameters of their module, not a Linear's weight; GPT-OSS's
+  // have biases beside them (gate_up_proj_bias). So are the sinks.
+  if (std::strncmp(hf, "mlp.experts.", 12) == 0) {
+    if (suffix == ".bias" && arch.gptOss)
+      return "model.layers." + layer + "." + hf + "_bias";
+    return suffix == ".weight" ? "model.layers." + layer + "." + hf : "";
+  }
+  if (module == "attn_sinks")
     return suffix == ".weight" ? "model.layers." + layer + "." + hf : "";
   return "model.layers." + layer + "." + hf + suffix;
 }
@@ -194,14 +217,27 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-/// The Hugging Face shape of a mapped tensor: its file tensor's, or a fused gate_up's (the
-/// gate's [E, I, H] with 2I rows an expert).
-std::vector<int64_t> hfShapeOf(const GgufModelTensor &mapped) {
+} // namespace
+
+/// The Hugging Face shape of a mapped tensor: its file tensor's; a fused gate_up's (the
+/// gate's [E, I, H] with 2I rows an expert); GPT-OSS's, each expert transposed ([E, R, C]
+/// as [E, C, R], or [E, C, 2R] with the up half interleaved) or its biases interleaved ([E, I]
+/// as [E, 2I]).
+std::vector<int64_t> ggufModelShape(const GgufModelTensor &mapped) {
   std::vector<int64_t> shape = mapped.tensor->shape;
-  if (mapped.up)
+  int64_t parts = mapped.up ? 2 : 1;
+  if (mapped.transposed && shape.size() == 3)
+    return {shape[0], shape[2], shape[1] * parts};
+  if (mapped.interleaved)
+    shape.back() *= parts;
+  else if (mapped.up)
     shape[1] *= 2;
   return shape;
 }
+
+namespace {
+
+std::vector<int64_t> hfShapeOf(const GgufModelTensor &mapped) { return ggufModelShape(mapped); }
 
 /// Where row `hfRow` of the Hugging Face tensor is: in which file tensor (0: `tensor`, 1:
 /// `up`) and at which of its rows.
@@ -282,6 +318,62 @@ struct RowWindow {
   }
 };
 
+/// Reads this rank's slice of a tensor whose experts the converter transposed, or whose
+/// halves it took apart (GPT-OSS's, `transposed` / `interleaved`): expert by expert, each
+/// built whole in transformers' layout from its rows in the file. A rank's slice visits the
+/// experts in order, so each is read and built once.
+bool readRearranged(const GgufFile &file, const GgufModelTensor &mapped,
+                    const std::vector<int64_t> &shape, const SliceSpec &spec, float *out,
+                    uint64_t &bytesRead, std::string &error) {
+  const GgufTensor *parts[2] = {mapped.tensor, mapped.up};
+  const int nParts = mapped.up ? 2 : 1;
+  const GgufTensor &t = *mapped.tensor;
+  // An expert's R rows of C values in the file; transformers' [C, R * parts] (each row's
+  // values alternating between the parts). A bias: one row of C values, [C * parts].
+  const bool matrix = t.shape.size() == 3;
+  const int64_t rows = matrix ? t.shape[1] : 1, row = t.shape.back();
+  const int64_t expertSize = rows * row * nParts;
+  std::vector<float> expert(static_cast<size_t>(expertSize)), values(static_cast<size_t>(row));
+  std::vector<uint8_t> bytes;
+  int64_t built = -1;
+  auto build = [&](int64_t e) {
+    for (int p = 0; p < nParts; ++p) {
+      const GgufTensor &part = *parts[p];
+      if (!file.readRows(part.name, e * rows, rows, bytes, error))
+        return false;
+      bytesRead += uint64_t(rows) * part.rowBytes;
+      for (int64_t r = 0; r < rows; ++r) {
+        if (!dequantize(part.type, bytes.data() + size_t(r) * part.rowBytes, row,
+                        values.data(), error))
+          return false;
+        for (int64_t c = 0; c < row; ++c)
+          expert[size_t((c * rows + r) * nParts + p)] = values[size_t(c)];
+      }
+    }
+    built = e;
+    return true;
+  };
+  bool ok = true;
+  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
+    for (int64_t done = 0; ok && done < count;) {
+      uint64_t at = first + uint64_t(done);
+      int64_t e = int64_t(at / uint64_t(expertSize)), offset = int64_t(at % uint64_t(expertSize));
+      if (e != built && !build(e)) {
+        ok = false;
+        return;
+      }
+      int64_t take = std::min(count - done, expertSize - offset);
+      std::memcpy(out + done, expert.data() + offset, size_t(take) * sizeof(float));
+      done += take;
+    }
+    if (!ok)
+      return;
+    std::fill(out + count, out + padded, 0.0f);
+    out += padded;
+  });
+  return ok;
+}
+
 /// What every step of mapping one file reads: the file, the name its errors give it, and its
 /// architecture, whose name begins the hyperparameters' keys.
 struct GgufSource {
@@ -356,13 +448,17 @@ std::vector<Hyperparameter> hyperparametersOf(const GgufArchitecture &arch) {
   // transformers 5.17's loader does not read expert_feed_forward_length (Qwen3MoeConfig's
   // 768 applies, kClassDefaults); the converter writes moe_intermediate_size there, and the
   // expert tensors have that width, so tpc reads it.
-  // Mixtral's experts are intermediate_size wide and its count is num_local_experts.
+  // Mixtral's experts are intermediate_size wide and its count is num_local_experts;
+  // GPT-OSS's too, and the converter writes both lengths from its intermediate_size (the
+  // experts' one is what llama.cpp takes for them, so it is read last).
   if (arch.moe) {
     bool mixtral = std::string(arch.modelType) == "mixtral";
-    fields.push_back({"expert_count", mixtral ? "num_local_experts" : "num_experts", false});
+    bool local = mixtral || arch.gptOss;
+    fields.push_back({"expert_count", local ? "num_local_experts" : "num_experts", false});
     fields.push_back({"expert_used_count", "num_experts_per_tok", false});
     if (!mixtral)
-      fields.push_back({"expert_feed_forward_length", "moe_intermediate_size", false});
+      fields.push_back({"expert_feed_forward_length",
+                        arch.gptOss ? "intermediate_size" : "moe_intermediate_size", false});
   }
   // transformers 5.17's loader reads neither of these (qwen3's head_dim, gemma2's softcaps),
   // so its config class's default applies (kClassDefaults). The converter writes them from
@@ -505,6 +601,79 @@ bool readGemma3(const GgufSource &source, nlohmann::ordered_json &config, std::s
   return true;
 }
 
+/// GPT-OSS's RoPE as llama.cpp reads it from the file: rope.scaling.type "yarn", which the
+/// converter writes from the checkpoint's rope_parameters, with rope.scaling.factor and
+/// .original_context_length, and .yarn_beta_fast and .yarn_beta_slow where the checkpoint
+/// has them (GptOssConfig's 32 and 1 otherwise); "none" or no type: no scaling, as llama.cpp
+/// takes it. YaRN's other keys (an attention or extrapolation factor, a log multiplier),
+/// which no released GPT-OSS has, are refused by name rather than ignored. No key says
+/// transformers' `truncate`: GptOssConfig's false (the released checkpoints' value) is kept.
+bool readGptOss(const GgufSource &source, nlohmann::ordered_json &config, std::string &error) {
+  std::string scaling = "none";
+  if (source.file.find(source.key("rope.scaling.type")) &&
+      !source.file.getString(source.key("rope.scaling.type"), scaling, error))
+    return false;
+  double theta = config.value("rope_theta", 10000.0);
+  if (scaling == "none") {
+    config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    return true;
+  }
+  if (scaling != "yarn") {
+    error = source.where + ": " + source.key("rope.scaling.type") + " is '" + scaling +
+            "'; tpc reads a gpt-oss file's yarn scaling only";
+    return false;
+  }
+  for (const char *unread : {"rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
+                             "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier"})
+    if (source.file.find(source.key(unread))) {
+      error = source.where + ": " + source.key(unread) +
+              " is a YaRN setting tpc does not read from a gpt-oss file yet";
+      return false;
+    }
+  nlohmann::ordered_json rope = {{"rope_type", "yarn"}, {"rope_theta", theta}};
+  struct Field {
+    const char *gguf, *hf;
+    bool isFloat, required;
+  };
+  for (const Field &f : {Field{"rope.scaling.factor", "factor", true, true},
+                         Field{"rope.scaling.original_context_length",
+                               "original_max_position_embeddings", false, true},
+                         Field{"rope.scaling.yarn_beta_fast", "beta_fast", true, false},
+                         Field{"rope.scaling.yarn_beta_slow", "beta_slow", true, false}}) {
+    std::string k = source.key(f.gguf);
+    if (!source.file.find(k)) {
+      if (f.required) {
+        error = source.where + ": " + source.key("rope.scaling.type") +
+                " is yarn, but there is no " + k;
+        return false;
+      }
+      continue;
+    }
+    if (f.isFloat) {
+      double value = 0;
+      if (!source.file.getFloat(k, value, error))
+        return false;
+      if (!std::isfinite(value) || !(value > 0)) {
+        error = source.where + ": " + k + " is " + std::to_string(value) + "; it must be positive";
+        return false;
+      }
+      rope[f.hf] = value;
+    } else {
+      int64_t value = 0;
+      if (!source.file.getInt(k, value, error, 1, int64_t(1) << 40))
+        return false;
+      rope[f.hf] = value;
+    }
+  }
+  if (!rope.contains("beta_fast"))
+    rope["beta_fast"] = 32.0;
+  if (!rope.contains("beta_slow"))
+    rope["beta_slow"] = 1.0;
+  rope["truncate"] = false;
+  config["rope_parameters"] = std::move(rope);
+  return true;
+}
+
 /// What a gemma, olmo2, smollm3 or Mixtral-style llama file may say that llama.cpp computes
 /// and tpc does not read from GGUF, refused by its key rather than computed without: RoPE
 /// scaling (the converter writes a yarn config as rope.scaling.*), and an olmo2 file's
@@ -544,6 +713,7 @@ bool buildConfig(const GgufSource &source, const std::string &modelType,
   applyClassDefaults(modelType, config);
   if (!checkRequiredHyperparameters(source, error) || !checkNothingUnread(source, error) ||
       (source.arch.gemma3 && !readGemma3(source, config, error)) ||
+      (source.arch.gptOss && !readGptOss(source, config, error)) ||
       !readSpecialTokens(source.file, config, error) || !fillVocabSize(source, config, error))
     return false;
   bool hasOutput = source.file.tensor("output.weight") != nullptr;
@@ -655,9 +825,16 @@ bool mapTensor(const GgufSource &source, const std::string &modelType, const Ggu
       return false;
   }
   mapped.minusOne = source.arch.normMinusOne && t.name.find("norm.weight") != std::string::npos;
-  // gate_up_proj's halves, met in either order (checkFusedExperts: both, alike).
+  // GPT-OSS's experts are [E, in, out] to transformers, [E, out, in] in the file.
+  bool expertWeight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+  if (source.arch.gptOss && module == "ffn_down_exps" && expertWeight)
+    mapped.transposed = true;
+  // gate_up_proj's halves, met in either order (checkFusedExperts: both, alike); GPT-OSS's
+  // biases too (gate_up_proj_bias).
   if (module == "ffn_gate_exps" || module == "ffn_up_exps") {
     GgufModelTensor &fused = tensors[name];
+    fused.transposed = source.arch.gptOss && expertWeight;
+    fused.interleaved = source.arch.gptOss;
     const GgufTensor *&half = module == "ffn_gate_exps" ? fused.tensor : fused.up;
     if (half) {
       error = source.where + ": two tensors map to " + name;
@@ -673,23 +850,32 @@ bool mapTensor(const GgufSource &source, const std::string &modelType, const Ggu
   return true;
 }
 
-/// Checks that each expert gate_up_proj has its two halves, 3D and of one shape.
+/// Checks that each expert gate_up_proj has its two halves, 3D and of one shape (GPT-OSS's
+/// gate_up_proj_bias: 2D), and that a transposed tensor is 3D.
 bool checkFusedExperts(const GgufSource &source,
                        const std::map<std::string, GgufModelTensor> &tensors,
                        std::string &error) {
+  auto endsWith = [](const std::string &name, const std::string &suffix) {
+    return name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
   for (const auto &[name, mapped] : tensors) {
+    bool bias = endsWith(name, "_bias");
+    size_t dims = bias ? 2 : 3;
     if (!mapped.tensor || (mapped.up && mapped.tensor->shape != mapped.up->shape) ||
-        (mapped.up && mapped.tensor->shape.size() != 3)) {
-      error = source.where + ": " + name + " is ffn_gate_exps and ffn_up_exps of one shape [" +
-              "experts, intermediate, hidden] in a layer, but the file has " +
+        ((mapped.up || mapped.transposed) && mapped.tensor->shape.size() != dims)) {
+      error = source.where + ": " + name + " is " +
+              (mapped.up || !mapped.tensor ? "ffn_gate_exps and ffn_up_exps of one shape "
+                                           : "ffn_down_exps of shape ") +
+              (bias ? "[experts, intermediate]" : "[experts, rows, row]") +
+              " in a layer, but the file has " +
               (mapped.tensor ? mapped.tensor->name + " " + shapeText(mapped.tensor->shape)
                              : std::string("no ffn_gate_exps")) +
               (mapped.up ? " and " + mapped.up->name + " " + shapeText(mapped.up->shape) : "");
       return false;
     }
-    const std::string fusedSuffix = ".mlp.experts.gate_up_proj";
-    if (!mapped.up && name.size() > fusedSuffix.size() &&
-        name.compare(name.size() - fusedSuffix.size(), fusedSuffix.size(), fusedSuffix) == 0) {
+    if (!mapped.up && (endsWith(name, ".mlp.experts.gate_up_proj") ||
+                       endsWith(name, ".mlp.experts.gate_up_proj_bias"))) {
       error = source.where + ": " + mapped.tensor->name + " has no ffn_up_exps beside it, " +
               "the other half of " + name;
       return false;
@@ -759,6 +945,8 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
             shapeText(hfShapeOf(*mapped)) + ", the model expects " + shapeText(shape);
     return false;
   }
+  if (mapped->transposed || mapped->interleaved)
+    return readRearranged(*file_, *mapped, shape, spec, out, bytesRead, error);
   const int64_t rowElements = t.ne.empty() ? 1 : t.ne[0];
   std::array<int64_t, 2> ends = rowsNeeded(*mapped, shape, spec);
   RowWindow windows[2] = {{*file_, t, mapped->permutedHeads, ends[0], 0, 0, {}},
@@ -809,6 +997,12 @@ bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &
   if (!mapped)
     return false;
   const GgufTensor &t = *mapped->tensor;
+  if (mapped->transposed || mapped->interleaved) {
+    error = "tensor " + name + " (" + t.name + " in " + file_->path() +
+            ") is stored transposed or in halves that transformers interleaves; tpc reads it "
+            "widened to f32, not in its " + ggmlTypeInfo(t.type)->name + " blocks";
+    return false;
+  }
   if (hfShapeOf(*mapped) != shape || t.type != ggmlTypeOf(type) ||
       (mapped->up && mapped->up->type != t.type) || mapped->minusOne) {
     error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") is " +

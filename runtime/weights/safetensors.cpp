@@ -367,7 +367,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::strin
     for (const auto &[name, mapped] : ckpt->gguf_->tensors()) {
       TensorInfo &info = ckpt->tensors[name];
       info.dtype = ggmlTypeInfo(mapped.tensor->type)->name;
-      info.shape = mapped.tensor->shape;
+      info.shape = ggufModelShape(mapped);
       info.begin = mapped.tensor->offset;
       info.end = mapped.tensor->offset + mapped.tensor->bytes;
       info.file = gguf;

@@ -607,3 +607,154 @@ TEST(GgufModel, Qwen3MoeRefusesAGateWithoutItsUp) {
   EXPECT_NE(error.find("blk.0.ffn_gate_exps.weight has no ffn_up_exps"), std::string::npos)
       << error;
 }
+
+namespace {
+
+// A tiny gpt-oss file: two experts of width 4 on a hidden of 8, written as the converter writes
+// GPT-OSS (each expert's matrix [out, in], gate and up apart, their biases apart), with YaRN
+// keys from `scaling` ("" for none) and `extra` (a key to add, as "name=value").
+constexpr int64_t kOssExperts = 2, kOssWidth = 4;
+ModelFile gptOssFile(const std::string &scaling, const std::string &extra = "") {
+  ModelFile f = llamaMetadata("gpt-oss");
+  f.u32("gpt-oss.expert_count", kOssExperts);
+  f.u32("gpt-oss.expert_used_count", 1);
+  f.u32("gpt-oss.expert_feed_forward_length", kOssWidth);
+  f.u32("gpt-oss.attention.sliding_window", 16);
+  auto f32Key = [&](const std::string &k, float v) {
+    putFloat(f.key("gpt-oss." + k, GgufValueType::F32), v);
+  };
+  f32Key("rope.freq_base", 150000.0f);
+  if (!scaling.empty()) {
+    f.str("gpt-oss.rope.scaling.type", scaling);
+    f32Key("rope.scaling.factor", 32.0f);
+    f.u32("gpt-oss.rope.scaling.original_context_length", 4096);
+    f32Key("rope.scaling.yarn_beta_fast", 16.0f);
+  }
+  if (!extra.empty())
+    f32Key(extra.substr(0, extra.find('=')), std::stof(extra.substr(extra.find('=') + 1)));
+  auto tensor = [&](const std::string &name, std::vector<uint64_t> ne, float tag) {
+    int64_t rows = 1;
+    for (size_t i = 1; i < ne.size(); ++i)
+      rows *= int64_t(ne[i]);
+    std::string bytes;
+    for (float v : hfMatrix(rows, int64_t(ne[0]), tag))
+      putFloat(bytes, v);
+    f.tensor(name, ne, GgmlType::F32, bytes);
+  };
+  tensor("blk.0.attn_sinks.weight", {uint64_t(kHeads)}, 50);
+  tensor("blk.0.post_attention_norm.weight", {uint64_t(kHidden)}, 60);
+  tensor("blk.0.ffn_gate_inp.weight", {uint64_t(kHidden), uint64_t(kOssExperts)}, 100);
+  tensor("blk.0.ffn_gate_inp.bias", {uint64_t(kOssExperts)}, 200);
+  for (auto [name, tag] : {std::pair{"gate", 1000.0f}, {"up", 2000.0f}}) {
+    tensor(std::string("blk.0.ffn_") + name + "_exps.weight",
+           {uint64_t(kHidden), uint64_t(kOssWidth), uint64_t(kOssExperts)}, tag);
+    tensor(std::string("blk.0.ffn_") + name + "_exps.bias",
+           {uint64_t(kOssWidth), uint64_t(kOssExperts)}, tag + 4000);
+  }
+  tensor("blk.0.ffn_down_exps.weight",
+         {uint64_t(kOssWidth), uint64_t(kHidden), uint64_t(kOssExperts)}, 3000);
+  tensor("blk.0.ffn_down_exps.bias", {uint64_t(kHidden), uint64_t(kOssExperts)}, 7000);
+  return f;
+}
+
+} // namespace
+
+TEST(GgufModel, GptOssExpertsAreTransposedAndInterleavedAsTransformersHoldsThem) {
+  std::string path = writeTemp(gptOssFile("yarn").bytes(), "gpt-oss"), error;
+  auto model = GgufModel::open(path, error);
+  ASSERT_NE(model, nullptr) << error;
+  auto config = nlohmann::json::parse(model->configJson());
+  EXPECT_EQ(config["model_type"], "gpt_oss");
+  EXPECT_EQ(config["num_local_experts"], kOssExperts);
+  EXPECT_EQ(config["intermediate_size"], kOssWidth);
+  EXPECT_EQ(config["sliding_window"], 16);
+  const nlohmann::json &rope = config["rope_parameters"];
+  EXPECT_EQ(rope["rope_type"], "yarn");
+  EXPECT_EQ(rope["factor"], 32.0);
+  EXPECT_EQ(rope["original_max_position_embeddings"], 4096);
+  EXPECT_EQ(rope["beta_fast"], 16.0); // the file's
+  EXPECT_EQ(rope["beta_slow"], 1.0);  // GptOssConfig's, where the file has none
+  EXPECT_EQ(rope["truncate"], false);
+  EXPECT_EQ(rope["rope_theta"], 150000.0);
+  for (const char *name : {"model.layers.0.self_attn.sinks", "model.layers.0.mlp.router.weight",
+                           "model.layers.0.mlp.router.bias",
+                           "model.layers.0.post_attention_layernorm.weight"})
+    EXPECT_NE(model->find(name), nullptr) << name;
+
+  // Element (e, i, h) of a file expert tensor of `tag`, [E, rows, row].
+  auto file = [](float tag, int64_t rows, int64_t e, int64_t r, int64_t c) {
+    return hfValue(e * rows + r, c, tag);
+  };
+  uint64_t bytesRead = 0;
+  // gate_up_proj [E, H, 2I]: column 2i of row h is gate's (i, h), column 2i + 1 up's.
+  const std::string gateUp = "model.layers.0.mlp.experts.gate_up_proj";
+  std::vector<float> all(size_t(kOssExperts * kHidden * 2 * kOssWidth), -1.0f);
+  ASSERT_TRUE(model->read(gateUp, {kOssExperts, kHidden, 2 * kOssWidth}, SliceSpec(),
+                          all.data(), bytesRead, error))
+      << error;
+  for (int64_t e = 0; e < kOssExperts; ++e)
+    for (int64_t h = 0; h < kHidden; ++h)
+      for (int64_t j = 0; j < 2 * kOssWidth; ++j)
+        EXPECT_EQ(all[size_t((e * kHidden + h) * 2 * kOssWidth + j)],
+                  file(j % 2 ? 2000 : 1000, kOssWidth, e, j / 2, h))
+            << e << " " << h << " " << j;
+  // Rank 1 of 2 along the last dimension: columns 4..7 (gate and up of i = 2, 3).
+  SliceSpec last;
+  last.dim = 2;
+  last.offsets = {0};
+  last.sizes = {2 * kOssWidth};
+  last.chunks = 2;
+  last.piece = 1;
+  std::vector<float> mine(size_t(kOssExperts * kHidden * kOssWidth), -1.0f);
+  ASSERT_TRUE(model->read(gateUp, {kOssExperts, kHidden, 2 * kOssWidth}, last, mine.data(),
+                          bytesRead, error))
+      << error;
+  for (int64_t e = 0; e < kOssExperts; ++e)
+    for (int64_t h = 0; h < kHidden; ++h)
+      for (int64_t j = 0; j < kOssWidth; ++j)
+        EXPECT_EQ(mine[size_t((e * kHidden + h) * kOssWidth + j)],
+                  file(j % 2 ? 2000 : 1000, kOssWidth, e, (4 + j) / 2, h))
+            << e << " " << h << " " << j;
+  // down_proj [E, I, H]: (e, i, h) is the file's (e, h, i).
+  std::vector<float> down(size_t(kOssExperts * kOssWidth * kHidden), -1.0f);
+  ASSERT_TRUE(model->read("model.layers.0.mlp.experts.down_proj",
+                          {kOssExperts, kOssWidth, kHidden}, SliceSpec(), down.data(), bytesRead,
+                          error))
+      << error;
+  for (int64_t e = 0; e < kOssExperts; ++e)
+    for (int64_t i = 0; i < kOssWidth; ++i)
+      for (int64_t h = 0; h < kHidden; ++h)
+        EXPECT_EQ(down[size_t((e * kOssWidth + i) * kHidden + h)], file(3000, kHidden, e, h, i));
+  // gate_up_proj_bias [E, 2I]: gate's and up's biases alternating; down's as stored.
+  std::vector<float> bias(size_t(kOssExperts * 2 * kOssWidth), -1.0f);
+  ASSERT_TRUE(model->read("model.layers.0.mlp.experts.gate_up_proj_bias",
+                          {kOssExperts, 2 * kOssWidth}, SliceSpec(), bias.data(), bytesRead,
+                          error))
+      << error;
+  for (int64_t e = 0; e < kOssExperts; ++e)
+    for (int64_t j = 0; j < 2 * kOssWidth; ++j)
+      EXPECT_EQ(bias[size_t(e * 2 * kOssWidth + j)], file(j % 2 ? 6000 : 5000, 1, e, 0, j / 2));
+  EXPECT_NE(model->find("model.layers.0.mlp.experts.down_proj_bias"), nullptr);
+
+  // Blocks cannot be read from a transposed tensor.
+  std::vector<uint8_t> raw(4096);
+  EXPECT_FALSE(model->readBlocks(gateUp, {kOssExperts, kHidden, 2 * kOssWidth}, SliceSpec(),
+                                 DType::Q8_0, raw.data(), bytesRead, error));
+  EXPECT_NE(error.find("transposed"), std::string::npos) << error;
+}
+
+TEST(GgufModel, GptOssRopeIsWhatLlamaCppReads) {
+  // No scaling type: none, as llama.cpp takes it.
+  std::string path = writeTemp(gptOssFile("").bytes(), "gpt-oss-none"), error;
+  auto model = GgufModel::open(path, error);
+  ASSERT_NE(model, nullptr) << error;
+  auto config = nlohmann::json::parse(model->configJson());
+  EXPECT_EQ(config["rope_parameters"]["rope_type"], "default");
+  // Another type, or a YaRN key tpc does not read, is refused by name.
+  error = openError(gptOssFile("linear"), "gpt-oss-linear");
+  EXPECT_NE(error.find("gpt-oss.rope.scaling.type is 'linear'"), std::string::npos) << error;
+  error = openError(gptOssFile("yarn", "rope.scaling.yarn_log_multiplier=0.1"), "gpt-oss-mul");
+  EXPECT_NE(error.find("gpt-oss.rope.scaling.yarn_log_multiplier"), std::string::npos) << error;
+  error = openError(gptOssFile("yarn", "rope.scaling.yarn_beta_slow=-1"), "gpt-oss-beta");
+  EXPECT_NE(error.find("gpt-oss.rope.scaling.yarn_beta_slow is -1"), std::string::npos) << error;
+}

@@ -29,7 +29,17 @@ struct GgufModelTensor {
   /// ffn_gate_exps [E, I, H], this ffn_up_exps): each expert's I gate rows, then its I up
   /// rows, as transformers' loader concatenates them. Null for a tensor of one file tensor.
   const GgufTensor *up = nullptr;
+  /// GPT-OSS's experts, which transformers holds as [E, in, out] with gate and up
+  /// interleaved and the converter writes as llama.cpp's [E, out, in] (gate and up apart):
+  /// each expert's matrix is the transpose of the file's (`transposed`), and where there is
+  /// an `up`, its values alternate with `tensor`'s along the last dimension, gate first
+  /// (`interleaved`; also the biases, [E, I] each in the file, [E, 2I] in transformers).
+  bool transposed = false;
+  bool interleaved = false;
 };
+
+/// The Hugging Face shape of a mapped tensor.
+std::vector<int64_t> ggufModelShape(const GgufModelTensor &mapped);
 
 class GgufModel {
 public:

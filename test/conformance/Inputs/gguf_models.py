@@ -53,7 +53,7 @@ import kquants  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 ARCHS = ["llama", "llama3rope", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "phi3",
-         "gemma", "gemma2", "gemma3", "olmo2", "smollm3"]
+         "gemma", "gemma2", "gemma3", "olmo2", "smollm3", "gpt_oss"]
 # Llama files of the mixes llama-quantize writes, Q4_K_M and Q5_K_M (llama.cpp's
 # llama_tensor_get_type): Q4_K (Q5_K) matrices, Q6_K for the output and for attn_v and
 # ffn_down in the layers it gives more bits (of two layers, the first), and where a row is no
@@ -142,6 +142,12 @@ QUANT = {
               "ffn_gate": Q.Q8_0, "ffn_down": Q.Q4_0, "token_embd": Q.F16, "output": Q.Q4_0},
     "smollm3": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_0,
                 "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0, "token_embd": Q.Q8_0},
+    # GPT-OSS's experts in MXFP4, as the converter repacks the released checkpoints' (each
+    # expert's matrix transposed to llama.cpp's [out, in], gate and up apart); the router, the
+    # sinks and every bias F32, as the converter leaves them.
+    "gpt_oss": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_0,
+                "ffn_gate_exps": Q.MXFP4, "ffn_up_exps": Q.MXFP4, "ffn_down_exps": Q.MXFP4,
+                "token_embd": Q.Q8_0, "output": Q.Q8_0},
 }
 # A list: the type of each layer's tensor.
 for _arch, _k, _fallback in (("llama_q4_k_m", Q.Q4_K, Q.Q5_0), ("llama_q5_k_m", Q.Q5_K, Q.Q5_1)):
@@ -164,7 +170,7 @@ GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA
              "phi3": gguf.MODEL_ARCH.PHI3, "gemma": gguf.MODEL_ARCH.GEMMA,
              "gemma2": gguf.MODEL_ARCH.GEMMA2,
              "gemma3": gguf.MODEL_ARCH.GEMMA3, "olmo2": gguf.MODEL_ARCH.OLMO2,
-             "smollm3": gguf.MODEL_ARCH.SMOLLM3}
+             "smollm3": gguf.MODEL_ARCH.SMOLLM3, "gpt_oss": gguf.MODEL_ARCH.GPT_OSS}
 # What transformers' loader leaves out of a file's model (config fields, with what they say in
 # the file) that llama.cpp computes: llama3rope's rope_freqs tensor (the loader rotates by the
 # default frequencies); Gemma 3's rope.scaling.* (the loader leaves its global layers
@@ -186,6 +192,11 @@ NO_LOADER = {
     "olmo2": {},
     "smollm3": {"no_rope_layers": ([1, 1, 1, 1], "the layer without RoPE (llama.cpp's "
                                                  "n_no_rope_layer_step 4)")},
+    # transformers 5.17 knows gpt-oss files, but its loader fails on the converter's: it
+    # takes float() of rope.scaling.factor's parts array ("only 0-dimensional arrays can be
+    # converted to Python scalars"), and its GptOssTensorProcessor looks for ffn_*_projs
+    # where the converter writes ffn_*_exps.
+    "gpt_oss": {},
 }
 # The model_type transformers gives a file, where it is not ARCH.
 LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text", "qwen3moe": "qwen3_moe",
@@ -255,7 +266,7 @@ def write_gguf(model, arch, path):
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     if arch in LLAMA_FILES + ("phi3",):
         writer.add_rope_dimension_count(head_dim)
-    if arch in LLAMA_FILES + ("qwen3", "qwen3moe") + NORM_PLUS_ONE:
+    if arch in LLAMA_FILES + ("qwen3", "qwen3moe", "gpt_oss") + NORM_PLUS_ONE:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     if arch == "gemma2":
@@ -266,6 +277,18 @@ def write_gguf(model, arch, path):
         writer.add_expert_count(c.num_experts)
         writer.add_expert_used_count(c.num_experts_per_tok)
         writer.add_expert_feed_forward_length(c.moe_intermediate_size)
+    if arch == "gpt_oss":
+        # GptOssModel.set_gguf_parameters: the window, the experts' width; TextModel's expert
+        # keys and its YaRN keys from rope_parameters (no key for truncate).
+        writer.add_sliding_window(c.sliding_window)
+        writer.add_expert_count(c.num_local_experts)
+        writer.add_expert_used_count(c.num_experts_per_tok)
+        writer.add_expert_feed_forward_length(c.intermediate_size)
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+        writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
     if arch == "mixtral":  # TextModel's expert keys; the experts are intermediate_size wide
         writer.add_expert_count(c.num_local_experts)
         writer.add_expert_used_count(c.num_experts_per_tok)
@@ -286,6 +309,28 @@ def write_gguf(model, arch, path):
         if tied and hf == "lm_head.weight":
             continue
         w = value.detach().float().numpy()
+        if arch == "gpt_oss" and ".mlp.experts." in hf:
+            # GptOssModel.modify_tensors: gate_up_proj [E, H, 2I] transposed to [E, 2I, H] and
+            # split into its even (gate) and odd (up) rows, its bias likewise; down_proj
+            # [E, I, H] transposed to [E, H, I].
+            stem, leaf = hf.rsplit(".", 1)
+            if leaf == "gate_up_proj":
+                w = w.transpose(0, 2, 1)
+            if leaf.startswith("gate_up_proj"):
+                suffix = "bias" if leaf.endswith("_bias") else "weight"
+                for half, rows in (("gate", w[..., ::2, :] if suffix == "weight" else w[..., ::2]),
+                                   ("up", w[..., 1::2, :] if suffix == "weight" else w[..., 1::2])):
+                    tensors.append((f"{hf}[{half}]", names.get_name(f"{stem}.{half}_proj"),
+                                    suffix, np.ascontiguousarray(rows)))
+            elif leaf == "down_proj":
+                tensors.append((hf, names.get_name(stem + ".down_proj"), "weight",
+                                np.ascontiguousarray(w.transpose(0, 2, 1))))
+            else:
+                tensors.append((hf, names.get_name(stem + ".down_proj"), "bias", w))
+            continue
+        if hf.endswith(".self_attn.sinks"):  # the converter's filter_tensors adds .weight
+            tensors.append((hf, names.get_name(hf), "weight", w))
+            continue
         if ".mlp.experts." in hf:
             # transformers' stacked experts, which the converter writes as gguf-py's 3D
             # ffn_{gate,up,down}_exps: gate_up_proj [E, 2I, H] as its gate half and its up half.
@@ -310,7 +355,7 @@ def write_gguf(model, arch, path):
         if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
             w = permute(w, c.num_attention_heads if module == "attn_q"
                         else c.num_key_value_heads)
-        qtype = QUANT[arch].get(module, Q.F32) if w.ndim >= 2 else Q.F32
+        qtype = QUANT[arch].get(module, Q.F32) if w.ndim >= 2 and suffix == "weight" else Q.F32
         if isinstance(qtype, list):
             qtype = qtype[int(name.split(".")[1])]
         data = (kquants.quantize if qtype in kquants.WRITERS else quantize)(w, qtype)
@@ -326,7 +371,20 @@ def write_gguf(model, arch, path):
         expected[hf] = back
     for hf in [k for k in expected if k.endswith("[gate]")]:  # gate_up_proj: gate, then up
         fused = hf[:-len("[gate]")]
-        expected[fused] = np.concatenate([expected.pop(hf), expected.pop(fused + "[up]")], 1)
+        gate, up = expected.pop(hf), expected.pop(fused + "[up]")
+        if arch != "gpt_oss":
+            expected[fused] = np.concatenate([gate, up], 1)
+            continue
+        # GPT-OSS's: interleaved again (gate first) along the rows, and transposed back.
+        axis = gate.ndim - 2 if fused.endswith("gate_up_proj") else gate.ndim - 1
+        both = np.stack([gate, up], axis + 1)
+        shape = list(gate.shape)
+        shape[axis] *= 2
+        both = both.reshape(shape)
+        expected[fused] = both.transpose(0, 2, 1) if both.ndim == 3 else both
+    if arch == "gpt_oss":
+        for hf in [k for k in expected if k.endswith(".mlp.experts.down_proj")]:
+            expected[hf] = expected[hf].transpose(0, 2, 1)
     if rope.get("rope_type") == "llama3":
         writer.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
                           llama3_rope_freqs(c, head_dim), raw_dtype=Q.F32)
