@@ -18,6 +18,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 namespace tpcrt {
 
@@ -39,6 +40,9 @@ struct GgufArchitecture {
   /// GPT-OSS: a router and experts with biases, the experts transposed and gate and up
   /// interleaved in transformers' layout, attention sinks, YaRN from rope.scaling.*.
   bool gptOss = false;
+  /// DeepSeek-V2: latent attention written as llama.cpp's MQA (readDeepseek2), kv_b_proj
+  /// split in two, shared experts.
+  bool deepseek2 = false;
 };
 
 const GgufArchitecture kArchitectures[] = {
@@ -56,6 +60,8 @@ const GgufArchitecture kArchitectures[] = {
     {"olmo2", "olmo2"},
     {"smollm3", "smollm3", true, false, true},
     {"gpt-oss", "gpt_oss", false, false, false, true, true, false, false, true, true},
+    {"deepseek2", "deepseek_v2", false, false, false, false, false, false, false, true, false,
+     true},
 };
 
 /// Values transformers' config classes give a field the GGUF loader leaves out, where tpc's
@@ -135,6 +141,26 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
       return "self_attn.sinks";
     if (part == "ffn_gate_inp")
       return "mlp.router";
+  }
+  // DeepSeek-V2's latent attention (attn_k_b and attn_v_b are kv_b_proj's two parts:
+  // mapTensor pairs them) and its shared experts.
+  if (arch.deepseek2) {
+    static const std::pair<const char *, const char *> mla[] = {
+        {"attn_q_a", "self_attn.q_a_proj"},
+        {"attn_q_a_norm", "self_attn.q_a_layernorm"},
+        {"attn_q_b", "self_attn.q_b_proj"},
+        {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
+        {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
+        {"attn_kv_b", "self_attn.kv_b_proj"},
+        {"attn_k_b", "self_attn.kv_b_proj"},
+        {"attn_v_b", "self_attn.kv_b_proj"},
+        {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
+        {"ffn_up_shexp", "mlp.shared_experts.up_proj"},
+        {"ffn_down_shexp", "mlp.shared_experts.down_proj"},
+    };
+    for (const auto &[gguf, hf] : mla)
+      if (part == gguf)
+        return hf;
   }
   // An MoE's router and its experts, stacked [E, ...] as transformers holds them; gate and up
   // both go to gate_up_proj (mapTensor pairs them). Only where the architecture is read as
@@ -226,6 +252,8 @@ std::string shapeText(const std::vector<int64_t> &shape) {
 std::vector<int64_t> ggufModelShape(const GgufModelTensor &mapped) {
   std::vector<int64_t> shape = mapped.tensor->shape;
   int64_t parts = mapped.up ? 2 : 1;
+  if (mapped.mlaKvB && mapped.up && shape.size() == 3 && mapped.up->shape.size() == 3)
+    return {shape[0] * (shape[2] + mapped.up->shape[1]), shape[1]};
   if (mapped.transposed && shape.size() == 3)
     return {shape[0], shape[2], shape[1] * parts};
   if (mapped.interleaved)
@@ -319,9 +347,10 @@ struct RowWindow {
 };
 
 /// Reads this rank's slice of a tensor whose experts the converter transposed, or whose
-/// halves it took apart (GPT-OSS's, `transposed` / `interleaved`): expert by expert, each
-/// built whole in transformers' layout from its rows in the file. A rank's slice visits the
-/// experts in order, so each is read and built once.
+/// halves it took apart (GPT-OSS's, `transposed` / `interleaved`; DeepSeek-V2's kv_b_proj,
+/// `mlaKvB`, by heads): expert by expert (head by head), each built whole in transformers'
+/// layout from its rows in the file. A rank's slice visits them in order, so each is read and
+/// built once.
 bool readRearranged(const GgufFile &file, const GgufModelTensor &mapped,
                     const std::vector<int64_t> &shape, const SliceSpec &spec, float *out,
                     uint64_t &bytesRead, std::string &error) {
@@ -332,11 +361,44 @@ bool readRearranged(const GgufFile &file, const GgufModelTensor &mapped,
   // values alternating between the parts). A bias: one row of C values, [C * parts].
   const bool matrix = t.shape.size() == 3;
   const int64_t rows = matrix ? t.shape[1] : 1, row = t.shape.back();
-  const int64_t expertSize = rows * row * nParts;
-  std::vector<float> expert(static_cast<size_t>(expertSize)), values(static_cast<size_t>(row));
+  // kv_b_proj's head: its nope key rows (attn_k_b's [kv_lora, nope], transposed), then its
+  // value rows (attn_v_b's [v, kv_lora]).
+  const int64_t kvLora = rows, nope = row, valueRows = mapped.mlaKvB ? mapped.up->shape[1] : 0;
+  const int64_t expertSize = mapped.mlaKvB ? (nope + valueRows) * kvLora : rows * row * nParts;
+  std::vector<float> expert(static_cast<size_t>(expertSize)),
+      values(static_cast<size_t>(std::max(row, kvLora)));
   std::vector<uint8_t> bytes;
   int64_t built = -1;
+  auto readPart = [&](const GgufTensor &part, int64_t first, int64_t count, int64_t width,
+                      const std::function<void(int64_t, const float *)> &take) {
+    if (!file.readRows(part.name, first, count, bytes, error))
+      return false;
+    bytesRead += uint64_t(count) * part.rowBytes;
+    for (int64_t r = 0; r < count; ++r) {
+      if (!dequantize(part.type, bytes.data() + size_t(r) * part.rowBytes, width, values.data(),
+                      error))
+        return false;
+      take(r, values.data());
+    }
+    return true;
+  };
+  auto buildHead = [&](int64_t h) {
+    bool ok = readPart(t, h * kvLora, kvLora, nope,
+                       [&](int64_t c, const float *v) {
+                         for (int64_t j = 0; j < nope; ++j)
+                           expert[size_t(j * kvLora + c)] = v[j];
+                       }) &&
+              readPart(*mapped.up, h * valueRows, valueRows, kvLora,
+                       [&](int64_t r, const float *v) {
+                         std::memcpy(&expert[size_t((nope + r) * kvLora)], v,
+                                     size_t(kvLora) * sizeof(float));
+                       });
+    built = ok ? h : -1;
+    return ok;
+  };
   auto build = [&](int64_t e) {
+    if (mapped.mlaKvB)
+      return buildHead(e);
     for (int p = 0; p < nParts; ++p) {
       const GgufTensor &part = *parts[p];
       if (!file.readRows(part.name, e * rows, rows, bytes, error))
@@ -451,7 +513,7 @@ std::vector<Hyperparameter> hyperparametersOf(const GgufArchitecture &arch) {
   // Mixtral's experts are intermediate_size wide and its count is num_local_experts;
   // GPT-OSS's too, and the converter writes both lengths from its intermediate_size (the
   // experts' one is what llama.cpp takes for them, so it is read last).
-  if (arch.moe) {
+  if (arch.moe && !arch.deepseek2) {
     bool mixtral = std::string(arch.modelType) == "mixtral";
     bool local = mixtral || arch.gptOss;
     fields.push_back({"expert_count", local ? "num_local_experts" : "num_experts", false});
@@ -674,6 +736,152 @@ bool readGptOss(const GgufSource &source, nlohmann::ordered_json &config, std::s
   return true;
 }
 
+/// DeepSeek-V2 as llama.cpp reads a deepseek2 file (transformers 5.17's loader does not know
+/// the architecture). The converter writes the latent attention as llama.cpp's MQA
+/// (head_count_kv 1, key_length kv_lora_rank + rope, value_length kv_lora_rank) and the
+/// heads' own sizes as key_length_mla and value_length_mla (files from before those keys: in
+/// key_length and value_length); transformers' attention expands the latent into every
+/// head, so num_key_value_heads is the heads. What llama.cpp computes otherwise than
+/// transformers' DeepSeek-V2 is refused by its key: a sigmoid gate or renormalized weights
+/// (DeepSeek-V3's, expert_gating_func 2 and expert_weights_norm), and groups of experts
+/// (llama.cpp ranks a group by its two best experts' sum, DeepSeek-V3's rule, where
+/// DeepSeek-V2's group_limited_greedy takes the best one). YaRN: rope.scaling.* with
+/// yarn_log_multiplier, which the converter writes as 0.1 x mscale_all_dim (llama.cpp then
+/// takes mscale equal to it, as every released DeepSeek-V2 has).
+bool readDeepseek2(const GgufSource &source, nlohmann::ordered_json &config,
+                   std::string &error) {
+  const GgufFile &file = source.file;
+  auto integer = [&](const char *key, int64_t &value, int64_t minimum = 0) {
+    return file.getInt(source.key(key), value, error, minimum, int64_t(1) << 32);
+  };
+  auto has = [&](const char *key) { return file.find(source.key(key)) != nullptr; };
+  auto require = [&](const char *key) {
+    if (has(key))
+      return true;
+    error = source.where + ": no metadata '" + source.key(key) + "', which a deepseek2 model needs";
+    return false;
+  };
+  config["num_key_value_heads"] = config.value("num_attention_heads", int64_t(0));
+  int64_t qLora = 0, kvLora = 0, rope = 0, key = 0, value = 0;
+  if (has("attention.q_lora_rank")) {
+    if (!integer("attention.q_lora_rank", qLora, 1))
+      return false;
+    config["q_lora_rank"] = qLora;
+  } else {
+    config["q_lora_rank"] = nullptr; // q_proj
+  }
+  bool mla = has("attention.key_length_mla");
+  const char *keyKey = mla ? "attention.key_length_mla" : "attention.key_length";
+  const char *valueKey = mla ? "attention.value_length_mla" : "attention.value_length";
+  if (!require("attention.kv_lora_rank") || !require("rope.dimension_count") ||
+      !require(keyKey) || !require(valueKey) || !integer("attention.kv_lora_rank", kvLora, 1) ||
+      !integer("rope.dimension_count", rope, 1) || !integer(keyKey, key, 1) ||
+      !integer(valueKey, value, 1))
+    return false;
+  if (key <= rope) {
+    error = source.where + ": " + source.key(keyKey) + " " + std::to_string(key) +
+            " leaves no dimensions without RoPE beside rope.dimension_count " +
+            std::to_string(rope);
+    return false;
+  }
+  config["kv_lora_rank"] = kvLora;
+  config["qk_rope_head_dim"] = rope;
+  config["qk_nope_head_dim"] = key - rope;
+  config["v_head_dim"] = value;
+  int64_t dense = 0, experts = 0, used = 0, shared = 0, width = 0;
+  if ((has("leading_dense_block_count") && !integer("leading_dense_block_count", dense)) ||
+      !require("expert_count") || !require("expert_used_count") ||
+      !require("expert_feed_forward_length") || !integer("expert_count", experts, 1) ||
+      !integer("expert_used_count", used, 1) ||
+      !integer("expert_feed_forward_length", width, 1) ||
+      (has("expert_shared_count") && !integer("expert_shared_count", shared)))
+    return false;
+  config["first_k_dense_replace"] = dense;
+  config["n_routed_experts"] = experts;
+  config["num_experts_per_tok"] = used;
+  config["moe_intermediate_size"] = width;
+  config["n_shared_experts"] = shared;
+  config["topk_method"] = "greedy";
+  if (has("expert_weights_scale")) {
+    double scale = 0;
+    if (!file.getFloat(source.key("expert_weights_scale"), scale, error))
+      return false;
+    config["routed_scaling_factor"] = scale;
+  }
+  int64_t gating = 1, groups = 1;
+  bool norm = false;
+  if ((has("expert_gating_func") && !integer("expert_gating_func", gating)) ||
+      (has("expert_group_count") && !integer("expert_group_count", groups)))
+    return false;
+  if (has("expert_weights_norm") && !file.getBool(source.key("expert_weights_norm"), norm, error))
+    return false;
+  if (gating != 1 || norm || groups > 1) {
+    const char *k = gating != 1 ? "expert_gating_func" : norm ? "expert_weights_norm"
+                                                            : "expert_group_count";
+    error = source.where + ": " + source.key(k) +
+            " says a router tpc's DeepSeek-V2 does not compute (" +
+            (groups > 1 && gating == 1 && !norm
+                 ? "llama.cpp ranks groups of experts by their two best experts, DeepSeek-V3's "
+                   "rule; DeepSeek-V2's takes the best one"
+                 : "DeepSeek-V3's sigmoid gate or renormalized weights") +
+            ")";
+    return false;
+  }
+  std::string scaling = "none";
+  if (has("rope.scaling.type") &&
+      !file.getString(source.key("rope.scaling.type"), scaling, error))
+    return false;
+  double theta = config.value("rope_theta", 10000.0);
+  if (scaling == "none") {
+    config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    return true;
+  }
+  if (scaling != "yarn") {
+    error = source.where + ": " + source.key("rope.scaling.type") + " is '" + scaling +
+            "'; tpc reads a deepseek2 file's yarn scaling only";
+    return false;
+  }
+  for (const char *unread : {"rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
+                             "rope.scaling.yarn_ext_factor"})
+    if (has(unread)) {
+      error = source.where + ": " + source.key(unread) +
+              " is a YaRN setting tpc does not read from a deepseek2 file yet";
+      return false;
+    }
+  if (!require("rope.scaling.factor") || !require("rope.scaling.original_context_length") ||
+      !require("rope.scaling.yarn_log_multiplier"))
+    return false;
+  double factor = 0, logMul = 0;
+  int64_t original = 0;
+  if (!file.getFloat(source.key("rope.scaling.factor"), factor, error) ||
+      !file.getFloat(source.key("rope.scaling.yarn_log_multiplier"), logMul, error) ||
+      !integer("rope.scaling.original_context_length", original, 1))
+    return false;
+  if (!std::isfinite(factor) || !(factor > 0) || !std::isfinite(logMul) || logMul < 0) {
+    error = source.where + ": " + source.key("rope.scaling.factor") + " " +
+            std::to_string(factor) + " and " + source.key("rope.scaling.yarn_log_multiplier") +
+            " " + std::to_string(logMul) + ": a YaRN factor must be positive, its log " +
+            "multiplier at least 0";
+    return false;
+  }
+  nlohmann::ordered_json yarn = {{"rope_type", "yarn"},
+                                 {"rope_theta", theta},
+                                 {"factor", factor},
+                                 {"original_max_position_embeddings", original},
+                                 {"mscale", logMul / 0.1},
+                                 {"mscale_all_dim", logMul / 0.1}};
+  for (auto [gguf, hf] : {std::pair{"rope.scaling.yarn_beta_fast", "beta_fast"},
+                          {"rope.scaling.yarn_beta_slow", "beta_slow"}})
+    if (has(gguf)) {
+      double beta = 0;
+      if (!file.getFloat(source.key(gguf), beta, error))
+        return false;
+      yarn[hf] = beta;
+    }
+  config["rope_parameters"] = std::move(yarn);
+  return true;
+}
+
 /// What a gemma, olmo2, smollm3 or Mixtral-style llama file may say that llama.cpp computes
 /// and tpc does not read from GGUF, refused by its key rather than computed without: RoPE
 /// scaling (the converter writes a yarn config as rope.scaling.*), and an olmo2 file's
@@ -714,6 +922,7 @@ bool buildConfig(const GgufSource &source, const std::string &modelType,
   if (!checkRequiredHyperparameters(source, error) || !checkNothingUnread(source, error) ||
       (source.arch.gemma3 && !readGemma3(source, config, error)) ||
       (source.arch.gptOss && !readGptOss(source, config, error)) ||
+      (source.arch.deepseek2 && !readDeepseek2(source, config, error)) ||
       !readSpecialTokens(source.file, config, error) || !fillVocabSize(source, config, error))
     return false;
   bool hasOutput = source.file.tensor("output.weight") != nullptr;
@@ -843,6 +1052,18 @@ bool mapTensor(const GgufSource &source, const std::string &modelType, const Ggu
     half = &t;
     return true;
   }
+  // kv_b_proj's key and value parts (checkFusedExperts: both, alike).
+  if (module == "attn_k_b" || module == "attn_v_b") {
+    GgufModelTensor &fused = tensors[name];
+    const GgufTensor *&part = module == "attn_k_b" ? fused.tensor : fused.up;
+    if (part) {
+      error = source.where + ": two tensors map to " + name;
+      return false;
+    }
+    part = &t;
+    fused.mlaKvB = true;
+    return true;
+  }
   if (!tensors.emplace(name, mapped).second) {
     error = source.where + ": two tensors map to " + name;
     return false;
@@ -860,6 +1081,18 @@ bool checkFusedExperts(const GgufSource &source,
            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   for (const auto &[name, mapped] : tensors) {
+    if (mapped.mlaKvB) { // attn_k_b [H, kv_lora, nope] and attn_v_b [H, v, kv_lora]
+      const GgufTensor *k = mapped.tensor, *v = mapped.up;
+      if (!k || !v || k->shape.size() != 3 || v->shape.size() != 3 || k->shape[0] != v->shape[0] ||
+          k->shape[1] != v->shape[2]) {
+        error = source.where + ": " + name + " is attn_k_b [heads, kv_lora_rank, nope] and " +
+                "attn_v_b [heads, v_head_dim, kv_lora_rank] in a layer, but the file has " +
+                (k ? k->name + " " + shapeText(k->shape) : std::string("no attn_k_b")) + " and " +
+                (v ? v->name + " " + shapeText(v->shape) : std::string("no attn_v_b"));
+        return false;
+      }
+      continue;
+    }
     bool bias = endsWith(name, "_bias");
     size_t dims = bias ? 2 : 3;
     if (!mapped.tensor || (mapped.up && mapped.tensor->shape != mapped.up->shape) ||
@@ -945,7 +1178,7 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
             shapeText(hfShapeOf(*mapped)) + ", the model expects " + shapeText(shape);
     return false;
   }
-  if (mapped->transposed || mapped->interleaved)
+  if (mapped->rearranged())
     return readRearranged(*file_, *mapped, shape, spec, out, bytesRead, error);
   const int64_t rowElements = t.ne.empty() ? 1 : t.ne[0];
   std::array<int64_t, 2> ends = rowsNeeded(*mapped, shape, spec);
@@ -997,10 +1230,10 @@ bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &
   if (!mapped)
     return false;
   const GgufTensor &t = *mapped->tensor;
-  if (mapped->transposed || mapped->interleaved) {
+  if (mapped->rearranged()) {
     error = "tensor " + name + " (" + t.name + " in " + file_->path() +
-            ") is stored transposed or in halves that transformers interleaves; tpc reads it "
-            "widened to f32, not in its " + ggmlTypeInfo(t.type)->name + " blocks";
+            ") is stored transposed or in parts that transformers holds together; tpc reads "
+            "it widened to f32, not in its " + ggmlTypeInfo(t.type)->name + " blocks";
     return false;
   }
   if (hfShapeOf(*mapped) != shape || t.type != ggmlTypeOf(type) ||

@@ -366,7 +366,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string &path, std::strin
       return nullptr;
     for (const auto &[name, mapped] : ckpt->gguf_->tensors()) {
       TensorInfo &info = ckpt->tensors[name];
-      info.dtype = ggmlTypeInfo(mapped.tensor->type)->name;
+      // A tensor rebuilt in another layout is read in f32 only (GgufModel::readBlocks).
+      info.dtype = ggmlTypeInfo(mapped.rearranged() ? GgmlType::F32 : mapped.tensor->type)->name;
       info.shape = ggufModelShape(mapped);
       info.begin = mapped.tensor->offset;
       info.end = mapped.tensor->offset + mapped.tensor->bytes;

@@ -5,7 +5,10 @@
 // readBlocks() return: the converter's RoPE row permutation undone (the file made with the
 // converter's permutation, written out here independently of the reader's inverse), and a
 // rank's slice of a Q8_0 matrix as the file's very blocks; a qwen3moe file's 3D experts, gate
-// and up read as one gate_up_proj, whole and by a rank's intermediate rows. That tpc and transformers compute
+// and up read as one gate_up_proj, whole and by a rank's intermediate rows; a gpt-oss file's
+// experts transposed and interleaved back, its biases too, and its YaRN keys; a deepseek2
+// file's config from llama.cpp's MQA form and kv_b_proj rebuilt from attn_k_b and attn_v_b,
+// and what it refuses. That tpc and transformers compute
 // the same model from such files is test/conformance/gguf-architectures.test.
 #include "tpcrt/gguf_model.h"
 
@@ -14,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -757,4 +761,105 @@ TEST(GgufModel, GptOssRopeIsWhatLlamaCppReads) {
   EXPECT_NE(error.find("gpt-oss.rope.scaling.yarn_log_multiplier"), std::string::npos) << error;
   error = openError(gptOssFile("yarn", "rope.scaling.yarn_beta_slow=-1"), "gpt-oss-beta");
   EXPECT_NE(error.find("gpt-oss.rope.scaling.yarn_beta_slow is -1"), std::string::npos) << error;
+}
+
+namespace {
+
+// A tiny deepseek2 file as the converter writes it: 2 heads, kv_lora_rank 4, heads of 3 nope
+// + 2 rope dims and values of 5, kv_b_proj as attn_k_b [H, kv_lora, nope] and attn_v_b
+// [H, v, kv_lora]; `extra` adds a u32 key ("name=value") and `skip` leaves one out.
+constexpr int64_t kMlaHeads = 2, kKvLora = 4, kNope = 3, kRope = 2, kValue = 5;
+ModelFile deepseek2File(const std::string &extra = "", const std::string &skip = "") {
+  ModelFile f;
+  f.str("general.architecture", "deepseek2");
+  auto u32 = [&](const std::string &k, uint32_t v) {
+    if (k != skip)
+      f.u32("deepseek2." + k, v);
+  };
+  u32("block_count", 1);
+  u32("embedding_length", kHidden);
+  u32("attention.head_count", kMlaHeads);
+  u32("attention.head_count_kv", 1);
+  u32("vocab_size", 4);
+  u32("attention.kv_lora_rank", kKvLora);
+  u32("attention.key_length", kKvLora + kRope);
+  u32("attention.value_length", kKvLora);
+  u32("attention.key_length_mla", kNope + kRope);
+  u32("attention.value_length_mla", kValue);
+  u32("rope.dimension_count", kRope);
+  u32("expert_count", 4);
+  u32("expert_used_count", 2);
+  u32("expert_feed_forward_length", 6);
+  u32("leading_dense_block_count", 1);
+  if (!extra.empty())
+    f.u32("deepseek2." + extra.substr(0, extra.find('=')),
+          uint32_t(std::stoul(extra.substr(extra.find('=') + 1))));
+  std::string k, v;
+  for (float x : hfMatrix(kMlaHeads * kKvLora, kNope, 100))
+    putFloat(k, x);
+  for (float x : hfMatrix(kMlaHeads * kValue, kKvLora, 200))
+    putFloat(v, x);
+  f.tensor("blk.0.attn_k_b.weight", {uint64_t(kNope), uint64_t(kKvLora), uint64_t(kMlaHeads)},
+           GgmlType::F32, k);
+  if (skip != "attn_v_b")
+    f.tensor("blk.0.attn_v_b.weight", {uint64_t(kKvLora), uint64_t(kValue), uint64_t(kMlaHeads)},
+             GgmlType::F32, v);
+  return f;
+}
+
+} // namespace
+
+TEST(GgufModel, Deepseek2IsTransformersLatentAttentionFromLlamaCppsMqa) {
+  std::string path = writeTemp(deepseek2File().bytes(), "deepseek2"), error;
+  auto model = GgufModel::open(path, error);
+  ASSERT_NE(model, nullptr) << error;
+  auto config = nlohmann::json::parse(model->configJson());
+  EXPECT_EQ(config["model_type"], "deepseek_v2");
+  EXPECT_EQ(config["num_key_value_heads"], kMlaHeads); // not the file's 1
+  EXPECT_TRUE(config["q_lora_rank"].is_null());         // no q_lora_rank: q_proj
+  EXPECT_EQ(config["kv_lora_rank"], kKvLora);
+  EXPECT_EQ(config["qk_nope_head_dim"], kNope);
+  EXPECT_EQ(config["qk_rope_head_dim"], kRope);
+  EXPECT_EQ(config["v_head_dim"], kValue);
+  EXPECT_EQ(config["first_k_dense_replace"], 1);
+  EXPECT_EQ(config["n_routed_experts"], 4);
+  EXPECT_EQ(config["n_shared_experts"], 0);
+  EXPECT_EQ(config["topk_method"], "greedy");
+  EXPECT_EQ(config["rope_parameters"]["rope_type"], "default");
+
+  // kv_b_proj [H * (nope + v), kv_lora]: head h's row j < nope is column j of attn_k_b's head
+  // (its rows are the kv_lora inputs), row nope + r attn_v_b's row r.
+  const std::string name = "model.layers.0.self_attn.kv_b_proj.weight";
+  const std::vector<int64_t> shape = {kMlaHeads * (kNope + kValue), kKvLora};
+  std::vector<float> all(size_t(shape[0] * shape[1]), -1.0f);
+  uint64_t bytesRead = 0;
+  ASSERT_TRUE(model->read(name, shape, SliceSpec(), all.data(), bytesRead, error)) << error;
+  for (int64_t h = 0; h < kMlaHeads; ++h)
+    for (int64_t r = 0; r < kNope + kValue; ++r)
+      for (int64_t c = 0; c < kKvLora; ++c)
+        EXPECT_EQ(all[size_t((h * (kNope + kValue) + r) * kKvLora + c)],
+                  r < kNope ? hfValue(h * kKvLora + c, r, 100)
+                            : hfValue(h * kValue + r - kNope, c, 200))
+            << h << " " << r << " " << c;
+  // Rank 1 of 2 by rows (colwise by heads): head 1 alone.
+  SliceSpec second;
+  second.dim = 0;
+  second.offsets = {0};
+  second.sizes = {shape[0]};
+  second.chunks = 2;
+  second.piece = 1;
+  std::vector<float> mine(size_t(shape[0] * shape[1] / 2), -1.0f);
+  ASSERT_TRUE(model->read(name, shape, second, mine.data(), bytesRead, error)) << error;
+  EXPECT_TRUE(std::equal(mine.begin(), mine.end(), all.begin() + long(mine.size())));
+}
+
+TEST(GgufModel, Deepseek2RefusesWhatLlamaCppComputesOtherwise) {
+  std::string error = openError(deepseek2File("expert_group_count=2"), "deepseek2-groups");
+  EXPECT_NE(error.find("deepseek2.expert_group_count"), std::string::npos) << error;
+  error = openError(deepseek2File("expert_gating_func=2"), "deepseek2-sigmoid");
+  EXPECT_NE(error.find("deepseek2.expert_gating_func"), std::string::npos) << error;
+  error = openError(deepseek2File("", "attention.kv_lora_rank"), "deepseek2-no-rank");
+  EXPECT_NE(error.find("deepseek2.attention.kv_lora_rank"), std::string::npos) << error;
+  error = openError(deepseek2File("", "attn_v_b"), "deepseek2-no-v-b");
+  EXPECT_NE(error.find("no attn_v_b"), std::string::npos) << error;
 }

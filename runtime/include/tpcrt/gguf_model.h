@@ -36,6 +36,14 @@ struct GgufModelTensor {
   /// (`interleaved`; also the biases, [E, I] each in the file, [E, 2I] in transformers).
   bool transposed = false;
   bool interleaved = false;
+  /// DeepSeek-V2's kv_b_proj [H * (nope + v), kv_lora], which the converter splits for
+  /// llama.cpp's absorbed attention: `tensor` is attn_k_b [H, kv_lora, nope] (each head's key
+  /// rows transposed), `up` attn_v_b [H, v, kv_lora] (its value rows).
+  bool mlaKvB = false;
+
+  /// Whether reading builds the Hugging Face tensor from the file's in another layout (read
+  /// widened only, never as the file's blocks).
+  bool rearranged() const { return transposed || interleaved || mlaKvB; }
 };
 
 /// The Hugging Face shape of a mapped tensor.

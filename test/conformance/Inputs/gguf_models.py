@@ -14,8 +14,10 @@ matrices in F32, F16, Q8_0, Q4_0 or MXFP4 (gguf.quants.quantize; which one is pe
 every architecture has quantized matrices of both kinds, some split by tp 2 across their
 blocks' rows, some along them; KQUANT_ARCHS' in Q4_K, Q5_K and Q6_K written by kquants.py,
 and Q5_0 and Q5_1; qwen3moe's experts as the converter's 3D ffn_*_exps, gate_up_proj
-split into its gate and up halves). The file holds no tokenizer, only what the config needs (a
-token list where the converter writes no vocab_size).
+split into its gate and up halves; gpt_oss's transposed to llama.cpp's [out, in] and split
+into the even and odd columns of its interleaved gate_up_proj; deepseek2's kv_b_proj split
+into attn_k_b, each head's key rows transposed, and attn_v_b). The file holds no tokenizer,
+only what the config needs (a token list where the converter writes no vocab_size).
 
 The reference is transformers 5.17 loading that file (from_pretrained(dir, gguf_file=...,
 dtype=torch.float32): its GGUF loader builds the config from the metadata, as tpc must, and
@@ -53,7 +55,7 @@ import kquants  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 ARCHS = ["llama", "llama3rope", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "phi3",
-         "gemma", "gemma2", "gemma3", "olmo2", "smollm3", "gpt_oss"]
+         "gemma", "gemma2", "gemma3", "olmo2", "smollm3", "gpt_oss", "deepseek2"]
 # Llama files of the mixes llama-quantize writes, Q4_K_M and Q5_K_M (llama.cpp's
 # llama_tensor_get_type): Q4_K (Q5_K) matrices, Q6_K for the output and for attn_v and
 # ffn_down in the layers it gives more bits (of two layers, the first), and where a row is no
@@ -102,6 +104,15 @@ OVERRIDES = {
     # a head_dim that is not hidden / heads, so that rope.dimension_count matters.
     "smollm3": {"num_hidden_layers": 4, "no_rope_layers": None, "use_sliding_window": False,
                 "sliding_window": None, "head_dim": 32},
+    # Greedy routing (llama.cpp scores groups of experts by DeepSeek-V3's rule, so tpc refuses
+    # a deepseek2 file with groups), and YaRN as DeepSeek-V2 has it (mscale = mscale_all_dim,
+    # which the converter writes as yarn_log_multiplier), its band moved to this tiny model's
+    # positions.
+    "deepseek2": {"topk_method": "greedy", "n_group": 1, "topk_group": 1,
+                  "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                      "original_max_position_embeddings": 64,
+                                      "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707,
+                                      "mscale_all_dim": 0.707}},
 }
 for _arch in KQUANT_ARCHS:
     OVERRIDES[_arch] = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
@@ -148,6 +159,14 @@ QUANT = {
     "gpt_oss": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_0,
                 "ffn_gate_exps": Q.MXFP4, "ffn_up_exps": Q.MXFP4, "ffn_down_exps": Q.MXFP4,
                 "token_embd": Q.Q8_0, "output": Q.Q8_0},
+    # DeepSeek-V2's latent attention: attn_k_b's rows are the 16 nope dims (F16: no whole
+    # block), attn_v_b's the 32 of kv_lora_rank; o_proj's rows of 4 x 12 values no block either,
+    # nor the shared expert's down_proj's 32 split by tp 2.
+    "deepseek2": {"attn_q_a": Q.Q8_0, "attn_q_b": Q.Q4_0, "attn_kv_a_mqa": Q.Q8_0,
+                  "attn_k_b": Q.F16, "attn_v_b": Q.Q8_0, "attn_output": Q.F16,
+                  "ffn_gate": Q.Q4_0, "ffn_down": Q.Q8_0, "ffn_gate_exps": Q.Q8_0,
+                  "ffn_up_exps": Q.Q4_0, "ffn_down_exps": Q.Q8_0, "ffn_gate_shexp": Q.Q4_0,
+                  "ffn_down_shexp": Q.F16, "token_embd": Q.Q8_0, "output": Q.Q4_0},
 }
 # A list: the type of each layer's tensor.
 for _arch, _k, _fallback in (("llama_q4_k_m", Q.Q4_K, Q.Q5_0), ("llama_q5_k_m", Q.Q5_K, Q.Q5_1)):
@@ -170,7 +189,8 @@ GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA
              "phi3": gguf.MODEL_ARCH.PHI3, "gemma": gguf.MODEL_ARCH.GEMMA,
              "gemma2": gguf.MODEL_ARCH.GEMMA2,
              "gemma3": gguf.MODEL_ARCH.GEMMA3, "olmo2": gguf.MODEL_ARCH.OLMO2,
-             "smollm3": gguf.MODEL_ARCH.SMOLLM3, "gpt_oss": gguf.MODEL_ARCH.GPT_OSS}
+             "smollm3": gguf.MODEL_ARCH.SMOLLM3, "gpt_oss": gguf.MODEL_ARCH.GPT_OSS,
+             "deepseek2": gguf.MODEL_ARCH.DEEPSEEK2}
 # What transformers' loader leaves out of a file's model (config fields, with what they say in
 # the file) that llama.cpp computes: llama3rope's rope_freqs tensor (the loader rotates by the
 # default frequencies); Gemma 3's rope.scaling.* (the loader leaves its global layers
@@ -197,12 +217,14 @@ NO_LOADER = {
     # converted to Python scalars"), and its GptOssTensorProcessor looks for ffn_*_projs
     # where the converter writes ffn_*_exps.
     "gpt_oss": {},
+    "deepseek2": {},
 }
 # The model_type transformers gives a file, where it is not ARCH.
 LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text", "qwen3moe": "qwen3_moe",
                "llama_q4_k_m": "llama", "llama_q5_k_m": "llama"}
 # hf_model.py's name of the architecture whose tiny model a file holds, where it is not ARCH.
-SOURCE = {"llama3rope": "llama", "qwen3moe": "qwen3_moe", "llama_q4_k_m": "llama",
+SOURCE = {"llama3rope": "llama", "qwen3moe": "qwen3_moe", "deepseek2": "deepseek_v2",
+          "llama_q4_k_m": "llama",
           "llama_q5_k_m": "llama"}
 # Gemma's norms, which the converter stores as 1 + w.
 NORM_PLUS_ONE = ("gemma", "gemma2", "gemma3")
@@ -248,7 +270,8 @@ def write_gguf(model, arch, path):
     writer.add_feed_forward_length(c.intermediate_size)
     writer.add_block_count(c.num_hidden_layers)
     writer.add_head_count(c.num_attention_heads)
-    writer.add_head_count_kv(c.num_key_value_heads)
+    # DeepseekV2Model writes the latent attention as MQA (one KV head).
+    writer.add_head_count_kv(1 if arch == "deepseek2" else c.num_key_value_heads)
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     rope = getattr(c, "rope_parameters", None) or {}
     if arch == "gemma3":
@@ -289,6 +312,28 @@ def write_gguf(model, arch, path):
         writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
         writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
         writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+    if arch == "deepseek2":
+        # DeepseekV2Model.set_gguf_parameters (and TextModel's YaRN keys).
+        writer.add_leading_dense_block_count(c.first_k_dense_replace)
+        writer.add_vocab_size(c.vocab_size)
+        writer.add_q_lora_rank(c.q_lora_rank)
+        writer.add_kv_lora_rank(c.kv_lora_rank)
+        writer.add_key_length(c.kv_lora_rank + c.qk_rope_head_dim)
+        writer.add_value_length(c.kv_lora_rank)
+        writer.add_key_length_mla(c.qk_nope_head_dim + c.qk_rope_head_dim)
+        writer.add_value_length_mla(c.v_head_dim)
+        writer.add_expert_feed_forward_length(c.moe_intermediate_size)
+        writer.add_expert_count(c.n_routed_experts)
+        writer.add_expert_used_count(c.num_experts_per_tok)
+        writer.add_expert_shared_count(c.n_shared_experts)
+        writer.add_expert_weights_scale(c.routed_scaling_factor)
+        writer.add_rope_dimension_count(c.qk_rope_head_dim)
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+        writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+        writer.add_rope_scaling_yarn_log_mul(0.1 * rope["mscale_all_dim"])
     if arch == "mixtral":  # TextModel's expert keys; the experts are intermediate_size wide
         writer.add_expert_count(c.num_local_experts)
         writer.add_expert_used_count(c.num_experts_per_tok)
@@ -327,6 +372,17 @@ def write_gguf(model, arch, path):
                                 np.ascontiguousarray(w.transpose(0, 2, 1))))
             else:
                 tensors.append((hf, names.get_name(stem + ".down_proj"), "bias", w))
+            continue
+        if arch == "deepseek2" and hf.endswith("kv_b_proj.weight"):
+            # DeepseekV2Model.modify_tensors: per head, the nope key rows transposed (attn_k_b
+            # [H, kv_lora, nope]) and the value rows (attn_v_b [H, v, kv_lora]).
+            stem = hf.rsplit(".", 1)[0]
+            heads, nope = c.num_attention_heads, c.qk_nope_head_dim
+            kv = w.reshape(heads, nope + c.v_head_dim, w.shape[-1])
+            tensors.append((hf + "[k]", names.get_name(stem.replace("kv_b", "k_b")), "weight",
+                            np.ascontiguousarray(kv[:, :nope].transpose(0, 2, 1))))
+            tensors.append((hf + "[v]", names.get_name(stem.replace("kv_b", "v_b")), "weight",
+                            np.ascontiguousarray(kv[:, nope:])))
             continue
         if hf.endswith(".self_attn.sinks"):  # the converter's filter_tensors adds .weight
             tensors.append((hf, names.get_name(hf), "weight", w))
@@ -382,6 +438,10 @@ def write_gguf(model, arch, path):
         shape[axis] *= 2
         both = both.reshape(shape)
         expected[fused] = both.transpose(0, 2, 1) if both.ndim == 3 else both
+    for hf in [k for k in expected if k.endswith("[k]")]:  # kv_b_proj: each head's k, then v
+        fused = hf[:-len("[k]")]
+        k, v = expected.pop(hf), expected.pop(fused + "[v]")
+        expected[fused] = np.concatenate([k.transpose(0, 2, 1), v], 1).reshape(-1, k.shape[1])
     if arch == "gpt_oss":
         for hf in [k for k in expected if k.endswith(".mlp.experts.down_proj")]:
             expected[hf] = expected[hf].transpose(0, 2, 1)
