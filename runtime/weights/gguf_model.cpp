@@ -43,6 +43,9 @@ struct GgufArchitecture {
   /// DeepSeek-V2: latent attention written as llama.cpp's MQA (readDeepseek2), kv_b_proj
   /// split in two, shared experts.
   bool deepseek2 = false;
+  /// Llama 4: feed_forward's experts transposed ([E, in, out] to transformers, gate and up
+  /// halves), MoE every interleave_moe_layer_step-th layer, a shared expert (readLlama4).
+  bool llama4 = false;
 };
 
 const GgufArchitecture kArchitectures[] = {
@@ -61,6 +64,8 @@ const GgufArchitecture kArchitectures[] = {
     {"smollm3", "smollm3", true, false, true},
     {"gpt-oss", "gpt_oss", false, false, false, true, true, false, false, true, true},
     {"deepseek2", "deepseek_v2", false, false, false, false, false, false, false, true, false,
+     true},
+    {"llama4", "llama4_text", false, false, true, false, false, false, false, true, false, false,
      true},
 };
 
@@ -162,6 +167,25 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
       if (part == gguf)
         return hf;
   }
+  // Llama 4's feed_forward: a router, stacked experts and a shared expert on its MoE layers, a
+  // dense MLP on the others.
+  if (arch.llama4) {
+    static const std::pair<const char *, const char *> ff[] = {
+        {"ffn_gate_inp", "feed_forward.router"},
+        {"ffn_gate_exps", "feed_forward.experts.gate_up_proj"},
+        {"ffn_up_exps", "feed_forward.experts.gate_up_proj"},
+        {"ffn_down_exps", "feed_forward.experts.down_proj"},
+        {"ffn_gate_shexp", "feed_forward.shared_expert.gate_proj"},
+        {"ffn_up_shexp", "feed_forward.shared_expert.up_proj"},
+        {"ffn_down_shexp", "feed_forward.shared_expert.down_proj"},
+        {"ffn_gate", "feed_forward.gate_proj"},
+        {"ffn_up", "feed_forward.up_proj"},
+        {"ffn_down", "feed_forward.down_proj"},
+    };
+    for (const auto &[gguf, hf] : ff)
+      if (part == gguf)
+        return hf;
+  }
   // An MoE's router and its experts, stacked [E, ...] as transformers holds them; gate and up
   // both go to gate_up_proj (mapTensor pairs them). Only where the architecture is read as
   // MoE: a llama file with experts (Mixtral's) would otherwise import as a dense model whose
@@ -226,7 +250,7 @@ std::string hfName(const std::string &name, const GgufArchitecture &arch, std::s
     return "";
   // The stacked experts are parameters of their module, not a Linear's weight; GPT-OSS's
   // have biases beside them (gate_up_proj_bias). So are the sinks.
-  if (std::strncmp(hf, "mlp.experts.", 12) == 0) {
+  if (std::strstr(hf, "experts.") && !std::strstr(hf, "shared")) {
     if (suffix == ".bias" && arch.gptOss)
       return "model.layers." + layer + "." + hf + "_bias";
     return suffix == ".weight" ? "model.layers." + layer + "." + hf : "";
@@ -408,8 +432,9 @@ bool readRearranged(const GgufFile &file, const GgufModelTensor &mapped,
         if (!dequantize(part.type, bytes.data() + size_t(r) * part.rowBytes, row,
                         values.data(), error))
           return false;
-        for (int64_t c = 0; c < row; ++c)
-          expert[size_t((c * rows + r) * nParts + p)] = values[size_t(c)];
+        for (int64_t c = 0; c < row; ++c) // GPT-OSS's parts interleave, Llama 4's follow
+          expert[size_t(c * rows * nParts +
+                        (mapped.interleaved ? r * nParts + p : p * rows + r))] = values[size_t(c)];
       }
     }
     built = e;
@@ -515,12 +540,21 @@ std::vector<Hyperparameter> hyperparametersOf(const GgufArchitecture &arch) {
   // experts' one is what llama.cpp takes for them, so it is read last).
   if (arch.moe && !arch.deepseek2) {
     bool mixtral = std::string(arch.modelType) == "mixtral";
-    bool local = mixtral || arch.gptOss;
+    bool local = mixtral || arch.gptOss || arch.llama4;
     fields.push_back({"expert_count", local ? "num_local_experts" : "num_experts", false});
     fields.push_back({"expert_used_count", "num_experts_per_tok", false});
     if (!mixtral)
       fields.push_back({"expert_feed_forward_length",
-                        arch.gptOss ? "intermediate_size" : "moe_intermediate_size", false});
+                        arch.gptOss || arch.llama4 ? "intermediate_size" : "moe_intermediate_size",
+                        false});
+  }
+  // Llama 4's dense layers are intermediate_size_mlp wide (the converter's feed_forward_length;
+  // its experts' width is expert_feed_forward_length, which comes later and wins).
+  if (arch.llama4) {
+    for (Hyperparameter &field : fields)
+      if (std::string(field.gguf) == "feed_forward_length")
+        field.hf = "intermediate_size_mlp";
+    fields.push_back({"interleave_moe_layer_step", "interleave_moe_layer_step", false});
   }
   // transformers 5.17's loader reads neither of these (qwen3's head_dim, gemma2's softcaps),
   // so its config class's default applies (kClassDefaults). The converter writes them from
@@ -882,6 +916,28 @@ bool readDeepseek2(const GgufSource &source, nlohmann::ordered_json &config,
   return true;
 }
 
+/// Llama 4 as llama.cpp reads a llama4 file (transformers 5.17's loader does not know the
+/// architecture). llama.cpp takes from no key what Llama4TextConfig's defaults also are:
+/// chunks of 8192 on three layers of four, the fourth without RoPE, its queries' temperature
+/// from floor 8192 and scale 0.1 (so the config leaves them out); an
+/// attention.sliding_window of 0 (MobileLLM's) is no chunking and RoPE on every layer.
+/// llama.cpp normalizes q and k except in a file of 128 experts (Llama 4 Maverick, whose
+/// use_qk_norm is false), which no key says either.
+bool readLlama4(const GgufSource &source, nlohmann::ordered_json &config, std::string &error) {
+  int64_t experts = config.value("num_local_experts", int64_t(0));
+  config["use_qk_norm"] = experts != 128;
+  std::string key = source.key("attention.sliding_window");
+  int64_t window = -1;
+  if (source.file.find(key) && !source.file.getInt(key, window, error, 0, int64_t(1) << 40))
+    return false;
+  if (window == 0) {
+    int64_t layers = config.value("num_hidden_layers", int64_t(0));
+    config["no_rope_layers"] = std::vector<int64_t>(size_t(layers), 1);
+    config["layer_types"] = std::vector<std::string>(size_t(layers), "full_attention");
+  }
+  return true;
+}
+
 /// What a gemma, olmo2, smollm3 or Mixtral-style llama file may say that llama.cpp computes
 /// and tpc does not read from GGUF, refused by its key rather than computed without: RoPE
 /// scaling (the converter writes a yarn config as rope.scaling.*), and an olmo2 file's
@@ -890,7 +946,8 @@ bool readDeepseek2(const GgufSource &source, nlohmann::ordered_json &config,
 /// does not import.
 bool checkNothingUnread(const GgufSource &source, std::string &error) {
   std::string type = source.arch.modelType;
-  if (type != "gemma" && type != "olmo2" && type != "smollm3" && type != "mixtral")
+  if (type != "gemma" && type != "olmo2" && type != "smollm3" && type != "mixtral" &&
+      type != "llama4_text")
     return true;
   std::string scaling = "none", key = source.key("rope.scaling.type");
   if (source.file.find(key) && !source.file.getString(key, scaling, error))
@@ -923,6 +980,7 @@ bool buildConfig(const GgufSource &source, const std::string &modelType,
       (source.arch.gemma3 && !readGemma3(source, config, error)) ||
       (source.arch.gptOss && !readGptOss(source, config, error)) ||
       (source.arch.deepseek2 && !readDeepseek2(source, config, error)) ||
+      (source.arch.llama4 && !readLlama4(source, config, error)) ||
       !readSpecialTokens(source.file, config, error) || !fillVocabSize(source, config, error))
     return false;
   bool hasOutput = source.file.tensor("output.weight") != nullptr;
@@ -1036,13 +1094,14 @@ bool mapTensor(const GgufSource &source, const std::string &modelType, const Ggu
   mapped.minusOne = source.arch.normMinusOne && t.name.find("norm.weight") != std::string::npos;
   // GPT-OSS's experts are [E, in, out] to transformers, [E, out, in] in the file.
   bool expertWeight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
-  if (source.arch.gptOss && module == "ffn_down_exps" && expertWeight)
+  bool transposedExperts = source.arch.gptOss || source.arch.llama4;
+  if (transposedExperts && module == "ffn_down_exps" && expertWeight)
     mapped.transposed = true;
   // gate_up_proj's halves, met in either order (checkFusedExperts: both, alike); GPT-OSS's
   // biases too (gate_up_proj_bias).
   if (module == "ffn_gate_exps" || module == "ffn_up_exps") {
     GgufModelTensor &fused = tensors[name];
-    fused.transposed = source.arch.gptOss && expertWeight;
+    fused.transposed = transposedExperts && expertWeight;
     fused.interleaved = source.arch.gptOss;
     const GgufTensor *&half = module == "ffn_gate_exps" ? fused.tensor : fused.up;
     if (half) {
@@ -1107,8 +1166,8 @@ bool checkFusedExperts(const GgufSource &source,
               (mapped.up ? " and " + mapped.up->name + " " + shapeText(mapped.up->shape) : "");
       return false;
     }
-    if (!mapped.up && (endsWith(name, ".mlp.experts.gate_up_proj") ||
-                       endsWith(name, ".mlp.experts.gate_up_proj_bias"))) {
+    if (!mapped.up && (endsWith(name, ".experts.gate_up_proj") ||
+                       endsWith(name, ".experts.gate_up_proj_bias"))) {
       error = source.where + ": " + mapped.tensor->name + " has no ffn_up_exps beside it, " +
               "the other half of " + name;
       return false;

@@ -158,10 +158,10 @@ TEST(GgufModel, RefusesAnUnknownArchitecture) {
   std::string error = openError(f, "falcon");
   EXPECT_NE(error.find("'falcon'"), std::string::npos) << error;
   for (const char *arch : {"llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3",
-                           "olmo2", "smollm3"})
+                           "olmo2", "smollm3", "gpt-oss", "deepseek2", "llama4"})
     EXPECT_NE(error.find(arch), std::string::npos) << arch << " not listed: " << error;
   // llama once, though it reads as llama or (with experts) mixtral.
-  EXPECT_EQ(error.find("llama"), error.rfind("llama")) << error;
+  EXPECT_EQ(error.find("llama, "), error.rfind("llama, ")) << error;
 }
 
 TEST(GgufModel, ALlamaFileWithExpertsIsMixtral) {
@@ -862,4 +862,76 @@ TEST(GgufModel, Deepseek2RefusesWhatLlamaCppComputesOtherwise) {
   EXPECT_NE(error.find("deepseek2.attention.kv_lora_rank"), std::string::npos) << error;
   error = openError(deepseek2File("", "attn_v_b"), "deepseek2-no-v-b");
   EXPECT_NE(error.find("no attn_v_b"), std::string::npos) << error;
+}
+
+TEST(GgufModel, Llama4IsReadAsLlamaCppReadsIt) {
+  // Two layers, experts every second; the experts transposed as the converter writes them.
+  constexpr int64_t experts = 2, width = 4, dense = 6;
+  auto file = [&](uint32_t expertCount, int64_t window) {
+    ModelFile f = llamaMetadata("llama4");
+    f.u32("llama4.expert_count", expertCount);
+    f.u32("llama4.expert_used_count", 1);
+    f.u32("llama4.feed_forward_length", dense);
+    f.u32("llama4.expert_feed_forward_length", width);
+    f.u32("llama4.interleave_moe_layer_step", 2);
+    if (window >= 0)
+      f.u32("llama4.attention.sliding_window", uint32_t(window));
+    std::string gate, up, down;
+    for (float v : hfMatrix(experts * width, kHidden, 1000))
+      putFloat(gate, v);
+    for (float v : hfMatrix(experts * width, kHidden, 2000))
+      putFloat(up, v);
+    for (float v : hfMatrix(experts * kHidden, width, 3000))
+      putFloat(down, v);
+    f.tensor("blk.1.ffn_gate_exps.weight", {uint64_t(kHidden), uint64_t(width), uint64_t(experts)},
+             GgmlType::F32, gate);
+    f.tensor("blk.1.ffn_up_exps.weight", {uint64_t(kHidden), uint64_t(width), uint64_t(experts)},
+             GgmlType::F32, up);
+    f.tensor("blk.1.ffn_down_exps.weight",
+             {uint64_t(width), uint64_t(kHidden), uint64_t(experts)}, GgmlType::F32, down);
+    return f;
+  };
+  std::string path = writeTemp(file(16, -1).bytes(), "llama4"), error;
+  auto model = GgufModel::open(path, error);
+  ASSERT_NE(model, nullptr) << error;
+  auto config = nlohmann::json::parse(model->configJson());
+  EXPECT_EQ(config["model_type"], "llama4_text");
+  EXPECT_EQ(config["intermediate_size_mlp"], dense);
+  EXPECT_EQ(config["intermediate_size"], width);
+  EXPECT_EQ(config["interleave_moe_layer_step"], 2);
+  EXPECT_EQ(config["num_local_experts"], 16);
+  EXPECT_EQ(config["use_qk_norm"], true);
+  EXPECT_FALSE(config.contains("no_rope_layers")); // Llama4TextConfig's (and llama.cpp's)
+
+  // gate_up_proj [E, H, 2I]: column i < I of row h is gate's (i, h), column I + i up's.
+  std::vector<float> all(size_t(experts * kHidden * 2 * width), -1.0f);
+  uint64_t bytesRead = 0;
+  ASSERT_TRUE(model->read("model.layers.1.feed_forward.experts.gate_up_proj",
+                          {experts, kHidden, 2 * width}, SliceSpec(), all.data(), bytesRead,
+                          error))
+      << error;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t h = 0; h < kHidden; ++h)
+      for (int64_t j = 0; j < 2 * width; ++j)
+        EXPECT_EQ(all[size_t((e * kHidden + h) * 2 * width + j)],
+                  hfValue(e * width + j % width, h, j < width ? 1000 : 2000))
+            << e << " " << h << " " << j;
+  std::vector<float> down(size_t(experts * width * kHidden), -1.0f);
+  ASSERT_TRUE(model->read("model.layers.1.feed_forward.experts.down_proj",
+                          {experts, width, kHidden}, SliceSpec(), down.data(), bytesRead, error))
+      << error;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t i = 0; i < width; ++i)
+      for (int64_t h = 0; h < kHidden; ++h)
+        EXPECT_EQ(down[size_t((e * width + i) * kHidden + h)], hfValue(e * kHidden + h, i, 3000));
+
+  // 128 experts (Maverick): no q/k norm; a window of 0 (MobileLLM): RoPE on every layer, none
+  // chunked.
+  path = writeTemp(file(128, 0).bytes(), "llama4-128");
+  model = GgufModel::open(path, error);
+  ASSERT_NE(model, nullptr) << error;
+  config = nlohmann::json::parse(model->configJson());
+  EXPECT_EQ(config["use_qk_norm"], false);
+  EXPECT_EQ(config["no_rope_layers"], nlohmann::json::array({1}));
+  EXPECT_EQ(config["layer_types"], nlohmann::json::array({"full_attention"}));
 }

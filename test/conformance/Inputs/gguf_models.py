@@ -55,7 +55,7 @@ import kquants  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 ARCHS = ["llama", "llama3rope", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "phi3",
-         "gemma", "gemma2", "gemma3", "olmo2", "smollm3", "gpt_oss", "deepseek2"]
+         "gemma", "gemma2", "gemma3", "olmo2", "smollm3", "gpt_oss", "deepseek2", "llama4"]
 # Llama files of the mixes llama-quantize writes, Q4_K_M and Q5_K_M (llama.cpp's
 # llama_tensor_get_type): Q4_K (Q5_K) matrices, Q6_K for the output and for attn_v and
 # ffn_down in the layers it gives more bits (of two layers, the first), and where a row is no
@@ -108,6 +108,10 @@ OVERRIDES = {
     # a deepseek2 file with groups), and YaRN as DeepSeek-V2 has it (mscale = mscale_all_dim,
     # which the converter writes as yarn_log_multiplier), its band moved to this tiny model's
     # positions.
+    # What llama.cpp takes for every llama4 file (no key says them), Llama4TextConfig's defaults
+    # too: chunks of 8192 and no RoPE on every fourth layer, the temperature from 8192 by 0.1.
+    "llama4": {"no_rope_layers": None, "attention_chunk_size": 8192, "floor_scale": 8192,
+               "attn_scale": 0.1},
     "deepseek2": {"topk_method": "greedy", "n_group": 1, "topk_group": 1,
                   "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                       "original_max_position_embeddings": 64,
@@ -162,6 +166,13 @@ QUANT = {
     # DeepSeek-V2's latent attention: attn_k_b's rows are the 16 nope dims (F16: no whole
     # block), attn_v_b's the 32 of kv_lora_rank; o_proj's rows of 4 x 12 values no block either,
     # nor the shared expert's down_proj's 32 split by tp 2.
+    # Llama 4: the experts transposed to llama.cpp's [out, in] as the converter does; the dense
+    # layers' down_proj (rows of 96, split by tp 2 into 48) no whole blocks.
+    "llama4": {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_0,
+               "ffn_gate": Q.Q8_0, "ffn_up": Q.Q4_0, "ffn_down": Q.F16,
+               "ffn_gate_exps": Q.Q8_0, "ffn_up_exps": Q.Q4_0, "ffn_down_exps": Q.Q8_0,
+               "ffn_gate_shexp": Q.Q4_0, "ffn_up_shexp": Q.Q8_0, "ffn_down_shexp": Q.Q8_0,
+               "token_embd": Q.Q8_0, "output": Q.Q4_0},
     "deepseek2": {"attn_q_a": Q.Q8_0, "attn_q_b": Q.Q4_0, "attn_kv_a_mqa": Q.Q8_0,
                   "attn_k_b": Q.F16, "attn_v_b": Q.Q8_0, "attn_output": Q.F16,
                   "ffn_gate": Q.Q4_0, "ffn_down": Q.Q8_0, "ffn_gate_exps": Q.Q8_0,
@@ -190,7 +201,7 @@ GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA
              "gemma2": gguf.MODEL_ARCH.GEMMA2,
              "gemma3": gguf.MODEL_ARCH.GEMMA3, "olmo2": gguf.MODEL_ARCH.OLMO2,
              "smollm3": gguf.MODEL_ARCH.SMOLLM3, "gpt_oss": gguf.MODEL_ARCH.GPT_OSS,
-             "deepseek2": gguf.MODEL_ARCH.DEEPSEEK2}
+             "deepseek2": gguf.MODEL_ARCH.DEEPSEEK2, "llama4": gguf.MODEL_ARCH.LLAMA4}
 # What transformers' loader leaves out of a file's model (config fields, with what they say in
 # the file) that llama.cpp computes: llama3rope's rope_freqs tensor (the loader rotates by the
 # default frequencies); Gemma 3's rope.scaling.* (the loader leaves its global layers
@@ -218,6 +229,8 @@ NO_LOADER = {
     # where the converter writes ffn_*_exps.
     "gpt_oss": {},
     "deepseek2": {},
+    "llama4": {"use_qk_norm": (False, "q and k normalized (llama.cpp's use_kq_norm, for a "
+                                      "file of other than 128 experts)")},
 }
 # The model_type transformers gives a file, where it is not ARCH.
 LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text", "qwen3moe": "qwen3_moe",
@@ -267,7 +280,8 @@ def write_gguf(model, arch, path):
     writer.add_name("mistral" if arch == "mistral" else f"tiny-{arch}")
     writer.add_context_length(c.max_position_embeddings)
     writer.add_embedding_length(c.hidden_size)
-    writer.add_feed_forward_length(c.intermediate_size)
+    if arch != "llama4":
+        writer.add_feed_forward_length(c.intermediate_size)
     writer.add_block_count(c.num_hidden_layers)
     writer.add_head_count(c.num_attention_heads)
     # DeepseekV2Model writes the latent attention as MQA (one KV head).
@@ -312,6 +326,18 @@ def write_gguf(model, arch, path):
         writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
         writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
         writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+    if arch == "llama4":
+        # Llama4Model: feed_forward_length the dense layers' width, the experts' apart; its
+        # LlamaModel's vocab_size and rope.dimension_count, TextModel's key/value lengths.
+        writer.add_feed_forward_length(c.intermediate_size_mlp)
+        writer.add_expert_feed_forward_length(c.intermediate_size)
+        writer.add_interleave_moe_layer_step(c.interleave_moe_layer_step)
+        writer.add_expert_count(c.num_local_experts)
+        writer.add_expert_used_count(c.num_experts_per_tok)
+        writer.add_vocab_size(c.vocab_size)
+        writer.add_rope_dimension_count(head_dim)
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     if arch == "deepseek2":
         # DeepseekV2Model.set_gguf_parameters (and TextModel's YaRN keys).
         writer.add_leading_dense_block_count(c.first_k_dense_replace)
@@ -354,6 +380,20 @@ def write_gguf(model, arch, path):
         if tied and hf == "lm_head.weight":
             continue
         w = value.detach().float().numpy()
+        if arch == "llama4" and ".feed_forward.experts." in hf:
+            # Llama4Model.modify_tensors: gate_up_proj [E, H, 2I] transposed to [E, 2I, H] and
+            # split into its halves (gate, then up); down_proj [E, I, H] transposed.
+            stem, leaf = hf.rsplit(".", 1)
+            w = w.transpose(0, 2, 1)
+            if leaf == "gate_up_proj":
+                half = w.shape[1] // 2
+                for part, rows in (("gate", w[:, :half]), ("up", w[:, half:])):
+                    tensors.append((f"{hf}[{part}]", names.get_name(f"{stem}.{part}_proj"),
+                                    "weight", np.ascontiguousarray(rows)))
+            else:
+                tensors.append((hf, names.get_name(stem + ".down_proj"), "weight",
+                                np.ascontiguousarray(w)))
+            continue
         if arch == "gpt_oss" and ".mlp.experts." in hf:
             # GptOssModel.modify_tensors: gate_up_proj [E, H, 2I] transposed to [E, 2I, H] and
             # split into its even (gate) and odd (up) rows, its bias likewise; down_proj
@@ -428,6 +468,9 @@ def write_gguf(model, arch, path):
     for hf in [k for k in expected if k.endswith("[gate]")]:  # gate_up_proj: gate, then up
         fused = hf[:-len("[gate]")]
         gate, up = expected.pop(hf), expected.pop(fused + "[up]")
+        if arch == "llama4":  # halves again, transposed back
+            expected[fused] = np.concatenate([gate, up], 1).transpose(0, 2, 1)
+            continue
         if arch != "gpt_oss":
             expected[fused] = np.concatenate([gate, up], 1)
             continue
@@ -442,8 +485,8 @@ def write_gguf(model, arch, path):
         fused = hf[:-len("[k]")]
         k, v = expected.pop(hf), expected.pop(fused + "[v]")
         expected[fused] = np.concatenate([k.transpose(0, 2, 1), v], 1).reshape(-1, k.shape[1])
-    if arch == "gpt_oss":
-        for hf in [k for k in expected if k.endswith(".mlp.experts.down_proj")]:
+    if arch in ("gpt_oss", "llama4"):
+        for hf in [k for k in expected if k.endswith(".experts.down_proj")]:
             expected[hf] = expected[hf].transpose(0, 2, 1)
     if rope.get("rope_type") == "llama3":
         writer.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
