@@ -174,6 +174,7 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
         {"ffn_gate_inp", "feed_forward.router"},
         {"ffn_gate_exps", "feed_forward.experts.gate_up_proj"},
         {"ffn_up_exps", "feed_forward.experts.gate_up_proj"},
+        {"ffn_gate_up_exps", "feed_forward.experts.gate_up_proj"},
         {"ffn_down_exps", "feed_forward.experts.down_proj"},
         {"ffn_gate_shexp", "feed_forward.shared_expert.gate_proj"},
         {"ffn_up_shexp", "feed_forward.shared_expert.up_proj"},
@@ -194,6 +195,8 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
       {"ffn_gate_inp", "mlp.gate"},
       {"ffn_gate_exps", "mlp.experts.gate_up_proj"},
       {"ffn_up_exps", "mlp.experts.gate_up_proj"},
+      // The converter's --fuse-gate-up-exps: [E, 2I, H], each expert's gate rows, then up's.
+      {"ffn_gate_up_exps", "mlp.experts.gate_up_proj"},
       {"ffn_down_exps", "mlp.experts.down_proj"},
   };
   if (arch.moe)
@@ -1095,8 +1098,15 @@ bool mapTensor(const GgufSource &source, const std::string &modelType, const Ggu
   // GPT-OSS's experts are [E, in, out] to transformers, [E, out, in] in the file.
   bool expertWeight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
   bool transposedExperts = source.arch.gptOss || source.arch.llama4;
-  if (transposedExperts && module == "ffn_down_exps" && expertWeight)
-    mapped.transposed = true;
+  if (transposedExperts && (module == "ffn_down_exps" || module == "ffn_gate_up_exps") &&
+      expertWeight)
+    mapped.transposed = true; // Llama 4's fused gate_up: its halves are transformers' too
+  if (module == "ffn_gate_up_exps" && source.arch.gptOss) {
+    error = source.where + ": tensor " + t.name +
+            " fuses gate and up (the converter's --fuse-gate-up-exps); tpc reads GPT-OSS's "
+            "experts as the converter writes them by default, ffn_gate_exps and ffn_up_exps";
+    return false;
+  }
   // gate_up_proj's halves, met in either order (checkFusedExperts: both, alike); GPT-OSS's
   // biases too (gate_up_proj_bias).
   if (module == "ffn_gate_exps" || module == "ffn_up_exps") {
@@ -1166,8 +1176,10 @@ bool checkFusedExperts(const GgufSource &source,
               (mapped.up ? " and " + mapped.up->name + " " + shapeText(mapped.up->shape) : "");
       return false;
     }
-    if (!mapped.up && (endsWith(name, ".experts.gate_up_proj") ||
-                       endsWith(name, ".experts.gate_up_proj_bias"))) {
+    bool fusedInFile = mapped.tensor->name.find(".ffn_gate_up_exps.") != std::string::npos;
+    if (!mapped.up && !fusedInFile &&
+        (endsWith(name, ".experts.gate_up_proj") ||
+         endsWith(name, ".experts.gate_up_proj_bias"))) {
       error = source.where + ": " + mapped.tensor->name + " has no ffn_up_exps beside it, " +
               "the other half of " + name;
       return false;

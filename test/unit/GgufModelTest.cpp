@@ -935,3 +935,45 @@ TEST(GgufModel, Llama4IsReadAsLlamaCppReadsIt) {
   EXPECT_EQ(config["no_rope_layers"], nlohmann::json::array({1}));
   EXPECT_EQ(config["layer_types"], nlohmann::json::array({"full_attention"}));
 }
+
+TEST(GgufModel, FusedGateUpExpertsAreRead) {
+  // The converter's --fuse-gate-up-exps: ffn_gate_up_exps [E, 2I, H], each expert's gate rows
+  // then its up rows, which is a qwen3moe's gate_up_proj as it is and a llama4's transposed.
+  constexpr int64_t experts = 2, width = 4;
+  auto file = [&](const std::string &architecture) {
+    ModelFile f = llamaMetadata(architecture);
+    f.u32(architecture + ".expert_count", experts);
+    f.u32(architecture + ".expert_used_count", 1);
+    f.u32(architecture + ".expert_feed_forward_length", width);
+    std::string bytes;
+    for (float v : hfMatrix(experts * 2 * width, kHidden, 1000))
+      putFloat(bytes, v);
+    f.tensor("blk.0.ffn_gate_up_exps.weight",
+             {uint64_t(kHidden), uint64_t(2 * width), uint64_t(experts)}, GgmlType::F32, bytes);
+    return f;
+  };
+  uint64_t bytesRead = 0;
+  std::string error;
+  auto qwen = GgufModel::open(writeTemp(file("qwen3moe").bytes(), "fused-qwen3moe"), error);
+  ASSERT_NE(qwen, nullptr) << error;
+  std::vector<float> all(size_t(experts * 2 * width * kHidden), -1.0f);
+  ASSERT_TRUE(qwen->read("model.layers.0.mlp.experts.gate_up_proj", {experts, 2 * width, kHidden},
+                         SliceSpec(), all.data(), bytesRead, error))
+      << error;
+  EXPECT_EQ(all, hfMatrix(experts * 2 * width, kHidden, 1000));
+
+  auto llama4 = GgufModel::open(writeTemp(file("llama4").bytes(), "fused-llama4"), error);
+  ASSERT_NE(llama4, nullptr) << error;
+  ASSERT_TRUE(llama4->read("model.layers.0.feed_forward.experts.gate_up_proj",
+                           {experts, kHidden, 2 * width}, SliceSpec(), all.data(), bytesRead,
+                           error))
+      << error;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t h = 0; h < kHidden; ++h)
+      for (int64_t j = 0; j < 2 * width; ++j)
+        EXPECT_EQ(all[size_t((e * kHidden + h) * 2 * width + j)],
+                  hfValue(e * 2 * width + j, h, 1000));
+
+  error = openError(file("gpt-oss"), "fused-gpt-oss");
+  EXPECT_NE(error.find("--fuse-gate-up-exps"), std::string::npos) << error;
+}

@@ -270,6 +270,137 @@ def llama3_rope_freqs(c, head_dim):
     return np.array(factors, dtype=np.float32)
 
 
+def converter_tensors(model, arch):
+    """What llama.cpp's converter writes of MODEL: [(hf key, gguf-py's name of its module,
+    suffix, value as stored)], each value before quantization, with what the converter did to it
+    (the split of fused tensors, transposes, llama's q/k permutation, Gemma's 1 + w). A fused
+    tensor's parts have keys "NAME[gate]" / "NAME[up]" (experts) or "NAME[k]" / "NAME[v]"
+    (DeepSeek-V2's kv_b_proj); undo_converter() puts them back."""
+    c = model.config
+    names = gguf.get_tensor_name_map(GGUF_ARCH[arch], c.num_hidden_layers)
+    tied = c.tie_word_embeddings
+    tensors = []  # (hf name, gguf-py's name of its module, suffix, value)
+    for hf, value in model.state_dict().items():
+        if tied and hf == "lm_head.weight":
+            continue
+        w = value.detach().float().numpy()
+        if arch == "llama4" and ".feed_forward.experts." in hf:
+            # Llama4Model.modify_tensors: gate_up_proj [E, H, 2I] transposed to [E, 2I, H] and
+            # split into its halves (gate, then up); down_proj [E, I, H] transposed.
+            stem, leaf = hf.rsplit(".", 1)
+            w = w.transpose(0, 2, 1)
+            if leaf == "gate_up_proj":
+                half = w.shape[1] // 2
+                for part, rows in (("gate", w[:, :half]), ("up", w[:, half:])):
+                    tensors.append((f"{hf}[{part}]", names.get_name(f"{stem}.{part}_proj"),
+                                    "weight", np.ascontiguousarray(rows)))
+            else:
+                tensors.append((hf, names.get_name(stem + ".down_proj"), "weight",
+                                np.ascontiguousarray(w)))
+            continue
+        if arch == "gpt_oss" and ".mlp.experts." in hf:
+            # GptOssModel.modify_tensors: gate_up_proj [E, H, 2I] transposed to [E, 2I, H] and
+            # split into its even (gate) and odd (up) rows, its bias likewise; down_proj
+            # [E, I, H] transposed to [E, H, I].
+            stem, leaf = hf.rsplit(".", 1)
+            if leaf == "gate_up_proj":
+                w = w.transpose(0, 2, 1)
+            if leaf.startswith("gate_up_proj"):
+                suffix = "bias" if leaf.endswith("_bias") else "weight"
+                for half, rows in (("gate", w[..., ::2, :] if suffix == "weight" else w[..., ::2]),
+                                   ("up", w[..., 1::2, :] if suffix == "weight" else w[..., 1::2])):
+                    tensors.append((f"{hf}[{half}]", names.get_name(f"{stem}.{half}_proj"),
+                                    suffix, np.ascontiguousarray(rows)))
+            elif leaf == "down_proj":
+                tensors.append((hf, names.get_name(stem + ".down_proj"), "weight",
+                                np.ascontiguousarray(w.transpose(0, 2, 1))))
+            else:
+                tensors.append((hf, names.get_name(stem + ".down_proj"), "bias", w))
+            continue
+        if arch == "deepseek2" and hf.endswith("kv_b_proj.weight"):
+            # DeepseekV2Model.modify_tensors: per head, the nope key rows transposed (attn_k_b
+            # [H, kv_lora, nope]) and the value rows (attn_v_b [H, v, kv_lora]).
+            stem = hf.rsplit(".", 1)[0]
+            heads, nope = c.num_attention_heads, c.qk_nope_head_dim
+            kv = w.reshape(heads, nope + c.v_head_dim, w.shape[-1])
+            tensors.append((hf + "[k]", names.get_name(stem.replace("kv_b", "k_b")), "weight",
+                            np.ascontiguousarray(kv[:, :nope].transpose(0, 2, 1))))
+            tensors.append((hf + "[v]", names.get_name(stem.replace("kv_b", "v_b")), "weight",
+                            np.ascontiguousarray(kv[:, nope:])))
+            continue
+        if hf.endswith(".self_attn.sinks"):  # the converter's filter_tensors adds .weight
+            tensors.append((hf, names.get_name(hf), "weight", w))
+            continue
+        if ".mlp.experts." in hf:
+            # transformers' stacked experts, which the converter writes as gguf-py's 3D
+            # ffn_{gate,up,down}_exps: gate_up_proj [E, 2I, H] as its gate half and its up half.
+            stem = hf.rsplit(".", 1)[0]
+            if hf.endswith("gate_up_proj"):
+                half = w.shape[1] // 2
+                tensors.append((hf + "[gate]", names.get_name(stem + ".gate_proj"), "weight",
+                                np.ascontiguousarray(w[:, :half])))
+                tensors.append((hf + "[up]", names.get_name(stem + ".up_proj"), "weight",
+                                np.ascontiguousarray(w[:, half:])))
+            else:
+                tensors.append((hf, names.get_name(hf), "weight", w))
+            continue
+        stem, suffix = hf.rsplit(".", 1)
+        tensors.append((hf, names.get_name(stem), suffix, w))
+    out = []
+    for hf, name, suffix, w in tensors:
+        if name is None:
+            raise SystemExit(f"gguf_models.py: {arch}: gguf-py has no name for {hf}")
+        module = name.split(".")[-1]
+        if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
+            w = w + np.float32(1)
+        if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
+            w = permute(w, c.num_attention_heads if module == "attn_q"
+                        else c.num_key_value_heads)
+        out.append((hf, name, suffix, w))
+    return out
+
+
+def undo_converter(arch, c, tensors, stored):
+    """The Hugging Face values of what a file holds: STORED {hf key: the file's value of each
+    entry of TENSORS (converter_tensors), dequantized, in its stored shape}, with the
+    converter's changes undone."""
+    expected = {}
+    for hf, name, suffix, w in tensors:
+        module = name.split(".")[-1]
+        back = stored[hf]
+        if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
+            heads = c.num_attention_heads if module == "attn_q" else c.num_key_value_heads
+            back = (back.reshape(heads, back.shape[0] // heads // 2, 2, *back.shape[1:])
+                    .swapaxes(1, 2).reshape(back.shape))
+        if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
+            back = back - np.float32(1)
+        expected[hf] = back
+    for hf in [k for k in expected if k.endswith("[gate]")]:  # gate_up_proj: gate, then up
+        fused = hf[:-len("[gate]")]
+        gate, up = expected.pop(hf), expected.pop(fused + "[up]")
+        if arch == "llama4":  # halves again, transposed back
+            expected[fused] = np.concatenate([gate, up], 1).transpose(0, 2, 1)
+            continue
+        if arch != "gpt_oss":
+            expected[fused] = np.concatenate([gate, up], 1)
+            continue
+        # GPT-OSS's: interleaved again (gate first) along the rows, and transposed back.
+        axis = gate.ndim - 2 if fused.endswith("gate_up_proj") else gate.ndim - 1
+        both = np.stack([gate, up], axis + 1)
+        shape = list(gate.shape)
+        shape[axis] *= 2
+        both = both.reshape(shape)
+        expected[fused] = both.transpose(0, 2, 1) if both.ndim == 3 else both
+    for hf in [k for k in expected if k.endswith("[k]")]:  # kv_b_proj: each head's k, then v
+        fused = hf[:-len("[k]")]
+        k, v = expected.pop(hf), expected.pop(fused + "[v]")
+        expected[fused] = np.concatenate([k.transpose(0, 2, 1), v], 1).reshape(-1, k.shape[1])
+    if arch in ("gpt_oss", "llama4"):
+        for hf in [k for k in expected if k.endswith(".experts.down_proj")]:
+            expected[hf] = expected[hf].transpose(0, 2, 1)
+    return expected
+
+
 def write_gguf(model, arch, path):
     """MODEL as llama.cpp's converter writes it; returns {hf name: value as stored, read back
     and undone} for checking the loaded model."""
@@ -372,122 +503,18 @@ def write_gguf(model, arch, path):
     writer.add_eos_token_id(c.eos_token_id)
     writer.add_pad_token_id(c.pad_token_id)
 
-    names = gguf.get_tensor_name_map(gguf_arch, c.num_hidden_layers)
-    tied = c.tie_word_embeddings
-    expected = {}
-    tensors = []  # (hf name, gguf-py's name of its module, suffix, value)
-    for hf, value in model.state_dict().items():
-        if tied and hf == "lm_head.weight":
-            continue
-        w = value.detach().float().numpy()
-        if arch == "llama4" and ".feed_forward.experts." in hf:
-            # Llama4Model.modify_tensors: gate_up_proj [E, H, 2I] transposed to [E, 2I, H] and
-            # split into its halves (gate, then up); down_proj [E, I, H] transposed.
-            stem, leaf = hf.rsplit(".", 1)
-            w = w.transpose(0, 2, 1)
-            if leaf == "gate_up_proj":
-                half = w.shape[1] // 2
-                for part, rows in (("gate", w[:, :half]), ("up", w[:, half:])):
-                    tensors.append((f"{hf}[{part}]", names.get_name(f"{stem}.{part}_proj"),
-                                    "weight", np.ascontiguousarray(rows)))
-            else:
-                tensors.append((hf, names.get_name(stem + ".down_proj"), "weight",
-                                np.ascontiguousarray(w)))
-            continue
-        if arch == "gpt_oss" and ".mlp.experts." in hf:
-            # GptOssModel.modify_tensors: gate_up_proj [E, H, 2I] transposed to [E, 2I, H] and
-            # split into its even (gate) and odd (up) rows, its bias likewise; down_proj
-            # [E, I, H] transposed to [E, H, I].
-            stem, leaf = hf.rsplit(".", 1)
-            if leaf == "gate_up_proj":
-                w = w.transpose(0, 2, 1)
-            if leaf.startswith("gate_up_proj"):
-                suffix = "bias" if leaf.endswith("_bias") else "weight"
-                for half, rows in (("gate", w[..., ::2, :] if suffix == "weight" else w[..., ::2]),
-                                   ("up", w[..., 1::2, :] if suffix == "weight" else w[..., 1::2])):
-                    tensors.append((f"{hf}[{half}]", names.get_name(f"{stem}.{half}_proj"),
-                                    suffix, np.ascontiguousarray(rows)))
-            elif leaf == "down_proj":
-                tensors.append((hf, names.get_name(stem + ".down_proj"), "weight",
-                                np.ascontiguousarray(w.transpose(0, 2, 1))))
-            else:
-                tensors.append((hf, names.get_name(stem + ".down_proj"), "bias", w))
-            continue
-        if arch == "deepseek2" and hf.endswith("kv_b_proj.weight"):
-            # DeepseekV2Model.modify_tensors: per head, the nope key rows transposed (attn_k_b
-            # [H, kv_lora, nope]) and the value rows (attn_v_b [H, v, kv_lora]).
-            stem = hf.rsplit(".", 1)[0]
-            heads, nope = c.num_attention_heads, c.qk_nope_head_dim
-            kv = w.reshape(heads, nope + c.v_head_dim, w.shape[-1])
-            tensors.append((hf + "[k]", names.get_name(stem.replace("kv_b", "k_b")), "weight",
-                            np.ascontiguousarray(kv[:, :nope].transpose(0, 2, 1))))
-            tensors.append((hf + "[v]", names.get_name(stem.replace("kv_b", "v_b")), "weight",
-                            np.ascontiguousarray(kv[:, nope:])))
-            continue
-        if hf.endswith(".self_attn.sinks"):  # the converter's filter_tensors adds .weight
-            tensors.append((hf, names.get_name(hf), "weight", w))
-            continue
-        if ".mlp.experts." in hf:
-            # transformers' stacked experts, which the converter writes as gguf-py's 3D
-            # ffn_{gate,up,down}_exps: gate_up_proj [E, 2I, H] as its gate half and its up half.
-            stem = hf.rsplit(".", 1)[0]
-            if hf.endswith("gate_up_proj"):
-                half = w.shape[1] // 2
-                tensors.append((hf + "[gate]", names.get_name(stem + ".gate_proj"), "weight",
-                                np.ascontiguousarray(w[:, :half])))
-                tensors.append((hf + "[up]", names.get_name(stem + ".up_proj"), "weight",
-                                np.ascontiguousarray(w[:, half:])))
-            else:
-                tensors.append((hf, names.get_name(hf), "weight", w))
-            continue
-        stem, suffix = hf.rsplit(".", 1)
-        tensors.append((hf, names.get_name(stem), suffix, w))
+    tensors = converter_tensors(model, arch)
+    stored = {}
     for hf, name, suffix, w in tensors:
-        if name is None:
-            raise SystemExit(f"gguf_models.py: {arch}: gguf-py has no name for {hf}")
         module = name.split(".")[-1]
-        if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
-            w = w + np.float32(1)
-        if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
-            w = permute(w, c.num_attention_heads if module == "attn_q"
-                        else c.num_key_value_heads)
         qtype = QUANT[arch].get(module, Q.F32) if w.ndim >= 2 and suffix == "weight" else Q.F32
         if isinstance(qtype, list):
             qtype = qtype[int(name.split(".")[1])]
         data = (kquants.quantize if qtype in kquants.WRITERS else quantize)(w, qtype)
         writer.add_tensor(f"{name}.{suffix}", data, raw_dtype=qtype)
         # What the file holds, as the Hugging Face value: the rounding and nothing else.
-        back = dequantize(data, qtype).reshape(w.shape)
-        if arch in LLAMA_FILES and module in ("attn_q", "attn_k"):
-            heads = c.num_attention_heads if module == "attn_q" else c.num_key_value_heads
-            back = (back.reshape(heads, back.shape[0] // heads // 2, 2, *back.shape[1:])
-                    .swapaxes(1, 2).reshape(back.shape))
-        if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
-            back = back - np.float32(1)
-        expected[hf] = back
-    for hf in [k for k in expected if k.endswith("[gate]")]:  # gate_up_proj: gate, then up
-        fused = hf[:-len("[gate]")]
-        gate, up = expected.pop(hf), expected.pop(fused + "[up]")
-        if arch == "llama4":  # halves again, transposed back
-            expected[fused] = np.concatenate([gate, up], 1).transpose(0, 2, 1)
-            continue
-        if arch != "gpt_oss":
-            expected[fused] = np.concatenate([gate, up], 1)
-            continue
-        # GPT-OSS's: interleaved again (gate first) along the rows, and transposed back.
-        axis = gate.ndim - 2 if fused.endswith("gate_up_proj") else gate.ndim - 1
-        both = np.stack([gate, up], axis + 1)
-        shape = list(gate.shape)
-        shape[axis] *= 2
-        both = both.reshape(shape)
-        expected[fused] = both.transpose(0, 2, 1) if both.ndim == 3 else both
-    for hf in [k for k in expected if k.endswith("[k]")]:  # kv_b_proj: each head's k, then v
-        fused = hf[:-len("[k]")]
-        k, v = expected.pop(hf), expected.pop(fused + "[v]")
-        expected[fused] = np.concatenate([k.transpose(0, 2, 1), v], 1).reshape(-1, k.shape[1])
-    if arch in ("gpt_oss", "llama4"):
-        for hf in [k for k in expected if k.endswith(".experts.down_proj")]:
-            expected[hf] = expected[hf].transpose(0, 2, 1)
+        stored[hf] = dequantize(data, qtype).reshape(w.shape)
+    expected = undo_converter(arch, c, tensors, stored)
     if rope.get("rope_type") == "llama3":
         writer.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
                           llama3_rope_freqs(c, head_dim), raw_dtype=Q.F32)
@@ -496,6 +523,27 @@ def write_gguf(model, arch, path):
     writer.write_tensors_to_file()
     writer.close()
     return expected
+
+
+def file_values(model, arch, path):
+    """{hf key: value} of a GGUF file at PATH that llama.cpp's converter wrote from MODEL (and
+    llama-quantize may have quantized): each tensor converter_tensors() names, read and
+    dequantized by gguf-py, the converter's changes undone. A tensor it names that the file
+    lacks, or one the file has beyond them (rope_freqs aside), fails here."""
+    reader = gguf.GGUFReader(path)
+    found = {t.name: t for t in reader.tensors}
+    tensors = converter_tensors(model, arch)
+    stored = {}
+    for hf, name, suffix, w in tensors:
+        t = found.pop(f"{name}.{suffix}", None)
+        if t is None:
+            raise SystemExit(f"gguf_models.py: {path} has no {name}.{suffix} ({hf})")
+        stored[hf] = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(w.shape)
+    found.pop("rope_freqs.weight", None)
+    if found:
+        raise SystemExit(f"gguf_models.py: {path} holds tensors the converter's model does not "
+                         f"account for: {', '.join(sorted(found))}")
+    return undo_converter(arch, model.config, tensors, stored)
 
 
 def with_file_values(model, expected):

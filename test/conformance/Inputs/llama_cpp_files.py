@@ -2,6 +2,7 @@
 
     python llama_cpp_files.py LLAMA_CPP_SRC LLAMA_CPP_BIN EXTRAS TOKENIZER_DIR OUTDIR TYPE...
     python llama_cpp_files.py --checkpoint LLAMA_CPP_SRC LLAMA_CPP_BIN EXTRAS CKPT OUTDIR TYPE...
+    python llama_cpp_files.py --arch ARCH LLAMA_CPP_SRC LLAMA_CPP_BIN EXTRAS TOKENIZER_DIR OUTDIR TYPE...
 
 A small random Llama checkpoint (hf_model.py's llama, widened: hidden 512, intermediate 1024,
 8 heads of 64, 2 KV heads, tied embeddings, the vocabulary of TOKENIZER_DIR's tokenizer.json,
@@ -15,6 +16,14 @@ sentencepiece, which it imports whatever the tokenizer) and quantized by llama-q
 reference is transformers 5.17 loading that file (gguf_file=, its dequantization by gguf-py),
 written as gguf_models.py writes one (reference.json, reference.bin, prompt.txt, force.txt),
 for run_gguf.sh.
+
+With --arch ARCH (gpt_oss, deepseek2, llama4: architectures transformers 5.17's GGUF loader
+cannot read, see gguf_models.py), the small random checkpoint is hf_model.py's ARCH widened
+so that its rows are 256-blocks (ARCHS below), with TOKENIZER_DIR's vocabulary, and the
+reference is that checkpoint with every parameter the file's value: each tensor the
+converter wrote, dequantized by gguf-py, its transposes and splits undone
+(gguf_models.file_values, which fails on a tensor the converter did not write as
+gguf_models.py expects), computed by transformers' modeling code.
 """
 import os
 import subprocess
@@ -29,6 +38,17 @@ import gguf_models  # noqa: E402
 import hf_model  # noqa: E402
 
 # The block types each of llama-quantize's mixes must show (the rows here are 256-blocks).
+# What each --arch checkpoint changes from gguf_models.py's tiny one: rows of 256-blocks.
+WIDE = {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64}
+ARCHS = {
+    "gpt_oss": dict(WIDE, intermediate_size=512, tie_word_embeddings=False),
+    "deepseek2": dict(gguf_models.OVERRIDES["deepseek2"], hidden_size=512, num_attention_heads=8,
+                      num_key_value_heads=8, q_lora_rank=256, kv_lora_rank=256,
+                      qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                      intermediate_size=1024, moe_intermediate_size=256),
+    "llama4": dict(gguf_models.OVERRIDES["llama4"], **WIDE, intermediate_size=512,
+                   intermediate_size_mlp=1024),
+}
 MIXES = {"Q4_K_M": {"Q4_K", "Q6_K"}, "Q5_K_M": {"Q5_K", "Q6_K"}, "Q6_K": {"Q6_K"},
          "Q5_0": {"Q5_0"}, "Q5_1": {"Q5_1"}}
 
@@ -59,6 +79,11 @@ def main():
     real = bool(args) and args[0] == "--checkpoint"
     if real:
         args = args[1:]
+    arch = None
+    if len(args) > 1 and args[0] == "--arch":
+        arch, args = args[1], args[2:]
+        if arch not in ARCHS:
+            raise SystemExit(f"llama_cpp_files.py: --arch {arch!r}: one of {', '.join(ARCHS)}")
     if len(args) < 6:
         raise SystemExit(__doc__)
     src, bin_dir, extras, tokenizer_dir, outdir = args[:5]
@@ -70,8 +95,16 @@ def main():
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
+    model = None
     if real:
         ckpt = tokenizer_dir
+    elif arch:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+        overrides = dict(ARCHS[arch], vocab_size=len(tokenizer))
+        model = hf_model.build(gguf_models.SOURCE.get(arch, arch), 0, 0.06, overrides)
+        ckpt = os.path.join(outdir, "checkpoint")
+        model.save_pretrained(ckpt)
+        tokenizer.save_pretrained(ckpt)
     else:
         tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
         overrides = dict(gguf_models.OVERRIDES["llama_q4_k_m"], vocab_size=len(tokenizer),
@@ -97,11 +130,16 @@ def main():
         if missing:
             raise SystemExit(f"llama_cpp_files.py: llama-quantize's {mix} holds "
                              f"{held}, no {', '.join(sorted(missing))}")
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name,
-                                                                   dtype=torch.float32)
-        loaded.set_attn_implementation("eager")
-        loaded.eval()
-        gguf_models.write_reference(mix, d, name, dict(loaded.state_dict()), loaded)
+        if model is not None:
+            values = gguf_models.file_values(model, arch, path)
+            loaded = gguf_models.with_file_values(model, values)
+        else:
+            loaded = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name,
+                                                                       dtype=torch.float32)
+            loaded.set_attn_implementation("eager")
+            loaded.eval()
+            values = dict(loaded.state_dict())
+        gguf_models.write_reference(mix, d, name, values, loaded)
         print(f"{mix}: tensors " + ", ".join(f"{v} {k}" for k, v in sorted(held.items())))
 
 
