@@ -538,7 +538,7 @@ def file_values(model, arch, path):
         t = found.pop(f"{name}.{suffix}", None)
         if t is None:
             raise SystemExit(f"gguf_models.py: {path} has no {name}.{suffix} ({hf})")
-        stored[hf] = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(w.shape)
+        stored[hf] = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(w.shape)
     found.pop("rope_freqs.weight", None)
     if found:
         raise SystemExit(f"gguf_models.py: {path} holds tensors the converter's model does not "

@@ -38,14 +38,15 @@ import gguf_models  # noqa: E402
 import hf_model  # noqa: E402
 
 # The block types each of llama-quantize's mixes must show (the rows here are 256-blocks).
-# What each --arch checkpoint changes from gguf_models.py's tiny one: rows of 256-blocks.
+# What each --arch checkpoint changes from gguf_models.py's tiny one: rows of 256-blocks, and
+# halves of 256-blocks where tp 2 splits a row (a cut block would be held in bf16: rounded).
 WIDE = {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64}
 ARCHS = {
     "gpt_oss": dict(WIDE, intermediate_size=512, tie_word_embeddings=False),
     "deepseek2": dict(gguf_models.OVERRIDES["deepseek2"], hidden_size=512, num_attention_heads=8,
                       num_key_value_heads=8, q_lora_rank=256, kv_lora_rank=256,
                       qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-                      intermediate_size=1024, moe_intermediate_size=256),
+                      intermediate_size=1024, moe_intermediate_size=512),
     "llama4": dict(gguf_models.OVERRIDES["llama4"], **WIDE, intermediate_size=512,
                    intermediate_size_mlp=1024),
 }
@@ -95,7 +96,6 @@ def main():
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
-    model = None
     if real:
         ckpt = tokenizer_dir
     elif arch:
@@ -130,7 +130,7 @@ def main():
         if missing:
             raise SystemExit(f"llama_cpp_files.py: llama-quantize's {mix} holds "
                              f"{held}, no {', '.join(sorted(missing))}")
-        if model is not None:
+        if arch:
             values = gguf_models.file_values(model, arch, path)
             loaded = gguf_models.with_file_values(model, values)
         else:
