@@ -700,36 +700,38 @@ bool readGemma3(const GgufSource &source, nlohmann::ordered_json &config, std::s
   return true;
 }
 
-/// GPT-OSS's RoPE as llama.cpp reads it from the file: rope.scaling.type "yarn", which the
-/// converter writes from the checkpoint's rope_parameters, with rope.scaling.factor and
-/// .original_context_length, and .yarn_beta_fast and .yarn_beta_slow where the checkpoint
-/// has them (GptOssConfig's 32 and 1 otherwise); "none" or no type: no scaling, as llama.cpp
-/// takes it. YaRN's other keys (an attention or extrapolation factor, a log multiplier),
-/// which no released GPT-OSS has, are refused by name rather than ignored. No key says
-/// transformers' `truncate`: GptOssConfig's false (the released checkpoints' value) is kept.
-bool readGptOss(const GgufSource &source, nlohmann::ordered_json &config, std::string &error) {
+/// A file's RoPE scaling as llama.cpp reads it, into `rope` (rope_parameters), for the
+/// architectures whose checkpoints use YaRN: no rope.scaling.type, or "none", is no scaling,
+/// as llama.cpp takes it; "yarn" reads rope.scaling.factor and .original_context_length (both
+/// needed), .yarn_beta_fast and .yarn_beta_slow where present, and where `logMultiplier`
+/// .yarn_log_multiplier (needed), which the converter writes as 0.1 x mscale_all_dim. Another
+/// type, or a YaRN key tpc does not read (an attention or extrapolation factor, and the log
+/// multiplier where it is not read), is an error naming the key rather than a model without it.
+bool readRopeScaling(const GgufSource &source, const nlohmann::ordered_json &config,
+                     bool logMultiplier, nlohmann::ordered_json &rope, std::string &error) {
+  const GgufFile &file = source.file;
+  auto has = [&](const char *key) { return file.find(source.key(key)) != nullptr; };
   std::string scaling = "none";
-  if (source.file.find(source.key("rope.scaling.type")) &&
-      !source.file.getString(source.key("rope.scaling.type"), scaling, error))
+  if (has("rope.scaling.type") && !file.getString(source.key("rope.scaling.type"), scaling, error))
     return false;
   double theta = config.value("rope_theta", 10000.0);
   if (scaling == "none") {
-    config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    rope = {{"rope_type", "default"}, {"rope_theta", theta}};
     return true;
   }
   if (scaling != "yarn") {
     error = source.where + ": " + source.key("rope.scaling.type") + " is '" + scaling +
-            "'; tpc reads a gpt-oss file's yarn scaling only";
+            "'; tpc reads a " + source.architecture + " file's yarn scaling only";
     return false;
   }
   for (const char *unread : {"rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
                              "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier"})
-    if (source.file.find(source.key(unread))) {
-      error = source.where + ": " + source.key(unread) +
-              " is a YaRN setting tpc does not read from a gpt-oss file yet";
+    if (has(unread) && !(logMultiplier && std::string(unread) == "rope.scaling.yarn_log_multiplier")) {
+      error = source.where + ": " + source.key(unread) + " is a YaRN setting tpc does not read " +
+              "from a " + source.architecture + " file yet";
       return false;
     }
-  nlohmann::ordered_json rope = {{"rope_type", "yarn"}, {"rope_theta", theta}};
+  rope = {{"rope_type", "yarn"}, {"rope_theta", theta}};
   struct Field {
     const char *gguf, *hf;
     bool isFloat, required;
@@ -738,9 +740,11 @@ bool readGptOss(const GgufSource &source, nlohmann::ordered_json &config, std::s
                          Field{"rope.scaling.original_context_length",
                                "original_max_position_embeddings", false, true},
                          Field{"rope.scaling.yarn_beta_fast", "beta_fast", true, false},
-                         Field{"rope.scaling.yarn_beta_slow", "beta_slow", true, false}}) {
+                         Field{"rope.scaling.yarn_beta_slow", "beta_slow", true, false},
+                         Field{"rope.scaling.yarn_log_multiplier", "mscale_all_dim", true,
+                               logMultiplier}}) {
     std::string k = source.key(f.gguf);
-    if (!source.file.find(k)) {
+    if (!file.find(k)) {
       if (f.required) {
         error = source.where + ": " + source.key("rope.scaling.type") +
                 " is yarn, but there is no " + k;
@@ -750,25 +754,39 @@ bool readGptOss(const GgufSource &source, nlohmann::ordered_json &config, std::s
     }
     if (f.isFloat) {
       double value = 0;
-      if (!source.file.getFloat(k, value, error))
+      if (!file.getFloat(k, value, error))
         return false;
-      if (!std::isfinite(value) || !(value > 0)) {
-        error = source.where + ": " + k + " is " + std::to_string(value) + "; it must be positive";
+      bool logMul = std::string(f.hf) == "mscale_all_dim";
+      if (!std::isfinite(value) || (logMul ? value < 0 : !(value > 0))) {
+        error = source.where + ": " + k + " is " + std::to_string(value) + "; it must be " +
+                (logMul ? "at least 0" : "positive");
         return false;
       }
-      rope[f.hf] = value;
+      rope[f.hf] = logMul ? value / 0.1 : value;
     } else {
       int64_t value = 0;
-      if (!source.file.getInt(k, value, error, 1, int64_t(1) << 40))
+      if (!file.getInt(k, value, error, 1, int64_t(1) << 40))
         return false;
       rope[f.hf] = value;
     }
   }
-  if (!rope.contains("beta_fast"))
-    rope["beta_fast"] = 32.0;
-  if (!rope.contains("beta_slow"))
-    rope["beta_slow"] = 1.0;
-  rope["truncate"] = false;
+  return true;
+}
+
+/// GPT-OSS's RoPE (readRopeScaling, no log multiplier: no released GPT-OSS has one), with
+/// GptOssConfig's beta_fast 32 and beta_slow 1 where the file has none. No key says
+/// transformers' `truncate`: GptOssConfig's false (the released checkpoints' value) is kept.
+bool readGptOss(const GgufSource &source, nlohmann::ordered_json &config, std::string &error) {
+  nlohmann::ordered_json rope;
+  if (!readRopeScaling(source, config, false, rope, error))
+    return false;
+  if (rope["rope_type"] == "yarn") {
+    if (!rope.contains("beta_fast"))
+      rope["beta_fast"] = 32.0;
+    if (!rope.contains("beta_slow"))
+      rope["beta_slow"] = 1.0;
+    rope["truncate"] = false;
+  }
   config["rope_parameters"] = std::move(rope);
   return true;
 }
@@ -782,7 +800,7 @@ bool readGptOss(const GgufSource &source, nlohmann::ordered_json &config, std::s
 /// transformers' DeepSeek-V2 is refused by its key: a sigmoid gate or renormalized weights
 /// (DeepSeek-V3's, expert_gating_func 2 and expert_weights_norm), and groups of experts
 /// (llama.cpp ranks a group by its two best experts' sum, DeepSeek-V3's rule, where
-/// DeepSeek-V2's group_limited_greedy takes the best one). YaRN: rope.scaling.* with
+/// DeepSeek-V2's group_limited_greedy takes the best one). YaRN: readRopeScaling with
 /// yarn_log_multiplier, which the converter writes as 0.1 x mscale_all_dim (llama.cpp then
 /// takes mscale equal to it, as every released DeepSeek-V2 has).
 bool readDeepseek2(const GgufSource &source, nlohmann::ordered_json &config,
@@ -864,58 +882,13 @@ bool readDeepseek2(const GgufSource &source, nlohmann::ordered_json &config,
             ")";
     return false;
   }
-  std::string scaling = "none";
-  if (has("rope.scaling.type") &&
-      !file.getString(source.key("rope.scaling.type"), scaling, error))
+  // YaRN with the log multiplier as mscale_all_dim; llama.cpp takes mscale equal to it.
+  nlohmann::ordered_json scaling;
+  if (!readRopeScaling(source, config, true, scaling, error))
     return false;
-  double theta = config.value("rope_theta", 10000.0);
-  if (scaling == "none") {
-    config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
-    return true;
-  }
-  if (scaling != "yarn") {
-    error = source.where + ": " + source.key("rope.scaling.type") + " is '" + scaling +
-            "'; tpc reads a deepseek2 file's yarn scaling only";
-    return false;
-  }
-  for (const char *unread : {"rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
-                             "rope.scaling.yarn_ext_factor"})
-    if (has(unread)) {
-      error = source.where + ": " + source.key(unread) +
-              " is a YaRN setting tpc does not read from a deepseek2 file yet";
-      return false;
-    }
-  if (!require("rope.scaling.factor") || !require("rope.scaling.original_context_length") ||
-      !require("rope.scaling.yarn_log_multiplier"))
-    return false;
-  double factor = 0, logMul = 0;
-  int64_t original = 0;
-  if (!file.getFloat(source.key("rope.scaling.factor"), factor, error) ||
-      !file.getFloat(source.key("rope.scaling.yarn_log_multiplier"), logMul, error) ||
-      !integer("rope.scaling.original_context_length", original, 1))
-    return false;
-  if (!std::isfinite(factor) || !(factor > 0) || !std::isfinite(logMul) || logMul < 0) {
-    error = source.where + ": " + source.key("rope.scaling.factor") + " " +
-            std::to_string(factor) + " and " + source.key("rope.scaling.yarn_log_multiplier") +
-            " " + std::to_string(logMul) + ": a YaRN factor must be positive, its log " +
-            "multiplier at least 0";
-    return false;
-  }
-  nlohmann::ordered_json yarn = {{"rope_type", "yarn"},
-                                 {"rope_theta", theta},
-                                 {"factor", factor},
-                                 {"original_max_position_embeddings", original},
-                                 {"mscale", logMul / 0.1},
-                                 {"mscale_all_dim", logMul / 0.1}};
-  for (auto [gguf, hf] : {std::pair{"rope.scaling.yarn_beta_fast", "beta_fast"},
-                          {"rope.scaling.yarn_beta_slow", "beta_slow"}})
-    if (has(gguf)) {
-      double beta = 0;
-      if (!file.getFloat(source.key(gguf), beta, error))
-        return false;
-      yarn[hf] = beta;
-    }
-  config["rope_parameters"] = std::move(yarn);
+  if (scaling.contains("mscale_all_dim"))
+    scaling["mscale"] = scaling["mscale_all_dim"];
+  config["rope_parameters"] = std::move(scaling);
   return true;
 }
 
