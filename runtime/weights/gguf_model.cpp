@@ -118,6 +118,79 @@ std::string supportedArchitectures() {
   return names;
 }
 
+/// A GGUF module name ("attn_q") and its Hugging Face one ("self_attn.q_proj").
+using ModuleName = std::pair<const char *, const char *>;
+
+template <size_t N> const char *lookup(const ModuleName (&table)[N], const std::string &part) {
+  for (const auto &[gguf, hf] : table)
+    if (part == gguf)
+      return hf;
+  return nullptr;
+}
+
+// GPT-OSS's norm before the MLP, its attention sinks (a parameter of the attention, not a
+// module's weight: hfName) and its router with a bias.
+const ModuleName kGptOssModules[] = {
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"attn_sinks", "self_attn.sinks"},
+    {"ffn_gate_inp", "mlp.router"},
+};
+// DeepSeek-V2's latent attention (attn_k_b and attn_v_b are kv_b_proj's two parts: mapTensor
+// pairs them) and its shared experts.
+const ModuleName kDeepseek2Modules[] = {
+    {"attn_q_a", "self_attn.q_a_proj"},
+    {"attn_q_a_norm", "self_attn.q_a_layernorm"},
+    {"attn_q_b", "self_attn.q_b_proj"},
+    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
+    {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
+    {"attn_kv_b", "self_attn.kv_b_proj"},
+    {"attn_k_b", "self_attn.kv_b_proj"},
+    {"attn_v_b", "self_attn.kv_b_proj"},
+    {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
+    {"ffn_up_shexp", "mlp.shared_experts.up_proj"},
+    {"ffn_down_shexp", "mlp.shared_experts.down_proj"},
+};
+// Llama 4's feed_forward: a router, stacked experts and a shared expert on its MoE layers, a
+// dense MLP on the others.
+const ModuleName kLlama4Modules[] = {
+    {"ffn_gate_inp", "feed_forward.router"},
+    {"ffn_gate_exps", "feed_forward.experts.gate_up_proj"},
+    {"ffn_up_exps", "feed_forward.experts.gate_up_proj"},
+    {"ffn_gate_up_exps", "feed_forward.experts.gate_up_proj"},
+    {"ffn_down_exps", "feed_forward.experts.down_proj"},
+    {"ffn_gate_shexp", "feed_forward.shared_expert.gate_proj"},
+    {"ffn_up_shexp", "feed_forward.shared_expert.up_proj"},
+    {"ffn_down_shexp", "feed_forward.shared_expert.down_proj"},
+    {"ffn_gate", "feed_forward.gate_proj"},
+    {"ffn_up", "feed_forward.up_proj"},
+    {"ffn_down", "feed_forward.down_proj"},
+};
+// An MoE's router and its experts, stacked [E, ...] as transformers holds them; gate and up
+// both go to gate_up_proj (mapTensor pairs them). Only where the architecture is read as MoE:
+// a llama file with experts (Mixtral's) would otherwise import as a dense model whose MLP
+// weights are missing.
+const ModuleName kExpertModules[] = {
+    {"ffn_gate_inp", "mlp.gate"},
+    {"ffn_gate_exps", "mlp.experts.gate_up_proj"},
+    {"ffn_up_exps", "mlp.experts.gate_up_proj"},
+    // The converter's --fuse-gate-up-exps: [E, 2I, H], each expert's gate rows, then up's.
+    {"ffn_gate_up_exps", "mlp.experts.gate_up_proj"},
+    {"ffn_down_exps", "mlp.experts.down_proj"},
+};
+const ModuleName kCommonModules[] = {
+    {"attn_norm", "input_layernorm"},
+    {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},
+    {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
+    {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},
+    {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},
+};
+
 /// The Hugging Face name of a layer tensor's module ("attn_q" -> "self_attn.q_proj").
 const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
   std::string type = arch.modelType;
@@ -137,89 +210,13 @@ const char *layerModule(const std::string &part, const GgufArchitecture &arch) {
     if (part == "post_ffw_norm")
       return "post_feedforward_layernorm";
   }
-  // GPT-OSS's norm before the MLP, its attention sinks (a parameter of the attention, not a
-  // module's weight: hfName) and its router with a bias.
-  if (arch.gptOss) {
-    if (part == "post_attention_norm")
-      return "post_attention_layernorm";
-    if (part == "attn_sinks")
-      return "self_attn.sinks";
-    if (part == "ffn_gate_inp")
-      return "mlp.router";
-  }
-  // DeepSeek-V2's latent attention (attn_k_b and attn_v_b are kv_b_proj's two parts:
-  // mapTensor pairs them) and its shared experts.
-  if (arch.deepseek2) {
-    static const std::pair<const char *, const char *> mla[] = {
-        {"attn_q_a", "self_attn.q_a_proj"},
-        {"attn_q_a_norm", "self_attn.q_a_layernorm"},
-        {"attn_q_b", "self_attn.q_b_proj"},
-        {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
-        {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
-        {"attn_kv_b", "self_attn.kv_b_proj"},
-        {"attn_k_b", "self_attn.kv_b_proj"},
-        {"attn_v_b", "self_attn.kv_b_proj"},
-        {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
-        {"ffn_up_shexp", "mlp.shared_experts.up_proj"},
-        {"ffn_down_shexp", "mlp.shared_experts.down_proj"},
-    };
-    for (const auto &[gguf, hf] : mla)
-      if (part == gguf)
-        return hf;
-  }
-  // Llama 4's feed_forward: a router, stacked experts and a shared expert on its MoE layers, a
-  // dense MLP on the others.
-  if (arch.llama4) {
-    static const std::pair<const char *, const char *> ff[] = {
-        {"ffn_gate_inp", "feed_forward.router"},
-        {"ffn_gate_exps", "feed_forward.experts.gate_up_proj"},
-        {"ffn_up_exps", "feed_forward.experts.gate_up_proj"},
-        {"ffn_gate_up_exps", "feed_forward.experts.gate_up_proj"},
-        {"ffn_down_exps", "feed_forward.experts.down_proj"},
-        {"ffn_gate_shexp", "feed_forward.shared_expert.gate_proj"},
-        {"ffn_up_shexp", "feed_forward.shared_expert.up_proj"},
-        {"ffn_down_shexp", "feed_forward.shared_expert.down_proj"},
-        {"ffn_gate", "feed_forward.gate_proj"},
-        {"ffn_up", "feed_forward.up_proj"},
-        {"ffn_down", "feed_forward.down_proj"},
-    };
-    for (const auto &[gguf, hf] : ff)
-      if (part == gguf)
-        return hf;
-  }
-  // An MoE's router and its experts, stacked [E, ...] as transformers holds them; gate and up
-  // both go to gate_up_proj (mapTensor pairs them). Only where the architecture is read as
-  // MoE: a llama file with experts (Mixtral's) would otherwise import as a dense model whose
-  // MLP weights are missing.
-  static const std::pair<const char *, const char *> experts[] = {
-      {"ffn_gate_inp", "mlp.gate"},
-      {"ffn_gate_exps", "mlp.experts.gate_up_proj"},
-      {"ffn_up_exps", "mlp.experts.gate_up_proj"},
-      // The converter's --fuse-gate-up-exps: [E, 2I, H], each expert's gate rows, then up's.
-      {"ffn_gate_up_exps", "mlp.experts.gate_up_proj"},
-      {"ffn_down_exps", "mlp.experts.down_proj"},
-  };
-  if (arch.moe)
-    for (const auto &[gguf, hf] : experts)
-      if (part == gguf)
-        return hf;
-  static const std::pair<const char *, const char *> common[] = {
-      {"attn_norm", "input_layernorm"},
-      {"attn_q", "self_attn.q_proj"},
-      {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},
-      {"attn_output", "self_attn.o_proj"},
-      {"attn_q_norm", "self_attn.q_norm"},
-      {"attn_k_norm", "self_attn.k_norm"},
-      {"ffn_norm", "post_attention_layernorm"},
-      {"ffn_gate", "mlp.gate_proj"},
-      {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"},
-  };
-  for (const auto &[gguf, hf] : common)
-    if (part == gguf)
-      return hf;
-  return nullptr;
+  const char *hf = nullptr;
+  if ((arch.gptOss && (hf = lookup(kGptOssModules, part))) ||
+      (arch.deepseek2 && (hf = lookup(kDeepseek2Modules, part))) ||
+      (arch.llama4 && (hf = lookup(kLlama4Modules, part))) ||
+      (arch.moe && (hf = lookup(kExpertModules, part))))
+    return hf;
+  return lookup(kCommonModules, part);
 }
 
 /// "blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight"; "" for a name with no
@@ -273,9 +270,10 @@ std::string shapeText(const std::vector<int64_t> &shape) {
 } // namespace
 
 /// The Hugging Face shape of a mapped tensor: its file tensor's; a fused gate_up's (the
-/// gate's [E, I, H] with 2I rows an expert); GPT-OSS's, each expert transposed ([E, R, C]
-/// as [E, C, R], or [E, C, 2R] with the up half interleaved) or its biases interleaved ([E, I]
-/// as [E, 2I]).
+/// gate's [E, I, H] with 2I rows an expert); GPT-OSS's and Llama 4's, each expert transposed
+/// ([E, R, C] as [E, C, R], or [E, C, 2R] with the up half interleaved or after) or GPT-OSS's
+/// biases interleaved ([E, I] as [E, 2I]); DeepSeek-V2's kv_b_proj from attn_k_b [H, L, N]
+/// and attn_v_b [H, V, L] as [H * (N + V), L].
 std::vector<int64_t> ggufModelShape(const GgufModelTensor &mapped) {
   std::vector<int64_t> shape = mapped.tensor->shape;
   int64_t parts = mapped.up ? 2 : 1;
@@ -373,6 +371,33 @@ struct RowWindow {
   }
 };
 
+/// Copies this rank's slice of a tensor of `shape` into `out`, each run padded with zeros, its
+/// elements from `source(at, available)`: a pointer to the tensor's element at flat index `at`,
+/// with `available` set to how many follow it there, or null for an error, which ends the copy.
+template <class Source>
+bool copySlice(const std::vector<int64_t> &shape, const SliceSpec &spec, float *out,
+               Source source) {
+  bool ok = true;
+  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
+    for (int64_t done = 0; ok && done < count;) {
+      int64_t available = 0;
+      const float *from = source(first + uint64_t(done), available);
+      if (!from) {
+        ok = false;
+        return;
+      }
+      int64_t take = std::min(count - done, available);
+      std::memcpy(out + done, from, size_t(take) * sizeof(float));
+      done += take;
+    }
+    if (!ok)
+      return;
+    std::fill(out + count, out + padded, 0.0f);
+    out += padded;
+  });
+  return ok;
+}
+
 /// Reads this rank's slice of a tensor whose experts the converter transposed, or whose
 /// halves it took apart (GPT-OSS's, `transposed` / `interleaved`; DeepSeek-V2's kv_b_proj,
 /// `mlaKvB`, by heads): expert by expert (head by head), each built whole in transformers'
@@ -443,25 +468,13 @@ bool readRearranged(const GgufFile &file, const GgufModelTensor &mapped,
     built = e;
     return true;
   };
-  bool ok = true;
-  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
-    for (int64_t done = 0; ok && done < count;) {
-      uint64_t at = first + uint64_t(done);
-      int64_t e = int64_t(at / uint64_t(expertSize)), offset = int64_t(at % uint64_t(expertSize));
-      if (e != built && !build(e)) {
-        ok = false;
-        return;
-      }
-      int64_t take = std::min(count - done, expertSize - offset);
-      std::memcpy(out + done, expert.data() + offset, size_t(take) * sizeof(float));
-      done += take;
-    }
-    if (!ok)
-      return;
-    std::fill(out + count, out + padded, 0.0f);
-    out += padded;
+  return copySlice(shape, spec, out, [&](uint64_t at, int64_t &available) -> const float * {
+    int64_t e = int64_t(at / uint64_t(expertSize)), offset = int64_t(at % uint64_t(expertSize));
+    if (e != built && !build(e))
+      return nullptr;
+    available = expertSize - offset;
+    return expert.data() + offset;
   });
-  return ok;
 }
 
 /// What every step of mapping one file reads: the file, the name its errors give it, and its
@@ -1245,26 +1258,12 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
     }
     return values.data();
   };
-  bool ok = true;
-  forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
-    for (int64_t done = 0; ok && done < count;) {
-      uint64_t at = first + uint64_t(done);
-      int64_t r = int64_t(at / uint64_t(rowElements)), col = int64_t(at % uint64_t(rowElements));
-      int64_t take = std::min(count - done, rowElements - col);
-      const float *from = row(r);
-      if (!from) {
-        ok = false;
-        return;
-      }
-      std::memcpy(out + done, from + col, size_t(take) * sizeof(float));
-      done += take;
-    }
-    if (!ok)
-      return;
-    std::fill(out + count, out + padded, 0.0f);
-    out += padded;
+  return copySlice(shape, spec, out, [&](uint64_t at, int64_t &available) -> const float * {
+    int64_t r = int64_t(at / uint64_t(rowElements)), col = int64_t(at % uint64_t(rowElements));
+    const float *from = row(r);
+    available = rowElements - col;
+    return from ? from + col : nullptr;
   });
-  return ok;
 }
 
 bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &shape,

@@ -270,6 +270,15 @@ def llama3_rope_freqs(c, head_dim):
     return np.array(factors, dtype=np.float32)
 
 
+def add_yarn(writer, rope):
+    """TextModel.set_gguf_parameters' keys for a YaRN rope_parameters."""
+    writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(rope["factor"])
+    writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+    writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+    writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+
+
 def converter_tensors(model, arch):
     """What llama.cpp's converter writes of MODEL: [(hf key, gguf-py's name of its module,
     suffix, value as stored)], each value before quantization, with what the converter did to it
@@ -452,11 +461,7 @@ def write_gguf(model, arch, path):
         writer.add_expert_count(c.num_local_experts)
         writer.add_expert_used_count(c.num_experts_per_tok)
         writer.add_expert_feed_forward_length(c.intermediate_size)
-        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-        writer.add_rope_scaling_factor(rope["factor"])
-        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
-        writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
-        writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+        add_yarn(writer, rope)
     if arch == "llama4":
         # Llama4Model: feed_forward_length the dense layers' width, the experts' apart; its
         # LlamaModel's vocab_size and rope.dimension_count, TextModel's key/value lengths.
@@ -485,11 +490,7 @@ def write_gguf(model, arch, path):
         writer.add_expert_shared_count(c.n_shared_experts)
         writer.add_expert_weights_scale(c.routed_scaling_factor)
         writer.add_rope_dimension_count(c.qk_rope_head_dim)
-        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-        writer.add_rope_scaling_factor(rope["factor"])
-        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
-        writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
-        writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+        add_yarn(writer, rope)
         writer.add_rope_scaling_yarn_log_mul(0.1 * rope["mscale_all_dim"])
     if arch == "mixtral":  # TextModel's expert keys; the experts are intermediate_size wide
         writer.add_expert_count(c.num_local_experts)
