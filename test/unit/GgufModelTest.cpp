@@ -858,6 +858,13 @@ TEST(GgufModel, Deepseek2RefusesWhatLlamaCppComputesOtherwise) {
   EXPECT_NE(error.find("deepseek2.expert_group_count"), std::string::npos) << error;
   error = openError(deepseek2File("expert_gating_func=2"), "deepseek2-sigmoid");
   EXPECT_NE(error.find("deepseek2.expert_gating_func"), std::string::npos) << error;
+  ModelFile norm = deepseek2File();
+  norm.key("deepseek2.expert_weights_norm", GgufValueType::Bool) += char(1);
+  error = openError(norm, "deepseek2-norm");
+  EXPECT_NE(error.find("deepseek2.expert_weights_norm"), std::string::npos) << error;
+  error = openError(deepseek2File("attention.key_length_mla=2", "attention.key_length_mla"),
+                    "deepseek2-no-nope");
+  EXPECT_NE(error.find("leaves no dimensions without RoPE"), std::string::npos) << error;
   error = openError(deepseek2File("", "attention.kv_lora_rank"), "deepseek2-no-rank");
   EXPECT_NE(error.find("deepseek2.attention.kv_lora_rank"), std::string::npos) << error;
   error = openError(deepseek2File("", "attn_v_b"), "deepseek2-no-v-b");
