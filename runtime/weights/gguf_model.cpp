@@ -451,20 +451,13 @@ bool readRearranged(const GgufFile &file, const GgufModelTensor &mapped,
   auto build = [&](int64_t e) {
     if (mapped.mlaKvB)
       return buildHead(e);
-    for (int p = 0; p < nParts; ++p) {
-      const GgufTensor &part = *parts[p];
-      if (!file.readRows(part.name, e * rows, rows, bytes, error))
+    for (int p = 0; p < nParts; ++p)
+      if (!readPart(*parts[p], e * rows, rows, row, [&](int64_t r, const float *v) {
+            for (int64_t c = 0; c < row; ++c) // GPT-OSS's parts interleave, Llama 4's follow
+              expert[size_t(c * rows * nParts +
+                            (mapped.interleaved ? r * nParts + p : p * rows + r))] = v[c];
+          }))
         return false;
-      bytesRead += uint64_t(rows) * part.rowBytes;
-      for (int64_t r = 0; r < rows; ++r) {
-        if (!dequantize(part.type, bytes.data() + size_t(r) * part.rowBytes, row,
-                        values.data(), error))
-          return false;
-        for (int64_t c = 0; c < row; ++c) // GPT-OSS's parts interleave, Llama 4's follow
-          expert[size_t(c * rows * nParts +
-                        (mapped.interleaved ? r * nParts + p : p * rows + r))] = values[size_t(c)];
-      }
-    }
     built = e;
     return true;
   };
@@ -739,7 +732,8 @@ bool readRopeScaling(const GgufSource &source, const nlohmann::ordered_json &con
   }
   for (const char *unread : {"rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
                              "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_log_multiplier"})
-    if (has(unread) && !(logMultiplier && std::string(unread) == "rope.scaling.yarn_log_multiplier")) {
+    if (has(unread) &&
+        !(logMultiplier && std::string(unread) == "rope.scaling.yarn_log_multiplier")) {
       error = source.where + ": " + source.key(unread) + " is a YaRN setting tpc does not read " +
               "from a " + source.architecture + " file yet";
       return false;
