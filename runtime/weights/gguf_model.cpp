@@ -290,8 +290,6 @@ std::vector<int64_t> ggufModelShape(const GgufModelTensor &mapped) {
 
 namespace {
 
-std::vector<int64_t> hfShapeOf(const GgufModelTensor &mapped) { return ggufModelShape(mapped); }
-
 /// Where row `hfRow` of the Hugging Face tensor is: in which file tensor (0: `tensor`, 1:
 /// `up`) and at which of its rows.
 struct FileRow {
@@ -1224,9 +1222,9 @@ bool GgufModel::read(const std::string &name, const std::vector<int64_t> &shape,
   if (!mapped)
     return false;
   const GgufTensor &t = *mapped->tensor;
-  if (hfShapeOf(*mapped) != shape) {
+  if (ggufModelShape(*mapped) != shape) {
     error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") has shape " +
-            shapeText(hfShapeOf(*mapped)) + ", the model expects " + shapeText(shape);
+            shapeText(ggufModelShape(*mapped)) + ", the model expects " + shapeText(shape);
     return false;
   }
   if (mapped->rearranged())
@@ -1273,10 +1271,10 @@ bool GgufModel::readBlocks(const std::string &name, const std::vector<int64_t> &
             "it widened to f32, not in its " + ggmlTypeInfo(t.type)->name + " blocks";
     return false;
   }
-  if (hfShapeOf(*mapped) != shape || t.type != ggmlTypeOf(type) ||
+  if (ggufModelShape(*mapped) != shape || t.type != ggmlTypeOf(type) ||
       (mapped->up && mapped->up->type != t.type) || mapped->minusOne) {
     error = "tensor " + name + " (" + t.name + " in " + file_->path() + ") is " +
-            ggmlTypeInfo(t.type)->name + " " + shapeText(hfShapeOf(*mapped)) +
+            ggmlTypeInfo(t.type)->name + " " + shapeText(ggufModelShape(*mapped)) +
             (mapped->up ? " with " + mapped->up->name + " " + ggmlTypeInfo(mapped->up->type)->name
                         : std::string()) +
             ", but the program holds " +
