@@ -1162,9 +1162,11 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
   } catch (const std::exception &e) {
     std::string message = describeFailure(e, group.peers(), group.comm->lostPeers(), spec.name,
                                           "serving");
+    // /health turns 503 before any client hears of the failure, so a client that checks it
+    // on the error event sees the rank lost.
+    s.failAll(message);
     for (auto &[handle, at] : running)
       s.answer(*at.job, message, 503, "engine_failed");
-    s.failAll(message);
     // The open requests are answered before the process goes (a few seconds at most), and
     // /health says 503 a moment longer, for whoever checks it.
     s.waitForAnswers(std::chrono::seconds(3));
