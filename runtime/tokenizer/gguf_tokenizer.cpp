@@ -7,7 +7,10 @@
 // of Tokenizer::load applies; what only the metadata can get wrong (a key's type, an array's
 // length, an id out of range) is refused here, naming the key.
 //
-// transformers, not llama.cpp, is the oracle, and the two differ (see docs/weights.md):
+// transformers, not llama.cpp, is the oracle, but for the architectures where transformers
+// builds another tokenizer than the model's (gemma, gemma2, gemma3: Unigram; phi3: BPE that
+// drops the spaces): there tpc encodes as llama.cpp does (spm.cpp), and decodes SentencePiece's
+// way. Where transformers is the oracle, the two differ (see docs/weights.md):
 //  - transformers picks the converter by general.architecture, not by tokenizer.ggml.model,
 //    and for a "gpt2" (byte-level) vocabulary under the llama architecture (Llama 3, SmolLM2)
 //    pre-tokenizes with GPT-2's regex (the ByteLevel pre-tokenizer's), whatever
@@ -31,10 +34,13 @@
 
 #include "components.h"
 #include "tokenizer_builder.h"
+#include "tokenizer_impl.h"
 #include "tpcrt/gguf.h"
 #include "tpcrt/utf8.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -77,6 +83,8 @@ struct GgufVocabulary {
   bool mergesGiven = false;
   std::optional<int64_t> bos, eos, unk, pad;
   std::optional<bool> addSpacePrefix; // each converter has its own default
+  std::optional<bool> addBos, addEos;  // read for llama.cpp's SentencePiece only
+  std::string name;                    // general.name
 };
 
 /// An optional token id: absent, or an integer naming one of the tokens.
@@ -164,8 +172,13 @@ std::string converterOf(const GgufFile &file, const std::string &arch, std::stri
   // map to GGUFQwen2Converter, and their model types to Qwen2Tokenizer.
   if (arch == "qwen2" || arch == "qwen2moe" || arch == "qwen3" || arch == "qwen3moe")
     return "qwen2";
-  static const std::set<std::string> unigram = {"t5", "t5encoder", "umt5", "gemma2", "gemma3",
-                                                "gemma4"};
+  // Where transformers builds another tokenizer than the model's: gemma's a Unigram one from
+  // the scores, phi3's a BPE one without SentencePiece's spaces (GGUFPhi3Converter: "Hello
+  // world" becomes "elloworld"). tpc reads these "llama" vocabularies as llama.cpp does,
+  // SentencePiece's way, and llama-tokenize is the oracle.
+  if (arch == "gemma" || arch == "gemma2" || arch == "gemma3" || arch == "phi3")
+    return "spm";
+  static const std::set<std::string> unigram = {"t5", "t5encoder", "umt5", "gemma4"};
   // GGUFQwen2Converter too, but qwen35's special tokens come from the file's ids
   // (get_gguf_tokenizer, Qwen3_5Tokenizer) and minimax_m2's are TokenizersBackend's <s>, </s>.
   static const std::set<std::string> qwenOther = {"qwen35", "minimax-m2"};
@@ -173,16 +186,8 @@ std::string converterOf(const GgufFile &file, const std::string &arch, std::stri
   static const std::set<std::string> otherConverter = {
       "bloom", "falcon", "stablelm", "gpt2", "starcoder2", "mamba", "nemotron"};
   const char *const read = "tpc reads the tokenizer of GGUF files of architecture llama (and "
-                           "deci), qwen2, qwen2moe, qwen3 and qwen3moe only, not of '";
-  // transformers 5.17's GGUFPhi3Converter builds BPE with no normalizer or pre-tokenizer:
-  // no "▁" for a space, so it drops the spaces of every text ("Hello world" becomes
-  // "elloworld..."). Copying it would tokenize every prompt wrongly; llama.cpp reads the file
-  // as SentencePiece, which is the model's, but tpc has no oracle for that here yet.
-  if (arch == "phi3") {
-    why = "transformers 5.17 builds a phi3 file's tokenizer without SentencePiece's spaces "
-          "(it drops them), which tpc will not copy; give token ids (--prompt-ids)";
-    return "";
-  }
+                           "deci), qwen2, qwen2moe, qwen3, qwen3moe, gemma, gemma2, gemma3 and "
+                           "phi3 only, not of '";
   if (unigram.count(arch))
     why = "transformers builds a Unigram tokenizer for architecture '" + arch +
           "' (tpc reads BPE tokenizers only)";
@@ -218,6 +223,11 @@ GgufVocabulary readVocabulary(const GgufFile &file, const TokenizerLimits &limit
   if (v.converter == "qwen2" && v.model != "gpt2")
     throw GgufError(v.prefix + "tokenizer.ggml.model: '" + v.model + "' under architecture '" +
                     v.architecture + "' (tpc reads 'gpt2', byte-level BPE, there)");
+  if (v.converter == "spm" && v.model != "llama")
+    throw GgufError(v.prefix + "tokenizer.ggml.model: '" + v.model.substr(0, 64) +
+                    "' under architecture '" + v.architecture +
+                    "' (tpc reads 'llama', SentencePiece, there)");
+  file.getString("general.name", v.name, error);
 
   if (!file.getStrings("tokenizer.ggml.tokens", v.tokens, error))
     throw GgufError(error);
@@ -280,7 +290,7 @@ GgufVocabulary readVocabulary(const GgufFile &file, const TokenizerLimits &limit
       v.merges.emplace_back(m.substr(0, space), m.substr(space + 1));
     }
     v.mergesGiven = true;
-  } else if (v.scores.empty()) {
+  } else if (v.scores.empty() && v.converter != "spm") { // (llama.cpp: every score 0)
     throw GgufError(v.prefix + "tokenizer.ggml.merges: missing, and no tokenizer.ggml.scores to "
                     "build merges from");
   }
@@ -294,6 +304,15 @@ GgufVocabulary readVocabulary(const GgufFile &file, const TokenizerLimits &limit
     if (!file.getBool("tokenizer.ggml.add_space_prefix", add, error))
       throw GgufError(error);
     v.addSpacePrefix = add;
+  }
+  for (auto [key, flag] : {std::pair{"tokenizer.ggml.add_bos_token", &v.addBos},
+                           std::pair{"tokenizer.ggml.add_eos_token", &v.addEos}}) {
+    bool add = false;
+    if (!file.find(key))
+      continue;
+    if (!file.getBool(key, add, error))
+      throw GgufError(error);
+    *flag = add;
   }
   return v;
 }
@@ -332,7 +351,7 @@ std::vector<std::pair<std::string, std::string>> mergesOf(const GgufVocabulary &
 /// Appends a special token as tokenizer.add_special_tokens([AddedToken(content,
 /// normalized=False, special=True)]) adds it: its vocabulary id, or (absent from the
 /// vocabulary) the next id the tokenizers library's AddedVocabulary gives.
-void addSpecial(json &tok, const std::string &content) {
+void addSpecial(json &tok, const std::string &content, bool special = true) {
   const json &vocab = tok["model"]["vocab"];
   json &added = tok["added_tokens"];
   uint64_t id = 0;
@@ -351,7 +370,7 @@ void addSpecial(json &tok, const std::string &content) {
   }
   added.push_back({{"id", id},
                    {"content", content},
-                   {"special", true},
+                   {"special", special},
                    {"normalized", false},
                    {"lstrip", false},
                    {"rstrip", false},
@@ -422,6 +441,131 @@ void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok
   cfg["unk_token"] = v.unk ? json(v.tokens[*v.unk]) : json(nullptr);
 }
 
+/// llama.cpp's token types (LLAMA_TOKEN_TYPE_*) that tokenizer.ggml.token_type holds.
+enum TokenType : int64_t { kUnknown = 2, kControl = 3, kUserDefined = 4 };
+
+/// llama.cpp's ids where the file names none: SentencePiece's <s> and </s> (where there are
+/// that many tokens).
+std::optional<int64_t> spmId(const GgufVocabulary &v, std::optional<int64_t> given,
+                             int64_t fallback) {
+  if (given)
+    return given;
+  if (fallback < int64_t(v.tokens.size()))
+    return fallback;
+  return std::nullopt;
+}
+
+/// The unknown token: the file's, else its first of type unknown (llama.cpp's default, id 0,
+/// names a token of any kind, which nothing should stand for an unknown byte).
+std::optional<int64_t> spmUnk(const GgufVocabulary &v) {
+  if (v.unk)
+    return v.unk;
+  for (size_t i = 0; i < v.tokenTypes.size(); ++i)
+    if (v.tokenTypes[i] == kUnknown)
+      return int64_t(i);
+  return std::nullopt;
+}
+
+/// The tables of llama.cpp's SentencePiece encoding (spm.cpp), from the vocabulary.
+std::shared_ptr<tokenizer_detail::SentencePieceEncoder> spmEncoder(const GgufVocabulary &v) {
+  auto e = std::make_shared<tokenizer_detail::SentencePieceEncoder>();
+  e->ids.reserve(v.tokens.size());
+  for (size_t i = 0; i < v.tokens.size(); ++i)
+    e->ids[v.tokens[i]] = uint32_t(i); // a token listed twice: its last id, as llama.cpp's map
+  e->scores.assign(v.tokens.size(), 0.0f);
+  for (size_t i = 0; i < v.scores.size(); ++i)
+    e->scores[i] = float(v.scores[i]);
+  // Control, user-defined and unknown tokens are cut out of the text, the longest first (of
+  // equal lengths, the lower id; llama.cpp's sort leaves that order unspecified). An empty one
+  // would match everywhere: llama.cpp loops on it, tpc leaves it out.
+  // A file whose general.name says Phi-3 drops the whitespace after each of them, but after
+  // <unk>, <s> and <|endoftext|> (llama.cpp sets RSTRIP by that name, for every architecture).
+  std::string name = v.name;
+  for (char &c : name)
+    c = char(std::tolower(static_cast<unsigned char>(c)));
+  bool phi3 = name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+  for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i) {
+    int64_t type = v.tokenTypes[i];
+    bool special = type == kControl || type == kUserDefined || type == kUnknown;
+    if (!special || v.tokens[i].empty())
+      continue;
+    const std::string &t = v.tokens[i];
+    bool rstrip = phi3 && t != "<unk>" && t != "<s>" && t != "<|endoftext|>";
+    e->specials.push_back({t, uint32_t(i), rstrip});
+  }
+  std::stable_sort(e->specials.begin(), e->specials.end(),
+                   [](const auto &a, const auto &b) { return a.text.size() > b.text.size(); });
+  // A character that is no token becomes the tokens of its bytes: <0xXX>, else the byte
+  // itself as a token.
+  e->byteIds.assign(256, -1);
+  bool allBytes = true;
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    auto it = e->ids.find(hex);
+    if (it == e->ids.end())
+      it = e->ids.find(std::string(1, char(b)));
+    if (it != e->ids.end())
+      e->byteIds[b] = it->second;
+    else
+      allBytes = false;
+  }
+  std::optional<int64_t> unk = spmUnk(v), bos = spmId(v, v.bos, 1), eos = spmId(v, v.eos, 2);
+  if (!allBytes && !unk)
+    throw GgufError(v.prefix + "tokenizer.ggml.tokens: no <0xXX> token for some byte, and no "
+                               "unknown token to stand for a character that is none");
+  e->addSpacePrefix = v.addSpacePrefix.value_or(true);
+  e->addBos = v.addBos.value_or(true);
+  e->addEos = v.addEos.value_or(false);
+  if (e->addBos && !bos)
+    throw GgufError(v.prefix + "tokenizer.ggml.add_bos_token: BOS is to be added, but there "
+                               "is no tokenizer.ggml.bos_token_id (nor a token 1)");
+  if (e->addEos && !eos)
+    throw GgufError(v.prefix + "tokenizer.ggml.add_eos_token: EOS is to be added, but there "
+                               "is no tokenizer.ggml.eos_token_id (nor a token 2)");
+  if (unk)
+    e->unk = uint32_t(*unk);
+  if (bos)
+    e->bos = uint32_t(*bos);
+  if (eos)
+    e->eos = uint32_t(*eos);
+  return e;
+}
+
+/// tokenizer.json and tokenizer_config.json for what decodes a vocabulary llama.cpp's
+/// SentencePiece encoding encodes (the encoding itself is spmEncoder's): its tokens with byte
+/// fallback, control and unknown tokens special (skipped where asked), user-defined ones shown
+/// always, as llama.cpp's token_to_piece does; bos and eos as the file (or llama.cpp) names
+/// them.
+void spmJson(const GgufVocabulary &v, json &tok, json &cfg) {
+  std::optional<int64_t> unk = spmUnk(v), bos = spmId(v, v.bos, 1), eos = spmId(v, v.eos, 2);
+  bool addPrefixSpace = v.addSpacePrefix.value_or(true);
+  tok = json::object();
+  tok["model"] = bpeModel(v, true, {});
+  if (unk)
+    tok["model"]["unk_token"] = v.tokens[*unk];
+  tok["added_tokens"] = json::array();
+  for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i) {
+    int64_t type = v.tokenTypes[i];
+    if (type == kControl || type == kUnknown || type == kUserDefined)
+      addSpecial(tok, v.tokens[i], type != kUserDefined);
+  }
+  tok["normalizer"] = nullptr;
+  tok["pre_tokenizer"] = nullptr;
+  json decoders = json::array({typed("ByteFallback"), typed("Fuse"),
+                               {{"type", "Replace"},
+                                {"pattern", {{"String", kSpace}}},
+                                {"content", " "}}});
+  if (addPrefixSpace)
+    decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1u}, {"stop", 0u}});
+  tok["decoder"] = {{"type", "Sequence"}, {"decoders", std::move(decoders)}};
+  tok["post_processor"] = nullptr;
+  cfg = json::object();
+  cfg["bos_token"] = bos ? json(v.tokens[*bos]) : json(nullptr);
+  cfg["eos_token"] = eos ? json(v.tokens[*eos]) : json(nullptr);
+  cfg["unk_token"] = unk ? json(v.tokens[*unk]) : json(nullptr);
+}
+
 /// tokenizer.json and tokenizer_config.json as GGUFQwen2Converter (Qwen2Converter.converted)
 /// and Qwen2Tokenizer leave them.
 void qwenJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok, json &cfg) {
@@ -473,11 +617,18 @@ std::unique_ptr<Tokenizer> Tokenizer::fromGguf(const GgufFile &file, std::string
   source.merges = prefix + ": tokenizer.ggml.merges";
   source.addedTokens = prefix + ": tokenizer.ggml.token_type's control tokens";
   json tok, cfg;
+  std::shared_ptr<tokenizer_detail::SentencePieceEncoder> sentencePiece;
   try {
     GgufVocabulary v = readVocabulary(file, limits);
     if (!v.mergesGiven)
       source.merges = prefix + ": the merges built from tokenizer.ggml.scores";
-    if (v.converter == "qwen2") {
+    if (v.converter == "spm") {
+      source.merges = prefix + ": tokenizer.ggml.scores";
+      source.addedTokens = prefix + ": tokenizer.ggml.token_type's control, user-defined and "
+                                    "unknown tokens";
+      spmJson(v, tok, cfg);
+      sentencePiece = spmEncoder(v);
+    } else if (v.converter == "qwen2") {
       source.addedTokens = prefix + ": GGUFQwen2Converter's special tokens";
       qwenJson(v, limits, tok, cfg);
     } else {
@@ -490,7 +641,10 @@ std::unique_ptr<Tokenizer> Tokenizer::fromGguf(const GgufFile &file, std::string
     error = prefix + ": not enough memory to build its tokenizer";
     return nullptr;
   }
-  return TokenizerBuilder::build(tok, cfg, source, limits, error);
+  std::unique_ptr<Tokenizer> tokenizer = TokenizerBuilder::build(tok, cfg, source, limits, error);
+  if (tokenizer)
+    tokenizer->impl_->sentencePiece = std::move(sentencePiece);
+  return tokenizer;
 }
 
 } // namespace tpcrt

@@ -38,7 +38,10 @@ void TokenizerImpl::encodeSegment(const std::string &text, bool first, RegexBudg
       [&](uint32_t id) { out.push_back(id); });
 }
 
-std::vector<int64_t> TokenizerImpl::encode(const std::string &text) const {
+namespace {
+
+/// Refuses text that is not valid UTF-8, naming the first bad byte.
+void requireUtf8(const std::string &text) {
   size_t bad = firstInvalidUtf8(text);
   if (bad != std::string::npos) {
     char byte[8];
@@ -46,6 +49,12 @@ std::vector<int64_t> TokenizerImpl::encode(const std::string &text) const {
     throw EncodeError("not valid UTF-8: byte " + std::string(byte) + " at offset " +
                       std::to_string(bad) + " begins no valid character");
   }
+}
+
+} // namespace
+
+std::vector<int64_t> TokenizerImpl::encode(const std::string &text) const {
+  requireUtf8(text);
   // The regexes' work for the whole text, saturating rather than wrapping: so much a byte,
   // and beyond it what one match may be charged, its limits doubling up to regexMatchLimit
   // (less than twice that, then the limit itself).
@@ -69,6 +78,10 @@ std::optional<std::vector<int64_t>> Tokenizer::encode(const std::string &text, b
                                                       std::string &error) const {
   std::vector<int64_t> ids;
   try {
+    if (impl_->sentencePiece) { // BOS and EOS are its own
+      requireUtf8(text);
+      return impl_->sentencePiece->encode(text, addSpecial);
+    }
     ids = impl_->encode(text);
   } catch (const EncodeError &e) {
     error = e.what();

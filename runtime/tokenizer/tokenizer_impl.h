@@ -39,6 +39,30 @@ private:
   std::vector<int32_t> best_;
 };
 
+/// llama.cpp's SentencePiece encoding (llm_tokenizer_spm, tokenizer_st_partition), for the
+/// GGUF architectures whose tokenizer transformers cannot build as the model's (spm.cpp):
+/// special tokens cut out first, longest first, each raw stretch prefixed with a space and
+/// merged by the scores of the tokens pairs of symbols make.
+struct SentencePieceEncoder {
+  std::unordered_map<std::string, uint32_t> ids; // token string -> id (a repeated one: its last)
+  std::vector<float> scores;                     // by id
+  struct Special {
+    std::string text;
+    uint32_t id;
+    bool rstrip; // whitespace after it is dropped (llama.cpp's phi3 rule)
+  };
+  std::vector<Special> specials; // control, user-defined and unknown tokens, longest first
+  std::vector<int64_t> byteIds;  // 256: the id of <0xXX> (or of the byte itself), else -1
+  std::optional<uint32_t> unk, bos, eos;
+  bool addSpacePrefix = true, addBos = true, addEos = false;
+
+  /// Text to ids, BOS and EOS added where `addSpecial` and the file say. Valid UTF-8 only.
+  std::vector<int64_t> encode(const std::string &text, bool addSpecial) const;
+
+private:
+  void encodeRaw(const std::string &text, std::vector<int64_t> &out) const;
+};
+
 // The stages DecodeStream runs the decoders as (decoders.cpp).
 class TextStage;
 class TokenStage;
@@ -89,6 +113,9 @@ struct TokenizerImpl {
   std::vector<PostItem> post; // empty: ids as they are
   std::string bos, eos;
   int64_t idEnd = 0;
+  // Set for a GGUF file read as llama.cpp reads it: encodes in place of the pipeline above,
+  // which still decodes.
+  std::shared_ptr<const tokenizer_detail::SentencePieceEncoder> sentencePiece;
 
   static uint64_t pairKey(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
 

@@ -231,8 +231,8 @@ TEST(GgufTokenizer, RefusesHostileMetadata) {
        {"tokenizer.ggml.model", "'bert'", "not supported"}},
       {"t5", [](auto &m) { m["general.architecture"] = str("t5"); },
        {"general.architecture", "Unigram"}},
-      {"phi3", [](auto &m) { m["general.architecture"] = str("phi3"); },
-       {"general.architecture", "phi3 file's tokenizer", "will not copy"}},
+      {"phi3-gpt2", [](auto &m) { m["general.architecture"] = str("phi3"); },
+       {"tokenizer.ggml.model: 'gpt2' under architecture 'phi3'", "SentencePiece"}},
       {"qwen35", [](auto &m) { m["general.architecture"] = str("qwen35"); },
        {"general.architecture", "'qwen35'", "other special tokens"}},
       {"no-merges-no-scores", [](auto &m) { m.erase("tokenizer.ggml.merges"); },
@@ -271,6 +271,81 @@ TEST(GgufTokenizer, RefusesHostileMetadata) {
   error = loadError(llama, "scores-short");
   EXPECT_NE(error.find("tokenizer.ggml.scores: 3 entries for 7 tokens"), std::string::npos)
       << error;
+}
+
+/// validLlama() under an architecture read as llama.cpp reads it, with a user-defined token
+/// "<u>" and a control token "<c>" beside <s>.
+std::map<std::string, Value> validSentencePiece(const char *arch) {
+  std::map<std::string, Value> m = validLlama();
+  m["general.architecture"] = str(arch);
+  m["tokenizer.ggml.tokens"] = strings(
+      {"<unk>", "<s>", "\xE2\x96\x81", "h", "i", "hi", "\xE2\x96\x81hi", "<u>", "<c>", " "});
+  m["tokenizer.ggml.scores"] = f32s({0, 0, -1, -2, -3, -4, -5, 0, 0, 0});
+  m["tokenizer.ggml.token_type"] = i32s({2, 3, 1, 1, 1, 1, 1, 4, 3, 1});
+  return m;
+}
+
+// The rules of llama.cpp's SentencePiece reading on a vocabulary small enough to follow by
+// hand; conformance/tokenizers-spm-llama-cpp.test checks them against llama-tokenize.
+TEST(GgufTokenizer, ReadsGemmaAndPhi3AsLlamaCppDoes) {
+  std::string error;
+  std::unique_ptr<GgufFile> file =
+      GgufFile::open(write(validSentencePiece("gemma3"), "spm-gemma3"), error);
+  ASSERT_NE(file, nullptr) << error;
+  std::unique_ptr<Tokenizer> tok = Tokenizer::fromGguf(*file, error);
+  ASSERT_NE(tok, nullptr) << error;
+  // BOS where the file (by default) asks; a user-defined token cut out as a control one is,
+  // and the space prefix again after each.
+  auto ids = tok->encode("hi<u>hi<c> hi", true, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{1, 6, 7, 6, 8, 2, 6}));
+  ids = tok->encode("hi", false, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{6}));
+  // A character the vocabulary lacks, with no byte tokens: unk for each of its bytes.
+  ids = tok->encode("\xC3\xA9", false, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{2, 0, 0}));
+  EXPECT_FALSE(tok->encode("h\xFF", false, error));
+  EXPECT_NE(error.find("not valid UTF-8"), std::string::npos) << error;
+  // The user-defined token is shown when special ones are skipped; the control one is not.
+  EXPECT_EQ(tok->decode({6, 7, 8, 6}, true), "hi<u> hi");
+  EXPECT_EQ(tok->bosToken(), "<s>"); // the file's, not swapped as transformers swaps them
+
+  // A phi3 file named Phi-3 drops the whitespace after a special token but <s>.
+  std::map<std::string, Value> phi3 = validSentencePiece("phi3");
+  phi3["general.name"] = str("Phi-3-mini");
+  phi3["tokenizer.ggml.add_bos_token"] = boolean(false);
+  file = GgufFile::open(write(phi3, "spm-phi3"), error);
+  ASSERT_NE(file, nullptr) << error;
+  tok = Tokenizer::fromGguf(*file, error);
+  ASSERT_NE(tok, nullptr) << error;
+  ids = tok->encode("<c>  hi<s> hi", true, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{8, 6, 1, 2, 6}));
+}
+
+TEST(GgufTokenizer, RefusesSentencePieceFilesItCannotEncode) {
+  std::map<std::string, Value> m = validSentencePiece("gemma2");
+  m["tokenizer.ggml.tokens"] = strings({"h", "i", "hi"});
+  m["tokenizer.ggml.scores"] = f32s({0, 0, 0});
+  m["tokenizer.ggml.token_type"] = i32s({1, 1, 1});
+  m.erase("tokenizer.ggml.bos_token_id");
+  m.erase("tokenizer.ggml.unknown_token_id");
+  m["tokenizer.ggml.add_bos_token"] = boolean(false);
+  std::string error = loadError(m, "spm-no-bytes");
+  EXPECT_NE(error.find("no <0xXX> token for some byte, and no unknown token"),
+            std::string::npos) << error;
+  m["tokenizer.ggml.tokens"] = strings({"<unk>"});
+  m["tokenizer.ggml.scores"] = f32s({0});
+  m["tokenizer.ggml.token_type"] = i32s({2});
+  m["tokenizer.ggml.add_bos_token"] = boolean(true);
+  error = loadError(m, "spm-no-bos");
+  EXPECT_NE(error.find("tokenizer.ggml.add_bos_token"), std::string::npos) << error;
+  m = validSentencePiece("gemma");
+  m["tokenizer.ggml.add_eos_token"] = u32(1);
+  error = loadError(m, "spm-eos-not-bool");
+  EXPECT_NE(error.find("'tokenizer.ggml.add_eos_token'"), std::string::npos) << error;
 }
 
 TEST(GgufTokenizer, AppliesTheLimits) {

@@ -11,6 +11,9 @@ of the llama architecture, SentencePiece-style "llama" vocabularies with scores 
 tokens (merges built from the scores, by transformers as by tpc) and a byte-level "gpt2" one
 with merges; of the qwen2 and qwen3moe architectures, byte-level ones with Qwen2's pattern,
 for transformers' GGUF tokenizer converters (GGUFLlamaConverter, GGUFQwen2Converter).
+`make-spm OUT` writes such files of a SentencePiece-style vocabulary with control and
+user-defined tokens under gemma2, gemma3 and phi3, which tpc reads as llama.cpp does;
+`compare-llama TPC_BIN LLAMA_BIN FILE...` compares tpc's ids with llama-tokenize's.
 `compare TPC_BIN DIR...` encodes (with and without special tokens), decodes (with and without
 skipping them) and stream-decodes a multilingual sample with both, and prints
 `conform: NAME ok` or each difference.
@@ -311,6 +314,116 @@ def make_gguf(out):
                       "add_eos_token_id": tokens.index("<|im_end|>")})
 
 
+# llama.cpp's SentencePiece reading (the architectures where transformers builds another
+# tokenizer than the model's: gemma's Unigram, phi3's BPE without spaces), checked against
+# llama-tokenize on the same file. The vocabulary is the SentencePiece-style one above, with
+# control tokens (some sharing a prefix, so the longest-first cut counts), user-defined ones
+# and scores with ties.
+SPM_SPECIALS = ["<start_of_turn>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|assistant|>"]
+SPM_USER = ["<|user|>", "<ud>", "end_of", "x<|end"]
+SPM_SAMPLES = SAMPLES + [
+    "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n",
+    "a<|end|>  \n b<|end|>\tc<|endoftext|>  d <|endoftext|>",
+    "<|user|> x<s>y</s> z<unk>w",
+    "<ud><ud>  <ud>x<|user|>\n",
+    "the end_of the<end_of_turn>end_of_turn><|end|><|endoftext|>",
+    "<|assistant|>\n\n  spaces  <|end|>\n",
+    "<s>",
+    "x<|endoftext|> x<|end|>x<|end",
+    "only text, no specials at all: Hello world!",
+    "\u00ff\u0100 \U0001F600 \u2581\u2581 rare\u2581marks \U00010000",
+]
+
+
+def make_spm(out):
+    """GGUF files of a SentencePiece vocabulary under the architectures tpc reads the llama.cpp
+    way, with the hyperparameters llama.cpp's vocab-only load asks of each."""
+    import gguf
+    os.makedirs(out, exist_ok=True)
+    base = train_sentencepiece_style(["<unk>", "<s>", "</s>"] + SPM_SPECIALS)
+    tokens = [t for t, _ in sorted(base["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    tokens += SPM_USER
+    scores = [-float(i // 3) for i in range(len(tokens))]  # ties, three tokens a score
+    types = [gguf.TokenType.UNKNOWN if t == "<unk>" else
+             gguf.TokenType.CONTROL if t in ["<s>", "</s>"] + SPM_SPECIALS else
+             gguf.TokenType.BYTE if t in byte_tokens() else
+             gguf.TokenType.USER_DEFINED if t in SPM_USER else gguf.TokenType.NORMAL
+             for t in tokens]
+    # (file, architecture, general.name, add_space_prefix, add_bos, add_eos, scores): gemma2's
+    # has none, so every pair ties (llama.cpp takes 0) and the leftmost merges first.
+    for name, arch, title, prefix, bos, eos, with_scores in [
+            ("gemma3.gguf", "gemma3", "tiny", False, True, False, True),
+            ("gemma2.gguf", "gemma2", "tiny", None, True, True, False),
+            ("phi3.gguf", "phi3", "Phi-3 tiny", None, None, None, True)]:
+        w = gguf.GGUFWriter(os.path.join(out, name), arch)
+        w.add_name(title)
+        w.add_context_length(256)
+        w.add_embedding_length(64)
+        w.add_block_count(1)
+        w.add_feed_forward_length(128)
+        w.add_head_count(2)
+        w.add_head_count_kv(1)
+        w.add_key_length(32)
+        w.add_value_length(32)
+        w.add_layer_norm_rms_eps(1e-6)
+        w.add_rope_dimension_count(32)
+        w.add_rope_freq_base(10000.0)
+        if arch != "phi3":
+            w.add_sliding_window(64)
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        if with_scores:
+            w.add_token_scores(scores)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        if prefix is not None:
+            w.add_add_space_prefix(prefix)
+        if bos is not None:
+            w.add_add_bos_token(bos)
+        if eos is not None:
+            w.add_add_eos_token(eos)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
+def llama_tokenize(llama_bin, path, text, bos):
+    """llama-tokenize's ids for text (a file, read as it is: no escapes)."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("wb", suffix=".txt") as f:
+        f.write(text.encode())
+        f.flush()
+        cmd = [os.path.join(llama_bin, "llama-tokenize"), "-m", path, "-f", f.name, "--ids",
+               "--no-escape", "--log-disable"] + ([] if bos else ["--no-bos"])
+        r = subprocess.run(cmd, capture_output=True)
+    if r.returncode != 0:
+        raise RuntimeError("llama-tokenize %s: %s" % (path, r.stderr.decode()[-2000:]))
+    return json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+
+def compare_llama(tpc_bin, llama_bin, paths):
+    """Each sample, with and without BOS/EOS (llama-tokenize with and without --no-bos): tpc's
+    ids equal llama-tokenize's."""
+    for path in paths:
+        requests, wants = [], []
+        for text in SPM_SAMPLES:
+            for add in (True, False):
+                requests.append({"encode": text, "special": add})
+                wants.append(llama_tokenize(llama_bin, path, text, add))
+        gots = tpc(tpc_bin, path, requests)
+        bad = [(q["encode"][:60], q["special"], got, want)
+               for q, got, want in zip(requests, gots, wants) if got != want]
+        for text, add, got, want in bad[:3]:
+            print("  %r special=%s:\n    tpc   %s\n    llama %s" % (text, add, got, want))
+        specials = sum(any(s in t for s in SPM_SPECIALS + SPM_USER) for t in SPM_SAMPLES)
+        print("llama-tokenize: %s %s (%d texts, %d with special tokens, %d ids)" % (
+            os.path.basename(path), "ok" if not bad else "%d differ" % len(bad),
+            len(requests), 2 * specials, sum(len(w) for w in wants)))
+
+
 def hf_tokenizer(d):
     from transformers import AutoTokenizer
     if d.endswith(".gguf"):
@@ -400,5 +513,9 @@ if __name__ == "__main__":
         make(sys.argv[2])
     elif sys.argv[1] == "make-gguf":
         make_gguf(sys.argv[2])
+    elif sys.argv[1] == "make-spm":
+        make_spm(sys.argv[2])
+    elif sys.argv[1] == "compare-llama":
+        compare_llama(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
         sys.exit(compare(sys.argv[2], sys.argv[3:]))
