@@ -18,8 +18,10 @@ written as gguf_models.py writes one (reference.json, reference.bin, prompt.txt,
 for run_gguf.sh.
 
 With --arch ARCH (gpt_oss, deepseek2, llama4: architectures transformers 5.17's GGUF loader
-cannot read, see gguf_models.py), the small random checkpoint is hf_model.py's ARCH widened
-so that its rows are 256-blocks (ARCHS below), with TOKENIZER_DIR's vocabulary, and the
+cannot read, see gguf_models.py; gemma3 and phi3, whose SentencePiece tokenizers transformers
+cannot read), the small random checkpoint is hf_model.py's ARCH widened
+so that its rows are 256-blocks (ARCHS below), with TOKENIZER_DIR's vocabulary (gemma3 and
+phi3: a SentencePiece model trained here, SENTENCEPIECE below, TOKENIZER_DIR unused), and the
 reference is that checkpoint with every parameter the file's value: each tensor the
 converter wrote, dequantized by gguf-py, its transposes and splits undone
 (gguf_models.file_values, which fails on a tensor the converter did not write as
@@ -49,6 +51,23 @@ ARCHS = {
                       intermediate_size=1024, moe_intermediate_size=512),
     "llama4": dict(gguf_models.OVERRIDES["llama4"], **WIDE, intermediate_size=512,
                    intermediate_size_mlp=1024),
+    # gguf_models.py's six layers (five sliding), its query scale head_dim's.
+    "gemma3": {**gguf_models.OVERRIDES["gemma3"], **WIDE, "query_pre_attn_scalar": 64,
+               "intermediate_size": 1024},
+    "phi3": {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
+             "intermediate_size": 1024},
+}
+# The architectures whose checkpoint gets a SentencePiece tokenizer.model trained here (the
+# converter reads theirs with sentencepiece, as Gemma's and Phi-3's ship): BPE with byte
+# fallback and no normalization, as both models' have; Gemma's without the dummy prefix. Its
+# special tokens go in tokenizer_config.json's added_tokens_decoder, which the converter types:
+# control where "special", else user-defined.
+SENTENCEPIECE = {
+    "gemma3": {"add_dummy_prefix": False, "class": "GemmaTokenizer",
+               "control": ["<start_of_turn>", "<end_of_turn>"], "user": ["<ud>"]},
+    "phi3": {"add_dummy_prefix": True, "class": "LlamaTokenizer",
+             "control": ["<|end|>", "<|user|>", "<|assistant|>", "<|endoftext|>"],
+             "user": ["<ud>"]},
 }
 MIXES = {"Q4_K_M": {"Q4_K", "Q6_K"}, "Q5_K_M": {"Q5_K", "Q6_K"}, "Q6_K": {"Q6_K"},
          "Q5_0": {"Q5_0"}, "Q5_1": {"Q5_1"}}
@@ -75,6 +94,31 @@ def types_of(path, src):
     return dict(kv.split("=") for kv in out.stdout.split())
 
 
+def train_sentencepiece(arch, extras, ckpt):
+    """tokenizer.model and tokenizer_config.json for arch's checkpoint; the vocabulary size."""
+    import json
+    sys.path.insert(0, extras)
+    import sentencepiece as spm
+    import tokenizers_oracle
+    how = SENTENCEPIECE[arch]
+    os.makedirs(ckpt, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(tokenizers_oracle.CORPUS), model_prefix=os.path.join(ckpt, "sp"),
+        model_type="bpe", vocab_size=700, byte_fallback=True, character_coverage=0.99,
+        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        add_dummy_prefix=how["add_dummy_prefix"], split_digits=True,
+        control_symbols=how["control"], user_defined_symbols=how["user"],
+        num_threads=1, minloglevel=2)
+    os.replace(os.path.join(ckpt, "sp.model"), os.path.join(ckpt, "tokenizer.model"))
+    os.remove(os.path.join(ckpt, "sp.vocab"))
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(ckpt, "tokenizer.model"))
+    decoder = {str(sp.piece_to_id(t)): {"content": t, "special": t in how["control"]}
+               for t in how["control"] + how["user"]}
+    with open(os.path.join(ckpt, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": how["class"], "added_tokens_decoder": decoder}, f)
+    return sp.vocab_size()
+
+
 def main():
     args = sys.argv[1:]
     real = bool(args) and args[0] == "--checkpoint"
@@ -98,6 +142,11 @@ def main():
 
     if real:
         ckpt = tokenizer_dir
+    elif arch in SENTENCEPIECE:
+        ckpt = os.path.join(outdir, "checkpoint")
+        overrides = dict(ARCHS[arch], vocab_size=train_sentencepiece(arch, extras, ckpt))
+        model = hf_model.build(gguf_models.SOURCE.get(arch, arch), 0, 0.06, overrides)
+        model.save_pretrained(ckpt)
     elif arch:
         tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
         overrides = dict(ARCHS[arch], vocab_size=len(tokenizer))
