@@ -62,9 +62,37 @@ void AddedMatcher::build(const std::vector<std::string> &patterns) {
       f = fail_[f];
     }
   }
-  for (uint32_t v : order)
-    if (v != 0 && best_[v] < 0)
-      best_[v] = best_[fail_[v]];
+  // own_: a node's own pattern; next_: the deepest node on its failure chain that has one.
+  own_ = best_;
+  next_.assign(best_.size(), 0);
+  for (uint32_t v : order) {
+    if (v == 0)
+      continue;
+    uint32_t f = fail_[v];
+    next_[v] = own_[f] >= 0 ? f : next_[f];
+    if (best_[v] < 0)
+      best_[v] = best_[f];
+  }
+}
+
+void AddedMatcher::allAt(const std::string &text,
+                         const std::function<void(size_t, int32_t)> &visit) const {
+  uint32_t state = 0;
+  for (size_t i = text.size(); i-- > 0;) {
+    auto c = static_cast<unsigned char>(text[i]);
+    for (;;) {
+      auto it = edges_.find(key(state, c));
+      if (it != edges_.end()) {
+        state = it->second;
+        break;
+      }
+      if (state == 0)
+        break;
+      state = fail_[state];
+    }
+    for (uint32_t v = own_[state] >= 0 ? state : next_[state]; v != 0; v = next_[v])
+      visit(i, own_[v]);
+  }
 }
 
 void AddedMatcher::longestAt(const std::string &text, std::vector<int32_t> &out) const {

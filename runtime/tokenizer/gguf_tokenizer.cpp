@@ -495,6 +495,10 @@ std::shared_ptr<tokenizer_detail::SentencePieceEncoder> spmEncoder(const GgufVoc
   }
   std::stable_sort(e->specials.begin(), e->specials.end(),
                    [](const auto &a, const auto &b) { return a.text.size() > b.text.size(); });
+  std::vector<std::string> texts;
+  for (const auto &sp : e->specials)
+    texts.push_back(sp.text);
+  e->matcher.build(texts);
   // A character that is no token becomes the tokens of its bytes: <0xXX>, else the byte
   // itself as a token.
   e->byteIds.assign(256, -1);

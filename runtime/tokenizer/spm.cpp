@@ -5,12 +5,15 @@
 // tokenizer than the model's (gemma's Unigram, phi3's BPE without spaces); llama-tokenize is
 // its oracle (conformance/tokenizers-spm-llama-cpp.test).
 //
-// Cost: cutting the special tokens out is one substring search a special token (as llama.cpp
-// does); merging is n log n in the characters of a stretch, each candidate pair looked up once.
+// Cost: cutting the special tokens out is linear in the text and the places special tokens are
+// found (an Aho-Corasick pass), times a log; merging is n log n in the characters of a
+// stretch, each candidate pair looked up once.
 #include "text.h"
 #include "tokenizer_impl.h"
 
+#include <algorithm>
 #include <cctype>
+#include <map>
 #include <queue>
 #include <string_view>
 
@@ -101,39 +104,43 @@ void SentencePieceEncoder::encodeRaw(const std::string &text, std::vector<int64_
 
 std::vector<int64_t> SentencePieceEncoder::encode(const std::string &text,
                                                   bool addSpecial) const {
-  // Special tokens cut the raw stretches, the longest token first, each at every place it is
-  // found left to right, as tokenizer_st_partition (with parse_special) does.
-  std::vector<Fragment> fragments;
-  if (!text.empty())
-    fragments.push_back({0, text.size(), -1});
-  std::vector<Fragment> next;
-  for (const Special &sp : specials) {
-    if (text.find(sp.text) == std::string::npos)
+  // Special tokens cut the text as tokenizer_st_partition (with parse_special) cuts it: each in
+  // turn, the longest first, takes every place it is found left to right in what earlier ones
+  // left raw, and (rstrip) the whitespace after it, which is dropped. Done here from one pass
+  // over the text that finds every place of every special token (llama.cpp searches the text
+  // once for each special token, which hostile text makes slow with many of them).
+  std::vector<std::pair<int32_t, size_t>> found; // (special, start)
+  matcher.allAt(text, [&](size_t at, int32_t special) { found.emplace_back(special, at); });
+  std::sort(found.begin(), found.end());
+  std::map<size_t, std::pair<size_t, int64_t>> taken; // start -> (end, token; -1: dropped)
+  for (const auto &[index, at] : found) {
+    const Special &sp = specials[index];
+    size_t end = at + sp.text.size();
+    auto after = taken.upper_bound(at);
+    if (after != taken.end() && after->first < end)
+      continue; // overlaps what a special token took before
+    if (after != taken.begin() && std::prev(after)->second.first > at)
       continue;
-    next.clear();
-    for (const Fragment &f : fragments) {
-      if (f.token >= 0) {
-        next.push_back(f);
-        continue;
-      }
-      size_t begin = f.begin;
-      while (begin < f.end) {
-        size_t match = std::string_view(text.data(), f.end).find(sp.text, begin);
-        if (match == std::string_view::npos) {
-          next.push_back({begin, f.end, -1});
-          break;
-        }
-        if (match > begin)
-          next.push_back({begin, match, -1});
-        next.push_back({0, 0, int64_t(sp.id)});
-        begin = match + sp.text.size();
-        if (sp.rstrip)
-          while (begin < f.end && std::isspace(static_cast<unsigned char>(text[begin])))
-            ++begin;
-      }
+    taken.emplace(at, std::make_pair(end, int64_t(sp.id)));
+    if (sp.rstrip) {
+      size_t limit = after == taken.end() ? text.size() : after->first, ws = end;
+      while (ws < limit && std::isspace(static_cast<unsigned char>(text[ws])))
+        ++ws;
+      if (ws > end)
+        taken.emplace(end, std::make_pair(ws, int64_t(-1)));
     }
-    fragments.swap(next);
   }
+  std::vector<Fragment> fragments;
+  size_t raw = 0;
+  for (const auto &[at, what] : taken) {
+    if (at > raw)
+      fragments.push_back({raw, at, -1});
+    if (what.second >= 0)
+      fragments.push_back({0, 0, what.second});
+    raw = what.first;
+  }
+  if (raw < text.size())
+    fragments.push_back({raw, text.size(), -1});
 
   std::vector<int64_t> out;
   if (addSpecial && addBos)

@@ -31,12 +31,16 @@ public:
   bool empty() const { return edges_.empty(); }
   /// out[i]: the index of the longest pattern that starts at byte i of text, or -1.
   void longestAt(const std::string &text, std::vector<int32_t> &out) const;
+  /// Every pattern that starts at each byte of text (of equal ones the first): visit(i, index),
+  /// from the last byte to the first, in time linear in the text and the matches.
+  void allAt(const std::string &text, const std::function<void(size_t, int32_t)> &visit) const;
 
 private:
   static uint64_t key(uint32_t node, unsigned char c) { return (uint64_t(node) << 8) | c; }
   std::unordered_map<uint64_t, uint32_t> edges_; // (node, byte) -> child
   std::vector<uint32_t> fail_;
-  std::vector<int32_t> best_;
+  std::vector<int32_t> best_, own_;
+  std::vector<uint32_t> next_;
 };
 
 /// llama.cpp's SentencePiece encoding (llm_tokenizer_spm, tokenizer_st_partition), for the
@@ -52,6 +56,7 @@ struct SentencePieceEncoder {
     bool rstrip; // whitespace after it is dropped (llama.cpp's phi3 rule)
   };
   std::vector<Special> specials; // control, user-defined and unknown tokens, longest first
+  AddedMatcher matcher;          // of the specials' texts, in that order
   std::vector<int64_t> byteIds;  // 256: the id of <0xXX> (or of the byte itself), else -1
   std::optional<uint32_t> unk, bos, eos;
   bool addSpacePrefix = true, addBos = true, addEos = false;

@@ -8,12 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 using namespace tpcrt;
@@ -323,6 +326,108 @@ TEST(GgufTokenizer, ReadsGemmaAndPhi3AsLlamaCppDoes) {
   ids = tok->encode("<c>  hi<s> hi", true, error);
   ASSERT_TRUE(ids) << error;
   EXPECT_EQ(*ids, (std::vector<int64_t>{8, 6, 1, 2, 6}));
+}
+
+// The cut at special tokens against llama.cpp's own way of making it (tokenizer_st_partition:
+// each special token in turn, longest first, searched for in every raw stretch left), written
+// here as llama.cpp writes it, on random texts over a small alphabet whose special tokens
+// overlap each other everywhere, with and without Phi-3's rstrip. The raw stretches left hold
+// no special token whole, so no pair of their characters merges: each is its characters.
+TEST(GgufTokenizer, CutsSpecialTokensAsLlamaCppDoes) {
+  const std::vector<std::string> specials = {"ab", "ba", "aba", "b", "bab", "abab", "ca", "cab"};
+  // The vocabulary: <unk>, <s>, the raw characters (a, b, c and the escaped space), byte
+  // tokens for nothing else, then the special tokens (user-defined, so none is skipped).
+  std::vector<std::string> tokens = {"<unk>", "<s>", "a", "c", "\xE2\x96\x81"};
+  std::vector<int64_t> types = {2, 3, 1, 1, 1};
+  for (const std::string &sp : specials) {
+    tokens.push_back(sp);
+    types.push_back(4);
+  }
+  auto idOf = [&](const std::string &t) {
+    return int64_t(std::find(tokens.begin(), tokens.end(), t) - tokens.begin());
+  };
+  // Longest first; of equal lengths, the lower id (the order they are listed in).
+  std::vector<std::string> order = specials;
+  std::stable_sort(order.begin(), order.end(),
+                   [](const std::string &a, const std::string &b) { return a.size() > b.size(); });
+
+  uint64_t seed = 12345;
+  auto next = [&](uint64_t n) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (seed >> 33) % n;
+  };
+  for (bool phi3 : {false, true}) {
+    std::map<std::string, Value> m = validSentencePiece("gemma3");
+    m["tokenizer.ggml.tokens"] = strings(tokens);
+    m["tokenizer.ggml.token_type"] = i32s(types);
+    m["tokenizer.ggml.scores"] = f32s(std::vector<float>(tokens.size(), 0.0f));
+    m["tokenizer.ggml.add_bos_token"] = boolean(false);
+    m["general.name"] = str(phi3 ? "phi3 test" : "test");
+    std::string error;
+    std::unique_ptr<GgufFile> file =
+        GgufFile::open(write(m, phi3 ? "spm-cut-phi3" : "spm-cut"), error);
+    ASSERT_NE(file, nullptr) << error;
+    std::unique_ptr<Tokenizer> tok = Tokenizer::fromGguf(*file, error);
+    ASSERT_NE(tok, nullptr) << error;
+    for (int trial = 0; trial < 2000; ++trial) {
+      std::string text;
+      for (uint64_t n = next(24); n > 0; --n)
+        text += "abc "[next(4)];
+      // llama.cpp's partition: fragments are raw (offset, length) or a token.
+      struct Frag {
+        size_t off, len;
+        int64_t token;
+      };
+      std::vector<Frag> frags;
+      if (!text.empty())
+        frags.push_back({0, text.size(), -1});
+      for (const std::string &sp : order) {
+        std::vector<Frag> out;
+        for (const Frag &f : frags) {
+          if (f.token >= 0) {
+            out.push_back(f);
+            continue;
+          }
+          size_t base = f.off, len = f.len;
+          for (;;) {
+            size_t match = std::string_view(text.data(), base + len).find(sp, base);
+            if (match == std::string_view::npos) {
+              out.push_back({base, len, -1});
+              break;
+            }
+            if (match > base)
+              out.push_back({base, match - base, -1});
+            out.push_back({0, 0, idOf(sp)});
+            size_t rest = match + sp.size(), restLen = base + len - rest;
+            if (phi3)
+              while (restLen > 0 && std::isspace(static_cast<unsigned char>(text[rest]))) {
+                ++rest;
+                --restLen;
+              }
+            if (restLen == 0)
+              break;
+            base = rest;
+            len = restLen;
+          }
+        }
+        frags.swap(out);
+      }
+      std::vector<int64_t> want;
+      for (const Frag &f : frags) {
+        if (f.token >= 0) {
+          want.push_back(f.token);
+          continue;
+        }
+        // The space prefix (validSentencePiece's files keep the default) and the characters.
+        want.push_back(idOf("\xE2\x96\x81"));
+        for (char c : text.substr(f.off, f.len))
+          want.push_back(c == ' ' ? idOf("\xE2\x96\x81") : idOf(std::string(1, c)));
+      }
+      auto got = tok->encode(text, false, error);
+      ASSERT_TRUE(got) << error;
+      ASSERT_EQ(*got, want) << "text \"" << text << "\"" << (phi3 ? " (phi3)" : "");
+    }
+  }
 }
 
 TEST(GgufTokenizer, RefusesSentencePieceFilesItCannotEncode) {
