@@ -59,6 +59,8 @@ const std::vector<Architecture> &architectures() {
     Architecture qwen3Moe{"qwen3_moe", "Qwen3MoeForCausalLM", makeQwen3Moe};
     qwen3Moe.qkNorm = qwen3Moe.attentionBiasField = true;
     qwen3Moe.slidingEveryLayer = qwen3Moe.slidingNeedsFlag = true;
+    Architecture qwen2Moe{"qwen2_moe", "Qwen2MoeForCausalLM", makeQwen2Moe};
+    qwen2Moe.defaultSlidingWindow = 4096;
     Architecture olmo2{"olmo2", "Olmo2ForCausalLM", makeLlama};
     olmo2.rowQkNorm = olmo2.postNormsOnly = olmo2.attentionBiasField = true;
     olmo2.defaultEps = 1e-5;
@@ -72,7 +74,8 @@ const std::vector<Architecture> &architectures() {
     gptOss.defaultTheta = 150000.0;
     return std::vector<Architecture>{llama,   mistral,  qwen2,   qwen3,     gemma,
                                      gemma2,  gemma3,   smollm3, llama4,    phi3,
-                                     mixtral, qwen3Moe, olmo2,   deepseek2, gptOss};
+                                     mixtral, qwen3Moe, qwen2Moe, olmo2,  deepseek2,
+                                     gptOss};
   }();
   return table;
 }

@@ -271,6 +271,7 @@ protected:
   std::optional<double> attnScale, attnSoftcap, finalSoftcap;
   std::string act;
   bool attentionBias = false, mlpBias = false, tied = false;
+  bool qkvBias = false; // Qwen2-MoE: q/k/v biases by its qkv_bias field (o_proj has none)
   std::vector<std::string> layerTypes; // "sliding_attention" or "full_attention"
   std::optional<int64_t> slidingWindow;
   std::map<std::string, Rope> ropes; // by layer type ("" for all)
@@ -302,7 +303,7 @@ std::unique_ptr<Importer> make(Config &config, const Architecture &arch,
 extern const MakeImporter makeLlama, makeSmolLM3;                // LlamaFamily.cpp
 extern const MakeImporter makeGemma, makeGemma2, makeGemma3;     // GemmaFamily.cpp
 extern const MakeImporter makeLlama4;                            // Llama4.cpp
-extern const MakeImporter makeMixtral, makeQwen3Moe, makeGptOss; // MoEFamily.cpp
+extern const MakeImporter makeMixtral, makeQwen3Moe, makeQwen2Moe, makeGptOss; // MoEFamily.cpp
 extern const MakeImporter makeDeepseekV2;                        // DeepSeekV2.cpp
 
 } // namespace tpc::import::detail

@@ -18,7 +18,7 @@ std::string Importer::selfAttention(int64_t i, const std::string &v, const std::
     k = slice(v + "k", attn, qkv, qWidth, kvWidth);
     val = slice(v + "v", attn, qkv, qWidth + kvWidth, kvWidth);
   } else {
-    bool bias = arch.qkvBias || attentionBias;
+    bool bias = arch.qkvBias || qkvBias || attentionBias;
     q = linear(v + "q", attn + ".q_proj", x, hidden, qWidth, bias);
     k = linear(v + "k", attn + ".k_proj", x, hidden, kvWidth, bias);
     val = linear(v + "v", attn + ".v_proj", x, hidden, kvWidth, bias);

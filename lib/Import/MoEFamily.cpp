@@ -1,6 +1,7 @@
 // The mixtures of experts over the Llama layer: Mixtral (a softmax router's top k of
 // num_local_experts on every layer), Qwen3-MoE (its own expert width, optional renormalized
-// weights, dense layers by mlp_only_layers and decoder_sparse_step) and GPT-OSS (a biased
+// weights, dense layers by mlp_only_layers and decoder_sparse_step), Qwen2-MoE (Qwen3-MoE's
+// experts beside a shared expert under a sigmoid gate, Qwen2's attention) and GPT-OSS (a biased
 // router, biased experts with a clamped SwiGLU, attention sinks). Their checkpoints save the
 // experts one by one; transformers and tpc hold them stacked.
 #include "ImporterBase.h"
@@ -49,7 +50,7 @@ class Qwen3Moe : public Mixtral {
 public:
   using Mixtral::Mixtral;
 
-private:
+protected:
   bool readFamily() override {
     readQwenMoe();
     return Importer::readFamily();
@@ -77,6 +78,76 @@ private:
   }
 
   bool normalizeTopK = true; // the router divides the kept weights by their sum
+};
+
+/// Qwen2-MoE (Qwen2MoeSparseMoeBlock): Qwen3-MoE's routed experts plus a shared expert, an MLP
+/// of shared_expert_intermediate_size on every token, scaled by sigmoid(shared_expert_gate(x))
+/// (a [1, hidden] linear). The gate and its MLP are written as a router of one expert with a
+/// sigmoid (Llama 4's) and that expert: the same arithmetic, in ops tpc has, and both run
+/// replicated under transformers' plans, which name neither. Attention is Qwen2's, with
+/// q/k/v biases by qkv_bias and Qwen2MoeConfig's layer_types.
+class Qwen2Moe : public Qwen3Moe {
+public:
+  using Qwen3Moe::Qwen3Moe;
+
+private:
+  bool readFamily() override {
+    qkvBias = c.boolean("qkv_bias", true);
+    sharedInter = c.integer("shared_expert_intermediate_size", 5632).value_or(0);
+    return Qwen3Moe::readFamily();
+  }
+
+  // Qwen2MoeConfig: sliding_window only with use_sliding_window (it saves 0 without), and
+  // without layer_types every other one of the first max_window_layers layers slides.
+  bool readLayerTypes() override {
+    const json *window = c.get("sliding_window");
+    if (window && *window == 0)
+      slidingWindow.reset();
+    else if (!readSlidingWindow())
+      return false;
+    layerTypes.assign(layers, "full_attention");
+    if (!c.boolean("use_sliding_window", false))
+      slidingWindow.reset();
+    if (c.get("layer_types")) {
+      if (!readLayerTypeList("sliding_attention", ""))
+        return false;
+    } else if (slidingWindow) {
+      int64_t upTo = c.integer("max_window_layers", 28, 0).value_or(28);
+      for (int64_t i = 0; i < layers && i < upTo; ++i)
+        if ((i + 1) % 2)
+          layerTypes[i] = "sliding_attention";
+    }
+    if (!slidingWindow)
+      for (std::string &t : layerTypes)
+        t = "full_attention"; // transformers: no window, plain causal
+    return true;
+  }
+
+  std::string feedForward(int64_t i, const std::string &v, const std::string &p,
+                          const std::string &x) override {
+    std::string routed = Qwen3Moe::feedForward(i, v, p, x);
+    if (!sparseLayers[i])
+      return routed;
+    std::string mlp = p + ".mlp", shared = mlp + ".shared_expert";
+    std::string gate =
+        w.op(v + "shared_gate", "router", mlp + ".shared_expert_gate",
+             {x, w.weight(mlp + ".shared_expert_gate.weight", {1, hidden})},
+             "normalize = false, sigmoid = true, top_k = 1", w.act(1));
+    std::string gateUp = w.weight(shared + ".gate_up_proj", {1, 2 * sharedInter, hidden},
+                                  {shared + ".gate_proj.weight", shared + ".up_proj.weight"});
+    std::string down =
+        w.weight(shared + ".down_proj", {1, hidden, sharedInter}, {shared + ".down_proj.weight"});
+    std::string sharedOut = w.op(v + "shared", "experts", shared, {x, gate, gateUp, down},
+                                 act == "silu" ? "" : "activation = \"gelu_tanh\"", w.act(hidden));
+    return w.op(v + "moe_sum", "add", mlp, {routed, sharedOut}, "", w.act(hidden));
+  }
+
+  void describe(std::ostream &text) override {
+    Qwen3Moe::describe(text);
+    text << ", a gated shared expert of intermediate " << sharedInter;
+  }
+
+  int64_t sharedInter = 0;
 };
 
 /// Qwen3-MoE's experts: their sizes, how the router weighs them and which layers have them
@@ -203,6 +274,6 @@ std::string Importer::stackedExperts(const std::string &v, const std::string &ml
 }
 
 const MakeImporter makeMixtral = make<Mixtral>, makeQwen3Moe = make<Qwen3Moe>,
-                   makeGptOss = make<GptOss>;
+                   makeQwen2Moe = make<Qwen2Moe>, makeGptOss = make<GptOss>;
 
 } // namespace tpc::import::detail

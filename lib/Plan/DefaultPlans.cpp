@@ -62,6 +62,9 @@ const json &table() {
                       {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
                       {"model.layers.*.mlp.experts", "moe_tp_experts"}}}};
     // Qwen3-MoE: Mixtral's plans, plus q_norm / k_norm and the MLP of its dense layers.
+    // Qwen2-MoE: attention and the dense layers' MLP, as Qwen2MoeConfig's plan has them; the
+    // routed and shared experts stay replicated under it (its experts under "ep" as Mixtral's).
+    t["qwen2_moe"] = {{"tp", llamaLike(false)}, {"ep", t["mixtral"]["ep"]}};
     t["qwen3_moe"] = {{"tp",
                        {{"model.layers.*.self_attn.q_proj", "colwise"},
                         {"model.layers.*.self_attn.k_proj", "colwise"},

@@ -24,7 +24,7 @@ import sys
 import warnings
 
 MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "smollm3",
-               "llama4_text", "phi3", "mixtral", "qwen3_moe", "olmo2", "deepseek_v2", "gpt_oss", "gemma3",
+               "llama4_text", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmo2", "deepseek_v2", "gpt_oss", "gemma3",
                "llama4"]
 # Llama4ForCausalLM's base_model_prefix is "language_model", yet its model is `model`: the plan
 # transformers builds has its text config's keys both under "model." (the child's, which name

@@ -55,6 +55,10 @@ exercises on top of that:
     qwen3_moe q_norm / k_norm; 4 experts of intermediate 64, 2 per token, norm_topk_prob
              true; layer 0 dense (mlp_only_layers [0], intermediate 128), layer 1 routed
              (saved per expert: mlp.experts.N.gate_proj / up_proj / down_proj)
+    qwen2_moe q/k/v biases (qkv_bias); 4 experts of intermediate 64, 2 per token,
+             norm_topk_prob false; a shared expert of intermediate 96 under its sigmoid gate
+             (shared_expert_gate); layer 0 dense (mlp_only_layers [0]), layer 1 routed
+             (saved per expert)
     olmo2    q_norm / k_norm over the whole projected width (heads x head_dim), norms after
              attention and MLP only
     deepseek_v2  multi-head latent attention (q_lora_rank 32 -> q_a_layernorm -> q_b_proj;
@@ -109,7 +113,7 @@ import transformers
 from transformers import GenerationConfig
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "llama4",
-         "phi3", "mixtral", "qwen3_moe", "olmo2", "deepseek_v2", "gpt_oss"]
+         "phi3", "mixtral", "qwen3_moe", "qwen2_moe", "olmo2", "deepseek_v2", "gpt_oss"]
 VOCAB, PROMPT_LEN, NEW_TOKENS = 256, 8, 16
 MAX_TRIES, MIN_DISTINCT, MIN_ROUTER_GAP = 20, 6, 1e-3
 COMMON = dict(
@@ -230,6 +234,19 @@ def arch_config(arch, std):
             mlp_only_layers=[0],
         )
         return "Qwen3MoeConfig", "Qwen3MoeForCausalLM", kw
+    if arch == "qwen2_moe":
+        # Qwen2MoeConfig has no head_dim field: hidden_size / num_attention_heads = 16.
+        kw.update(
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=96,
+            norm_topk_prob=False,
+            mlp_only_layers=[0],
+        )
+        return "Qwen2MoeConfig", "Qwen2MoeForCausalLM", kw
     if arch == "olmo2":
         # Olmo2Config has no head_dim field: hidden_size / num_attention_heads = 16.
         kw.update(tie_word_embeddings=False)
