@@ -56,6 +56,7 @@ const GgufArchitecture kArchitectures[] = {
     {"qwen2", "qwen2"},
     {"qwen3", "qwen3", false, false, false, true},
     {"qwen3moe", "qwen3_moe", false, false, false, true, false, false, false, true},
+    {"qwen2moe", "qwen2_moe", false, false, false, false, false, false, false, true},
     {"phi3", "phi3"},
     {"gemma", "gemma", false, true, false, true},
     {"gemma2", "gemma2", false, true, false, true, true, true},
@@ -93,6 +94,11 @@ const ClassDefault kClassDefaults[] = {
     // Qwen3MoeConfig's.
     {"qwen3_moe", "norm_topk_prob", 1, false, true},
     {"qwen3_moe", "moe_intermediate_size", 768, false},
+    // Qwen2MoeConfig's widths where the file has no expert_feed_forward_length or
+    // expert_shared_feed_forward_length (the loader reads neither; llama.cpp's qwen2moe, like
+    // Qwen2MoeConfig, keeps the top k weights as they are: no norm_topk_prob).
+    {"qwen2_moe", "moe_intermediate_size", 1408, false},
+    {"qwen2_moe", "shared_expert_intermediate_size", 5632, false},
     // MistralConfig's window: transformers applies it to a mistral file, whose metadata
     // (llama.*) cannot say otherwise.
     {"mistral", "sliding_window", 4096, false},
@@ -176,6 +182,11 @@ const ModuleName kExpertModules[] = {
     // The converter's --fuse-gate-up-exps: [E, 2I, H], each expert's gate rows, then up's.
     {"ffn_gate_up_exps", "mlp.experts.gate_up_proj"},
     {"ffn_down_exps", "mlp.experts.down_proj"},
+    // Qwen2-MoE's shared expert and its gate ([1, hidden]: ggufModelShape).
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"},
+    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
+    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
+    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
 };
 const ModuleName kCommonModules[] = {
     {"attn_norm", "input_layernorm"},
@@ -276,6 +287,8 @@ std::string shapeText(const std::vector<int64_t> &shape) {
 /// and attn_v_b [H, V, L] as [H * (N + V), L].
 std::vector<int64_t> ggufModelShape(const GgufModelTensor &mapped) {
   std::vector<int64_t> shape = mapped.tensor->shape;
+  if (mapped.rowVector)
+    return {1, shape[0]};
   int64_t parts = mapped.up ? 2 : 1;
   if (mapped.mlaKvB && mapped.up && shape.size() == 3 && mapped.up->shape.size() == 3)
     return {shape[0] * (shape[2] + mapped.up->shape[1]), shape[1]};
@@ -554,6 +567,10 @@ std::vector<Hyperparameter> hyperparametersOf(const GgufArchitecture &arch) {
       fields.push_back({"expert_feed_forward_length",
                         arch.gptOss || arch.llama4 ? "intermediate_size" : "moe_intermediate_size",
                         false});
+    // Qwen2-MoE's shared expert, which the loader does not read either.
+    if (std::string(arch.modelType) == "qwen2_moe")
+      fields.push_back(
+          {"expert_shared_feed_forward_length", "shared_expert_intermediate_size", false});
   }
   // Llama 4's dense layers are intermediate_size_mlp wide (the converter's feed_forward_length;
   // its experts' width is expert_feed_forward_length, which comes later and wins).
@@ -1073,6 +1090,9 @@ bool mapTensor(const GgufSource &source, const std::string &modelType, const Ggu
       return false;
   }
   mapped.minusOne = source.arch.normMinusOne && t.name.find("norm.weight") != std::string::npos;
+  // Qwen2-MoE's shared expert gate, [1, hidden] to transformers; a file may hold it as a
+  // vector (the loader's Qwen2MoeTensorProcessor adds the dimension).
+  mapped.rowVector = module == "ffn_gate_inp_shexp" && t.shape.size() == 1;
   // GPT-OSS's experts are [E, in, out] to transformers, [E, out, in] in the file.
   bool expertWeight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
   bool transposedExperts = source.arch.gptOss || source.arch.llama4;

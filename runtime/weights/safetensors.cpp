@@ -511,7 +511,7 @@ bool Checkpoint::checkData(const std::string &name, const TensorInfo &info,
 bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape,
                       const SliceSpec &spec, float *out, uint64_t &bytesRead,
                       std::string &error, const std::vector<std::string> &sources) {
-  if (gguf_)
+  if (gguf_ && (sources.empty() || gguf_->find(name)))
     return gguf_->read(name, shape, spec, out, bytesRead, error);
   uint64_t elements = uint64_t(product(shape, 0, shape.size()));
   // The pieces the tensor is stored in: itself, or the sources it stacks.
@@ -547,6 +547,21 @@ bool Checkpoint::read(const std::string &name, const std::vector<int64_t> &shape
     }
   }
   uint64_t partElements = elements / parts.size();
+  if (gguf_) {
+    // Pieces a GGUF file holds apart (Qwen2-MoE's shared expert, stacked as one expert):
+    // each read whole, in fp32, then this rank's slice cut from them.
+    std::vector<float> whole(elements);
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (!gguf_->read(parts[i].first, parts[i].second->shape, SliceSpec(),
+                       whole.data() + i * partElements, bytesRead, error))
+        return false;
+    forEachRun(shape, spec, [&](uint64_t first, int64_t count, int64_t padded) {
+      std::copy(whole.begin() + int64_t(first), whole.begin() + int64_t(first) + count, out);
+      std::fill(out + count, out + padded, 0.0f);
+      out += padded;
+    });
+    return true;
+  }
   for (const auto &[partName, info] : parts)
     if (!checkData(partName, *info, partElements, error))
       return false;

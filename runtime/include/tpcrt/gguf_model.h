@@ -40,6 +40,9 @@ struct GgufModelTensor {
   /// llama.cpp's absorbed attention: `tensor` is attn_k_b [H, kv_lora, nope] (each head's key
   /// rows transposed), `up` attn_v_b [H, v, kv_lora] (its value rows).
   bool mlaKvB = false;
+  /// A vector in the file that the model holds as one row, [1, n] (Qwen2-MoE's
+  /// shared_expert_gate): the same values.
+  bool rowVector = false;
 
   /// Whether reading builds the Hugging Face tensor from the file's in another layout (read
   /// widened only, never as the file's blocks).

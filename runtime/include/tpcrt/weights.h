@@ -65,7 +65,8 @@ public:
   /// Reads this rank's slice of `name` (HF shape `shape`) as fp32 into `out` (sized by
   /// spec.localShape). Errors name the tensor: missing, wrong shape or dtype, truncated.
   /// When `name` is absent and `sources` are given, the tensor is their concatenation along
-  /// dim 0 (equal pieces, in order), as transformers saves Mixtral's experts.
+  /// dim 0 (equal pieces, in order), as transformers saves Mixtral's experts (and a GGUF file
+  /// Qwen2-MoE's shared expert, which tpc holds as one expert).
   bool read(const std::string &name, const std::vector<int64_t> &shape, const SliceSpec &spec,
             float *out, uint64_t &bytesRead, std::string &error,
             const std::vector<std::string> &sources = {});

@@ -54,7 +54,8 @@ import hf_model  # noqa: E402
 import kquants  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
-ARCHS = ["llama", "llama3rope", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "phi3",
+ARCHS = ["llama", "llama3rope", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "qwen2moe",
+         "phi3",
          "gemma", "gemma2", "gemma3", "olmo2", "smollm3", "gpt_oss", "deepseek2", "llama4"]
 # Llama files of the mixes llama-quantize writes, Q4_K_M and Q5_K_M (llama.cpp's
 # llama_tensor_get_type): Q4_K (Q5_K) matrices, Q6_K for the output and for attn_v and
@@ -99,6 +100,10 @@ OVERRIDES = {
     # and the experts' width Qwen3MoeConfig's default, 768: the loader does not read
     # expert_feed_forward_length. (Its norm_topk_prob is the loader's GGUF default, true.)
     "qwen3moe": {"mlp_only_layers": [], "moe_intermediate_size": 768},
+    # Every layer routed (llama.cpp's qwen2moe too), and the widths Qwen2MoeConfig's defaults:
+    # the loader reads neither expert_feed_forward_length nor expert_shared_feed_forward_length.
+    "qwen2moe": {"mlp_only_layers": [], "moe_intermediate_size": 1408,
+                 "shared_expert_intermediate_size": 5632},
     # Four layers with llama.cpp's layers without RoPE (every fourth, which no key says:
     # SmolLM3Config's default interval), none sliding (llama.cpp's smollm3 has no window), and
     # a head_dim that is not hidden / heads, so that rope.dimension_count matters.
@@ -143,6 +148,10 @@ QUANT = {
                  "output": Q.Q4_0},
     "phi3": {"attn_qkv": Q.Q8_0, "attn_output": Q.Q4_0, "ffn_up": Q.Q4_0, "ffn_down": Q.Q8_0,
              "token_embd": Q.F16},
+    # The shared expert's matrices quantized too (tpc holds them widened, as one expert).
+    "qwen2moe": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "ffn_gate_exps": Q.Q4_0,
+                 "ffn_up_exps": Q.Q8_0, "ffn_down_exps": Q.Q8_0, "ffn_gate_shexp": Q.Q8_0,
+                 "ffn_up_shexp": Q.Q4_0, "ffn_down_shexp": Q.F16, "output": Q.Q8_0},
     # Mixtral's experts as the converter writes a llama file with experts: 3D ffn_*_exps.
     "mixtral": {"attn_q": Q.Q4_0, "attn_k": Q.Q8_0, "attn_output": Q.Q5_0,
                 "ffn_gate_exps": Q.Q8_0, "ffn_up_exps": Q.Q5_1, "ffn_down_exps": Q.Q4_0,
@@ -196,7 +205,7 @@ GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "llama3rope": gguf.MODEL_ARCH.LLAMA
              "llama_q4_k_m": gguf.MODEL_ARCH.LLAMA, "llama_q5_k_m": gguf.MODEL_ARCH.LLAMA,
              "mistral": gguf.MODEL_ARCH.LLAMA,
              "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
-             "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
+             "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE, "qwen2moe": gguf.MODEL_ARCH.QWEN2MOE,
              "phi3": gguf.MODEL_ARCH.PHI3, "gemma": gguf.MODEL_ARCH.GEMMA,
              "gemma2": gguf.MODEL_ARCH.GEMMA2,
              "gemma3": gguf.MODEL_ARCH.GEMMA3, "olmo2": gguf.MODEL_ARCH.OLMO2,
@@ -234,9 +243,11 @@ NO_LOADER = {
 }
 # The model_type transformers gives a file, where it is not ARCH.
 LOADED_TYPE = {"llama3rope": "llama", "gemma3": "gemma3_text", "qwen3moe": "qwen3_moe",
+               "qwen2moe": "qwen2_moe",
                "llama_q4_k_m": "llama", "llama_q5_k_m": "llama"}
 # hf_model.py's name of the architecture whose tiny model a file holds, where it is not ARCH.
-SOURCE = {"llama3rope": "llama", "qwen3moe": "qwen3_moe", "deepseek2": "deepseek_v2",
+SOURCE = {"llama3rope": "llama", "qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe",
+          "deepseek2": "deepseek_v2",
           "llama_q4_k_m": "llama",
           "llama_q5_k_m": "llama"}
 # Gemma's norms, which the converter stores as 1 + w.
@@ -337,6 +348,13 @@ def converter_tensors(model, arch):
             tensors.append((hf + "[v]", names.get_name(stem.replace("kv_b", "v_b")), "weight",
                             np.ascontiguousarray(kv[:, nope:])))
             continue
+        if hf.endswith(".mlp.shared_expert_gate.weight"):
+            # Qwen2-MoE's [1, hidden] gate: llama.cpp's converter keeps it 2D, but transformers'
+            # loader (Qwen2MoeTensorProcessor) adds a dimension to whatever it reads, so only a
+            # vector, as older files hold it, loads; tpc reads both (gguf-llama-cpp-archs.test
+            # has the converter's).
+            tensors.append((hf, names.get_name(hf.rsplit(".", 1)[0]), "weight", w.reshape(-1)))
+            continue
         if hf.endswith(".self_attn.sinks"):  # the converter's filter_tensors adds .weight
             tensors.append((hf, names.get_name(hf), "weight", w))
             continue
@@ -383,6 +401,8 @@ def undo_converter(arch, c, tensors, stored):
                     .swapaxes(1, 2).reshape(back.shape))
         if arch in NORM_PLUS_ONE and hf.endswith("norm.weight"):
             back = back - np.float32(1)
+        if hf.endswith(".mlp.shared_expert_gate.weight"):
+            back = back.reshape(1, -1)
         expected[hf] = back
     for hf in [k for k in expected if k.endswith("[gate]")]:  # gate_up_proj: gate, then up
         fused = hf[:-len("[gate]")]
@@ -450,10 +470,12 @@ def write_gguf(model, arch, path):
         writer.add_sliding_window(c.sliding_window)
         writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
         writer.add_final_logit_softcapping(c.final_logit_softcapping)
-    if arch == "qwen3moe":  # the converter's Qwen3MoeModel
+    if arch in ("qwen3moe", "qwen2moe"):  # the converter's Qwen3MoeModel, Qwen2MoeModel
         writer.add_expert_count(c.num_experts)
         writer.add_expert_used_count(c.num_experts_per_tok)
         writer.add_expert_feed_forward_length(c.moe_intermediate_size)
+    if arch == "qwen2moe":
+        writer.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
     if arch == "gpt_oss":
         # GptOssModel.set_gguf_parameters: the window, the experts' width; TextModel's expert
         # keys and its YaRN keys from rope_parameters (no key for truncate).

@@ -18,7 +18,7 @@ written as gguf_models.py writes one (reference.json, reference.bin, prompt.txt,
 for run_gguf.sh.
 
 With --arch ARCH (gpt_oss, deepseek2, llama4: architectures transformers 5.17's GGUF loader
-cannot read, see gguf_models.py; gemma3 and phi3, whose SentencePiece tokenizers transformers
+cannot read, see gguf_models.py; qwen2moe, whose converter's files it cannot; gemma3 and phi3, whose SentencePiece tokenizers transformers
 cannot read), the small random checkpoint is hf_model.py's ARCH widened
 so that its rows are 256-blocks (ARCHS below), with TOKENIZER_DIR's vocabulary (gemma3 and
 phi3: a SentencePiece model trained here, SENTENCEPIECE below, TOKENIZER_DIR unused), and the
@@ -56,6 +56,10 @@ ARCHS = {
                "intermediate_size": 1024},
     "phi3": {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
              "intermediate_size": 1024},
+    # Widths other than Qwen2MoeConfig's defaults: tpc must read them from the file.
+    "qwen2moe": {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
+                 "intermediate_size": 1024, "moe_intermediate_size": 512,
+                 "shared_expert_intermediate_size": 768, "mlp_only_layers": []},
 }
 # The architectures whose checkpoint gets a SentencePiece tokenizer.model trained here (the
 # converter reads theirs with sentencepiece, as Gemma's and Phi-3's ship): BPE with byte
