@@ -75,21 +75,22 @@ void AddedMatcher::build(const std::vector<std::string> &patterns) {
   }
 }
 
+uint32_t AddedMatcher::step(uint32_t state, unsigned char c) const {
+  for (;;) {
+    auto it = edges_.find(key(state, c));
+    if (it != edges_.end())
+      return it->second;
+    if (state == 0)
+      return 0;
+    state = fail_[state];
+  }
+}
+
 void AddedMatcher::allAt(const std::string &text,
                          const std::function<void(size_t, int32_t)> &visit) const {
   uint32_t state = 0;
   for (size_t i = text.size(); i-- > 0;) {
-    auto c = static_cast<unsigned char>(text[i]);
-    for (;;) {
-      auto it = edges_.find(key(state, c));
-      if (it != edges_.end()) {
-        state = it->second;
-        break;
-      }
-      if (state == 0)
-        break;
-      state = fail_[state];
-    }
+    state = step(state, static_cast<unsigned char>(text[i]));
     for (uint32_t v = own_[state] >= 0 ? state : next_[state]; v != 0; v = next_[v])
       visit(i, own_[v]);
   }
@@ -99,17 +100,7 @@ void AddedMatcher::longestAt(const std::string &text, std::vector<int32_t> &out)
   out.assign(text.size(), -1);
   uint32_t state = 0;
   for (size_t i = text.size(); i-- > 0;) {
-    auto c = static_cast<unsigned char>(text[i]);
-    for (;;) {
-      auto it = edges_.find(key(state, c));
-      if (it != edges_.end()) {
-        state = it->second;
-        break;
-      }
-      if (state == 0)
-        break;
-      state = fail_[state];
-    }
+    state = step(state, static_cast<unsigned char>(text[i]));
     out[i] = best_[state];
   }
 }

@@ -37,6 +37,8 @@ public:
 
 private:
   static uint64_t key(uint32_t node, unsigned char c) { return (uint64_t(node) << 8) | c; }
+  /// The state after reading byte c (right to left) in `state`.
+  uint32_t step(uint32_t state, unsigned char c) const;
   std::unordered_map<uint64_t, uint32_t> edges_; // (node, byte) -> child
   std::vector<uint32_t> fail_;
   std::vector<int32_t> best_, own_;

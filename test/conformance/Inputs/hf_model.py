@@ -222,30 +222,16 @@ def arch_config(arch, std):
             head_dim=16, tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2
         )
         return "MixtralConfig", "MixtralForCausalLM", kw
-    if arch == "qwen3_moe":
-        kw.update(
-            head_dim=16,
-            tie_word_embeddings=False,
-            use_sliding_window=False,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=64,
-            norm_topk_prob=True,
-            mlp_only_layers=[0],
-        )
-        return "Qwen3MoeConfig", "Qwen3MoeForCausalLM", kw
-    if arch == "qwen2_moe":
-        # Qwen2MoeConfig has no head_dim field: hidden_size / num_attention_heads = 16.
-        kw.update(
-            tie_word_embeddings=False,
-            use_sliding_window=False,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=64,
-            shared_expert_intermediate_size=96,
-            norm_topk_prob=False,
-            mlp_only_layers=[0],
-        )
+    if arch in ("qwen3_moe", "qwen2_moe"):
+        # Four experts of 64, two per token, layer 0 dense. Qwen3-MoE: q/k norms and head_dim
+        # 16, renormalized weights; Qwen2-MoE (no head_dim field: hidden / heads = 16): its
+        # class default, not renormalized, and a shared expert of 96 under its gate.
+        kw.update(tie_word_embeddings=False, use_sliding_window=False, num_experts=4,
+                  num_experts_per_tok=2, moe_intermediate_size=64, mlp_only_layers=[0])
+        if arch == "qwen3_moe":
+            kw.update(head_dim=16, norm_topk_prob=True)
+            return "Qwen3MoeConfig", "Qwen3MoeForCausalLM", kw
+        kw.update(shared_expert_intermediate_size=96, norm_topk_prob=False)
         return "Qwen2MoeConfig", "Qwen2MoeForCausalLM", kw
     if arch == "olmo2":
         # Olmo2Config has no head_dim field: hidden_size / num_attention_heads = 16.

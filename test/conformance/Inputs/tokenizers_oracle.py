@@ -235,28 +235,31 @@ def make(out):
                                   "bos_token": "<|begin_of_text|>", "eos_token": "<|eot|>"})
 
 
+def write_gguf(path, tokens, types, scores=None, merges=None, model="llama", extra=None,
+               arch="llama", name="tiny"):
+    """A metadata-only GGUF file of a vocabulary; EXTRA: {GGUFWriter method: value}."""
+    import gguf
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_tokenizer_model(model)
+    w.add_token_list(tokens)
+    if types is not None:
+        w.add_token_types(types)
+    if scores is not None:
+        w.add_token_scores(scores)
+    if merges is not None:
+        w.add_token_merges(merges)
+    for key, value in (extra or {}).items():
+        getattr(w, key)(value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def make_gguf(out):
     import gguf
     os.makedirs(out, exist_ok=True)
-
-    def write_gguf(name, tokens, types, scores=None, merges=None, model="llama", extra=None,
-                   arch="llama"):
-        w = gguf.GGUFWriter(os.path.join(out, name), arch)
-        w.add_name("tiny")
-        w.add_tokenizer_model(model)
-        w.add_token_list(tokens)
-        if types is not None:
-            w.add_token_types(types)
-        if scores is not None:
-            w.add_token_scores(scores)
-        if merges is not None:
-            w.add_token_merges(merges)
-        for key, value in (extra or {}).items():
-            getattr(w, key)(value)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
 
     llama = train_sentencepiece_style(["<unk>", "<s>", "</s>"])
     tokens = [t for t, _ in sorted(llama["model"]["vocab"].items(), key=lambda kv: kv[1])]
@@ -272,9 +275,9 @@ def make_gguf(out):
            "add_eos_token_id": 2, "add_unk_token_id": 0,
            "add_chat_template": "{% for m in messages %}{{ bos_token }}[{{ m.role }}] "
                                 "{{ m.content }}{{ eos_token }}\n{% endfor %}"}
-    write_gguf("llama-spm.gguf", tokens, types, scores=scores, extra=ids)
+    write_gguf(os.path.join(out, "llama-spm.gguf"), tokens, types, scores=scores, extra=ids)
     # No token types (unk, bos and eos are the special ones), no space prefix.
-    write_gguf("llama-spm-noprefix.gguf", tokens, None, scores=scores,
+    write_gguf(os.path.join(out, "llama-spm-noprefix.gguf"), tokens, None, scores=scores,
                extra=dict(ids, add_add_space_prefix=False))
 
     _, llama3 = train_byte_level(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"],
@@ -282,7 +285,7 @@ def make_gguf(out):
     tokens = [t for t, _ in sorted(llama3["model"]["vocab"].items(), key=lambda kv: kv[1])]
     types = [gguf.TokenType.CONTROL if t.startswith("<|") else gguf.TokenType.NORMAL
              for t in tokens]
-    write_gguf("llama3.gguf", tokens, types, model="gpt2",
+    write_gguf(os.path.join(out, "llama3.gguf"), tokens, types, model="gpt2",
                merges=[" ".join(m) for m in llama3["model"]["merges"]],
                extra={"add_bos_token_id": 0, "add_eos_token_id": 2, "add_tokenizer_pre": "llama-bpe"})
 
@@ -295,7 +298,7 @@ def make_gguf(out):
              for t in tokens]
     chatml = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
               "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    write_gguf("qwen2.gguf", tokens, types, model="gpt2", arch="qwen2",
+    write_gguf(os.path.join(out, "qwen2.gguf"), tokens, types, model="gpt2", arch="qwen2",
                merges=[" ".join(m) for m in qwen2["model"]["merges"]],
                extra={"add_tokenizer_pre": "qwen2", "add_add_bos_token": False,
                       "add_bos_token_id": tokens.index("<|endoftext|>"),
@@ -307,8 +310,8 @@ def make_gguf(out):
     # Qwen2Converter's ByteLevel pre-tokenizer takes, and without <|im_start|>, which
     # transformers then numbers after the vocabulary.
     tokens = [t for t in tokens if t != "<|im_start|>"]
-    write_gguf("qwen3moe.gguf", tokens, [gguf.TokenType.NORMAL] * len(tokens), model="gpt2",
-               arch="qwen3moe", merges=[" ".join(m) for m in qwen2["model"]["merges"]],
+    write_gguf(os.path.join(out, "qwen3moe.gguf"), tokens,
+               [gguf.TokenType.NORMAL] * len(tokens), model="gpt2", arch="qwen3moe", merges=[" ".join(m) for m in qwen2["model"]["merges"]],
                extra={"add_tokenizer_pre": "qwen2", "add_add_space_prefix": True,
                       "add_bos_token_id": tokens.index("<|endoftext|>"),
                       "add_eos_token_id": tokens.index("<|im_end|>")})
@@ -355,39 +358,19 @@ def make_spm(out):
             ("gemma3.gguf", "gemma3", "tiny", False, True, False, True),
             ("gemma2.gguf", "gemma2", "tiny", None, True, True, False),
             ("phi3.gguf", "phi3", "Phi-3 tiny", None, None, None, True)]:
-        w = gguf.GGUFWriter(os.path.join(out, name), arch)
-        w.add_name(title)
-        w.add_context_length(256)
-        w.add_embedding_length(64)
-        w.add_block_count(1)
-        w.add_feed_forward_length(128)
-        w.add_head_count(2)
-        w.add_head_count_kv(1)
-        w.add_key_length(32)
-        w.add_value_length(32)
-        w.add_layer_norm_rms_eps(1e-6)
-        w.add_rope_dimension_count(32)
-        w.add_rope_freq_base(10000.0)
+        extra = {"add_context_length": 256, "add_embedding_length": 64, "add_block_count": 1,
+                 "add_feed_forward_length": 128, "add_head_count": 2, "add_head_count_kv": 1,
+                 "add_key_length": 32, "add_value_length": 32, "add_layer_norm_rms_eps": 1e-6,
+                 "add_rope_dimension_count": 32, "add_rope_freq_base": 10000.0,
+                 "add_bos_token_id": 1, "add_eos_token_id": 2, "add_unk_token_id": 0}
         if arch != "phi3":
-            w.add_sliding_window(64)
-        w.add_tokenizer_model("llama")
-        w.add_token_list(tokens)
-        w.add_token_types(types)
-        if with_scores:
-            w.add_token_scores(scores)
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
-        w.add_unk_token_id(0)
-        if prefix is not None:
-            w.add_add_space_prefix(prefix)
-        if bos is not None:
-            w.add_add_bos_token(bos)
-        if eos is not None:
-            w.add_add_eos_token(eos)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+            extra["add_sliding_window"] = 64
+        for key, value in (("add_add_space_prefix", prefix), ("add_add_bos_token", bos),
+                           ("add_add_eos_token", eos)):
+            if value is not None:
+                extra[key] = value
+        write_gguf(os.path.join(out, name), tokens, types, scores if with_scores else None,
+                   extra=extra, arch=arch, name=title)
 
 
 def llama_tokenize(llama_bin, path, text, bos):
