@@ -444,26 +444,26 @@ void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok
 /// llama.cpp's token types (LLAMA_TOKEN_TYPE_*) that tokenizer.ggml.token_type holds.
 enum TokenType : int64_t { kUnknown = 2, kControl = 3, kUserDefined = 4 };
 
-/// llama.cpp's ids where the file names none: SentencePiece's <s> and </s> (where there are
-/// that many tokens).
-std::optional<int64_t> spmId(const GgufVocabulary &v, std::optional<int64_t> given,
-                             int64_t fallback) {
-  if (given)
-    return given;
-  if (fallback < int64_t(v.tokens.size()))
-    return fallback;
-  return std::nullopt;
-}
+/// Whether llama.cpp cuts a token of this type out of the text before merging (its special
+/// tokens cache: control, user-defined and unknown tokens).
+bool cutOut(int64_t type) { return type == kControl || type == kUserDefined || type == kUnknown; }
 
-/// The unknown token: the file's, else its first of type unknown (llama.cpp's default, id 0,
-/// names a token of any kind, which nothing should stand for an unknown byte).
-std::optional<int64_t> spmUnk(const GgufVocabulary &v) {
-  if (v.unk)
-    return v.unk;
-  for (size_t i = 0; i < v.tokenTypes.size(); ++i)
+/// The ids llama.cpp's SentencePiece reading takes: bos and eos the file's, else <s> and </s>'s
+/// 1 and 2 (where there are that many tokens); unk the file's, else its first token of type
+/// unknown (llama.cpp's default, id 0, names a token of any kind, which nothing should stand
+/// for an unknown byte).
+struct SpmIds {
+  std::optional<int64_t> unk, bos, eos;
+};
+SpmIds spmIds(const GgufVocabulary &v) {
+  auto orDefault = [&](std::optional<int64_t> given, int64_t fallback) {
+    return given || fallback >= int64_t(v.tokens.size()) ? given : std::optional(fallback);
+  };
+  SpmIds ids{v.unk, orDefault(v.bos, 1), orDefault(v.eos, 2)};
+  for (size_t i = 0; !ids.unk && i < v.tokenTypes.size(); ++i)
     if (v.tokenTypes[i] == kUnknown)
-      return int64_t(i);
-  return std::nullopt;
+      ids.unk = int64_t(i);
+  return ids;
 }
 
 /// The tables of llama.cpp's SentencePiece encoding (spm.cpp), from the vocabulary.
@@ -485,9 +485,7 @@ std::shared_ptr<tokenizer_detail::SentencePieceEncoder> spmEncoder(const GgufVoc
     c = char(std::tolower(static_cast<unsigned char>(c)));
   bool phi3 = name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
   for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i) {
-    int64_t type = v.tokenTypes[i];
-    bool special = type == kControl || type == kUserDefined || type == kUnknown;
-    if (!special || v.tokens[i].empty())
+    if (!cutOut(v.tokenTypes[i]) || v.tokens[i].empty())
       continue;
     const std::string &t = v.tokens[i];
     bool rstrip = phi3 && t != "<unk>" && t != "<s>" && t != "<|endoftext|>";
@@ -514,7 +512,7 @@ std::shared_ptr<tokenizer_detail::SentencePieceEncoder> spmEncoder(const GgufVoc
     else
       allBytes = false;
   }
-  std::optional<int64_t> unk = spmUnk(v), bos = spmId(v, v.bos, 1), eos = spmId(v, v.eos, 2);
+  auto [unk, bos, eos] = spmIds(v);
   if (!allBytes && !unk)
     throw GgufError(v.prefix + "tokenizer.ggml.tokens: no <0xXX> token for some byte, and no "
                                "unknown token to stand for a character that is none");
@@ -542,18 +540,16 @@ std::shared_ptr<tokenizer_detail::SentencePieceEncoder> spmEncoder(const GgufVoc
 /// always, as llama.cpp's token_to_piece does; bos and eos as the file (or llama.cpp) names
 /// them.
 void spmJson(const GgufVocabulary &v, json &tok, json &cfg) {
-  std::optional<int64_t> unk = spmUnk(v), bos = spmId(v, v.bos, 1), eos = spmId(v, v.eos, 2);
+  auto [unk, bos, eos] = spmIds(v);
   bool addPrefixSpace = v.addSpacePrefix.value_or(true);
   tok = json::object();
   tok["model"] = bpeModel(v, true, {});
   if (unk)
     tok["model"]["unk_token"] = v.tokens[*unk];
   tok["added_tokens"] = json::array();
-  for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i) {
-    int64_t type = v.tokenTypes[i];
-    if (type == kControl || type == kUnknown || type == kUserDefined)
-      addSpecial(tok, v.tokens[i], type != kUserDefined);
-  }
+  for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i)
+    if (cutOut(v.tokenTypes[i]))
+      addSpecial(tok, v.tokens[i], v.tokenTypes[i] != kUserDefined);
   tok["normalizer"] = nullptr;
   tok["pre_tokenizer"] = nullptr;
   json decoders = json::array({typed("ByteFallback"), typed("Fuse"),
