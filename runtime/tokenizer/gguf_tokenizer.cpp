@@ -327,6 +327,21 @@ json byteLevel(bool addPrefixSpace, bool trimOffsets, bool useRegex) {
           {"use_regex", useRegex}};
 }
 
+/// LlamaConverter's decoder: byte tokens joined, "▁" back to a space, then (a byte-level
+/// vocabulary) the byte-level alphabet undone, and (where a space was prefixed) the first
+/// space dropped.
+json sentencePieceDecoder(bool byteLevelToo, bool stripPrefix) {
+  json decoders = json::array({typed("ByteFallback"), typed("Fuse"),
+                               {{"type", "Replace"},
+                                {"pattern", {{"String", kSpace}}},
+                                {"content", " "}}});
+  if (byteLevelToo)
+    decoders.push_back(byteLevel(false, false, true));
+  if (stripPrefix)
+    decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1u}, {"stop", 0u}});
+  return {{"type", "Sequence"}, {"decoders", std::move(decoders)}};
+}
+
 /// The BPE model of the tokens and the merges (the file's, or built from the scores), with the
 /// flags a converter gives it.
 json bpeModel(const GgufVocabulary &v, bool byteFallback,
@@ -421,15 +436,7 @@ void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok
     tok["normalizer"] = {{"type", "Sequence"}, {"normalizers", std::move(normalizers)}};
     tok["pre_tokenizer"] = nullptr;
   }
-  json decoders = json::array({typed("ByteFallback"), typed("Fuse"),
-                               {{"type", "Replace"},
-                                {"pattern", {{"String", kSpace}}},
-                                {"content", " "}}});
-  if (llama3)
-    decoders.push_back(byteLevel(false, false, true));
-  if (addPrefixSpace)
-    decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1u}, {"stop", 0u}});
-  tok["decoder"] = {{"type", "Sequence"}, {"decoders", std::move(decoders)}};
+  tok["decoder"] = sentencePieceDecoder(llama3, addPrefixSpace);
   // TokenizersBackend's post-processor without add_bos_token or add_eos_token (the GGUF keys
   // of those reach no argument): "$A", nothing added.
   tok["post_processor"] = nullptr;
@@ -552,13 +559,7 @@ void spmJson(const GgufVocabulary &v, json &tok, json &cfg) {
       addSpecial(tok, v.tokens[i], v.tokenTypes[i] != kUserDefined);
   tok["normalizer"] = nullptr;
   tok["pre_tokenizer"] = nullptr;
-  json decoders = json::array({typed("ByteFallback"), typed("Fuse"),
-                               {{"type", "Replace"},
-                                {"pattern", {{"String", kSpace}}},
-                                {"content", " "}}});
-  if (addPrefixSpace)
-    decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1u}, {"stop", 0u}});
-  tok["decoder"] = {{"type", "Sequence"}, {"decoders", std::move(decoders)}};
+  tok["decoder"] = sentencePieceDecoder(false, addPrefixSpace);
   tok["post_processor"] = nullptr;
   cfg = json::object();
   cfg["bos_token"] = bos ? json(v.tokens[*bos]) : json(nullptr);
