@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 
 namespace tpcrt {
 
@@ -30,6 +31,14 @@ double median(std::vector<double> values) {
 }
 
 } // namespace
+
+void slowFault(const Fault &fault) {
+  if (fault.kind != Fault::Slow)
+    return;
+  std::fprintf(stderr, "TPC_FAULT: rank 0 takes %lld s longer to read\n", (long long)fault.seconds);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::seconds(fault.seconds));
+}
 
 void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step) {
   if (fault.rank == rank && step == fault.step) {

@@ -257,7 +257,8 @@ const char *kUsageNotes =
     "host); device:rank=R:step=S makes rank R's device fault there (the CUDA target);\n"
     "nan:rank=R:step=S makes rank R's share of step S's logits NaN before they are gathered\n"
     "(the CPU target at tp > 1); nostart:rank=R makes rank R exit (status 0) before the\n"
-    "rendezvous.\n";
+    "rendezvous; slow:rank=0:seconds=S makes rank 0 take S seconds longer over what it reads\n"
+    "alone before the first step (tokenizer, chat template, --requests), as from a slow disk.\n";
 
 /// The usage, from the flag table.
 void printUsage(std::FILE *to, const char *program) {
@@ -412,27 +413,39 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
     fault.kind = Fault::Nan;
   else if (item == "nostart")
     fault.kind = Fault::NoStart;
+  else if (item == "slow")
+    fault.kind = Fault::Slow;
   else {
     error = "TPC_FAULT: unknown fault '" + item +
             "'; give kill:rank=R:step=S, stop:rank=R:step=S, device:rank=R:step=S, "
-            "nan:rank=R:step=S or nostart:rank=R";
+            "nan:rank=R:step=S, nostart:rank=R or slow:rank=0:seconds=S";
     return std::nullopt;
   }
-  bool stepped = fault.kind != Fault::NoStart;
+  bool stepped = fault.kind != Fault::NoStart && fault.kind != Fault::Slow;
+  bool slow = fault.kind == Fault::Slow;
   while (std::getline(in, item, ':')) {
     size_t eq = item.find('=');
     std::string key = item.substr(0, eq);
     int64_t value = -1;
     if (eq == std::string::npos || !parseInt(item.c_str() + eq + 1, value) || value < 0 ||
         value > (int64_t(1) << 30) ||
-        (key != "rank" && !(key == "step" && stepped))) {
+        (key != "rank" && !(key == "step" && stepped) && !(key == "seconds" && slow))) {
       error = std::string("TPC_FAULT: cannot read '") + item + "' in '" + text + "'";
       return std::nullopt;
     }
     if (key == "rank")
       fault.rank = int(value);
+    else if (key == "seconds")
+      fault.seconds = value;
     else
       fault.step = value;
+  }
+  if (slow) { // what rank 0 alone reads
+    if (fault.rank != 0 || fault.seconds < 0 || fault.seconds > 3600) {
+      error = std::string("TPC_FAULT: '") + text + "' needs rank=0 and seconds=S (at most 3600)";
+      return std::nullopt;
+    }
+    return fault;
   }
   if (fault.rank < 0 || (stepped && fault.step < 0)) {
     error = std::string("TPC_FAULT: '") + text + "' needs rank=R" + (stepped ? " and step=S" : "");

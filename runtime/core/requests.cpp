@@ -6,6 +6,7 @@
 #include "core.h"
 #include "../engine/engine.h"
 
+#include "tpcrt/failure.h"
 #include "tpcrt/file.h"
 #include "tpcrt/gguf.h"
 #include "tpcrt/json.h"
@@ -376,9 +377,19 @@ int runRequests(const ModelSpec &spec, const Args &args, Backend &backend, const
   std::ofstream out;
   std::string tokenizerError, error;
   std::unique_ptr<GgufFile> gguf;
-  tokenizer = loadTokenizer(args.weights, spec.vocab, gguf, tokenizerError);
-  if (readJobs(args, spec, tokenizer.get(), tokenizerError, jobs, error))
-    out.open(args.outputFile, std::ios::trunc);
+  // A long requests file takes a while to read and tokenize, beside idle steps: the peers
+  // wait under --timeout.
+  try {
+    engine.idleWhile([&] {
+      slowFault(fault);
+      tokenizer = loadTokenizer(args.weights, spec.vocab, gguf, tokenizerError);
+      if (readJobs(args, spec, tokenizer.get(), tokenizerError, jobs, error))
+        out.open(args.outputFile, std::ios::trunc);
+    });
+  } catch (const std::exception &e) {
+    return group.stop(describeFailure(e, group.peers(), group.comm->lostPeers(), spec.name,
+                                      "reading the requests"));
+  }
   if (error.empty() && !out)
     error = "cannot write --output " + args.outputFile;
   if (!error.empty()) {

@@ -294,6 +294,10 @@ void Engine::idle() {
   passOn(descriptor);
 }
 
+std::chrono::milliseconds Engine::heartbeat() const {
+  return std::chrono::milliseconds(std::min<int64_t>(1000, int64_t(rank.timeoutSeconds) * 300));
+}
+
 void Engine::run(std::vector<EngineRequest> &requests, const EngineHooks &hooks) {
   if (rank.worldRank() != 0)
     return follow(hooks);

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <unordered_map>
 #include <vector>
 
@@ -84,6 +85,13 @@ public:
   /// so that the peers, waiting in follow() under --timeout, know rank 0 is alive, and rank 0
   /// learns that they are (it throws when one is gone).
   void idle();
+  /// How long rank 0 lets pass without a step: well inside --timeout.
+  std::chrono::milliseconds heartbeat() const;
+  /// Rank 0: runs `work` (its own, as reading a tokenizer or a requests file) on another
+  /// thread, sending idle steps until it is done, so that the peers do not give up on rank 0
+  /// however long it takes. Returns what `work` returns, or throws what it throws; throws
+  /// as idle() does when a peer is gone (after `work` ends).
+  template <typename Work> auto idleWhile(Work work) -> decltype(work());
   /// The other ranks: run rank 0's steps until it stops.
   void follow(const EngineHooks &hooks = {});
 
@@ -197,6 +205,18 @@ private:
   std::vector<PlannedSequence> planned;
   DecodedStep current;
 };
+
+template <typename Work> auto Engine::idleWhile(Work work) -> decltype(work()) {
+  auto done = std::async(std::launch::async, std::move(work));
+  try {
+    while (done.wait_for(heartbeat()) != std::future_status::ready)
+      idle();
+  } catch (...) {
+    done.wait(); // `work` may use what the caller is about to unwind
+    throw;
+  }
+  return done.get();
+}
 
 } // namespace tpcrt
 

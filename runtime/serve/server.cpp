@@ -906,21 +906,37 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
   const Args &args = s.args;
 
   Engine engine(spec, backend, rank, engineLimits(spec, args));
+  // The tokenizer, the chat template and the grammars take seconds to read under a sanitizer,
+  // longer than a short --timeout: rank 0 reads them beside idle steps.
   std::string error;
-  s.context.tokenizer = loadTokenizer(args.weights, spec.vocab, s.gguf, error);
-  if (!s.context.tokenizer) {
+  bool prepared = false;
+  try {
+    prepared = engine.idleWhile([&] {
+      slowFault(fault);
+      s.context.tokenizer = loadTokenizer(args.weights, spec.vocab, s.gguf, error);
+      if (!s.context.tokenizer)
+        return false;
+      s.context.chatTemplate =
+          s.gguf ? loadChatTemplateGguf(*s.gguf, s.context.chatTemplateError)
+                 : loadChatTemplate(checkpointDir(args.weights), s.context.chatTemplateError);
+      // The grammars end where the model's end-of-sequence ids may come (a request's own
+      // stop ids still end it anywhere).
+      s.grammars = std::make_unique<Grammars>(*s.context.tokenizer, spec.vocab,
+                                              engineRequest(spec, args, {}).stopIds);
+      return true;
+    });
+  } catch (const std::exception &e) {
+    std::string message = describeFailure(e, group.peers(), group.comm->lostPeers(), spec.name,
+                                          "starting to serve");
+    s.failAll(message);
+    return group.stop(message);
+  }
+  if (!prepared) {
     std::string message = "tpc serve needs the checkpoint's tokenizer: " + error;
     engine.stop(); // the peers leave
     s.failAll(message);
     return group.stop(message);
   }
-  s.context.chatTemplate =
-      s.gguf ? loadChatTemplateGguf(*s.gguf, s.context.chatTemplateError)
-             : loadChatTemplate(checkpointDir(args.weights), s.context.chatTemplateError);
-  // The grammars end where the model's end-of-sequence ids may come (a request's own stop
-  // ids still end it anywhere).
-  s.grammars = std::make_unique<Grammars>(*s.context.tokenizer, spec.vocab,
-                                          engineRequest(spec, args, {}).stopIds);
 
   // By engine handle: the job and which of its choices.
   struct Running {
@@ -1035,8 +1051,7 @@ int Server::run(const Args &finalArgs, Backend &backend, const RankInfo &rank, c
     }
     done.clear();
   };
-  // Idle steps keep the peers, waiting under --timeout, sure that rank 0 lives.
-  auto heartbeat = std::chrono::milliseconds(std::min<int64_t>(1000, args.timeoutSeconds * 300));
+  auto heartbeat = engine.heartbeat();
   auto lastStep = Clock::now();
   std::optional<Clock::time_point> drainUntil;
   {
