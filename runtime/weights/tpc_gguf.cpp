@@ -1,13 +1,13 @@
 // tpc-gguf: what tpcrt reads of a GGUF file, for people and for the tests that
 // compare its dequantization with gguf-py's.
 //
-//   tpc-gguf info FILE                      metadata (long strings cut, arrays
-//   summarized)
-//                                           and the tensor table
-//   tpc-gguf dequant FILE TENSOR OUT.bin    the tensor as fp32 (little-endian,
-//   row-major) tpc-gguf blocks TYPE IN.bin OUT.bin     raw blocks of ggml type
-//   TYPE (a name: Q4_K) as
-//                                           fp32
+//   tpc-gguf info FILE                    the metadata (long strings cut, arrays summarized)
+//                                         and the tensor table
+//   tpc-gguf dequant FILE TENSOR OUT.bin [TENSOR OUT.bin]...
+//                                         each tensor as fp32 (little-endian, row-major):
+//                                         several from one opening of the file
+//   tpc-gguf blocks TYPE IN.bin OUT.bin   raw blocks of ggml type TYPE (a name: Q4_K) as fp32
+//   tpc-gguf quantize TYPE IN.f32 OUT.bin fp32 values into Q8_0 or Q4_0 blocks
 #include "tpcrt/gguf.h"
 
 #include "tpcrt/file.h"
@@ -23,7 +23,7 @@ namespace {
 
 int usage() {
   std::fprintf(stderr, "usage: tpc-gguf info FILE\n"
-                       "       tpc-gguf dequant FILE TENSOR OUT.bin\n"
+                       "       tpc-gguf dequant FILE TENSOR OUT.bin [TENSOR OUT.bin]...\n"
                        "       tpc-gguf blocks TYPE IN.bin OUT.bin\n"
                        "       tpc-gguf quantize TYPE IN.f32 OUT.bin\n");
   return 2;
@@ -206,20 +206,22 @@ int main(int argc, char **argv) {
                   (unsigned long long)t.offset, (unsigned long long)t.bytes);
     return 0;
   }
-  if (command == "dequant" && argc == 5) {
-    const GgufTensor *t = file->tensor(argv[3]);
-    if (!t) {
-      std::fprintf(stderr, "tpc-gguf: %s: no tensor %s\n", argv[2], argv[3]);
-      return 1;
-    }
+  if (command == "dequant" && argc >= 5 && (argc - 3) % 2 == 0) {
     std::vector<float> out;
-    if (!file->readRowsF32(t->name, 0, t->rows, out, error)) {
-      std::fprintf(stderr, "tpc-gguf: %s\n", error.c_str());
-      return 1;
-    }
-    if (!writeFloats(argv[4], out)) {
-      std::fprintf(stderr, "tpc-gguf: cannot write %s\n", argv[4]);
-      return 1;
+    for (int i = 3; i < argc; i += 2) {
+      const GgufTensor *t = file->tensor(argv[i]);
+      if (!t) {
+        std::fprintf(stderr, "tpc-gguf: %s: no tensor %s\n", argv[2], argv[i]);
+        return 1;
+      }
+      if (!file->readRowsF32(t->name, 0, t->rows, out, error)) {
+        std::fprintf(stderr, "tpc-gguf: %s\n", error.c_str());
+        return 1;
+      }
+      if (!writeFloats(argv[i + 1], out)) {
+        std::fprintf(stderr, "tpc-gguf: cannot write %s\n", argv[i + 1]);
+        return 1;
+      }
     }
     return 0;
   }

@@ -111,21 +111,26 @@ def compare(a, b, quiet=False):
         print(f"{os.path.basename(a)}: {x.size} values equal")
 
 
-def tensors(path, tpc_gguf, out):
+def tensors(path, tpc_gguf, out, batch=24):
     """Every tensor of the GGUF file at PATH as tpc-gguf dequantizes it against gguf-py's
-    GGUFReader and quants.dequantize, one at a time (a file's fp32 can be gigabytes)."""
+    GGUFReader and quants.dequantize, BATCH at a time per tpc-gguf run (a file's fp32 can be
+    gigabytes; a run of a sanitizer build takes a while to start)."""
     reader = GGUFReader(path)
     counts = {}
-    for tensor in reader.tensors:
-        expected = quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
-        assert expected.size == tensor.n_elements
-        expected_path, got_path = os.path.join(out, "expected.bin"), os.path.join(out, "got.bin")
-        expected.tofile(expected_path)
-        subprocess.run([tpc_gguf, "dequant", path, tensor.name, got_path], check=True)
-        compare(got_path, expected_path, quiet=True)
-        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
-    os.remove(expected_path)
-    os.remove(got_path)
+    for start in range(0, len(reader.tensors), batch):
+        group = reader.tensors[start:start + batch]
+        command = [tpc_gguf, "dequant", path]
+        for tensor in group:
+            expected = quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
+            assert expected.size == tensor.n_elements
+            expected.tofile(os.path.join(out, f"{tensor.name}.expected.bin"))
+            command += [tensor.name, os.path.join(out, f"{tensor.name}.tpc.bin")]
+        subprocess.run(command, check=True)
+        for tensor in group:
+            compare(os.path.join(out, f"{tensor.name}.tpc.bin"), os.path.join(out, f"{tensor.name}.expected.bin"), quiet=True)
+            os.remove(os.path.join(out, f"{tensor.name}.tpc.bin"))
+            os.remove(os.path.join(out, f"{tensor.name}.expected.bin"))
+            counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
     print(f"{len(reader.tensors)} tensors equal:",
           ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
 

@@ -7,7 +7,8 @@
 with a tokenizer in CKPT, the token ids of sentences of 1 to 30 words drawn from SEED;
 without one, 1 to 30 random ids below the vocabulary. `reference` runs transformers' greedy
 generate (fp32, eager attention, eos disabled) on each request alone and writes one line a
-request as the engine writes its results: {"id", "token_ids", "finish_reason": "length"}.
+request as the engine writes its results: {"id", "token_ids", "finish_reason": "length"} (a
+request sent twice, the same prompt and length, is generated once).
 """
 import json
 import os
@@ -42,15 +43,19 @@ def requests(ckpt, count, seed):
 def reference(ckpt, path):
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
+    answers = {}  # a request sent twice is generated once
     for line in open(path):
         request = json.loads(line)
-        ids = torch.tensor([request["prompt_token_ids"]])
-        with torch.no_grad():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=request["max_tokens"],
-                                 min_new_tokens=request["max_tokens"], eos_token_id=None,
-                                 pad_token_id=0)
-        print(json.dumps({"id": request["id"], "token_ids": out[0, ids.shape[1]:].tolist(),
+        key = (tuple(request["prompt_token_ids"]), request["max_tokens"])
+        if key not in answers:
+            ids = torch.tensor([request["prompt_token_ids"]])
+            with torch.no_grad():
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                     max_new_tokens=request["max_tokens"],
+                                     min_new_tokens=request["max_tokens"], eos_token_id=None,
+                                     pad_token_id=0)
+            answers[key] = out[0, ids.shape[1]:].tolist()
+        print(json.dumps({"id": request["id"], "token_ids": answers[key],
                           "finish_reason": "length"}))
 
 
