@@ -1675,7 +1675,12 @@ TEST(Failure, DeviceErrorsAreNeverAPeers) {
   EXPECT_EQ(describeFailure(other, true, "lost rank 1 (process 7 is gone)", "llama",
                             "decode step 2"),
             "lost rank 1 (process 7 is gone); a collective of decode step 2 failed: the "
-            "forward: no answer");
+            "forward: no answer");  // What the collective says of the peer is said once.
+  std::runtime_error repeated("shared-memory collective: rank 1 stopped: no weight 'x'");
+  EXPECT_EQ(describeFailure(repeated, true, "rank 1 stopped: no weight 'x'", "llama",
+                            "the prefill"),
+            "rank 1 stopped: no weight 'x'; a collective of the prefill failed (shared-memory "
+            "collective)");
 }
 
 // --timeout bounds a wait only where peers could hold it up: a rank alone waits for its own

@@ -28,7 +28,7 @@ struct RequestError : std::runtime_error {
 /// prefill", "decode step 3") say what was running. A DeviceError is the device's and a
 /// RequestError the request's, whatever the tp; with `peers`, anything else is a collective
 /// that lost one (`lost`, from Comm::lostPeers, names it when it can); a rank alone has no
-/// peer to blame.
+/// peer to blame. What `e` repeats of `lost` is said once.
 std::string describeFailure(const std::exception &e, bool peers, const std::string &lost,
                             const std::string &model, const std::string &phase);
 
