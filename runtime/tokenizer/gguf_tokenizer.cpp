@@ -14,7 +14,8 @@
 //  - transformers picks the converter by general.architecture, not by tokenizer.ggml.model,
 //    and for a "gpt2" (byte-level) vocabulary under the llama architecture (Llama 3, SmolLM2)
 //    pre-tokenizes with GPT-2's regex (the ByteLevel pre-tokenizer's), whatever
-//    tokenizer.ggml.pre names; llama.cpp uses the regex of that pre-tokenizer type.
+//    tokenizer.ggml.pre names. There tpc takes the patterns llama.cpp takes for that name
+//    (llamaCppPres), as the model's own tokenizer does; GPT-2's only for a name it lacks.
 //  - transformers adds no BOS or EOS when encoding: it reads neither
 //    tokenizer.ggml.add_bos_token nor add_eos_token; llama.cpp adds what they say.
 //  - only tokens of type 3 (control) become special tokens in transformers; llama.cpp also
@@ -85,6 +86,7 @@ struct GgufVocabulary {
   std::optional<bool> addSpacePrefix; // each converter has its own default
   std::optional<bool> addBos, addEos;  // read for llama.cpp's SentencePiece only
   std::string name;                    // general.name
+  std::string pre;                     // tokenizer.ggml.pre, "" when absent
 };
 
 /// An optional token id: absent, or an integer naming one of the tokens.
@@ -228,6 +230,8 @@ GgufVocabulary readVocabulary(const GgufFile &file, const TokenizerLimits &limit
                     "' under architecture '" + v.architecture +
                     "' (tpc reads 'llama', SentencePiece, there)");
   file.getString("general.name", v.name, error);
+  if (file.find("tokenizer.ggml.pre") && !file.getString("tokenizer.ggml.pre", v.pre, error))
+    throw GgufError(error);
 
   if (!file.getStrings("tokenizer.ggml.tokens", v.tokens, error))
     throw GgufError(error);
@@ -394,6 +398,108 @@ void addSpecial(json &tok, const std::string &content, bool special = true) {
 
 /// tokenizer.json and tokenizer_config.json as GGUFLlamaConverter and LlamaTokenizer leave
 /// them.
+/// How llama.cpp b11434 pre-tokenizes a byte-level ("gpt2") vocabulary, by the name that
+/// tokenizer.ggml.pre gives (llama-vocab.cpp): its patterns, each applied in turn to the pieces
+/// the ones before it cut (matches and what lies between both kept, tokenizers' Split with
+/// "Isolated"), and whether a piece that is a whole token skips the merges. The patterns are
+/// the models' own tokenizer.json ones, as llama.cpp spells them (case-insensitive contractions
+/// written out; GPT-4o's and Tekken's cases through lookaheads). Only the pre-tokenizers of the
+/// architectures tpc runs are here.
+struct LlamaCppPre {
+  std::vector<std::string> names;
+  std::vector<const char *> patterns;
+  bool ignoreMerges = false;
+};
+
+const char *const kGpt2 =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+const char *const kLlama3 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char *const kQwen2 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|)"
+    R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char *const kCjk = R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
+
+const std::vector<LlamaCppPre> &llamaCppPres() {
+  static const std::vector<LlamaCppPre> table = {
+      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+        "jina-v5-nano"},
+       {kLlama3},
+       true},
+      {{"dbrx", "smaug-bpe"}, {kLlama3}, false},
+      {{"gpt-2", "phi-2", "olmo", "mpt"}, {kGpt2}, false},
+      {{"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"},
+       {R"(\p{N})", kGpt2},
+       false},
+      {{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"}, {kQwen2}, false},
+      {{"deepseek-llm"},
+       {"[\r\n]",
+        R"(\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293})"
+        R"(\x{295}-\x{2AF}\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386})"
+        R"(\x{388}-\x{38A})"
+        R"(\x{38C}\x{38E}-\x{3A1}\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556})"
+        R"(\x{10A0}-\x{10C5}\x{13A0}-\x{13F5}\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF})"
+        R"(\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A}\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D})"
+        R"(\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}\x{1F5D})"
+        R"(\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4})"
+        R"(\x{1FC6}-\x{1FCC}\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4})"
+        R"(\x{1FF6}-\x{1FFC}\x{2102}\x{2107}\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D})"
+        R"(\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134}\x{2139}\x{213C}-\x{213F})"
+        R"(\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4})"
+        R"(\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F})"
+        R"(\x{A771}-\x{A787}\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17})"
+        R"(\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}\x{10400}-\x{1044F}\x{104B0}-\x{104D3})"
+        R"(\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}\x{118A0}-\x{118DF})"
+        R"(\x{1E900}-\x{1E943}]+)",
+        R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)",
+        R"(\s+$)",
+        kCjk, R"(\p{N}+)"},
+       false},
+      {{"deepseek-coder"},
+       {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kCjk, R"(\p{N})"},
+       false},
+      {{"deepseek-v3"},
+       {R"(\p{N}{1,3})", R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)",
+        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|)"
+        R"( ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       false},
+      {{"gpt-4o", "llama4"},
+       {R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+)"
+        R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)"
+        R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*)"
+        R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)"
+        R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       false},
+      {{"tekken"},
+       {R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|)"
+        R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|)"
+        R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       true},
+  };
+  return table;
+}
+
+/// llama.cpp's pre-tokenizer of the name `pre`; null for one this table lacks.
+const LlamaCppPre *llamaCppPre(const std::string &pre) {
+  for (const LlamaCppPre &p : llamaCppPres())
+    if (std::find(p.names.begin(), p.names.end(), pre) != p.names.end())
+      return &p;
+  return nullptr;
+}
+
+/// The Sequence of Splits and byte-level mapping that pre-tokenizes as `p` does.
+json llamaCppPreTokenizer(const LlamaCppPre &p) {
+  json steps = json::array();
+  for (const char *pattern : p.patterns)
+    steps.push_back({{"type", "Split"},
+                     {"pattern", {{"Regex", pattern}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}});
+  steps.push_back(byteLevel(false, false, false));
+  return {{"type", "Sequence"}, {"pretokenizers", std::move(steps)}};
+}
+
 void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok, json &cfg) {
   bool llama3 = v.model != "llama";
   bool addPrefixSpace = v.addSpacePrefix.value_or(true);
@@ -425,7 +531,15 @@ void llamaJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok
 
   if (llama3) {
     tok["normalizer"] = nullptr;
-    tok["pre_tokenizer"] = byteLevel(false, false, true);
+    // Where llama.cpp knows the pre-tokenizer the file names, its patterns (transformers
+    // 5.17 takes GPT-2's whatever the name: Llama 3's digits, grouped in threes, would come
+    // out whole); else GPT-2's, as transformers.
+    if (const LlamaCppPre *pre = llamaCppPre(v.pre)) {
+      tok["pre_tokenizer"] = llamaCppPreTokenizer(*pre);
+      tok["model"]["ignore_merges"] = pre->ignoreMerges;
+    } else {
+      tok["pre_tokenizer"] = byteLevel(false, false, true);
+    }
   } else {
     // LlamaConverter's legacy normalizer: the file sets no "legacy", which it reads as true.
     json normalizers = json::array();

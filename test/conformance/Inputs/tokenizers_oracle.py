@@ -285,9 +285,12 @@ def make_gguf(out):
     tokens = [t for t, _ in sorted(llama3["model"]["vocab"].items(), key=lambda kv: kv[1])]
     types = [gguf.TokenType.CONTROL if t.startswith("<|") else gguf.TokenType.NORMAL
              for t in tokens]
+    # Pre-tokenized with GPT-2's pattern, which transformers takes whatever the name says: a
+    # name llama.cpp reads another way ("llama-bpe") tpc reads llama.cpp's way
+    # (tokenizers-llama-cpp-vocabs.test).
     write_gguf(os.path.join(out, "llama3.gguf"), tokens, types, model="gpt2",
                merges=[" ".join(m) for m in llama3["model"]["merges"]],
-               extra={"add_bos_token_id": 0, "add_eos_token_id": 2, "add_tokenizer_pre": "llama-bpe"})
+               extra={"add_bos_token_id": 0, "add_eos_token_id": 2, "add_tokenizer_pre": "gpt-2"})
 
     # Qwen2.5-Instruct's metadata as llama.cpp's converter writes it: bos and padding
     # <|endoftext|>, eos <|im_end|>, add_bos_token false, and a ChatML template.
