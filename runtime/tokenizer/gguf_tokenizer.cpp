@@ -180,6 +180,12 @@ std::string converterOf(const GgufFile &file, const std::string &arch, std::stri
   // SentencePiece's way, and llama-tokenize is the oracle.
   if (arch == "gemma" || arch == "gemma2" || arch == "gemma3" || arch == "phi3")
     return "spm";
+  // Architectures of tpc's whose GGUF tokenizer transformers 5.17 does not build (no
+  // converter): their byte-level vocabularies are read as llama.cpp reads them (bpeJson), and
+  // llama-tokenize is the oracle.
+  if (arch == "olmo2" || arch == "smollm3" || arch == "gpt-oss" || arch == "deepseek2" ||
+      arch == "llama4")
+    return "bpe";
   static const std::set<std::string> unigram = {"t5", "t5encoder", "umt5", "gemma4"};
   // GGUFQwen2Converter too, but qwen35's special tokens come from the file's ids
   // (get_gguf_tokenizer, Qwen3_5Tokenizer) and minimax_m2's are TokenizersBackend's <s>, </s>.
@@ -188,8 +194,8 @@ std::string converterOf(const GgufFile &file, const std::string &arch, std::stri
   static const std::set<std::string> otherConverter = {
       "bloom", "falcon", "stablelm", "gpt2", "starcoder2", "mamba", "nemotron"};
   const char *const read = "tpc reads the tokenizer of GGUF files of architecture llama (and "
-                           "deci), qwen2, qwen2moe, qwen3, qwen3moe, gemma, gemma2, gemma3 and "
-                           "phi3 only, not of '";
+                           "deci), qwen2, qwen2moe, qwen3, qwen3moe, gemma, gemma2, gemma3, "
+                           "phi3, olmo2, smollm3, gpt-oss, deepseek2 and llama4 only, not of '";
   if (unigram.count(arch))
     why = "transformers builds a Unigram tokenizer for architecture '" + arch +
           "' (tpc reads BPE tokenizers only)";
@@ -225,6 +231,10 @@ GgufVocabulary readVocabulary(const GgufFile &file, const TokenizerLimits &limit
   if (v.converter == "qwen2" && v.model != "gpt2")
     throw GgufError(v.prefix + "tokenizer.ggml.model: '" + v.model + "' under architecture '" +
                     v.architecture + "' (tpc reads 'gpt2', byte-level BPE, there)");
+  if (v.converter == "bpe" && v.model != "gpt2")
+    throw GgufError(v.prefix + "tokenizer.ggml.model: '" + v.model.substr(0, 64) +
+                    "' under architecture '" + v.architecture +
+                    "' (tpc reads 'gpt2', byte-level BPE, there)");
   if (v.converter == "spm" && v.model != "llama")
     throw GgufError(v.prefix + "tokenizer.ggml.model: '" + v.model.substr(0, 64) +
                     "' under architecture '" + v.architecture +
@@ -409,6 +419,7 @@ struct LlamaCppPre {
   std::vector<std::string> names;
   std::vector<const char *> patterns;
   bool ignoreMerges = false;
+  bool addBos = false; // llama.cpp's default where the file has no add_bos_token
 };
 
 const char *const kGpt2 =
@@ -426,6 +437,7 @@ const std::vector<LlamaCppPre> &llamaCppPres() {
       {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
         "jina-v5-nano"},
        {kLlama3},
+       true,
        true},
       {{"dbrx", "smaug-bpe"}, {kLlama3}, false},
       {{"gpt-2", "phi-2", "olmo", "mpt"}, {kGpt2}, false},
@@ -475,6 +487,7 @@ const std::vector<LlamaCppPre> &llamaCppPres() {
        {R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|)"
         R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|)"
         R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       true,
        true},
   };
   return table;
@@ -681,6 +694,63 @@ void spmJson(const GgufVocabulary &v, json &tok, json &cfg) {
   cfg["unk_token"] = unk ? json(v.tokens[*unk]) : json(nullptr);
 }
 
+/// tokenizer.json and tokenizer_config.json for a byte-level vocabulary read as llama.cpp
+/// reads it: the pre-tokenizer tokenizer.ggml.pre names (llamaCppPres; a name tpc does not
+/// know is refused), control, user-defined and unknown tokens cut out of the text first (the
+/// user-defined ones shown when decoding, as llama.cpp's token_to_piece does), and BOS and EOS
+/// added as add_bos_token and add_eos_token say (without them, llama.cpp's defaults: BOS for
+/// Llama 3's and Tekken's pre-tokenizers, no EOS).
+void bpeJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok, json &cfg) {
+  const LlamaCppPre *pre = llamaCppPre(v.pre);
+  if (!pre)
+    throw GgufError(v.prefix + "tokenizer.ggml.pre: " +
+                    (v.pre.empty() ? std::string("none")
+                                   : "'" + v.pre.substr(0, 64) + "'") +
+                    ", a pre-tokenizer tpc does not know for architecture '" + v.architecture +
+                    "' (it reads llama.cpp's for llama-bpe, gpt-2, olmo, smollm, qwen2, "
+                    "deepseek-llm, deepseek-coder, deepseek-v3, gpt-4o, llama4, tekken and "
+                    "their aliases)");
+  tok = json::object();
+  tok["model"] = bpeModel(v, false, mergesOf(v, limits));
+  tok["model"]["ignore_merges"] = pre->ignoreMerges;
+  if (v.unk)
+    tok["model"]["unk_token"] = v.tokens[*v.unk];
+  tok["added_tokens"] = json::array();
+  for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i)
+    if (cutOut(v.tokenTypes[i]))
+      addSpecial(tok, v.tokens[i], v.tokenTypes[i] != kUserDefined);
+  tok["normalizer"] = nullptr;
+  tok["pre_tokenizer"] = llamaCppPreTokenizer(*pre);
+  tok["decoder"] = byteLevel(true, true, true);
+  bool addBos = v.addBos.value_or(pre->addBos), addEos = v.addEos.value_or(false);
+  if (addBos && !v.bos)
+    throw GgufError(v.prefix + "BOS is to be added (tokenizer.ggml.add_bos_token, or llama.cpp's "
+                               "default for '" + v.pre + "'), but there is no "
+                               "tokenizer.ggml.bos_token_id");
+  if (addEos && !v.eos)
+    throw GgufError(v.prefix + "tokenizer.ggml.add_eos_token: EOS is to be added, but there is "
+                               "no tokenizer.ggml.eos_token_id");
+  json single = json::array(), specials = json::object();
+  auto special = [&](int64_t id) {
+    const std::string &name = v.tokens[size_t(id)];
+    single.push_back({{"SpecialToken", {{"id", name}, {"type_id", 0}}}});
+    specials[name] = {
+        {"id", name}, {"ids", json::array({uint64_t(id)})}, {"tokens", json::array({name})}};
+  };
+  if (addBos)
+    special(*v.bos);
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  if (addEos)
+    special(*v.eos);
+  tok["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", std::move(single)},
+                           {"special_tokens", std::move(specials)}};
+  cfg = json::object();
+  cfg["bos_token"] = v.bos ? json(v.tokens[*v.bos]) : json(nullptr);
+  cfg["eos_token"] = v.eos ? json(v.tokens[*v.eos]) : json(nullptr);
+  cfg["unk_token"] = v.unk ? json(v.tokens[*v.unk]) : json(nullptr);
+}
+
 /// tokenizer.json and tokenizer_config.json as GGUFQwen2Converter (Qwen2Converter.converted)
 /// and Qwen2Tokenizer leave them.
 void qwenJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok, json &cfg) {
@@ -746,6 +816,10 @@ std::unique_ptr<Tokenizer> Tokenizer::fromGguf(const GgufFile &file, std::string
     } else if (v.converter == "qwen2") {
       source.addedTokens = prefix + ": GGUFQwen2Converter's special tokens";
       qwenJson(v, limits, tok, cfg);
+    } else if (v.converter == "bpe") {
+      source.addedTokens = prefix + ": tokenizer.ggml.token_type's control, user-defined and "
+                                    "unknown tokens";
+      bpeJson(v, limits, tok, cfg);
     } else {
       llamaJson(v, limits, tok, cfg);
     }

@@ -174,6 +174,36 @@ TEST(GgufTokenizer, ReadsAByteLevelVocabulary) {
   EXPECT_EQ(*source, "{{ bos_token }}{{ messages[0].content }}");
 }
 
+// A byte-level vocabulary of an architecture transformers builds no tokenizer for, read as
+// llama.cpp reads it: the named pre-tokenizer, control tokens cut out, BOS added as the file
+// says (Llama 3's pre-tokenizer adds it by default), decoded byte-level.
+TEST(GgufTokenizer, ReadsOtherArchitecturesByteLevelVocabulariesAsLlamaCppDoes) {
+  std::map<std::string, Value> metadata = validGpt2();
+  metadata["general.architecture"] = str("smollm3");
+  metadata["tokenizer.ggml.pre"] = str("llama-bpe");
+  std::string error;
+  std::unique_ptr<GgufFile> file = GgufFile::open(write(metadata, "smollm3"), error);
+  ASSERT_NE(file, nullptr) << error;
+  std::unique_ptr<Tokenizer> tok = Tokenizer::fromGguf(*file, error);
+  ASSERT_NE(tok, nullptr) << error;
+  auto ids = tok->encode("ab<s>a", true, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{3, 2, 3, 0})); // BOS, then <s> cut out
+  ids = tok->encode("ab<s>a", false, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{2, 3, 0}));
+  EXPECT_EQ(tok->decode({3, 2, 0}, true), "aba");
+
+  metadata["tokenizer.ggml.add_bos_token"] = boolean(false);
+  file = GgufFile::open(write(metadata, "smollm3-no-bos"), error);
+  ASSERT_NE(file, nullptr) << error;
+  tok = Tokenizer::fromGguf(*file, error);
+  ASSERT_NE(tok, nullptr) << error;
+  ids = tok->encode("ab", true, error);
+  ASSERT_TRUE(ids) << error;
+  EXPECT_EQ(*ids, (std::vector<int64_t>{2}));
+}
+
 TEST(GgufTokenizer, BuildsMergesFromScores) {
   std::string error;
   std::unique_ptr<GgufFile> file = GgufFile::open(write(validLlama(), "llama"), error);
@@ -248,6 +278,30 @@ TEST(GgufTokenizer, RefusesHostileMetadata) {
       {"space-prefix-not-bool",
        [](auto &m) { m["tokenizer.ggml.add_space_prefix"] = u32(1); },
        {"'tokenizer.ggml.add_space_prefix'"}},
+      // Read as llama.cpp reads them: the pre-tokenizer named must be one tpc knows, and a
+      // BOS to be added must be there.
+      {"olmo2-no-pre", [](auto &m) { m["general.architecture"] = str("olmo2"); },
+       {"tokenizer.ggml.pre: none", "'olmo2'", "llama-bpe"}},
+      {"deepseek2-unknown-pre",
+       [](auto &m) {
+         m["general.architecture"] = str("deepseek2");
+         m["tokenizer.ggml.pre"] = str("chatglm-bpe");
+       },
+       {"tokenizer.ggml.pre: 'chatglm-bpe'", "does not know"}},
+      {"llama4-bos-missing",
+       [](auto &m) {
+         m["general.architecture"] = str("llama4");
+         m["tokenizer.ggml.pre"] = str("llama4");
+         m["tokenizer.ggml.add_bos_token"] = boolean(true);
+         m.erase("tokenizer.ggml.bos_token_id");
+       },
+       {"BOS is to be added", "no tokenizer.ggml.bos_token_id"}},
+      {"gpt-oss-spm",
+       [](auto &m) {
+         m["general.architecture"] = str("gpt-oss");
+         m["tokenizer.ggml.model"] = str("llama");
+       },
+       {"tokenizer.ggml.model: 'llama' under architecture 'gpt-oss'", "byte-level"}},
   };
   for (const Case &c : cases) {
     std::map<std::string, Value> metadata = validGpt2();
