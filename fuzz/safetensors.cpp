@@ -6,6 +6,7 @@
 #include "tpcrt/weights.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <sys/stat.h>
@@ -14,11 +15,27 @@
 
 namespace {
 
+/// The files the fuzzer writes into its directory, which goes when the process exits.
+const char *const kFiles[] = {"/a.safetensors", "/x.safetensors", "/model.safetensors.index.json"};
+
+std::string &made() {
+  static std::string dir;
+  return dir;
+}
+
+void removeDirectory() {
+  for (const char *file : kFiles)
+    unlink((made() + file).c_str());
+  rmdir(made().c_str());
+}
+
 std::string directory() {
   static const std::string dir = [] {
     std::string d = (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") +
                     std::string("/tpc-fuzz-ckpt-") + std::to_string(getpid());
     mkdir(d.c_str(), 0700);
+    made() = d;
+    std::atexit(removeDirectory);
     std::string error;
     if (!tpcrt::writeRandomCheckpoint(d + "/a.safetensors", 1, {{"w", {4, 6}}, {"b", {6}}},
                                       /*bf16=*/true, error))
