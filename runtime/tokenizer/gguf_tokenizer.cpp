@@ -668,6 +668,16 @@ std::shared_ptr<tokenizer_detail::SentencePieceEncoder> spmEncoder(const GgufVoc
   return e;
 }
 
+/// The added tokens of a vocabulary read as llama.cpp reads it: the tokens it cuts out of the
+/// text first, user-defined ones shown when decoding (as llama.cpp's token_to_piece does) and
+/// the others special.
+void addCutOutTokens(const GgufVocabulary &v, json &tok) {
+  tok["added_tokens"] = json::array();
+  for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i)
+    if (cutOut(v.tokenTypes[i]))
+      addSpecial(tok, v.tokens[i], v.tokenTypes[i] != kUserDefined);
+}
+
 /// tokenizer.json and tokenizer_config.json for what decodes a vocabulary llama.cpp's
 /// SentencePiece encoding encodes (the encoding itself is spmEncoder's): its tokens with byte
 /// fallback, control and unknown tokens special (skipped where asked), user-defined ones shown
@@ -680,10 +690,7 @@ void spmJson(const GgufVocabulary &v, json &tok, json &cfg) {
   tok["model"] = bpeModel(v, true, {});
   if (unk)
     tok["model"]["unk_token"] = v.tokens[*unk];
-  tok["added_tokens"] = json::array();
-  for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i)
-    if (cutOut(v.tokenTypes[i]))
-      addSpecial(tok, v.tokens[i], v.tokenTypes[i] != kUserDefined);
+  addCutOutTokens(v, tok);
   tok["normalizer"] = nullptr;
   tok["pre_tokenizer"] = nullptr;
   tok["decoder"] = sentencePieceDecoder(false, addPrefixSpace);
@@ -715,10 +722,7 @@ void bpeJson(const GgufVocabulary &v, const TokenizerLimits &limits, json &tok, 
   tok["model"]["ignore_merges"] = pre->ignoreMerges;
   if (v.unk)
     tok["model"]["unk_token"] = v.tokens[*v.unk];
-  tok["added_tokens"] = json::array();
-  for (size_t i = 0; i < v.tokens.size() && v.hasTokenTypes; ++i)
-    if (cutOut(v.tokenTypes[i]))
-      addSpecial(tok, v.tokens[i], v.tokenTypes[i] != kUserDefined);
+  addCutOutTokens(v, tok);
   tok["normalizer"] = nullptr;
   tok["pre_tokenizer"] = llamaCppPreTokenizer(*pre);
   tok["decoder"] = byteLevel(true, true, true);
