@@ -39,6 +39,17 @@ if supported:
 else:
     lit_config.warning("no per-test timeout: " + why)
 
+# A CPU with AVX-512 F and BW, where the CPU kernels' AVX-512 variants run (and the float
+# kernels' walks of W are chosen by timing): REQUIRES: avx512, or %if avx512.
+try:
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line.split(":", 1)[1].split() for line in cpuinfo
+                      if line.startswith("flags")), [])
+    if "avx512f" in flags and "avx512bw" in flags:
+        config.available_features.add("avx512")
+except OSError:
+    pass
+
 # torchrun, from the test venv scripts/venv.sh makes (TPC_VENV): tests that need it say
 # REQUIRES: torchrun.
 venv = os.environ.get("TPC_VENV", os.path.expanduser("~/.cache/tpc-venv"))

@@ -260,6 +260,7 @@ public:
     return true;
   }
   std::string describe() const override { return "CPU: " + matrixKernels(); }
+  std::string describeChoices() const override { return kernelChoices(); }
 
 private:
   ForwardFn forwardFn, sequenceParallelFn;
@@ -302,6 +303,18 @@ int runModel(ModelSpec *spec, int argc, char **argv) {
   // Before anything else (no thread, no connection yet): OpenBLAS on the kernels this CPU
   // runs best, which may execute the program again (tpcrt/cpu/blas.h).
   cpu::chooseBlasCore(argv);
+  // TPC_FLOAT_WALK pins how the float matrix-vector kernels walk W instead of timing them
+  // (for benchmarks: every walk gives the same bits).
+  if (const char *walk = std::getenv("TPC_FLOAT_WALK"); walk && *walk) {
+    char *end = nullptr;
+    long n = std::strtol(walk, &end, 10);
+    if (*end != '\0' || n < 0 || n >= cpu::detail::floatWalks()) {
+      std::fprintf(stderr, "error: TPC_FLOAT_WALK must be a walk from 0 to %d, not '%s'\n",
+                   cpu::detail::floatWalks() - 1, walk);
+      return 2;
+    }
+    cpu::detail::forceFloatWalk(int(n));
+  }
   // The process's one backend. A rank that stops (Context::fail) calls exit from inside a
   // forward; exit's destructors then free these buffers, which nothing reads after.
   std::vector<ForwardFn> stages = cpu::forwards().stages;

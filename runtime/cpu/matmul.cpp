@@ -11,6 +11,7 @@
 // fp32 weights.
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/cpu/blas.h"
+#include "tpcrt/cpu/choice.h"
 
 #include "int8.h"
 #include "rows.h"
@@ -19,8 +20,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -896,24 +900,26 @@ template <DType T> TPC_AVX512 inline __m512 load16Wide(const void *row, int64_t 
   }
 }
 
-/// kRows (1 or 2) rows of W of T from `rows` times kX rows of x, sixteen columns a step: each
-/// pair of a row of W and a row of x is its own chain of FMAs in sixteen lanes, in column
-/// order, then reduced and the columns past the last sixteen added one by one; so a pair's
-/// sum is the same whatever kX, and a batch's rows get the one-row product's values bit for
-/// bit. The next rows are prefetched at the pace these are read.
-template <DType T, int64_t kRows, int64_t kX>
+/// kRows (1, 2 or 4) rows of W of T from `rows` times kX rows of x, sixteen columns a step:
+/// each pair of a row of W and a row of x is its own chain of FMAs in sixteen lanes, in
+/// column order, then reduced and the columns past the last sixteen added one by one; so a
+/// pair's sum is the same whatever kX and kRows, and a batch's rows get the one-row product's
+/// values bit for bit. With kPrefetch the next rows (from `next`, before `last`) are
+/// prefetched at the pace these are read. totals[j kRows + k]: row k of W times row j of x.
+template <DType T, int64_t kRows, int64_t kX, bool kPrefetch>
 TPC_AVX512 inline void rows512(const char *rows, size_t rowBytes, const float *const *x,
                                int64_t in, int64_t blocked, const char *next, const char *last,
-                               float totals[][2]) {
+                               float *totals) {
   constexpr int64_t kLines = kRows * int64_t(sizeof(float)) * 16 / 64 / (T == DType::F32 ? 1 : 2);
   __m512 acc[kX][kRows];
   for (int64_t j = 0; j < kX; ++j)
     for (int64_t k = 0; k < kRows; ++k)
       acc[j][k] = _mm512_setzero_ps();
   for (int64_t c = 0; c < blocked; c += 16) {
-    for (int64_t line = 0; line < std::max<int64_t>(kLines, 1); ++line, next += 64)
-      if (next < last)
-        _mm_prefetch(next, _MM_HINT_T0);
+    if constexpr (kPrefetch)
+      for (int64_t line = 0; line < std::max<int64_t>(kLines, 1); ++line, next += 64)
+        if (next < last)
+          _mm_prefetch(next, _MM_HINT_T0);
     __m512 wide[kRows];
     for (int64_t k = 0; k < kRows; ++k)
       wide[k] = load16Wide<T>(rows + k * rowBytes, c);
@@ -928,13 +934,14 @@ TPC_AVX512 inline void rows512(const char *rows, size_t rowBytes, const float *c
       float total = _mm512_reduce_add_ps(acc[j][k]);
       for (int64_t c = blocked; c < in; ++c)
         total += elementAt(rows + k * rowBytes, T, c) * x[j][c];
-      totals[j][k] = total;
+      totals[j * kRows + k] = total;
     }
 }
 
-/// Y = X W^T (+ bias) for kX rows of X with AVX-512: W two rows at a time, streamed from
-/// memory once, each pair of rows meeting every row of x while in registers (rows512).
-template <DType T, int64_t kX>
+/// Y = X W^T (+ bias) for kX rows of X with AVX-512: W kRows rows at a time, streamed from
+/// memory once, each group of rows meeting every row of x while in registers (rows512); the
+/// rows left over one at a time.
+template <DType T, int64_t kX, int64_t kRows, bool kPrefetch>
 TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
                         const float *bias, float *y, int64_t ldy) {
   const size_t rowBytes = size_t(in) * dtypeBytes(T);
@@ -943,52 +950,130 @@ TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
   const float *xs[kX];
   for (int64_t j = 0; j < kX; ++j)
     xs[j] = x + j * in;
-  float totals[kX][2];
+  float totals[kX * kRows];
   auto store = [&](int64_t r, int64_t rows) {
     for (int64_t j = 0; j < kX; ++j)
       for (int64_t k = 0; k < rows; ++k)
-        y[j * ldy + r + k] = bias ? totals[j][k] + bias[r + k] : totals[j][k];
+        y[j * ldy + r + k] = bias ? totals[j * rows + k] + bias[r + k] : totals[j * rows + k];
   };
   int64_t r = 0;
-  for (; r + 2 <= out; r += 2) {
+  for (; r + kRows <= out; r += kRows) {
     const char *rows = base + size_t(r) * rowBytes;
-    rows512<T, 2, kX>(rows, rowBytes, xs, in, blocked, rows + 2 * rowBytes, last, totals);
-    store(r, 2);
+    rows512<T, kRows, kX, kPrefetch>(rows, rowBytes, xs, in, blocked, rows + kRows * rowBytes,
+                                     last, totals);
+    store(r, kRows);
   }
-  if (r < out) {
-    rows512<T, 1, kX>(base + size_t(r) * rowBytes, rowBytes, xs, in, blocked, last, last,
-                      totals);
+  for (; r < out; ++r) {
+    rows512<T, 1, kX, false>(base + size_t(r) * rowBytes, rowBytes, xs, in, blocked, last, last,
+                             totals);
     store(r, 1);
   }
 }
 
-/// gemv512 for `count` (1 to kBatchedGemvRows) rows of x; row j of the result at y + j ldy
-/// (default: out).
+/// The ways gemv512 may walk W, all giving the same bits (rows512): how many rows of W at
+/// once and whether the next ones are prefetched. Variant 0 is the default (what was measured
+/// fastest on a Sapphire Rapids core, bench/results/matmul.txt); the first kBatchWalks serve
+/// 2 to 8 rows of x (four rows of W for eight of x would need more than the 32 registers).
+struct Walk {
+  int64_t rows;
+  bool prefetch;
+};
+constexpr Walk kWalks[] = {{2, true}, {1, true}, {2, false}, {1, false}, {4, true}, {4, false}};
+constexpr int kBatchWalks = 4;
+
+template <DType T, int64_t kX>
+TPC_AVX512 void gemv512Walk(int walk, const void *w, const float *x, int64_t out, int64_t in,
+                            const float *bias, float *y, int64_t ldy) {
+  static_assert(std::size(kWalks) == 6, "one case per walk");
+  switch (walk) {
+  case 1:
+    return gemv512<T, kX, 1, true>(w, x, out, in, bias, y, ldy);
+  case 2:
+    return gemv512<T, kX, 2, false>(w, x, out, in, bias, y, ldy);
+  case 3:
+    return gemv512<T, kX, 1, false>(w, x, out, in, bias, y, ldy);
+  case 4:
+    if constexpr (kX == 1)
+      return gemv512<T, kX, 4, true>(w, x, out, in, bias, y, ldy);
+    break;
+  case 5:
+    if constexpr (kX == 1)
+      return gemv512<T, kX, 4, false>(w, x, out, in, bias, y, ldy);
+    break;
+  default:
+    break;
+  }
+  gemv512<T, kX, 2, true>(w, x, out, in, bias, y, ldy);
+}
+
+/// gemv512 for `count` (1 to kBatchedGemvRows) rows of x, walking W as `walk` says (kWalks;
+/// one beyond kBatchWalks for one row only); row j of the result at y + j ldy (default: out).
 template <DType T>
-TPC_AVX512 void gemvWide(const void *w, const float *x, int64_t count, int64_t out, int64_t in,
-                         const float *bias, float *y, int64_t ldy = 0) {
+TPC_AVX512 void gemvWalk(int walk, const void *w, const float *x, int64_t count, int64_t out,
+                         int64_t in, const float *bias, float *y, int64_t ldy = 0) {
   static_assert(kBatchedGemvRows == 8, "one instantiation per row count");
   if (ldy == 0)
     ldy = out;
   switch (count) {
   case 1:
-    return gemv512<T, 1>(w, x, out, in, bias, y, ldy);
+    return gemv512Walk<T, 1>(walk, w, x, out, in, bias, y, ldy);
   case 2:
-    return gemv512<T, 2>(w, x, out, in, bias, y, ldy);
+    return gemv512Walk<T, 2>(walk, w, x, out, in, bias, y, ldy);
   case 3:
-    return gemv512<T, 3>(w, x, out, in, bias, y, ldy);
+    return gemv512Walk<T, 3>(walk, w, x, out, in, bias, y, ldy);
   case 4:
-    return gemv512<T, 4>(w, x, out, in, bias, y, ldy);
+    return gemv512Walk<T, 4>(walk, w, x, out, in, bias, y, ldy);
   case 5:
-    return gemv512<T, 5>(w, x, out, in, bias, y, ldy);
+    return gemv512Walk<T, 5>(walk, w, x, out, in, bias, y, ldy);
   case 6:
-    return gemv512<T, 6>(w, x, out, in, bias, y, ldy);
+    return gemv512Walk<T, 6>(walk, w, x, out, in, bias, y, ldy);
   case 7:
-    return gemv512<T, 7>(w, x, out, in, bias, y, ldy);
+    return gemv512Walk<T, 7>(walk, w, x, out, in, bias, y, ldy);
   default:
-    return gemv512<T, 8>(w, x, out, in, bias, y, ldy);
+    return gemv512Walk<T, 8>(walk, w, x, out, in, bias, y, ldy);
   }
 }
+/// The float types' walks of W, chosen per type and per kind of call (one row of x, or 2 to
+/// kBatchedGemvRows) by timing each on the process's first calls (KernelChoice): the walks
+/// give the same bits, so the choice is a speed and never an answer.
+constexpr int kWalkSamples = 24;
+struct WalkChoices {
+  std::mutex mutex;
+  KernelChoice one{int(std::size(kWalks)), kWalkSamples}, batch{kBatchWalks, kWalkSamples};
+  std::atomic<int> chosenOne{-1}, chosenBatch{-1}; // read without the lock once decided
+};
+WalkChoices &walkChoices(DType type) {
+  static WalkChoices choices[3]; // f32, bf16, f16
+  return choices[type == DType::F32 ? 0 : type == DType::BF16 ? 1 : 2];
+}
+std::atomic<int> forcedWalk{-1};
+
+/// gemvWalk with the walk chosen for T and `count`'s kind, timing the call while choosing.
+template <DType T> void gemvWide(const void *w, const float *x, int64_t count, int64_t out,
+                                 int64_t in, const float *bias, float *y) {
+  const bool batch = count > 1;
+  if (int forced = forcedWalk.load(std::memory_order_relaxed); forced >= 0)
+    return gemvWalk<T>(batch && forced >= kBatchWalks ? 0 : forced, w, x, count, out, in, bias,
+                       y);
+  WalkChoices &choices = walkChoices(T);
+  std::atomic<int> &chosen = batch ? choices.chosenBatch : choices.chosenOne;
+  if (int walk = chosen.load(std::memory_order_acquire); walk >= 0)
+    return gemvWalk<T>(walk, w, x, count, out, in, bias, y);
+  KernelChoice &choice = batch ? choices.batch : choices.one;
+  int walk;
+  {
+    std::lock_guard<std::mutex> lock(choices.mutex);
+    walk = choice.next();
+  }
+  auto start = std::chrono::steady_clock::now();
+  gemvWalk<T>(walk, w, x, count, out, in, bias, y);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(choices.mutex);
+  choice.record(walk, seconds, double(out) * double(in) * double(dtypeBytes(T)));
+  if (choice.decided())
+    chosen.store(choice.chosen(), std::memory_order_release);
+}
+
 /// Two eight-lane halves as one sixteen-lane vector, in element order.
 TPC_AVX512 inline __m512 join512(__m256 low, __m256 high) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)),
@@ -1222,6 +1307,20 @@ void widenFast(const void *in, DType type, float *out, size_t count) {
 namespace detail {
 void forceScalarKernels(bool scalar) { forcedScalar.store(scalar); }
 void forceAvx2Kernels(bool avx2) { forcedAvx2.store(avx2); }
+void forceFloatWalk(int walk) {
+#if defined(__x86_64__)
+  forcedWalk.store(walk >= 0 && walk < int(std::size(kWalks)) ? walk : -1);
+#else
+  (void)walk;
+#endif
+}
+int floatWalks() {
+#if defined(__x86_64__)
+  return int(std::size(kWalks));
+#else
+  return 1;
+#endif
+}
 bool avx512KernelsFor(DType type) {
   return vectorKernels(type) && (wideQuantizedKernels(type) || wideFloatKernels(type));
 }
@@ -1310,6 +1409,32 @@ bool embedding(Host, const int64_t *ids, int64_t tokens, Matrix table, int64_t r
       std::fill(row, row + width, 0.0f); // another rank's row: this summand is zero
   }
   return true;
+}
+
+std::string kernelChoices() {
+  std::string said;
+#if defined(__x86_64__)
+  const DType types[] = {DType::F32, DType::BF16, DType::F16};
+  for (DType type : types) {
+    WalkChoices &choices = walkChoices(type);
+    std::lock_guard<std::mutex> lock(choices.mutex);
+    for (bool batch : {false, true}) {
+      const KernelChoice &choice = batch ? choices.batch : choices.one;
+      if (!choice.decided())
+        continue;
+      const Walk &walk = kWalks[choice.chosen()];
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "%s%s, %s: W %lld row%s at a time%s (%.1f GB/s timed; the default %.1f)",
+                    said.empty() ? "" : "; ", dtypeName(type),
+                    batch ? "2 to 8 rows of x" : "one row of x", static_cast<long long>(walk.rows),
+                    walk.rows == 1 ? "" : "s", walk.prefetch ? ", the next prefetched" : "",
+                    choice.rate(choice.chosen()) / 1e9, choice.rate(0) / 1e9);
+      said += line;
+    }
+  }
+#endif
+  return said;
 }
 
 std::string matrixKernels() {

@@ -409,6 +409,9 @@ int runModel(const ModelSpec &spec, Backend &backend, int argc, char **argv) {
                                        generator.phase()));
   }
 
+  if (args.verbose && group->rank == 0)
+    if (std::string chose = backend.describeChoices(); !chose.empty())
+      std::fprintf(stderr, "tpc: kernels chosen by timing: %s\n", chose.c_str());
   int exitCode = 0;
   if (!args.dumpLogits.empty() && group->rank == 0 &&
       !writeLogits(args.dumpLogits, generator.logits()))

@@ -6,6 +6,7 @@
 // the CPU backend asks for; Llama 4's sigmoid router, experts fed the weighted input and
 // weightless norm against references written out here.
 #include "tpcrt/cpu/blas.h"
+#include "tpcrt/cpu/choice.h"
 #include "tpcrt/cpu/kernels.h"
 #include "tpcrt/dtype.h"
 
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <iterator>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -427,6 +429,95 @@ TEST(Linear, ABatchsRowsAreEachRowAloneBitForBit) {
                   << "row " << r << ", output " << o;
           }
         }
+}
+
+TEST(Linear, EveryWalkOfWGivesTheSameBits) {
+  // The float types' AVX-512 kernels walk W in several ways (rows of W at once, the next
+  // rows prefetched or not), one chosen by timing on the running CPU: each gives every
+  // output the same bits, so the choice never changes an answer. Shapes with tails of the
+  // one-, two- and four-row groups and of the sixteen-column steps; one to eight rows of x.
+  if (!detail::avx512KernelsFor(DType::F32))
+    GTEST_SKIP() << "no AVX-512 on this CPU: one walk only";
+  struct Shape {
+    int64_t out, in;
+  };
+  struct Unforced {
+    ~Unforced() { detail::forceFloatWalk(-1); }
+  } unforced;
+  ASSERT_GE(detail::floatWalks(), 6);
+  for (DType type : {DType::F32, DType::BF16, DType::F16})
+    for (Shape shape : {Shape{13, 37}, Shape{64, 48}, Shape{21, 576}, Shape{7, 5}, Shape{6, 16}})
+      for (int64_t rows = 1; rows <= 8; ++rows) {
+        SCOPED_TRACE(std::string(dtypeName(type)) + " rows " + std::to_string(rows) + " out " +
+                     std::to_string(shape.out) + " in " + std::to_string(shape.in));
+        Weights w(type, size_t(shape.out * shape.in), unsigned(shape.out * 7 + rows));
+        std::vector<float> x = randomFloats(size_t(rows * shape.in), 8),
+                           bias = randomFloats(size_t(shape.out), 9);
+        std::vector<float> first(size_t(rows * shape.out), NAN);
+        detail::forceFloatWalk(0);
+        linear(Host{}, x.data(), rows, shape.in, w.matrix(), shape.out, bias.data(),
+               first.data());
+        for (int walk = 1; walk < detail::floatWalks(); ++walk) {
+          std::vector<float> y(size_t(rows * shape.out), NAN);
+          detail::forceFloatWalk(walk);
+          linear(Host{}, x.data(), rows, shape.in, w.matrix(), shape.out, bias.data(), y.data());
+          ASSERT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float)))
+              << "walk " << walk;
+        }
+      }
+}
+
+TEST(KernelChoice, TimesEachVariantInTurnThenKeepsTheFastest) {
+  KernelChoice choice(3, 8);
+  EXPECT_FALSE(choice.decided());
+  for (int call = 0; call < 24; ++call) {
+    int v = choice.next();
+    EXPECT_EQ(v, call % 3);
+    // Variant 2 reads 1 GB in 0.8 s, the others in 1 s; one of variant 2's calls was
+    // interrupted (10 s), which the slowest eighth of its eight calls, left out, does not
+    // count.
+    double seconds = v == 2 ? (call == 2 ? 10.0 : 0.8) : 1.0;
+    choice.record(v, seconds, 1e9);
+  }
+  ASSERT_TRUE(choice.decided());
+  EXPECT_EQ(choice.chosen(), 2);
+  EXPECT_EQ(choice.next(), 2);
+  EXPECT_NEAR(choice.rate(0), 1e9, 1);
+  EXPECT_NEAR(choice.rate(2), 1e9 / 0.8, 1e3);
+  choice.record(0, 1e-9, 1e9); // after the choice, nothing moves it
+  EXPECT_EQ(choice.chosen(), 2);
+}
+
+TEST(KernelChoice, TheDefaultStandsWithinTheMargin) {
+  // 2% faster is within the noise of a shared machine: the default (variant 0) stays.
+  KernelChoice choice(2, 8);
+  for (int call = 0; call < 16; ++call)
+    choice.record(call % 2, call % 2 ? 0.98 : 1.0, 1e9);
+  ASSERT_TRUE(choice.decided());
+  EXPECT_EQ(choice.chosen(), 0);
+  // Bytes count, not calls: variant 1's calls read twice as much in 1.5x the time.
+  KernelChoice bytes(2, 2);
+  for (int call = 0; call < 4; ++call)
+    bytes.record(call % 2, call % 2 ? 1.5 : 1.0, call % 2 ? 2e9 : 1e9);
+  EXPECT_EQ(bytes.chosen(), 1);
+}
+
+TEST(KernelChoice, IgnoresCallsThatSayNothing) {
+  KernelChoice choice(2, 1);
+  choice.record(5, 1.0, 1e9);  // no such variant
+  choice.record(-1, 1.0, 1e9);
+  choice.record(0, 0.0, 1e9);  // a clock that did not move
+  choice.record(0, NAN, 1e9);
+  choice.record(1, 1.0, 0.0);  // nothing read
+  EXPECT_FALSE(choice.decided());
+  EXPECT_EQ(choice.next(), 0);
+  EXPECT_EQ(choice.rate(0), 0.0);
+  choice.record(0, 1.0, 1e9);
+  choice.record(1, 2.0, 1e9);
+  EXPECT_EQ(choice.chosen(), 0);
+  EXPECT_TRUE(KernelChoice(1, 5).decided()); // one variant: nothing to time
+  EXPECT_THROW(KernelChoice(0, 1), std::invalid_argument);
+  EXPECT_THROW(KernelChoice(2, 0), std::invalid_argument);
 }
 
 TEST(Linear, QuantizedTypesMatchTheirWidenedWeights) {

@@ -166,6 +166,9 @@ public:
   virtual void releaseTransfers() {}
   /// How it computes, for --verbose: its kernels and libraries, as chosen on this machine.
   virtual std::string describe() const { return ""; }
+  /// What it chose while running (the CPU's kernels chosen by timing), for --verbose at the
+  /// end of a run; empty where nothing was.
+  virtual std::string describeChoices() const { return ""; }
   /// TPC_FAULT=device: makes the device fault on purpose, so that the forward under way
   /// fails with a device error. False where the backend has no device to fault.
   virtual bool injectFault() = 0;

@@ -67,6 +67,10 @@ void setInt8Activations(bool on);
 /// the BLAS behind the matrix products.
 std::string matrixKernels();
 
+/// What the float types' matrix-vector kernels chose by timing on this CPU (how they walk W;
+/// cpu/choice.h), for --verbose at the end of a run; empty before any choice.
+std::string kernelChoices();
+
 /// Switches for tests and benchmarks, not for programs.
 namespace detail {
 /// linear, embedding and a decode step's attention without the AVX2 and AVX-512 kernels (as on
@@ -76,6 +80,11 @@ void forceScalarKernels(bool scalar);
 bool vectorKernelsFor(DType type);
 /// The linears and a decode step's attention without AVX-512 while `avx2`.
 void forceAvx2Kernels(bool avx2);
+/// The float types' AVX-512 matrix-vector kernels walk W as walk `walk` (0 to floatWalks() - 1;
+/// for 2 to 8 rows of x, a one-row-only walk runs as walk 0) instead of as timing chose; -1:
+/// as timing chose. Every walk gives the same bits.
+void forceFloatWalk(int walk);
+int floatWalks();
 /// Whether the one-row linear reads a W of `type` with AVX-512 now (the float types and the block
 /// types but Q4_1, on a CPU with AVX-512 F and BW).
 bool avx512KernelsFor(DType type);
