@@ -1,9 +1,19 @@
 // The machine's read bandwidth, as a decode step sees it: each of THREADS threads, pinned to
-// its own CPU, streams its own 256 MiB buffer (first touched by that thread) with vector
-// loads into a sum; bytes read by all threads over the wall time from a common start to the
-// last thread's end. Best of RUNS. Built by bench/vs_transformers.sh with -O3 -march=native.
+// its own CPU, streams its own 256 MiB buffer (first touched by that thread) into sums; bytes
+// read by all threads over the wall time from the first thread's start to the last one's end.
 //
-//   read_bandwidth THREADS [RUNS]      prints "read bandwidth, T threads: X GB/s (best of R)"
+// The floor an engine is measured against must be the best read the CPU can make, or a good
+// kernel runs "under" it (llama.cpp's f32 decode once ran at 0.79x of this program's floor on
+// a Zen 5 core, when it read with one stream of 32-byte loads). So each run tries every way
+// to load: 32- or 64-byte vectors (64 where the CPU has AVX-512), 1, 2, 4 or 8 streams (the
+// buffer cut into that many parts, read side by side, as a kernel reads several rows of W),
+// with and without a software prefetch 1 KiB ahead of each stream. The best way's rate, best
+// of RUNS, is the floor. Built by bench/weights.sh and bench/vs_transformers.sh with -O3
+// -march=native.
+//
+//   read_bandwidth THREADS [RUNS] [-v]   prints "read bandwidth, T threads: X GB/s (best of R
+//                                        runs of N ways to load; the best: ...)"; -v also
+//                                        each way's best rate
 #include <pthread.h>
 #include <sched.h>
 
@@ -12,29 +22,63 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace {
 
 constexpr size_t kBytesPerThread = size_t(256) << 20;
+constexpr size_t kPrefetchAhead = 1024;
 using Clock = std::chrono::steady_clock;
 volatile float sink;
 
-// Eight independent vector sums, so the loads and not the adds' latency set the pace.
-using Vec = float __attribute__((vector_size(32)));
+/// One way to read: kBytes-wide loads, kStreams parts side by side, kPrefetch or not. Each
+/// step reads two cache lines of every stream into 128 / kBytes running sums, so the loads
+/// and not the adds' latency set the pace.
+template <int kBytes> struct VecOf;
+template <> struct VecOf<32> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <> struct VecOf<64> {
+  typedef float type __attribute__((vector_size(64)));
+};
 
-float readAll(const Vec *data, size_t count) {
-  Vec acc[8] = {};
-  for (size_t i = 0; i + 8 <= count; i += 8)
-    for (int j = 0; j < 8; ++j)
-      acc[j] += data[i + j];
+template <int kBytes, int kStreams, bool kPrefetch> float readWay(const char *data, size_t bytes) {
+  using Vec = typename VecOf<kBytes>::type;
+  constexpr int kSums = 128 / kBytes;
+  const size_t part = bytes / kStreams / 128 * 128;
+  Vec acc[kSums] = {};
+  for (size_t offset = 0; offset < part; offset += 128)
+    for (int s = 0; s < kStreams; ++s) {
+      const char *line = data + size_t(s) * part + offset;
+      if constexpr (kPrefetch)
+        __builtin_prefetch(line + kPrefetchAhead);
+      for (int k = 0; k < kSums; ++k)
+        acc[k] += *reinterpret_cast<const Vec *>(line + k * kBytes);
+    }
   float total = 0;
   for (const Vec &v : acc)
-    for (int k = 0; k < 8; ++k)
+    for (int k = 0; k < kBytes / 4; ++k)
       total += v[k];
   return total;
 }
+
+struct Way {
+  const char *name;
+  float (*read)(const char *, size_t);
+};
+#define TPC_WAYS(BYTES, STREAMS)                                                             \
+  Way{#BYTES "-byte loads, streams " #STREAMS, readWay<BYTES, STREAMS, false>},             \
+      Way{#BYTES "-byte loads, streams " #STREAMS ", prefetched", readWay<BYTES, STREAMS, true>}
+const Way kWays[] = {
+    TPC_WAYS(32, 1), TPC_WAYS(32, 2), TPC_WAYS(32, 4), TPC_WAYS(32, 8),
+#if defined(__AVX512F__)
+    TPC_WAYS(64, 1), TPC_WAYS(64, 2), TPC_WAYS(64, 4), TPC_WAYS(64, 8),
+#endif
+};
+#undef TPC_WAYS
 
 /// The CPUs this process may run on, in order.
 std::vector<int> allowedCpus() {
@@ -53,49 +97,69 @@ std::vector<int> allowedCpus() {
 int main(int argc, char **argv) {
   int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   int runs = argc > 2 ? std::atoi(argv[2]) : 5;
+  bool verbose = argc > 3 && std::strcmp(argv[3], "-v") == 0;
   std::vector<int> cpus = allowedCpus();
   if (threads < 1 || runs < 1 || size_t(threads) > cpus.size()) {
-    std::fprintf(stderr, "usage: %s THREADS [RUNS]: THREADS from 1 to %zu, the CPUs allowed\n",
+    std::fprintf(stderr,
+                 "usage: %s THREADS [RUNS] [-v]: THREADS from 1 to %zu, the CPUs allowed\n",
                  argv[0], cpus.size());
     return 2;
   }
-  size_t count = kBytesPerThread / sizeof(Vec);
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
+  constexpr size_t kWayCount = std::size(kWays);
+  // Threads that live through every run, each with its buffer: a round is one way read by
+  // all of them from a common start (`round` moves on), its end when `done` reaches threads.
+  std::atomic<int> ready{0}, done{0};
+  std::atomic<long> round{-1};
+  std::vector<Clock::time_point> starts(static_cast<size_t>(threads));
   std::vector<Clock::time_point> ends(static_cast<size_t>(threads));
-  double best = 0;
-  for (int run = 0; run < runs; ++run) {
-    ready = 0;
-    go = false;
-    Clock::time_point start;
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpus[size_t(t)], &one);
-        pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-        std::vector<Vec> buffer(count); // zeroed here: its pages are this thread's
-        for (size_t i = 0; i < count; i += 512)
-          buffer[i][0] = float(i & 7);
-        ++ready;
-        while (!go.load(std::memory_order_acquire))
-          ;
-        sink = readAll(buffer.data(), count); // kept, so the reads are made
+  std::vector<std::thread> pool;
+  const long rounds = long(runs) * long(kWayCount);
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[size_t(t)], &one);
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+      char *buffer = static_cast<char *>(std::aligned_alloc(4096, kBytesPerThread));
+      for (size_t i = 0; i < kBytesPerThread; i += 4096) // its pages are this thread's
+        std::memset(buffer + i, int(i & 7), 4096);
+      ++ready;
+      for (long seen = -1; seen + 1 < rounds;) {
+        long r;
+        while ((r = round.load(std::memory_order_acquire)) == seen)
+          std::this_thread::yield(); // the main thread may need this CPU to start the round
+        seen = r;
+        starts[size_t(t)] = Clock::now();
+        sink = kWays[size_t(r) % kWayCount].read(buffer, kBytesPerThread);
         ends[size_t(t)] = Clock::now();
-      });
-    while (ready.load() < threads)
+        done.fetch_add(1, std::memory_order_acq_rel);
+      }
+      std::free(buffer);
+    });
+  while (ready.load() < threads)
+    std::this_thread::yield();
+  std::vector<double> best(kWayCount, 0);
+  for (long r = 0; r < rounds; ++r) {
+    done.store(0);
+    round.store(r, std::memory_order_release);
+    while (done.load(std::memory_order_acquire) < threads)
       std::this_thread::yield();
-    start = Clock::now();
-    go.store(true, std::memory_order_release);
-    for (std::thread &thread : pool)
-      thread.join();
-    double seconds =
-        std::chrono::duration<double>(*std::max_element(ends.begin(), ends.end()) - start)
-            .count();
-    best = std::max(best, double(threads) * double(kBytesPerThread) / seconds / 1e9);
+    // From the first thread's start to the last one's end: a thread that saw the round late
+    // counts from the first.
+    double seconds = std::chrono::duration<double>(*std::max_element(ends.begin(), ends.end()) -
+                                                   *std::min_element(starts.begin(), starts.end()))
+                         .count();
+    double &way = best[size_t(r) % kWayCount];
+    way = std::max(way, double(threads) * double(kBytesPerThread) / seconds / 1e9);
   }
-  std::printf("read bandwidth, %d thread%s: %.1f GB/s (best of %d)\n", threads,
-              threads == 1 ? "" : "s", best, runs);
+  for (std::thread &thread : pool)
+    thread.join();
+  size_t top = size_t(std::max_element(best.begin(), best.end()) - best.begin());
+  if (verbose)
+    for (size_t w = 0; w < kWayCount; ++w)
+      std::printf("  %-45s %6.1f GB/s\n", kWays[w].name, best[w]);
+  std::printf("read bandwidth, %d thread%s: %.1f GB/s (best of %d runs of %zu ways to load; "
+              "the best: %s)\n",
+              threads, threads == 1 ? "" : "s", best[top], runs, kWayCount, kWays[top].name);
   return 0;
 }
