@@ -15,6 +15,7 @@
 //   tpc-matmul-bench quantized [RUNS]  decode and prefill of the quantized types alone
 //   tpc-matmul-bench quantized-avx2 [RUNS]  the same without the AVX-512 quantized kernels
 //   tpc-matmul-bench batched [RUNS]  decode of 8 rows of x against 1 (a batch's step)
+//   tpc-matmul-bench walks [RUNS]    the float kernels' walks of W, each pinned, 1 and 8 rows
 //   tpc-matmul-bench int8 [RUNS]     the K types' decode and prefill, exact and with
 //                                    --int8-activations (x rounded to int8), in one run
 #include "tpcrt/cpu/kernels.h"
@@ -186,6 +187,54 @@ void batchedDecode(int runs) {
     }
 }
 
+/// The float kernels' walks of W (docs/weights.md), each pinned in turn: ms per product of 1
+/// and of 8 rows of x with W streamed from memory, the walks alternated within each run so
+/// that drift on a shared machine touches them alike; best of `runs`. The walk timing would
+/// choose is the fastest by 3% over walk 0 (KernelChoice).
+void walkRates(int runs) {
+  constexpr Shape kWalkShapes[] = {{576, 576},   {1536, 576},  {576, 1536},
+                                   {2048, 2048}, {8192, 2048}, {2048, 8192}};
+  const int walks = detail::floatWalks();
+  std::printf("== the float kernels' walks of W: ms per product, each walk pinned (best of %d)\n",
+              runs);
+  std::printf("%-12s %5s %4s", "out x in", "type", "x");
+  for (int walk = 0; walk < walks; ++walk)
+    std::printf(" %8s%d", "walk ", walk);
+  std::printf("  best\n");
+  for (Shape shape : kWalkShapes)
+    for (DType type : {DType::F32, DType::BF16}) {
+      size_t count = size_t(shape.out * shape.in), bytes = dtypeBytesFor(type, int64_t(count));
+      size_t copies = std::max<size_t>(2, kStreamBytes / bytes);
+      std::vector<void *> weights;
+      for (size_t i = 0; i < copies; ++i)
+        weights.push_back(randomWeights(type, count, unsigned(i)));
+      for (int64_t rows : {1, 8}) {
+        std::vector<float> x = randomFloats(size_t(rows * shape.in), 7),
+                           y(size_t(rows * shape.out));
+        std::vector<double> best(size_t(walks), 1e30);
+        for (int run = 0; run < runs + 1; ++run) // the first run warms the pages up
+          for (int walk = 0; walk < walks; ++walk) {
+            detail::forceFloatWalk(walk);
+            auto start = Clock::now();
+            for (void *w : weights)
+              linear(Host{}, x.data(), rows, shape.in, Matrix(w, type), shape.out, nullptr,
+                     y.data());
+            if (run > 0)
+              best[size_t(walk)] = std::min(best[size_t(walk)], seconds(start) / double(copies));
+          }
+        std::printf("%5lldx%-6lld %5s %4lld", (long long)shape.out, (long long)shape.in,
+                    dtypeName(type), (long long)rows);
+        for (double b : best)
+          std::printf(" %9.4f", b * 1e3);
+        std::printf("  %d\n", int(std::min_element(best.begin(), best.end()) - best.begin()));
+        std::fflush(stdout);
+      }
+      for (void *w : weights)
+        std::free(w);
+    }
+  detail::forceFloatWalk(-1);
+}
+
 /// The best prefill rate, GFLOP/s, of 128 rows by W of `type` and `shape`.
 double prefillRate(Shape shape, DType type, int runs) {
   constexpr int64_t kRows = 128;
@@ -296,6 +345,10 @@ int main(int argc, char **argv) {
     batchedDecode(runs);
     return 0;
   }
+  if (mode == "walks") {
+    walkRates(runs);
+    return 0;
+  }
   if (mode == "int8") {
     setInt8Activations(true);
     std::printf("%s\n", matrixKernels().c_str());
@@ -308,7 +361,8 @@ int main(int argc, char **argv) {
     detail::forceAvx2Kernels(true);
   else if (!mode.empty() && mode != "quantized") {
     std::fprintf(stderr,
-                 "usage: tpc-matmul-bench [panels|scalar|quantized|quantized-avx2|int8] [RUNS]\n");
+                 "usage: tpc-matmul-bench [panels|batched|walks|scalar|quantized|quantized-avx2|int8] "
+                 "[RUNS]\n");
     return 2;
   }
   std::printf("one-row kernels:");

@@ -900,7 +900,7 @@ template <DType T> TPC_AVX512 inline __m512 load16Wide(const void *row, int64_t 
   }
 }
 
-/// kRows (1, 2 or 4) rows of W of T from `rows` times kX rows of x, sixteen columns a step:
+/// kRows (1 to 4) rows of W of T from `rows` times kX rows of x, sixteen columns a step:
 /// each pair of a row of W and a row of x is its own chain of FMAs in sixteen lanes, in
 /// column order, then reduced and the columns past the last sixteen added one by one; so a
 /// pair's sum is the same whatever kX and kRows, and a batch's rows get the one-row product's
@@ -910,14 +910,15 @@ template <DType T, int64_t kRows, int64_t kX, bool kPrefetch>
 TPC_AVX512 inline void rows512(const char *rows, size_t rowBytes, const float *const *x,
                                int64_t in, int64_t blocked, const char *next, const char *last,
                                float *totals) {
-  constexpr int64_t kLines = kRows * int64_t(sizeof(float)) * 16 / 64 / (T == DType::F32 ? 1 : 2);
+  // The cache lines of W a step reads, rounded up: the prefetch keeps pace or runs ahead.
+  constexpr int64_t kLines = (kRows * 16 * (T == DType::F32 ? 4 : 2) + 63) / 64;
   __m512 acc[kX][kRows];
   for (int64_t j = 0; j < kX; ++j)
     for (int64_t k = 0; k < kRows; ++k)
       acc[j][k] = _mm512_setzero_ps();
   for (int64_t c = 0; c < blocked; c += 16) {
     if constexpr (kPrefetch)
-      for (int64_t line = 0; line < std::max<int64_t>(kLines, 1); ++line, next += 64)
+      for (int64_t line = 0; line < kLines; ++line, next += 64)
         if (next < last)
           _mm_prefetch(next, _MM_HINT_T0);
     __m512 wide[kRows];
@@ -973,18 +974,20 @@ TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
 /// The ways gemv512 may walk W, all giving the same bits (rows512): how many rows of W at
 /// once and whether the next ones are prefetched. Variant 0 is the default (what was measured
 /// fastest on a Sapphire Rapids core, bench/results/matmul.txt); the first kBatchWalks serve
-/// 2 to 8 rows of x (four rows of W for eight of x would need more than the 32 registers).
+/// 2 to 8 rows of x (four rows of W for eight of x would need more than the 32 registers;
+/// three, 24 sums, fit, and read x once for three rows of W where two read it once for two).
 struct Walk {
   int64_t rows;
   bool prefetch;
 };
-constexpr Walk kWalks[] = {{2, true}, {1, true}, {2, false}, {1, false}, {4, true}, {4, false}};
-constexpr int kBatchWalks = 4;
+constexpr Walk kWalks[] = {{2, true}, {1, true}, {2, false}, {1, false},
+                           {3, true}, {3, false}, {4, true}, {4, false}};
+constexpr int kBatchWalks = 6;
 
 template <DType T, int64_t kX>
 TPC_AVX512 void gemv512Walk(int walk, const void *w, const float *x, int64_t out, int64_t in,
                             const float *bias, float *y, int64_t ldy) {
-  static_assert(std::size(kWalks) == 6, "one case per walk");
+  static_assert(std::size(kWalks) == 8, "one case per walk");
   switch (walk) {
   case 1:
     return gemv512<T, kX, 1, true>(w, x, out, in, bias, y, ldy);
@@ -993,10 +996,14 @@ TPC_AVX512 void gemv512Walk(int walk, const void *w, const float *x, int64_t out
   case 3:
     return gemv512<T, kX, 1, false>(w, x, out, in, bias, y, ldy);
   case 4:
+    return gemv512<T, kX, 3, true>(w, x, out, in, bias, y, ldy);
+  case 5:
+    return gemv512<T, kX, 3, false>(w, x, out, in, bias, y, ldy);
+  case 6:
     if constexpr (kX == 1)
       return gemv512<T, kX, 4, true>(w, x, out, in, bias, y, ldy);
     break;
-  case 5:
+  case 7:
     if constexpr (kX == 1)
       return gemv512<T, kX, 4, false>(w, x, out, in, bias, y, ldy);
     break;
