@@ -399,6 +399,9 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   TPC_CUDA_GRAPHS=0 stage example-tp1-eager example_stage 1 nccl eager || failed=1
   stage graph-eager graph_eager_stage || failed=1
   stage device-fault device_fault_stage || failed=1
+  # tpc's own GEMM, what runs where cuBLASLt has no algorithm for a shape's alignments: no
+  # shape of the example needs it, so TPC_CUDA_GEMM=tpc makes every GEMM take it.
+  TPC_CUDA_GEMM=tpc stage example-tp1-own-gemm example_stage 1 nccl own-gemm || failed=1
   for bin in "$dir"/bin/*-hd*-tp1; do
     local m
     m=$(basename "$bin" -tp1)

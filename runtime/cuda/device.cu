@@ -307,6 +307,14 @@ void Device::start() {
   const char *graphs = std::getenv("TPC_CUDA_GRAPHS");
   state->graphsAllowed =
       !viaHost && info.stages == 1 && !(graphs && std::string(graphs) == "0");
+  // TPC_CUDA_GEMM=tpc: every GEMM through tpc's own kernel (kernels.cu's gemmKernel, what
+  // runs where cuBLASLt has no algorithm), so the GPU check compares it with the CPU.
+  if (const char *gemm = std::getenv("TPC_CUDA_GEMM"); gemm && *gemm) {
+    std::string asked = gemm;
+    if (asked != "tpc" && asked != "cublaslt")
+      throw std::runtime_error("TPC_CUDA_GEMM must be cublaslt or tpc, not '" + asked + "'");
+    state->ownGemm = asked == "tpc";
+  }
 }
 
 const float *Device::forward(const Step &batch, bool sequenceParallel) {

@@ -49,6 +49,32 @@ __global__ void sumSquaresKernel(const act *x, int64_t cols, bool contribute, ac
     out[blockIdx.x] = __float2bfloat16(total);
 }
 
+/// y[rows, out] = x[rows, in] w[out, in]^T (+ bias): the GEMM for the shapes and alignments
+/// cuBLASLt has no algorithm for (and under TPC_CUDA_GEMM=tpc, so the GPU check can compare
+/// it). A 16 x 16 tile of y a block, 16 columns of x and of w at a time through shared memory,
+/// fp32 sums and the bias added in fp32 before the one rounding to bf16, as cuBLASLt's
+/// epilogue does. Slow next to cuBLASLt's tensor cores; it exists so that such a shape runs.
+constexpr int kGemmTile = 16;
+__global__ void gemmKernel(const act *x, const act *w, const act *bias, int64_t rows, int64_t in,
+                           int64_t out, act *y) {
+  __shared__ float xs[kGemmTile][kGemmTile + 1], ws[kGemmTile][kGemmTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t r = int64_t(blockIdx.y) * kGemmTile + ty, o = int64_t(blockIdx.x) * kGemmTile + tx;
+  const int64_t wRow = int64_t(blockIdx.x) * kGemmTile + ty; // the row of w this thread loads
+  float sum = 0;
+  for (int64_t k0 = 0; k0 < in; k0 += kGemmTile) {
+    const int64_t k = k0 + tx;
+    xs[ty][tx] = r < rows && k < in ? load(x, r * in + k) : 0.0f;
+    ws[ty][tx] = wRow < out && k < in ? load(w, wRow * in + k) : 0.0f;
+    __syncthreads();
+    for (int j = 0; j < kGemmTile; ++j)
+      sum += xs[ty][j] * ws[tx][j];
+    __syncthreads();
+  }
+  if (r < rows && o < out)
+    y[r * out + o] = __float2bfloat16(bias ? sum + load(bias, o) : sum);
+}
+
 /// Each row's argmax of [rows, vocab] logits, a block a row: the largest value, the lowest id
 /// among equal ones (the CPU sampler's std::max_element), as an int64 id.
 __global__ void rowArgmaxKernel(const act *logits, int64_t vocab, int64_t *out) {
@@ -263,15 +289,18 @@ void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const 
         cublasLtMatmulAlgoGetHeuristic(state.lt, plan.desc, plan.a, plan.b, plan.c, plan.c,
                                        preference, 1, &plan.heuristic, &found);
     cublasLtMatmulPreferenceDestroy(preference);
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
-      state.plans.erase(at); // not kept half made: the next call tries again
-      throw std::runtime_error("cuBLASLt has no algorithm for a bf16 GEMM of " +
-                               std::to_string(out) + " x " + std::to_string(rows) + " x " +
-                               std::to_string(in) + " (alignments " +
-                               std::to_string(alignA) + ", " + std::to_string(alignB) + ", " +
-                               std::to_string(alignC) + " bytes)");
-    }
-    cublasCheck(status, "cublasLtMatmulAlgoGetHeuristic");
+    if (state.ownGemm || status == CUBLAS_STATUS_NOT_SUPPORTED ||
+        (status == CUBLAS_STATUS_SUCCESS && found == 0))
+      plan.own = true; // no algorithm for these alignments: tpc's own kernel, from now on
+    else
+      cublasCheck(status, "cublasLtMatmulAlgoGetHeuristic");
+  }
+  if (plan.own) {
+    dim3 block(kGemmTile, kGemmTile);
+    dim3 grid(unsigned((out + kGemmTile - 1) / kGemmTile), unsigned((rows + kGemmTile - 1) / kGemmTile));
+    gemmKernel<<<grid, block, 0, state.stream>>>(x, w, bias, rows, in, out, y);
+    launched("the GEMM cuBLASLt has no algorithm for");
+    return;
   }
   if (bias)
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,

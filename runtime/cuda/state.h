@@ -66,7 +66,10 @@ struct Device::State {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulHeuristicResult_t heuristic{};
+    bool own = false; // cuBLASLt found no algorithm: gemmKernel (kernels.cu) runs instead
   };
+  /// TPC_CUDA_GEMM=tpc: every GEMM through gemmKernel, for the GPU check's comparison of it.
+  bool ownGemm = false;
   std::map<std::tuple<int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t, uint32_t>,
            Plan>
       plans;
