@@ -2,6 +2,7 @@
 #include "tpc/Analysis/Report.h"
 
 #include "tpc/Analysis/Redistribute.h"
+#include "tpc/Dialect/TP/Sums.h"
 #include "tpc/Dialect/TP/TPDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -103,7 +104,8 @@ std::vector<CollectiveEntry> tpc::programCollectives(func::FuncOp forward, int64
       bytes = double(tp) * localBytes(gather.getInput()) / double(columns(gather.getInput())) * 2;
     } else if (auto reduce = dyn_cast<AllReduceOp>(op)) {
       kind = CollectiveKind::AllReduce;
-      bytes = localBytes(reduce.getInput());
+      bytes = localBytes(reduce.getInput()) / double(elementBytes) *
+              double(elementBytesOf(reduce.getInput(), elementBytes));
     } else if (auto gather = dyn_cast<AllGatherOp>(op)) {
       kind = CollectiveKind::AllGather;
       bytes = double(tp) * localBytes(gather.getInput());

@@ -5,6 +5,7 @@
 // one row of each, which is not worth a second arena). Every slot starts at a multiple of the
 // target's arena_align elements, so its address is aligned for any token count.
 #include "tpc/Transforms/Passes.h"
+#include "tpc/Dialect/TP/Sums.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -52,6 +53,7 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
     // The target's slot alignment (none without a target).
     TargetAttr target = getTarget(getOperation());
     align = target ? target.getArenaAlign() : 1;
+    activationBytes = target ? target.activationBytes() : int64_t(sizeof(float));
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal())
         plan(func);
@@ -113,10 +115,11 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
         size = std::max(size, offset);
       } else {
         for (Value result : op.getResults()) {
-          int64_t offset = firstFit(live, columns(result), align);
-          live.push_back({offset, columns(result), lastRead(result, at)});
+          int64_t width = slotWidth(result);
+          int64_t offset = firstFit(live, width, align);
+          live.push_back({offset, width, lastRead(result, at)});
           offsets.push_back(offset);
-          size = std::max(size, offset + columns(result));
+          size = std::max(size, offset + width);
         }
       }
       op.setAttr(kArenaAttrName, builder.getDenseI64ArrayAttr(offsets));
@@ -124,7 +127,14 @@ struct TPPlanArenaPass : tpc::tp::impl::TPPlanArenaBase<TPPlanArenaPass> {
     func->setAttr(kArenaSizeAttrName, builder.getI64IntegerAttr(size));
   }
 
-  int64_t align = 1;
+  /// A value's slot, in activation elements per token: its columns, or as many as hold its
+  /// columns in fp32 where it is a sum of squares (Sums.h).
+  int64_t slotWidth(Value v) const {
+    int64_t bytes = elementBytesOf(v, activationBytes);
+    return (columns(v) * bytes + activationBytes - 1) / activationBytes;
+  }
+
+  int64_t align = 1, activationBytes = sizeof(float);
 };
 
 } // namespace

@@ -48,14 +48,25 @@ void *HostMemory::scratch(size_t count) {
 
 // --- Communicators -----------------------------------------------------------------------
 
-void Communicator::record(const char *kind, size_t elements) {
+void Communicator::recordBytes(const char *kind, size_t bytes) {
   if (trace)
-    trace->push_back(
-        {kind, labelModule, labelTokens, uint64_t(elements) * elementBytes, pathOf(kind)});
+    trace->push_back({kind, labelModule, labelTokens, uint64_t(bytes), pathOf(kind)});
 }
 
 void Communicator::allReduce(void *data, size_t count) {
   record("all_reduce", count);
+  runAllReduce(data, count);
+}
+
+void Communicator::allReduceSums(float *data, size_t count) {
+  recordBytes("all_reduce", count * sizeof(float));
+  runAllReduceSums(data, count);
+}
+
+void Communicator::runAllReduceSums(float *data, size_t count) {
+  if (elementBytes != sizeof(float))
+    throw std::logic_error("this communicator's elements are not fp32, and it has no fp32 "
+                           "all-reduce for a norm's sums");
   runAllReduce(data, count);
 }
 
@@ -136,6 +147,7 @@ void Communicator::runRecv(void *, size_t, int) {
 // Every rank is taken to hold what this one holds: a sum keeps this rank's summand, a gather
 // repeats its piece, and this rank's part of anything is its own.
 void LocalCommunicator::runAllReduce(void *, size_t) {}
+void LocalCommunicator::runAllReduceSums(float *, size_t) {}
 
 void LocalCommunicator::runAllGather(const void *in, size_t count, void *out) {
   for (int r = 0; r < world; ++r)
@@ -203,6 +215,14 @@ void Collectives::allReduce(const void *in, int64_t rows, int64_t cols, void *ou
   memory.copy(out, in, rows * cols);
   comm.label(module, rows);
   comm.allReduce(out, size_t(rows * cols));
+}
+
+void Collectives::allReduceSums(const float *in, int64_t rows, int64_t cols, float *out,
+                                const char *module) {
+  // The fp32 values as whole elements of the memory's (4 bytes: one fp32, or two bf16).
+  memory.copy(out, in, rows * cols * int64_t(sizeof(float) / memory.elementBytes));
+  comm.label(module, rows);
+  comm.allReduceSums(out, size_t(rows * cols));
 }
 
 Collectives::Collectives(Communicator &comm, Memory &memory, bool variableGathers)

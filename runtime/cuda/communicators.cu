@@ -89,6 +89,11 @@ void NcclCommunicator::runAllReduce(void *data, size_t count) {
            "ncclAllReduce");
 }
 
+void NcclCommunicator::runAllReduceSums(float *data, size_t count) {
+  enqueued(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm, stream),
+           "ncclAllReduce (fp32)");
+}
+
 void NcclCommunicator::runAllGather(const void *in, size_t count, void *out) {
   enqueued(ncclAllGather(in, out, count, ncclBfloat16, comm, stream), "ncclAllGather");
 }
@@ -153,6 +158,21 @@ void HostStagedCommunicator::runAllReduce(void *data, size_t count) {
     host.allReduce(a, count);
     std::copy(a, a + count, b);
   });
+}
+
+void HostStagedCommunicator::runAllReduceSums(float *data, size_t count) {
+  // fp32 on the device already: copied as it is, summed by the host's fp32 all-reduce.
+  std::vector<float> values(count);
+  check(cudaMemcpyAsync(values.data(), data, count * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream),
+        "cudaMemcpyAsync (to the host)");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  host.label(labelModule, labelTokens);
+  host.allReduceSums(values.data(), count);
+  check(cudaMemcpyAsync(data, values.data(), count * sizeof(float), cudaMemcpyHostToDevice,
+                        stream),
+        "cudaMemcpyAsync (to the device)");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 void HostStagedCommunicator::runAllGather(const void *in, size_t count, void *out) {

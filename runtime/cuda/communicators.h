@@ -35,6 +35,7 @@ public:
 
 protected:
   void runAllReduce(void *data, size_t count) override;
+  void runAllReduceSums(float *data, size_t count) override;
   void runAllGather(const void *in, size_t count, void *out) override;
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;
@@ -64,6 +65,7 @@ public:
 
 protected:
   void runAllReduce(void *data, size_t count) override;
+  void runAllReduceSums(float *data, size_t count) override;
   void runAllGather(const void *in, size_t count, void *out) override;
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;

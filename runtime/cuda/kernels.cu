@@ -36,7 +36,7 @@ __global__ void rmsNormKernel(const act *x, int64_t cols, const act *w, float ep
         __float2bfloat16(load(row, c) * scale * (load(w, c) + offset));
 }
 
-__global__ void sumSquaresKernel(const act *x, int64_t cols, bool contribute, act *out) {
+__global__ void sumSquaresKernel(const act *x, int64_t cols, bool contribute, float *out) {
   __shared__ float partial[kThreads];
   const act *row = x + int64_t(blockIdx.x) * cols;
   float total = 0;
@@ -46,7 +46,7 @@ __global__ void sumSquaresKernel(const act *x, int64_t cols, bool contribute, ac
   }
   total = blockSum(total, partial);
   if (threadIdx.x == 0)
-    out[blockIdx.x] = __float2bfloat16(total);
+    out[blockIdx.x] = total; // fp32, as the all_reduce that totals it (calls.def)
 }
 
 /// y[rows, out] = x[rows, in] w[out, in]^T (+ bias): the GEMM for the shapes and alignments
@@ -118,11 +118,11 @@ __global__ void rowArgmaxKernel(const act *logits, int64_t vocab, int64_t *out) 
     out[blockIdx.x] = ids[0];
 }
 
-__global__ void rmsNormOfTotalsKernel(const act *x, int64_t cols, const act *totals,
+__global__ void rmsNormOfTotalsKernel(const act *x, int64_t cols, const float *totals,
                                       float features, const act *w, float epsilon, float offset,
                                       act *out) {
   const act *row = x + int64_t(blockIdx.x) * cols;
-  float scale = rsqrtf(load(totals, blockIdx.x) / features + epsilon);
+  float scale = rsqrtf(totals[blockIdx.x] / features + epsilon);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     out[int64_t(blockIdx.x) * cols + c] =
         __float2bfloat16(load(row, c) * scale * (load(w, c) + offset));
@@ -220,7 +220,7 @@ void rowArgmax(Device::State &state, const act *logits, int64_t rows, int64_t vo
 }
 
 void sumSquares(Device::State &state, const act *x, int64_t rows, int64_t cols, bool contribute,
-                act *out) {
+                float *out) {
   if (rows == 0)
     return;
   sumSquaresKernel<<<unsigned(rows), kThreads, 0, state.stream>>>(x, cols, contribute, out);
@@ -228,7 +228,7 @@ void sumSquares(Device::State &state, const act *x, int64_t rows, int64_t cols, 
 }
 
 void rmsNormOfTotals(Device::State &state, const act *x, int64_t rows, int64_t cols,
-                     const act *totals, int64_t features, const act *weight, double epsilon,
+                     const float *totals, int64_t features, const act *weight, double epsilon,
                      double weightOffset, act *out) {
   if (rows == 0)
     return;

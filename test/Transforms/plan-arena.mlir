@@ -164,3 +164,31 @@ module attributes {tp.mesh = #tp.mesh<tp = 1>} {
     return %c : tensor<?x60xf32>
   }
 }
+
+// -----
+
+// A norm's sums of squares and their all_reduce are fp32 on every target (Sums.h): on the
+// CUDA target's bf16 arena each takes two elements a token (a 1-column value of bf16 takes
+// one), so the all_reduce's slot at 8 ends at 10; on the CPU's fp32 arena one each.
+// CHECK-LABEL: func.func @sums
+// CHECK-SAME:    attributes {tp.arena_size = 2 : i64}
+// CUDA-LABEL:  func.func @sums
+// CUDA-SAME:     attributes {tp.arena_size = 10 : i64}
+// CUDA-NEXT:     tp.sum_squares "n" %arg0 {tp.arena = array<i64: 0>}
+// CUDA-NEXT:     tp.all_reduce %{{.*}} sum {module = "n", tp.arena = array<i64: 8>}
+// CPU-LABEL:   func.func @sums
+// CPU-SAME:      attributes {tp.arena_size = 2 : i64}
+// CUDA-LABEL:  func.func @activation
+// CUDA-SAME:     attributes {tp.arena_size = 9 : i64}
+module attributes {tp.mesh = #tp.mesh<tp = 2>} {
+  func.func @sums(%x: tensor<?x64xf32>) -> tensor<?x1xf32, #tp.replicate> {
+    %s = tp.sum_squares "n" %x : (tensor<?x64xf32>) -> tensor<?x1xf32, #tp.partial<sum>>
+    %t = tp.all_reduce %s sum {module = "n"} : tensor<?x1xf32, #tp.partial<sum>> -> tensor<?x1xf32, #tp.replicate>
+    return %t : tensor<?x1xf32, #tp.replicate>
+  }
+  func.func @activation(%x: tensor<?x64xf32, #tp.partial<sum>>) -> tensor<?x1xf32, #tp.replicate> {
+    %s = tp.slice "n" %x {dim = -1 : i64, offset = 0 : i64, size = 1 : i64} : (tensor<?x64xf32, #tp.partial<sum>>) -> tensor<?x1xf32, #tp.partial<sum>>
+    %t = tp.all_reduce %s sum {module = "n"} : tensor<?x1xf32, #tp.partial<sum>> -> tensor<?x1xf32, #tp.replicate>
+    return %t : tensor<?x1xf32, #tp.replicate>
+  }
+}

@@ -76,6 +76,9 @@ public:
 
   /// Sums `count` elements over the ranks, in place.
   void allReduce(void *data, size_t count);
+  /// Sums `count` fp32 values over the ranks, in place, whatever elementBytes is: the
+  /// totals of a norm's sums of squares, which every target holds in fp32.
+  void allReduceSums(float *data, size_t count);
   /// Every rank's `count` elements, rank-major, into `out` (world * count).
   void allGather(const void *in, size_t count, void *out);
   /// Rank r's `counts[r]` elements, rank-major, into `out` (their sum), nothing padded;
@@ -132,6 +135,9 @@ public:
 
 protected:
   virtual void runAllReduce(void *data, size_t count) = 0;
+  /// allReduceSums' work: runAllReduce's where the elements are fp32 already; a communicator
+  /// of other elements overrides it.
+  virtual void runAllReduceSums(float *data, size_t count);
   virtual void runAllGather(const void *in, size_t count, void *out) = 0;
   virtual void runReduceScatter(const void *in, size_t count, void *out) = 0;
   virtual void runAllToAll(const void *in, size_t count, void *out) = 0;
@@ -143,7 +149,8 @@ protected:
   int64_t labelTokens = 0;
 
 private:
-  void record(const char *kind, size_t elements);
+  void record(const char *kind, size_t elements) { recordBytes(kind, elements * elementBytes); }
+  void recordBytes(const char *kind, size_t bytes);
   struct HeldSend {
     const void *data;
     size_t count;
@@ -173,6 +180,7 @@ public:
 
 protected:
   void runAllReduce(void *data, size_t count) override;
+  void runAllReduceSums(float *data, size_t count) override;
   void runAllGather(const void *in, size_t count, void *out) override;
   void runReduceScatter(const void *in, size_t count, void *out) override;
   void runAllToAll(const void *in, size_t count, void *out) override;
@@ -221,6 +229,9 @@ public:
 
   // Partial or sharded in, one communicator call each.
   void allReduce(const void *in, int64_t rows, int64_t cols, void *out, const char *module);
+  /// The all_reduce of sums of squares: rows x cols fp32 values (Communicator::allReduceSums).
+  void allReduceSums(const float *in, int64_t rows, int64_t cols, float *out,
+                     const char *module);
   void allGatherColumns(const void *in, int64_t rows, const std::vector<int64_t> &blocks,
                         void *out, const char *module);
   void allGatherRows(const void *in, int64_t rows, int64_t cols, void *out,

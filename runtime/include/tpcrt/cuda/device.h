@@ -154,12 +154,13 @@ private:
 // vocabulary on the host).
 bool embedding(Device::State &state, const int64_t *ids, int64_t tokens, const act *table,
                int64_t rowOffset, int64_t rows, int64_t vocab, int64_t width, act *out);
-/// Each row's sum of squares ([rows, 1]; zeros when not `contribute`), and the row norm of
-/// a row split by features given those sums over `features` columns (tpcrt::sumSquares).
+/// Each row's sum of squares ([rows, 1], fp32; zeros when not `contribute`), and the row
+/// norm of a row split by features given those sums over `features` columns
+/// (tpcrt::sumSquares).
 void sumSquares(Device::State &state, const act *x, int64_t rows, int64_t cols, bool contribute,
-                act *out);
+                float *out);
 void rmsNormOfTotals(Device::State &state, const act *x, int64_t rows, int64_t cols,
-                     const act *totals, int64_t features, const act *weight, double epsilon,
+                     const float *totals, int64_t features, const act *weight, double epsilon,
                      double weightOffset, act *out);
 void rmsNorm(Device::State &state, const act *x, int64_t rows, int64_t cols, const act *weight,
              double epsilon, double weightOffset, act *out);
