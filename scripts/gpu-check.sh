@@ -39,6 +39,8 @@
 # nothing to do; decode steps replay a CUDA graph) and example-tp1-eager (TPC_CUDA_GRAPHS=0);
 # graph-eager (their forced logits, and a --warmup run's, identical byte for byte);
 # device-fault (an injected illegal address is reported as a CUDA error, no peer blamed);
+# example-tp1-own-gemm (TPC_CUDA_GEMM=tpc: tpc's own GEMM, where cuBLASLt has no algorithm);
+# negative-control (TPC_FAULT=perturb: a subtly wrong attention must fail the comparison);
 # attention-MODEL (bench/gpu-check/'s models at head_dim 64, 80, 96, 128 and 256, every
 # specialisation of the tensor-core prefill, over a 150-token prompt; and the split decode);
 # example-tp2-gloo and example-tp4-gloo (TPC_CUDA_COMM=gloo: ranks sharing the one GPU, which
@@ -92,7 +94,8 @@ bundle() {
   done
   # Attention-shaped models (bench/gpu-check/: head_dim 64 with a GQA group of 4 and q/k/v
   # biases, 80 without GQA, 96 (Phi-3: fused projections, a sliding window), 128 with a
-  # sliding window and softcaps, 256 with one KV head) and a prompt longer than two prefill
+  # sliding window and softcaps, and again with sharp attention (query_pre_attn_scalar 0.01:
+  # scores 11x larger, the softcap of 50 reached), 256 with one KV head) and a prompt longer than two prefill
   # tiles: each tensor-core prefill specialisation and the split decode against the CPU.
   local m
   for config in "$root"/bench/gpu-check/*.json; do
@@ -285,6 +288,26 @@ graph_eager_stage() {
   echo "graph-eager: identical, and with --warmup too"
 }
 
+# The negative control: rank 0's attention with its scale 1/32 too large (TPC_FAULT=perturb,
+# a subtly wrong kernel) must fail the comparison that the right kernels pass, on the logits
+# and not because a run failed; a comparison that lets it through is not sharp enough. It
+# runs on the model whose attention is sharp (gemma2-sharp-hd128: logits ~11x the usual
+# scale, the softcap reached), where a wrong scale shows: on the example's random weights
+# attention is nearly uniform, and the same fault moved the logits by 0.2% of their scale.
+negative_control_stage() {
+  local control=$dir/results/negative-control # (run_ranks's loop sets a caller's r)
+  if TPC_FAULT=perturb:rank=0 compare negative-control "$dir/bin/gemma2-sharp-hd128-tp1" \
+    gemma2-sharp-hd128 "$long_prompt" 1; then
+    echo "negative-control: the perturbed attention passed the comparison: it is not sharp enough"
+    return 1
+  fi
+  if [[ ! -s $control-forced.bin || ! -s $control-free.txt ]]; then
+    echo "negative-control: a run failed, so the comparison said nothing"
+    return 1
+  fi
+  echo "negative-control: the perturbed attention failed the comparison, as it must"
+}
+
 # A device fault (TPC_FAULT=device: a kernel writes through a null pointer at decode step 2)
 # is reported as CUDA's, with what was running, and blames no peer.
 device_fault_stage() {
@@ -390,7 +413,7 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   export LD_LIBRARY_PATH=$dir/lib${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export dir py seed prompt long_prompt new_tokens
   export -f run_ranks forced_ids compare example_stage attention_stage graph_eager_stage \
-    device_fault_stage env_stage bench_ids bench_stage per_rank_stage
+    negative_control_stage device_fault_stage env_stage bench_ids bench_stage per_rank_stage
   local failed=0 start
   start=$(date +%s%N)
   stage env env_stage || failed=1
@@ -402,6 +425,7 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   # tpc's own GEMM, what runs where cuBLASLt has no algorithm for a shape's alignments: no
   # shape of the example needs it, so TPC_CUDA_GEMM=tpc makes every GEMM take it.
   TPC_CUDA_GEMM=tpc stage example-tp1-own-gemm example_stage 1 nccl own-gemm || failed=1
+  stage negative-control negative_control_stage || failed=1
   for bin in "$dir"/bin/*-hd*-tp1; do
     local m
     m=$(basename "$bin" -tp1)

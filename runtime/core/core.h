@@ -108,14 +108,14 @@ EngineLimits engineLimits(const ModelSpec &spec, const Args &args);
 /// TPC_FAULT: a fault one rank injects into itself, so that tests can kill a rank at a known
 /// point of a run, make its logits NaN, or keep it from joining, deterministically.
 struct Fault {
-  enum Kind { None, Kill, Stop, Device, Nan, NoStart, Slow } kind = None;
+  enum Kind { None, Kill, Stop, Device, Nan, NoStart, Slow, Perturb } kind = None;
   int rank = -1;
   int64_t step = -1;
   int64_t seconds = -1; // slow's
 };
 
-/// TPC_FAULT's kill, device or nan fault, where `fault` names this rank and `step` (0: the
-/// first step of a run) is about to start.
+/// TPC_FAULT's kill, device, nan or perturb fault (perturb's step is 0), where `fault` names
+/// this rank and `step` (0: the first step of a run) is about to start.
 void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step);
 
 /// TPC_FAULT's slow fault: rank 0 takes `seconds` longer over what it reads alone before the

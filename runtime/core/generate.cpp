@@ -62,6 +62,11 @@ void strikeFault(const Fault &fault, int rank, Backend &backend, int64_t step) {
       std::fprintf(stderr, "TPC_FAULT: rank %d makes its device fault at step %lld\n",
                    rank, (long long)step);
     }
+    if (fault.kind == Fault::Perturb) {
+      backend.perturbAttention();
+      std::fprintf(stderr, "TPC_FAULT: rank %d's attention runs with its scale off by 1/%d\n",
+                   rank, int(1 / Backend::kPerturbation));
+    }
     if (fault.kind == Fault::Nan) {
       // The forward below writes the NaN into this rank's share of the logits.
       if (!backend.poisonLogits())

@@ -258,7 +258,9 @@ const char *kUsageNotes =
     "nan:rank=R:step=S makes rank R's share of step S's logits NaN before they are gathered\n"
     "(the CPU target at tp > 1); nostart:rank=R makes rank R exit (status 0) before the\n"
     "rendezvous; slow:rank=0:seconds=S makes rank 0 take S seconds longer over what it reads\n"
-    "alone before the first step (tokenizer, chat template, --requests), as from a slow disk.\n";
+    "alone before the first step (tokenizer, chat template, --requests), as from a slow disk;\n"
+    "perturb:rank=R makes rank R's attention run with its softmax scale 1/32 too large from\n"
+    "the first step on (a subtly wrong kernel: the GPU check's negative control).\n";
 
 /// The usage, from the flag table.
 void printUsage(std::FILE *to, const char *program) {
@@ -415,13 +417,16 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
     fault.kind = Fault::NoStart;
   else if (item == "slow")
     fault.kind = Fault::Slow;
+  else if (item == "perturb")
+    fault.kind = Fault::Perturb;
   else {
     error = "TPC_FAULT: unknown fault '" + item +
             "'; give kill:rank=R:step=S, stop:rank=R:step=S, device:rank=R:step=S, "
-            "nan:rank=R:step=S, nostart:rank=R or slow:rank=0:seconds=S";
+            "nan:rank=R:step=S, nostart:rank=R, slow:rank=0:seconds=S or perturb:rank=R";
     return std::nullopt;
   }
-  bool stepped = fault.kind != Fault::NoStart && fault.kind != Fault::Slow;
+  bool stepped = fault.kind != Fault::NoStart && fault.kind != Fault::Slow &&
+                 fault.kind != Fault::Perturb;
   bool slow = fault.kind == Fault::Slow;
   while (std::getline(in, item, ':')) {
     size_t eq = item.find('=');
@@ -451,6 +456,8 @@ std::optional<Fault> parseFault(const char *text, std::string &error) {
     error = std::string("TPC_FAULT: '") + text + "' needs rank=R" + (stepped ? " and step=S" : "");
     return std::nullopt;
   }
+  if (fault.kind == Fault::Perturb)
+    fault.step = 0; // from the first step on
   return fault;
 }
 

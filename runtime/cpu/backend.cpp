@@ -251,6 +251,7 @@ public:
   void holdTransfers() override { cx.pipeline().holdSends(); }
   void releaseTransfers() override { cx.pipeline().releaseSends(); }
   bool injectFault() override { return false; }
+  void perturbAttention() override { cx.attentionScaleFault = 1.0 + kPerturbation; }
   /// Where the program gathers the logits split by vocabulary through allGatherLogits (which
   /// tp-greedy-argmax marks on the CPU target: ModelSpec::argmaxOnRanks).
   bool poisonLogits() override {

@@ -391,6 +391,11 @@ void Device::resetCaches() {
     cache.length = 0; // run() sends the device its copy (State::kvStart) with each forward
 }
 
+void Device::perturbAttention() {
+  attentionScaleFault = 1.0 + kPerturbation;
+  releaseGraphs(*state);
+}
+
 bool Device::injectFault() {
   faultKernel<<<1, 1, 0, state->stream>>>(nullptr);
   launched("the injected fault (TPC_FAULT=device)");

@@ -61,6 +61,7 @@ public:
     return argmaxAsked.back() && !withholdArgmax ? chosen.data() : nullptr;
   }
   bool injectFault() override { return false; }
+  void perturbAttention() override {}
 
   std::vector<int64_t> sequencesPerStep, rowsPerStep;
   std::vector<bool> argmaxAsked;

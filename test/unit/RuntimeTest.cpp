@@ -1608,6 +1608,7 @@ public:
     return logits.data();
   }
   bool injectFault() override { return false; }
+  void perturbAttention() override {}
 
   int tp = 0;
   bool bf16 = true, started = false;

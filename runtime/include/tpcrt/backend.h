@@ -178,6 +178,11 @@ public:
   /// (no gather of logits split by vocabulary: one rank, or the CUDA target, whose gather
   /// runs on the device inside the forward).
   virtual bool poisonLogits() { return false; }
+  /// TPC_FAULT=perturb: from now on this rank's attention runs with its softmax scale
+  /// multiplied by 1 + kPerturbation, a subtly wrong kernel: the GPU check's negative control,
+  /// which its comparison with the CPU target must catch (docs/gpu-check.md).
+  virtual void perturbAttention() = 0;
+  static constexpr double kPerturbation = 1.0 / 32;
 };
 
 } // namespace tpcrt

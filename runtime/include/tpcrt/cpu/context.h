@@ -120,6 +120,8 @@ struct Context {
   /// TPC_FAULT=nan: the next gather of the logits (allGatherLogits) sends this rank's pieces
   /// with a NaN for its first logit of each row (poisonedLogits).
   bool poisonNextLogits = false;
+  /// TPC_FAULT=perturb: the attention's softmax scale times this (Backend::perturbAttention).
+  double attentionScaleFault = 1.0;
   /// A copy of `rows` rows of this rank's pieces of the logits `in` (of `blocks`, as
   /// allGatherColumns takes them), its first real logit of each row NaN; clears
   /// poisonNextLogits. Valid until the next call.

@@ -92,6 +92,8 @@ public:
   void resetCaches();
   /// Launches a kernel that writes through a null pointer (TPC_FAULT=device).
   bool injectFault() override;
+  /// Also drops the decode graphs (a --warmup's), which hold the attention's scale as captured.
+  void perturbAttention() override;
 
   /// One forward: ids and positions to the device, `fn`, the logits back as fp32 (on a step
   /// with `argmax`, each row's argmax instead, and null returned). A
@@ -114,6 +116,8 @@ public:
 
   int rank = 0, tp = 1;
   act *arena = nullptr;
+  /// TPC_FAULT=perturb: the attention's softmax scale times this (Backend::perturbAttention).
+  double attentionScaleFault = 1.0;
   std::vector<KVCache> caches;
   const Step *step = nullptr; // the forward under way's
 
