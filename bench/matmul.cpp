@@ -361,8 +361,8 @@ int main(int argc, char **argv) {
     detail::forceAvx2Kernels(true);
   else if (!mode.empty() && mode != "quantized") {
     std::fprintf(stderr,
-                 "usage: tpc-matmul-bench [panels|batched|walks|scalar|quantized|quantized-avx2|int8] "
-                 "[RUNS]\n");
+                 "usage: tpc-matmul-bench "
+                 "[panels|batched|walks|scalar|quantized|quantized-avx2|int8] [RUNS]\n");
     return 2;
   }
   std::printf("one-row kernels:");

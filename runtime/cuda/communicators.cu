@@ -127,75 +127,75 @@ void NcclCommunicator::runRecv(void *data, size_t count, int peer) {
 HostStagedCommunicator::HostStagedCommunicator(Communicator &host, cudaStream_t stream)
     : Communicator(host.rank, host.world, sizeof(act)), host(host), stream(stream) {}
 
-template <typename Fn>
+namespace {
+float toFloat(act x) { return __bfloat162float(x); }
+float toFloat(float x) { return x; }
+template <typename Element> Element fromFloat(float x);
+template <> act fromFloat<act>(float x) { return __float2bfloat16(x); }
+template <> float fromFloat<float>(float x) { return x; }
+} // namespace
+
+template <typename Element, typename Fn>
 void HostStagedCommunicator::staged(const void *in, size_t inCount, void *out, size_t outCount,
                                     Fn fn) {
-  std::vector<act> copies(std::max(inCount, outCount));
+  std::vector<Element> copies(std::max(inCount, outCount));
   // A message received has nothing to take to the host, one sent nothing to bring back.
   if (inCount > 0) {
-    check(cudaMemcpyAsync(copies.data(), in, inCount * sizeof(act), cudaMemcpyDeviceToHost,
-                          stream),
+    check(cudaMemcpyAsync(copies.data(), in, inCount * sizeof(Element),
+                          cudaMemcpyDeviceToHost, stream),
           "cudaMemcpyAsync (to the host)");
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
   std::vector<float> a(inCount), b(outCount);
   for (size_t i = 0; i < inCount; ++i)
-    a[i] = __bfloat162float(copies[i]);
+    a[i] = toFloat(copies[i]);
   host.label(labelModule, labelTokens);
   fn(a.data(), b.data());
   if (outCount == 0)
     return;
   for (size_t i = 0; i < outCount; ++i)
-    copies[i] = __float2bfloat16(b[i]);
-  check(cudaMemcpyAsync(out, copies.data(), outCount * sizeof(act), cudaMemcpyHostToDevice,
+    copies[i] = fromFloat<Element>(b[i]);
+  check(cudaMemcpyAsync(out, copies.data(), outCount * sizeof(Element), cudaMemcpyHostToDevice,
                         stream),
         "cudaMemcpyAsync (to the device)");
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 void HostStagedCommunicator::runAllReduce(void *data, size_t count) {
-  staged(data, count, data, count, [&](float *a, float *b) {
+  staged<act>(data, count, data, count, [&](float *a, float *b) {
     host.allReduce(a, count);
     std::copy(a, a + count, b);
   });
 }
 
 void HostStagedCommunicator::runAllReduceSums(float *data, size_t count) {
-  // fp32 on the device already: copied as it is, summed by the host's fp32 all-reduce.
-  std::vector<float> values(count);
-  check(cudaMemcpyAsync(values.data(), data, count * sizeof(float), cudaMemcpyDeviceToHost,
-                        stream),
-        "cudaMemcpyAsync (to the host)");
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  host.label(labelModule, labelTokens);
-  host.allReduceSums(values.data(), count);
-  check(cudaMemcpyAsync(data, values.data(), count * sizeof(float), cudaMemcpyHostToDevice,
-                        stream),
-        "cudaMemcpyAsync (to the device)");
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  staged<float>(data, count, data, count, [&](float *a, float *b) {
+    host.allReduceSums(a, count);
+    std::copy(a, a + count, b);
+  });
 }
 
 void HostStagedCommunicator::runAllGather(const void *in, size_t count, void *out) {
-  staged(in, count, out, count * world,
+  staged<act>(in, count, out, count * world,
          [&](const float *a, float *b) { host.allGather(a, count, b); });
 }
 
 void HostStagedCommunicator::runReduceScatter(const void *in, size_t count, void *out) {
-  staged(in, count * world, out, count,
+  staged<act>(in, count * world, out, count,
          [&](const float *a, float *b) { host.reduceScatter(a, count, b); });
 }
 
 void HostStagedCommunicator::runAllToAll(const void *in, size_t count, void *out) {
-  staged(in, count * world, out, count * world,
+  staged<act>(in, count * world, out, count * world,
          [&](const float *a, float *b) { host.allToAll(a, count, b); });
 }
 
 void HostStagedCommunicator::runSend(const void *data, size_t count, int peer) {
-  staged(data, count, nullptr, 0, [&](const float *a, float *) { host.send(a, count, peer); });
+  staged<act>(data, count, nullptr, 0, [&](const float *a, float *) { host.send(a, count, peer); });
 }
 
 void HostStagedCommunicator::runRecv(void *data, size_t count, int peer) {
-  staged(nullptr, 0, data, count, [&](const float *, float *b) { host.recv(b, count, peer); });
+  staged<act>(nullptr, 0, data, count, [&](const float *, float *b) { host.recv(b, count, peer); });
 }
 
 } // namespace tpcrt::cuda

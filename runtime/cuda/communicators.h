@@ -73,9 +73,9 @@ protected:
   void runRecv(void *data, size_t count, int peer) override;
 
 private:
-  /// `inCount` elements of `in` to the host as fp32, fn(host input, host output), then
-  /// `outCount` back to `out` on the device.
-  template <typename Fn>
+  /// `inCount` elements of `in` (bf16 activations, or the fp32 of a norm's sums) to the host
+  /// as fp32, fn(host input, host output), then `outCount` back to `out` on the device.
+  template <typename Element, typename Fn>
   void staged(const void *in, size_t inCount, void *out, size_t outCount, Fn fn);
 
   Communicator &host;

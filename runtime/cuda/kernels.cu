@@ -297,7 +297,8 @@ void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const 
   }
   if (plan.own) {
     dim3 block(kGemmTile, kGemmTile);
-    dim3 grid(unsigned((out + kGemmTile - 1) / kGemmTile), unsigned((rows + kGemmTile - 1) / kGemmTile));
+    dim3 grid(unsigned((out + kGemmTile - 1) / kGemmTile),
+              unsigned((rows + kGemmTile - 1) / kGemmTile));
     gemmKernel<<<grid, block, 0, state.stream>>>(x, w, bias, rows, in, out, y);
     launched("the GEMM cuBLASLt has no algorithm for");
     return;
