@@ -177,25 +177,27 @@ void HostStagedCommunicator::runAllReduceSums(float *data, size_t count) {
 
 void HostStagedCommunicator::runAllGather(const void *in, size_t count, void *out) {
   staged<act>(in, count, out, count * world,
-         [&](const float *a, float *b) { host.allGather(a, count, b); });
+              [&](const float *a, float *b) { host.allGather(a, count, b); });
 }
 
 void HostStagedCommunicator::runReduceScatter(const void *in, size_t count, void *out) {
   staged<act>(in, count * world, out, count,
-         [&](const float *a, float *b) { host.reduceScatter(a, count, b); });
+              [&](const float *a, float *b) { host.reduceScatter(a, count, b); });
 }
 
 void HostStagedCommunicator::runAllToAll(const void *in, size_t count, void *out) {
   staged<act>(in, count * world, out, count * world,
-         [&](const float *a, float *b) { host.allToAll(a, count, b); });
+              [&](const float *a, float *b) { host.allToAll(a, count, b); });
 }
 
 void HostStagedCommunicator::runSend(const void *data, size_t count, int peer) {
-  staged<act>(data, count, nullptr, 0, [&](const float *a, float *) { host.send(a, count, peer); });
+  staged<act>(data, count, nullptr, 0,
+              [&](const float *a, float *) { host.send(a, count, peer); });
 }
 
 void HostStagedCommunicator::runRecv(void *data, size_t count, int peer) {
-  staged<act>(nullptr, 0, data, count, [&](const float *, float *b) { host.recv(b, count, peer); });
+  staged<act>(nullptr, 0, data, count,
+              [&](const float *, float *b) { host.recv(b, count, peer); });
 }
 
 } // namespace tpcrt::cuda
