@@ -510,7 +510,7 @@ void pipelineNote(const std::vector<PhaseReport> &phases, const AnalyzeOptions &
 /// `memory`'s weights and KV cache as a rank of `stage` holds them; without a stage, as a
 /// rank of a mesh without stages does. The cache's elements are the activations' type, times
 /// `kvScale` (--kv-cache-dtype bf16 or f16 on the CPU: 0.5; q8_0: 34 bytes for 32 floats).
-void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvScale, bool paged,
+void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvScale, bool windowGroups,
                  MemoryReport &memory) {
   memory.weights = parameterBytes(partitioned, stage);
   memory.unshardedWeights = unshardedParameterBytes(partitioned);
@@ -523,7 +523,7 @@ void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvSc
   // pools (where layers read a window or chunks, they keep fewer blocks).
   memory.kvCache = kvScale * kvCacheAllocated(partitioned, memory.maxSeqLen, memory.maxSeqLen,
                                               1, std::max<int64_t>(memory.kvBlockSize, 1),
-                                              paged, stage, memory);
+                                              windowGroups, stage, memory);
   memory.kvCachePerSequence = 0;
   for (MemoryReport::KvGroup &group : memory.kvGroups) {
     group.bytesPerToken *= kvScale;
@@ -576,8 +576,8 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
                 double(tpcrt::dtypeBlockElements(*type) * 4);
   if (auto blockSize = decided->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName))
     memory.kvBlockSize = blockSize.getInt();
-  bool paged = target::findTarget(o.target)->pagedKvCache();
-  measureHeld(*partitioned, std::nullopt, kvScale, paged, memory);
+  bool windowGroups = target::findTarget(o.target)->windowGroups();
+  measureHeld(*partitioned, std::nullopt, kvScale, windowGroups, memory);
   if (a.stages.empty()) {
     a.shares = rankShares(*partitioned);
     return success();
@@ -588,7 +588,7 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
   RankShares byWorldRank;
   for (StageReport &stage : a.stages) {
     stage.memory = memory;
-    measureHeld(*partitioned, stage.stage, kvScale, paged, stage.memory);
+    measureHeld(*partitioned, stage.stage, kvScale, windowGroups, stage.memory);
     stage.shares = rankShares(*partitioned, stage.stage);
     if (stage.memory.weights + stage.memory.kvCache >
         fullest->memory.weights + fullest->memory.kvCache)

@@ -1,42 +1,52 @@
-// Attention for the CUDA backend: the KV-cache append, a split-KV decode kernel for one query
-// row (fixed grid and no host work that varies per call, so a decode step can be captured in a
-// CUDA graph and replayed at any length), and a tensor-core flash-attention prefill kernel.
-// Semantics are those of tpcrt/cpu/kernels.h: causal over absolute positions, GQA (query head h
-// reads key/value head h / group), `scale` multiplies q.k, softcap > 0 applies
+// Attention for the CUDA backend over a step of any number of sequences (tpcrt/batch.h), each
+// reading its keys and values through its block table (paged.h): the KV-cache append, a
+// split-KV decode kernel for the one-row sequences (all of them in one launch, with no host
+// work that varies with their lengths, so a decode step can be captured in a CUDA graph and
+// replayed at any length), and a tensor-core flash-attention prefill kernel for each longer
+// one. Semantics are those of tpcrt/cpu/kernels.h: causal over absolute positions, GQA (query
+// head h reads key/value head h / group), `scale` multiplies q.k, softcap > 0 applies
 // softcap * tanh(s / softcap) to the scaled score, slidingWindow > 0 lets position p see keys
 // t with p - window + 1 <= t <= p. bf16 in memory, fp32 math; softmax in base 2 (scores are
 // multiplied by log2 e once, after the softcap).
 //
-// The length of the cache before this forward is read on the device from State::kvStart, so
-// no kernel argument depends on it. How each kernel's work is split, and why:
+// What a step holds is read on the device (State::stepView: each sequence's rows, cached
+// tokens and table, each row's sequence, the one-row sequences), so no decode kernel argument
+// depends on a length. Token p of a sequence is in cache row table[p / blockSize] * blockSize
+// + p % blockSize (cacheRow). How each kernel's work is split, and why:
 //
-// appendKernel: one thread per 16 bytes (8 bf16) of the new k and v rows, copied to rows
-//   [start, start + rows) of the cache. Scalar copies when k or v is not 16-byte aligned (arena
-//   pointers are aligned only as their offsets make them); cache rows always are (width is a
-//   multiple of 8).
+// appendKernel: one thread per 16 bytes (8 bf16) of the new k and v rows, each row copied to
+//   its sequence's slot for its position. Scalar copies when k or v is not 16-byte aligned
+//   (arena pointers are aligned only as their offsets make them); cache rows always are (width
+//   is a multiple of 8).
 //
-// decodeKernel (rows == 1, bandwidth bound): grid (split, kvHead x headChunk), 128 threads.
+// decodeKernel (one query row per sequence, bandwidth bound): grid (split, kvHead x
+//   headChunk, sequence), 128 threads.
 //   One block reads its split's keys and values of one kv head once, for up to G (1, 2, 4 or 8;
 //   4 when headDim > 256) query heads of that kv head's group, so the cache is read once per
 //   group (more than G heads in a group take ceil(group / G) head chunks). The visible keys
 //   [lo, position] are cut on the device into `splits` contiguous ranges of at least
-//   kMinKeysPerSplit keys; a range past the end is empty and writes the neutral partial
-//   (max -inf, sum 0, no accumulator). Inside a block, `lanes` (8, 16 or 32: the power of two
-//   covering headDim / 8) lanes share one key, each holding 16 bytes of it (two 16-byte pieces
-//   when headDim > 256), so a warp reads 32 / lanes whole consecutive rows per load and a
-//   shuffle over `lanes` finishes each dot product; each such slot keeps its own online
-//   softmax (max, sum, fp32 accumulator over its dims) per query head, over kUnroll keys per
-//   step (loads for all of them issued first). The slots are merged through shared memory
-//   (<= 33 KiB) and the block writes (max, sum, acc[headDim]) per query head.
-// combineKernel: one block per query head merges the splits' partials, skipping the empty ones
-//   (their accumulators are never written, so never read), and writes the bf16 output.
-//   Split count (host, from fixed numbers only): min(ceil(capacity / kMinKeysPerSplit),
-//   ceil(4 * SMs / (kvHeads * headChunks)), kMaxSplits, what prepareAttention sized): enough
-//   blocks for about four per SM at any length, none that could only ever be empty. It never
-//   depends on the length, so a captured grid stays valid; on the device each split takes
-//   max(kMinKeysPerSplit, ceil(visible / splits)) keys, so short contexts use few splits.
+//   kMinKeysPerSplit keys (splitKeys); a range past the end is empty and writes the neutral
+//   partial (max -inf, sum 0, no accumulator). Inside a block, `lanes` (8, 16 or 32: the power
+//   of two covering headDim / 8) lanes share one key, each holding 16 bytes of it (two 16-byte
+//   pieces when headDim > 256), so a warp reads 32 / lanes whole rows per load (consecutive
+//   within a block of the cache) and a shuffle over `lanes` finishes each dot product; each
+//   such slot keeps its own online softmax (max, sum, fp32 accumulator over its dims) per
+//   query head, over kUnroll keys per step (loads for all of them issued first). The slots are
+//   merged through shared memory (<= 33 KiB) and the block writes (max, sum, acc[headDim]) per
+//   query head, into its sequence's partials.
+// combineKernel: one block per (query head, sequence) merges the splits' partials, skipping the
+//   empty ones (their accumulators are never written, so never read), and writes the bf16
+//   output into the sequence's row.
+//   Split count (host, from fixed numbers only: decodeSplits): min(ceil(capacity /
+//   kMinKeysPerSplit), ceil(4 * SMs / (kvHeads * headChunks * sequences)), what
+//   prepareAttention sized / sequences): enough blocks for about four per SM at any length,
+//   none that could only ever be empty, and no more partials than prepared (a launch takes at
+//   most as many sequences as those). It never depends on a length, so a captured grid stays
+//   valid; on the device each split takes max(kMinKeysPerSplit, ceil(visible / splits)) keys,
+//   so short contexts use few splits.
 //
-// prefillKernel<D> (rows > 1, compute bound; D in 64, 80, 96, 128, 256): FlashAttention-2 on
+// prefillKernel<D> (a sequence of several rows, compute bound; D in 64, 80, 96, 128, 256):
+//   FlashAttention-2 on
 //   mma.sync.m16n8k16 (bf16 in, fp32 accumulate). Grid (head, 64-row query block; the blocks
 //   with the most keys first), 4 warps, each warp owning 16 query rows end to end, so the
 //   softmax needs only shuffles among the 4 lanes that share a row and no block barrier. Q
@@ -48,9 +58,12 @@
 //   operand. Key tiles run from the block's first row's window start to its last row's
 //   position; tiles wholly visible to all 64 rows skip the mask. Keys past the last row's
 //   position are zero-filled, never loaded (cache rows past the length may hold NaN bits).
+//   One launch per such sequence, its rows at their place in the step.
 // The three-pass kernels (scores, softmax, weighted sum) remain as the prefill fallback for
 // other head sizes, with their host-sized scores buffer.
 #include "state.h"
+
+#include "paged.h"
 
 #include <algorithm>
 #include <cmath>
@@ -89,18 +102,24 @@ __device__ __forceinline__ void unpack(const uint4 &v, float (&f)[8]) {
 // The append.
 
 template <bool Vector>
-__global__ void appendKernel(const act *k, const act *v, int64_t count, int64_t width,
-                             const int64_t *kvStart, act *keys, act *values) {
+__global__ void appendKernel(const act *k, const act *v, int64_t rows, int64_t width,
+                             StepView step, act *keys, act *values) {
+  const int64_t perRow = Vector ? width / 8 : width; // 16-byte pieces, or elements
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= (Vector ? count / 8 : count))
+  if (i >= rows * perRow)
     return;
-  int64_t offset = *kvStart * width;
+  const int64_t row = i / perRow, piece = i % perRow;
+  const SequenceOnDevice s = step.sequences[step.rowSequence[row]];
+  const int64_t slot =
+      cacheRow(step.tables + s.table, int(s.cached + row - s.first), step.blockSize);
   if (Vector) {
-    reinterpret_cast<uint4 *>(keys + offset)[i] = reinterpret_cast<const uint4 *>(k)[i];
-    reinterpret_cast<uint4 *>(values + offset)[i] = reinterpret_cast<const uint4 *>(v)[i];
+    reinterpret_cast<uint4 *>(keys + slot * width)[piece] =
+        reinterpret_cast<const uint4 *>(k + row * width)[piece];
+    reinterpret_cast<uint4 *>(values + slot * width)[piece] =
+        reinterpret_cast<const uint4 *>(v + row * width)[piece];
   } else {
-    keys[offset + i] = k[i];
-    values[offset + i] = v[i];
+    keys[slot * width + piece] = k[row * width + piece];
+    values[slot * width + piece] = v[row * width + piece];
   }
 }
 
@@ -109,20 +128,28 @@ __global__ void appendKernel(const act *k, const act *v, int64_t count, int64_t 
 
 template <int CPL, int G>
 __global__ void __launch_bounds__(kDecodeThreads)
-    decodeKernel(const act *q, const act *keys, const act *values, const int64_t *kvStart,
-                 int group, int headChunks, int headDim, int64_t width, int lanes, int splits,
-                 float scale, float softcap, int64_t window, float2 *stats, float *partials) {
+    decodeKernel(const act *q, const act *keys, const act *values, StepView step, int from,
+                 int heads, int group, int headChunks, int headDim, int64_t width, int lanes,
+                 int splits, float scale, float softcap, int64_t window, float2 *stats,
+                 float *partials) {
   constexpr int kUnroll = G <= 2 ? 4 : 2; // keys per slot per step, loads issued together
   extern __shared__ float4 decodeShared[];
   const int split = blockIdx.x, kvHead = blockIdx.y / headChunks;
   const int chunkHead = (blockIdx.y % headChunks) * G;
   const int head0 = kvHead * group + chunkHead, count = min(G, group - chunkHead);
 
-  // The one query row sits at absolute position `position`; it sees keys [lo, position].
-  const int64_t position = *kvStart;
-  const int64_t lo = window > 0 ? max(int64_t(0), position - window + 1) : int64_t(0);
-  const int64_t per = max(int64_t(kMinKeysPerSplit), (position + 1 - lo + splits - 1) / splits);
-  const int64_t first = lo + split * per, last = min(position + 1, first + per);
+  // Sequence `from + blockIdx.z` of the step's one-row sequences: its query row sits at
+  // position `cached` and sees keys [lo, position], read through its block table; its
+  // partials are the launch's blockIdx.z-th.
+  const SequenceOnDevice sequence = step.sequences[step.decodeList[from + int(blockIdx.z)]];
+  const int32_t *table = step.tables + sequence.table;
+  const int blockSize = step.blockSize;
+  q += sequence.first * heads * headDim;
+  stats += int64_t(blockIdx.z) * heads * splits;
+  partials += int64_t(blockIdx.z) * heads * splits * headDim;
+  const int64_t position = sequence.cached;
+  const KeyRange keysRead = splitKeys(position, window, splits, split, kMinKeysPerSplit);
+  const int64_t first = keysRead.first, last = keysRead.last;
   if (first >= last) { // block-uniform: the neutral partial, no accumulator
     if (int(threadIdx.x) < count)
       stats[int64_t(head0 + threadIdx.x) * splits + split] = make_float2(-INFINITY, 0.0f);
@@ -174,8 +201,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int i = 0; i < CPL; ++i) {
         int c = part + i * lanes;
         if (valid[u] && c < chunks) {
-          kr[u][i] = __ldg(reinterpret_cast<const uint4 *>(kBase + t * width + c * 8));
-          vr[u][i] = __ldg(reinterpret_cast<const uint4 *>(vBase + t * width + c * 8));
+          int64_t at = cacheRow(table, int(t), blockSize) * width + c * 8;
+          kr[u][i] = __ldg(reinterpret_cast<const uint4 *>(kBase + at));
+          vr[u][i] = __ldg(reinterpret_cast<const uint4 *>(vBase + at));
         } else {
           kr[u][i] = make_uint4(0, 0, 0, 0);
           vr[u][i] = make_uint4(0, 0, 0, 0);
@@ -286,10 +314,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
 }
 
 __global__ void __launch_bounds__(kCombineThreads)
-    combineKernel(const float2 *stats, const float *partials, int splits, int headDim, act *out) {
+    combineKernel(const float2 *stats, const float *partials, StepView step, int from, int splits,
+                  int headDim, act *out) {
   __shared__ float weight[kMaxSplits];
   __shared__ float inverse;
-  const int head = blockIdx.x;
+  // Head blockIdx.x of the launch's blockIdx.y-th sequence, whose row of `out` is its own.
+  const int head = blockIdx.x, heads = gridDim.x;
+  const int64_t at = int64_t(blockIdx.y) * heads;
+  stats += at * splits;
+  partials += at * splits * headDim;
+  out += step.sequences[step.decodeList[from + int(blockIdx.y)]].first * heads * headDim;
   const float2 *mine = stats + int64_t(head) * splits;
   if (threadIdx.x < 32) { // warp 0, whole
     int lane = threadIdx.x;
@@ -382,9 +416,9 @@ template <int D> constexpr int prefillSharedBytes() { return 3 * kBlock * (D + 8
 
 template <int D>
 __global__ void __launch_bounds__(kPrefillThreads)
-    prefillKernel(const act *q, const act *keys, const act *values, const int64_t *kvStart,
-                  int rows, int group, int64_t width, float scale, float softcap, int64_t window,
-                  bool qAligned, act *out) {
+    prefillKernel(const act *q, const act *keys, const act *values, const int32_t *table,
+                  int blockSize, int64_t start, int rows, int group, int64_t width, float scale,
+                  float softcap, int64_t window, bool qAligned, act *out) {
   static_assert(D % 16 == 0 && D <= 256, "head dims for the mma tiles");
   constexpr int kChunks = D / 8; // 16-byte pieces per row
   constexpr int kStride = D + 8; // shared row in bf16; +16 bytes: ldmatrix conflict-free
@@ -395,7 +429,6 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int head = blockIdx.x, kvHead = head / group;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBlock; // the longest blocks start first
   const int64_t qWidth = int64_t(gridDim.x) * D;
-  const int64_t start = *kvStart;
   const int qEnd = min(rows, q0 + kBlock);
   // Keys this block needs: from its first row's window start to its last row's position.
   const int64_t keyEnd = start + qEnd; // exclusive
@@ -428,7 +461,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
       int r = i / kChunks, c = i % kChunks;
       act *dst = tile + r * kStride + c * 8;
       if (k0 + r < keyEnd)
-        copyAsync16(dst, source + (k0 + r) * width + c * 8);
+        copyAsync16(dst, source + cacheRow(table, int(k0 + r), blockSize) * width + c * 8);
       else
         *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
     }
@@ -574,10 +607,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
 // The fallback for prefill at other head sizes: scores, softmax, weighted sum.
 
 // scores[(r * heads + h) * keys + t] = softcap(scale * q_rh . k_t) for visible t, else -inf.
-__global__ void scoresKernel(const act *q, const act *keysCache, int64_t rows, int64_t heads,
-                             int64_t group, int64_t headDim, int64_t width, int64_t start,
-                             int64_t keys, float scale, int64_t window, float softcap,
-                             float *scores) {
+__global__ void scoresKernel(const act *q, const act *keysCache, const int32_t *table,
+                             int blockSize, int64_t rows, int64_t heads, int64_t group,
+                             int64_t headDim, int64_t width, int64_t start, int64_t keys,
+                             float scale, int64_t window, float softcap, float *scores) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * heads * keys)
     return;
@@ -588,7 +621,7 @@ __global__ void scoresKernel(const act *q, const act *keysCache, int64_t rows, i
     return;
   }
   const act *qh = q + r * heads * headDim + h * headDim;
-  const act *kt = keysCache + t * width + (h / group) * headDim;
+  const act *kt = keysCache + cacheRow(table, int(t), blockSize) * width + (h / group) * headDim;
   float dot = 0;
   for (int64_t d = 0; d < headDim; ++d)
     dot += load(qh, d) * load(kt, d);
@@ -613,7 +646,8 @@ __global__ void softmaxKernel(float *scores, int64_t keys) {
     row[t] *= inverse;
 }
 
-__global__ void weightedSumKernel(const float *scores, const act *valuesCache, int64_t rows,
+__global__ void weightedSumKernel(const float *scores, const act *valuesCache,
+                                  const int32_t *table, int blockSize, int64_t rows,
                                   int64_t heads, int64_t group, int64_t headDim, int64_t width,
                                   int64_t keys, act *out) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -624,7 +658,7 @@ __global__ void weightedSumKernel(const float *scores, const act *valuesCache, i
   const act *v = valuesCache + (h / group) * headDim + d;
   float acc = 0;
   for (int64_t t = 0; t < keys; ++t)
-    acc += p[t] * load(v, t * width);
+    acc += p[t] * load(v, cacheRow(table, int(t), blockSize) * width);
   out[r * heads * headDim + h * headDim + d] = __float2bfloat16(acc);
 }
 
@@ -633,26 +667,30 @@ __global__ void weightedSumKernel(const float *scores, const act *valuesCache, i
 
 void append(Device::State &state, const act *k, const act *v, int64_t rows, int64_t width,
             KVCache &cache) {
-  int64_t count = rows * width;
   bool vector = (uintptr_t(k) | uintptr_t(v)) % 16 == 0; // width % 8 == 0: cache rows are
+  int64_t pieces = rows * (vector ? width / 8 : width);
   if (vector)
-    appendKernel<true><<<blocksFor(count / 8), kThreads, 0, state.stream>>>(
-        k, v, count, width, state.kvStart, cache.keys, cache.values);
+    appendKernel<true><<<blocksFor(pieces), kThreads, 0, state.stream>>>(
+        k, v, rows, width, state.stepView, cache.keys, cache.values);
   else
-    appendKernel<false><<<blocksFor(count), kThreads, 0, state.stream>>>(
-        k, v, count, width, state.kvStart, cache.keys, cache.values);
+    appendKernel<false><<<blocksFor(pieces), kThreads, 0, state.stream>>>(
+        k, v, rows, width, state.stepView, cache.keys, cache.values);
   launched("attention: the KV-cache append kernel");
 }
 
 template <int CPL, int G>
 void launchDecode(Device::State &state, dim3 grid, size_t shared, const act *q,
-                  const KVCache &cache, int group, int headChunks, int headDim, int64_t width,
-                  int lanes, int splits, float scale, float softcap, int64_t window) {
+                  const KVCache &cache, int from, int heads, int group, int headChunks,
+                  int headDim, int64_t width, int lanes, int splits, float scale, float softcap,
+                  int64_t window) {
   decodeKernel<CPL, G><<<grid, kDecodeThreads, shared, state.stream>>>(
-      q, cache.keys, cache.values, state.kvStart, group, headChunks, headDim, width, lanes, splits,
-      scale, softcap, window, state.attentionStats, state.attentionPartials);
+      q, cache.keys, cache.values, state.stepView, from, heads, group, headChunks, headDim,
+      width, lanes, splits, scale, softcap, window, state.attentionStats,
+      state.attentionPartials);
 }
 
+/// The split-KV decode of every one-row sequence of the step (StepOnHost::decodeList), in
+/// launches of at most as many sequences as the partials were prepared splits for.
 void decode(Device::State &state, const act *q, int64_t heads, int64_t kvHeads, int64_t headDim,
             double scale, int64_t window, double softcap, const KVCache &cache, act *out) {
   if (!state.attentionPartials)
@@ -673,51 +711,70 @@ void decode(Device::State &state, const act *q, int64_t heads, int64_t kvHeads, 
   int g = most <= 1 ? 1 : most <= 2 ? 2 : most <= 4 ? 4 : 8;
   int headChunks = int((group + g - 1) / g);
   int64_t blocksPerSplit = kvHeads * headChunks;
-  int64_t splits =
-      std::min<int64_t>({(cache.capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit,
-                         (4 * int64_t(state.multiprocessors) + blocksPerSplit - 1) / blocksPerSplit,
-                         state.attentionSplits});
-  splits = std::max<int64_t>(1, splits);
   int slots = kDecodeThreads / lanes;
   size_t shared = (size_t(slots) * g * (headDim + 3)) * sizeof(float);
-  dim3 grid = dim3(unsigned(splits), unsigned(blocksPerSplit));
-  auto run = [&](auto launch) {
-    launch(state, grid, shared, q, cache, int(group), headChunks, int(headDim), kvHeads * headDim,
-           lanes, int(splits), float(scale), float(softcap), window);
-  };
-  switch (cpl * 16 + g) {
-  case 16 + 1:
-    run(launchDecode<1, 1>);
-    break;
-  case 16 + 2:
-    run(launchDecode<1, 2>);
-    break;
-  case 16 + 4:
-    run(launchDecode<1, 4>);
-    break;
-  case 16 + 8:
-    run(launchDecode<1, 8>);
-    break;
-  case 32 + 1:
-    run(launchDecode<2, 1>);
-    break;
-  case 32 + 2:
-    run(launchDecode<2, 2>);
-    break;
-  default:
-    run(launchDecode<2, 4>);
-    break;
+  int64_t sequences = int64_t(state.stepHost.decodeList.size());
+  for (int64_t from = 0; from < sequences; from += state.attentionSplits) {
+    int64_t n = std::min<int64_t>(sequences - from, state.attentionSplits);
+    int64_t splits = decodeSplits(n, cache.rows, state.multiprocessors, blocksPerSplit,
+                                  state.attentionSplits, kMinKeysPerSplit);
+    dim3 grid = dim3(unsigned(splits), unsigned(blocksPerSplit), unsigned(n));
+    auto run = [&](auto launch) {
+      launch(state, grid, shared, q, cache, int(from), int(heads), int(group), headChunks,
+             int(headDim), kvHeads * headDim, lanes, int(splits), float(scale), float(softcap),
+             window);
+    };
+    switch (cpl * 16 + g) {
+    case 16 + 1:
+      run(launchDecode<1, 1>);
+      break;
+    case 16 + 2:
+      run(launchDecode<1, 2>);
+      break;
+    case 16 + 4:
+      run(launchDecode<1, 4>);
+      break;
+    case 16 + 8:
+      run(launchDecode<1, 8>);
+      break;
+    case 32 + 1:
+      run(launchDecode<2, 1>);
+      break;
+    case 32 + 2:
+      run(launchDecode<2, 2>);
+      break;
+    default:
+      run(launchDecode<2, 4>);
+      break;
+    }
+    launched("attention: the split-KV decode kernel");
+    combineKernel<<<dim3(unsigned(heads), unsigned(n)), kCombineThreads, 0, state.stream>>>(
+        state.attentionStats, state.attentionPartials, state.stepView, int(from), int(splits),
+        int(headDim), out);
+    launched("attention: the split-KV combine kernel");
   }
-  launched("attention: the split-KV decode kernel");
-  combineKernel<<<unsigned(heads), kCombineThreads, 0, state.stream>>>(
-      state.attentionStats, state.attentionPartials, int(splits), int(headDim), out);
-  launched("attention: the split-KV combine kernel");
+}
+
+/// Sequence `s`'s rows of the step (more than one: a prompt or a chunk of one): where its
+/// queries and outputs start, its block table on the device, and what its cache held.
+struct PrefillRows {
+  const act *q;
+  act *out;
+  const int32_t *table;
+  int64_t rows, start;
+};
+
+PrefillRows prefillRows(const Device::State &state, int64_t s, const act *q, int64_t qWidth,
+                        act *out) {
+  const SequenceOnDevice &sequence = state.stepHost.sequences[size_t(s)];
+  return {q + sequence.first * qWidth, out + sequence.first * qWidth,
+          state.stepView.tables + sequence.table, sequence.count, sequence.cached};
 }
 
 template <int D>
-void launchPrefill(Device::State &state, const act *q, const KVCache &cache, int64_t rows,
+void launchPrefill(Device::State &state, const PrefillRows &p, const KVCache &cache,
                    int64_t heads, int64_t group, int64_t width, double scale, double softcap,
-                   int64_t window, act *out) {
+                   int64_t window) {
   constexpr int bytes = prefillSharedBytes<D>();
   static bool configured = false; // once per kernel: the opt-in past 48 KiB
   if (!configured) {
@@ -726,17 +783,17 @@ void launchPrefill(Device::State &state, const act *q, const KVCache &cache, int
         "cudaFuncSetAttribute (the attention prefill kernel)");
     configured = true;
   }
-  dim3 grid(unsigned(heads), unsigned((rows + kBlock - 1) / kBlock));
+  dim3 grid(unsigned(heads), unsigned((p.rows + kBlock - 1) / kBlock));
   prefillKernel<D><<<grid, kPrefillThreads, bytes, state.stream>>>(
-      q, cache.keys, cache.values, state.kvStart, int(rows), int(group), width, float(scale),
-      float(softcap), window, uintptr_t(q) % 16 == 0, out);
+      p.q, cache.keys, cache.values, p.table, state.stepView.blockSize, p.start, int(p.rows),
+      int(group), width, float(scale), float(softcap), window, uintptr_t(p.q) % 16 == 0, p.out);
   launched("attention: the flash prefill kernel");
 }
 
-void fallback(Device::State &state, const act *q, int64_t rows, int64_t heads, int64_t group,
-              int64_t headDim, double scale, int64_t window, double softcap, int64_t start,
-              const KVCache &cache, act *out) {
-  int64_t width = (heads / group) * headDim, keys = start + rows;
+void fallback(Device::State &state, const PrefillRows &p, int64_t heads, int64_t group,
+              int64_t headDim, double scale, int64_t window, double softcap,
+              const KVCache &cache) {
+  int64_t width = (heads / group) * headDim, keys = p.start + p.rows, rows = p.rows;
   // Scores for a chunk of query rows at a time, so a long prompt's [rows, heads, keys] never
   // has to fit at once (at most 64 Mi floats).
   int64_t chunk =
@@ -751,17 +808,19 @@ void fallback(Device::State &state, const act *q, int64_t rows, int64_t heads, i
     state.scoresCapacity = needed;
   }
   int64_t qWidth = heads * headDim;
+  int blockSize = state.stepView.blockSize;
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     int64_t n = std::min(chunk, rows - r0);
     int64_t count = n * heads * keys;
     scoresKernel<<<blocksFor(count), kThreads, 0, state.stream>>>(
-        q + r0 * qWidth, cache.keys, n, heads, group, headDim, width, start + r0, keys,
-        float(scale), window, float(softcap), state.scores);
+        p.q + r0 * qWidth, cache.keys, p.table, blockSize, n, heads, group, headDim, width,
+        p.start + r0, keys, float(scale), window, float(softcap), state.scores);
     launched("attention: the fallback scores kernel");
     softmaxKernel<<<unsigned(n * heads), kThreads, 0, state.stream>>>(state.scores, keys);
     launched("attention: the fallback softmax kernel");
     weightedSumKernel<<<blocksFor(n * qWidth), kThreads, 0, state.stream>>>(
-        state.scores, cache.values, n, heads, group, headDim, width, keys, out + r0 * qWidth);
+        state.scores, cache.values, p.table, blockSize, n, heads, group, headDim, width, keys,
+        p.out + r0 * qWidth);
     launched("attention: the fallback output kernel");
   }
 }
@@ -806,46 +865,39 @@ void attention(Device::State &state, const act *q, const act *k, const act *v, i
     throw std::runtime_error("attention: " + std::to_string(heads) +
                              " query heads do not group over " + std::to_string(kvHeads) +
                              " key/value heads");
-  if (!state.kvStart)
-    throw std::runtime_error("attention: the device's KV start (State::kvStart) is missing");
-  int64_t width = kvHeads * headDim, group = heads / kvHeads;
-  // A decode step (rows == 1) may be captured: the Device checks its capacity and nothing
-  // here reads cache.length for it. A prefill runs eagerly, where cache.length is the start.
-  int64_t start = rows > 1 ? cache.length : 0;
-  if (rows > 1 && start + rows > cache.capacity)
-    throw std::runtime_error("the KV cache holds " + std::to_string(cache.capacity) +
-                             " tokens; --max-model-len is too small");
+  if (!state.stepView.sequences || int64_t(state.stepHost.rowSequence.size()) != rows)
+    throw std::runtime_error("attention: over " + std::to_string(rows) +
+                             " rows, where the step described to the device has " +
+                             std::to_string(state.stepHost.rowSequence.size()));
+  int64_t width = kvHeads * headDim, group = heads / kvHeads, qWidth = heads * headDim;
+  // Every row's keys and values into its sequence's blocks, then the one-row sequences in one
+  // decode (what a captured decode step holds: nothing here reads a length on the host), and
+  // each longer sequence's rows in a prefill launch of their own.
   append(state, k, v, rows, width, cache);
-  if (rows == 1) {
+  if (!state.stepHost.decodeList.empty())
     decode(state, q, heads, kvHeads, headDim, scale, slidingWindow, softcap, cache, out);
-  } else {
+  for (int64_t s : state.stepHost.prefills) {
+    PrefillRows p = prefillRows(state, s, q, qWidth, out);
     switch (headDim) {
     case 64:
-      launchPrefill<64>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
-                        out);
+      launchPrefill<64>(state, p, cache, heads, group, width, scale, softcap, slidingWindow);
       break;
     case 80:
-      launchPrefill<80>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
-                        out);
+      launchPrefill<80>(state, p, cache, heads, group, width, scale, softcap, slidingWindow);
       break;
     case 96:
-      launchPrefill<96>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
-                        out);
+      launchPrefill<96>(state, p, cache, heads, group, width, scale, softcap, slidingWindow);
       break;
     case 128:
-      launchPrefill<128>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
-                         out);
+      launchPrefill<128>(state, p, cache, heads, group, width, scale, softcap, slidingWindow);
       break;
     case 256:
-      launchPrefill<256>(state, q, cache, rows, heads, group, width, scale, softcap, slidingWindow,
-                         out);
+      launchPrefill<256>(state, p, cache, heads, group, width, scale, softcap, slidingWindow);
       break;
     default:
-      fallback(state, q, rows, heads, group, headDim, scale, slidingWindow, softcap, start, cache,
-               out);
+      fallback(state, p, heads, group, headDim, scale, slidingWindow, softcap, cache);
     }
   }
-  // cache.length is the Device's: it advances every cache after the forward (Device::run).
 }
 
 } // namespace tpcrt::cuda

@@ -163,7 +163,6 @@ void Device::attach(const RankInfo &joined) {
   int64_t tokens = info.maxTokens;
   check(cudaMalloc(&state->ids, tokens * sizeof(int64_t)), "cudaMalloc (ids)");
   check(cudaMalloc(&state->positions, tokens * sizeof(int64_t)), "cudaMalloc (positions)");
-  check(cudaMalloc(&state->kvStart, sizeof(int64_t)), "cudaMalloc (KV length)");
 }
 
 void Device::allocateWeights(const std::vector<WeightDesc> &descs) {
@@ -212,16 +211,24 @@ bool Device::generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
 }
 
 uint64_t Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) {
-  int64_t capacity = 0;
+  // Every layer in KV group 0 (capabilities().windowGroups is false): one pool of blocks, the
+  // same block tables for every layer.
+  int64_t blocks = layers.empty() ? 0 : layers.front().blocks;
   for (const KVCacheDesc &layer : layers)
-    capacity = std::max(capacity, layer.blocks * blockSize);
+    if (layer.group != 0 || layer.blocks != blocks)
+      throw std::runtime_error("internal error: the CUDA KV caches are one pool (KV group 0), "
+                               "and a layer's is of group " + std::to_string(layer.group) +
+                               " with " + std::to_string(layer.blocks) + " blocks");
+  cacheBlocks = blocks;
+  cacheBlockSize = blockSize;
+  int64_t capacity = blocks * blockSize;
   uint64_t bytes = 0;
   for (const KVCacheDesc &layer : layers) {
     int64_t width = layer.keyWidth;
     if (layer.valueWidth != width) // the compiler refuses such attention for this target
       fail("a KV cache whose values are not as wide as its keys (MLA) is CPU-only");
     KVCache cache;
-    cache.capacity = capacity;
+    cache.rows = capacity;
     cache.width = width;
     check(cudaMalloc(&cache.keys, capacity * width * sizeof(act)), "cudaMalloc (KV cache)");
     check(cudaMalloc(&cache.values, capacity * width * sizeof(act)), "cudaMalloc (KV cache)");
@@ -318,17 +325,9 @@ void Device::start() {
 }
 
 const float *Device::forward(const Step &batch, bool sequenceParallel) {
-  if (batch.sequences.size() != 1)
-    throw std::runtime_error("the CUDA target runs one sequence a step, and this step has " +
-                             std::to_string(batch.sequences.size()) +
-                             ": batches wait for its batched kernels (--max-num-seqs 1)");
-  const StepSequence &sequence = batch.sequences[0];
-  if (sequence.cached == 0)
-    resetCaches();
-  else if (!caches.empty() && sequence.cached != caches[0].length)
-    throw std::runtime_error("internal error: a step continues a sequence of " +
-                             std::to_string(sequence.cached) + " cached tokens on caches of " +
-                             std::to_string(caches[0].length));
+  // Without attention layers there are no blocks to name: any table stands.
+  describeStep(batch, cacheBlockSize, caches.empty() ? int64_t(INT32_MAX) : cacheBlocks,
+               state->stepHost);
   step = &batch;
   return run(batch.ids, batch.positions, batch.tokens,
              sequenceParallel ? sequenceParallelFn : forwardFn);
@@ -368,7 +367,10 @@ Device::~Device() {
   cudaFree(state->attentionStats);
   cudaFree(state->ids);
   cudaFree(state->positions);
-  cudaFree(state->kvStart);
+  cudaFree(state->stepSequences.data);
+  cudaFree(state->stepTables.data);
+  cudaFree(state->stepRows.data);
+  cudaFree(state->stepDecodes.data);
   cudaFree(state->workspace);
   for (auto &[key, frequencies] : state->invFreqs)
     cudaFree(frequencies);
@@ -385,11 +387,6 @@ Device::~Device() {
 cudaStream_t Device::stream() const { return state->stream; }
 
 void Device::launched(const char *what) const { cuda::launched(what); }
-
-void Device::resetCaches() {
-  for (KVCache &cache : caches)
-    cache.length = 0; // run() sends the device its copy (State::kvStart) with each forward
-}
 
 void Device::perturbAttention() {
   attentionScaleFault = 1.0 + kPerturbation;
@@ -462,14 +459,41 @@ Communicator &Device::pipeline() {
   return *state->pipeline;
 }
 
+namespace {
+/// `values` into `array` on the stream, growing it first where it is too small (while the
+/// stream is idle; a graph that held the old address is released).
+template <typename T>
+void upload(Device::State &state, Device::State::Array<T> &array, const std::vector<T> &values,
+            const char *what) {
+  if (values.size() > array.capacity) {
+    size_t capacity = std::max<size_t>(values.size(), 2 * array.capacity);
+    releaseForRegrowth(state, what);
+    cudaFree(array.data);
+    array.data = nullptr;
+    array.capacity = 0;
+    check(cudaMalloc(&array.data, std::max<size_t>(1, capacity) * sizeof(T)),
+          (std::string("cudaMalloc (") + what + ")").c_str());
+    array.capacity = capacity;
+  }
+  if (!values.empty())
+    check(cudaMemcpyAsync(array.data, values.data(), values.size() * sizeof(T),
+                          cudaMemcpyHostToDevice, state.stream),
+          (std::string("cudaMemcpyAsync (") + what + ")").c_str());
+}
+} // namespace
+
 const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t tokens,
                          DeviceForwardFn fn) {
-  // Every layer's cache holds the same tokens; the kernels read how many from the device.
-  int64_t start = caches.empty() ? 0 : caches.front().length;
-  if (!caches.empty() && start + tokens > caches.front().capacity)
-    throw std::runtime_error("the KV cache holds " + std::to_string(caches.front().capacity) +
-                             " tokens and this forward would need " +
-                             std::to_string(start + tokens) + "; raise --max-model-len");
+  // The step as the attention kernels read it (forward() described it): each sequence's rows,
+  // cached count and block table, on the device at addresses a captured decode graph keeps.
+  const StepOnHost &described = state->stepHost;
+  upload(*state, state->stepSequences, described.sequences, "the step's sequences");
+  upload(*state, state->stepTables, described.tables, "the step's block tables");
+  upload(*state, state->stepRows, described.rowSequence, "the step's rows");
+  upload(*state, state->stepDecodes, described.decodeList, "the step's one-row sequences");
+  state->stepView = StepView{state->stepSequences.data, state->stepTables.data,
+                             state->stepRows.data, state->stepDecodes.data,
+                             int(cacheBlockSize)};
   // The logits come back through pinned memory (a copy to pageable memory would wait for the
   // forward inside cudaMemcpyAsync, out of the watchdog's reach); grown here, while the stream
   // is idle.
@@ -497,10 +521,8 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
   check(cudaMemcpyAsync(state->positions, positions, tokens * sizeof(int64_t),
                         cudaMemcpyHostToDevice, state->stream),
         "cudaMemcpyAsync (positions)");
-  check(cudaMemcpyAsync(state->kvStart, &start, sizeof(start), cudaMemcpyHostToDevice,
-                        state->stream),
-        "cudaMemcpyAsync (KV length)");
   const act *logits = nullptr;
+  // A one-token step is one sequence's decode: the same launches at any length.
   State::Graph *graph = tokens == 1 && state->graphsAllowed ? &state->graphs[fn] : nullptr;
   if (graph && !graph->exec && !graph->failed && graph->eagerRuns > 0) {
     size_t traced = info.trace->size();
@@ -577,23 +599,17 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
                           cudaMemcpyDeviceToHost, state->stream),
           "cudaMemcpyAsync (argmax)");
     wait("the forward");
-    for (KVCache &cache : caches)
-      cache.length += tokens;
     state->argmaxReady = true;
     return nullptr;
   }
   if (!logits) { // a pipeline stage that hands its result on rather than returning logits
     wait("the forward");
-    for (KVCache &cache : caches)
-      cache.length += tokens;
     return nullptr;
   }
   check(cudaMemcpyAsync(state->hostLogits, logits, count * sizeof(act), cudaMemcpyDeviceToHost,
                         state->stream),
         "cudaMemcpyAsync (logits)");
   wait("the forward");
-  for (KVCache &cache : caches)
-    cache.length += tokens;
   state->logits.resize(count);
   for (size_t i = 0; i < count; ++i)
     state->logits[i] = __bfloat162float(state->hostLogits[i]);

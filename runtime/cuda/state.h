@@ -6,6 +6,8 @@
 #include "tpcrt/cuda/device.h"
 #include "tpcrt/cuda/fused.h"
 
+#include "paged.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -89,8 +91,18 @@ struct Device::State {
   bool graphsAllowed = false;
   Graph *capturing = nullptr; // the graph being captured, if any
 
-  /// Tokens in every KV cache before the running forward, on the device (set by run()).
-  int64_t *kvStart = nullptr;
+  /// The running forward's step as the attention kernels read it (paged.h): on the host
+  /// (describeStep's), and uploaded by run() before the forward into the buffers below, which
+  /// keep their addresses (a captured decode graph reads them) until a larger step grows them.
+  StepOnHost stepHost;
+  StepView stepView;
+  /// Device arrays behind stepView, each with its capacity in elements.
+  template <typename T> struct Array {
+    T *data = nullptr;
+    size_t capacity = 0;
+  };
+  Array<SequenceOnDevice> stepSequences;
+  Array<int32_t> stepTables, stepRows, stepDecodes;
 
   // Attention's fixed decode scratch (attention.cu, sized by prepareAttention): split-KV
   // partials, the bounds they were sized for, and the SM count the split rule uses.

@@ -173,8 +173,8 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       }
     }
     staging = {};
-    // As many blocks as the engine will use on this backend (one sequence's where its cache
-    // is not paged), each layer its KV group's.
+    // As many blocks as the engine will use on this backend, each layer its KV group's (every
+    // layer group 0's on a backend without window groups).
     EngineLimits limits = runnableLimits(engineLimits(spec, args), backend.capabilities());
     allocating = "the KV cache of --kv-cache-tokens " + std::to_string(args.kvCacheTokens);
     std::vector<KVCacheDesc> layers;

@@ -52,11 +52,10 @@ const float *Backend::receiveLogits(int64_t, int64_t, int64_t, const char *) {
 EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can) {
   if (can.stepSequences > 0)
     limits.maxNumSeqs = std::min(limits.maxNumSeqs, can.stepSequences);
-  if (!can.pagedKvCache) { // one sequence, contiguous: its blocks are the cache
-    limits.maxNumSeqs = 1;
-    limits.prefixCaching = false; // a table is its positions: no block can be another's
-    limits.blocks = std::min(limits.blocks, limits.blocksFor(limits.maxSeqLen));
-    // Its positions are its slots: every layer keeps every key, in group 0.
+  if (!can.windowGroups) {
+    // Every layer keeps every key, in group 0, whose pool is then the whole cache's.
+    if (!limits.windowBlocks.empty() && limits.ungroupedBlocks > 0)
+      limits.blocks = limits.ungroupedBlocks;
     limits.groups = kvGroups(std::vector<KvReach>(limits.groups.layerGroup.size()),
                              limits.maxSeqLen, false);
     limits.windowBlocks.clear();

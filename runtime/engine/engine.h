@@ -48,8 +48,8 @@ struct EngineHooks {
 };
 
 /// The flags' limits as a backend of `can` runs them: no more sequences a step than it can
-/// hold, and a cache of one sequence where its KV cache is not paged. The engine runs these,
-/// and the driver makes the cache this size.
+/// hold, and every layer in KV group 0 (the whole cache its pool) where it has no window
+/// groups. The engine runs these, and the driver makes the cache this size.
 EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can);
 
 class Engine {

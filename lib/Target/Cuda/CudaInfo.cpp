@@ -21,8 +21,7 @@ class CudaTarget : public TargetInfo {
 public:
   StringRef name() const override { return "cuda"; }
   bool pipelinesStages() const override { return false; }
-  bool pagedKvCache() const override { return false; }
-  int64_t stepSequences() const override { return 1; } // until batched kernels exist
+  bool windowGroups() const override { return false; } // every layer keeps every key
   StringRef summary() const override {
     return "CUDA C++ for Hopper, cuBLASLt, NCCL";
   }

@@ -62,13 +62,12 @@ struct RankInfo {
 /// What a backend can run, which the engine and the driver ask before they plan a run, rather
 /// than meet a refusal in the middle of one.
 struct BackendCapabilities {
-  /// The most sequences one step may hold; 0: any. The CUDA target's kernels run one.
+  /// The most sequences one step may hold; 0: any.
   int64_t stepSequences = 0;
-  /// Whether its KV cache is paged: each sequence's keys in the blocks its block table names,
-  /// several sequences in one cache. Without, the cache is one sequence long and contiguous
-  /// (the block tables are not read): the engine runs one sequence a step, and the driver
-  /// makes the cache no longer than --max-model-len.
-  bool pagedKvCache = true;
+  /// Whether layers that read a window or chunks may keep only what they read (KV groups
+  /// besides group 0, tpcrt/kv_groups.h). Without, every layer keeps every key in group 0,
+  /// whose pool is then --kv-cache-tokens' blocks.
+  bool windowGroups = true;
   /// Whether a step with Step::argmax gets each sampled row's argmax (Backend::argmax)
   /// instead of its logits; the engine asks for it only then.
   bool argmax = false;

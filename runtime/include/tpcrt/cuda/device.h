@@ -20,12 +20,12 @@ namespace tpcrt::cuda {
 
 using act = __nv_bfloat16;
 
-/// One layer's keys and values on the device, [capacity, width] each. `length` is the host's
-/// count of tokens cached before the running forward; kernels read the same count from the
-/// device (Device::State::kvStart), which is what a replayed CUDA graph sees.
+/// One layer's keys and values on the device, [rows, width] each: its blocks of the paged
+/// cache (tpcrt/batch.h), rows = blocks * block size. What each sequence holds is the step's
+/// business: its block table and cached count, which the kernels read on the device.
 struct KVCache {
   act *keys = nullptr, *values = nullptr;
-  int64_t capacity = 0, width = 0, length = 0;
+  int64_t rows = 0, width = 0;
 };
 
 class Device;
@@ -57,27 +57,26 @@ public:
   bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                       const SliceSpec &slice) override;
   DType kvCacheType() const override { return DType::BF16; } // act
-  /// Contiguous caches of blocks * blockSize tokens: one sequence's (every layer in KV group 0:
-  /// the cache is not paged).
+  /// Paged caches of blocks * blockSize tokens, every layer's in KV group 0 (the layers that
+  /// read a window keep every key too: capabilities().windowGroups is false).
   uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) override;
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override;
   /// Connects the communicator: NCCL, its unique id sent through the group's broadcast,
   /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
   void start() override;
-  /// One sequence a step: batches wait for batched kernels.
-  /// One sequence a step, in contiguous caches (no paging yet); each row's argmax found on
-  /// the device (rowArgmax); every weight held in bf16, no block type.
+  /// Steps of any number of sequences over the paged cache (decode and chunked prefill, each
+  /// sequence's keys through its block table), every layer keeping every key (no window
+  /// groups); each row's argmax found on the device (rowArgmax); every weight held in bf16, no
+  /// block type.
   BackendCapabilities capabilities() const override {
     BackendCapabilities can;
-    can.stepSequences = 1;
-    can.pagedKvCache = false;
+    can.windowGroups = false;
     can.argmax = true;
     return can;
   }
   bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
-  /// A step of one sequence, whose block table the contiguous caches stand for: its cached
-  /// tokens are what the caches hold, or none (a new sequence: the caches are emptied).
-  /// Batches of several sequences are refused until the CUDA kernels for them exist.
+  /// A step of any sequences: described for the kernels (its tables checked against the
+  /// cache's blocks), then run().
   const float *forward(const Step &step, bool sequenceParallel) override;
   /// After a forward of a step with `argmax`: each row's argmax, found on the device from the
   /// gathered logits, only the ids copied back (the logits are not).
@@ -87,16 +86,13 @@ public:
   /// through the stages alone.
   const float *receiveLogits(int64_t rows, int64_t cols, int64_t stage,
                              const char *module) override;
-  /// Empties the KV caches. Captured graphs stay valid: they read the length from the
-  /// device.
-  void resetCaches();
   /// Launches a kernel that writes through a null pointer (TPC_FAULT=device).
   bool injectFault() override;
   /// Also drops the decode graphs (a --warmup's), which hold the attention's scale as captured.
   void perturbAttention() override;
 
-  /// One forward: ids and positions to the device, `fn`, the logits back as fp32 (on a step
-  /// with `argmax`, each row's argmax instead, and null returned). A
+  /// One forward: ids, positions and the step's description to the device, `fn`, the logits
+  /// back as fp32 (on a step with `argmax`, each row's argmax instead, and null returned). A
   /// one-token forward is captured in a CUDA graph the second time it runs and replayed
   /// from then on, unless collectives go through the host (TPC_CUDA_COMM=gloo) or
   /// TPC_CUDA_GRAPHS=0. The host waits once per forward, polling NCCL's asynchronous error
@@ -119,6 +115,7 @@ public:
   /// TPC_FAULT=perturb: the attention's softmax scale times this (Backend::perturbAttention).
   double attentionScaleFault = 1.0;
   std::vector<KVCache> caches;
+  int64_t cacheBlocks = 0, cacheBlockSize = 1; // every cache's, as allocateCaches was given
   const Step *step = nullptr; // the forward under way's
 
   /// The placement changes the program calls, on device buffers (tpcrt/collectives.h).
