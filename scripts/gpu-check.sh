@@ -43,6 +43,8 @@
 # negative-control (TPC_FAULT=perturb: a subtly wrong attention must fail the comparison);
 # attention-MODEL (bench/gpu-check/'s models at head_dim 64, 80, 96, 128 and 256, every
 # specialisation of the tensor-core prefill, over a 150-token prompt; and the split decode);
+# batched (steps of several sequences: twelve requests eight at once, and in prefill chunks
+# with preemptions, against one at a time and the CPU target's answers);
 # example-tp2-gloo and example-tp4-gloo (TPC_CUDA_COMM=gloo: ranks sharing the one GPU, which
 # NCCL refuses). Each compares with the CPU target's run on the same generated weights
 # (scripts/gpu-compare.py states the bf16 tolerance); bench (below: decode and prefill of a
@@ -58,6 +60,7 @@ prompt=1,15,42,7,99,3,64,200
 long_prompt=$(seq -s, 2 151) # 150 tokens: three 64-row prefill blocks, the last one partial
 new_tokens=16
 seed=3
+batched_model=gemma2-sharp-hd128 # the batched stage's: attention sharp enough to show a wrong key
 
 model_name() { # the module's name, which names the binary
   sed -n 's/^module @\([A-Za-z0-9_]*\).*/\1/p' "$1" | head -n 1
@@ -104,6 +107,13 @@ bundle() {
     "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 -o "$dir/cpu-$m" > /dev/null 2>&1
     "$dir/cpu-$m/$(model_name "$dir/$m.mlir")" --random-weights $seed --prompt-ids "$long_prompt" \
       --max-new-tokens $new_tokens --ignore-eos --dump-logits "$dir/ref/$m.bin" > "$dir/ref/$m.txt"
+    if [[ $m == "$batched_model" ]]; then # the batched stage's requests, and the CPU's answers
+      python3 "$root/test/e2e/Inputs/batch_requests.py" 12 7 512 100 --shared --greedy \
+        > "$dir/requests.jsonl"
+      "$dir/cpu-$m/$(model_name "$dir/$m.mlir")" --random-weights $seed --max-model-len 256 \
+        --requests "$dir/requests.jsonl" --output "$dir/ref/requests.jsonl" --max-num-seqs 1 \
+        2> /dev/null
+    fi
     "$tpc" compile "$dir/$m.mlir" --plan auto --tp 1 "${target[@]}" -o "$dir/build-$m" \
       > "$dir/build-$m.log" 2>&1 || { cat "$dir/build-$m.log"; exit 1; }
     cp "$dir/build-$m/$(model_name "$dir/$m.mlir")" "$dir/bin/$m-tp1"
@@ -127,7 +137,8 @@ bundle() {
       -DTPC_PROBE_NCCL="\"$(grep -m1 nccl <<< "$needed")\"" "$root/scripts/gpu-probe.cu" \
       -ldl -Xlinker -rpath=/usr/local/cuda/lib64 -o "$dir/bin/cuda-probe"
   fi
-  cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu-compare.py" "$dir/"
+  cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu-compare.py" \
+    "$root/scripts/gpu-requests-compare.py" "$dir/"
   # Binaries and libraries travel compressed (OpenBLAS alone is 36 MiB); run unpacks them.
   tar czf "$dir/payload.tgz" -C "$dir" bin lib
   rm -rf "$dir/bin" "$dir/lib"
@@ -308,6 +319,35 @@ negative_control_stage() {
   echo "negative-control: the perturbed attention failed the comparison, as it must"
 }
 
+# Batched steps: the sharp model's twelve greedy requests (prompts of 2 to 140 tokens, most
+# beginning with one of three shared prefixes, so the prefix cache hands sequences each
+# other's blocks) run one at a time, eight at once (decode rows of several sequences in one
+# split-KV launch), and four at once in prefill chunks of 16 tokens beside the decodes in a
+# cache of 256 tokens, too small for them (preemptions: blocks reused in another order).
+# Each run against the one at a time, and that against the CPU target's answers
+# (scripts/gpu-requests-compare.py: log-probabilities within its tolerance, a different token
+# only at a near tie).
+batched_stage() {
+  local out=$dir/results/batched bin=$dir/bin/$batched_model-tp1 run
+  local common=(--random-weights $seed --requests "$dir/requests.jsonl" --max-model-len 256)
+  for run in "alone --max-num-seqs 1" "eight" \
+    "chunked --max-num-seqs 4 --max-batch-tokens 16 --kv-cache-tokens 256"; do
+    set -- $run
+    local name=$1
+    shift
+    "$bin" "${common[@]}" --output "$out-$name.jsonl" "$@" 2> "$out-$name.err" ||
+      { cat "$out-$name.err"; return 1; }
+    echo "$name: $(grep -o '[0-9]* requests: .*' "$out-$name.err")"
+  done
+  echo "the CUDA target one at a time against the CPU target:"
+  "$py" "$dir/gpu-requests-compare.py" "$dir/ref/requests.jsonl" "$out-alone.jsonl" || return 1
+  for run in eight chunked; do
+    echo "$run against one at a time:"
+    "$py" "$dir/gpu-requests-compare.py" "$out-alone.jsonl" "$out-$run.jsonl" || return 1
+  done
+  echo "batched: eight at once and chunked with preemptions answer as one at a time, and as the CPU"
+}
+
 # A device fault (TPC_FAULT=device: a kernel writes through a null pointer at decode step 2)
 # is reported as CUDA's, with what was running, and blames no peer.
 device_fault_stage() {
@@ -411,9 +451,10 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
         if os.path.isdir(os.path.join(p, 'lib')):
             print(os.path.join(p, 'lib'))" | paste -sd:)
   export LD_LIBRARY_PATH=$dir/lib${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export dir py seed prompt long_prompt new_tokens
+  export dir py seed prompt long_prompt new_tokens batched_model
   export -f run_ranks forced_ids compare example_stage attention_stage graph_eager_stage \
-    negative_control_stage device_fault_stage env_stage bench_ids bench_stage per_rank_stage
+    negative_control_stage device_fault_stage env_stage bench_ids bench_stage per_rank_stage \
+    batched_stage
   local failed=0 start
   start=$(date +%s%N)
   stage env env_stage || failed=1
@@ -431,6 +472,7 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
     m=$(basename "$bin" -tp1)
     stage "attention-$m" attention_stage "$m" || failed=1
   done
+  stage batched batched_stage || failed=1
   stage example-tp2-gloo example_stage 2 gloo || failed=1
   stage example-tp4-gloo example_stage 4 gloo || failed=1
   stage_limit=240 stage bench bench_stage || failed=1
