@@ -323,7 +323,8 @@ negative_control_stage() {
 # beginning with one of three shared prefixes, so the prefix cache hands sequences each
 # other's blocks) run one at a time, eight at once (decode rows of several sequences in one
 # split-KV launch), and four at once in prefill chunks of 16 tokens beside the decodes in a
-# cache of 256 tokens, too small for them (preemptions: blocks reused in another order).
+# cache of 256 tokens, too small for them (preemptions: blocks reused in another order); its
+# sliding-window layers keep only their window's blocks (KV groups).
 # Each run against the one at a time, and that against the CPU target's answers
 # (scripts/gpu-requests-compare.py: log-probabilities within its tolerance, a different token
 # only at a near tie).

@@ -510,7 +510,7 @@ void pipelineNote(const std::vector<PhaseReport> &phases, const AnalyzeOptions &
 /// `memory`'s weights and KV cache as a rank of `stage` holds them; without a stage, as a
 /// rank of a mesh without stages does. The cache's elements are the activations' type, times
 /// `kvScale` (--kv-cache-dtype bf16 or f16 on the CPU: 0.5; q8_0: 34 bytes for 32 floats).
-void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvScale, bool windowGroups,
+void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvScale,
                  MemoryReport &memory) {
   memory.weights = parameterBytes(partitioned, stage);
   memory.unshardedWeights = unshardedParameterBytes(partitioned);
@@ -523,7 +523,7 @@ void measureHeld(ModuleOp partitioned, std::optional<int64_t> stage, double kvSc
   // pools (where layers read a window or chunks, they keep fewer blocks).
   memory.kvCache = kvScale * kvCacheAllocated(partitioned, memory.maxSeqLen, memory.maxSeqLen,
                                               1, std::max<int64_t>(memory.kvBlockSize, 1),
-                                              windowGroups, stage, memory);
+                                              stage, memory);
   memory.kvCachePerSequence = 0;
   for (MemoryReport::KvGroup &group : memory.kvGroups) {
     group.bytesPerToken *= kvScale;
@@ -567,17 +567,21 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
   if (!prefill || !partitioned)
     return failure();
   MemoryReport &memory = a.memory;
-  // The CPU's cache in another type (--kv-cache-dtype): its bytes against its fp32
-  // activations', from the one table of types.
-  double kvScale = 1.0;
+  // The cache holds the target's activations (the CUDA device's bf16), or on the CPU
+  // --kv-cache-dtype's type (from the one table of types): its bytes against those of the
+  // module's keys, which the measures below count in.
+  int64_t keyBytes = 4;
+  partitioned->walk([&](tp::AttentionOp attention) {
+    keyBytes = int64_t(tp::typeOf(attention.getKey()).getElementTypeBitWidth()) / 8;
+  });
+  double kvScale = double(target.activationBytes()) / double(std::max<int64_t>(1, keyBytes));
   if (!o.kvCacheDtype.empty() && target.activationBytes() == 4)
     if (std::optional<tpcrt::DType> type = tpcrt::parseDType(o.kvCacheDtype))
       kvScale = double(tpcrt::dtypeBlockBytes(*type)) /
-                double(tpcrt::dtypeBlockElements(*type) * 4);
+                double(tpcrt::dtypeBlockElements(*type) * keyBytes);
   if (auto blockSize = decided->getAttrOfType<IntegerAttr>(tp::kKvBlockSizeAttrName))
     memory.kvBlockSize = blockSize.getInt();
-  bool windowGroups = target::findTarget(o.target)->windowGroups();
-  measureHeld(*partitioned, std::nullopt, kvScale, windowGroups, memory);
+  measureHeld(*partitioned, std::nullopt, kvScale, memory);
   if (a.stages.empty()) {
     a.shares = rankShares(*partitioned);
     return success();
@@ -588,7 +592,7 @@ LogicalResult measurePrefill(ModuleOp module, ModuleOp decided, tp::TargetAttr t
   RankShares byWorldRank;
   for (StageReport &stage : a.stages) {
     stage.memory = memory;
-    measureHeld(*partitioned, stage.stage, kvScale, windowGroups, stage.memory);
+    measureHeld(*partitioned, stage.stage, kvScale, stage.memory);
     stage.shares = rankShares(*partitioned, stage.stage);
     if (stage.memory.weights + stage.memory.kvCache >
         fullest->memory.weights + fullest->memory.kvCache)

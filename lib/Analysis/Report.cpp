@@ -399,7 +399,7 @@ double tpc::kvCacheBytes(ModuleOp partitioned, int64_t maxSeqLen,
 }
 
 double tpc::kvCacheAllocated(ModuleOp partitioned, int64_t tokens, int64_t maxSeqLen,
-                             int64_t maxNumSeqs, int64_t blockSize, bool windowGroups,
+                             int64_t maxNumSeqs, int64_t blockSize,
                              std::optional<int64_t> stage, MemoryReport &memory) {
   // Every layer, as main() describes them (addKvCache: the module's order), with its stage.
   std::vector<tpcrt::KvReach> reaches;
@@ -413,7 +413,7 @@ double tpc::kvCacheAllocated(ModuleOp partitioned, int64_t tokens, int64_t maxSe
                            elementBytes(typeOf(attention.getKey()))));
     stages.push_back(stage ? stageOf(attention) : 0);
   });
-  tpcrt::KvGroups groups = tpcrt::kvGroups(reaches, maxSeqLen, windowGroups);
+  tpcrt::KvGroups groups = tpcrt::kvGroups(reaches, maxSeqLen, true);
   std::vector<int64_t> pools = tpcrt::kvPoolBlocks(groups, bytes, stages, tokens, blockSize,
                                                    maxSeqLen, maxNumSeqs);
   memory.kvGroups.assign(groups.size(), {});

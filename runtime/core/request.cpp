@@ -519,7 +519,6 @@ EngineLimits engineLimits(const ModelSpec &spec, const Args &args) {
   std::vector<KvReach> reaches = spec.kvReaches;
   reaches.resize(spec.kvWidths.size());
   limits.groups = kvGroups(reaches, args.maxSeqLen, true);
-  limits.ungroupedBlocks = limits.blocks;
   if (limits.groups.windowed()) {
     std::vector<double> bytes; // a token's elements: one element type for every layer
     for (size_t i = 0; i < spec.kvWidths.size(); ++i)

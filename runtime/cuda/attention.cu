@@ -1,5 +1,7 @@
 // Attention for the CUDA backend over a step of any number of sequences (tpcrt/batch.h), each
-// reading its keys and values through its block table (paged.h): the KV-cache append, a
+// reading its keys and values through its block table of the layer's KV group (paged.h; a
+// layer with a sliding window reads only its window, and its group keeps no more, the blocks
+// before it given back, tpcrt/kv_groups.h): the KV-cache append, a
 // split-KV decode kernel for the one-row sequences (all of them in one launch, with no host
 // work that varies with their lengths, so a decode step can be captured in a CUDA graph and
 // replayed at any length), and a tensor-core flash-attention prefill kernel for each longer
@@ -103,15 +105,15 @@ __device__ __forceinline__ void unpack(const uint4 &v, float (&f)[8]) {
 
 template <bool Vector>
 __global__ void appendKernel(const act *k, const act *v, int64_t rows, int64_t width,
-                             StepView step, act *keys, act *values) {
+                             StepView step, int tableGroup, act *keys, act *values) {
   const int64_t perRow = Vector ? width / 8 : width; // 16-byte pieces, or elements
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * perRow)
     return;
   const int64_t row = i / perRow, piece = i % perRow;
   const SequenceOnDevice s = step.sequences[step.rowSequence[row]];
-  const int64_t slot =
-      cacheRow(step.tables + s.table, int(s.cached + row - s.first), step.blockSize);
+  const int64_t slot = cacheRow(tableOf(step.tables, s, tableGroup), int(s.cached + row - s.first),
+                                step.blockSize);
   if (Vector) {
     reinterpret_cast<uint4 *>(keys + slot * width)[piece] =
         reinterpret_cast<const uint4 *>(k + row * width)[piece];
@@ -128,8 +130,8 @@ __global__ void appendKernel(const act *k, const act *v, int64_t rows, int64_t w
 
 template <int CPL, int G>
 __global__ void __launch_bounds__(kDecodeThreads)
-    decodeKernel(const act *q, const act *keys, const act *values, StepView step, int from,
-                 int heads, int group, int headChunks, int headDim, int64_t width, int lanes,
+    decodeKernel(const act *q, const act *keys, const act *values, StepView step, int tableGroup,
+                 int from, int heads, int group, int headChunks, int headDim, int64_t width, int lanes,
                  int splits, float scale, float softcap, int64_t window, float2 *stats,
                  float *partials) {
   constexpr int kUnroll = G <= 2 ? 4 : 2; // keys per slot per step, loads issued together
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   // position `cached` and sees keys [lo, position], read through its block table; its
   // partials are the launch's blockIdx.z-th.
   const SequenceOnDevice sequence = step.sequences[step.decodeList[from + int(blockIdx.z)]];
-  const int32_t *table = step.tables + sequence.table;
+  const int32_t *table = tableOf(step.tables, sequence, tableGroup);
   const int blockSize = step.blockSize;
   q += sequence.first * heads * headDim;
   stats += int64_t(blockIdx.z) * heads * splits;
@@ -658,7 +660,8 @@ __global__ void weightedSumKernel(const float *scores, const act *valuesCache,
   const act *v = valuesCache + (h / group) * headDim + d;
   float acc = 0;
   for (int64_t t = 0; t < keys; ++t)
-    acc += p[t] * load(v, cacheRow(table, int(t), blockSize) * width);
+    if (p[t] != 0.0f) // a key outside the window: its block may have been given back
+      acc += p[t] * load(v, cacheRow(table, int(t), blockSize) * width);
   out[r * heads * headDim + h * headDim + d] = __float2bfloat16(acc);
 }
 
@@ -671,10 +674,10 @@ void append(Device::State &state, const act *k, const act *v, int64_t rows, int6
   int64_t pieces = rows * (vector ? width / 8 : width);
   if (vector)
     appendKernel<true><<<blocksFor(pieces), kThreads, 0, state.stream>>>(
-        k, v, rows, width, state.stepView, cache.keys, cache.values);
+        k, v, rows, width, state.stepView, int(cache.group), cache.keys, cache.values);
   else
     appendKernel<false><<<blocksFor(pieces), kThreads, 0, state.stream>>>(
-        k, v, rows, width, state.stepView, cache.keys, cache.values);
+        k, v, rows, width, state.stepView, int(cache.group), cache.keys, cache.values);
   launched("attention: the KV-cache append kernel");
 }
 
@@ -684,7 +687,7 @@ void launchDecode(Device::State &state, dim3 grid, size_t shared, const act *q,
                   int headDim, int64_t width, int lanes, int splits, float scale, float softcap,
                   int64_t window) {
   decodeKernel<CPL, G><<<grid, kDecodeThreads, shared, state.stream>>>(
-      q, cache.keys, cache.values, state.stepView, from, heads, group, headChunks, headDim,
+      q, cache.keys, cache.values, state.stepView, int(cache.group), from, heads, group, headChunks, headDim,
       width, lanes, splits, scale, softcap, window, state.attentionStats,
       state.attentionPartials);
 }
@@ -756,7 +759,8 @@ void decode(Device::State &state, const act *q, int64_t heads, int64_t kvHeads, 
 }
 
 /// Sequence `s`'s rows of the step (more than one: a prompt or a chunk of one): where its
-/// queries and outputs start, its block table on the device, and what its cache held.
+/// queries and outputs start, its block table of the layer's KV group on the device, and what
+/// its cache held.
 struct PrefillRows {
   const act *q;
   act *out;
@@ -764,11 +768,12 @@ struct PrefillRows {
   int64_t rows, start;
 };
 
-PrefillRows prefillRows(const Device::State &state, int64_t s, const act *q, int64_t qWidth,
-                        act *out) {
+PrefillRows prefillRows(const Device::State &state, int64_t s, const KVCache &cache,
+                        const act *q, int64_t qWidth, act *out) {
   const SequenceOnDevice &sequence = state.stepHost.sequences[size_t(s)];
   return {q + sequence.first * qWidth, out + sequence.first * qWidth,
-          state.stepView.tables + sequence.table, sequence.count, sequence.cached};
+          tableOf(state.stepView.tables, sequence, int(cache.group)), sequence.count,
+          sequence.cached};
 }
 
 template <int D>
@@ -877,7 +882,7 @@ void attention(Device::State &state, const act *q, const act *k, const act *v, i
   if (!state.stepHost.decodeList.empty())
     decode(state, q, heads, kvHeads, headDim, scale, slidingWindow, softcap, cache, out);
   for (int64_t s : state.stepHost.prefills) {
-    PrefillRows p = prefillRows(state, s, q, qWidth, out);
+    PrefillRows p = prefillRows(state, s, cache, q, qWidth, out);
     switch (headDim) {
     case 64:
       launchPrefill<64>(state, p, cache, heads, group, width, scale, softcap, slidingWindow);

@@ -211,29 +211,39 @@ bool Device::generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
 }
 
 uint64_t Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) {
-  // Every layer in KV group 0 (capabilities().windowGroups is false): one pool of blocks, the
-  // same block tables for every layer.
-  int64_t blocks = layers.empty() ? 0 : layers.front().blocks;
-  for (const KVCacheDesc &layer : layers)
-    if (layer.group != 0 || layer.blocks != blocks)
-      throw std::runtime_error("internal error: the CUDA KV caches are one pool (KV group 0), "
-                               "and a layer's is of group " + std::to_string(layer.group) +
-                               " with " + std::to_string(layer.blocks) + " blocks");
-  cacheBlocks = blocks;
+  // Each layer in its KV group's pool, whose blocks every layer of the group holds alike.
+  std::vector<GroupOnDevice> &groups = state->groups;
+  groups.clear();
+  int64_t capacity = 0;
+  for (const KVCacheDesc &layer : layers) {
+    if (layer.group < 0)
+      throw std::runtime_error("internal error: a KV cache of group " +
+                               std::to_string(layer.group));
+    if (size_t(layer.group) >= groups.size())
+      groups.resize(size_t(layer.group) + 1);
+    GroupOnDevice &group = groups[size_t(layer.group)];
+    if (group.blocks >= 0 && (group.blocks != layer.blocks || !(group.reach == layer.reach)))
+      throw std::runtime_error("internal error: the layers of KV group " +
+                               std::to_string(layer.group) + " are given different pools");
+    group = {layer.blocks, layer.reach};
+    capacity = std::max(capacity, layer.blocks * blockSize);
+  }
   cacheBlockSize = blockSize;
-  int64_t capacity = blocks * blockSize;
   uint64_t bytes = 0;
   for (const KVCacheDesc &layer : layers) {
     int64_t width = layer.keyWidth;
     if (layer.valueWidth != width) // the compiler refuses such attention for this target
       fail("a KV cache whose values are not as wide as its keys (MLA) is CPU-only");
     KVCache cache;
-    cache.rows = capacity;
+    cache.rows = layer.blocks * blockSize;
     cache.width = width;
-    check(cudaMalloc(&cache.keys, capacity * width * sizeof(act)), "cudaMalloc (KV cache)");
-    check(cudaMalloc(&cache.values, capacity * width * sizeof(act)), "cudaMalloc (KV cache)");
+    cache.group = layer.group;
+    check(cudaMalloc(&cache.keys, std::max<int64_t>(1, cache.rows * width) * sizeof(act)),
+          "cudaMalloc (KV cache)");
+    check(cudaMalloc(&cache.values, std::max<int64_t>(1, cache.rows * width) * sizeof(act)),
+          "cudaMalloc (KV cache)");
     caches.push_back(cache);
-    bytes += uint64_t(2 * capacity * width) * sizeof(act);
+    bytes += uint64_t(2 * cache.rows * width) * sizeof(act);
   }
   prepareAttention(*state, capacity, maxHeads, maxHeadDim);
   return bytes;
@@ -325,9 +335,7 @@ void Device::start() {
 }
 
 const float *Device::forward(const Step &batch, bool sequenceParallel) {
-  // Without attention layers there are no blocks to name: any table stands.
-  describeStep(batch, cacheBlockSize, caches.empty() ? int64_t(INT32_MAX) : cacheBlocks,
-               state->stepHost);
+  describeStep(batch, cacheBlockSize, state->groups, state->stepHost);
   step = &batch;
   return run(batch.ids, batch.positions, batch.tokens,
              sequenceParallel ? sequenceParallelFn : forwardFn);

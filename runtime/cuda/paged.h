@@ -1,6 +1,7 @@
 // What the CUDA attention kernels read of a step (tpcrt/batch.h), and the arithmetic they
-// share with the host: which cache row holds a sequence's token (its block table), which keys
-// a split of the decode reads, and how many splits a decode launch of several sequences takes.
+// share with the host: which cache row holds a sequence's token (its block table of the
+// layer's KV group, tpcrt/kv_groups.h), which keys a split of the decode reads, and how many
+// splits a decode launch of several sequences takes.
 // The host half (describeStep, decodeSplits) is plain C++17, so that the unit tests check it
 // and the kernels' index arithmetic without a GPU; the kernels include the same functions.
 // Internal to runtime/cuda.
@@ -8,6 +9,7 @@
 #define TPCRT_CUDA_PAGED_H
 
 #include "tpcrt/batch.h"
+#include "tpcrt/kv_groups.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -25,10 +27,10 @@ namespace tpcrt::cuda {
 
 /// One sequence of a step as the kernels read it: its rows [first, first + count) of the
 /// step, the tokens its cache holds before them (its first row is at position `cached`), and
-/// where its block table (KV group 0's: the CUDA caches keep every key of every layer)
-/// starts in the step's tables.
+/// where its block tables start in the step's tables: one per KV group, `blocks` entries each
+/// (its blocks for positions [0, cached + count)), group g's at table + g * blocks.
 struct SequenceOnDevice {
-  int64_t first = 0, count = 0, cached = 0, table = 0;
+  int64_t first = 0, count = 0, cached = 0, table = 0, blocks = 0;
 };
 
 /// A step's description on the device, passed to the kernels by value: the sequences, their
@@ -39,6 +41,12 @@ struct StepView {
   const int32_t *tables = nullptr, *rowSequence = nullptr, *decodeList = nullptr;
   int blockSize = 1;
 };
+
+/// Sequence `s`'s block table of KV group `group` in the step's `tables`.
+TPC_HOST_DEVICE inline const int32_t *tableOf(const int32_t *tables, const SequenceOnDevice &s,
+                                              int group) {
+  return tables + s.table + group * s.blocks;
+}
 
 /// The cache row holding a sequence's token at `position`: token p is in block
 /// table[p / blockSize], at p % blockSize (tpcrt/batch.h). 32-bit division: a position is
@@ -90,12 +98,22 @@ struct StepOnHost {
   std::vector<int64_t> prefills;
 };
 
+/// A KV group as this rank's caches hold it: its pool's blocks, and the keys its layers'
+/// queries read. blocks < 0: no layer of this rank's is in it (a pipeline stage's), so its
+/// tables are copied but never read.
+struct GroupOnDevice {
+  int64_t blocks = -1;
+  KvReach reach;
+};
+
 /// Describes `step` for the kernels, checking what a kernel would otherwise read out of
-/// bounds: every row in exactly one sequence, and every block its tables name for the
-/// positions it holds, [0, cached + count), one of the cache's `blocks` (a -1, a block given
-/// back, cannot be: the CUDA caches keep every layer in KV group 0). Throws
-/// std::runtime_error naming the fault.
-inline void describeStep(const Step &step, int64_t blockSize, int64_t blocks, StepOnHost &out) {
+/// bounds: every row in exactly one sequence, and in each group's table every block the
+/// sequence's rows read or write (positions from its reach's first read of the first row,
+/// firstRead(cached), to cached + count) one of the group's blocks. Entries before those may
+/// be -1 (blocks given back) and are never read. `groups` are the groups of the step's
+/// tables, in order (Step::tableStride apart). Throws std::runtime_error naming the fault.
+inline void describeStep(const Step &step, int64_t blockSize,
+                         const std::vector<GroupOnDevice> &groups, StepOnHost &out) {
   if (blockSize < 1)
     throw std::runtime_error("internal error: a KV block of " + std::to_string(blockSize) +
                              " tokens");
@@ -121,18 +139,27 @@ inline void describeStep(const Step &step, int64_t blockSize, int64_t blocks, St
                                  " is in two sequences");
       out.rowSequence[size_t(r)] = int32_t(s);
     }
-    SequenceOnDevice d{q.first, q.count, q.cached, int64_t(out.tables.size())};
     int64_t held = (q.cached + q.count + blockSize - 1) / blockSize;
-    if (held > 0 && !q.blocks)
+    SequenceOnDevice d{q.first, q.count, q.cached, int64_t(out.tables.size()), held};
+    if (!q.blocks)
       throw std::runtime_error("internal error: " + which + " has no block table");
-    for (int64_t b = 0; b < held; ++b) {
-      int32_t block = q.blocks[b];
-      if (block < 0 || block >= blocks)
-        throw std::runtime_error("internal error: " + which + "'s block table names block " +
-                                 std::to_string(block) + " for its tokens from " +
-                                 std::to_string(b * blockSize) + ", of a cache of " +
-                                 std::to_string(blocks) + " blocks");
-      out.tables.push_back(block);
+    if (groups.size() > 1 && step.tableStride < held)
+      throw std::runtime_error("internal error: " + which + " holds " + std::to_string(held) +
+                               " blocks, and its tables are " +
+                               std::to_string(step.tableStride) + " apart");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const int32_t *table = q.blocks + int64_t(g) * step.tableStride;
+      int64_t read = groups[g].reach.firstRead(q.cached) / blockSize;
+      for (int64_t b = 0; b < held; ++b) {
+        int32_t block = table[b];
+        if (b >= read && groups[g].blocks >= 0 && (block < 0 || block >= groups[g].blocks))
+          throw std::runtime_error(
+              "internal error: " + which + "'s block table of KV group " + std::to_string(g) +
+              " names block " + std::to_string(block) + " for its tokens from " +
+              std::to_string(b * blockSize) + ", of a pool of " +
+              std::to_string(groups[g].blocks) + " blocks");
+        out.tables.push_back(block);
+      }
     }
     out.sequences.push_back(d);
     if (q.count == 1)

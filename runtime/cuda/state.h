@@ -96,6 +96,8 @@ struct Device::State {
   /// keep their addresses (a captured decode graph reads them) until a larger step grows them.
   StepOnHost stepHost;
   StepView stepView;
+  /// The KV groups of the step's tables as this rank's caches hold them (allocateCaches).
+  std::vector<GroupOnDevice> groups;
   /// Device arrays behind stepView, each with its capacity in elements.
   template <typename T> struct Array {
     T *data = nullptr;

@@ -173,8 +173,7 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       }
     }
     staging = {};
-    // As many blocks as the engine will use on this backend, each layer its KV group's (every
-    // layer group 0's on a backend without window groups).
+    // As many blocks as the engine will use on this backend, each layer its KV group's.
     EngineLimits limits = runnableLimits(engineLimits(spec, args), backend.capabilities());
     allocating = "the KV cache of --kv-cache-tokens " + std::to_string(args.kvCacheTokens);
     std::vector<KVCacheDesc> layers;
@@ -184,7 +183,8 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       int64_t group = limits.groups.layerGroup[i];
       int64_t blocks = group == 0 ? limits.blocks : limits.windowBlocks[size_t(group - 1)];
       elementCount({spec.kvWidths[i] + spec.kvValueWidths[i], blocks, spec.kvBlockSize});
-      layers.push_back({spec.kvWidths[i], spec.kvValueWidths[i], blocks, group});
+      layers.push_back({spec.kvWidths[i], spec.kvValueWidths[i], blocks, group,
+                        limits.groups.reaches[size_t(group)]});
     }
     footprint.kvCacheBytes = backend.allocateCaches(layers, spec.kvBlockSize);
     // A forward's tokens: a prompt whole (one prompt), or a step's (--max-batch-tokens).

@@ -52,14 +52,6 @@ const float *Backend::receiveLogits(int64_t, int64_t, int64_t, const char *) {
 EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can) {
   if (can.stepSequences > 0)
     limits.maxNumSeqs = std::min(limits.maxNumSeqs, can.stepSequences);
-  if (!can.windowGroups) {
-    // Every layer keeps every key, in group 0, whose pool is then the whole cache's.
-    if (!limits.windowBlocks.empty() && limits.ungroupedBlocks > 0)
-      limits.blocks = limits.ungroupedBlocks;
-    limits.groups = kvGroups(std::vector<KvReach>(limits.groups.layerGroup.size()),
-                             limits.maxSeqLen, false);
-    limits.windowBlocks.clear();
-  }
   return limits;
 }
 

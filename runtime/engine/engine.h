@@ -48,8 +48,7 @@ struct EngineHooks {
 };
 
 /// The flags' limits as a backend of `can` runs them: no more sequences a step than it can
-/// hold, and every layer in KV group 0 (the whole cache its pool) where it has no window
-/// groups. The engine runs these, and the driver makes the cache this size.
+/// hold. The engine runs these, and the driver makes the cache this size.
 EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can);
 
 class Engine {

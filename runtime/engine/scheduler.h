@@ -71,9 +71,6 @@ struct EngineLimits {
   /// (empty, or group 0 alone), every layer reads every key.
   KvGroups groups;
   std::vector<int64_t> windowBlocks;
-  /// Group 0's pool were every layer in it (--kv-cache-tokens' blocks): what a backend
-  /// without window groups holds (runnableLimits). 0: `blocks`.
-  int64_t ungroupedBlocks = 0;
 
   int64_t blocksFor(int64_t tokens) const { return (tokens + blockSize - 1) / blockSize; }
   size_t windows() const { return windowBlocks.size(); }

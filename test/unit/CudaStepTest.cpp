@@ -1,7 +1,7 @@
 // The CUDA attention's view of a step (runtime/cuda/paged.h), checked on the host: the kernels
-// read each row's sequence, each sequence's table and the one-row sequences from what
-// describeStep makes, find a token's cache row with cacheRow and cut a decode's keys with
-// splitKeys, so these are what a batched step on the GPU stands on. (The kernels themselves
+// read each row's sequence, each sequence's table of each KV group and the one-row sequences
+// from what describeStep makes, find a token's cache row with tableOf and cacheRow and cut a
+// decode's keys with splitKeys, so these are what a batched step on the GPU stands on. (The kernels themselves
 // run in the GPU check: docs/gpu-check.md.)
 #include "paged.h"
 
@@ -35,7 +35,8 @@ TEST(CudaStep, DescribesEachRowsSequenceAndItsTable) {
   step.tokens = 9;
   step.sequences = {{0, 5, 0, a.data(), 1}, {5, 1, 9, b.data(), 1}, {6, 3, 4, c.data(), 1}};
   StepOnHost d;
-  describeStep(step, 4, 8, d);
+  std::vector<GroupOnDevice> every = {{8, {}}}; // one group, of every key: a pool of 8 blocks
+  describeStep(step, 4, every, d);
   EXPECT_EQ(d.rowSequence, (std::vector<int32_t>{0, 0, 0, 0, 0, 1, 2, 2, 2}));
   EXPECT_EQ(d.decodeList, (std::vector<int32_t>{1}));
   EXPECT_EQ(d.prefills, (std::vector<int64_t>{0, 2}));
@@ -49,7 +50,7 @@ TEST(CudaStep, DescribesEachRowsSequenceAndItsTable) {
   std::vector<int64_t> expected = {28, 29, 30, 31, 8, 13, 20, 21, 22};
   for (int64_t r = 0; r < step.tokens; ++r) {
     const SequenceOnDevice &s = d.sequences[size_t(d.rowSequence[size_t(r)])];
-    EXPECT_EQ(cacheRow(d.tables.data() + s.table, int(s.cached + r - s.first), 4),
+    EXPECT_EQ(cacheRow(tableOf(d.tables.data(), s, 0), int(s.cached + r - s.first), 4),
               expected[size_t(r)])
         << "row " << r;
   }
@@ -57,7 +58,7 @@ TEST(CudaStep, DescribesEachRowsSequenceAndItsTable) {
   Step one;
   one.tokens = 1;
   one.sequences = {{0, 1, 3, c.data(), 1}};
-  describeStep(one, 4, 8, d);
+  describeStep(one, 4, every, d);
   EXPECT_EQ(d.rowSequence, (std::vector<int32_t>{0}));
   EXPECT_EQ(d.decodeList, (std::vector<int32_t>{0}));
   EXPECT_TRUE(d.prefills.empty());
@@ -71,7 +72,7 @@ TEST(CudaStep, RefusesWhatAKernelWouldReadOutOfBounds) {
     Step step;
     step.tokens = tokens;
     step.sequences = std::move(sequences);
-    return thrown([&] { describeStep(step, 4, blocks, d); });
+    return thrown([&] { describeStep(step, 4, {{blocks, {}}}, d); });
   };
   EXPECT_EQ(describe({{0, 2, 0, table.data(), 1}}, 2), "");
   // A block given back (a window group's -1), or past the cache.
@@ -90,6 +91,42 @@ TEST(CudaStep, RefusesWhatAKernelWouldReadOutOfBounds) {
   EXPECT_NE(describe({{0, 0, 0, table.data(), 0}}, 0).find("step sequence 0"), std::string::npos);
   // No table where tokens are held.
   EXPECT_NE(describe({{0, 1, 0, nullptr, 1}}, 1).find("no block table"), std::string::npos);
+}
+
+TEST(CudaStep, AWindowGroupsTableIsReadFromTheWindowOn) {
+  // Blocks of 4; group 0 reads every key (a pool of 8 blocks), group 1 a window of 6 (a pool
+  // of 3). A decode row at position 9 reads group 1's keys 4-9: blocks 1 and 2 of its table;
+  // block 0, given back, is -1. The tables are 3 apart in the step.
+  std::vector<int32_t> tables = {0, 1, 3, -1, 0, 2};
+  Step step;
+  step.tokens = 1;
+  step.tableStride = 3;
+  step.sequences = {{0, 1, 9, tables.data(), 1}};
+  std::vector<GroupOnDevice> groups = {{8, {}}, {3, {6, 0}}};
+  StepOnHost d;
+  describeStep(step, 4, groups, d);
+  EXPECT_EQ(d.tables, tables);
+  ASSERT_EQ(d.sequences.size(), 1u);
+  EXPECT_EQ(d.sequences[0].blocks, 3);
+  const int32_t *window = tableOf(d.tables.data(), d.sequences[0], 1);
+  EXPECT_EQ(cacheRow(window, 9, 4), 2 * 4 + 1); // position 9: block 2 of its pool, at 1
+  EXPECT_EQ(cacheRow(window, 4, 4), 0 * 4 + 0); // the window's first key
+  // A -1 the window reads, or a block past the group's pool, is refused, naming the group.
+  std::vector<int32_t> lost = {0, 1, 3, -1, -1, 2}, past = {0, 1, 3, -1, 0, 3};
+  step.sequences[0].blocks = lost.data();
+  EXPECT_NE(thrown([&] { describeStep(step, 4, groups, d); })
+                .find("KV group 1 names block -1 for its tokens from 4"),
+            std::string::npos);
+  step.sequences[0].blocks = past.data();
+  EXPECT_NE(thrown([&] { describeStep(step, 4, groups, d); }).find("of a pool of 3 blocks"),
+            std::string::npos);
+  // A group no layer of this rank's is in (a pipeline stage's) is copied, never read.
+  EXPECT_EQ(thrown([&] { describeStep(step, 4, {{8, {}}, {-1, {6, 0}}}, d); }), "");
+  // Tables closer together than a sequence's blocks would overlap.
+  step.tableStride = 2;
+  step.sequences[0].blocks = tables.data();
+  EXPECT_NE(thrown([&] { describeStep(step, 4, groups, d); }).find("its tables are 2 apart"),
+            std::string::npos);
 }
 
 TEST(CudaStep, DecodeSplitsReadEveryVisibleKeyOnce) {

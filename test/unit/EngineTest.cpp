@@ -220,31 +220,6 @@ TEST(Engine, ABackendThatSaysItFindsTheArgmaxAndGivesNoneIsAnError) {
   EXPECT_THROW(f.engine.step(), std::logic_error);
 }
 
-TEST(Engine, ABackendWithoutWindowGroupsKeepsEveryLayerInGroupZero) {
-  // Two layers, the second reading a window of 6 of a 40-token context: its own pool of 5
-  // blocks where the backend has window groups; on one without (the CUDA target's), both
-  // layers in group 0, whose pool is the cache's 16 blocks, not the 12 the windows left it.
-  EngineLimits limits{4, 64, 12, 4, 40};
-  limits.groups = kvGroups({{}, {6, 0}}, 40, true);
-  limits.windowBlocks = {5};
-  limits.ungroupedBlocks = 16;
-  EngineLimits grouped = runnableLimits(limits, BackendCapabilities{});
-  EXPECT_EQ(grouped.blocks, 12);
-  EXPECT_EQ(grouped.windowBlocks, std::vector<int64_t>{5});
-  EXPECT_EQ(grouped.groups.layerGroup, (std::vector<int>{0, 1}));
-  BackendCapabilities can;
-  can.windowGroups = false;
-  EngineLimits flat = runnableLimits(limits, can);
-  EXPECT_EQ(flat.blocks, 16);
-  EXPECT_TRUE(flat.windowBlocks.empty());
-  EXPECT_EQ(flat.groups.layerGroup, (std::vector<int>{0, 0}));
-  EXPECT_EQ(flat.maxNumSeqs, 4); // several sequences a step still
-  // Without window layers, nothing changes.
-  EngineLimits plain{4, 64, 12, 4, 40};
-  plain.groups = kvGroups({{}, {}}, 40, true);
-  EXPECT_EQ(runnableLimits(plain, can).blocks, 12);
-}
-
 TEST(Engine, MoreThanTheContextIsRefusedAtSubmitWithoutOverflow) {
   Fixture f({2, 64, 16, 4, 32});
   size_t huge = f.engine.submit(counting(10, 3, INT64_MAX)); // 3 + (2^63 - 1) wraps if added

@@ -187,11 +187,10 @@ double kvCacheBytes(mlir::ModuleOp partitioned, int64_t maxSeqLen,
 /// The KV cache a rank of `stage` (none: a mesh without stages) allocates for
 /// --kv-cache-tokens `tokens`, sequences of at most `maxSeqLen` and --max-num-seqs
 /// `maxNumSeqs`: each layer in its group's pool as the runtime sizes them
-/// (tpcrt/kv_groups.h' kvPoolBlocks), in blocks of `blockSize`; `windowGroups` false (a
-/// target whose runtime keeps every key of every layer): every layer in group 0. Fills `memory`'s kvGroups and sequences a GiB
-/// holds; returns the bytes, of elements of the activations' type.
+/// (tpcrt/kv_groups.h' kvPoolBlocks), in blocks of `blockSize`. Fills `memory`'s kvGroups and
+/// sequences a GiB holds; returns the bytes, of elements of the activations' type.
 double kvCacheAllocated(mlir::ModuleOp partitioned, int64_t tokens, int64_t maxSeqLen,
-                        int64_t maxNumSeqs, int64_t blockSize, bool windowGroups,
+                        int64_t maxNumSeqs, int64_t blockSize,
                         std::optional<int64_t> stage, MemoryReport &memory);
 /// What DeepSeek's MLA layers would cache as transformers does (the latent and the rope key,
 /// on every rank) where tpc caches per-head keys and values; 0 without MLA.

@@ -38,10 +38,6 @@ public:
   /// The sequences its runtime runs in one step (BackendCapabilities::stepSequences), which
   /// bounds a step `tpc suggest` prices; 0: as many as --max-num-seqs.
   virtual int64_t stepSequences() const { return 0; }
-  /// Whether its runtime's layers that read a window or chunks keep only what they read (KV
-  /// groups besides group 0, tpcrt/kv_groups.h; BackendCapabilities::windowGroups); else
-  /// every layer keeps every key.
-  virtual bool windowGroups() const { return true; }
 
   /// The generated source's extension (".cpp", ".cu").
   virtual llvm::StringRef sourceExtension() const = 0;

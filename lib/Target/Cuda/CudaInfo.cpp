@@ -21,7 +21,6 @@ class CudaTarget : public TargetInfo {
 public:
   StringRef name() const override { return "cuda"; }
   bool pipelinesStages() const override { return false; }
-  bool windowGroups() const override { return false; } // every layer keeps every key
   StringRef summary() const override {
     return "CUDA C++ for Hopper, cuBLASLt, NCCL";
   }

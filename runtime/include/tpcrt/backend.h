@@ -9,6 +9,7 @@
 
 #include "tpcrt/batch.h"
 #include "tpcrt/dtype.h"
+#include "tpcrt/kv_groups.h"
 #include "tpcrt/model.h"
 
 #include <algorithm>
@@ -35,10 +36,11 @@ struct WeightDesc {
 };
 
 /// One attention layer's KV cache: the keys' and the values' elements per token (local), and
-/// its blocks, those of KV group `group` (tpcrt/kv_groups.h).
+/// its blocks, those of KV group `group` (tpcrt/kv_groups.h), whose queries read `reach`.
 struct KVCacheDesc {
   int64_t keyWidth = 0, valueWidth = 0;
   int64_t blocks = 0, group = 0;
+  KvReach reach;
 };
 
 /// The rank a backend runs, as the core connected it.
@@ -64,10 +66,6 @@ struct RankInfo {
 struct BackendCapabilities {
   /// The most sequences one step may hold; 0: any.
   int64_t stepSequences = 0;
-  /// Whether layers that read a window or chunks may keep only what they read (KV groups
-  /// besides group 0, tpcrt/kv_groups.h). Without, every layer keeps every key in group 0,
-  /// whose pool is then --kv-cache-tokens' blocks.
-  bool windowGroups = true;
   /// Whether a step with Step::argmax gets each sampled row's argmax (Backend::argmax)
   /// instead of its logits; the engine asks for it only then.
   bool argmax = false;

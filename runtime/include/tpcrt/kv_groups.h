@@ -70,7 +70,7 @@ struct KvGroups {
 };
 
 /// The groups of layers that read `layers`' keys, for sequences of at most `maxLen` tokens;
-/// `separate` false (a backend without window groups): every layer in group 0.
+/// `separate` false: every layer in group 0.
 inline KvGroups kvGroups(const std::vector<KvReach> &layers, int64_t maxLen, bool separate) {
   KvGroups groups;
   groups.reaches.push_back({});

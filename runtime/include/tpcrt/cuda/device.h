@@ -20,12 +20,13 @@ namespace tpcrt::cuda {
 
 using act = __nv_bfloat16;
 
-/// One layer's keys and values on the device, [rows, width] each: its blocks of the paged
-/// cache (tpcrt/batch.h), rows = blocks * block size. What each sequence holds is the step's
-/// business: its block table and cached count, which the kernels read on the device.
+/// One layer's keys and values on the device, [rows, width] each: the blocks of its KV group's
+/// pool (tpcrt/batch.h, tpcrt/kv_groups.h), rows = blocks * block size. What each sequence
+/// holds is the step's business: its block tables and cached count, which the kernels read on
+/// the device.
 struct KVCache {
   act *keys = nullptr, *values = nullptr;
-  int64_t rows = 0, width = 0;
+  int64_t rows = 0, width = 0, group = 0;
 };
 
 class Device;
@@ -57,26 +58,23 @@ public:
   bool generateWeight(size_t i, uint64_t seed, const ParamDesc &param,
                       const SliceSpec &slice) override;
   DType kvCacheType() const override { return DType::BF16; } // act
-  /// Paged caches of blocks * blockSize tokens, every layer's in KV group 0 (the layers that
-  /// read a window keep every key too: capabilities().windowGroups is false).
+  /// Paged caches, each layer's of its KV group's blocks of blockSize tokens.
   uint64_t allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t blockSize) override;
   uint64_t allocateArena(int64_t perToken, int64_t tokens) override;
   /// Connects the communicator: NCCL, its unique id sent through the group's broadcast,
   /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
   void start() override;
   /// Steps of any number of sequences over the paged cache (decode and chunked prefill, each
-  /// sequence's keys through its block table), every layer keeping every key (no window
-  /// groups); each row's argmax found on the device (rowArgmax); every weight held in bf16, no
-  /// block type.
+  /// sequence's keys through its block table of the layer's KV group); each row's argmax
+  /// found on the device (rowArgmax); every weight held in bf16, no block type.
   BackendCapabilities capabilities() const override {
     BackendCapabilities can;
-    can.windowGroups = false;
     can.argmax = true;
     return can;
   }
   bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
   /// A step of any sequences: described for the kernels (its tables checked against the
-  /// cache's blocks), then run().
+  /// groups' pools), then run().
   const float *forward(const Step &step, bool sequenceParallel) override;
   /// After a forward of a step with `argmax`: each row's argmax, found on the device from the
   /// gathered logits, only the ids copied back (the logits are not).
@@ -115,7 +113,7 @@ public:
   /// TPC_FAULT=perturb: the attention's softmax scale times this (Backend::perturbAttention).
   double attentionScaleFault = 1.0;
   std::vector<KVCache> caches;
-  int64_t cacheBlocks = 0, cacheBlockSize = 1; // every cache's, as allocateCaches was given
+  int64_t cacheBlockSize = 1; // as allocateCaches was given
   const Step *step = nullptr; // the forward under way's
 
   /// The placement changes the program calls, on device buffers (tpcrt/collectives.h).
