@@ -39,9 +39,10 @@
 // combineKernel: one block per (query head, sequence) merges the splits' partials, skipping the
 //   empty ones (their accumulators are never written, so never read), and writes the bf16
 //   output into the sequence's row.
-//   Split count (host, from fixed numbers only: decodeSplits): min(ceil(capacity /
-//   kMinKeysPerSplit), ceil(4 * SMs / (kvHeads * headChunks * sequences)), what
-//   prepareAttention sized / sequences): enough blocks for about four per SM at any length,
+//   Split count (host, from fixed numbers only: decodeSplits): min(ceil(reads /
+//   kMinKeysPerSplit), ceil(4 * SMs / (kvHeads * headChunks * sequences)), 256 / sequences),
+//   `reads` the most keys a query of the layer reads (its window, the longest sequence, its
+//   pool): enough blocks for about four per SM at any length,
 //   none that could only ever be empty, and no more partials than prepared (a launch takes at
 //   most as many sequences as those). It never depends on a length, so a captured grid stays
 //   valid; on the device each split takes max(kMinKeysPerSplit, ceil(visible / splits)) keys,
@@ -716,10 +717,15 @@ void decode(Device::State &state, const act *q, int64_t heads, int64_t kvHeads, 
   int64_t blocksPerSplit = kvHeads * headChunks;
   int slots = kDecodeThreads / lanes;
   size_t shared = (size_t(slots) * g * (headDim + 3)) * sizeof(float);
+  // The most keys one query of this layer reads: its window, and at most the longest sequence
+  // (a forward's most tokens bound it) and the layer's pool.
+  int64_t reads = std::min(cache.rows, state.longestSequence);
+  if (window > 0)
+    reads = std::min(reads, window);
   int64_t sequences = int64_t(state.stepHost.decodeList.size());
   for (int64_t from = 0; from < sequences; from += state.attentionSplits) {
     int64_t n = std::min<int64_t>(sequences - from, state.attentionSplits);
-    int64_t splits = decodeSplits(n, cache.rows, state.multiprocessors, blocksPerSplit,
+    int64_t splits = decodeSplits(n, reads, state.multiprocessors, blocksPerSplit,
                                   state.attentionSplits, kMinKeysPerSplit);
     dim3 grid = dim3(unsigned(splits), unsigned(blocksPerSplit), unsigned(n));
     auto run = [&](auto launch) {
@@ -832,14 +838,15 @@ void fallback(Device::State &state, const PrefillRows &p, int64_t heads, int64_t
 
 } // namespace
 
-void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
-                      int64_t maxHeadDim) {
+void prepareAttention(Device::State &state, int64_t maxHeads, int64_t maxHeadDim) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice (attention)");
   check(cudaDeviceGetAttribute(&state.multiprocessors, cudaDevAttrMultiProcessorCount, device),
         "cudaDeviceGetAttribute (attention)");
-  int64_t splits =
-      std::clamp<int64_t>((capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit, 1, kMaxSplits);
+  // As many splits as the combine takes, whatever the cache: one sequence may use them all,
+  // and a launch of several shares them (at most as many sequences as splits), so a batch's
+  // decode rows take few launches. [heads, 256, headDim] floats: 32 MiB at 128 heads of 256.
+  int64_t splits = kMaxSplits;
   size_t partials = size_t(std::max<int64_t>(1, maxHeads) * splits);
   cudaFree(state.attentionPartials);
   cudaFree(state.attentionStats);

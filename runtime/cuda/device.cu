@@ -161,6 +161,7 @@ void Device::attach(const RankInfo &joined) {
   state->workspaceBytes = 32 << 20;
   check(cudaMalloc(&state->workspace, state->workspaceBytes), "cudaMalloc (cuBLASLt workspace)");
   int64_t tokens = info.maxTokens;
+  state->longestSequence = std::max<int64_t>(1, tokens);
   check(cudaMalloc(&state->ids, tokens * sizeof(int64_t)), "cudaMalloc (ids)");
   check(cudaMalloc(&state->positions, tokens * sizeof(int64_t)), "cudaMalloc (positions)");
 }
@@ -214,7 +215,6 @@ uint64_t Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t 
   // Each layer in its KV group's pool, whose blocks every layer of the group holds alike.
   std::vector<GroupOnDevice> &groups = state->groups;
   groups.clear();
-  int64_t capacity = 0;
   for (const KVCacheDesc &layer : layers) {
     if (layer.group < 0)
       throw std::runtime_error("internal error: a KV cache of group " +
@@ -226,7 +226,6 @@ uint64_t Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t 
       throw std::runtime_error("internal error: the layers of KV group " +
                                std::to_string(layer.group) + " are given different pools");
     group = {layer.blocks, layer.reach};
-    capacity = std::max(capacity, layer.blocks * blockSize);
   }
   cacheBlockSize = blockSize;
   uint64_t bytes = 0;
@@ -245,7 +244,7 @@ uint64_t Device::allocateCaches(const std::vector<KVCacheDesc> &layers, int64_t 
     caches.push_back(cache);
     bytes += uint64_t(2 * cache.rows * width) * sizeof(act);
   }
-  prepareAttention(*state, capacity, maxHeads, maxHeadDim);
+  prepareAttention(*state, maxHeads, maxHeadDim);
   return bytes;
 }
 

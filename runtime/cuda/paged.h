@@ -73,19 +73,20 @@ TPC_HOST_DEVICE inline KeyRange splitKeys(int64_t position, int64_t window, int6
   return r;
 }
 
-/// The splits of a decode launch over `sequences` one-row sequences (each of a KV cache of
-/// `cacheRows` rows), where one split of one sequence is `blocksPerSplit` blocks and the
-/// partials were prepared for `prepared` splits of one sequence: enough blocks for about four
-/// per SM, none that could only ever be empty, and never more partials than prepared
-/// (sequences * splits <= prepared; a launch holds at most `prepared` sequences). It depends
-/// on no sequence's length, so a captured launch stays valid at any length.
-inline int64_t decodeSplits(int64_t sequences, int64_t cacheRows, int64_t multiprocessors,
+/// The splits of a decode launch over `sequences` one-row sequences, each of whose queries
+/// reads at most `reads` keys (the layer's window, the longest sequence, its pool), where one
+/// split of one sequence is `blocksPerSplit` blocks and the partials were prepared for
+/// `prepared` splits of one sequence: enough blocks for about four per SM, none that could only
+/// ever be empty, and never more partials than prepared (sequences * splits <= prepared; a
+/// launch holds at most `prepared` sequences). It depends on no sequence's length, so a
+/// captured launch stays valid at any length.
+inline int64_t decodeSplits(int64_t sequences, int64_t reads, int64_t multiprocessors,
                             int64_t blocksPerSplit, int64_t prepared, int64_t minKeys) {
   if (sequences < 1 || sequences > prepared)
     throw std::logic_error("internal error: a decode launch of " + std::to_string(sequences) +
                            " sequences, where the partials hold " + std::to_string(prepared));
   int64_t blocks = blocksPerSplit * sequences;
-  int64_t splits = std::min({(cacheRows + minKeys - 1) / minKeys,
+  int64_t splits = std::min({(reads + minKeys - 1) / minKeys,
                              (4 * multiprocessors + blocks - 1) / blocks, prepared / sequences});
   return std::max<int64_t>(1, splits);
 }

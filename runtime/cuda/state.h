@@ -112,6 +112,9 @@ struct Device::State {
   float2 *attentionStats = nullptr;   ///< [heads, splits] (max in log2 units, sum of exps)
   int64_t attentionHeads = 0, attentionHeadDim = 0, attentionSplits = 0;
   int multiprocessors = 0;
+  /// The most tokens a sequence holds: at most the most a forward computes
+  /// (RankInfo::maxTokens, --max-model-len or --max-batch-tokens).
+  int64_t longestSequence = 0;
 };
 
 /// The device's memory for the collective layer: copies and zeros on the stream, and the
@@ -129,8 +132,7 @@ private:
 };
 
 /// Allocates the attention kernels' fixed scratch (attention.cu), once the caches exist.
-void prepareAttention(Device::State &state, int64_t capacity, int64_t maxHeads,
-                      int64_t maxHeadDim);
+void prepareAttention(Device::State &state, int64_t maxHeads, int64_t maxHeadDim);
 
 /// Throws a DeviceError ("CUDA error in WHAT: reason") unless `e` is cudaSuccess.
 void check(cudaError_t e, const char *what);

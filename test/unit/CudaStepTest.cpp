@@ -159,7 +159,7 @@ TEST(CudaStep, DecodeSplitsReadEveryVisibleKeyOnce) {
 }
 
 TEST(CudaStep, DecodeLaunchesHoldNoMorePartialsThanPrepared) {
-  // An H100's 132 SMs, 8 blocks a split (8 kv heads, one head chunk), a cache of 4096 rows,
+  // An H100's 132 SMs, 8 blocks a split (8 kv heads, one head chunk), queries of 4096 keys,
   // partials prepared for 64 splits of one sequence: one sequence takes the 64 splits its
   // length could use; two take 32 each (the partials), and 66 blocks per sequence would
   // have given four per SM already at 33.

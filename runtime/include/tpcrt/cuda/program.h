@@ -27,7 +27,7 @@ using ProgramForward = DeviceForwardFn;
 using ProgramMatrix = const act *;
 /// The state the device's kernels take: the stream, cuBLASLt, their scratch.
 inline Device::State &kernels(Device &device) { return *device.state; }
-/// Layer `layer`'s KV cache: one sequence's, contiguous (the CUDA target runs one a step).
+/// Layer `layer`'s KV cache: its KV group's blocks, which each sequence's tables name.
 inline KVCache &kvCache(Device &device, int64_t layer) { return device.caches[size_t(layer)]; }
 
 // What the device's kernels lack: attention sinks, value heads narrower or wider than the
