@@ -171,7 +171,8 @@ TEST(Engine, PreemptedRequestsStillGiveTheirTokens) {
 }
 
 TEST(Engine, AStepHoldsNoMoreSequencesThanTheBackendCanRun) {
-  // --max-num-seqs 4, on a backend that runs one sequence a step (the CUDA target's).
+  // --max-num-seqs 4, on a backend that runs one sequence a step (as the CUDA target did
+  // before its batched kernels).
   Fixture f({4, 64, 16, 4, 32}, runningAtMost(1));
   EXPECT_EQ(f.engine.limitsInForce().maxNumSeqs, 1);
   std::vector<size_t> handles;
