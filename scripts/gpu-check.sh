@@ -44,7 +44,9 @@
 # attention-MODEL (bench/gpu-check/'s models at head_dim 64, 80, 96, 128 and 256, every
 # specialisation of the tensor-core prefill, over a 150-token prompt; and the split decode);
 # batched (steps of several sequences: twelve requests eight at once, and in prefill chunks
-# with preemptions, against one at a time and the CPU target's answers);
+# with preemptions, against one at a time and the CPU target's answers); draws (seeded sampled
+# requests whose tokens the device picks, against the same requests sampled on the host from
+# the same logits);
 # example-tp2-gloo and example-tp4-gloo (TPC_CUDA_COMM=gloo: ranks sharing the one GPU, which
 # NCCL refuses). Each compares with the CPU target's run on the same generated weights
 # (scripts/gpu-compare.py states the bf16 tolerance); bench (below: decode and prefill of a
@@ -110,6 +112,12 @@ bundle() {
     if [[ $m == "$batched_model" ]]; then # the batched stage's requests, and the CPU's answers
       python3 "$root/test/e2e/Inputs/batch_requests.py" 12 7 512 100 --shared --greedy \
         > "$dir/requests.jsonl"
+      # The draws stage's: sampled, with no log-probabilities (the device picks) and with
+      # them (the logits come back to the host's sampler).
+      python3 "$root/test/e2e/Inputs/batch_requests.py" 20 11 512 60 --sampled --logprobs -1 \
+        > "$dir/draws-device.jsonl"
+      python3 "$root/test/e2e/Inputs/batch_requests.py" 20 11 512 60 --sampled --logprobs 0 \
+        > "$dir/draws-host.jsonl"
       "$dir/cpu-$m/$(model_name "$dir/$m.mlir")" --random-weights $seed --max-model-len 256 \
         --requests "$dir/requests.jsonl" --output "$dir/ref/requests.jsonl" --max-num-seqs 1 \
         2> /dev/null
@@ -138,7 +146,7 @@ bundle() {
       -ldl -Xlinker -rpath=/usr/local/cuda/lib64 -o "$dir/bin/cuda-probe"
   fi
   cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu-compare.py" \
-    "$root/scripts/gpu-requests-compare.py" "$dir/"
+    "$root/scripts/gpu-requests-compare.py" "$root/test/e2e/Inputs/same_results.py" "$dir/"
   # Binaries and libraries travel compressed (OpenBLAS alone is 36 MiB); run unpacks them.
   tar czf "$dir/payload.tgz" -C "$dir" bin lib
   rm -rf "$dir/bin" "$dir/lib"
@@ -349,6 +357,24 @@ batched_stage() {
   echo "batched: eight at once and chunked with preemptions answer as one at a time, and as the CPU"
 }
 
+# Sampling on the device: twenty seeded requests (temperature 0.8 with top_k, top_p, min_p,
+# each alone and together), eight at once, whose tokens the device picks from each row's draw
+# (runtime/cuda/draw.h), against the same requests asking for log-probabilities, whose rows
+# come back to the host's Sampler with the same seeds. The same steps over the same logits:
+# every token must be the same (test/e2e/Inputs/same_results.py), a difference is the device
+# sampler's. (On CPU binaries the host samples both.)
+draws_stage() {
+  local out=$dir/results/draws bin=$dir/bin/$batched_model-tp1 run
+  for run in device host; do
+    "$bin" --random-weights $seed --requests "$dir/draws-$run.jsonl" --max-model-len 256 \
+      --max-num-seqs 8 --output "$out-$run.jsonl" 2> "$out-$run.err" ||
+      { cat "$out-$run.err"; return 1; }
+    echo "$run: $(grep -o '[0-9]* requests: .*' "$out-$run.err")"
+  done
+  "$py" "$dir/same_results.py" "$out-device.jsonl" "$out-host.jsonl" || return 1
+  echo "draws: the device's picks are the host sampler's"
+}
+
 # A device fault (TPC_FAULT=device: a kernel writes through a null pointer at decode step 2)
 # is reported as CUDA's, with what was running, and blames no peer.
 device_fault_stage() {
@@ -455,7 +481,7 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
   export dir py seed prompt long_prompt new_tokens batched_model
   export -f run_ranks forced_ids compare example_stage attention_stage graph_eager_stage \
     negative_control_stage device_fault_stage env_stage bench_ids bench_stage per_rank_stage \
-    batched_stage
+    batched_stage draws_stage
   local failed=0 start
   start=$(date +%s%N)
   stage env env_stage || failed=1
@@ -474,6 +500,7 @@ for m in ('nvidia.nccl', 'nvidia.cublas', 'nvidia.cu13', 'nvidia.cuda_runtime'):
     stage "attention-$m" attention_stage "$m" || failed=1
   done
   stage batched batched_stage || failed=1
+  stage draws draws_stage || failed=1
   stage example-tp2-gloo example_stage 2 gloo || failed=1
   stage example-tp4-gloo example_stage 4 gloo || failed=1
   stage_limit=240 stage bench bench_stage || failed=1

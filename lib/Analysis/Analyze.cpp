@@ -326,9 +326,10 @@ void sequenceParallelNotes(ModuleOp decided, const AnalyzeOptions &o, int64_t pr
     notes.push_back("--sequence-parallel does nothing on one rank");
   if (o.tp * o.pp > 1)
     notes.push_back("each step (the prefill, every decode step) begins with rank 0 sending the "
-                    "other ranks the step's descriptor (its tokens, positions and block tables; "
-                    "8 x (4 + --max-batch-tokens + --max-num-seqs x (4 + --max-model-len / "
-                    "the block size)) bytes) through the host transport's all-gather, not a "
+                    "other ranks the step's descriptor (its tokens, and each sequence's counts, "
+                    "draw and block tables: 8 x (8 + --max-batch-tokens + --max-num-seqs x (9 + "
+                    "the KV groups x --max-model-len / the block size)) bytes, "
+                    "runtime/engine/step_codec.h) through the host transport's all-gather, not a "
                     "collective of the model (not listed above, nor in --trace)");
 }
 

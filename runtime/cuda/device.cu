@@ -522,6 +522,23 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
     state->argmaxCount = size_t(rows);
   }
   state->argmaxReady = false;
+  // A step whose rows are picked, some by a draw: each row's Draw, its sequence's on the row
+  // its token is sampled from (the last of its rows), greedy on the others.
+  bool drawn = false;
+  if (argmax) {
+    state->rowDraws.assign(size_t(rows), Draw{});
+    int64_t row = 0;
+    for (const StepSequence &s : step->sequences) {
+      int64_t last = spec.lastTokenOnly ? row + s.logits - 1 : s.first + s.count - 1;
+      row += s.logits;
+      if (s.logits > 0 && !s.draw.greedy() && last < rows) {
+        state->rowDraws[size_t(last)] = s.draw;
+        drawn = true;
+      }
+    }
+    if (drawn)
+      upload(*state, state->stepDraws, state->rowDraws, "the step's draws");
+  }
   check(cudaMemcpyAsync(state->ids, ids, tokens * sizeof(int64_t), cudaMemcpyHostToDevice,
                         state->stream),
         "cudaMemcpyAsync (ids)");
@@ -599,9 +616,12 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
       ++graph->eagerRuns;
   }
   if (argmax) {
-    // A greedy step: each row's argmax on the device, only the ids back (after a graph's
-    // launch, outside any capture).
-    rowArgmax(*state, logits, rows, spec.vocab, state->argmaxIds);
+    // Each row's token on the device, only the ids back (after a graph's launch, outside any
+    // capture): the argmax where every row is greedy, else each row's draw.
+    if (drawn)
+      pickRows(*state, logits, rows, spec.vocab, state->stepDraws.data, state->argmaxIds);
+    else
+      rowArgmax(*state, logits, rows, spec.vocab, state->argmaxIds);
     check(cudaMemcpyAsync(state->hostArgmax, state->argmaxIds, size_t(rows) * sizeof(int64_t),
                           cudaMemcpyDeviceToHost, state->stream),
           "cudaMemcpyAsync (argmax)");

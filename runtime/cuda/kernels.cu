@@ -1,6 +1,7 @@
 // The CUDA backend's kernels: bf16 in memory, fp32 arithmetic. GEMMs go to cuBLASLt; the
 // rest are plain kernels, one thread per element or one block per row. Attention is in
 // attention.cu.
+#include "draw.h"
 #include "state.h"
 
 #include <cmath>
@@ -118,6 +119,35 @@ __global__ void rowArgmaxKernel(const act *logits, int64_t vocab, int64_t *out) 
     out[blockIdx.x] = ids[0];
 }
 
+/// pickRow's block: its phases on every thread then a barrier, or on the first then a
+/// barrier; its histograms' sums by shared-memory atomics.
+struct BlockThreads {
+  __device__ int count() const { return int(blockDim.x); }
+  template <class F> __device__ void all(F f) {
+    f(int(threadIdx.x));
+    __syncthreads();
+  }
+  template <class F> __device__ void one(F f) {
+    if (threadIdx.x == 0)
+      f(0);
+    __syncthreads();
+  }
+  __device__ static void add(double &slot, double v) { atomicAdd(&slot, v); }
+  __device__ static void add(uint32_t &slot, uint32_t v) { atomicAdd(&slot, v); }
+};
+
+/// Each row's token by its Draw (draw.h), a block of kDrawThreads a row.
+__global__ void pickRowsKernel(const act *logits, int64_t vocab, const Draw *draws,
+                               int64_t *out) {
+  __shared__ DrawShared shared;
+  const act *row = logits + int64_t(blockIdx.x) * vocab;
+  BlockThreads threads;
+  pickRow(threads, shared, [row](int64_t i) { return __bfloat162float(row[i]); }, vocab,
+          draws[blockIdx.x]);
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = shared.chosen;
+}
+
 __global__ void rmsNormOfTotalsKernel(const act *x, int64_t cols, const float *totals,
                                       float features, const act *w, float epsilon, float offset,
                                       act *out) {
@@ -217,6 +247,14 @@ void rowArgmax(Device::State &state, const act *logits, int64_t rows, int64_t vo
     return;
   rowArgmaxKernel<<<unsigned(rows), kThreads, 0, state.stream>>>(logits, vocab, out);
   launched("the logits' argmax");
+}
+
+void pickRows(Device::State &state, const act *logits, int64_t rows, int64_t vocab,
+              const Draw *draws, int64_t *out) {
+  if (rows == 0)
+    return;
+  pickRowsKernel<<<unsigned(rows), kDrawThreads, 0, state.stream>>>(logits, vocab, draws, out);
+  launched("the logits' draws");
 }
 
 void sumSquares(Device::State &state, const act *x, int64_t rows, int64_t cols, bool contribute,

@@ -105,6 +105,10 @@ struct Device::State {
   };
   Array<SequenceOnDevice> stepSequences;
   Array<int32_t> stepTables, stepRows, stepDecodes;
+  /// A step that picks tokens: each row's Draw (its sequence's on its sampled row, greedy on
+  /// the others), on the host and the device.
+  std::vector<Draw> rowDraws;
+  Array<Draw> stepDraws;
 
   // Attention's fixed decode scratch (attention.cu, sized by prepareAttention): split-KV
   // partials, the bounds they were sized for, and the SM count the split rule uses.

@@ -315,7 +315,8 @@ void Engine::run(std::vector<EngineRequest> &requests, const EngineHooks &hooks)
   }
 }
 
-bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &hooks) {
+bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &hooks,
+                        bool draws) {
   if (!can.argmax || hooks.onLogits)
     return false;
   for (const Scheduled &s : plan) {
@@ -324,7 +325,8 @@ bool Engine::argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &h
     if (!s.sampled())
       continue;
     const Entry &e = entries.at(s.sequence->handle);
-    if (!e.sampler->argmaxOfRaw() || e.request.logprobs >= 0 || e.request.constraint)
+    if (!(draws ? e.sampler->plain() : e.sampler->argmaxOfRaw()) || e.request.logprobs >= 0 ||
+        e.request.constraint)
       return false;
   }
   return true;
@@ -363,11 +365,17 @@ void Engine::step(const EngineHooks &hooks) {
   auto start = std::chrono::steady_clock::now();
   std::vector<Scheduled> plan = scheduler.schedule();
   planned.clear();
-  for (const Scheduled &s : plan)
+  bool picked = argmaxOnly(plan, hooks, can.draws);
+  for (const Scheduled &s : plan) {
     planned.push_back({s.sequence->tokens.data() + s.sequence->computed, s.count,
                        s.sequence->computed, s.logitsRows(), &s.sequence->blocks,
                        &s.sequence->windowBlocks});
-  codec.encode(planned, argmaxOnly(plan, hooks), {}, descriptor);
+    // The backend picks its token: the uniform number is drawn here, on rank 0, in the order
+    // the sampler would draw it, and sent with the step.
+    if (picked && s.sampled())
+      planned.back().draw = entries.at(s.sequence->handle).sampler->draw();
+  }
+  codec.encode(planned, picked, {}, descriptor);
   share(descriptor);
   codec.decode(descriptor, current);
   const float *logits = forward(current.step, hooks);
@@ -416,7 +424,7 @@ void Engine::stepStaged(const EngineHooks &hooks) {
   // A greedy step's argmax found on the last stage, which sends one id a row back, where the
   // program's transfer of the logits is marked for it (argmaxOnRanks: the CPU's; the CUDA
   // program sends the rows, and finds no argmax of its own in a staged step).
-  bool argmax = spec.argmaxOnRanks && argmaxOnly(plan, hooks);
+  bool argmax = spec.argmaxOnRanks && argmaxOnly(plan, hooks, false);
   InFlight mine{rowsOf(plan), logitsRowsOf(plan), argmax, start};
   if (!pipelined) {
     collect.after = mine.logitsRows;

@@ -160,9 +160,10 @@ private:
   int64_t logitsRowsOf(const std::vector<Scheduled> &plan) const;
   std::vector<StepRow> rowsOf(const std::vector<Scheduled> &plan) const;
   const float *forward(const Step &step, const EngineHooks &hooks);
-  /// Rank 0: whether every row `plan` samples needs its argmax alone, so the program may find
-  /// it on the ranks and not gather the logits (Step::argmax).
-  bool argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &hooks);
+  /// Rank 0: whether every row `plan` samples needs its argmax alone, or (`draws`: the
+  /// backend picks by a Draw, capabilities().draws) its draw alone, so that the backend may
+  /// pick its token and not return the logits (Step::argmax).
+  bool argmaxOnly(const std::vector<Scheduled> &plan, const EngineHooks &hooks, bool draws);
   /// Rank 0, after a step's forward: the next token of each sequence it sampled (`rows`, in
   /// the step's order; a request ended meanwhile is passed over), and the stop rules.
   /// `chosen`: each row's argmax where the ranks found it, else null.

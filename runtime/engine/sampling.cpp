@@ -118,9 +118,35 @@ void Sampler::record(int64_t token) {
     outputTokens_.push_back(token);
 }
 
-bool Sampler::argmaxOfRaw() const {
-  return params_.greedy() && !params_.penalized() && params_.logitBias.empty() &&
+bool Sampler::plain() const {
+  return !params_.penalized() && params_.logitBias.empty() &&
          (stopIds_.empty() || produced_ >= params_.minTokens);
+}
+
+Draw Sampler::draw() {
+  Draw d;
+  if (params_.greedy())
+    return d;
+  d.temperature = params_.temperature;
+  d.topK = params_.topK;
+  d.topP = params_.topP;
+  d.minP = params_.minP;
+  d.u = rng_.uniform();
+  return d;
+}
+
+std::string Draw::check() const {
+  if (!(temperature == 0 || (temperature > 0 && std::isfinite(temperature))))
+    return "temperature " + number(temperature);
+  if (topK < -1)
+    return "top_k " + std::to_string(topK);
+  if (!(topP > 0 && topP <= 1))
+    return "top_p " + number(topP);
+  if (!(minP >= 0 && minP <= 1))
+    return "min_p " + number(minP);
+  if (!(u >= 0 && u < 1))
+    return "uniform number " + number(u);
+  return "";
 }
 
 void Sampler::adjust(const float *logits, std::vector<float> &out) const {

@@ -18,6 +18,18 @@ static_assert(sizeof(SequenceFields) == kSequenceWords * sizeof(int64_t), "words
 [[noreturn]] void corrupt(const std::string &what) {
   throw std::runtime_error("internal error: a step descriptor" + what);
 }
+
+int64_t bitsOf(double v) {
+  int64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
+double valueOf(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
 } // namespace
 
 size_t StepCodec::sequencesOffset() const { return kHeaderWords + size_t(layout.maxTokens); }
@@ -66,6 +78,11 @@ void StepCodec::encode(const std::vector<PlannedSequence> &plan, bool argmax,
     fields.count = p.count;
     fields.cached = p.cached;
     fields.logits = p.logits;
+    fields.temperature = bitsOf(p.draw.temperature);
+    fields.topK = p.draw.topK;
+    fields.topP = bitsOf(p.draw.topP);
+    fields.minP = bitsOf(p.draw.minP);
+    fields.u = bitsOf(p.draw.u);
     std::memcpy(d.data() + sequencesOffset() + s * kSequenceWords, &fields, sizeof fields);
     std::copy(p.tokens, p.tokens + p.count, d.begin() + ptrdiff_t(kHeaderWords) + header.tokens);
     size_t stride = size_t(layout.blocksPerSequence);
@@ -152,6 +169,10 @@ void StepCodec::decode(const std::vector<int64_t> &d, DecodedStep &out) const {
     sequence.count = f.count;
     sequence.cached = f.cached;
     sequence.logits = f.logits;
+    sequence.draw = {valueOf(f.temperature), f.topK, valueOf(f.topP), valueOf(f.minP),
+                     valueOf(f.u)};
+    if (std::string why = sequence.draw.check(); !why.empty())
+      corrupt("'s sequence " + std::to_string(s) + " has a draw of " + why);
     sequence.blocks = mine;
     step.sequences.push_back(sequence);
   }

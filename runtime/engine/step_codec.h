@@ -5,7 +5,8 @@
 //   header         kind, tokens, sequences, argmax, collect before, after, and whether
 //                  each comes as ids                                       (StepHeader)
 //   ids            the step's token ids                  maxTokens slots
-//   per sequence   first, count, cached, logits          maxSequences x 4  (SequenceFields)
+//   per sequence   first, count, cached, logits, and     maxSequences x 9  (SequenceFields)
+//                  its draw (a double's bits a word)
 //   block tables   each sequence's blocks, in order      maxSequences x blocksPerSequence
 //                  per KV group (group 0's, then each window group's)
 //
@@ -69,6 +70,8 @@ struct StepHeader {
 struct SequenceFields {
   int64_t first = 0, count = 0, cached = 0;
   int64_t logits = 0; // StepSequence::logits
+  /// StepSequence::draw: its doubles' bits, and top_k.
+  int64_t temperature = 0, topK = 0, topP = 0, minP = 0, u = 0;
 };
 
 /// One sequence of a step, as rank 0 planned it: `count` tokens from `tokens`, after the
@@ -80,6 +83,7 @@ struct PlannedSequence {
   const std::vector<int32_t> *blocks = nullptr;
   /// Its tables of the window groups, as long as `blocks` (none where there are none).
   const std::vector<std::vector<int32_t>> *windowBlocks = nullptr;
+  Draw draw; // StepSequence::draw
 };
 
 /// A decoded step and the storage its pointers point into (kept from step to step).

@@ -2,6 +2,7 @@
 // sampled sequence's logits make its next token its last token plus one, so every request's
 // output is known without a model, and the queues and blocks the scheduler keeps can be
 // watched step by step: requests arriving while others run, aborts, preemption.
+#include "draw.h" // the CUDA device's sampler, run on the host
 #include "engine.h"
 
 #include "tpcrt/model.h"
@@ -73,6 +74,63 @@ private:
   BackendCapabilities can;
   std::vector<float> logits;
   std::vector<int64_t> chosen;
+};
+
+/// A backend whose logits are spread (each row a function of the token before), so that a
+/// sampled request's tokens depend on its draws: where `can.draws`, a step of rows that are
+/// picked comes back as the ids the CUDA device's sampler picks (draw.h, run on the host)
+/// by each sequence's Draw; elsewhere as the logits, for the engine's Sampler.
+class SpreadBackend final : public Backend {
+public:
+  SpreadBackend(int64_t vocab, BackendCapabilities can) : vocab(vocab), can(can) {}
+
+  BackendCapabilities capabilities() const override { return can; }
+  void attach(const RankInfo &) override {}
+  DType weightType(const WeightDesc &) const override { return DType::F32; }
+  void allocateWeights(const std::vector<WeightDesc> &) override {}
+  float *hostWeight(size_t) override { return nullptr; }
+  void writeWeight(size_t, int64_t, const float *, int64_t) override {}
+  bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
+    return false;
+  }
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &, int64_t) override { return 0; }
+  uint64_t allocateArena(int64_t, int64_t) override { return 0; }
+  bool hasSequenceParallel() const override { return false; }
+  const float *forward(const Step &step, bool) override {
+    picked.push_back(step.argmax);
+    logits.clear();
+    ids.clear();
+    for (const StepSequence &s : step.sequences)
+      for (int64_t i = s.count - s.logits; i < s.count; ++i) {
+        int64_t last = step.ids[s.first + i];
+        std::vector<float> row(static_cast<size_t>(vocab));
+        for (int64_t t = 0; t < vocab; ++t)
+          row[size_t(t)] = 2.0f * std::sin(float(last * 7 + t * 13) * 0.37f);
+        if (step.argmax) {
+          cuda::SerialThreads threads{8};
+          Draw draw = i == s.count - 1 ? s.draw : Draw{};
+          drawn += !draw.greedy();
+          cuda::pickRow(threads, *shared, [&](int64_t t) { return row[size_t(t)]; }, vocab,
+                        draw);
+          ids.push_back(shared->chosen);
+        }
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
+    return logits.data();
+  }
+  const int64_t *argmax() const override { return picked.back() ? ids.data() : nullptr; }
+  bool injectFault() override { return false; }
+  void perturbAttention() override {}
+
+  std::vector<bool> picked; // each step's Step::argmax
+  int64_t drawn = 0;        // rows picked by a draw that samples
+
+private:
+  int64_t vocab;
+  BackendCapabilities can;
+  std::vector<float> logits;
+  std::vector<int64_t> ids;
+  std::unique_ptr<cuda::DrawShared> shared = std::make_unique<cuda::DrawShared>();
 };
 
 BackendCapabilities runningAtMost(int64_t stepSequences) {
@@ -484,5 +542,75 @@ TEST(Engine, AConstraintChoosesAmongItsTokensAndEndsARequestItCannotContinue) {
     EXPECT_FALSE(asked); // a constrained row is never found on the ranks
 }
 
+TEST(Engine, ABackendThatDrawsPicksTheTokensTheSamplerWouldWithTheSameSeeds) {
+  // Seeded sampled requests (top_k, top_p, min_p), a greedy one and a penalized one, on
+  // a backend that picks by the Draw rank 0 sends and on one that returns the logits: the
+  // same tokens, so the engine draws each request's numbers in the Sampler's order and
+  // records what the backend picked.
+  auto requests = [] {
+    std::vector<EngineRequest> out;
+    for (int i = 0; i < 4; ++i) {
+      EngineRequest r = counting(10 + 40 * i, 3 + i, 12);
+      r.sampling.temperature = 0.6 + 0.3 * i;
+      r.sampling.topK = i == 1 ? 50 : 0;
+      r.sampling.topP = i == 2 ? 0.8 : 1.0;
+      r.sampling.minP = i == 3 ? 0.05 : 0.0;
+      r.sampling.seed = 1000 + uint64_t(i);
+      out.push_back(r);
+    }
+    out.push_back(counting(300, 2, 12)); // greedy
+    return out;
+  };
+  constexpr int64_t kVocab = 500;
+  ModelSpec &spec = *newSpec("spread", 1, kVocab, 1, /*lastTokenOnly=*/true);
+  std::vector<std::vector<int64_t>> outputs[2];
+  for (bool draws : {false, true}) {
+    BackendCapabilities can;
+    can.argmax = true;
+    can.draws = draws;
+    SpreadBackend backend(kVocab, can);
+    RankInfo rank;
+    Engine engine(spec, backend, rank, {4, 64, 64, 4, 64});
+    std::vector<size_t> handles;
+    for (const EngineRequest &r : requests())
+      handles.push_back(engine.submit(r));
+    while (engine.busy())
+      engine.step();
+    for (size_t h : handles)
+      outputs[draws].push_back(engine.request(h).output);
+    // Without draws only the greedy request's steps alone are picked; with them every step.
+    if (draws) {
+      EXPECT_EQ(backend.picked, std::vector<bool>(backend.picked.size(), true));
+      EXPECT_EQ(backend.drawn, 4 * 12);
+    } else {
+      EXPECT_EQ(backend.drawn, 0);
+    }
+  }
+  EXPECT_EQ(outputs[1], outputs[0]);
+  // The draws mattered: the sampled requests did not all follow the argmax.
+  EXPECT_NE(outputs[0][0], outputs[0][4]);
+
+  // A penalized request beside them: its steps come back as logits, the others' tokens
+  // are still the Sampler's.
+  BackendCapabilities can;
+  can.argmax = can.draws = true;
+  SpreadBackend backend(kVocab, can);
+  RankInfo rank;
+  Engine engine(spec, backend, rank, {4, 64, 64, 4, 64});
+  std::vector<EngineRequest> mixed = requests();
+  EngineRequest penalized = counting(200, 2, 3);
+  penalized.sampling.repetitionPenalty = 1.3;
+  std::vector<size_t> handles;
+  for (const EngineRequest &r : mixed)
+    handles.push_back(engine.submit(r));
+  engine.submit(penalized);
+  while (engine.busy())
+    engine.step();
+  for (size_t i = 0; i < handles.size(); ++i)
+    EXPECT_EQ(engine.request(handles[i]).output, outputs[0][i]) << "request " << i;
+  EXPECT_EQ(std::count(backend.picked.begin(), backend.picked.end(), false), 3);
+}
+
 } // namespace
 } // namespace tpcrt
+

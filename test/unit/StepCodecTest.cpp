@@ -22,12 +22,13 @@ StepLayout smallLayout() {
 
 TEST(StepCodec, TheWordsAreWhereTheLayoutSays) {
   StepCodec codec(smallLayout());
-  // 8 header words, 8 token slots, 3 sequences of 4 words, 3 tables of 2 blocks.
-  EXPECT_EQ(codec.length(), 8u + 8u + 12u + 6u);
+  // 8 header words, 8 token slots, 3 sequences of 9 words, 3 tables of 2 blocks.
+  EXPECT_EQ(codec.length(), 8u + 8u + 27u + 6u);
   std::vector<int64_t> aTokens = {11, 12, 13}, bTokens = {21};
   std::vector<int32_t> aBlocks = {7}, bBlocks = {2, 5};
   std::vector<PlannedSequence> plan = {{aTokens.data(), 3, 0, 0, &aBlocks},
                                        {bTokens.data(), 1, 6, 1, &bBlocks}};
+  plan[1].draw = {0.5, 40, 0.25, 0.125, 0.75}; // b's sampled row: a draw, its doubles' bits
   std::vector<int64_t> d;
   codec.encode(plan, /*argmax=*/true, {/*before=*/2, /*after=*/-1, /*beforeIds=*/true}, d);
   ASSERT_EQ(d.size(), codec.length());
@@ -35,10 +36,30 @@ TEST(StepCodec, TheWordsAreWhereTheLayoutSays) {
             (std::vector<int64_t>{1, 4, 2, 1, 2, -1, 1, 0}));
   EXPECT_EQ((std::vector<int64_t>(d.begin() + 8, d.begin() + 12)),
             (std::vector<int64_t>{11, 12, 13, 21}));
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 16, d.begin() + 24)),
-            (std::vector<int64_t>{0, 3, 0, 0, 3, 1, 6, 1}));
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 28, d.begin() + 32)),
+  // IEEE 754 doubles: 1.0 is 0x3ff0..., 0.5 0x3fe0..., 0.25 0x3fd0..., 0.125 0x3fc0...,
+  // 0.75 0x3fe8....
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 16, d.begin() + 34)),
+            (std::vector<int64_t>{0, 3, 0, 0, 0, 0, 0x3ff0000000000000, 0, 0, //
+                                  3, 1, 6, 1, 0x3fe0000000000000, 40, 0x3fd0000000000000,
+                                  0x3fc0000000000000, 0x3fe8000000000000}));
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 43, d.begin() + 47)),
             (std::vector<int64_t>{7, 0, 2, 5}));
+  DecodedStep out;
+  codec.decode(d, out);
+  const Draw &draw = out.step.sequences[1].draw;
+  EXPECT_EQ(draw.temperature, 0.5);
+  EXPECT_EQ(draw.topK, 40);
+  EXPECT_EQ(draw.topP, 0.25);
+  EXPECT_EQ(draw.minP, 0.125);
+  EXPECT_EQ(draw.u, 0.75);
+  EXPECT_TRUE(out.step.sequences[0].draw.greedy());
+  // A draw no sampler makes is a corrupt descriptor: u of 1, top_p of 0, top_k below -1.
+  for (auto [word, bad] : std::vector<std::pair<size_t, int64_t>>{
+           {33, 0x3ff0000000000000}, {31, 0}, {30, -2}}) {
+    std::vector<int64_t> corrupt = d;
+    corrupt[word] = bad;
+    EXPECT_THROW(codec.decode(corrupt, out), std::runtime_error) << word;
+  }
 }
 
 TEST(StepCodec, AWindowGroupsTablesTravelAfterGroupZerosAndMayOmitWhatItDoesNotRead) {
@@ -50,13 +71,13 @@ TEST(StepCodec, AWindowGroupsTablesTravelAfterGroupZerosAndMayOmitWhatItDoesNotR
   layout.windowReaches = {{3, 0}};
   layout.windowBlocks = {5};
   StepCodec codec(layout);
-  EXPECT_EQ(codec.length(), 8u + 8u + 12u + 3u * 2u * 3u);
+  EXPECT_EQ(codec.length(), 8u + 8u + 27u + 3u * 2u * 3u);
   std::vector<int64_t> tokens = {21, 22};
   std::vector<int32_t> blocks = {2, 5};
   std::vector<std::vector<int32_t>> windowed = {{-1, 4}};
   std::vector<int64_t> d;
   codec.encode({{tokens.data(), 2, 6, 1, &blocks, &windowed}}, false, {}, d);
-  EXPECT_EQ((std::vector<int64_t>(d.begin() + 28, d.begin() + 34)),
+  EXPECT_EQ((std::vector<int64_t>(d.begin() + 43, d.begin() + 49)),
             (std::vector<int64_t>{2, 5, 0, -1, 4, 0}));
   DecodedStep out;
   codec.decode(d, out);
@@ -65,7 +86,7 @@ TEST(StepCodec, AWindowGroupsTablesTravelAfterGroupZerosAndMayOmitWhatItDoesNotR
   EXPECT_EQ((std::vector<int32_t>(tables, tables + 5)), (std::vector<int32_t>{2, 5, 0, -1, 4}));
   for (int64_t bad : {-1, 5}) { // block 1 is read; the pool has 5 blocks
     std::vector<int64_t> corrupt = d;
-    corrupt[32] = bad;
+    corrupt[47] = bad;
     EXPECT_THROW(codec.decode(corrupt, out), std::runtime_error) << bad;
   }
 }
@@ -186,7 +207,8 @@ TEST(StepCodec, ACorruptDescriptorIsRefusedNotRead) {
   refused(18, 7);    // cached so many that the table would need 3 blocks
   refused(19, 3);    // more rows of logits than the sequence has tokens
   refused(19, -1);
-  refused(28, 10);   // a block past the cache
+  refused(20, int64_t(0xbff0000000000000)); // a temperature of -1
+  refused(43, 10);   // a block past the cache
   std::vector<int64_t> shorter(good.begin(), good.end() - 1);
   EXPECT_THROW(codec.kind(shorter), std::runtime_error);
 }

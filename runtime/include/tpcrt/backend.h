@@ -69,6 +69,12 @@ struct BackendCapabilities {
   /// Whether a step with Step::argmax gets each sampled row's argmax (Backend::argmax)
   /// instead of its logits; the engine asks for it only then.
   bool argmax = false;
+  /// With `argmax`: whether it also picks a sampled row's token by its sequence's Draw
+  /// (temperature, top_k, top_p, min_p and rank 0's uniform number), as the host's Sampler
+  /// would. The engine hands it only rows that nothing else changes (no penalty, logit_bias,
+  /// min_tokens holding a stop id back, grammar, logprobs or dumped logits); a step with any
+  /// other row comes back as logits and is sampled on rank 0.
+  bool draws = false;
   /// The block types it holds weights in as a file stores them (Backend::hostBlocks), and
   /// those it makes from fp32 values (--quantize's, through writeWeight). The driver refuses
   /// a weight held in a block type it can be given in neither way before it allocates.

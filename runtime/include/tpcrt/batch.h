@@ -12,9 +12,28 @@
 #define TPCRT_BATCH_H
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tpcrt {
+
+/// How a backend that picks tokens itself (Step::argmax) picks a sequence's sampled row:
+/// vLLM's temperature, top_k, top_p and min_p as the request's sampler has them, and the
+/// uniform number in [0, 1) that rank 0 drew for this token from the request's generator
+/// (Sampler::draw), so that the pick is the token the host's Sampler would choose from the same
+/// row. Temperature 0 is greedy: the row's argmax, and no number drawn.
+struct Draw {
+  double temperature = 0;
+  int64_t topK = 0; // 0 or -1: every token
+  double topP = 1, minP = 0;
+  double u = 0;
+
+  bool greedy() const { return temperature == 0; }
+  /// "" when the fields are a draw's (temperature 0 or positive and finite, top_k at least -1,
+  /// top_p in (0, 1], min_p in [0, 1], u in [0, 1)), else which is not: a step descriptor's
+  /// check.
+  std::string check() const;
+};
 
 /// One sequence's part of a step: tokens [first, first + count) of the step, at positions
 /// cached, cached + 1, ... (its cache holds `cached` tokens before them).
@@ -27,6 +46,9 @@ struct StepSequence {
   /// The forward returns the logits of its last `logits` tokens (0 to count): 1 where its
   /// next token is sampled, more where a prompt's own tokens are scored (prompt logprobs).
   int64_t logits = 0;
+  /// Where the step's rows come back as token ids (Step::argmax): how its sampled row's id is
+  /// picked (its other rows, if any, come back as their argmax).
+  Draw draw;
 };
 
 struct Step {
@@ -35,11 +57,12 @@ struct Step {
   std::vector<StepSequence> sequences;
   /// Where a sequence's table of KV group g starts: its `blocks` + g * tableStride.
   int64_t tableStride = 0;
-  /// Every sampled row is greedy, with nothing that reads the whole row (a penalty,
-  /// logprobs, dumped logits): a backend that can returns each row's argmax
-  /// (Backend::argmax) instead of its logits: the CPU program where its gather of the logits
-  /// is marked argmax_if_greedy (found on the ranks, the logits not gathered), the CUDA
-  /// device always (found on the device, only the ids copied to the host).
+  /// Every sampled row is picked by its sequence's draw alone, with nothing that reads the
+  /// whole row (a penalty, a bias, a grammar, logprobs, dumped logits), and greedy where the
+  /// backend has no sampler of its own (BackendCapabilities): a backend that can returns each
+  /// row's token id (Backend::argmax) instead of its logits: the CPU program where its gather
+  /// of the logits is marked argmax_if_greedy (the argmax found on the ranks, the logits not
+  /// gathered), the CUDA device always (picked on the device, only the ids copied back).
   bool argmax = false;
   /// The rows the forward returns logits for: each sequence's `logits`, in the step's order.
   int64_t sampledRows() const {

@@ -7,6 +7,8 @@
 #ifndef TPCRT_SAMPLING_H
 #define TPCRT_SAMPLING_H
 
+#include "tpcrt/batch.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -72,10 +74,16 @@ public:
   /// Records a token as the output's without choosing it (teacher forcing, or an argmax
   /// found elsewhere).
   void record(int64_t token);
-  /// Whether the next token is the argmax of the logits as they come: greedy, and nothing
-  /// (penalty, bias, min_tokens still holding a stop id back) changes them first. Only then
-  /// may the ranks find it for the sampler.
-  bool argmaxOfRaw() const;
+  /// Whether the next token depends on the logits as they come and on draw() alone: nothing
+  /// (a penalty, a bias, min_tokens still holding a stop id back) changes them first. Only
+  /// then may a backend pick it for the sampler.
+  bool plain() const;
+  /// Whether the next token is the argmax of the logits as they come: greedy, and plain().
+  bool argmaxOfRaw() const { return params_.greedy() && plain(); }
+  /// The next token's draw, for a backend that picks it (plain()): the temperature (0 where
+  /// greedy), top_k, top_p and min_p, and unless greedy the next uniform number of the
+  /// generator, the one sample() would draw. The token picked is then record()ed.
+  Draw draw();
 
   /// The logits as the draw sees them, into `out`: logit_bias added, the stop ids at -inf
   /// while min_tokens holds them back, then the penalties (vLLM's order, all before

@@ -1,6 +1,7 @@
 """Requests for the engine's tests: COUNT of them, prompts of mixed lengths, as JSON lines.
 
-    python batch_requests.py COUNT SEED VOCAB MAX_PROMPT [--shared] [--greedy] > requests.jsonl
+    python batch_requests.py COUNT SEED VOCAB MAX_PROMPT [--shared] [--greedy | --sampled]
+                             [--logprobs N] > requests.jsonl
 
 Request i has a prompt of 1 to MAX_PROMPT random ids below VOCAB and 2 to 12 new tokens
 (ignore_eos), greedy, except every third, which samples with its own seed; each asks for the
@@ -14,6 +15,12 @@ instead an earlier request's prompt with a few ids more, as a conversation's nex
 
 --greedy: every request greedy (the GPU check's, whose bf16 runs are compared within a
 tolerance, where a seeded draw could land on either side of a boundary).
+
+--sampled: every request samples with its own seed, its filters in turn: temperature 0.8
+alone, top_k 40, top_p 0.9, min_p 0.05, and all three (the GPU check's draws stage).
+
+--logprobs N: ask for N top log-probabilities (default 3); -1: ask for none, so that a backend
+may pick the tokens itself (a step whose rows are all plain draws returns no logits).
 """
 import json
 import random
@@ -24,6 +31,12 @@ def main():
     count, seed, vocab, longest = (int(a) for a in sys.argv[1:5])
     shared = "--shared" in sys.argv[5:]
     greedy = "--greedy" in sys.argv[5:]
+    sampled = "--sampled" in sys.argv[5:]
+    logprobs = 3
+    if "--logprobs" in sys.argv[5:]:
+        logprobs = int(sys.argv[sys.argv.index("--logprobs") + 1])
+    filters = [{}, {"top_k": 40}, {"top_p": 0.9}, {"min_p": 0.05},
+               {"top_k": 40, "top_p": 0.9, "min_p": 0.05}]
     rng = random.Random(seed)
     ids = lambda n: [rng.randrange(vocab) for _ in range(n)]
     systems = [ids(17), ids(33), ids(40)] if shared else []
@@ -40,9 +53,12 @@ def main():
             "prompt_token_ids": prompt,
             "max_tokens": rng.randint(2, 12),
             "ignore_eos": True,
-            "logprobs": 3,
         }
-        if i % 3 == 2 and not greedy:
+        if logprobs >= 0:
+            request["logprobs"] = logprobs
+        if sampled:
+            request.update(temperature=0.8, seed=i, **filters[i % len(filters)])
+        elif i % 3 == 2 and not greedy:
             request.update(temperature=0.8, top_p=0.9, seed=i)
         print(json.dumps(request))
 

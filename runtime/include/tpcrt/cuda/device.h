@@ -65,19 +65,21 @@ public:
   /// unless TPC_CUDA_COMM=gloo (host collectives, so several ranks may share one GPU).
   void start() override;
   /// Steps of any number of sequences over the paged cache (decode and chunked prefill, each
-  /// sequence's keys through its block table of the layer's KV group); each row's argmax
-  /// found on the device (rowArgmax); every weight held in bf16, no block type.
+  /// sequence's keys through its block table of the layer's KV group); each row's token
+  /// picked on the device, its argmax or its draw (pickRows); every weight held in bf16, no
+  /// block type.
   BackendCapabilities capabilities() const override {
     BackendCapabilities can;
     can.argmax = true;
+    can.draws = true;
     return can;
   }
   bool hasSequenceParallel() const override { return sequenceParallelFn != nullptr; }
   /// A step of any sequences: described for the kernels (its tables checked against the
   /// groups' pools), then run().
   const float *forward(const Step &step, bool sequenceParallel) override;
-  /// After a forward of a step with `argmax`: each row's argmax, found on the device from the
-  /// gathered logits, only the ids copied back (the logits are not).
+  /// After a forward of a step with `argmax`: each row's token, picked on the device from the
+  /// gathered logits (its argmax, or its sequence's draw), only the ids copied back.
   const int64_t *argmax() const override;
   /// Through the pipeline's communicator into device memory, then to the host as fp32. The
   /// device does not hold its transfers (capabilities().pipelined is false): a step goes
@@ -167,6 +169,10 @@ void rmsNorm(Device::State &state, const act *x, int64_t rows, int64_t cols, con
 /// largest, the lowest id among equals.
 void rowArgmax(Device::State &state, const act *logits, int64_t rows, int64_t vocab,
                int64_t *out);
+/// Each of `rows` rows' token of [rows, vocab] logits into `out` (device int64s), picked by
+/// that row's Draw of `draws` (device memory) as the host's Sampler picks (draw.h).
+void pickRows(Device::State &state, const act *logits, int64_t rows, int64_t vocab,
+              const Draw *draws, int64_t *out);
 void linear(Device::State &state, const act *x, int64_t rows, int64_t in, const act *w, int64_t out,
             const act *bias, act *y);
 void rotary(Device::State &state, const act *x, int64_t rows, int64_t cols, int64_t headDim,
