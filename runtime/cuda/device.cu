@@ -103,7 +103,7 @@ namespace {
 /// before any of them; and a graph holds the addresses its capture saw, so this comes before
 /// any buffer it may use is freed (releaseForRegrowth).
 void releaseGraphs(Device::State &state) {
-  for (auto &[fn, graph] : state.graphs)
+  for (auto &[key, graph] : state.graphs)
     if (graph.exec) {
       cudaGraphExecDestroy(graph.exec);
       graph.exec = nullptr;
@@ -546,8 +546,16 @@ const float *Device::run(const int64_t *ids, const int64_t *positions, int64_t t
                         cudaMemcpyHostToDevice, state->stream),
         "cudaMemcpyAsync (positions)");
   const act *logits = nullptr;
-  // A one-token step is one sequence's decode: the same launches at any length.
-  State::Graph *graph = tokens == 1 && state->graphsAllowed ? &state->graphs[fn] : nullptr;
+  // A decode step (each sequence one row, sampled; one token of any kind alone) runs the same
+  // launches for any lengths and blocks of its sequences, which the kernels read from the
+  // step's description on the device: one graph for each count of sequences.
+  bool decode = tokens == 1;
+  if (step && tokens > 1)
+    decode = int64_t(step->sequences.size()) == tokens &&
+             std::all_of(step->sequences.begin(), step->sequences.end(),
+                         [](const StepSequence &s) { return s.logits == 1; });
+  State::Graph *graph =
+      decode && state->graphsAllowed ? &state->graphs[{fn, tokens}] : nullptr;
   if (graph && !graph->exec && !graph->failed && graph->eagerRuns > 0) {
     size_t traced = info.trace->size();
     // The capture: "" when it made a graph, else why not (the forward's own exception kept

@@ -76,10 +76,11 @@ struct Device::State {
            Plan>
       plans;
 
-  /// One-token forwards as CUDA graphs, by forward function: run eagerly once (so lazy setup
-  /// such as cuBLASLt plans happens outside the capture), then captured and replayed. Each
-  /// keeps the collectives the communicator recorded during its capture, to trace them again
-  /// on every replay.
+  /// Decode steps as CUDA graphs, by forward function and by the step's count of sequences
+  /// (each one row, sampled: the same launches for any of their lengths and blocks): run
+  /// eagerly once (so lazy setup such as cuBLASLt plans happens outside the capture), then
+  /// captured and replayed. Each keeps the collectives the communicator recorded during its
+  /// capture, to trace them again on every replay. At most --max-num-seqs of them.
   struct Graph {
     int eagerRuns = 0;
     bool failed = false; // its capture failed: eager from then on (a rank without NCCL)
@@ -87,7 +88,7 @@ struct Device::State {
     const act *logits = nullptr;
     std::vector<TraceEntry> records;
   };
-  std::map<DeviceForwardFn, Graph> graphs;
+  std::map<std::pair<DeviceForwardFn, int64_t>, Graph> graphs;
   bool graphsAllowed = false;
   Graph *capturing = nullptr; // the graph being captured, if any
 
