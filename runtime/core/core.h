@@ -99,8 +99,7 @@ std::string sizeKvCache(const ModelSpec &spec, DType type, Args &args);
 inline int64_t kvBlocks(const ModelSpec &spec, const Args &args) {
   return args.kvCacheTokens / spec.kvBlockSize + (args.kvCacheTokens % spec.kvBlockSize != 0);
 }
-/// The engine's limits as the flags give them (the engine makes them runnable on its
-/// backend: runnableLimits). Where some attention layers read a window or chunks shorter
+/// The engine's limits as the flags give them. Where some attention layers read a window or chunks shorter
 /// than --max-model-len, --kv-cache-tokens' bytes are shared among the KV groups' pools
 /// (tpcrt/kv_groups.h: kvPoolBlocks).
 EngineLimits engineLimits(const ModelSpec &spec, const Args &args);

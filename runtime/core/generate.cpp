@@ -137,7 +137,7 @@ const float *Generator::forwardChunk(const int64_t *ids, int64_t n, int64_t star
 
 void Generator::warmUp(const Args &args) {
   const std::vector<int64_t> &prompt = args.params.prompt;
-  EngineLimits limits = runnableLimits(engineLimits(spec, args), backend.capabilities());
+  EngineLimits limits = engineLimits(spec, args);
   // What only a process's first forwards pay (lazy kernel loading, GEMM heuristics, the
   // decode graph's capture, allocations grown on first use), paid here and not timed: a
   // throwaway prefill and two decode steps (fed the prompt's first token: nothing is

@@ -173,8 +173,8 @@ bool loadWeights(const ModelSpec &spec, const Args &args, const RankInfo &rank,
       }
     }
     staging = {};
-    // As many blocks as the engine will use on this backend, each layer its KV group's.
-    EngineLimits limits = runnableLimits(engineLimits(spec, args), backend.capabilities());
+    // As many blocks as the engine will use, each layer its KV group's.
+    EngineLimits limits = engineLimits(spec, args);
     allocating = "the KV cache of --kv-cache-tokens " + std::to_string(args.kvCacheTokens);
     std::vector<KVCacheDesc> layers;
     for (size_t i = 0; i < spec.kvWidths.size(); ++i) {

@@ -49,16 +49,10 @@ const float *Backend::receiveLogits(int64_t, int64_t, int64_t, const char *) {
   throw std::logic_error("internal error: this backend runs no pipeline stages");
 }
 
-EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can) {
-  if (can.stepSequences > 0)
-    limits.maxNumSeqs = std::min(limits.maxNumSeqs, can.stepSequences);
-  return limits;
-}
-
 Engine::Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank,
                EngineLimits flags)
     : spec(spec), backend(backend), rank(rank), can(backend.capabilities()),
-      limits(runnableLimits(flags, can)), codec(layoutOf(limits)), scheduler(limits),
+      limits(flags), codec(layoutOf(limits)), scheduler(limits),
       pipelined(rank.stages > 1 && can.pipelined) {}
 
 Engine::~Engine() = default;

@@ -47,13 +47,9 @@ struct EngineHooks {
   std::function<void(int64_t)> beforeStep;
 };
 
-/// The flags' limits as a backend of `can` runs them: no more sequences a step than it can
-/// hold. The engine runs these, and the driver makes the cache this size.
-EngineLimits runnableLimits(EngineLimits limits, const BackendCapabilities &can);
-
 class Engine {
 public:
-  /// `limits` as the flags give them, made runnable on `backend` (runnableLimits).
+  /// `limits` as the flags give them.
   Engine(const ModelSpec &spec, Backend &backend, const RankInfo &rank, EngineLimits limits);
   ~Engine();
 
@@ -99,8 +95,6 @@ public:
   /// pass no requests: they follow rank 0's steps until it stops.
   void run(std::vector<EngineRequest> &requests, const EngineHooks &hooks = {});
 
-  /// The limits the engine runs under (--max-num-seqs as the backend allows).
-  const EngineLimits &limitsInForce() const { return limits; }
   /// Rank 0: requests running and waiting, and the KV cache's free and total blocks.
   int64_t runningCount() const { return int64_t(scheduler.running().size()); }
   int64_t waitingCount() const { return int64_t(scheduler.waiting().size()); }

@@ -133,12 +133,6 @@ private:
   std::unique_ptr<cuda::DrawShared> shared = std::make_unique<cuda::DrawShared>();
 };
 
-BackendCapabilities runningAtMost(int64_t stepSequences) {
-  BackendCapabilities can;
-  can.stepSequences = stepSequences;
-  return can;
-}
-
 struct Fixture {
   explicit Fixture(EngineLimits limits, BackendCapabilities can = {})
       : spec(*newSpec("counting", 1, kVocab, 1, /*lastTokenOnly=*/true)),
@@ -226,21 +220,6 @@ TEST(Engine, PreemptedRequestsStillGiveTheirTokens) {
   for (int64_t i = 0; i < 3; ++i)
     EXPECT_EQ(f.engine.request(handles[size_t(i)]).output, following(100 * (i + 1) + 3, 8));
   EXPECT_EQ(f.engine.freeBlocks(), f.engine.totalBlocks());
-}
-
-TEST(Engine, AStepHoldsNoMoreSequencesThanTheBackendCanRun) {
-  // --max-num-seqs 4, on a backend that runs one sequence a step (as the CUDA target did
-  // before its batched kernels).
-  Fixture f({4, 64, 16, 4, 32}, runningAtMost(1));
-  EXPECT_EQ(f.engine.limitsInForce().maxNumSeqs, 1);
-  std::vector<size_t> handles;
-  for (int64_t i = 0; i < 3; ++i)
-    handles.push_back(f.engine.submit(counting(100 * (i + 1), 3, 4)));
-  while (f.engine.busy())
-    f.engine.step();
-  EXPECT_EQ(f.backend.sequencesPerStep, std::vector<int64_t>(12, 1)); // 3 requests x 4 steps
-  for (int64_t i = 0; i < 3; ++i)
-    EXPECT_EQ(f.engine.request(handles[size_t(i)]).output, following(100 * (i + 1) + 2, 4));
 }
 
 TEST(Engine, OnlyABackendThatFindsTheArgmaxIsAskedForIt) {

@@ -64,8 +64,6 @@ struct RankInfo {
 /// What a backend can run, which the engine and the driver ask before they plan a run, rather
 /// than meet a refusal in the middle of one.
 struct BackendCapabilities {
-  /// The most sequences one step may hold; 0: any.
-  int64_t stepSequences = 0;
   /// Whether a step with Step::argmax gets each sampled row's argmax (Backend::argmax)
   /// instead of its logits; the engine asks for it only then.
   bool argmax = false;
