@@ -97,6 +97,11 @@ TPC_HOST_DEVICE void pickRow(Threads &threads, DrawShared &s, const Row &row, in
   const int64_t chunk = (vocab + threads.count() - 1) / threads.count();
   auto begin = [&](int t) { return t * chunk < vocab ? t * chunk : vocab; };
   auto end = [&](int t) { return (t + 1) * chunk < vocab ? (t + 1) * chunk : vocab; };
+  // Thread t's run of a digit's bins: [binsFrom(t), binsFrom(t + 1)).
+  auto binsFrom = [&](int t, int width) {
+    const int bins = 1 << width, per = (bins + threads.count() - 1) / threads.count();
+    return t * per < bins ? t * per : bins;
+  };
 
   // The largest logit (the lowest id of equal ones), and whether every logit is finite.
   threads.all([&](int t) {
@@ -158,10 +163,21 @@ TPC_HOST_DEVICE void pickRow(Threads &threads, DrawShared &s, const Row &row, in
           threads.add(s.count[(key >> shift) & ((1u << width) - 1)], 1u);
       }
     });
+    // Each thread totals a run of bins; the first walks the runs from the top, then the bins
+    // of the run that reaches k.
+    threads.all([&](int t) {
+      int64_t n = 0;
+      for (int b = binsFrom(t, width); b < binsFrom(t + 1, width); ++b)
+        n += s.count[b];
+      s.partialIds[t] = n;
+    });
     threads.one([&](int) {
       int64_t above = s.countAbove;
-      int b = (1 << width) - 1;
-      for (; b > 0 && above + s.count[b] < draw.topK; --b)
+      int t = threads.count() - 1;
+      for (; t > 0 && above + s.partialIds[t] < draw.topK; --t)
+        above += s.partialIds[t];
+      int b = binsFrom(t + 1, width) - 1;
+      for (; b > binsFrom(t, width) && above + s.count[b] < draw.topK; --b)
         above += s.count[b];
       s.prefix = s.prefix << width | uint64_t(b);
       s.countAbove = above;
@@ -213,15 +229,36 @@ TPC_HOST_DEVICE void pickRow(Threads &threads, DrawShared &s, const Row &row, in
           threads.add(s.mass[(key >> shift) & ((uint64_t(1) << width) - 1)], p);
       }
     });
+    // Each thread totals a run of bins; the first walks the runs from the top to the last
+    // with mass whose mass above is below the target (the lowest such bin is in it), then
+    // its bins the same way.
+    threads.all([&](int t) {
+      double m = 0;
+      for (int b = binsFrom(t, width); b < binsFrom(t + 1, width); ++b)
+        m += s.mass[b];
+      s.partial[t] = m;
+    });
     threads.one([&](int) {
-      double above = s.massAbove, chosenAbove = s.massAbove;
+      double above = s.massAbove, runAbove = s.massAbove;
+      int run = -1;
+      for (int t = threads.count() - 1; t >= 0; --t) {
+        if (s.partial[t] <= 0)
+          continue;
+        if (!(above < s.target) && run >= 0)
+          break;
+        run = t; // (the first run with mass always: its top token has no mass above)
+        runAbove = above;
+        above += s.partial[t];
+      }
       int chosen = -1;
-      for (int b = (1 << width) - 1; b >= 0; --b) {
+      above = runAbove;
+      double chosenAbove = runAbove;
+      for (int b = binsFrom(run + 1, width) - 1; run >= 0 && b >= binsFrom(run, width); --b) {
         if (s.mass[b] <= 0)
           continue;
         if (!(above < s.target) && chosen >= 0)
           break;
-        chosen = b; // (the first non-empty bin always: its top token has no mass above)
+        chosen = b;
         chosenAbove = above;
         above += s.mass[b];
       }
