@@ -195,35 +195,78 @@ std::optional<std::string> binaryFor(const RunBuild &o, const CheckpointConfig &
   llvm::sys::path::append(entry, "run", digest.substr(0, 24));
   llvm::SmallString<256> done(entry);
   llvm::sys::path::append(done, "binary");
-  // An entry is complete once its "binary" file names the binary built inside it: it is the
-  // last thing written, atomically.
-  if (std::optional<std::string> binary = [&]() -> std::optional<std::string> {
-        auto buffer = llvm::MemoryBuffer::getFile(done);
-        if (!buffer)
-          return std::nullopt;
-        std::string path = llvm::StringRef((*buffer)->getBuffer()).trim().str();
-        return llvm::sys::fs::can_execute(path) ? std::optional<std::string>(path)
-                                                : std::nullopt;
-      }()) {
+  // An entry is complete once its "binary" file names the binary built inside it.
+  auto completed = [&]() -> std::optional<std::string> {
+    auto buffer = llvm::MemoryBuffer::getFile(done);
+    if (!buffer)
+      return std::nullopt;
+    std::string path = llvm::StringRef((*buffer)->getBuffer()).trim().str();
+    return llvm::sys::fs::can_execute(path) ? std::optional<std::string>(path) : std::nullopt;
+  };
+  if (std::optional<std::string> binary = completed()) {
     llvm::errs() << fmt::format("tpc run: compiled before, taken from the cache ({}); nothing "
                                 "to compile\n",
                                 entry.str());
     return binary;
   }
-  if (std::error_code ec = llvm::sys::fs::create_directories(entry)) {
-    reportError(fmt::format("cannot create the cache directory {}: {} (TPC_CACHE_DIR moves "
-                            "it; --no-cache compiles without it)",
-                            entry.str(), ec.message()));
+  // Compiled in a directory of its own beside the entry, then renamed into place whole: two
+  // processes that compile the same entry at once (servers started together, tests sharing
+  // one cache) each build in their own, the first rename wins, and the other takes its
+  // binary. So an entry, once there, is complete.
+  llvm::SmallString<256> runs(cacheRoot()), building;
+  llvm::sys::path::append(runs, "run");
+  auto cannot = [&](const llvm::Twine &what, std::error_code ec) {
+    reportError(fmt::format("cannot {}: {} (TPC_CACHE_DIR moves the cache; --no-cache "
+                            "compiles without it)",
+                            what.str(), ec.message()));
     return std::nullopt;
+  };
+  if (std::error_code ec = llvm::sys::fs::create_directories(runs))
+    return cannot("create the cache directory " + runs.str(), ec);
+  for (int attempt = 0;; ++attempt) {
+    llvm::SmallString<256> model(runs);
+    llvm::sys::path::append(model, digest.substr(0, 24) + ".building-%%%%%%%%");
+    llvm::sys::fs::createUniquePath(model, building, /*MakeAbsolute=*/false);
+    std::error_code ec = llvm::sys::fs::create_directory(building, /*IgnoreExisting=*/false);
+    if (!ec)
+      break;
+    if (ec != std::errc::file_exists || attempt == 16)
+      return cannot("create a directory to compile into under " + runs.str(), ec);
   }
   llvm::errs() << fmt::format("tpc run: compiling into the cache ({})\n", entry.str());
-  llvm::SmallString<256> keyPath(entry);
+  llvm::SmallString<256> keyPath(building);
   llvm::sys::path::append(keyPath, "key.txt");
-  if (!writeAtomically(keyPath.str().str(), key))
+  std::optional<std::string> built;
+  if (writeAtomically(keyPath.str().str(), key))
+    built = compileInto(o, config, building.str().str());
+  // The binary's path once its directory is the entry; the marker says it, last.
+  std::optional<std::string> binary;
+  if (built && llvm::StringRef(*built).starts_with(building)) {
+    binary = (entry + llvm::StringRef(*built).drop_front(building.size())).str();
+    llvm::SmallString<256> marker(building);
+    llvm::sys::path::append(marker, "binary");
+    if (!writeAtomically(marker.str().str(), *binary + "\n"))
+      binary.reset();
+  }
+  if (!binary) {
+    llvm::sys::fs::remove_directories(building);
     return std::nullopt;
-  std::optional<std::string> binary = compileInto(o, config, entry.str().str());
-  if (!binary || !writeAtomically(done.str().str(), *binary + "\n"))
-    return std::nullopt;
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(building, entry)) {
+    // Another process's entry came first: use it. An entry without its marker was left by a
+    // compile that stopped before this way of caching: replaced.
+    if (std::optional<std::string> theirs = completed()) {
+      llvm::sys::fs::remove_directories(building);
+      return theirs;
+    }
+    llvm::sys::fs::remove_directories(entry);
+    if ((ec = llvm::sys::fs::rename(building, entry))) {
+      llvm::sys::fs::remove_directories(building);
+      if (std::optional<std::string> theirs = completed())
+        return theirs;
+      return cannot("put the compiled binary in place at " + entry.str(), ec);
+    }
+  }
   return binary;
 }
 
