@@ -26,8 +26,13 @@ config.substitutions.append(
     ("%collectives",
      "--tp-propagate-layouts --tp-insert-redistribute --tp-fold-redistribute "
      "--tp-lower-redistribute"))
-# The end-to-end tests launch several ranks each; two at a time keep a 2-core machine sane.
+# The end-to-end tests launch several ranks each and some time their clients out: one at a
+# time. The conformance tests run torch beside tpc's ranks, and wait on single-threaded
+# compiles and imports: two at a time, beside the e2e test. In one line together the two
+# groups left a 2-core machine 40% idle, and the plain suite took their times added up (1668
+# s; 946 s with these groups, the tests' own times no longer: docs/testing.md).
 lit_config.parallelism_groups["e2e"] = 1
+lit_config.parallelism_groups["conformance"] = 2
 
 # Every test has at most TPC_TEST_TIMEOUT seconds (default 600, the slowest test's several
 # times over): a hung one fails with its name instead of holding the run to CI's limit. lit

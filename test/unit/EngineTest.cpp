@@ -16,9 +16,11 @@
 namespace tpcrt {
 namespace {
 
-class CountingBackend final : public Backend {
+/// A backend with nothing to hold: the engine's tests' backends say only what they can and
+/// what a forward returns.
+class HollowBackend : public Backend {
 public:
-  CountingBackend(int64_t vocab, BackendCapabilities can) : vocab(vocab), can(can) {}
+  explicit HollowBackend(BackendCapabilities can) : can(can) {}
 
   BackendCapabilities capabilities() const override { return can; }
   void attach(const RankInfo &) override {}
@@ -29,12 +31,20 @@ public:
   bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
     return false;
   }
-  uint64_t allocateCaches(const std::vector<KVCacheDesc> &, int64_t) override {
-    return 0;
-  }
+  uint64_t allocateCaches(const std::vector<KVCacheDesc> &, int64_t) override { return 0; }
   uint64_t allocateArena(int64_t, int64_t) override { return 0; }
-  void start() override {}
   bool hasSequenceParallel() const override { return false; }
+  bool injectFault() override { return false; }
+  void perturbAttention() override {}
+
+protected:
+  BackendCapabilities can;
+};
+
+class CountingBackend final : public HollowBackend {
+public:
+  CountingBackend(int64_t vocab, BackendCapabilities can) : HollowBackend(can), vocab(vocab) {}
+
   /// The counting logits, a row for each token a sequence asks logits of (a NaN in the row of
   /// a token that is `poisoned`); on
   /// a step asking for the argmax (which the engine does only when
@@ -61,8 +71,6 @@ public:
   const int64_t *argmax() const override {
     return argmaxAsked.back() && !withholdArgmax ? chosen.data() : nullptr;
   }
-  bool injectFault() override { return false; }
-  void perturbAttention() override {}
 
   std::vector<int64_t> sequencesPerStep, rowsPerStep;
   std::vector<bool> argmaxAsked;
@@ -71,7 +79,6 @@ public:
 
 private:
   int64_t vocab;
-  BackendCapabilities can;
   std::vector<float> logits;
   std::vector<int64_t> chosen;
 };
@@ -80,22 +87,10 @@ private:
 /// sampled request's tokens depend on its draws: where `can.draws`, a step of rows that are
 /// picked comes back as the ids the CUDA device's sampler picks (draw.h, run on the host)
 /// by each sequence's Draw; elsewhere as the logits, for the engine's Sampler.
-class SpreadBackend final : public Backend {
+class SpreadBackend final : public HollowBackend {
 public:
-  SpreadBackend(int64_t vocab, BackendCapabilities can) : vocab(vocab), can(can) {}
+  SpreadBackend(int64_t vocab, BackendCapabilities can) : HollowBackend(can), vocab(vocab) {}
 
-  BackendCapabilities capabilities() const override { return can; }
-  void attach(const RankInfo &) override {}
-  DType weightType(const WeightDesc &) const override { return DType::F32; }
-  void allocateWeights(const std::vector<WeightDesc> &) override {}
-  float *hostWeight(size_t) override { return nullptr; }
-  void writeWeight(size_t, int64_t, const float *, int64_t) override {}
-  bool generateWeight(size_t, uint64_t, const ParamDesc &, const SliceSpec &) override {
-    return false;
-  }
-  uint64_t allocateCaches(const std::vector<KVCacheDesc> &, int64_t) override { return 0; }
-  uint64_t allocateArena(int64_t, int64_t) override { return 0; }
-  bool hasSequenceParallel() const override { return false; }
   const float *forward(const Step &step, bool) override {
     picked.push_back(step.argmax);
     logits.clear();
@@ -119,15 +114,12 @@ public:
     return logits.data();
   }
   const int64_t *argmax() const override { return picked.back() ? ids.data() : nullptr; }
-  bool injectFault() override { return false; }
-  void perturbAttention() override {}
 
   std::vector<bool> picked; // each step's Step::argmax
   int64_t drawn = 0;        // rows picked by a draw that samples
 
 private:
   int64_t vocab;
-  BackendCapabilities can;
   std::vector<float> logits;
   std::vector<int64_t> ids;
   std::unique_ptr<cuda::DrawShared> shared = std::make_unique<cuda::DrawShared>();
