@@ -181,6 +181,35 @@ Grammars::~Grammars() {
 
 namespace {
 
+/// The largest integer I-JSON (RFC 7493, 2.2) calls interoperable: the largest an IEEE
+/// double holds exactly, and every one below it (JavaScript's Number.MAX_SAFE_INTEGER).
+constexpr int64_t kLargestExactInteger = (int64_t(1) << 53) - 1;
+
+/// Holds each integer of `schema` that has no bound on a side to I-JSON's range on that side,
+/// in place: a model may otherwise write digits until max_tokens, each of them allowed
+/// (SmolLM2 does, in an attendee count). Only what is typed "integer" alone is bounded (a
+/// number may be any double), not an enum or a const, and never past a bound it has.
+void boundIntegers(nlohmann::ordered_json &schema, int depth) {
+  if (!schema.is_object() || depth > 64) // (checkSchemaKeywords refused deeper ones)
+    return;
+  if (schema.value("type", nlohmann::ordered_json()) == "integer" && !schema.contains("enum") &&
+      !schema.contains("const")) {
+    if (!schema.contains("minimum") && !schema.contains("exclusiveMinimum"))
+      schema["minimum"] = -kLargestExactInteger;
+    if (!schema.contains("maximum") && !schema.contains("exclusiveMaximum"))
+      schema["maximum"] = kLargestExactInteger;
+  }
+  for (auto &[key, value] : schema.items()) {
+    if (key == "properties" || key == "$defs" || key == "definitions" || key == "anyOf") {
+      if (value.is_object() || value.is_array())
+        for (auto &sub : value) // schemas by name, or a list
+          boundIntegers(sub, depth + 1);
+    } else if (key == "items" || key == "additionalProperties") {
+      boundIntegers(value, depth + 1);
+    }
+  }
+}
+
 /// Compiles `spec` with `compiler`: the grammar, or an exception with the engine's message.
 xgrammar::CompiledGrammar compile(xgrammar::GrammarCompiler &compiler, const StructuredSpec &spec) {
   switch (spec.kind) {
@@ -188,8 +217,11 @@ xgrammar::CompiledGrammar compile(xgrammar::GrammarCompiler &compiler, const Str
   // to add whitespace may spend its max_tokens on it. json_object: an object, as OpenAI's is.
   case StructuredSpec::JsonObject:
     return compiler.CompileJSONSchema(R"({"type": "object"})", false);
-  case StructuredSpec::JsonSchema:
-    return compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false);
+  case StructuredSpec::JsonSchema: {
+    nlohmann::ordered_json schema = nlohmann::ordered_json::parse(spec.text); // (in its order)
+    boundIntegers(schema, 0);
+    return compiler.CompileJSONSchema(schema.dump(), /*any_whitespace=*/false);
+  }
   case StructuredSpec::Regex:
     return compiler.CompileRegex(spec.text);
   case StructuredSpec::Choice: {

@@ -101,6 +101,52 @@ TEST(Structured, GrammarsAllowWhatTheyDescribeAndNothingElse) {
   EXPECT_EQ(drive(*one(ebnf)[0], "(abd)"), "byte 3 not allowed");
 }
 
+// An integer the schema leaves unbounded on a side stops at I-JSON's interoperable range
+// there, 2^53 - 1 (RFC 7493, 2.2): sixteen digits, not digits until max_tokens. A bound the
+// schema gives is kept, even past that range; a number is left alone.
+TEST(Structured, UnboundedIntegersStopAtTheIntegersADoubleHolds) {
+  if (!structuredOutputsBuilt())
+    GTEST_SKIP() << "built without xgrammar";
+  Vocabulary v;
+  Grammars grammars(*v.tokenizer, 256, {kStop});
+  auto driven = [&](const std::string &schema, const std::string &text) {
+    std::string error;
+    auto made = grammars.make(StructuredSpec{StructuredSpec::JsonSchema, schema, {}}, 1, error);
+    if (made.empty())
+      return "not compiled: " + error;
+    return drive(*made[0], text);
+  };
+  const std::string integer = R"({"type": "integer"})";
+  EXPECT_EQ(driven(integer, "9007199254740991"), "");
+  EXPECT_EQ(driven(integer, "-9007199254740991"), "");
+  EXPECT_EQ(driven(integer, "0"), "");
+  EXPECT_EQ(driven(integer, "9007199254740992"), "byte 15 not allowed");
+  EXPECT_EQ(driven(integer, "-9007199254740992"), "byte 16 not allowed");
+  EXPECT_EQ(driven(integer, "12345678901234567"), "byte 16 not allowed");
+  const std::string atLeast = R"({"type": "integer", "minimum": 1})";
+  EXPECT_EQ(driven(atLeast, "1000000000000000"), "");
+  EXPECT_EQ(driven(atLeast, "10000000000000000"), "byte 16 not allowed");
+  EXPECT_EQ(driven(atLeast, "0"), "byte 0 not allowed");
+  // the schema's own bound, past the range, is kept; the other side is bounded
+  const std::string wide = R"({"type": "integer", "maximum": 1000000000000000000})";
+  EXPECT_EQ(driven(wide, "1000000000000000000"), "");
+  EXPECT_EQ(driven(wide, "-10000000000000000"), "byte 17 not allowed");
+  // nested: a property, an item, a definition reached through anyOf
+  EXPECT_EQ(driven(R"({"type": "object", "properties": {"n": {"type": "array", "items":
+                       {"type": "integer"}}}, "required": ["n"], "additionalProperties": false})",
+                   R"({"n": [1, 22222222222222222]})"),
+            "byte 26 not allowed");
+  const std::string defined = R"({"$defs": {"N": {"type": "integer"}},
+                                  "anyOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]})";
+  EXPECT_EQ(driven(defined, "null"), "");
+  EXPECT_EQ(driven(defined, "11111111111111111"), "byte 16 not allowed");
+  // left alone: a number
+  EXPECT_EQ(driven(R"({"type": "object", "properties": {"x": {"type": "number"}},
+                       "required": ["x"], "additionalProperties": false})",
+                   R"({"x": 123456789012345678901234})"),
+            "");
+}
+
 TEST(Structured, WhatCannotBeCompiledIsAnErrorNotAConstraint) {
   if (!structuredOutputsBuilt())
     GTEST_SKIP() << "built without xgrammar";
