@@ -704,7 +704,7 @@ TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t 
     rowsOf<T, wide, 1>(base, rowBytes, totalBytes, r, x, sums, blocks, bias, y);
 }
 
-// The block types' products with AVX-512 (F and BW) where the CPU has it, all but Q4_1's
+// The block types' products with AVX-512 (F, BW and VL) where the CPU has it, all but Q4_1's
 // (Quant's kWide): a group of 32 elements is two sixteen-lane vectors, so a group takes about
 // half the instructions of AVX2's, which a 4-bit W needs to keep up with memory (AVX2's Q4_K
 // ran at 2.2x its bandwidth floor on a ~1B Llama, bench/results/weights-llama1b.txt). On a
@@ -714,7 +714,7 @@ TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t 
 // the same way, was 4% slower, its per-block scale conversions weighing as much as its
 // products, so it stays AVX2. The scales are AVX2's (Quant<T>::Scales), the sums the same in
 // another order.
-#define TPC_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
+#define TPC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 // GCC 12's AVX-512 intrinsics fill their unused mask operand with _mm512_undefined_*(), which
 // -Wmaybe-uninitialized and -Wuninitialized then report in every caller (GCC bug 105593,
 // fixed in GCC 13).
@@ -725,6 +725,22 @@ TPC_AVX2 void gemvQuantized(const void *w, const float *x, int64_t out, int64_t 
 /// Sixteen bytes from `p` as int32 lanes, zero- or sign-extended.
 TPC_AVX512 inline __m512i unsigned16(const uint8_t *p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+
+/// Thirty-two bytes from `p`.
+TPC_AVX512 inline __m256i load32(const uint8_t *p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+}
+
+/// 0x0f in every byte.
+TPC_AVX512 inline __m256i nibble8() { return _mm256_set1_epi8(0xf); }
+
+/// Thirty-two byte values as fp32 in two vectors, in order.
+TPC_AVX512 inline void widen(__m256i values, __m512 q[2], bool signedBytes = false) {
+  __m128i half[2] = {_mm256_castsi256_si128(values), _mm256_extracti128_si256(values, 1)};
+  for (int i = 0; i < 2; ++i)
+    q[i] = _mm512_cvtepi32_ps(signedBytes ? _mm512_cvtepi8_epi32(half[i])
+                                          : _mm512_cvtepu8_epi32(half[i]));
 }
 
 /// Group g of a block of T as fp32 integers in two vectors, in element order.
@@ -749,21 +765,18 @@ TPC_AVX512 inline void quants512(const uint8_t *block, int g,
       q[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(half[i]));
   } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
     // Q4_0's nibbles with a fifth bit each, bit j of the word before them for element j.
+    // Made as bytes, as Q5_K's are; the word of fifth bits is the byte mask itself.
     constexpr size_t kHigh = Quant<T>::kHigh;
     uint32_t qh;
     std::memcpy(&qh, block + kHigh, sizeof qh);
-    __m512i lanes = unsigned16(block + kHigh + 4), bits = _mm512_set1_epi32(int(qh));
-    const __m512i one = _mm512_set1_epi32(1),
-                  bias = _mm512_set1_epi32(T == DType::Q5_0 ? 16 : 0),
-                  first = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512i fifth[2] = {_mm512_and_si512(_mm512_srlv_epi32(bits, first), one),
-                        _mm512_and_si512(_mm512_srlv_epi32(bits, _mm512_add_epi32(
-                                                                     first, _mm512_set1_epi32(16))),
-                                         one)};
-    __m512i nibble[2] = {_mm512_and_si512(lanes, low), _mm512_srli_epi32(lanes, 4)};
-    for (int i = 0; i < 2; ++i)
-      q[i] = _mm512_cvtepi32_ps(_mm512_sub_epi32(
-          _mm512_or_si512(nibble[i], _mm512_slli_epi32(fifth[i], 4)), bias));
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(block + kHigh + 4));
+    __m256i nibbles = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), nibble8());
+    __m256i values = _mm256_mask_add_epi8(nibbles, _cvtu32_mask32(qh), nibbles,
+                                          _mm256_set1_epi8(16));
+    if constexpr (T == DType::Q5_0)
+      values = _mm256_sub_epi8(values, _mm256_set1_epi8(16)); // -16 .. 15
+    widen(values, q, /*signedBytes=*/T == DType::Q5_0);
   } else if constexpr (T == DType::Q4_K) {
     // Group 2c is the low nibbles of bytes 32c .. 32c + 31, 2c + 1 the high ones.
     const uint8_t *bytes = block + 16 + 32 * (g / 2);
@@ -772,31 +785,28 @@ TPC_AVX512 inline void quants512(const uint8_t *block, int g,
       q[i] = _mm512_cvtepi32_ps(g % 2 ? _mm512_srli_epi32(lanes, 4) : _mm512_and_si512(lanes, low));
     }
   } else if constexpr (T == DType::Q5_K) { // Q4_K's nibbles after 32 bytes of fifth bits
-    const uint8_t *bytes = block + 48 + 32 * (g / 2), *high = block + 16;
-    const __m128i shift = _mm_cvtsi32_si128(g);
-    for (int i = 0; i < 2; ++i) {
-      __m512i lanes = unsigned16(bytes + 16 * i);
-      __m512i nibble = g % 2 ? _mm512_srli_epi32(lanes, 4) : _mm512_and_si512(lanes, low);
-      __m512i fifth =
-          _mm512_and_si512(_mm512_srl_epi32(unsigned16(high + 16 * i), shift), _mm512_set1_epi32(1));
-      q[i] = _mm512_cvtepi32_ps(_mm512_or_si512(nibble, _mm512_slli_epi32(fifth, 4)));
-    }
+    // The group's 32 values are made as bytes, then widened: half the instructions of
+    // widening each byte first and shifting its bits as a 32-bit lane.
+    __m256i bytes = load32(block + 48 + 32 * (g / 2));
+    __m256i nibbles = _mm256_and_si256(g % 2 ? _mm256_srli_epi16(bytes, 4) : bytes, nibble8());
+    __mmask32 fifth = _mm256_test_epi8_mask(load32(block + 16), _mm256_set1_epi8(char(1 << g)));
+    widen(_mm256_mask_add_epi8(nibbles, fifth, nibbles, _mm256_set1_epi8(16)), q);
   } else { // Q6_K (Quant<Q6_K>): each sixteen lanes one scale's elements
     const int h = g / 4, t = g % 4;
-    const uint8_t *ql = block + 64 * h + 32 * (t % 2), *qh = block + 128 + 32 * h;
-    for (int i = 0; i < 2; ++i) {
-      __m512i bytes = unsigned16(ql + 16 * i), highs = unsigned16(qh + 16 * i);
-      __m512i nibble = t < 2 ? _mm512_and_si512(bytes, low) : _mm512_srli_epi32(bytes, 4);
-      // Bits 2t and 2t + 1 of the high byte moved to bits 4 and 5.
-      __m512i top = t == 0   ? _mm512_slli_epi32(highs, 4)
-                    : t == 1 ? _mm512_slli_epi32(highs, 2)
-                    : t == 2 ? highs
-                             : _mm512_srli_epi32(highs, 2);
-      __m512i value = _mm512_sub_epi32(
-          _mm512_or_si512(nibble, _mm512_and_si512(top, _mm512_set1_epi32(0x30))),
-          _mm512_set1_epi32(32));
-      q[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(value), _mm512_set1_ps(scales.sub[2 * g + i]));
-    }
+    __m256i bytes = load32(block + 64 * h + 32 * (t % 2)), highs = load32(block + 128 + 32 * h);
+    __m256i nibbles = _mm256_and_si256(t < 2 ? bytes : _mm256_srli_epi16(bytes, 4), nibble8());
+    // Bits 2t and 2t + 1 of the high byte moved to bits 4 and 5 (a 16-bit lane's shift moves
+    // bits across its two bytes; the mask keeps each byte's own).
+    __m256i top = t == 0   ? _mm256_slli_epi16(highs, 4)
+                  : t == 1 ? _mm256_slli_epi16(highs, 2)
+                  : t == 2 ? highs
+                           : _mm256_srli_epi16(highs, 2);
+    __m256i values = _mm256_sub_epi8(
+        _mm256_or_si256(nibbles, _mm256_and_si256(top, _mm256_set1_epi8(0x30))),
+        _mm256_set1_epi8(32)); // -32 .. 31
+    widen(values, q, /*signedBytes=*/true);
+    for (int i = 0; i < 2; ++i)
+      q[i] = _mm512_mul_ps(q[i], _mm512_set1_ps(scales.sub[2 * g + i]));
   }
 }
 
@@ -1198,7 +1208,8 @@ bool hasAvx2Fma() {
 }
 bool hasAvx512() {
   static const bool has =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl");
   return has;
 }
 bool hasF16c() {
