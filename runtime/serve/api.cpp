@@ -287,14 +287,13 @@ std::string localRef(const nlohmann::ordered_json &schema) {
       bool intoDefs = value.is_string() && (value.get<std::string>().rfind("#/$defs/", 0) == 0 ||
                                             value.get<std::string>().rfind("#/definitions/", 0) == 0);
       found = intoDefs ? "" : value.dump();
-    } else if ((key == "properties" || key == "$defs" || key == "definitions" ||
-                key == "anyOf") &&
+    } else if (subschemasOf(key) == Subschemas::One) {
+      found = localRef(value);
+    } else if (subschemasOf(key) != Subschemas::None &&
                (value.is_object() || value.is_array())) { // schemas by name, or a list
       for (const auto &sub : value)
         if (found.empty())
           found = localRef(sub);
-    } else if (key == "items" || key == "additionalProperties") {
-      found = localRef(value);
     }
     if (!found.empty())
       return found;

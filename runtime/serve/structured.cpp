@@ -26,7 +26,6 @@ const std::set<std::string> kSchemaKeywords = {
     // annotations
     "title", "description", "default", "examples", "$schema", "$id", "$comment"};
 
-/// The keywords whose value is a schema, a list of schemas, or a map of names to schemas.
 std::string checkAt(const nlohmann::ordered_json &schema, const std::string &at, int depth) {
   if (depth > 64)
     return "the schema nests more than 64 levels deep (at " + at + ")";
@@ -37,28 +36,44 @@ std::string checkAt(const nlohmann::ordered_json &schema, const std::string &at,
   for (const auto &[key, value] : schema.items()) {
     if (!kSchemaKeywords.count(key))
       return "keyword '" + key + "' is not supported (at " + at + ")";
-    if (key == "properties" || key == "$defs" || key == "definitions") {
+    switch (subschemasOf(key)) {
+    case Subschemas::ByName:
       if (!value.is_object())
         return "'" + key + "' must be an object (at " + at + ")";
       for (const auto &[name, sub] : value.items())
         if (std::string bad = checkAt(sub, at + "/" + key + "/" + name, depth + 1); !bad.empty())
           return bad;
-    } else if (key == "items" || key == "additionalProperties") {
+      break;
+    case Subschemas::One:
       if (std::string bad = checkAt(value, at + "/" + key, depth + 1); !bad.empty())
         return bad;
-    } else if (key == "anyOf") {
+      break;
+    case Subschemas::List:
       if (!value.is_array() || value.empty())
-        return "'anyOf' must be a non-empty list of schemas (at " + at + ")";
+        return "'" + key + "' must be a non-empty list of schemas (at " + at + ")";
       for (size_t i = 0; i < value.size(); ++i)
-        if (std::string bad = checkAt(value[i], at + "/anyOf/" + std::to_string(i), depth + 1);
+        if (std::string bad = checkAt(value[i], at + "/" + key + "/" + std::to_string(i), depth + 1);
             !bad.empty())
           return bad;
+      break;
+    case Subschemas::None:
+      break;
     }
   }
   return "";
 }
 
 } // namespace
+
+Subschemas subschemasOf(const std::string &keyword) {
+  if (keyword == "properties" || keyword == "$defs" || keyword == "definitions")
+    return Subschemas::ByName;
+  if (keyword == "anyOf")
+    return Subschemas::List;
+  if (keyword == "items" || keyword == "additionalProperties")
+    return Subschemas::One;
+  return Subschemas::None;
+}
 
 std::string checkSchemaKeywords(const nlohmann::ordered_json &schema) {
   return checkAt(schema, "#", 0);
@@ -200,13 +215,12 @@ void boundIntegers(nlohmann::ordered_json &schema, int depth) {
       schema["maximum"] = kLargestExactInteger;
   }
   for (auto &[key, value] : schema.items()) {
-    if (key == "properties" || key == "$defs" || key == "definitions" || key == "anyOf") {
-      if (value.is_object() || value.is_array())
-        for (auto &sub : value) // schemas by name, or a list
-          boundIntegers(sub, depth + 1);
-    } else if (key == "items" || key == "additionalProperties") {
+    Subschemas held = subschemasOf(key);
+    if (held == Subschemas::One)
       boundIntegers(value, depth + 1);
-    }
+    else if (held != Subschemas::None && (value.is_object() || value.is_array()))
+      for (auto &sub : value) // schemas by name, or a list
+        boundIntegers(sub, depth + 1);
   }
 }
 

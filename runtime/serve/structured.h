@@ -33,6 +33,12 @@ struct StructuredSpec {
   std::string field;                // the request's field that asked (for its errors)
 };
 
+/// How a schema keyword's value holds schemas, for the keywords checkSchemaKeywords lets
+/// through: by name (properties, $defs, definitions), as a list (anyOf), one (items,
+/// additionalProperties), or none. The one list every walk of a schema reads.
+enum class Subschemas { None, ByName, List, One };
+Subschemas subschemasOf(const std::string &keyword);
+
 /// The JSON schema keywords a schema may use (others are refused, naming the keyword).
 /// "" where `schema` uses only them, else what is wrong and where ("#/properties/x").
 std::string checkSchemaKeywords(const nlohmann::ordered_json &schema);
