@@ -18,6 +18,7 @@
 //   tpc-matmul-bench walks [RUNS]    the float kernels' walks of W, each pinned, 1 and 8 rows
 //   tpc-matmul-bench int8 [RUNS]     the K types' decode and prefill, exact and with
 //                                    --int8-activations (x rounded to int8), in one run
+#include "tpcrt/cpu/context.h"
 #include "tpcrt/cpu/kernels.h"
 
 #include <algorithm>
@@ -49,11 +50,12 @@ constexpr DType kQuantizedTypes[] = {DType::F32,  DType::BF16, DType::Q8_0, DTyp
                                      DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K,
                                      DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
-/// `count` weights of `type`, values uniform in [-1, 1), on a cache-line boundary; of a
-/// quantized type, random blocks with finite scales of about 1 / 16.
+/// `count` weights of `type`, values uniform in [-1, 1), held as tpc holds its weights
+/// (cpu::allocateStreamed: huge pages where the system gives them); of a quantized type,
+/// random blocks with finite scales of about 1 / 16. freeWeights(w, type, count) frees them.
 void *randomWeights(DType type, size_t count, unsigned seed) {
-  size_t stored = dtypeBytesFor(type, int64_t(count)), bytes = (stored + 63) / 64 * 64;
-  void *data = std::aligned_alloc(64, bytes);
+  size_t stored = dtypeBytesFor(type, int64_t(count));
+  void *data = allocateStreamed(stored);
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(-1, 1);
   if (isQuantized(type)) {
@@ -80,6 +82,10 @@ void *randomWeights(DType type, size_t count, unsigned seed) {
     v = dist(gen);
   narrow(values.data(), type, data, count);
   return data;
+}
+
+void freeWeights(void *w, DType type, size_t count) {
+  freeStreamed(static_cast<std::byte *>(w), dtypeBytesFor(type, int64_t(count)));
 }
 
 std::vector<float> randomFloats(size_t count, unsigned seed) {
@@ -113,7 +119,7 @@ double decodeTime(Shape shape, DType type, int runs, int64_t rows = 1) {
       best = std::min(best, seconds(start) / double(copies));
   }
   for (void *w : weights)
-    std::free(w);
+    freeWeights(w, type, count);
   return best;
 }
 
@@ -230,7 +236,7 @@ void walkRates(int runs) {
         std::fflush(stdout);
       }
       for (void *w : weights)
-        std::free(w);
+        freeWeights(w, type, count);
     }
   detail::forceFloatWalk(-1);
 }
@@ -251,7 +257,7 @@ double prefillRate(Shape shape, DType type, int runs) {
     if (run > 0)
       best = std::min(best, seconds(start) / repeats);
   }
-  std::free(w);
+  freeWeights(w, type, size_t(shape.out * shape.in));
   return flops / best / 1e9;
 }
 

@@ -1,5 +1,6 @@
 // The machine's read bandwidth, as a decode step sees it: each of THREADS threads, pinned to
-// its own CPU, streams its own 256 MiB buffer (first touched by that thread) into sums; bytes
+// its own CPU, streams its own 256 MiB buffer (first touched by that thread, in transparent
+// huge pages where the system allows them) into sums; bytes
 // read by all threads over the wall time from the first thread's start to the last one's end.
 //
 // The floor an engine is measured against must be the best read the CPU can make, or a good
@@ -16,6 +17,7 @@
 //                                        each way's best rate
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +32,7 @@
 namespace {
 
 constexpr size_t kBytesPerThread = size_t(256) << 20;
+constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kPrefetchAhead = 1024;
 using Clock = std::chrono::steady_clock;
 volatile float sink;
@@ -120,7 +123,10 @@ int main(int argc, char **argv) {
       CPU_ZERO(&one);
       CPU_SET(cpus[size_t(t)], &one);
       pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-      char *buffer = static_cast<char *>(std::aligned_alloc(4096, kBytesPerThread));
+      // In huge pages where the system gives them, as tpc holds its weights
+      // (cpu::allocateStreamed): fewer TLB walks read faster, on a Zen 4 core 1.1-1.2x.
+      char *buffer = static_cast<char *>(std::aligned_alloc(kHugePage, kBytesPerThread));
+      ::madvise(buffer, kBytesPerThread, MADV_HUGEPAGE);
       for (size_t i = 0; i < kBytesPerThread; i += 4096) // its pages are this thread's
         std::memset(buffer + i, int(i & 7), 4096);
       ++ready;

@@ -17,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -80,7 +81,66 @@ std::string tempPath(const std::string &name) {
   return ::testing::TempDir() + "tpcrt-" + std::to_string(getpid()) + "-" + name;
 }
 
+/// The lines /proc/self/smaps gives for the mapping that holds `address` (its header line
+/// first), or none.
+std::vector<std::string> smapsOf(const void *address) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::vector<std::string> lines;
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long long start = 0, end = 0;
+    char dash = 0;
+    // A mapping's header: "start-end perms ..."; its other lines start with a name and ':'.
+    if (line.find(':') > line.find(' ') &&
+        std::sscanf(line.c_str(), "%llx%c%llx", &start, &dash, &end) == 3 && dash == '-') {
+      if (inside)
+        break;
+      auto at = reinterpret_cast<uintptr_t>(address);
+      inside = at >= start && at < end;
+    }
+    if (inside)
+      lines.push_back(line);
+  }
+  return lines;
+}
+
 } // namespace
+
+// Where the weights live (cpu::allocateStreamed): every byte of every weight writable, each
+// weight from a cache line; on Linux outside the sanitizer build a mapping of their own, from
+// a huge page's boundary, advised into transparent huge pages (the kernel's VmFlags "hg" in
+// /proc/self/smaps, the oracle), and unmapped when the weights go.
+TEST(HostWeights, AreMappedOnTheirOwnAndAdvisedIntoHugePages) {
+  HostWeights weights;
+  const size_t floats = size_t(3) << 20, halves = 1001;
+  weights.allocate({floats, halves}, {DType::F32, DType::BF16});
+  auto *first = static_cast<unsigned char *>(weights.raw(0));
+  auto *second = static_cast<unsigned char *>(weights.raw(1));
+  EXPECT_EQ(second - first, std::ptrdiff_t(floats * 4));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(second) % 64, 0u);
+  std::memset(first, 0x5a, floats * 4);
+  std::memset(second, 0xa5, halves * 2);
+  EXPECT_EQ(first[floats * 4 - 1], 0x5a);
+  EXPECT_EQ(second[halves * 2 - 1], 0xa5);
+  EXPECT_EQ(weights.data(0), reinterpret_cast<float *>(first));
+  EXPECT_EQ(weights.data(1), nullptr); // held as bf16
+#if defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % (size_t(2) << 20), 0u);
+  std::vector<std::string> mapping = smapsOf(first);
+  ASSERT_FALSE(mapping.empty());
+  if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0) {
+    auto flags = std::find_if(mapping.begin(), mapping.end(), [](const std::string &line) {
+      return line.rfind("VmFlags:", 0) == 0;
+    });
+    ASSERT_NE(flags, mapping.end());
+    EXPECT_NE((*flags + " ").find(" hg "), std::string::npos) << *flags;
+  }
+  weights = HostWeights();
+  EXPECT_TRUE(smapsOf(first).empty()) << "the weights' mapping outlived them";
+#else
+  GTEST_SKIP() << "the sanitizer build keeps the weights on the heap";
+#endif
+}
 
 TEST(Kernels, LinearMatchesNaive) {
   int64_t rows = 3, in = 5, out = 4;
