@@ -211,7 +211,9 @@ public:
     for (const KVCacheDesc &layer : layers) {
       int64_t capacity = layer.blocks * blockSize;
       size_t keys = dtypeBytesFor(kvType, layer.keyWidth * capacity);
-      cacheMemory.emplace_back(keys + dtypeBytesFor(kvType, layer.valueWidth * capacity));
+      // Zeroed, as a cache always was; in huge pages, as the weights (a long context's
+      // decode step reads the cache as it reads them).
+      cacheMemory.emplace_back(keys + dtypeBytesFor(kvType, layer.valueWidth * capacity), true);
       std::byte *base = cacheMemory.back().data();
       cx.caches.push_back({base, base + keys,
                            layer.blocks, blockSize, layer.keyWidth, layer.valueWidth, kvType,
@@ -269,7 +271,7 @@ private:
   std::vector<ForwardFn> stageFns; // each pipeline stage's, where there are several
   Context cx;
   std::vector<float> received; // receiveLogits' rows
-  std::vector<std::vector<std::byte>> cacheMemory;
+  std::vector<StreamedBuffer> cacheMemory;
   std::vector<float> arena;
   DType kvType = DType::F32; // --kv-cache-dtype
 };

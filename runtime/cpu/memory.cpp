@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <new>
 
 namespace tpcrt {
@@ -20,7 +21,7 @@ size_t mappedSize(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * k
 constexpr std::align_val_t kLineAlign{64};
 } // namespace
 
-std::byte *allocateStreamed(size_t bytes) {
+std::byte *allocateStreamed(size_t bytes, bool zeroed) {
   if (bytes == 0)
     return nullptr;
 #if defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
@@ -40,9 +41,13 @@ std::byte *allocateStreamed(size_t bytes) {
   ::munmap(start + lead + size, kHugePage - lead); // lead < kHugePage
   // Advice only: where the system keeps huge pages off ("never"), the pages stay small.
   ::madvise(start + lead, size, MADV_HUGEPAGE);
+  (void)zeroed; // a fresh anonymous mapping reads as zeros
   return start + lead;
 #else
-  return static_cast<std::byte *>(::operator new(bytes, kLineAlign));
+  auto *heap = static_cast<std::byte *>(::operator new(bytes, kLineAlign));
+  if (zeroed)
+    std::memset(heap, 0, bytes);
+  return heap;
 #endif
 }
 

@@ -106,10 +106,10 @@ std::vector<std::string> smapsOf(const void *address) {
 
 } // namespace
 
-// Where the weights live (cpu::allocateStreamed): every byte of every weight writable, each
-// weight from a cache line; on Linux outside the sanitizer build a mapping of their own, from
-// a huge page's boundary, advised into transparent huge pages (the kernel's VmFlags "hg" in
-// /proc/self/smaps, the oracle), and unmapped when the weights go.
+// Where the weights and KV caches live (cpu::allocateStreamed): every byte of every weight
+// writable, each weight from a cache line; on Linux outside the sanitizer build a mapping of
+// their own, from a huge page's boundary, advised into transparent huge pages (the kernel's
+// VmFlags "hg" in /proc/self/smaps, the oracle), unmapped when the weights go; a cache zeroed.
 TEST(HostWeights, AreMappedOnTheirOwnAndAdvisedIntoHugePages) {
   HostWeights weights;
   const size_t floats = size_t(3) << 20, halves = 1001;
@@ -137,6 +137,12 @@ TEST(HostWeights, AreMappedOnTheirOwnAndAdvisedIntoHugePages) {
   }
   weights = HostWeights();
   EXPECT_TRUE(smapsOf(first).empty()) << "the weights' mapping outlived them";
+  // A KV cache's buffer: the same, and zeroed as asked.
+  StreamedBuffer cache((size_t(3) << 20) + 5, true);
+  const std::byte *bytes = cache.data();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(bytes) % (size_t(2) << 20), 0u);
+  EXPECT_TRUE(std::all_of(bytes, bytes + cache.size(),
+                          [](std::byte b) { return b == std::byte{0}; }));
 #else
   GTEST_SKIP() << "the sanitizer build keeps the weights on the heap";
 #endif

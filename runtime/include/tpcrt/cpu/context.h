@@ -18,13 +18,35 @@
 
 namespace tpcrt {
 namespace cpu {
-/// `bytes` (not zeroed) for a buffer that decode steps stream whole, aligned to a cache line.
-/// On Linux it is mapped on its own and advised into transparent huge pages: a step that
-/// reads every weight once walks far fewer TLB entries, and on a Zen 4 core that read the
-/// same weights 1.1-1.2x faster (docs/weights.md, "Weights in huge pages"). Throws bad_alloc
-/// when the system refuses; freeStreamed(nullptr, 0) does nothing.
-std::byte *allocateStreamed(size_t bytes);
+/// `bytes` for a buffer that decode steps stream whole, aligned to a cache line, zeroed where
+/// `zeroed` says. On Linux it is mapped on its own and advised into transparent huge pages: a
+/// step that reads every weight once walks far fewer TLB entries, and on a Zen 4 core the
+/// one-row kernel read the same weights 1.3x faster (docs/weights.md, "Weights in huge
+/// pages"). Throws bad_alloc when the system refuses; freeStreamed(nullptr, 0) does nothing.
+std::byte *allocateStreamed(size_t bytes, bool zeroed = false);
 void freeStreamed(std::byte *bytes, size_t size);
+
+/// An allocateStreamed buffer that frees itself.
+class StreamedBuffer {
+public:
+  StreamedBuffer() = default;
+  explicit StreamedBuffer(size_t size, bool zeroed = false)
+      : bytes_(allocateStreamed(size, zeroed)), size_(size) {}
+  StreamedBuffer(StreamedBuffer &&other) noexcept
+      : bytes_(std::exchange(other.bytes_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  StreamedBuffer &operator=(StreamedBuffer &&other) noexcept {
+    std::swap(bytes_, other.bytes_);
+    std::swap(size_, other.size_);
+    return *this;
+  }
+  ~StreamedBuffer() { freeStreamed(bytes_, size_); }
+  std::byte *data() const { return bytes_; }
+  size_t size() const { return size_; }
+
+private:
+  std::byte *bytes_ = nullptr;
+  size_t size_ = 0;
+};
 } // namespace cpu
 
 /// Every parameter's slice of this rank, each in its own type (fp32, or a matrix kept in the
@@ -51,38 +73,23 @@ public:
         throw std::length_error("the weights' size overflows");
       total += (blocks * width + kLine - 1) / kLine * kLine;
     }
-    storage = Storage(total);
+    storage = cpu::StreamedBuffer(total);
   }
   /// Weight i's fp32 elements: null where it is held in another type.
   float *data(size_t i) {
-    return dtypes[i] == DType::F32 ? reinterpret_cast<float *>(storage.bytes + offsets[i])
+    return dtypes[i] == DType::F32 ? reinterpret_cast<float *>(storage.data() + offsets[i])
                                    : nullptr;
   }
   const float *data(size_t i) const { return const_cast<HostWeights *>(this)->data(i); }
   /// Weight i's bytes, whatever its type.
-  void *raw(size_t i) { return storage.bytes + offsets[i]; }
-  const void *raw(size_t i) const { return storage.bytes + offsets[i]; }
+  void *raw(size_t i) { return storage.data() + offsets[i]; }
+  const void *raw(size_t i) const { return storage.data() + offsets[i]; }
   DType type(size_t i) const { return dtypes[i]; }
   size_t size(size_t i) const { return sizes[i]; }
 
 private:
   static constexpr size_t kLine = 64;
-  /// The allocation, in huge pages where the system gives them (cpu::allocateStreamed).
-  struct Storage {
-    std::byte *bytes = nullptr;
-    size_t size = 0;
-    Storage() = default;
-    explicit Storage(size_t size) : bytes(cpu::allocateStreamed(size)), size(size) {}
-    Storage(Storage &&other) noexcept
-        : bytes(std::exchange(other.bytes, nullptr)), size(std::exchange(other.size, 0)) {}
-    Storage &operator=(Storage &&other) noexcept {
-      std::swap(bytes, other.bytes);
-      std::swap(size, other.size);
-      return *this;
-    }
-    ~Storage() { cpu::freeStreamed(bytes, size); }
-  };
-  Storage storage;
+  cpu::StreamedBuffer storage; // in huge pages where the system gives them
   std::vector<size_t> offsets, sizes;
   std::vector<DType> dtypes;
 };
