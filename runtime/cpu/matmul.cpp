@@ -927,15 +927,22 @@ TPC_AVX512 inline void rows512(const char *rows, size_t rowBytes, const float *c
     for (int64_t k = 0; k < kRows; ++k)
       acc[j][k] = _mm512_setzero_ps();
   for (int64_t c = 0; c < blocked; c += 16) {
+    // Into L2 alone where several rows of x share the step: x stays in L1 (on a Zen 4 core
+    // an 8-row step's products took 0.7 of their time with W fetched to L2, not L1).
     if constexpr (kPrefetch)
       for (int64_t line = 0; line < kLines; ++line, next += 64)
         if (next < last)
-          _mm_prefetch(next, _MM_HINT_T0);
+          _mm_prefetch(next, kX > 1 ? _MM_HINT_T1 : _MM_HINT_T0);
     __m512 wide[kRows];
     for (int64_t k = 0; k < kRows; ++k)
       wide[k] = load16Wide<T>(rows + k * rowBytes, c);
     for (int64_t j = 0; j < kX; ++j) {
       __m512 xs = _mm512_loadu_ps(x[j] + c);
+      // Held in a register for its kRows FMAs: GCC otherwise folds the load into each of
+      // them, and a Zen 4 core, whose loads of 64 bytes were then the bound, ran an 8-row
+      // step's products 1.6x slower (docs/weights.md, "Batched rows").
+      if constexpr (kRows > 1)
+        __asm__("" : "+v"(xs));
       for (int64_t k = 0; k < kRows; ++k)
         acc[j][k] = _mm512_fmadd_ps(wide[k], xs, acc[j][k]);
     }
@@ -982,8 +989,8 @@ TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
 }
 
 /// The ways gemv512 may walk W, all giving the same bits (rows512): how many rows of W at
-/// once and whether the next ones are prefetched. Variant 0 is the default (what was measured
-/// fastest on a Sapphire Rapids core, bench/results/matmul.txt); the first kBatchWalks serve
+/// once and whether the next ones are prefetched. Walk 0 is one row of x's default (what was
+/// measured fastest on a Sapphire Rapids core, bench/results/matmul.txt); the first kBatchWalks serve
 /// 2 to 8 rows of x (four rows of W for eight of x would need more than the 32 registers;
 /// three, 24 sums, fit, and read x once for three rows of W where two read it once for two).
 struct Walk {
@@ -993,6 +1000,11 @@ struct Walk {
 constexpr Walk kWalks[] = {{2, true}, {1, true}, {2, false}, {1, false},
                            {3, true}, {3, false}, {4, true}, {4, false}};
 constexpr int kBatchWalks = 6;
+/// The walks 2 to 8 rows of x time, the default first: three rows of W, prefetched. Eight rows
+/// of x took 0.88 of two rows' time for a whole step on a Zen 4 core (bench/results/
+/// batching.txt) and were 4-12% faster on an Emerald Rapids (bench/results/matmul.txt), yet
+/// the first step's timing, a few calls a walk, could not tell the two apart.
+constexpr int kBatchOrder[kBatchWalks] = {4, 0, 1, 2, 3, 5};
 
 template <DType T, int64_t kX>
 TPC_AVX512 void gemv512Walk(int walk, const void *w, const float *x, int64_t out, int64_t in,
@@ -1070,25 +1082,28 @@ template <DType T> void gemvWide(const void *w, const float *x, int64_t count, i
                                  int64_t in, const float *bias, float *y) {
   const bool batch = count > 1;
   if (int forced = forcedWalk.load(std::memory_order_relaxed); forced >= 0)
-    return gemvWalk<T>(batch && forced >= kBatchWalks ? 0 : forced, w, x, count, out, in, bias,
-                       y);
+    return gemvWalk<T>(batch && forced >= kBatchWalks ? kBatchOrder[0] : forced, w, x, count,
+                       out, in, bias, y);
   WalkChoices &choices = walkChoices(T);
   std::atomic<int> &chosen = batch ? choices.chosenBatch : choices.chosenOne;
+  // chosenOne and chosenBatch hold walks; the choices count variants (kBatchOrder's, in a
+  // batch).
   if (int walk = chosen.load(std::memory_order_acquire); walk >= 0)
     return gemvWalk<T>(walk, w, x, count, out, in, bias, y);
   KernelChoice &choice = batch ? choices.batch : choices.one;
-  int walk;
+  int variant;
   {
     std::lock_guard<std::mutex> lock(choices.mutex);
-    walk = choice.next();
+    variant = choice.next();
   }
   auto start = std::chrono::steady_clock::now();
-  gemvWalk<T>(walk, w, x, count, out, in, bias, y);
+  gemvWalk<T>(batch ? kBatchOrder[variant] : variant, w, x, count, out, in, bias, y);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(choices.mutex);
-  choice.record(walk, seconds, double(out) * double(in) * double(dtypeBytes(T)));
+  choice.record(variant, seconds, double(out) * double(in) * double(dtypeBytes(T)));
   if (choice.decided())
-    chosen.store(choice.chosen(), std::memory_order_release);
+    chosen.store(batch ? kBatchOrder[choice.chosen()] : choice.chosen(),
+                 std::memory_order_release);
 }
 
 /// Two eight-lane halves as one sixteen-lane vector, in element order.
@@ -1440,7 +1455,7 @@ std::string kernelChoices() {
       const KernelChoice &choice = batch ? choices.batch : choices.one;
       if (!choice.decided())
         continue;
-      const Walk &walk = kWalks[choice.chosen()];
+      const Walk &walk = kWalks[batch ? kBatchOrder[choice.chosen()] : choice.chosen()];
       char line[200];
       std::snprintf(line, sizeof line,
                     "%s%s, %s: W %lld row%s at a time%s (%.1f GB/s timed; the default %.1f)",
