@@ -4,9 +4,9 @@
 // copies of W (256 MiB of weights, eight times the L3 of the machine it was written on, held
 // as the CPU backend holds them, in huge pages where the system gives them) that every
 // product streams W from memory, and the rate is the weight bytes read per second, to
-// compare with bench/read_bandwidth.cpp's. A prefill (128 rows) is compute-bound: GFLOP/s on one W. The
-// quantized types are timed on shapes larger than the L3 (whole blocks of 256 columns), next
-// to fp32 and bf16.
+// compare with bench/read_bandwidth.cpp's. A prefill (128 rows) is compute-bound: GFLOP/s on
+// one W. The quantized types are timed on shapes larger than the L3 (whole blocks of 256
+// columns), next to fp32 and bf16.
 // Best of RUNS. Built with the project (build/bin/tpc-matmul-bench, runtime/CMakeLists.txt).
 //
 //   tpc-matmul-bench [RUNS]          decode and prefill rates

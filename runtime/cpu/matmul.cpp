@@ -990,9 +990,10 @@ TPC_AVX512 void gemv512(const void *w, const float *x, int64_t out, int64_t in,
 
 /// The ways gemv512 may walk W, all giving the same bits (rows512): how many rows of W at
 /// once and whether the next ones are prefetched. Walk 0 is one row of x's default (what was
-/// measured fastest on a Sapphire Rapids core, bench/results/matmul.txt); the first kBatchWalks serve
-/// 2 to 8 rows of x (four rows of W for eight of x would need more than the 32 registers;
-/// three, 24 sums, fit, and read x once for three rows of W where two read it once for two).
+/// measured fastest on a Sapphire Rapids core, bench/results/matmul.txt); the first
+/// kBatchWalks serve 2 to 8 rows of x (four rows of W for eight of x would need more than the
+/// 32 registers; three, 24 sums, fit, and read x once for three rows of W where two read it
+/// once for two).
 struct Walk {
   int64_t rows;
   bool prefetch;
@@ -1000,10 +1001,10 @@ struct Walk {
 constexpr Walk kWalks[] = {{2, true}, {1, true}, {2, false}, {1, false},
                            {3, true}, {3, false}, {4, true}, {4, false}};
 constexpr int kBatchWalks = 6;
-/// The walks 2 to 8 rows of x time, the default first: three rows of W, prefetched. Eight rows
-/// of x took 0.88 of two rows' time for a whole step on a Zen 4 core (bench/results/
-/// batching.txt) and were 4-12% faster on an Emerald Rapids (bench/results/matmul.txt), yet
-/// the first step's timing, a few calls a walk, could not tell the two apart.
+/// The walks 2 to 8 rows of x time, the default first: three rows of W, prefetched. With eight
+/// rows of x, three rows of W took 0.88 of two rows' time over whole runs on a Zen 4 core
+/// (bench/results/batching.txt) and were 4-12% faster on an Emerald Rapids (bench/results/
+/// matmul.txt), yet the first step's timing, a few calls a walk, could not tell them apart.
 constexpr int kBatchOrder[kBatchWalks] = {4, 0, 1, 2, 3, 5};
 
 template <DType T, int64_t kX>
