@@ -1006,6 +1006,8 @@ constexpr int kBatchWalks = 6;
 /// (bench/results/batching.txt) and were 4-12% faster on an Emerald Rapids (bench/results/
 /// matmul.txt), yet the first step's timing, a few calls a walk, could not tell them apart.
 constexpr int kBatchOrder[kBatchWalks] = {4, 0, 1, 2, 3, 5};
+/// The walk a timing's variant runs: one row of x's variants are the walks themselves.
+constexpr int walkOf(bool batch, int variant) { return batch ? kBatchOrder[variant] : variant; }
 
 template <DType T, int64_t kX>
 TPC_AVX512 void gemv512Walk(int walk, const void *w, const float *x, int64_t out, int64_t in,
@@ -1083,12 +1085,11 @@ template <DType T> void gemvWide(const void *w, const float *x, int64_t count, i
                                  int64_t in, const float *bias, float *y) {
   const bool batch = count > 1;
   if (int forced = forcedWalk.load(std::memory_order_relaxed); forced >= 0)
-    return gemvWalk<T>(batch && forced >= kBatchWalks ? kBatchOrder[0] : forced, w, x, count,
+    return gemvWalk<T>(batch && forced >= kBatchWalks ? walkOf(true, 0) : forced, w, x, count,
                        out, in, bias, y);
   WalkChoices &choices = walkChoices(T);
   std::atomic<int> &chosen = batch ? choices.chosenBatch : choices.chosenOne;
-  // chosenOne and chosenBatch hold walks; the choices count variants (kBatchOrder's, in a
-  // batch).
+  // chosenOne and chosenBatch hold walks; the choices count variants (walkOf).
   if (int walk = chosen.load(std::memory_order_acquire); walk >= 0)
     return gemvWalk<T>(walk, w, x, count, out, in, bias, y);
   KernelChoice &choice = batch ? choices.batch : choices.one;
@@ -1098,13 +1099,12 @@ template <DType T> void gemvWide(const void *w, const float *x, int64_t count, i
     variant = choice.next();
   }
   auto start = std::chrono::steady_clock::now();
-  gemvWalk<T>(batch ? kBatchOrder[variant] : variant, w, x, count, out, in, bias, y);
+  gemvWalk<T>(walkOf(batch, variant), w, x, count, out, in, bias, y);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(choices.mutex);
   choice.record(variant, seconds, double(out) * double(in) * double(dtypeBytes(T)));
   if (choice.decided())
-    chosen.store(batch ? kBatchOrder[choice.chosen()] : choice.chosen(),
-                 std::memory_order_release);
+    chosen.store(walkOf(batch, choice.chosen()), std::memory_order_release);
 }
 
 /// Two eight-lane halves as one sixteen-lane vector, in element order.
@@ -1456,7 +1456,7 @@ std::string kernelChoices() {
       const KernelChoice &choice = batch ? choices.batch : choices.one;
       if (!choice.decided())
         continue;
-      const Walk &walk = kWalks[batch ? kBatchOrder[choice.chosen()] : choice.chosen()];
+      const Walk &walk = kWalks[walkOf(batch, choice.chosen())];
       char line[200];
       std::snprintf(line, sizeof line,
                     "%s%s, %s: W %lld row%s at a time%s (%.1f GB/s timed; the default %.1f)",
