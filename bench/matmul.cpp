@@ -52,14 +52,15 @@ constexpr DType kQuantizedTypes[] = {DType::F32,  DType::BF16, DType::Q8_0, DTyp
 
 /// `count` weights of `type`, values uniform in [-1, 1), held as tpc holds its weights
 /// (cpu::allocateStreamed: huge pages where the system gives them); of a quantized type,
-/// random blocks with finite scales of about 1 / 16. freeWeights(w, type, count) frees them.
-void *randomWeights(DType type, size_t count, unsigned seed) {
-  size_t stored = dtypeBytesFor(type, int64_t(count));
-  void *data = allocateStreamed(stored);
+/// random blocks with finite scales of about 1 / 16.
+StreamedBuffer randomWeights(DType type, size_t count, unsigned seed) {
+  StreamedBuffer weights(dtypeBytesFor(type, int64_t(count)));
+  size_t stored = weights.size();
+  std::byte *data = weights.data();
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(-1, 1);
   if (isQuantized(type)) {
-    auto *block = static_cast<uint8_t *>(data);
+    auto *block = reinterpret_cast<uint8_t *>(data);
     for (size_t i = 0; i < stored; ++i)
       block[i] = uint8_t(gen());
     // Where ggml's blocks keep their f16 d (Q6_K's last) and m or dmin.
@@ -75,17 +76,13 @@ void *randomWeights(DType type, size_t count, unsigned seed) {
       if (offset)
         std::memcpy(block + at + 2, &scale, sizeof scale);
     }
-    return data;
+    return weights;
   }
   std::vector<float> values(count);
   for (float &v : values)
     v = dist(gen);
   narrow(values.data(), type, data, count);
-  return data;
-}
-
-void freeWeights(void *w, DType type, size_t count) {
-  freeStreamed(static_cast<std::byte *>(w), dtypeBytesFor(type, int64_t(count)));
+  return weights;
 }
 
 std::vector<float> randomFloats(size_t count, unsigned seed) {
@@ -106,20 +103,19 @@ double seconds(Clock::time_point since) {
 double decodeTime(Shape shape, DType type, int runs, int64_t rows = 1) {
   size_t count = size_t(shape.out * shape.in), bytes = dtypeBytesFor(type, int64_t(count));
   size_t copies = std::max<size_t>(2, kStreamBytes / bytes);
-  std::vector<void *> weights;
+  std::vector<StreamedBuffer> weights;
   for (size_t i = 0; i < copies; ++i)
     weights.push_back(randomWeights(type, count, unsigned(i)));
   std::vector<float> x = randomFloats(size_t(rows * shape.in), 7), y(size_t(rows * shape.out));
   double best = 1e30;
   for (int run = 0; run < runs + 1; ++run) { // the first run warms the pages up
     auto start = Clock::now();
-    for (void *w : weights)
-      linear(Host{}, x.data(), rows, shape.in, Matrix(w, type), shape.out, nullptr, y.data());
+    for (const StreamedBuffer &w : weights)
+      linear(Host{}, x.data(), rows, shape.in, Matrix(w.data(), type), shape.out, nullptr,
+             y.data());
     if (run > 0)
       best = std::min(best, seconds(start) / double(copies));
   }
-  for (void *w : weights)
-    freeWeights(w, type, count);
   return best;
 }
 
@@ -211,7 +207,7 @@ void walkRates(int runs) {
     for (DType type : {DType::F32, DType::BF16}) {
       size_t count = size_t(shape.out * shape.in), bytes = dtypeBytesFor(type, int64_t(count));
       size_t copies = std::max<size_t>(2, kStreamBytes / bytes);
-      std::vector<void *> weights;
+      std::vector<StreamedBuffer> weights;
       for (size_t i = 0; i < copies; ++i)
         weights.push_back(randomWeights(type, count, unsigned(i)));
       for (int64_t rows : {1, 8}) {
@@ -222,9 +218,9 @@ void walkRates(int runs) {
           for (int walk = 0; walk < walks; ++walk) {
             detail::forceFloatWalk(walk);
             auto start = Clock::now();
-            for (void *w : weights)
-              linear(Host{}, x.data(), rows, shape.in, Matrix(w, type), shape.out, nullptr,
-                     y.data());
+            for (const StreamedBuffer &w : weights)
+              linear(Host{}, x.data(), rows, shape.in, Matrix(w.data(), type), shape.out,
+                     nullptr, y.data());
             if (run > 0)
               best[size_t(walk)] = std::min(best[size_t(walk)], seconds(start) / double(copies));
           }
@@ -235,8 +231,6 @@ void walkRates(int runs) {
         std::printf("  %d\n", int(std::min_element(best.begin(), best.end()) - best.begin()));
         std::fflush(stdout);
       }
-      for (void *w : weights)
-        freeWeights(w, type, count);
     }
   detail::forceFloatWalk(-1);
 }
@@ -244,7 +238,7 @@ void walkRates(int runs) {
 /// The best prefill rate, GFLOP/s, of 128 rows by W of `type` and `shape`.
 double prefillRate(Shape shape, DType type, int runs) {
   constexpr int64_t kRows = 128;
-  void *w = randomWeights(type, size_t(shape.out * shape.in), 1);
+  StreamedBuffer w = randomWeights(type, size_t(shape.out * shape.in), 1);
   std::vector<float> x = randomFloats(size_t(kRows * shape.in), 7),
                      y(size_t(kRows * shape.out));
   double flops = 2.0 * kRows * double(shape.out) * double(shape.in), best = 1e30;
@@ -253,11 +247,11 @@ double prefillRate(Shape shape, DType type, int runs) {
   for (int run = 0; run < runs + 1; ++run) {
     auto start = Clock::now();
     for (int i = 0; i < repeats; ++i)
-      linear(Host{}, x.data(), kRows, shape.in, Matrix(w, type), shape.out, nullptr, y.data());
+      linear(Host{}, x.data(), kRows, shape.in, Matrix(w.data(), type), shape.out, nullptr,
+             y.data());
     if (run > 0)
       best = std::min(best, seconds(start) / repeats);
   }
-  freeWeights(w, type, size_t(shape.out * shape.in));
   return flops / best / 1e9;
 }
 
