@@ -18,6 +18,8 @@
 //   tpc-matmul-bench walks [RUNS]    the float kernels' walks of W, each pinned, 1 and 8 rows
 //   tpc-matmul-bench int8 [RUNS]     the K types' decode and prefill, exact and with
 //                                    --int8-activations (x rounded to int8), in one run
+//   tpc-matmul-bench limbs [RUNS]    the K types' exact decode, fp32 kernels against x in
+//                                    16-bit limbs (cpu/limbs.h), alternated in one run
 #include "tpcrt/cpu/context.h"
 #include "tpcrt/cpu/kernels.h"
 
@@ -311,6 +313,27 @@ void int8Rates(int runs) {
     }
 }
 
+/// The K types' one-row products by the fp32 kernels and with x in 16-bit limbs, each pinned
+/// (detail::forceLimbs), alternated in one run, every shape: weight GB/s.
+void limbsRates(int runs) {
+  std::printf("== K types, exact decode: fp32 kernels and x in 16-bit limbs, weight GB/s "
+              "(best of %d)\n",
+              runs);
+  std::printf("%-12s %5s %9s %9s %6s\n", "out x in", "type", "fp32", "limbs", "x");
+  for (Shape shape : kQuantizedShapes)
+    for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      double bytes = double(dtypeBytesFor(type, shape.out * shape.in)), rate[2];
+      for (int limbs = 0; limbs < 2; ++limbs) {
+        detail::forceLimbs(limbs);
+        rate[limbs] = bytes / decodeTime(shape, type, runs) / 1e9;
+      }
+      detail::forceLimbs(-1);
+      std::printf("%5lldx%-6lld %5s %9.2f %9.2f %5.2fx\n", (long long)shape.out,
+                  (long long)shape.in, dtypeName(type), rate[0], rate[1], rate[1] / rate[0]);
+      std::fflush(stdout);
+    }
+}
+
 void panels(int runs) {
   std::printf("== prefill: 128 rows, GFLOP/s per fp32 panel size (best of %d)\n", runs);
   for (DType type : {DType::BF16, DType::F16}) {
@@ -349,6 +372,15 @@ int main(int argc, char **argv) {
     walkRates(runs);
     return 0;
   }
+  if (mode == "limbs") {
+    if (!detail::limbsKernelsFor(DType::Q4_K) && (detail::forceLimbs(1), true) &&
+        !detail::limbsKernelsFor(DType::Q4_K)) {
+      std::fprintf(stderr, "tpc-matmul-bench: this CPU has no AVX-512 VNNI: no limbs kernels\n");
+      return 1;
+    }
+    limbsRates(runs);
+    return 0;
+  }
   if (mode == "int8") {
     setInt8Activations(true);
     std::printf("%s\n", matrixKernels().c_str());
@@ -362,7 +394,7 @@ int main(int argc, char **argv) {
   else if (!mode.empty() && mode != "quantized") {
     std::fprintf(stderr,
                  "usage: tpc-matmul-bench "
-                 "[panels|batched|walks|scalar|quantized|quantized-avx2|int8] [RUNS]\n");
+                 "[panels|batched|walks|scalar|quantized|quantized-avx2|int8|limbs] [RUNS]\n");
     return 2;
   }
   std::printf("one-row kernels:");

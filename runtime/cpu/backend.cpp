@@ -318,6 +318,15 @@ int runModel(ModelSpec *spec, int argc, char **argv) {
     }
     cpu::detail::forceFloatWalk(int(n));
   }
+  // TPC_KQUANT_LIMBS: the K types' one-row products with x in 16-bit limbs (1, where the CPU
+  // has them) or in fp32 (0), instead of as the CPU's rule says (cpu/limbs.h).
+  if (const char *limbs = std::getenv("TPC_KQUANT_LIMBS"); limbs && *limbs) {
+    if (std::strcmp(limbs, "0") != 0 && std::strcmp(limbs, "1") != 0) {
+      std::fprintf(stderr, "error: TPC_KQUANT_LIMBS must be 0 or 1, not '%s'\n", limbs);
+      return 2;
+    }
+    cpu::detail::forceLimbs(limbs[0] == '1' ? 1 : 0);
+  }
   // The process's one backend. A rank that stops (Context::fail) calls exit from inside a
   // forward; exit's destructors then free these buffers, which nothing reads after.
   std::vector<ForwardFn> stages = cpu::forwards().stages;

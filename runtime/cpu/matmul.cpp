@@ -1,7 +1,9 @@
 // The CPU kernels that read weights (tpcrt/cpu/kernels.h): linear and embedding, for fp32,
 // bf16 and f16 weights and ggml's block-quantized types as stored (Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q4_K, Q5_K and Q6_K: what llama.cpp's quantizations write), always in fp32
-// arithmetic (x is never rounded or quantized).
+// Q5_1, Q4_K, Q5_K and Q6_K: what llama.cpp's quantizations write), in fp32 arithmetic (x
+// is never rounded or quantized); the K types' one row of x, on a CPU whose rule says so, in
+// int32 over x split into two 16-bit limbs (limbs.h), and with --int8-activations over x
+// rounded to int8 (int8.h).
 //
 // One row of x (a decode step) is memory-bound: the product must stream W once at the
 // machine's read bandwidth, so a 16-bit or quantized W is read as it is and decoded in
@@ -14,6 +16,7 @@
 #include "tpcrt/cpu/choice.h"
 
 #include "int8.h"
+#include "limbs.h"
 #include "rows.h"
 
 #include <cblas.h>
@@ -39,6 +42,9 @@ namespace {
 std::atomic<bool> forcedScalar{false}, forcedAvx2{false};
 // --int8-activations: W of the types int8::takes met by x rounded to int8 (int8.cpp).
 std::atomic<bool> int8Activations{false};
+// The K types' one-row products in 16-bit limbs of x (limbs.cpp): -1 where limbs::preferred()
+// says, else off (0) or on (1) for tests and benchmarks.
+std::atomic<int> forcedLimbs{-1};
 // The fp32 panel a prefill widens W into. Each panel is one sgemm call, which packs all of x
 // again, so small panels lose: measured on Zen 3 (512 KiB L2) from 64 KiB to 2 MiB
 // (bench/results/matmul.txt, `tpc-matmul-bench panels`), 128 rows of x ran at 10-25 GFLOP/s
@@ -594,21 +600,6 @@ TPC_AVX2 inline __m256 accumulateGroup(const uint8_t *block, int g,
     dot = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(xs + 8 * i), dot);
   return _mm256_fmadd_ps(dot, scales.scale(g), acc);
 }
-
-/// The next kRows rows of a quantized W (from `first + kRows`) requested a line at a time, at
-/// the pace the current kRows rows are read: after block b, as many bytes of them as the
-/// current rows' b + 1 blocks hold.
-struct NextRows {
-  const uint8_t *w;
-  size_t begin, totalBytes, ahead; // the next rows' first byte, W's size, the next line
-  NextRows(const uint8_t *w, size_t rowBytes, size_t totalBytes, int64_t next)
-      : w(w), begin(size_t(next) * rowBytes), totalBytes(totalBytes), ahead(begin / 64 * 64) {}
-  void through(size_t bytes) {
-    size_t until = std::min(totalBytes, begin + bytes);
-    for (; ahead < until; ahead += 64)
-      _mm_prefetch(reinterpret_cast<const char *>(w + ahead), _MM_HINT_T0);
-  }
-};
 
 /// y[first, first + kRows) of a quantized gemv: W's rows `first` on, each in its own running
 /// sum, a block of each row a step, so that kRows streams of loads are in flight; the next
@@ -1282,6 +1273,8 @@ void gemv(Matrix w, const float *x, int64_t out, int64_t in, const float *bias, 
       return wideFloatKernels(w.type) ? gemvWide<DType::F16>(w.data, x, 1, out, in, bias, y)
                                       : gemvAvx2<DType::F16>(w.data, x, 1, out, in, bias, y);
     default: {
+      if (detail::limbsKernelsFor(w.type) && limbs::gemv(x, in, w.data, w.type, out, bias, y))
+        return;
       const bool wide = wideQuantizedKernels(w.type);
       visitBlocks(w.type, [&](auto block) {
         constexpr DType T = decltype(block)::value;
@@ -1363,6 +1356,15 @@ bool int8KernelsFor(DType type) { // AVX-512 kernels: not while a test asks for 
   return int8Activations.load(std::memory_order_relaxed) && int8::takes(type) &&
          !forcedScalar.load(std::memory_order_relaxed) &&
          !forcedAvx2.load(std::memory_order_relaxed);
+}
+void forceLimbs(int limbs) { forcedLimbs.store(limbs < 0 ? -1 : limbs > 0 ? 1 : 0); }
+bool limbsKernelsFor(DType type) {
+  const int forced = forcedLimbs.load(std::memory_order_relaxed);
+  return (forced == 1 || (forced == -1 && limbs::preferred())) && limbs::takes(type) &&
+         wideQuantizedKernels(type) && vectorKernels(type);
+}
+bool limbsPreferredOn(const char *vendor, int family) {
+  return limbs::preferredOn(vendor, family);
 }
 void setPanelBytes(size_t bytes) { panelBytes.store(bytes); }
 } // namespace detail
@@ -1476,9 +1478,10 @@ std::string matrixKernels() {
   for (size_t i = 0; i < std::size(kDTypeLines); ++i) {
     DType type = DType(i);
     vector += std::string(vector.empty() ? "" : ", ") + dtypeName(type) +
-              (!vectorKernels(type)               ? " scalar"
+              (!vectorKernels(type)                                   ? " scalar"
+               : detail::limbsKernelsFor(type)                        ? " AVX-512 (x in limbs)"
                : wideQuantizedKernels(type) || wideFloatKernels(type) ? " AVX-512"
-                                                 : " AVX2");
+                                                                      : " AVX2");
   }
   std::string rounded;
   for (size_t i = 0; i < std::size(kDTypeLines); ++i)

@@ -77,6 +77,22 @@ template <class Visit> bool visitBlocks(DType type, Visit &&visit) {
   return false;
 }
 
+/// The next rows of a W in blocks (from row `next`) requested a cache line at a time, at the
+/// pace the current rows are read: through(bytes) after the current rows' first `bytes` bytes
+/// (all of them together) requests as many of the next rows'. The hardware's prefetchers lose
+/// track of several rows read side by side; this keeps the next ones coming.
+struct NextRows {
+  const uint8_t *w;
+  size_t begin, totalBytes, ahead; // the next rows' first byte, W's size, the next line
+  NextRows(const uint8_t *w, size_t rowBytes, size_t totalBytes, int64_t next)
+      : w(w), begin(size_t(next) * rowBytes), totalBytes(totalBytes), ahead(begin / 64 * 64) {}
+  void through(size_t bytes) {
+    size_t until = begin + bytes < totalBytes ? begin + bytes : totalBytes;
+    for (; ahead < until; ahead += 64)
+      __builtin_prefetch(w + ahead, 0, 3); // prefetcht0
+  }
+};
+
 /// Q4_K's and Q5_K's twelve bytes of 6-bit scales and minimums (at block + 4) as eight bytes
 /// each: s_0 .. s_7 in `scales`, m_0 .. m_7 in `minimums`, byte g at bits 8g. Bytes 0..3 hold
 /// s_0..3 in their low six bits, bytes 4..7 m_0..3 likewise, and bytes 8..11 the low four bits

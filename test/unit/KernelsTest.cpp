@@ -869,6 +869,170 @@ TEST(Embedding, SixteenBitTablesWidenTheirRows) {
   }
 }
 
+namespace {
+
+/// The K types' one-row products with x in 16-bit limbs (cpu/limbs.h) for a test's scope,
+/// or without them.
+struct ForcedLimbs {
+  explicit ForcedLimbs(int limbs) { detail::forceLimbs(limbs); }
+  ~ForcedLimbs() { detail::forceLimbs(-1); }
+};
+constexpr DType kKTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+/// x' of the limbs' promise, from its definition: each block of 256 scaled by the power of
+/// two that brings its largest |x| into [2^28, 2^29), rounded to the nearest integer (ties to
+/// even), scaled back.
+std::vector<float> onTheLimbsGrid(const std::vector<float> &x) {
+  std::vector<float> out(x.size());
+  for (size_t block = 0; block < x.size(); block += 256) {
+    float most = 0;
+    for (size_t i = block; i < block + 256; ++i)
+      most = std::max(most, std::fabs(x[i]));
+    int e = most > 0 ? 28 - std::ilogb(most) : 0;
+    for (size_t i = block; i < block + 256; ++i)
+      out[i] = float(std::ldexp(std::nearbyint(std::ldexp(double(x[i]), e)), -e));
+  }
+  return out;
+}
+
+/// y against the double product of `meant` (one row) and W's widened rows, within `relative`
+/// of the terms' magnitudes.
+void expectProduct(const std::vector<float> &y, const std::vector<float> &meant,
+                   const Weights &w, int64_t out, int64_t in, const float *bias,
+                   double relative) {
+  for (int64_t o = 0; o < out; ++o) {
+    double expected = bias ? bias[o] : 0, magnitude = std::fabs(expected);
+    for (int64_t c = 0; c < in; ++c) {
+      double term = double(meant[size_t(c)]) * w.widened[size_t(o * in + c)];
+      expected += term;
+      magnitude += std::fabs(term);
+    }
+    ASSERT_NEAR(y[size_t(o)], expected, relative * magnitude + 1e-30) << "column " << o;
+  }
+}
+
+} // namespace
+
+TEST(Limbs, XWithinItsBlocksRangeIsTakenExactly) {
+  // Every element within 2^5 of its block's largest |x| (and full fp32 mantissas, which no
+  // 16-bit value holds): both limbs hold it exactly, so the products are exact but for fp32's
+  // rounding of each block's sums, far inside 2^-20 of the terms' magnitudes. Dropping the
+  // low limb would miss by about 2^-15 of an element; a wrong scale or group, by far more.
+  // Shapes with tails of the four rows at once; with and without a bias.
+  for (DType type : kKTypes) {
+    ForcedLimbs on(1);
+    if (!detail::limbsKernelsFor(type))
+      GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    for (int64_t out : {1, 3, 4, 13, 67})
+      for (int64_t blocks : {1, 2, 17}) {
+        SCOPED_TRACE(std::string(dtypeName(type)) + " out " + std::to_string(out) +
+                     " blocks " + std::to_string(blocks));
+        const int64_t in = blocks * 256;
+        std::mt19937 gen{unsigned(out * 100 + blocks)};
+        std::uniform_real_distribution<float> size(1.5f, 30.0f);
+        std::vector<float> x(static_cast<size_t>(in));
+        for (size_t c = 0; c < x.size(); ++c)
+          x[c] = (gen() % 2 ? -1.0f : 1.0f) * size(gen) * (c / 256 % 2 ? 1e-3f : 1.0f);
+        Weights w(type, size_t(out * in), unsigned(out + blocks));
+        std::vector<float> bias = randomFloats(size_t(out), 4), y(size_t(out), NAN);
+        const float *b = out % 2 ? bias.data() : nullptr;
+        linear(Host{}, x.data(), 1, in, w.matrix(), out, b, y.data());
+        expectProduct(y, x, w, out, in, b, 0x1p-20);
+      }
+  }
+}
+
+TEST(Limbs, SmallElementsGoToTheirBlocksGrid) {
+  // A block whose largest |x| is 2^10 and whose other elements are about 1e-3 (full
+  // mantissas): they move to the nearest multiple of 2^-18 (2^-29 of 2^11's range), which
+  // the test computes from the definition. The product is x''s within fp32's rounding, and
+  // within the promise's bound (sum of |w| times 2^-29 of the block's largest) of x's.
+  for (DType type : kKTypes) {
+    ForcedLimbs on(1);
+    if (!detail::limbsKernelsFor(type))
+      GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    const int64_t blocks = 3, in = blocks * 256, out = 9;
+    std::mt19937 gen(17);
+    std::uniform_real_distribution<float> small(-1e-3f, 1e-3f);
+    std::vector<float> x(static_cast<size_t>(in));
+    for (size_t c = 0; c < x.size(); ++c)
+      x[c] = c % 256 == 40 ? (c / 256 % 2 ? -1024.0f : 1024.0f) : small(gen);
+    std::vector<float> grid = onTheLimbsGrid(x);
+    size_t moved = 0;
+    for (size_t c = 0; c < x.size(); ++c)
+      moved += grid[c] != x[c];
+    ASSERT_GT(moved, x.size() / 2) << "the test's elements should need rounding";
+    Weights w(type, size_t(out * in), 8);
+    std::vector<float> y(size_t(out), NAN);
+    linear(Host{}, x.data(), 1, in, w.matrix(), out, nullptr, y.data());
+    SCOPED_TRACE(dtypeName(type));
+    expectProduct(y, grid, w, out, in, nullptr, 0x1p-20);
+    for (int64_t o = 0; o < out; ++o) {
+      double exact = 0, sizes = 0, bound = 0;
+      for (int64_t c = 0; c < in; ++c) {
+        double weight = w.widened[size_t(o * in + c)];
+        exact += double(x[size_t(c)]) * weight;
+        sizes += std::fabs(double(x[size_t(c)]) * weight);
+        bound += std::fabs(weight) * 0x1p-29 * 1024;
+      }
+      EXPECT_NEAR(y[size_t(o)], exact, bound + 0x1p-20 * sizes) << "column " << o;
+    }
+  }
+}
+
+TEST(Limbs, BlocksThatCannotSplitKeepTheFp32Kernels) {
+  // A block holding an infinity or a NaN, or whose largest |x| is below 2^-64 or above 2^64:
+  // the whole product is the fp32 kernels', bit for bit. A block of zeros splits.
+  for (DType type : kKTypes) {
+    ForcedLimbs on(1);
+    if (!detail::limbsKernelsFor(type))
+      GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    const int64_t blocks = 2, in = blocks * 256, out = 7;
+    Weights w(type, size_t(out * in), 12);
+    for (float odd : {INFINITY, NAN, 1e-30f, 1e30f, 0.0f}) {
+      SCOPED_TRACE(std::string(dtypeName(type)) + " odd " + std::to_string(odd));
+      std::vector<float> x = randomFloats(size_t(in), 6);
+      if (odd == 0.0f || std::fabs(odd) < 1)
+        std::fill(x.begin() + 256, x.end(), odd); // the whole second block
+      else
+        x[300] = odd;
+      std::vector<float> limbs(size_t(out), -1), fp32(size_t(out), -2);
+      linear(Host{}, x.data(), 1, in, w.matrix(), out, nullptr, limbs.data());
+      {
+        ForcedLimbs off(0);
+        linear(Host{}, x.data(), 1, in, w.matrix(), out, nullptr, fp32.data());
+      }
+      if (odd == 0.0f) {
+        expectProduct(limbs, x, w, out, in, nullptr, 1e-5);
+        continue;
+      }
+      ASSERT_EQ(0, std::memcmp(limbs.data(), fp32.data(), limbs.size() * sizeof(float)));
+    }
+  }
+}
+
+TEST(Limbs, TheRulePicksThemWhereTheyWereMeasuredFaster) {
+  EXPECT_TRUE(detail::limbsPreferredOn("AuthenticAMD", 25));  // Zen 4 (and Zen 3: no VNNI)
+  EXPECT_FALSE(detail::limbsPreferredOn("AuthenticAMD", 26)); // Zen 5: not measured
+  EXPECT_FALSE(detail::limbsPreferredOn("GenuineIntel", 6));  // Sapphire, Emerald Rapids
+  // Forced on they run only where the CPU has them, and not while a test asks for AVX2 or
+  // scalar kernels; never for other types.
+  ForcedLimbs on(1);
+#if defined(__x86_64__)
+  bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+              __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") &&
+              __builtin_cpu_supports("fma");
+  for (DType type : kKTypes)
+    EXPECT_EQ(detail::limbsKernelsFor(type), vnni) << dtypeName(type);
+#endif
+  for (DType type : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0, DType::MXFP4})
+    EXPECT_FALSE(detail::limbsKernelsFor(type)) << dtypeName(type);
+  ForcedKernels avx2(Kernels::Avx2);
+  for (DType type : kKTypes)
+    EXPECT_FALSE(detail::limbsKernelsFor(type)) << dtypeName(type);
+}
+
 TEST(Embedding, QuantizedTablesDequantizeTheirRowsAsWidenDoes) {
   // Bit for bit widen()'s values, through the AVX2 dequantizer and without it; rows of two
   // blocks, the rank holding vocabulary rows [2, 5) of 6.

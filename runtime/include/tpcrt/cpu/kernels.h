@@ -50,8 +50,11 @@ void rmsNormOfTotals(Host, const float *x, int64_t rows, int64_t cols, const flo
 
 /// y[rows, out] = x[rows, in] @ w[out, in]^T (+ bias[out] when bias is not null), in fp32
 /// arithmetic whatever w's type: a bf16, f16 or quantized w is widened (dequantized) in
-/// registers (one row of x) or a panel at a time (several rows), never rounding x. For a
-/// quantized w, `in` is a multiple of its block (32 or 256 elements).
+/// registers (one row of x) or a panel at a time (several rows), never rounding x; or, for
+/// one row of x and a Q4_K, Q5_K or Q6_K w on a CPU where detail::limbsKernelsFor says so, in
+/// int32 over x split into 16-bit limbs (cpu/limbs.h: an element moves by at most 2^-29 of
+/// its block's largest |x|). For a quantized w, `in` is a multiple of its block (32 or 256
+/// elements).
 void linear(Host, const float *x, int64_t rows, int64_t in, Matrix w, int64_t out,
             const float *bias, float *y);
 
@@ -91,6 +94,14 @@ bool avx512KernelsFor(DType type);
 /// Whether linear meets W of `type` with x rounded to int8 now (setInt8Activations, and a
 /// type and CPU the int8 path takes).
 bool int8KernelsFor(DType type);
+/// The one-row linear of Q4_K, Q5_K and Q6_K with x split into 16-bit limbs (cpu/limbs.h) on
+/// a CPU that has them: where the rule says (-1, the default), never (0) or always (1).
+void forceLimbs(int limbs);
+/// Whether the one-row linear of `type` splits x into limbs now.
+bool limbsKernelsFor(DType type);
+/// Whether the rule splits x into limbs on a CPU of this cpuid vendor and family (where the
+/// CPU has the kernels): AMD's family 25, where they were measured faster.
+bool limbsPreferredOn(const char *vendor, int family);
 /// The size of the fp32 panel a several-row linear widens a 16-bit or quantized W into
 /// (1 MiB).
 void setPanelBytes(size_t bytes);
