@@ -26,8 +26,9 @@
 // The instructions a group takes: a widening of 32 bytes to words (shared by two groups in
 // Q4_K), a mask or shift, a 16-bit multiply by the scale and two vpdpwssd, against the fp32
 // kernels' two widenings, two conversions, two multiply-adds and a third for the scale. On
-// the Zen 4 core, Q4_K streamed 1.3x as fast this way in a scratch measurement of these
-// loops; `tpc-matmul-bench limbs` gives the rates of both ways on the CPU at hand.
+// the Zen 4 core (`tpc-matmul-bench limbs`, bench/results/matmul.txt) Q4_K streams 1.2-1.4x,
+// Q5_K 1.2-1.3x and Q6_K 1.1-1.8x as fast this way, and a ~1B Llama's Q4_K_M decode takes
+// 0.67x the time (weights-kquants.txt).
 #include "limbs.h"
 #include "rows.h"
 
@@ -152,8 +153,8 @@ template <> struct Block<DType::Q4_K> {
   static constexpr size_t kBytes = kDTypeLines[size_t(DType::Q4_K)].blockBytes;
   static constexpr bool kMinimums = true;
   // Rows of W at once, each with its two int32 sums and its fp32 sum in registers: measured
-  // on the Zen 4 core (`tpc-matmul-bench limbs`), four streamed Q4_K 1.3x as fast as three,
-  // eight or two (two leave vpdpwssd's latency bare), and Q5_K too.
+  // on the Zen 4 core (`tpc-matmul-bench limbs`), four streamed Q4_K at 11.7-12.0 GB/s,
+  // three at 7.2-8.6, six at 8.7-9.9, eight at 10.6-10.7; Q5_K likewise.
   static constexpr int64_t kRows = 4;
   // Kept in memory, not registers: four rows' blocks would take as many vector registers as
   // the products need. A group's scale is then one broadcast from memory.
@@ -207,7 +208,8 @@ template <> struct Block<DType::Q5_K> : Block<DType::Q4_K> {
 template <> struct Block<DType::Q6_K> {
   static constexpr size_t kBytes = kDTypeLines[size_t(DType::Q6_K)].blockBytes;
   static constexpr bool kMinimums = false;
-  // Two rows at once (three: the same; four: 0.75x, its decoding's registers spilled).
+  // Two rows at once: 12.6-12.7 GB/s on the Zen 4 core; three 12.1-12.4, four 9.6-9.8 (its
+  // decoding's registers spilled).
   static constexpr int64_t kRows = 2;
   const uint8_t *block;
   alignas(64) int16_t scales[32]; // sixteen, then zeros (a vector for vpermw)
