@@ -38,6 +38,8 @@
 #include <vector>
 
 #if defined(__x86_64__)
+#include "groups.h"
+
 #include <cpuid.h>
 #include <immintrin.h>
 #endif
@@ -140,10 +142,6 @@ TPC_LIMBS inline float f16At(const uint8_t *p) {
   return _cvtsh_ss(bits);
 }
 
-TPC_LIMBS inline __m256i load32(const uint8_t *p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
-}
-
 /// A block of T read for the products: its sub-block scales as 16-bit integers, d, and for
 /// Q4_K and Q5_K -dmin m_g in lane g of `minimums`; then each group g (32 elements, in x's
 /// order) as 32 words of its integers times their scales.
@@ -175,36 +173,26 @@ template <> struct Block<DType::Q4_K> {
   }
   /// Groups 2c and 2c + 1: the low and the high nibbles of bytes 32c .. 32c + 31.
   TPC_LIMBS void pair(int c, __m512i &first, __m512i &second) const {
-    __m512i words = _mm512_cvtepu8_epi16(load32(block + 16 + 32 * c));
+    __m512i words = _mm512_cvtepu8_epi16(groups::bytes32(block + 16 + 32 * c));
     first = _mm512_mullo_epi16(_mm512_and_si512(words, _mm512_set1_epi16(0xf)), scale(2 * c));
     second = _mm512_mullo_epi16(_mm512_srli_epi16(words, 4), scale(2 * c + 1));
   }
   TPC_LIMBS __m512i scale(int g) const { return _mm512_set1_epi16(scales[g]); }
 };
 
-/// Q5_K: Q4_K's scales, then 32 bytes of fifth bits (bit g of byte l for element l of group
-/// g), then Q4_K's nibbles.
+/// Q5_K: Q4_K's scales, then 32 bytes of fifth bits, then Q4_K's nibbles (groups.h).
 template <> struct Block<DType::Q5_K> : Block<DType::Q4_K> {
   static constexpr size_t kBytes = kDTypeLines[size_t(DType::Q5_K)].blockBytes;
   TPC_LIMBS void pair(int c, __m512i &first, __m512i &second) const {
-    const __m256i bytes = load32(block + 48 + 32 * c), fifths = load32(block + 16),
-                  low = _mm256_set1_epi8(0x0f), sixteen = _mm256_set1_epi8(16);
-    __m256i values[2] = {_mm256_and_si256(bytes, low),
-                         _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low)};
-    for (int i = 0; i < 2; ++i) {
-      const int g = 2 * c + i;
-      __mmask32 fifth = _mm256_test_epi8_mask(fifths, _mm256_set1_epi8(char(1 << g)));
-      values[i] = _mm256_mask_add_epi8(values[i], fifth, values[i], sixteen);
-    }
-    first = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(values[0]), scale(2 * c));
-    second = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(values[1]), scale(2 * c + 1));
+    first = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(groups::q5k(block, 2 * c)), scale(2 * c));
+    second = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(groups::q5k(block, 2 * c + 1)),
+                                scale(2 * c + 1));
   }
 };
 
-/// Q6_K (210 bytes: 128 of low nibbles, 64 of 2-bit highs, sixteen int8 scales, f16 d): group
-/// g = 4h + t (half h, quarter t) is the low (t < 2) or high nibbles of bytes
-/// 64h + 32 (t % 2) ..., with bits 2t and 2t + 1 of bytes 128 + 32h ... on top, less 32; its
-/// first sixteen elements take scale 2g, the others 2g + 1.
+/// Q6_K (210 bytes: 128 of low nibbles, 64 of 2-bit highs, sixteen int8 scales, f16 d): its
+/// groups as groups.h makes them, the first sixteen elements of group g taking scale 2g, the
+/// others 2g + 1.
 template <> struct Block<DType::Q6_K> {
   static constexpr size_t kBytes = kDTypeLines[size_t(DType::Q6_K)].blockBytes;
   static constexpr bool kMinimums = false;
@@ -222,19 +210,7 @@ template <> struct Block<DType::Q6_K> {
     d = f16At(at + 208);
   }
   TPC_LIMBS __m512i group(int g) const {
-    const int h = g / 4, t = g % 4;
-    __m256i bytes = load32(block + 64 * h + 32 * (t % 2)), highs = load32(block + 128 + 32 * h);
-    __m256i nibbles =
-        _mm256_and_si256(t < 2 ? bytes : _mm256_srli_epi16(bytes, 4), _mm256_set1_epi8(0x0f));
-    // Bits 2t and 2t + 1 of the high byte moved to bits 4 and 5 (a 16-bit lane's shift moves
-    // bits across its two bytes; the mask keeps each byte's own).
-    __m256i top = t == 0   ? _mm256_slli_epi16(highs, 4)
-                  : t == 1 ? _mm256_slli_epi16(highs, 2)
-                  : t == 2 ? highs
-                           : _mm256_srli_epi16(highs, 2);
-    __m256i values = _mm256_sub_epi8(
-        _mm256_or_si256(nibbles, _mm256_and_si256(top, _mm256_set1_epi8(0x30))),
-        _mm256_set1_epi8(32)); // -32 .. 31
+    const __m256i values = groups::q6k(block, g); // -32 .. 31 (groups.h)
     // Scale 2g in the first sixteen words, 2g + 1 in the others.
     __m512i index = _mm512_inserti64x4(_mm512_set1_epi16(short(2 * g)),
                                        _mm256_set1_epi16(short(2 * g + 1)), 1);

@@ -15,6 +15,7 @@
 #include "tpcrt/cpu/blas.h"
 #include "tpcrt/cpu/choice.h"
 
+#include "groups.h"
 #include "int8.h"
 #include "limbs.h"
 #include "rows.h"
@@ -776,25 +777,9 @@ TPC_AVX512 inline void quants512(const uint8_t *block, int g,
       q[i] = _mm512_cvtepi32_ps(g % 2 ? _mm512_srli_epi32(lanes, 4) : _mm512_and_si512(lanes, low));
     }
   } else if constexpr (T == DType::Q5_K) { // Q4_K's nibbles after 32 bytes of fifth bits
-    // The group's 32 values are made as bytes, then widened: half the instructions of
-    // widening each byte first and shifting its bits as a 32-bit lane.
-    __m256i bytes = load32(block + 48 + 32 * (g / 2));
-    __m256i nibbles = _mm256_and_si256(g % 2 ? _mm256_srli_epi16(bytes, 4) : bytes, nibble8());
-    __mmask32 fifth = _mm256_test_epi8_mask(load32(block + 16), _mm256_set1_epi8(char(1 << g)));
-    widen(_mm256_mask_add_epi8(nibbles, fifth, nibbles, _mm256_set1_epi8(16)), q);
+    widen(groups::q5k(block, g), q); // made as bytes, then widened (groups.h)
   } else { // Q6_K (Quant<Q6_K>): each sixteen lanes one scale's elements
-    const int h = g / 4, t = g % 4;
-    __m256i bytes = load32(block + 64 * h + 32 * (t % 2)), highs = load32(block + 128 + 32 * h);
-    __m256i nibbles = _mm256_and_si256(t < 2 ? bytes : _mm256_srli_epi16(bytes, 4), nibble8());
-    // Bits 2t and 2t + 1 of the high byte moved to bits 4 and 5 (a 16-bit lane's shift moves
-    // bits across its two bytes; the mask keeps each byte's own).
-    __m256i top = t == 0   ? _mm256_slli_epi16(highs, 4)
-                  : t == 1 ? _mm256_slli_epi16(highs, 2)
-                  : t == 2 ? highs
-                           : _mm256_srli_epi16(highs, 2);
-    __m256i values = _mm256_sub_epi8(
-        _mm256_or_si256(nibbles, _mm256_and_si256(top, _mm256_set1_epi8(0x30))),
-        _mm256_set1_epi8(32)); // -32 .. 31
+    const __m256i values = groups::q6k(block, g); // -32 .. 31
     widen(values, q, /*signedBytes=*/true);
     for (int i = 0; i < 2; ++i)
       q[i] = _mm512_mul_ps(q[i], _mm512_set1_ps(scales.sub[2 * g + i]));
