@@ -121,8 +121,10 @@ TPC_LIMBS bool split(const float *x, int64_t blocks, Split &out) {
     const __m512 exponent = _mm512_set1_ps(float(e));
     int16_t *hi = out.hi.data() + b * kBlock, *lo = out.lo.data() + b * kBlock;
     for (int i = 0; i < 16; ++i) {
-      // x 2^e exactly (scalef), then the nearest integer (MXCSR's default, nearest even).
-      __m512i X = _mm512_cvtps_epi32(_mm512_scalef_ps(_mm512_loadu_ps(xs + 16 * i), exponent));
+      // x 2^e exactly (scalef), then the nearest integer, ties to even (whatever MXCSR says).
+      __m512i X = _mm512_cvt_roundps_epi32(
+          _mm512_scalef_ps(_mm512_loadu_ps(xs + 16 * i), exponent),
+          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       __m512i high = _mm512_srai_epi32(_mm512_add_epi32(X, half), 15);
       __m512i low = _mm512_sub_epi32(X, _mm512_slli_epi32(high, 15));
       _mm256_storeu_si256(reinterpret_cast<__m256i *>(hi + 16 * i), _mm512_cvtepi32_epi16(high));
