@@ -91,18 +91,25 @@ constexpr int64_t kBlock = 256;
 
 /// One row of x in limbs.
 struct Split {
-  std::vector<int16_t> hi, lo; // [block][256], in x's order
-  std::vector<float> unit;     // [block]: 2^-e
-  std::vector<float> sums;     // [block][8]: x's sums over each group of 32
+  int16_t *hi = nullptr, *lo = nullptr; // [block][256], in x's order, on cache lines
+  std::vector<float> unit;              // [block]: 2^-e
+  std::vector<float> sums;              // [block][8]: x's sums over each group of 32
+  std::vector<int16_t> storage;         // hi's and lo's, and a line to align them
+  void resize(int64_t blocks) {
+    const size_t each = size_t(blocks * kBlock);
+    storage.resize(2 * each + 32);
+    auto at = reinterpret_cast<uintptr_t>(storage.data());
+    hi = reinterpret_cast<int16_t *>((at + 63) / 64 * 64); // the kernels load 64 bytes at once
+    lo = hi + each;
+    unit.resize(size_t(blocks));
+    sums.resize(size_t(blocks * 8));
+  }
 };
 
 /// x's `blocks` blocks into `out`; false where a block is not finite or its largest |x|,
 /// unless zero, lies outside [2^-64, 2^64] (there d 2^-e could leave fp32's normal range).
 TPC_LIMBS bool split(const float *x, int64_t blocks, Split &out) {
-  out.hi.resize(size_t(blocks * kBlock));
-  out.lo.resize(size_t(blocks * kBlock));
-  out.unit.resize(size_t(blocks));
-  out.sums.resize(size_t(blocks * 8));
+  out.resize(blocks);
   const __m512 zero = _mm512_setzero_ps();
   const __m512i half = _mm512_set1_epi32(1 << 14);
   for (int64_t b = 0; b < blocks; ++b) {
@@ -119,7 +126,7 @@ TPC_LIMBS bool split(const float *x, int64_t blocks, Split &out) {
       return false;
     const int e = most > 0 ? 28 - std::ilogb(most) : 0;
     const __m512 exponent = _mm512_set1_ps(float(e));
-    int16_t *hi = out.hi.data() + b * kBlock, *lo = out.lo.data() + b * kBlock;
+    int16_t *hi = out.hi + b * kBlock, *lo = out.lo + b * kBlock;
     for (int i = 0; i < 16; ++i) {
       // x 2^e exactly (scalef), then the nearest integer, ties to even (whatever MXCSR says).
       __m512i X = _mm512_cvt_roundps_epi32(
@@ -241,7 +248,7 @@ TPC_LIMBS inline void rowsOf(const uint8_t *w, size_t rowBytes, size_t totalByte
   NextRows next(w, rowBytes, totalBytes, first + kR); // rows.h
   for (int64_t b = 0; b < blocks; ++b) {
     next.through(size_t(b + 1) * kR * B::kBytes);
-    const int16_t *hi = x.hi.data() + b * kBlock, *lo = x.lo.data() + b * kBlock;
+    const int16_t *hi = x.hi + b * kBlock, *lo = x.lo + b * kBlock;
     B block[kR];
     __m512i high[kR], low[kR];
     for (int64_t k = 0; k < kR; ++k) {
