@@ -719,11 +719,6 @@ TPC_AVX512 inline __m512i unsigned16(const uint8_t *p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
 }
 
-/// Thirty-two bytes from `p`.
-TPC_AVX512 inline __m256i load32(const uint8_t *p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
-}
-
 /// 0x0f in every byte.
 TPC_AVX512 inline __m256i nibble8() { return _mm256_set1_epi8(0xf); }
 
