@@ -32,7 +32,6 @@
 #include "limbs.h"
 #include "rows.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -211,7 +210,6 @@ template <> struct Block<DType::Q6_K> {
   const uint8_t *block;
   alignas(64) int16_t scales[32]; // sixteen, then zeros (a vector for vpermw)
   float d;
-  float minimums[8]; // unused
   TPC_LIMBS void read(const uint8_t *at) {
     block = at;
     _mm512_store_si512(scales, _mm512_castsi256_si512(_mm256_cvtepi8_epi16(
