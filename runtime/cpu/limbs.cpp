@@ -170,13 +170,11 @@ template <> struct Block<DType::Q4_K> {
   float d;
   TPC_LIMBS void read(const uint8_t *at) {
     block = at;
-    uint64_t s, m;
-    kScales(at + 4, s, m); // rows.h
-    _mm_store_si128(reinterpret_cast<__m128i *>(scales),
-                    _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(s))));
-    _mm256_store_ps(minimums, _mm256_mul_ps(_mm256_set1_ps(-f16At(at + 2)),
-                                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                                _mm_cvtsi64_si128(int64_t(m))))));
+    const __m128i packed = groups::kScalesAndMinimums(at + 4);
+    _mm_store_si128(reinterpret_cast<__m128i *>(scales), _mm_cvtepu8_epi16(packed));
+    _mm256_store_ps(minimums,
+                    _mm256_mul_ps(_mm256_set1_ps(-f16At(at + 2)),
+                                  _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed, 8)))));
     d = f16At(at);
   }
   /// Groups 2c and 2c + 1: the low and the high nibbles of bytes 32c .. 32c + 31.
