@@ -172,9 +172,8 @@ template <> struct Block<DType::Q4_K> {
     block = at;
     const __m128i packed = groups::kScalesAndMinimums(at + 4);
     _mm_store_si128(reinterpret_cast<__m128i *>(scales), _mm_cvtepu8_epi16(packed));
-    _mm256_store_ps(minimums,
-                    _mm256_mul_ps(_mm256_set1_ps(-f16At(at + 2)),
-                                  _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed, 8)))));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(packed, 8)));
+    _mm256_store_ps(minimums, _mm256_mul_ps(_mm256_set1_ps(-f16At(at + 2)), m));
     d = f16At(at);
   }
   /// Groups 2c and 2c + 1: the low and the high nibbles of bytes 32c .. 32c + 31.
