@@ -251,8 +251,10 @@ TPC_LIMBS inline void rowsOf(const uint8_t *w, size_t rowBytes, size_t totalByte
       high[k] = low[k] = _mm512_setzero_si512();
     }
     for (int c = 0; c < 4; ++c) {
-      const __m512i hi0 = _mm512_loadu_si512(hi + 64 * c), hi1 = _mm512_loadu_si512(hi + 64 * c + 32),
-                    lo0 = _mm512_loadu_si512(lo + 64 * c), lo1 = _mm512_loadu_si512(lo + 64 * c + 32);
+      const __m512i hi0 = _mm512_loadu_si512(hi + 64 * c),
+                    hi1 = _mm512_loadu_si512(hi + 64 * c + 32),
+                    lo0 = _mm512_loadu_si512(lo + 64 * c),
+                    lo1 = _mm512_loadu_si512(lo + 64 * c + 32);
       for (int64_t k = 0; k < kR; ++k) {
         __m512i a, z;
         block[k].pair(c, a, z);
@@ -262,7 +264,8 @@ TPC_LIMBS inline void rowsOf(const uint8_t *w, size_t rowBytes, size_t totalByte
     }
     for (int64_t k = 0; k < kR; ++k) {
       const float scale = block[k].d * x.unit[size_t(b)];
-      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high[k]), _mm512_set1_ps(scale * 0x1p15f), acc[k]);
+      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high[k]), _mm512_set1_ps(scale * 0x1p15f),
+                               acc[k]);
       acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(low[k]), _mm512_set1_ps(scale), acc[k]);
       if constexpr (B::kMinimums)
         minimums[k] = _mm256_fmadd_ps(_mm256_load_ps(block[k].minimums),
